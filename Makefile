@@ -1,0 +1,33 @@
+# Thin wrapper over CMake. `make demo` and `make check` are all a fresh
+# Debian 12 machine needs: each installs what is missing, then builds.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup configure check demo asan fuzz clean
+
+all: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+setup:
+	@sh scripts/setup
+
+configure: setup
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+
+check: all
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+demo: all
+	@sh scripts/demo $(BUILD)
+
+# The suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+asan: setup
+	@$(MAKE) --no-print-directory check BUILD=build-asan CMAKE_FLAGS="-DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+# libFuzzer targets (clang); run them with scripts/fuzz.
+fuzz: setup
+	@$(MAKE) --no-print-directory all BUILD=build-fuzz CMAKE_FLAGS="-DSTRATA_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
+clean:
+	rm -rf build build-asan build-fuzz

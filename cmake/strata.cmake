@@ -1,0 +1,48 @@
+# strata.cmake - helpers that declare a layer, a test and a bench the same way.
+
+# strata_add_layer(NAME SOURCES f.c ... [DEPENDS layer ...] [LIBS target ...])
+# Builds strata_NAME as a static archive that links the layers it depends on,
+# so a test of one layer builds without the layers below it.
+function(strata_add_layer name)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPENDS;LIBS" ${ARGN})
+  add_library(strata_${name}_objs OBJECT ${L_SOURCES})
+  target_include_directories(strata_${name}_objs
+    PUBLIC ${CMAKE_SOURCE_DIR}/include PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  set(deps)
+  foreach(d IN LISTS L_DEPENDS)
+    list(APPEND deps strata_${d})
+  endforeach()
+  target_link_libraries(strata_${name}_objs PUBLIC ${deps} ${L_LIBS})
+  add_library(strata_${name} STATIC $<TARGET_OBJECTS:strata_${name}_objs>)
+  target_include_directories(strata_${name} PUBLIC ${CMAKE_SOURCE_DIR}/include)
+  target_link_libraries(strata_${name} PUBLIC ${deps} ${L_LIBS})
+  set_property(GLOBAL APPEND PROPERTY STRATA_LAYER_OBJECTS
+    $<TARGET_OBJECTS:strata_${name}_objs>)
+  set_property(GLOBAL APPEND PROPERTY STRATA_LAYER_LINK ${L_LIBS})
+endfunction()
+
+# strata_add_test(NAME SOURCES f.c ... LAYERS layer ... [LABELS l ...])
+# One cmocka executable registered with CTest. Tests find committed data
+# through STRATA_SOURCE_DIR. Exit code 77 reports the test as skipped.
+function(strata_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LAYERS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  set(libs)
+  foreach(l IN LISTS T_LAYERS)
+    list(APPEND libs strata_${l})
+  endforeach()
+  target_link_libraries(${name} PRIVATE ${libs} PkgConfig::CMOCKA)
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src
+                             ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(${name} PRIVATE
+    STRATA_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    STRATA_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                        ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77
+    TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()

@@ -1,0 +1,246 @@
+/* base.h - errors, checked arithmetic, allocation, sizes, JSON writing,
+ * system calls and progress display (layer: base).
+ *
+ * Every other layer builds on these. Nothing here prints on its own except
+ * the explicitly stderr-facing helpers at the end, which only the CLI uses.
+ */
+#ifndef STRATA_BASE_H
+#define STRATA_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "strata/status.h"
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define STRATA_ERROR_MESSAGE_BYTES 512
+#define STRATA_ERROR_FIX_BYTES 256
+
+/* What went wrong and how to fix it. Fixed buffers, so making an error never
+ * allocates; longer text is truncated. */
+typedef struct strata_error {
+	strata_status code;
+	char message[STRATA_ERROR_MESSAGE_BYTES];
+	char fix[STRATA_ERROR_FIX_BYTES];
+} strata_error;
+
+/* The constant name of a code ("E_NOMEM") and its short meaning; both return
+ * "unknown" for a value outside the map. */
+const char *strata_status_name(strata_status code);
+const char *strata_status_text(strata_status code);
+
+/* Clears err to STRATA_OK with empty text. err may be NULL. */
+void strata_error_clear(strata_error *err);
+
+/* Fills err (which may be NULL) with code, a printf-style message and a
+ * plain fix line, and returns code so callers can `return strata_fail(...)`. */
+strata_status strata_fail(strata_error *err, strata_status code,
+			  const char *fix, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Replaces err's fix with a printf-style line; returns err->code. */
+strata_status strata_error_set_fix(strata_error *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Prefixes err's message with "CONTEXT: " (printf-style), keeping code and
+ * fix, to say where a lower-level failure happened; returns err->code. */
+strata_status strata_error_prefix(strata_error *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Copies bytes into dst (cap bytes) for printing in a message: printable
+ * ASCII as is, everything else as \xNN; truncated with "..." when long.
+ * Returns dst. Untrusted names must go through this before printing. */
+char *strata_escape(char *dst, size_t cap, const void *bytes, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Checked arithmetic                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Return false on overflow, leaving *out unchanged. */
+static inline bool strata_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	uint64_t r;
+	if (__builtin_add_overflow(a, b, &r))
+		return false;
+	*out = r;
+	return true;
+}
+
+static inline bool strata_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	uint64_t r;
+	if (__builtin_mul_overflow(a, b, &r))
+		return false;
+	*out = r;
+	return true;
+}
+
+/* Saturating add for counters that must never wrap. */
+static inline uint64_t strata_sat_add_u64(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* Checked add/multiply that fill err with E_OVERFLOW naming `what` (the sum
+ * or product, e.g. "static bytes") and both operands. */
+strata_status strata_checked_add(uint64_t a, uint64_t b, uint64_t *out,
+				 const char *what, strata_error *err);
+strata_status strata_checked_mul(uint64_t a, uint64_t b, uint64_t *out,
+				 const char *what, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* All library allocation goes through these. They return NULL on failure
+ * (never abort); strata_alloc(0) returns a unique non-NULL pointer. */
+void *strata_alloc(size_t bytes);
+void *strata_calloc(size_t count, size_t size); /* checked product, zeroed */
+void *strata_realloc(void *ptr, size_t bytes);	/* NULL: ptr unchanged */
+void *strata_alloc_aligned(size_t alignment, size_t bytes);
+char *strata_strdup(const char *s);
+char *strata_strndup(const char *s, size_t n);
+void strata_free(void *ptr); /* NULL is fine */
+
+/* Like the above but fill err with E_NOMEM naming `what` and the bytes. */
+void *strata_alloc_or_error(size_t bytes, const char *what, strata_error *err);
+void *strata_calloc_or_error(size_t count, size_t size, const char *what,
+			     strata_error *err);
+
+/* Test hook: after n more successful allocations, every allocation fails
+ * until the hook is reset with n < 0 (the default). Thread-safe. Tests loop
+ * n = 0, 1, 2 ... until the operation succeeds (SQLite faultsim). */
+void strata_alloc_fail_after(long n);
+/* Allocations that failed by injection since the last reset. */
+uint64_t strata_alloc_injected_failures(void);
+
+/* Grows *buf (element size elem) to hold at least need elements, doubling.
+ * On failure *buf and *cap are unchanged and E_NOMEM is returned. */
+strata_status strata_grow(void **buf, size_t *cap, size_t need, size_t elem,
+			  const char *what, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Sizes: "2GiB", "1.5GB", "4096"                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Parses bytes or a decimal number with an optional unit: B, KiB MiB GiB
+ * TiB (binary), KB MB GB TB (decimal); case of the unit is not significant
+ * except that a lone "k"/"m"/"g" is refused as ambiguous. Fractions round
+ * down to whole bytes. Rejects empty, negative, garbage and overflow with
+ * E_SIZE_SYNTAX / E_OVERFLOW naming the text. */
+strata_status strata_size_parse(const char *text, uint64_t *out,
+				strata_error *err);
+
+/* Human form with binary units and two decimals ("7.50 GiB", "512 B").
+ * Returns buf; cap of 32 always suffices. */
+char *strata_size_format(uint64_t bytes, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
+/* JSON writer                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* A streaming writer into a growable buffer: exact u64/i64 (no detour through
+ * double), RFC 8259 string escaping, pretty printing. The first failure
+ * (allocation, misuse) sticks and is reported by strata_json_finish, so
+ * callers can write a whole document and check once. */
+typedef struct strata_json {
+	char *buf;
+	size_t len, cap;
+	int depth;
+	bool need_comma[64];
+	bool after_key;
+	bool pretty;
+	strata_status status;
+} strata_json;
+
+void strata_json_init(strata_json *j, bool pretty);
+void strata_json_fini(strata_json *j); /* frees the buffer */
+void strata_json_object_begin(strata_json *j);
+void strata_json_object_end(strata_json *j);
+void strata_json_array_begin(strata_json *j);
+void strata_json_array_end(strata_json *j);
+void strata_json_key(strata_json *j, const char *key);
+void strata_json_string(strata_json *j, const char *s);
+void strata_json_string_n(strata_json *j, const char *s, size_t n);
+void strata_json_u64(strata_json *j, uint64_t v);
+void strata_json_i64(strata_json *j, int64_t v);
+void strata_json_double(strata_json *j, double v); /* non-finite -> null */
+void strata_json_bool(strata_json *j, bool v);
+void strata_json_null(strata_json *j);
+/* Key-value shorthands. */
+void strata_json_kv_string(strata_json *j, const char *k, const char *v);
+void strata_json_kv_u64(strata_json *j, const char *k, uint64_t v);
+void strata_json_kv_double(strata_json *j, const char *k, double v);
+void strata_json_kv_bool(strata_json *j, const char *k, bool v);
+/* Checks the document is complete and well nested; on success the text is
+ * j->buf (NUL-terminated, j->len bytes, a trailing newline added). */
+strata_status strata_json_finish(strata_json *j, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Files and system calls                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The system calls strata's I/O goes through. Tests replace entries to inject
+ * short reads, EINTR, EIO (SQLite aSyscall). Restore with
+ * strata_sys_reset(). Not thread-safe to change while I/O is running. */
+struct stat;
+typedef struct strata_sys_table {
+	int (*open)(const char *path, int flags, mode_t mode);
+	ssize_t (*pread)(int fd, void *buf, size_t count, off_t offset);
+	ssize_t (*write)(int fd, const void *buf, size_t count);
+	int (*close)(int fd);
+	int (*fstat)(int fd, struct stat *st);
+} strata_sys_table;
+
+extern strata_sys_table strata_sys;
+void strata_sys_reset(void);
+
+/* Reads exactly count bytes at offset, retrying EINTR and short reads; a
+ * read that ends early is E_IO naming `path` and the offsets. */
+strata_status strata_pread_full(int fd, void *buf, size_t count, off_t offset,
+				const char *path, strata_error *err);
+
+/* Reads a whole file (at most max_bytes) into a NUL-terminated buffer that
+ * the caller frees with strata_free. */
+strata_status strata_file_read_all(const char *path, uint64_t max_bytes,
+				   char **out, size_t *out_len,
+				   strata_error *err);
+
+/* Writes data to path through a temporary file and rename, so the path holds
+ * either the old content or all of the new: never a partial write. */
+strata_status strata_file_write_atomic(const char *path, const void *data,
+				       size_t len, strata_error *err);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t strata_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Command-line facing output (used by the CLI, never by library code)      */
+/* ------------------------------------------------------------------------ */
+
+/* Prints "strata: error: WHAT" and "  fix: HOW" to f. */
+void strata_error_print(FILE *f, const strata_error *err);
+
+/* A one-line progress display on a terminal; silent when f is not a tty. */
+typedef struct strata_progress {
+	FILE *f;
+	bool tty;
+	const char *label;
+	uint64_t total, done;
+	uint64_t start_ns, last_draw_ns;
+} strata_progress;
+
+void strata_progress_init(strata_progress *p, FILE *f, const char *label,
+			  uint64_t total);
+void strata_progress_update(strata_progress *p, uint64_t done);
+void strata_progress_finish(strata_progress *p);
+
+#endif

@@ -1,0 +1,41 @@
+/* main.c - the strata command-line tool: dispatch to one command
+ * (layer: cli). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+const strata_command strata_commands[] = {
+	{NULL, NULL, NULL},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: strata COMMAND [OPTIONS]\n\ncommands:\n");
+	for (const strata_command *c = strata_commands; c->name; c++)
+		fprintf(f, "  %-10s %s\n", c->name, c->summary);
+	fprintf(f, "\n'strata COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return STRATA_EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return STRATA_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("strata %s\n", STRATA_VERSION);
+		return STRATA_EXIT_OK;
+	}
+	for (const strata_command *c = strata_commands; c->name; c++)
+		if (!strcmp(argv[1], c->name))
+			return c->main(argc - 1, argv + 1);
+	fprintf(stderr, "strata: error: unknown command '%s'\n", argv[1]);
+	fprintf(stderr, "  fix: run 'strata --help' for the list of commands\n");
+	return STRATA_EXIT_USAGE;
+}
