@@ -1,0 +1,190 @@
+/* checkpoint.h - safetensors and GGUF readers, the tensor catalog, the
+ * dtype table and the weight store (layer: checkpoint).
+ *
+ * Trust: every byte of a checkpoint, index or metadata is hostile. Opening a
+ * model reads headers only (zero payload bytes); payload reads go through the
+ * weight store and are checked against the catalog.
+ */
+#ifndef STRATA_CHECKPOINT_H
+#define STRATA_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/base.h"
+
+/* ------------------------------------------------------------------------ */
+/* Tensor types                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Every type either format can declare. safetensors types and ggml types
+ * share one enum; quantised ggml types have a block size > 1. */
+typedef enum strata_dtype {
+	STRATA_DTYPE_F64, STRATA_DTYPE_F32, STRATA_DTYPE_F16, STRATA_DTYPE_BF16,
+	STRATA_DTYPE_I64, STRATA_DTYPE_I32, STRATA_DTYPE_I16, STRATA_DTYPE_I8,
+	STRATA_DTYPE_U64, STRATA_DTYPE_U32, STRATA_DTYPE_U16, STRATA_DTYPE_U8,
+	STRATA_DTYPE_BOOL, STRATA_DTYPE_F8_E4M3, STRATA_DTYPE_F8_E5M2,
+	/* DRAFT: the checkpoint work completes this list with the rest of
+	 * safetensors' types and every ggml type (Q4_0 ... IQ4_XS, TQ1_0,
+	 * TQ2_0, MXFP4), ending with STRATA_DTYPE_COUNT. */
+	STRATA_DTYPE_COUNT
+} strata_dtype;
+
+typedef struct strata_dtype_info {
+	const char *name;	  /* "BF16", "Q8_0" */
+	uint32_t block_elements;  /* elements per block: 1, or 32/256 */
+	uint32_t block_bytes;	  /* bytes per block */
+	bool is_float;		  /* can be dequantised to f32 by strata */
+} strata_dtype_info;
+
+/* NULL for a value outside the table. */
+const strata_dtype_info *strata_dtype_get(strata_dtype t);
+
+/* Bytes of `elements` elements of type t: checked, and an element count not
+ * a multiple of the block size is an error. */
+strata_status strata_dtype_bytes(strata_dtype t, uint64_t elements,
+				 uint64_t *out, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* The catalog                                                              */
+/* ------------------------------------------------------------------------ */
+
+#define STRATA_MAX_DIMS 8
+
+typedef enum strata_format {
+	STRATA_FORMAT_SAFETENSORS,
+	STRATA_FORMAT_GGUF,
+} strata_format;
+
+/* One tensor. Shape is in the checkpoint's own order: safetensors lists the
+ * outermost dimension first (row-major [rows, cols]); GGUF lists ne[0]
+ * (innermost, contiguous) first. `shape_hf` is always outermost-first. */
+typedef struct strata_tensor {
+	const char *name;	  /* owned by the catalog, NUL-terminated */
+	strata_dtype dtype;
+	uint32_t n_dims;
+	uint64_t shape[STRATA_MAX_DIMS];    /* the file's own order */
+	uint64_t shape_hf[STRATA_MAX_DIMS]; /* outermost first */
+	uint64_t elements;
+	uint32_t file;	 /* index into strata_catalog.files */
+	uint64_t offset; /* absolute byte offset in that file */
+	uint64_t bytes;
+} strata_tensor;
+
+typedef struct strata_catalog_file {
+	const char *path;   /* as opened */
+	uint64_t size;	    /* bytes, from fstat at open */
+	uint64_t data_offset; /* start of the tensor data section */
+} strata_catalog_file;
+
+/* The tensors of one checkpoint, in file order. Name lookup is O(1). */
+typedef struct strata_catalog strata_catalog;
+
+size_t strata_catalog_count(const strata_catalog *c);
+const strata_tensor *strata_catalog_tensor(const strata_catalog *c, size_t i);
+/* NULL when absent. */
+const strata_tensor *strata_catalog_find(const strata_catalog *c,
+					 const char *name);
+size_t strata_catalog_file_count(const strata_catalog *c);
+const strata_catalog_file *strata_catalog_file_at(const strata_catalog *c,
+						  size_t i);
+strata_format strata_catalog_format(const strata_catalog *c);
+
+/* Opens MODEL: a directory (model.safetensors, or model.safetensors.index.json
+ * and its shards) or a .gguf file. Reads headers only. On success the caller
+ * owns *out and frees it with strata_catalog_destroy. */
+strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
+				  strata_error *err);
+void strata_catalog_destroy(strata_catalog *c); /* NULL is fine */
+
+/* ------------------------------------------------------------------------ */
+/* The weight store: payload reads into caller buffers                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_weight_store strata_weight_store;
+
+typedef struct strata_weight_store_options {
+	uint32_t max_open_shards; /* LRU bound on open files; 0: default 4 */
+	bool direct_io;		  /* O_DIRECT where the filesystem allows */
+} strata_weight_store_options;
+
+/* The diagnostics named in DESIGN.md's telemetry section. Path lists are
+ * owned by the store and valid until it is destroyed. */
+typedef struct strata_weight_store_stats {
+	const char *backend; /* "pread" or "o_direct" */
+	uint64_t cache_hits, cache_misses, evictions;
+	uint64_t currently_cached_shards;
+	size_t touched_count;
+	const char *const *touched_shard_paths;
+	size_t payload_count;
+	const char *const *payload_shard_paths;
+	uint64_t physical_reads, physical_read_bytes, coalesced_group_hits;
+} strata_weight_store_stats;
+
+strata_status strata_weight_store_create(const strata_catalog *c,
+					 const strata_weight_store_options *opt,
+					 strata_weight_store **out,
+					 strata_error *err);
+void strata_weight_store_destroy(strata_weight_store *ws);
+
+/* Reads the payloads of tensors[0..n) into dst[i] (each tensors[i]->bytes
+ * long, in the file's own dtype); adjacent tensors of one shard are read with
+ * one call. Thread-safe. */
+strata_status strata_weight_store_read(strata_weight_store *ws,
+				       const strata_tensor *const *tensors,
+				       void *const *dst, size_t n,
+				       strata_error *err);
+void strata_weight_store_get_stats(const strata_weight_store *ws,
+				   strata_weight_store_stats *out);
+
+/* Converts n elements of type t at src to f32 at dst (F32, F16, BF16, Q8_0
+ * now; others are E_UNSUPPORTED naming the type). */
+strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
+				  uint64_t elements, float *dst,
+				  strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* GGUF metadata (for the model description and the text layer)             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum strata_gguf_type {
+	STRATA_GGUF_U8 = 0, STRATA_GGUF_I8 = 1, STRATA_GGUF_U16 = 2,
+	STRATA_GGUF_I16 = 3, STRATA_GGUF_U32 = 4, STRATA_GGUF_I32 = 5,
+	STRATA_GGUF_F32 = 6, STRATA_GGUF_BOOL = 7, STRATA_GGUF_STRING = 8,
+	STRATA_GGUF_ARRAY = 9, STRATA_GGUF_U64 = 10, STRATA_GGUF_I64 = 11,
+	STRATA_GGUF_F64 = 12,
+} strata_gguf_type;
+
+/* A GGUF file's metadata, read fully into memory at open (bounded by the
+ * file size and caps). Strings are not NUL-terminated in GGUF; the getters
+ * return pointer and length. Owned by the catalog that read it. */
+typedef struct strata_gguf strata_gguf;
+
+/* NULL when the catalog is not GGUF. */
+const strata_gguf *strata_catalog_gguf(const strata_catalog *c);
+
+/* Index of key, or -1 when absent. */
+long strata_gguf_find(const strata_gguf *g, const char *key);
+strata_gguf_type strata_gguf_kv_type(const strata_gguf *g, long kv);
+/* Scalar getters accept any integer type whose value fits; a wrong type or
+ * a value that does not fit is E_CKPT_METADATA naming the key. */
+strata_status strata_gguf_get_u64(const strata_gguf *g, const char *key,
+				  uint64_t *out, strata_error *err);
+strata_status strata_gguf_get_f64(const strata_gguf *g, const char *key,
+				  double *out, strata_error *err);
+strata_status strata_gguf_get_bool(const strata_gguf *g, const char *key,
+				   bool *out, strata_error *err);
+strata_status strata_gguf_get_string(const strata_gguf *g, const char *key,
+				     const char **s, size_t *len,
+				     strata_error *err);
+/* Arrays: element type and count; then element accessors by index. */
+strata_status strata_gguf_get_array(const strata_gguf *g, const char *key,
+				    strata_gguf_type *elem, uint64_t *count,
+				    strata_error *err);
+void strata_gguf_array_string(const strata_gguf *g, long kv, uint64_t i,
+			      const char **s, size_t *len);
+double strata_gguf_array_f64(const strata_gguf *g, long kv, uint64_t i);
+int64_t strata_gguf_array_i64(const strata_gguf *g, long kv, uint64_t i);
+
+#endif
