@@ -18,16 +18,62 @@
 /* Tensor types                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Every type either format can declare. safetensors types and ggml types
- * share one enum; quantised ggml types have a block size > 1. */
+/* Every type either format can declare, one X-macro list:
+ * X(NAME, safetensors name or NULL, ggml type id or -1, elements per block,
+ *   bytes per block, strata can convert it to f32).
+ * safetensors' sub-byte types are blocks too (F4: 2 elements in 1 byte, F6:
+ * 4 elements in 3 bytes), so one rule sizes every tensor exactly. ggml block
+ * sizes follow ggml-common.h (QK_K = 256). Never reorder: values are stable. */
+#define STRATA_DTYPE_MAP(X)                                                    \
+	X(F64, "F64", 28, 1, 8, false)                                         \
+	X(F32, "F32", 0, 1, 4, true)                                           \
+	X(F16, "F16", 1, 1, 2, true)                                           \
+	X(BF16, "BF16", 30, 1, 2, true)                                        \
+	X(I64, "I64", 27, 1, 8, false)                                         \
+	X(I32, "I32", 26, 1, 4, false)                                         \
+	X(I16, "I16", 25, 1, 2, false)                                         \
+	X(I8, "I8", 24, 1, 1, false)                                           \
+	X(U64, "U64", -1, 1, 8, false)                                         \
+	X(U32, "U32", -1, 1, 4, false)                                         \
+	X(U16, "U16", -1, 1, 2, false)                                         \
+	X(U8, "U8", -1, 1, 1, false)                                           \
+	X(BOOL, "BOOL", -1, 1, 1, false)                                       \
+	X(F8_E4M3, "F8_E4M3", -1, 1, 1, false)                                 \
+	X(F8_E5M2, "F8_E5M2", -1, 1, 1, false)                                 \
+	X(F8_E8M0, "F8_E8M0", -1, 1, 1, false)                                 \
+	X(F4, "F4", -1, 2, 1, false)                                           \
+	X(F6_E2M3, "F6_E2M3", -1, 4, 3, false)                                 \
+	X(F6_E3M2, "F6_E3M2", -1, 4, 3, false)                                 \
+	X(C64, "C64", -1, 1, 8, false)                                         \
+	X(Q4_0, NULL, 2, 32, 18, false)                                        \
+	X(Q4_1, NULL, 3, 32, 20, false)                                        \
+	X(Q5_0, NULL, 6, 32, 22, false)                                        \
+	X(Q5_1, NULL, 7, 32, 24, false)                                        \
+	X(Q8_0, NULL, 8, 32, 34, true)                                         \
+	X(Q8_1, NULL, 9, 32, 36, false)                                        \
+	X(Q2_K, NULL, 10, 256, 84, false)                                      \
+	X(Q3_K, NULL, 11, 256, 110, false)                                     \
+	X(Q4_K, NULL, 12, 256, 144, false)                                     \
+	X(Q5_K, NULL, 13, 256, 176, false)                                     \
+	X(Q6_K, NULL, 14, 256, 210, false)                                     \
+	X(Q8_K, NULL, 15, 256, 292, false)                                     \
+	X(IQ2_XXS, NULL, 16, 256, 66, false)                                   \
+	X(IQ2_XS, NULL, 17, 256, 74, false)                                    \
+	X(IQ3_XXS, NULL, 18, 256, 98, false)                                   \
+	X(IQ1_S, NULL, 19, 256, 50, false)                                     \
+	X(IQ4_NL, NULL, 20, 32, 18, false)                                     \
+	X(IQ3_S, NULL, 21, 256, 110, false)                                    \
+	X(IQ2_S, NULL, 22, 256, 82, false)                                     \
+	X(IQ4_XS, NULL, 23, 256, 136, false)                                   \
+	X(IQ1_M, NULL, 29, 256, 56, false)                                     \
+	X(TQ1_0, NULL, 34, 256, 54, false)                                     \
+	X(TQ2_0, NULL, 35, 256, 66, false)                                     \
+	X(MXFP4, NULL, 39, 32, 17, false)
+
 typedef enum strata_dtype {
-	STRATA_DTYPE_F64, STRATA_DTYPE_F32, STRATA_DTYPE_F16, STRATA_DTYPE_BF16,
-	STRATA_DTYPE_I64, STRATA_DTYPE_I32, STRATA_DTYPE_I16, STRATA_DTYPE_I8,
-	STRATA_DTYPE_U64, STRATA_DTYPE_U32, STRATA_DTYPE_U16, STRATA_DTYPE_U8,
-	STRATA_DTYPE_BOOL, STRATA_DTYPE_F8_E4M3, STRATA_DTYPE_F8_E5M2,
-	/* DRAFT: the checkpoint work completes this list with the rest of
-	 * safetensors' types and every ggml type (Q4_0 ... IQ4_XS, TQ1_0,
-	 * TQ2_0, MXFP4), ending with STRATA_DTYPE_COUNT. */
+#define STRATA_DTYPE_ENUM(name, st, ggml, be, bb, fl) STRATA_DTYPE_##name,
+	STRATA_DTYPE_MAP(STRATA_DTYPE_ENUM)
+#undef STRATA_DTYPE_ENUM
 	STRATA_DTYPE_COUNT
 } strata_dtype;
 
@@ -40,6 +86,13 @@ typedef struct strata_dtype_info {
 
 /* NULL for a value outside the table. */
 const strata_dtype_info *strata_dtype_get(strata_dtype t);
+
+/* The type a safetensors header names ("BF16"), or a GGUF tensor info's
+ * ggml type id; false when the name or id is not a known type. */
+bool strata_dtype_from_safetensors(const char *name, strata_dtype *out);
+bool strata_dtype_from_ggml(uint32_t id, strata_dtype *out);
+/* The ggml type id of t, or -1 when ggml has none. */
+int strata_dtype_ggml_id(strata_dtype t);
 
 /* Bytes of `elements` elements of type t: checked, and an element count not
  * a multiple of the block size is an error. */
@@ -143,6 +196,9 @@ void strata_weight_store_get_stats(const strata_weight_store *ws,
 strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 				  uint64_t elements, float *dst,
 				  strata_error *err);
+
+/* One IEEE half (as its bits) to float. */
+float strata_f16_to_f32(uint16_t h);
 
 /* ------------------------------------------------------------------------ */
 /* GGUF metadata (for the model description and the text layer)             */
