@@ -1,0 +1,141 @@
+/* kernels_matmul.c - the CPU matrix product y = x . w^T (+ bias), for prefill
+ * (many rows of x) and decode (one row), threaded over blocks of w's rows
+ * (layer: backend).
+ *
+ * Each output element is one dot product summed the same way whatever the
+ * tile it is computed in: eight lane sums over k in steps of 8, reduced in a
+ * fixed tree, then the tail k added in order, then the bias. So a logit does
+ * not depend on the thread count, on n, or on which tile shape produced it.
+ * The AVX2+FMA variant is chosen at run time where the processor has it.
+ */
+#include <string.h>
+
+#include "backend/cpu/kernels_internal.h"
+
+/* Eight floats; alignment 4 so loads from any float address are legal. */
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+
+#define TILE_W 4 /* rows of w per micro-tile */
+#define TILE_X 2 /* rows of x per micro-tile */
+
+typedef struct mm_job {
+	float *y;
+	const float *x, *w, *bias;
+	uint32_t n, in, out;
+	uint32_t rows_per_task; /* multiple of TILE_W */
+} mm_job;
+
+/* ------------------------------------------------------------------------ */
+
+static inline __attribute__((always_inline)) float reduce8(const v8 *a)
+{
+	float l[8];
+	memcpy(l, a, sizeof l);
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* y[c][r] for R rows of w starting at o and C rows of x starting at t; R and
+ * C are constants after inlining, so acc lives in registers. */
+static inline __attribute__((always_inline)) void
+tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C)
+{
+	const uint32_t in = j->in, in8 = in & ~7u;
+	const float *wr[TILE_W], *xr[TILE_X];
+	v8 acc[TILE_W][TILE_X];
+	for (int r = 0; r < R; r++)
+		wr[r] = j->w + (uint64_t)(o + r) * in;
+	for (int c = 0; c < C; c++)
+		xr[c] = j->x + (uint64_t)(t + c) * in;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			acc[r][c] = (v8){0};
+	for (uint32_t k = 0; k < in8; k += 8) {
+		v8 xv[TILE_X];
+		for (int c = 0; c < C; c++)
+			xv[c] = *(const v8 *)(xr[c] + k);
+		for (int r = 0; r < R; r++) {
+			v8 wv = *(const v8 *)(wr[r] + k);
+			for (int c = 0; c < C; c++)
+				acc[r][c] += wv * xv[c];
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			float s = reduce8(&acc[r][c]);
+			for (uint32_t k = in8; k < in; k++)
+				s += wr[r][k] * xr[c][k];
+			if (j->bias)
+				s += j->bias[o + r];
+			j->y[(uint64_t)(t + c) * j->out + o + r] = s;
+		}
+}
+
+static inline __attribute__((always_inline)) void
+rows(const mm_job *j, uint32_t o0, uint32_t o1)
+{
+	uint32_t o = o0;
+	for (; o + TILE_W <= o1; o += TILE_W) {
+		uint32_t t = 0;
+		for (; t + TILE_X <= j->n; t += TILE_X)
+			tile(j, o, t, TILE_W, TILE_X);
+		for (; t < j->n; t++)
+			tile(j, o, t, TILE_W, 1);
+	}
+	for (; o < o1; o++)
+		for (uint32_t t = 0; t < j->n; t++)
+			tile(j, o, t, 1, 1);
+}
+
+static void task_generic(void *arg, uint32_t task)
+{
+	const mm_job *j = arg;
+	uint32_t o0 = task * j->rows_per_task;
+	uint32_t o1 = o0 + j->rows_per_task;
+	rows(j, o0, o1 < j->out ? o1 : j->out);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void task_avx2(void *arg,
+							   uint32_t task)
+{
+	const mm_job *j = arg;
+	uint32_t o0 = task * j->rows_per_task;
+	uint32_t o1 = o0 + j->rows_per_task;
+	rows(j, o0, o1 < j->out ? o1 : j->out);
+}
+#endif
+
+static strata__pool_fn pick_task(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return task_avx2;
+#endif
+	return task_generic;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata__cpu_matmul(void *ctx, float *y, const float *x,
+				 const float *w, const float *bias, uint32_t n,
+				 uint32_t in, uint32_t out, strata_error *err)
+{
+	(void)err;
+	strata__pool *p = ctx;
+	mm_job j = {.y = y, .x = x, .w = w, .bias = bias,
+		    .n = n, .in = in, .out = out};
+	/* About four tasks per thread for balance, at least 16 rows each so
+	 * a task is worth waking a thread for; tiny products run inline. */
+	uint64_t threads = strata__pool_threads(p);
+	uint64_t rpt = (out + 4 * threads - 1) / (4 * threads);
+	if (rpt < 16)
+		rpt = 16;
+	if ((uint64_t)n * in * out < 65536)
+		rpt = out;
+	rpt = (rpt + TILE_W - 1) / TILE_W * TILE_W;
+	j.rows_per_task = (uint32_t)rpt;
+	uint32_t tasks = (uint32_t)((out + rpt - 1) / rpt);
+	strata__pool_run(p, pick_task(), &j, tasks);
+	return STRATA_OK;
+}
