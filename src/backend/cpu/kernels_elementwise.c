@@ -1,0 +1,117 @@
+/* kernels_elementwise.c - CPU RMSNorm, SwiGLU, residual add and embedding
+ * lookup (layer: backend).
+ *
+ * These are light next to the matrix products: rows of RMSNorm and long
+ * element runs are split over the pool only when there is enough work to pay
+ * for waking it.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_internal.h"
+
+#define CHUNK_ELEMENTS 16384u /* elements per task for element-wise ops */
+
+typedef struct ew_job {
+	float *y;
+	const float *x, *w;
+	uint64_t count;
+	uint32_t dim;
+	float eps;
+} ew_job;
+
+/* ------------------------------------------------------------------------ */
+
+static void rmsnorm_row(void *arg, uint32_t i)
+{
+	const ew_job *j = arg;
+	const float *x = j->x + (uint64_t)i * j->dim;
+	float *y = j->y + (uint64_t)i * j->dim;
+	/* The mean of squares in double: the norm is then exact to float
+	 * rounding whatever the width. */
+	double ss = 0.0;
+	for (uint32_t e = 0; e < j->dim; e++)
+		ss += (double)x[e] * x[e];
+	float r = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
+	for (uint32_t e = 0; e < j->dim; e++)
+		y[e] = (x[e] * r) * j->w[e];
+}
+
+static void chunk_range(const ew_job *j, uint32_t t, uint64_t *a, uint64_t *b)
+{
+	*a = (uint64_t)t * CHUNK_ELEMENTS;
+	*b = *a + CHUNK_ELEMENTS < j->count ? *a + CHUNK_ELEMENTS : j->count;
+}
+
+static void swiglu_chunk(void *arg, uint32_t t)
+{
+	const ew_job *j = arg;
+	uint64_t a, b;
+	chunk_range(j, t, &a, &b);
+	for (uint64_t e = a; e < b; e++) {
+		float g = j->y[e];
+		j->y[e] = g / (1.0f + expf(-g)) * j->x[e];
+	}
+}
+
+static void add_chunk(void *arg, uint32_t t)
+{
+	const ew_job *j = arg;
+	uint64_t a, b;
+	chunk_range(j, t, &a, &b);
+	for (uint64_t e = a; e < b; e++)
+		j->y[e] += j->x[e];
+}
+
+static uint32_t chunks(uint64_t count)
+{
+	return (uint32_t)((count + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS);
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata__cpu_rmsnorm(void *ctx, float *y, const float *x,
+				  const float *w, uint32_t n, uint32_t dim,
+				  float eps, strata_error *err)
+{
+	(void)err;
+	ew_job j = {.y = y, .x = x, .w = w, .dim = dim, .eps = eps};
+	if ((uint64_t)n * dim < CHUNK_ELEMENTS) {
+		for (uint32_t i = 0; i < n; i++)
+			rmsnorm_row(&j, i);
+	} else {
+		strata__pool_run(ctx, rmsnorm_row, &j, n);
+	}
+	return STRATA_OK;
+}
+
+strata_status strata__cpu_swiglu(void *ctx, float *gate, const float *up,
+				 uint64_t count, strata_error *err)
+{
+	(void)err;
+	ew_job j = {.y = gate, .x = up, .count = count};
+	strata__pool_run(ctx, swiglu_chunk, &j, chunks(count));
+	return STRATA_OK;
+}
+
+strata_status strata__cpu_add(void *ctx, float *y, const float *x,
+			      uint64_t count, strata_error *err)
+{
+	(void)err;
+	ew_job j = {.y = y, .x = x, .count = count};
+	strata__pool_run(ctx, add_chunk, &j, chunks(count));
+	return STRATA_OK;
+}
+
+strata_status strata__cpu_embed(void *ctx, float *x, const float *table,
+				const int32_t *tokens, uint32_t n, uint32_t dim,
+				strata_error *err)
+{
+	(void)ctx;
+	(void)err;
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(x + (uint64_t)i * dim,
+		       table + (uint64_t)(uint32_t)tokens[i] * dim,
+		       (size_t)dim * sizeof *x);
+	return STRATA_OK;
+}

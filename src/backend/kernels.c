@@ -1,0 +1,172 @@
+/* kernels.c - compute contexts and the checked wrappers over a backend's
+ * kernel slots (layer: backend).
+ *
+ * Arguments are checked here once, so each backend's kernels can trust
+ * them: a shape error is E_INVALID_ARG naming the kernel and the numbers.
+ */
+#include "strata/backend_kernels.h"
+
+static const char *const rope_layout_names[] = {
+#define STRATA_ROPE_LAYOUT_NAME(name, text) text,
+	STRATA_ROPE_LAYOUT_MAP(STRATA_ROPE_LAYOUT_NAME)
+#undef STRATA_ROPE_LAYOUT_NAME
+};
+
+/* ------------------------------------------------------------------------ */
+
+static strata_status bad(strata_error *err, const char *kernel,
+			 const char *what)
+{
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "this is a bug in the caller of the kernel",
+			   "%s kernel: %s", kernel, what);
+}
+
+/* ------------------------------------------------------------------------ */
+
+const char *strata_rope_layout_name(strata_rope_layout l)
+{
+	if ((unsigned)l >= sizeof rope_layout_names / sizeof *rope_layout_names)
+		return "unknown";
+	return rope_layout_names[l];
+}
+
+strata_status strata_compute_create(const strata_kernel_ops *ops,
+				    uint32_t threads, strata_compute **out,
+				    strata_error *err)
+{
+	if (!ops || !out)
+		return bad(err, "compute", "NULL ops or result");
+	strata_compute *c = strata_alloc_or_error(sizeof *c, "compute context",
+						  err);
+	if (!c)
+		return STRATA_E_NOMEM;
+	c->ops = ops;
+	strata_status st = ops->compute_create(threads, &c->ctx, err);
+	if (st != STRATA_OK) {
+		strata_free(c);
+		return st;
+	}
+	*out = c;
+	return STRATA_OK;
+}
+
+void strata_compute_destroy(strata_compute *c)
+{
+	if (!c)
+		return;
+	c->ops->compute_destroy(c->ctx);
+	strata_free(c);
+}
+
+uint32_t strata_compute_threads(const strata_compute *c)
+{
+	return c->ops->compute_threads(c->ctx);
+}
+
+strata_status strata_kernel_matmul(strata_compute *c, float *y, const float *x,
+				   const float *w, const float *bias,
+				   uint32_t n, uint32_t in, uint32_t out,
+				   strata_error *err)
+{
+	if (!c || !y || !x || !w)
+		return bad(err, "matmul", "NULL buffer");
+	if (!n || !in || !out)
+		return bad(err, "matmul", "zero dimension");
+	if (y == x || y == w)
+		return bad(err, "matmul", "output aliases an input");
+	return c->ops->matmul(c->ctx, y, x, w, bias, n, in, out, err);
+}
+
+strata_status strata_kernel_rmsnorm(strata_compute *c, float *y,
+				    const float *x, const float *w, uint32_t n,
+				    uint32_t dim, float eps, strata_error *err)
+{
+	if (!c || !y || !x || !w)
+		return bad(err, "rmsnorm", "NULL buffer");
+	if (!n || !dim)
+		return bad(err, "rmsnorm", "zero dimension");
+	if (!(eps >= 0.0f))
+		return bad(err, "rmsnorm", "negative or NaN epsilon");
+	return c->ops->rmsnorm(c->ctx, y, x, w, n, dim, eps, err);
+}
+
+strata_status strata_kernel_rope(strata_compute *c, float *x, uint32_t n,
+				 uint32_t pos0, uint32_t heads,
+				 uint32_t head_dim, const float *inv_freq,
+				 strata_rope_layout layout, strata_error *err)
+{
+	if (!c || !x || !inv_freq)
+		return bad(err, "rope", "NULL buffer");
+	if (!n || !heads || !head_dim || head_dim % 2)
+		return bad(err, "rope", "zero dimension or odd head size");
+	if (layout != STRATA_ROPE_HALF && layout != STRATA_ROPE_INTERLEAVED)
+		return bad(err, "rope", "unknown layout");
+	if ((uint64_t)pos0 + n > UINT32_MAX)
+		return bad(err, "rope", "position past 2^32");
+	return c->ops->rope(c->ctx, x, n, pos0, heads, head_dim, inv_freq,
+			    layout, err);
+}
+
+strata_status strata_kernel_attention(strata_compute *c, float *out,
+				      const float *q, const float *k,
+				      const float *v,
+				      const strata_attention_shape *s,
+				      strata_error *err)
+{
+	if (!c || !out || !q || !k || !v || !s)
+		return bad(err, "attention", "NULL buffer");
+	if (!s->n || !s->heads || !s->kv_heads || !s->head_dim)
+		return bad(err, "attention", "zero dimension");
+	if (s->heads % s->kv_heads)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "use a model whose query heads are a "
+				   "multiple of its key/value heads",
+				   "attention kernel: %u query heads are not "
+				   "a multiple of %u key/value heads",
+				   s->heads, s->kv_heads);
+	if ((uint64_t)s->pos0 + s->n > UINT32_MAX)
+		return bad(err, "attention", "position past 2^32");
+	return c->ops->attention(c->ctx, out, q, k, v, s, err);
+}
+
+strata_status strata_kernel_swiglu(strata_compute *c, float *gate,
+				   const float *up, uint64_t count,
+				   strata_error *err)
+{
+	if (!c || !gate || !up)
+		return bad(err, "swiglu", "NULL buffer");
+	if (!count)
+		return STRATA_OK;
+	return c->ops->swiglu(c->ctx, gate, up, count, err);
+}
+
+strata_status strata_kernel_add(strata_compute *c, float *y, const float *x,
+				uint64_t count, strata_error *err)
+{
+	if (!c || !y || !x)
+		return bad(err, "add", "NULL buffer");
+	if (!count)
+		return STRATA_OK;
+	return c->ops->add(c->ctx, y, x, count, err);
+}
+
+strata_status strata_kernel_embed(strata_compute *c, float *x,
+				  const float *table, uint32_t vocab,
+				  const int32_t *tokens, uint32_t n,
+				  uint32_t dim, strata_error *err)
+{
+	if (!c || !x || !table || !tokens)
+		return bad(err, "embed", "NULL buffer");
+	if (!n || !dim)
+		return bad(err, "embed", "zero dimension");
+	for (uint32_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= vocab)
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "give token ids below the "
+					   "vocabulary size",
+					   "embed kernel: token %d at %u is "
+					   "outside the vocabulary of %u",
+					   tokens[i], i, vocab);
+	return c->ops->embed(c->ctx, x, table, tokens, n, dim, err);
+}
