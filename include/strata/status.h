@@ -27,6 +27,7 @@
 	X(E_SHARD_DEVICE_RANGE, 201, "device index out of range")              \
 	X(E_SHARD_LOAD_OVERFLOW, 202, "device load overflowed")                \
 	X(E_SHARD_INPUT, 203, "malformed shard input line")                    \
+	X(E_SHARD_RELEASE, 204, "released more load than a device holds")     \
 	/* checkpoint: 300-399 */                                              \
 	X(E_CKPT_FORMAT, 300, "not a checkpoint strata can read")              \
 	X(E_CKPT_TRUNCATED, 301, "checkpoint file truncated")                  \
