@@ -1,0 +1,402 @@
+/* plan.h - exact sizing of bounded weight residency (seed 001), the memory
+ * model of a forward pass, the automatic planner with its explanation codes,
+ * and throughput prediction (layer: plan).
+ *
+ * Planning reads headers only: every number here comes from tensor names,
+ * dtypes and shapes, never from payload bytes.
+ *
+ * THE ENGINE MUST ALLOCATE THROUGH THESE NUMBERS. The residency engine and
+ * the forward pass size every device and pinned host buffer they allocate
+ * with strata_plan_tensor_device_bytes and strata_plan_memory_compute (the
+ * same functions the planner used), so a plan that fits is a run that fits:
+ * the device and host totals of the selected candidate are ceilings the
+ * runtime never exceeds. Changing a buffer in the engine means changing its
+ * formula here, in one place.
+ */
+#ifndef STRATA_PLAN_H
+#define STRATA_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/base.h"
+#include "strata/checkpoint.h"
+#include "strata/topology.h"
+
+/* ------------------------------------------------------------------------ */
+/* Modes and devices                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* X(NAME, "text") */
+#define STRATA_RESIDENCY_MAP(X)                                                \
+	X(AUTO, "auto")                                                        \
+	X(RESIDENT, "resident")                                                \
+	X(HOST, "host")                                                        \
+	X(DISK, "disk")
+
+typedef enum strata_residency_mode {
+#define STRATA_RESIDENCY_ENUM(name, text) STRATA_RESIDENCY_##name,
+	STRATA_RESIDENCY_MAP(STRATA_RESIDENCY_ENUM)
+#undef STRATA_RESIDENCY_ENUM
+} strata_residency_mode;
+
+#define STRATA_PLAN_DEVICE_MAP(X)                                              \
+	X(CPU, "cpu")                                                          \
+	X(CUDA, "cuda")
+
+typedef enum strata_plan_device {
+#define STRATA_PLAN_DEVICE_ENUM(name, text) STRATA_PLAN_DEVICE_##name,
+	STRATA_PLAN_DEVICE_MAP(STRATA_PLAN_DEVICE_ENUM)
+#undef STRATA_PLAN_DEVICE_ENUM
+} strata_plan_device;
+
+/* "resident", "cpu", ...; "unknown" outside the enums. */
+const char *strata_residency_mode_name(strata_residency_mode m);
+const char *strata_plan_device_name(strata_plan_device d);
+
+/* Every buffer the engine allocates is rounded up to this many bytes. */
+#define STRATA_PLAN_ALIGNMENT 256u
+
+/* Rounds bytes up to STRATA_PLAN_ALIGNMENT; E_OVERFLOW naming `what`. */
+strata_status strata_plan_align(uint64_t bytes, uint64_t *out,
+				const char *what, strata_error *err);
+
+/* Where-it-executes bytes of one tensor of `elements` elements of type t:
+ * - cpu: every floating type (F64, F32, F16, BF16, F8, F6, F4 and every
+ *   quantised ggml type) is computed in f32, so it takes 4 bytes per
+ *   element there (converted or dequantised at load);
+ * - cuda: F32, F16 and BF16 stay as they are; every other floating type is
+ *   dequantised to f32 at load (4 bytes per element);
+ * - integer and bool types stay as they are on both;
+ * then rounded up to STRATA_PLAN_ALIGNMENT, because each tensor is its own
+ * aligned buffer. Errors: E_CKPT_DTYPE for a type outside the table,
+ * E_OVERFLOW naming "tensor device bytes". */
+strata_status strata_plan_tensor_device_bytes(strata_dtype t,
+					      uint64_t elements,
+					      strata_plan_device d,
+					      uint64_t *out, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Exact sizing (seed 001)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The seed's four numbers for one residency mode. */
+typedef struct strata_plan_weights {
+	uint64_t static_bytes;	 /* sum of static tensors */
+	uint64_t window_bytes;	 /* max over groups of `depth` consecutive units */
+	uint64_t required_bytes; /* static + window */
+	uint64_t depth;		 /* units of one group on the device at once */
+} strata_plan_weights;
+
+/* One tensor to size. file_bytes (its bytes in the checkpoint, for disk
+ * read time) may be 0 when unknown; the device bytes come from a callback
+ * so that excluded tensors are never evaluated. */
+typedef struct strata_plan_param {
+	const char *name;
+	strata_owner owner;
+	uint64_t file_bytes;
+} strata_plan_param;
+
+/* Device bytes of params[index]. Called at most once per tensor, never for
+ * an excluded one. A failure stops sizing and is returned as is. */
+typedef strata_status (*strata_plan_bytes_fn)(void *ctx, size_t index,
+					      uint64_t *bytes,
+					      strata_error *err);
+
+/* A sized layout: static bytes and, per group, the units sorted by index
+ * (sparse: absent indices are simply not stored). Built once, then asked
+ * for the window of any depth. */
+typedef struct strata_plan_layout strata_plan_layout;
+
+/* Builds a layout from n params, skipping those matching one of the
+ * n_exclude fnmatch globs BEFORE asking their bytes (DESIGN.md). Time
+ * O(n log n), memory O(n), whatever the unit indices. Every sum is checked:
+ * E_OVERFLOW names "static bytes", "unit bytes", "group unit count" or
+ * "total unit count". Allocation failure is E_NOMEM. The caller owns *out
+ * (strata_plan_layout_destroy) and the params may go away afterwards only if
+ * the layout's names are not needed (it keeps pointers to group names). */
+strata_status strata_plan_layout_create(const strata_plan_param *params,
+					size_t n, strata_plan_bytes_fn bytes,
+					void *ctx, const char *const *exclude,
+					size_t n_exclude,
+					strata_plan_layout **out,
+					strata_error *err);
+void strata_plan_layout_destroy(strata_plan_layout *l); /* NULL is fine */
+
+/* Summary of a layout. unit_count is the seed's: per group the last index
+ * + 1 (absent indices count), summed over groups. span is the largest
+ * last - first + 1 of one group: a window that deep holds a whole group. */
+typedef struct strata_plan_layout_info {
+	uint64_t static_bytes;
+	uint64_t unit_count;
+	uint64_t span;
+	uint64_t groups;
+	uint64_t occupied_units;     /* distinct {group, unit} present */
+	uint64_t all_units_bytes;    /* sum of every unit of every group */
+	uint64_t largest_unit_bytes; /* one {group, unit}, device bytes */
+	uint64_t unit_file_bytes;    /* sum of file_bytes of unit tensors */
+	uint64_t sized_tensors, excluded_tensors;
+} strata_plan_layout_info;
+
+void strata_plan_layout_get_info(const strata_plan_layout *l,
+				 strata_plan_layout_info *out);
+
+/* The largest sum of bytes over `depth` consecutive unit indices of one
+ * group, maximised over groups (absent indices weigh 0; depth 0 gives 0).
+ * O(occupied units). E_OVERFLOW names "window bytes". */
+strata_status strata_plan_layout_window(const strata_plan_layout *l,
+					uint64_t depth, uint64_t *out,
+					strata_error *err);
+
+/* The seed's numbers for a mode: RESIDENT -> depth = unit count, window =
+ * every unit of every group; HOST -> depth = host_depth (not clamped);
+ * DISK -> depth = min(unit count, 2). AUTO is E_INVALID_ARG. E_OVERFLOW
+ * names "window bytes" or "total bytes". */
+strata_status strata_plan_layout_weights(const strata_plan_layout *l,
+					 strata_residency_mode mode,
+					 uint64_t host_depth,
+					 strata_plan_weights *out,
+					 strata_error *err);
+
+/* One call: layout_create + layout_weights + destroy. */
+strata_status strata_plan_size(const strata_plan_param *params, size_t n,
+			       strata_plan_bytes_fn bytes, void *ctx,
+			       const char *const *exclude, size_t n_exclude,
+			       strata_residency_mode mode, uint64_t host_depth,
+			       strata_plan_weights *out, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Memory model beyond weights                                              */
+/* ------------------------------------------------------------------------ */
+
+/* What the memory model needs from the architecture. known == false: the
+ * checkpoint's family is unknown (no config.json, or one strata cannot
+ * run); the fields are then ignored and reported as unknown. */
+typedef struct strata_plan_arch {
+	bool known;
+	const char *family; /* NULL when unknown */
+	uint64_t layers, hidden, intermediate, heads, kv_heads, head_dim;
+	uint64_t vocab, max_context;
+} strata_plan_arch;
+
+/* Token geometry of a run. Tokens in flight per forward pass are
+ * prefill_chunk x batch (decode is the chunk-1 case). */
+typedef struct strata_plan_shape {
+	uint64_t context, batch, prefill_chunk;
+} strata_plan_shape;
+
+/* The activation and workspace buffers of one forward pass, all f32, each
+ * its own buffer rounded up to STRATA_PLAN_ALIGNMENT. T = prefill_chunk x
+ * batch. X(field, "json name", "shape")  */
+#define STRATA_PLAN_ACTIVATION_MAP(X)                                          \
+	X(x, "residual", "[T, hidden]")                                        \
+	X(xb, "normed", "[T, hidden]")                                         \
+	X(xb2, "attention_out", "[T, heads * head_dim]")                       \
+	X(q, "query", "[T, heads * head_dim]")                                 \
+	X(k, "key", "[T, kv_heads * head_dim]")                                \
+	X(v, "value", "[T, kv_heads * head_dim]")                              \
+	X(att, "attention_scores", "[T, heads, context]")                      \
+	X(hb, "mlp_gate", "[T, intermediate]")                                 \
+	X(hb2, "mlp_up", "[T, intermediate]")                                  \
+	X(logits, "logits", "[batch, vocab]")
+
+/* Device and host buffers besides the weights, in bytes. All zero and
+ * arch_known false when the architecture is unknown. */
+typedef struct strata_plan_memory {
+	bool arch_known;
+	uint64_t kv_element_bytes; /* 4 on cpu; 2 on cuda for f16/bf16 models */
+	uint64_t kv_buffer_bytes;  /* one K or one V of one layer, aligned:
+				      [batch, context, kv_heads * head_dim] */
+	uint64_t kv_cache_bytes;   /* layers x 2 x kv_buffer_bytes */
+#define STRATA_PLAN_ACT_FIELD(field, json, shape) uint64_t field##_bytes;
+	STRATA_PLAN_ACTIVATION_MAP(STRATA_PLAN_ACT_FIELD)
+#undef STRATA_PLAN_ACT_FIELD
+	uint64_t workspace_bytes; /* sum of the activation buffers above */
+	/* Pinned host staging ring: slots x slot bytes (largest unit). */
+	uint64_t staging_slots, staging_slot_bytes, staging_bytes;
+} strata_plan_memory;
+
+/* The one function that sizes every non-weight buffer (formulas above).
+ * weight_dtype is the dominant floating dtype of the weights (decides the
+ * KV element on cuda). largest_unit_bytes and staging_slots size the ring.
+ * E_OVERFLOW names the buffer whose size overflowed. */
+strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
+					 const strata_plan_shape *shape,
+					 strata_plan_device device,
+					 strata_dtype weight_dtype,
+					 uint64_t largest_unit_bytes,
+					 uint64_t staging_slots,
+					 strata_plan_memory *out,
+					 strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Budgets                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Headroom left free when a budget comes from the machine rather than an
+ * option: cpu (RAM) max(10% of MemAvailable, 1 GiB); cuda max(5% of free
+ * device memory, 512 MiB) for the CUDA context and cuBLAS workspace. */
+uint64_t strata_plan_headroom(strata_plan_device d, uint64_t available);
+
+/* Parses /proc/meminfo text for MemAvailable (kB) into bytes. E_PARSE when
+ * the field is missing or malformed, E_OVERFLOW when it does not fit. */
+strata_status strata_plan_parse_meminfo(const char *text, size_t len,
+					uint64_t *bytes, strata_error *err);
+
+/* Reads /proc/meminfo through the base file reader. */
+strata_status strata_plan_host_available(uint64_t *bytes, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* The automatic planner                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Stable explanation codes: X(NAME, "code"). Scripts match on the code. */
+#define STRATA_EXPLAIN_MAP(X)                                                  \
+	X(RESIDENT_FITS, "resident_fits")                                      \
+	X(RESIDENT_EXCEEDS_DEVICE_BUDGET, "resident_exceeds_device_budget")    \
+	X(HOST_WINDOW_SELECTED, "host_window_selected")                        \
+	X(HOST_WINDOW_EXCEEDS_HOST_BUDGET, "host_window_exceeds_host_budget")  \
+	X(HOST_WINDOW_EXCEEDS_DEVICE_BUDGET,                                   \
+	  "host_window_exceeds_device_budget")                                 \
+	X(DISK_SELECTED, "disk_selected")                                      \
+	X(DISK_EXCEEDS_DEVICE_BUDGET, "disk_exceeds_device_budget")            \
+	X(DISK_EXCEEDS_HOST_BUDGET, "disk_exceeds_host_budget")                \
+	X(NOTHING_FITS, "nothing_fits")                                        \
+	X(FORCED_BY_OPTION, "forced_by_option")                                \
+	X(FORCED_MODE_DOES_NOT_FIT, "forced_mode_does_not_fit")                \
+	X(NO_EXECUTION_UNITS, "no_execution_units")                            \
+	X(ARCHITECTURE_UNKNOWN, "architecture_unknown")                        \
+	X(DEVICE_BUDGET_FROM_OPTION, "device_budget_from_option")              \
+	X(DEVICE_BUDGET_FROM_MACHINE, "device_budget_from_machine")            \
+	X(HOST_BUDGET_FROM_OPTION, "host_budget_from_option")                  \
+	X(HOST_BUDGET_FROM_MACHINE, "host_budget_from_machine")                \
+	X(HOST_WINDOW_LIST_TRUNCATED, "host_window_list_truncated")            \
+	X(DISK_DIRECT_TO_DEVICE, "disk_direct_to_device")
+
+typedef enum strata_explain {
+#define STRATA_EXPLAIN_ENUM(name, code) STRATA_EXPLAIN_##name,
+	STRATA_EXPLAIN_MAP(STRATA_EXPLAIN_ENUM)
+#undef STRATA_EXPLAIN_ENUM
+	STRATA_EXPLAIN_COUNT
+} strata_explain;
+
+const char *strata_explain_code(strata_explain e); /* "unknown" outside */
+
+/* Default link and memory bandwidths, bytes per second (GPU-MACHINE.md:
+ * pinned h2d 55 GB/s, O_DIRECT disk 1.1 GB/s, H200 HBM 4.8 TB/s). The cpu
+ * memory bandwidth is not measured: 20 GB/s is a stated default for one
+ * socket of a current server, overridable. */
+#define STRATA_PLAN_DEFAULT_H2D_BW 55e9
+#define STRATA_PLAN_DEFAULT_DISK_BW 1.1e9
+#define STRATA_PLAN_DEFAULT_HBM_BW 4.8e12
+#define STRATA_PLAN_DEFAULT_CPU_MEM_BW 20e9
+
+/* host:D candidates listed at most; past it the planner jumps to the depth
+ * that holds a whole group (explained by host_window_list_truncated). */
+#define STRATA_PLAN_MAX_HOST_CANDIDATES 256
+
+/* What the caller asks. Zero fields take defaults: context
+ * min(arch max_context, 4096) or 2048 when unknown, batch 1, prefill_chunk
+ * 1, bandwidths from the defaults above. */
+typedef struct strata_plan_options {
+	strata_residency_mode mode; /* AUTO: choose */
+	uint64_t host_depth;	    /* HOST: 0 = choose the depth */
+	strata_plan_device device;
+	bool has_device_budget, has_host_budget;
+	uint64_t device_budget, host_budget;
+	bool has_lookahead, has_queue;
+	uint64_t lookahead, queue;
+	strata_plan_shape shape;
+	double h2d_bandwidth, disk_bandwidth, memory_bandwidth; /* bytes/s */
+} strata_plan_options;
+
+/* What the machine has, measured by the caller (the backend and
+ * strata_plan_host_available); *_known false when it could not be told. */
+typedef struct strata_plan_machine {
+	bool device_free_known, host_available_known;
+	uint64_t device_free_bytes, host_available_bytes;
+} strata_plan_machine;
+
+typedef struct strata_plan_budgets {
+	uint64_t device_bytes, host_bytes;
+	uint64_t device_headroom_bytes, host_headroom_bytes; /* 0: from option */
+	bool device_from_option, host_from_option;
+} strata_plan_budgets;
+
+/* One way of running the model, fully sized. */
+typedef struct strata_plan_candidate {
+	strata_residency_mode mode;	/* RESIDENT, HOST or DISK */
+	strata_plan_weights weights;	/* the seed's numbers */
+	uint64_t lookahead, queue;	/* DISK only (0, 0: direct) */
+	uint64_t static_device_bytes;	/* static weights, aligned region */
+	uint64_t window_device_bytes;	/* window weights, aligned region */
+	uint64_t device_bytes;		/* static + window + KV + workspace */
+	uint64_t host_weight_bytes;	/* HOST: every unit; DISK: lookahead */
+	uint64_t staging_bytes;		/* pinned ring */
+	uint64_t host_bytes;		/* host weights + staging */
+	bool fits_device, fits_host, fits;
+	uint64_t device_shortfall_bytes, host_shortfall_bytes;
+	uint64_t moved_bytes_per_forward; /* over the slowest link */
+	double predicted_ms_per_forward, tokens_per_second;
+} strata_plan_candidate;
+
+typedef struct strata_plan_explanation {
+	strata_explain code;
+	char text[256];
+} strata_plan_explanation;
+
+typedef struct strata_plan strata_plan;
+
+/* Sizes every candidate (resident; host:D for D = 1.. until one does not
+ * fit or D holds a whole group; disk) and selects one: resident if it fits,
+ * else the fitting host window with the best predicted time (ties: the
+ * smaller D), else disk. A forced mode (options->mode != AUTO) selects only
+ * among that mode's candidates. Returns STRATA_OK with a selection, or
+ * E_PLAN_NOTHING_FITS with *out STILL SET (so callers can show the
+ * candidates) and err naming each mode's shortfall and the smallest budgets
+ * that would fit. Other errors (E_PLAN_OPTIONS for invalid lookahead/queue
+ * combinations or an unknown budget, E_OVERFLOW, E_NOMEM) leave *out NULL.
+ * The layout and arch must outlive the plan; the caller destroys *out. */
+strata_status strata_plan_create(const strata_plan_layout *layout,
+				 const strata_plan_arch *arch,
+				 strata_dtype weight_dtype,
+				 const strata_plan_options *options,
+				 const strata_plan_machine *machine,
+				 strata_plan **out, strata_error *err);
+void strata_plan_destroy(strata_plan *p); /* NULL is fine */
+
+/* Accessors. selected returns NULL when nothing fits. */
+size_t strata_plan_candidate_count(const strata_plan *p);
+const strata_plan_candidate *strata_plan_candidate_at(const strata_plan *p,
+						      size_t i);
+const strata_plan_candidate *strata_plan_selected(const strata_plan *p);
+long strata_plan_selected_index(const strata_plan *p); /* -1: none */
+size_t strata_plan_explanation_count(const strata_plan *p);
+const strata_plan_explanation *strata_plan_explanation_at(const strata_plan *p,
+							  size_t i);
+const strata_plan_budgets *strata_plan_get_budgets(const strata_plan *p);
+/* Memory model of the plan; staging fields are those of the selected
+ * candidate (of disk when nothing is selected). */
+const strata_plan_memory *strata_plan_get_memory(const strata_plan *p);
+const strata_plan_options *strata_plan_get_options(const strata_plan *p);
+const strata_plan_arch *strata_plan_get_arch(const strata_plan *p);
+
+/* The selected candidate's settings for the residency engine; all return
+ * 0 / AUTO when nothing is selected. */
+strata_residency_mode strata_plan_mode(const strata_plan *p);
+uint64_t strata_plan_depth(const strata_plan *p);
+uint64_t strata_plan_lookahead(const strata_plan *p);
+uint64_t strata_plan_queue(const strata_plan *p);
+uint64_t strata_plan_device_budget(const strata_plan *p);
+uint64_t strata_plan_host_budget(const strata_plan *p);
+uint64_t strata_plan_device_total(const strata_plan *p);
+uint64_t strata_plan_host_total(const strata_plan *p);
+
+/* Writes the plan as one JSON object (docs/plan.md) into j, which the
+ * caller has initialised; the caller adds its own keys around it by
+ * writing them before/after. `model` may be NULL. */
+void strata_plan_write_json(const strata_plan *p, const char *model,
+			    strata_json *j);
+
+#endif

@@ -1,0 +1,304 @@
+/* memory.c - where-it-executes tensor bytes and the memory model of a
+ * forward pass: KV cache, activations, logits, staging ring, alignment, and
+ * the budgets' headroom (layer: plan).
+ *
+ * The runtime allocates through these same functions (plan.h), so every
+ * formula here is a buffer the engine really holds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+
+#include "strata/plan.h"
+
+/* ------------------------------------------------------------------------ */
+/* Names                                                                    */
+/* ------------------------------------------------------------------------ */
+
+const char *strata_residency_mode_name(strata_residency_mode m)
+{
+	switch (m) {
+#define STRATA_RESIDENCY_CASE(name, text)                                      \
+	case STRATA_RESIDENCY_##name:                                          \
+		return text;
+		STRATA_RESIDENCY_MAP(STRATA_RESIDENCY_CASE)
+#undef STRATA_RESIDENCY_CASE
+	}
+	return "unknown";
+}
+
+const char *strata_plan_device_name(strata_plan_device d)
+{
+	switch (d) {
+#define STRATA_PLAN_DEVICE_CASE(name, text)                                    \
+	case STRATA_PLAN_DEVICE_##name:                                        \
+		return text;
+		STRATA_PLAN_DEVICE_MAP(STRATA_PLAN_DEVICE_CASE)
+#undef STRATA_PLAN_DEVICE_CASE
+	}
+	return "unknown";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensor bytes where they execute                                          */
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_plan_align(uint64_t bytes, uint64_t *out,
+				const char *what, strata_error *err)
+{
+	uint64_t r;
+	strata_status s = strata_checked_add(bytes, STRATA_PLAN_ALIGNMENT - 1,
+					     &r, what, err);
+	if (s != STRATA_OK)
+		return s;
+	*out = r / STRATA_PLAN_ALIGNMENT * STRATA_PLAN_ALIGNMENT;
+	return STRATA_OK;
+}
+
+/* Bytes per element on the executing device; 0 for a type outside the
+ * table. Integer types are stored as they are; floats follow plan.h. */
+static uint64_t exec_element_bytes(strata_dtype t, strata_plan_device d)
+{
+	switch (t) {
+	case STRATA_DTYPE_I64:
+	case STRATA_DTYPE_U64:
+		return 8;
+	case STRATA_DTYPE_I32:
+	case STRATA_DTYPE_U32:
+		return 4;
+	case STRATA_DTYPE_I16:
+	case STRATA_DTYPE_U16:
+		return 2;
+	case STRATA_DTYPE_I8:
+	case STRATA_DTYPE_U8:
+	case STRATA_DTYPE_BOOL:
+		return 1;
+	case STRATA_DTYPE_F16:
+	case STRATA_DTYPE_BF16:
+		/* cuda computes in half precision; cpu converts to f32 */
+		return d == STRATA_PLAN_DEVICE_CUDA ? 2 : 4;
+	case STRATA_DTYPE_COUNT:
+		return 0;
+	default:
+		/* F32, F64, F8/F6/F4 and every ggml quantised type are
+		 * computed in f32 on both devices; complex C64 stays 8 */
+		return t == STRATA_DTYPE_C64 ? 8 : 4;
+	}
+}
+
+strata_status strata_plan_tensor_device_bytes(strata_dtype t,
+					      uint64_t elements,
+					      strata_plan_device d,
+					      uint64_t *out, strata_error *err)
+{
+	uint64_t per = (unsigned)t < STRATA_DTYPE_COUNT
+			       ? exec_element_bytes(t, d)
+			       : 0;
+	if (per == 0)
+		return strata_fail(err, STRATA_E_CKPT_DTYPE,
+				   "re-export the checkpoint with a supported tensor type",
+				   "tensor type %d is not in strata's dtype table",
+				   (int)t);
+	uint64_t raw;
+	strata_status s = strata_checked_mul(elements, per, &raw,
+					     "tensor device bytes", err);
+	if (s != STRATA_OK)
+		return s;
+	return strata_plan_align(raw, out, "tensor device bytes", err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The memory model                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Product of n factors, then aligned; E_OVERFLOW names `what`. */
+static strata_status buffer_bytes(const uint64_t *f, size_t n,
+				  const char *what, uint64_t *out,
+				  strata_error *err)
+{
+	uint64_t p = 1;
+	for (size_t i = 0; i < n; i++) {
+		strata_status s = strata_checked_mul(p, f[i], &p, what, err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	return strata_plan_align(p, out, what, err);
+}
+
+#define BUFFER(out, what, ...)                                                 \
+	do {                                                                   \
+		const uint64_t f_[] = {__VA_ARGS__};                           \
+		s = buffer_bytes(f_, sizeof f_ / sizeof *f_, what, (out), err); \
+		if (s != STRATA_OK)                                            \
+			return s;                                              \
+	} while (0)
+
+/* Activations of one forward pass over T tokens in flight (plan.h map). */
+static strata_status activations(const strata_plan_arch *a,
+				 const strata_plan_shape *sh, uint64_t T,
+				 strata_plan_memory *m, strata_error *err)
+{
+	strata_status s;
+	uint64_t hd, kvd;
+	s = strata_checked_mul(a->heads, a->head_dim, &hd,
+			       "heads x head_dim", err);
+	if (s != STRATA_OK)
+		return s;
+	s = strata_checked_mul(a->kv_heads, a->head_dim, &kvd,
+			       "kv_heads x head_dim", err);
+	if (s != STRATA_OK)
+		return s;
+	BUFFER(&m->x_bytes, "residual buffer", T, a->hidden, 4);
+	BUFFER(&m->xb_bytes, "normed buffer", T, a->hidden, 4);
+	BUFFER(&m->xb2_bytes, "attention output buffer", T, hd, 4);
+	BUFFER(&m->q_bytes, "query buffer", T, hd, 4);
+	BUFFER(&m->k_bytes, "key buffer", T, kvd, 4);
+	BUFFER(&m->v_bytes, "value buffer", T, kvd, 4);
+	BUFFER(&m->att_bytes, "attention scores buffer", T, a->heads,
+	       sh->context, 4);
+	BUFFER(&m->hb_bytes, "mlp gate buffer", T, a->intermediate, 4);
+	BUFFER(&m->hb2_bytes, "mlp up buffer", T, a->intermediate, 4);
+	BUFFER(&m->logits_bytes, "logits buffer", sh->batch, a->vocab, 4);
+	uint64_t sum = 0;
+#define STRATA_PLAN_ACT_SUM(field, json, shape)                                \
+	s = strata_checked_add(sum, m->field##_bytes, &sum, "workspace bytes", \
+			       err);                                           \
+	if (s != STRATA_OK)                                                    \
+		return s;
+	STRATA_PLAN_ACTIVATION_MAP(STRATA_PLAN_ACT_SUM)
+#undef STRATA_PLAN_ACT_SUM
+	m->workspace_bytes = sum;
+	return STRATA_OK;
+}
+
+strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
+					 const strata_plan_shape *shape,
+					 strata_plan_device device,
+					 strata_dtype weight_dtype,
+					 uint64_t largest_unit_bytes,
+					 uint64_t staging_slots,
+					 strata_plan_memory *out,
+					 strata_error *err)
+{
+	strata_plan_memory m;
+	memset(&m, 0, sizeof m);
+	strata_status s;
+	/* the ring does not depend on the architecture */
+	m.staging_slots = staging_slots;
+	m.staging_slot_bytes = staging_slots ? largest_unit_bytes : 0;
+	s = strata_checked_mul(staging_slots, largest_unit_bytes,
+			       &m.staging_bytes, "staging ring bytes", err);
+	if (s != STRATA_OK)
+		return s;
+	if (!arch || !arch->known) {
+		*out = m;
+		return STRATA_OK;
+	}
+	m.arch_known = true;
+	m.kv_element_bytes =
+		device == STRATA_PLAN_DEVICE_CUDA &&
+				(weight_dtype == STRATA_DTYPE_F16 ||
+				 weight_dtype == STRATA_DTYPE_BF16)
+			? 2
+			: 4;
+	uint64_t T;
+	s = strata_checked_mul(shape->prefill_chunk, shape->batch, &T,
+			       "tokens in flight", err);
+	if (s != STRATA_OK)
+		return s;
+	BUFFER(&m.kv_buffer_bytes, "KV buffer", shape->batch, shape->context,
+	       arch->kv_heads, arch->head_dim, m.kv_element_bytes);
+	BUFFER(&m.kv_cache_bytes, "KV cache", arch->layers, 2,
+	       m.kv_buffer_bytes);
+	s = activations(arch, shape, T, &m, err);
+	if (s != STRATA_OK)
+		return s;
+	*out = m;
+	return STRATA_OK;
+}
+
+#undef BUFFER
+
+/* ------------------------------------------------------------------------ */
+/* Budgets                                                                  */
+/* ------------------------------------------------------------------------ */
+
+uint64_t strata_plan_headroom(strata_plan_device d, uint64_t available)
+{
+	uint64_t floor_bytes, share;
+	if (d == STRATA_PLAN_DEVICE_CUDA) {
+		floor_bytes = 512ull << 20;
+		share = available / 20;
+	} else {
+		floor_bytes = 1ull << 30;
+		share = available / 10;
+	}
+	uint64_t h = share > floor_bytes ? share : floor_bytes;
+	return h < available ? h : available;
+}
+
+strata_status strata_plan_parse_meminfo(const char *text, size_t len,
+					uint64_t *bytes, strata_error *err)
+{
+	static const char key[] = "MemAvailable:";
+	const size_t klen = sizeof key - 1;
+	for (size_t i = 0; i + klen <= len; i++) {
+		if ((i > 0 && text[i - 1] != '\n') ||
+		    memcmp(text + i, key, klen) != 0)
+			continue;
+		size_t j = i + klen;
+		while (j < len && (text[j] == ' ' || text[j] == '\t'))
+			j++;
+		uint64_t kb = 0;
+		size_t digits = 0;
+		for (; j < len && text[j] >= '0' && text[j] <= '9';
+		     j++, digits++) {
+			if (!strata_mul_u64(kb, 10, &kb) ||
+			    !strata_add_u64(kb, (uint64_t)(text[j] - '0'), &kb))
+				return strata_fail(
+					err, STRATA_E_OVERFLOW,
+					"give --host-memory explicitly",
+					"/proc/meminfo MemAvailable does not fit in 64 bits");
+		}
+		if (digits == 0 || len - j < 3 || memcmp(text + j, " kB", 3))
+			return strata_fail(err, STRATA_E_PARSE,
+					   "give --host-memory explicitly",
+					   "/proc/meminfo MemAvailable is not 'N kB'");
+		return strata_checked_mul(kb, 1024, bytes,
+					  "MemAvailable bytes", err);
+	}
+	return strata_fail(err, STRATA_E_PARSE, "give --host-memory explicitly",
+			   "/proc/meminfo has no MemAvailable line");
+}
+
+strata_status strata_plan_host_available(uint64_t *bytes, strata_error *err)
+{
+	/* /proc files report size 0, so read until EOF into a fixed buffer
+	 * rather than through strata_file_read_all (which trusts fstat). */
+	static const char path[] = "/proc/meminfo";
+	char text[16384];
+	size_t len = 0;
+	int fd = strata_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return strata_fail(err, STRATA_E_IO,
+				   "give --host-memory explicitly",
+				   "cannot open %s: %s", path, strerror(errno));
+	while (len < sizeof text) {
+		ssize_t r = strata_sys.pread(fd, text + len, sizeof text - len,
+					     (off_t)len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			strata_sys.close(fd);
+			return strata_fail(err, STRATA_E_IO,
+					   "give --host-memory explicitly",
+					   "cannot read %s: %s", path,
+					   strerror(e));
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	strata_sys.close(fd);
+	return strata_plan_parse_meminfo(text, len, bytes, err);
+}

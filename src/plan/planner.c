@@ -1,0 +1,634 @@
+/* planner.c - the automatic planner: budgets, candidates (resident, host:D,
+ * disk), their fit, and the choice with stable explanation codes
+ * (layer: plan). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+const char *strata_explain_code(strata_explain e)
+{
+	switch (e) {
+#define STRATA_EXPLAIN_CASE(name, code)                                        \
+	case STRATA_EXPLAIN_##name:                                            \
+		return code;
+		STRATA_EXPLAIN_MAP(STRATA_EXPLAIN_CASE)
+#undef STRATA_EXPLAIN_CASE
+	case STRATA_EXPLAIN_COUNT:
+		break;
+	}
+	return "unknown";
+}
+
+static void explain(strata_plan *p, strata_explain code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Appends an explanation; past the fixed capacity the rest are dropped,
+ * which the capacity (twice the most one plan writes) rules out. */
+static void explain(strata_plan *p, strata_explain code, const char *fmt, ...)
+{
+	if (p->explanation_count >= STRATA__PLAN_MAX_EXPLANATIONS)
+		return;
+	strata_plan_explanation *e = &p->explanations[p->explanation_count++];
+	e->code = code;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->text, sizeof e->text, fmt, ap);
+	va_end(ap);
+}
+
+static const char *sz(uint64_t bytes, char buf[32])
+{
+	return strata_size_format(bytes, buf, 32);
+}
+
+static strata_status options_error(strata_error *err, const char *fix,
+				   const char *msg)
+{
+	return strata_fail(err, STRATA_E_PLAN_OPTIONS, fix, "%s", msg);
+}
+
+/* Fills defaults and rejects what cannot be planned. */
+static strata_status resolve_options(strata_plan *p, strata_error *err)
+{
+	strata_plan_options *o = &p->options;
+	strata_plan_shape *sh = &o->shape;
+	if (sh->context == 0) {
+		uint64_t max = p->arch.known ? p->arch.max_context : 0;
+		sh->context = max ? (max < 4096 ? max : 4096) : 2048;
+	}
+	if (sh->batch == 0)
+		sh->batch = 1;
+	if (sh->prefill_chunk == 0)
+		sh->prefill_chunk = 1;
+	if (sh->prefill_chunk > sh->context)
+		return options_error(err, "use a prefill chunk no longer than the context",
+				     "the prefill chunk is longer than the context");
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	if (o->memory_bandwidth <= 0)
+		o->memory_bandwidth = cuda ? STRATA_PLAN_DEFAULT_HBM_BW
+					   : STRATA_PLAN_DEFAULT_CPU_MEM_BW;
+	/* on cpu "host to device" is a copy inside RAM */
+	if (o->h2d_bandwidth <= 0)
+		o->h2d_bandwidth =
+			cuda ? STRATA_PLAN_DEFAULT_H2D_BW : o->memory_bandwidth;
+	if (o->disk_bandwidth <= 0)
+		o->disk_bandwidth = STRATA_PLAN_DEFAULT_DISK_BW;
+	if ((o->has_lookahead || o->has_queue) &&
+	    (o->mode == STRATA_RESIDENCY_RESIDENT ||
+	     o->mode == STRATA_RESIDENCY_HOST))
+		return options_error(err, "drop --lookahead/--queue, or use --residency disk",
+				     "--lookahead and --queue apply to disk residency only");
+	return STRATA_OK;
+}
+
+static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
+			     strata_error *err)
+{
+	const strata_plan_options *o = &p->options;
+	strata_plan_budgets b = {0};
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	if (o->has_device_budget) {
+		b.device_bytes = o->device_budget;
+		b.device_from_option = true;
+	} else {
+		bool known = cuda ? m->device_free_known
+				  : m->host_available_known;
+		uint64_t avail = cuda ? m->device_free_bytes
+				      : m->host_available_bytes;
+		if (!known)
+			return strata_fail(err, STRATA_E_PLAN_OPTIONS,
+					   "give --device-memory SIZE",
+					   "cannot tell how much %s memory is free",
+					   strata_plan_device_name(o->device));
+		b.device_headroom_bytes =
+			strata_plan_headroom(o->device, avail);
+		b.device_bytes = avail - b.device_headroom_bytes;
+	}
+	if (o->has_host_budget) {
+		b.host_bytes = o->host_budget;
+		b.host_from_option = true;
+	} else {
+		if (!m->host_available_known)
+			return strata_fail(err, STRATA_E_PLAN_OPTIONS,
+					   "give --host-memory SIZE",
+					   "cannot tell how much host memory is available");
+		uint64_t avail = m->host_available_bytes;
+		b.host_headroom_bytes =
+			strata_plan_headroom(STRATA_PLAN_DEVICE_CPU, avail);
+		b.host_bytes = avail - b.host_headroom_bytes;
+		/* on cpu the "device" arena and the host tier share RAM */
+		if (!cuda)
+			b.host_bytes = b.host_bytes > b.device_bytes
+					       ? b.host_bytes - b.device_bytes
+					       : 0;
+	}
+	p->budgets = b;
+	return STRATA_OK;
+}
+
+/* lookahead/queue of the disk candidate (DESIGN.md): host 0 -> direct
+ * (0, 0); otherwise both >= 1 and queue <= lookahead. */
+static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
+				   uint64_t *queue, strata_error *err)
+{
+	const strata_plan_options *o = &p->options;
+	uint64_t host = p->budgets.host_bytes, largest = p->info.largest_unit_bytes;
+	if (host == 0) {
+		if ((o->has_lookahead && o->lookahead) ||
+		    (o->has_queue && o->queue))
+			return options_error(err, "give --lookahead 0 --queue 0, or a --host-memory above 0",
+					     "with host memory 0 disk reads go straight to the device, so lookahead and queue must be 0");
+		*lookahead = *queue = 0;
+		return STRATA_OK;
+	}
+	if ((o->has_lookahead && o->lookahead == 0) ||
+	    (o->has_queue && o->queue == 0))
+		return options_error(err, "give --lookahead and --queue of at least 1, or --host-memory 0",
+				     "with host memory above 0 the disk mode needs a lookahead and a queue of at least 1");
+	uint64_t la = o->has_lookahead ? o->lookahead : 2;
+	if (!o->has_lookahead) {
+		/* default: two units ahead, fewer when the budget is small */
+		if (la > p->info.occupied_units)
+			la = p->info.occupied_units ? p->info.occupied_units : 1;
+		while (la > 1 && largest && host / largest < la)
+			la--;
+	}
+	uint64_t q = o->has_queue ? o->queue : 1;
+	if (q > la)
+		return options_error(err, "give a --queue no larger than --lookahead",
+				     "more background reads (--queue) than lookahead slots to read into");
+	*lookahead = la;
+	*queue = q;
+	return STRATA_OK;
+}
+
+/* Fills a candidate's totals and fit from its mode's weights. */
+static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
+				    strata_error *err)
+{
+	const strata_plan_memory *m = &p->memory;
+	strata_status s;
+	s = strata_plan_align(c->weights.static_bytes, &c->static_device_bytes,
+			      "static device bytes", err);
+	if (s == STRATA_OK)
+		s = strata_plan_align(c->weights.window_bytes,
+				      &c->window_device_bytes,
+				      "window device bytes", err);
+	uint64_t d = 0;
+	const uint64_t parts[] = {c->static_device_bytes,
+				  c->window_device_bytes, m->kv_cache_bytes,
+				  m->workspace_bytes};
+	for (size_t i = 0; s == STRATA_OK && i < 4; i++)
+		s = strata_checked_add(d, parts[i], &d, "device total bytes",
+				       err);
+	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1
+			 : c->mode == STRATA_RESIDENCY_DISK ? c->lookahead
+							    : 0;
+	if (s == STRATA_OK)
+		s = strata_checked_mul(slots, p->info.largest_unit_bytes,
+				       &c->staging_bytes, "staging ring bytes",
+				       err);
+	c->host_weight_bytes =
+		c->mode == STRATA_RESIDENCY_HOST ? p->info.all_units_bytes : 0;
+	if (s == STRATA_OK)
+		s = strata_checked_add(c->host_weight_bytes, c->staging_bytes,
+				       &c->host_bytes, "host total bytes", err);
+	if (s != STRATA_OK)
+		return s;
+	c->device_bytes = d;
+	c->fits_device = d <= p->budgets.device_bytes;
+	c->fits_host = c->host_bytes <= p->budgets.host_bytes;
+	c->fits = c->fits_device && c->fits_host;
+	c->device_shortfall_bytes = c->fits_device ? 0 : d - p->budgets.device_bytes;
+	c->host_shortfall_bytes =
+		c->fits_host ? 0 : c->host_bytes - p->budgets.host_bytes;
+	strata__plan_predict(&p->info, m, &p->options, c);
+	return STRATA_OK;
+}
+
+static strata_status add_candidate(strata_plan *p, strata_residency_mode mode,
+				   uint64_t depth, uint64_t lookahead,
+				   uint64_t queue, strata_error *err)
+{
+	strata_plan_candidate c = {.mode = mode, .lookahead = lookahead,
+				   .queue = queue};
+	strata_status s = strata_plan_layout_weights(p->layout, mode, depth,
+						     &c.weights, err);
+	if (s == STRATA_OK)
+		s = size_candidate(p, &c, err);
+	if (s == STRATA_OK)
+		s = strata_grow((void **)&p->candidates, &p->candidate_cap,
+				p->candidate_count + 1, sizeof c,
+				"plan candidates", err);
+	if (s != STRATA_OK)
+		return s;
+	p->candidates[p->candidate_count++] = c;
+	return STRATA_OK;
+}
+
+/* host:D for D = 1.. until one does not fit or D holds a whole group;
+ * a forced depth is added as asked (not clamped). */
+static strata_status host_candidates(strata_plan *p, strata_error *err)
+{
+	const strata_plan_options *o = &p->options;
+	uint64_t span = p->info.span, d = 1;
+	strata_status s = STRATA_OK;
+	for (; d <= span && d <= STRATA_PLAN_MAX_HOST_CANDIDATES; d++) {
+		s = add_candidate(p, STRATA_RESIDENCY_HOST, d, 0, 0, err);
+		if (s != STRATA_OK || !p->candidates[p->candidate_count - 1].fits)
+			break;
+	}
+	bool stopped_fitting = s == STRATA_OK && d <= span &&
+			       d <= STRATA_PLAN_MAX_HOST_CANDIDATES;
+	if (s == STRATA_OK && !stopped_fitting &&
+	    span > STRATA_PLAN_MAX_HOST_CANDIDATES) {
+		explain(p, STRATA_EXPLAIN_HOST_WINDOW_LIST_TRUNCATED,
+			"host windows listed up to depth %u, then depth %llu, which holds a whole group",
+			STRATA_PLAN_MAX_HOST_CANDIDATES,
+			(unsigned long long)span);
+		s = add_candidate(p, STRATA_RESIDENCY_HOST, span, 0, 0, err);
+	}
+	if (s == STRATA_OK && o->mode == STRATA_RESIDENCY_HOST &&
+	    o->host_depth) {
+		bool listed = false;
+		for (size_t i = 0; i < p->candidate_count; i++)
+			listed |= p->candidates[i].mode == STRATA_RESIDENCY_HOST &&
+				  p->candidates[i].weights.depth == o->host_depth;
+		if (!listed)
+			s = add_candidate(p, STRATA_RESIDENCY_HOST,
+					  o->host_depth, 0, 0, err);
+	}
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Selection                                                                */
+/* ------------------------------------------------------------------------ */
+
+static bool eligible(const strata_plan *p, const strata_plan_candidate *c)
+{
+	const strata_plan_options *o = &p->options;
+	if (o->mode == STRATA_RESIDENCY_AUTO)
+		return true;
+	if (c->mode != o->mode)
+		return false;
+	return o->mode != STRATA_RESIDENCY_HOST || o->host_depth == 0 ||
+	       c->weights.depth == o->host_depth;
+}
+
+/* The fitting eligible candidate of `mode` with the best time; ties go to
+ * the smaller device total. -1 when none fits. */
+static long best_of(const strata_plan *p, strata_residency_mode mode)
+{
+	long best = -1;
+	for (size_t i = 0; i < p->candidate_count; i++) {
+		const strata_plan_candidate *c = &p->candidates[i];
+		if (c->mode != mode || !c->fits || !eligible(p, c))
+			continue;
+		if (best < 0) {
+			best = (long)i;
+			continue;
+		}
+		const strata_plan_candidate *b = &p->candidates[best];
+		if (c->predicted_ms_per_forward < b->predicted_ms_per_forward ||
+		    (c->predicted_ms_per_forward == b->predicted_ms_per_forward &&
+		     c->device_bytes < b->device_bytes))
+			best = (long)i;
+	}
+	return best;
+}
+
+static const strata_plan_candidate *first_of(const strata_plan *p,
+					     strata_residency_mode mode)
+{
+	for (size_t i = 0; i < p->candidate_count; i++)
+		if (p->candidates[i].mode == mode &&
+		    eligible(p, &p->candidates[i]))
+			return &p->candidates[i];
+	return NULL;
+}
+
+/* Says why a mode's first candidate does not fit. */
+static void explain_misfit(strata_plan *p, const strata_plan_candidate *c,
+			   strata_explain dev_code, strata_explain host_code)
+{
+	char a[32], b[32];
+	char name[48];
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		snprintf(name, sizeof name, "host:%llu",
+			 (unsigned long long)c->weights.depth);
+	else
+		snprintf(name, sizeof name, "%s",
+			 strata_residency_mode_name(c->mode));
+	if (!c->fits_device)
+		explain(p, dev_code, "%s needs %s on the device, %s over the device budget",
+			name, sz(c->device_bytes, a),
+			sz(c->device_shortfall_bytes, b));
+	if (!c->fits_host && host_code != STRATA_EXPLAIN_COUNT)
+		explain(p, host_code, "%s needs %s of host memory, %s over the host budget",
+			name, sz(c->host_bytes, a),
+			sz(c->host_shortfall_bytes, b));
+}
+
+/* The auto chain: resident, else the best host window, else disk. */
+static void select_candidate(strata_plan *p)
+{
+	const strata_plan_options *o = &p->options;
+	char a[32], b[32];
+	if (o->mode != STRATA_RESIDENCY_AUTO)
+		explain(p, STRATA_EXPLAIN_FORCED_BY_OPTION,
+			"--residency %s given: only that mode is considered",
+			strata_residency_mode_name(o->mode));
+	const strata_plan_candidate *c = first_of(p, STRATA_RESIDENCY_RESIDENT);
+	if (c && c->fits) {
+		p->selected = (long)(c - p->candidates);
+		explain(p, STRATA_EXPLAIN_RESIDENT_FITS,
+			"everything fits on the device: %s of %s",
+			sz(c->device_bytes, a), sz(p->budgets.device_bytes, b));
+		return;
+	}
+	if (c)
+		explain_misfit(p, c, STRATA_EXPLAIN_RESIDENT_EXCEEDS_DEVICE_BUDGET,
+			       STRATA_EXPLAIN_COUNT);
+	long h = best_of(p, STRATA_RESIDENCY_HOST);
+	if (h >= 0) {
+		c = &p->candidates[h];
+		p->selected = h;
+		explain(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED,
+			"host:%llu streams units over host-to-device: %.3f ms per forward pass, the fastest host window that fits",
+			(unsigned long long)c->weights.depth,
+			c->predicted_ms_per_forward);
+		return;
+	}
+	c = first_of(p, STRATA_RESIDENCY_HOST);
+	if (c)
+		explain_misfit(p, c, STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_DEVICE_BUDGET,
+			       STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_HOST_BUDGET);
+	c = first_of(p, STRATA_RESIDENCY_DISK);
+	if (c && c->fits) {
+		p->selected = (long)(c - p->candidates);
+		explain(p, STRATA_EXPLAIN_DISK_SELECTED,
+			"disk streams units from the checkpoint (lookahead %llu, queue %llu): %.3f ms per forward pass",
+			(unsigned long long)c->lookahead,
+			(unsigned long long)c->queue, c->predicted_ms_per_forward);
+		if (c->lookahead == 0)
+			explain(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE,
+				"host memory 0: reads go straight from disk to the device");
+		return;
+	}
+	if (c)
+		explain_misfit(p, c, STRATA_EXPLAIN_DISK_EXCEEDS_DEVICE_BUDGET,
+			       STRATA_EXPLAIN_DISK_EXCEEDS_HOST_BUDGET);
+	if (o->mode != STRATA_RESIDENCY_AUTO)
+		explain(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT,
+			"the forced mode does not fit the budgets");
+	explain(p, STRATA_EXPLAIN_NOTHING_FITS,
+		"no candidate fits device budget %s and host budget %s",
+		sz(p->budgets.device_bytes, a), sz(p->budgets.host_bytes, b));
+}
+
+/* E_PLAN_NOTHING_FITS naming each mode's shortfall (the first, smallest
+ * window of each mode; deeper host windows only need more) and the
+ * smallest budgets that would fit. */
+static strata_status nothing_fits_error(const strata_plan *p,
+					strata_error *err)
+{
+	char msg[STRATA_ERROR_MESSAGE_BYTES] = "";
+	size_t len = 0;
+	const strata_plan_candidate *smallest = NULL;
+	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT,
+					 STRATA_RESIDENCY_HOST,
+					 STRATA_RESIDENCY_DISK};
+	for (size_t m = 0; m < 3; m++) {
+		const strata_plan_candidate *c = first_of(p, modes[m]);
+		if (!c)
+			continue;
+		char name[32];
+		if (c->mode == STRATA_RESIDENCY_HOST)
+			snprintf(name, sizeof name, "host:%llu",
+				 (unsigned long long)c->weights.depth);
+		else
+			snprintf(name, sizeof name, "%s",
+				 strata_residency_mode_name(c->mode));
+		if (len < sizeof msg)
+			len += (size_t)snprintf(msg + len, sizeof msg - len,
+				"%s%s is %llu device bytes short and %llu host bytes short",
+				len ? "; " : "", name,
+				(unsigned long long)c->device_shortfall_bytes,
+				(unsigned long long)c->host_shortfall_bytes);
+		if (!smallest || c->device_bytes < smallest->device_bytes ||
+		    (c->device_bytes == smallest->device_bytes &&
+		     c->host_bytes < smallest->host_bytes))
+			smallest = c;
+	}
+	if (!smallest)
+		return strata_fail(err, STRATA_E_PLAN_NOTHING_FITS,
+				   "check the residency options",
+				   "no candidate for the requested mode");
+	strata_fail(err, STRATA_E_PLAN_NOTHING_FITS, "",
+		    "nothing fits: %s", msg);
+	if (err)
+		strata_error_set_fix(err,
+			"the smallest budgets that fit are --device-memory %llu --host-memory %llu (%s); raise the budgets, shorten --context or lower --batch",
+			(unsigned long long)smallest->device_bytes,
+			(unsigned long long)smallest->host_bytes,
+			strata_residency_mode_name(smallest->mode));
+	return STRATA_E_PLAN_NOTHING_FITS;
+}
+
+static void explain_inputs(strata_plan *p)
+{
+	const strata_plan_budgets *b = &p->budgets;
+	char x[32], y[32];
+	if (b->device_from_option)
+		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_OPTION,
+			"device budget %s from --device-memory",
+			sz(b->device_bytes, x));
+	else
+		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE,
+			"device budget %s: %s free memory minus %s headroom",
+			sz(b->device_bytes, x),
+			p->options.device == STRATA_PLAN_DEVICE_CUDA
+				? "the GPU's"
+				: "MemAvailable",
+			sz(b->device_headroom_bytes, y));
+	if (b->host_from_option)
+		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION,
+			"host budget %s from --host-memory",
+			sz(b->host_bytes, x));
+	else
+		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_MACHINE,
+			"host budget %s: MemAvailable minus %s headroom%s",
+			sz(b->host_bytes, x), sz(b->host_headroom_bytes, y),
+			p->options.device == STRATA_PLAN_DEVICE_CPU
+				? " minus the device budget (cpu: one RAM)"
+				: "");
+	if (!p->arch.known)
+		explain(p, STRATA_EXPLAIN_ARCHITECTURE_UNKNOWN,
+			"architecture unknown: weights are sized, KV cache and workspace are not, so device totals are weights only");
+	if (p->info.occupied_units == 0)
+		explain(p, STRATA_EXPLAIN_NO_EXECUTION_UNITS,
+			"no tensor belongs to an execution unit: only resident applies");
+}
+
+static strata_status build(strata_plan *p, strata_error *err)
+{
+	strata_status s = strata_plan_memory_compute(
+		&p->arch, &p->options.shape, p->options.device,
+		p->weight_dtype, p->info.largest_unit_bytes, 0, &p->memory, err);
+	if (s == STRATA_OK)
+		s = add_candidate(p, STRATA_RESIDENCY_RESIDENT, 0, 0, 0, err);
+	if (s != STRATA_OK || p->info.occupied_units == 0)
+		return s;
+	s = host_candidates(p, err);
+	uint64_t la = 0, q = 0;
+	if (s == STRATA_OK)
+		s = disk_settings(p, &la, &q, err);
+	if (s == STRATA_OK)
+		s = add_candidate(p, STRATA_RESIDENCY_DISK, 0, la, q, err);
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public                                                                   */
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_plan_create(const strata_plan_layout *layout,
+				 const strata_plan_arch *arch,
+				 strata_dtype weight_dtype,
+				 const strata_plan_options *options,
+				 const strata_plan_machine *machine,
+				 strata_plan **out, strata_error *err)
+{
+	if (!layout || !options || !machine || !out)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "pass a layout, options and machine",
+				   "strata_plan_create called with NULL");
+	*out = NULL;
+	strata_plan *p = strata_calloc_or_error(1, sizeof *p, "plan", err);
+	if (!p)
+		return STRATA_E_NOMEM;
+	p->layout = layout;
+	strata_plan_layout_get_info(layout, &p->info);
+	if (arch)
+		p->arch = *arch;
+	p->options = *options;
+	p->weight_dtype = weight_dtype;
+	p->selected = -1;
+	strata_status s = resolve_options(p, err);
+	if (s == STRATA_OK)
+		s = budgets(p, machine, err);
+	if (s == STRATA_OK)
+		s = build(p, err);
+	if (s != STRATA_OK) {
+		strata_plan_destroy(p);
+		return s;
+	}
+	explain_inputs(p);
+	select_candidate(p);
+	const strata_plan_candidate *sel = strata_plan_selected(p);
+	p->memory.staging_slots =
+		sel ? (sel->mode == STRATA_RESIDENCY_HOST ? 1 : sel->lookahead)
+		    : 0;
+	p->memory.staging_slot_bytes =
+		p->memory.staging_slots ? p->info.largest_unit_bytes : 0;
+	p->memory.staging_bytes = sel ? sel->staging_bytes : 0;
+	*out = p;
+	return sel ? STRATA_OK : nothing_fits_error(p, err);
+}
+
+void strata_plan_destroy(strata_plan *p)
+{
+	if (!p)
+		return;
+	strata_free(p->candidates);
+	strata_free(p);
+}
+
+size_t strata_plan_candidate_count(const strata_plan *p)
+{
+	return p->candidate_count;
+}
+
+const strata_plan_candidate *strata_plan_candidate_at(const strata_plan *p,
+						      size_t i)
+{
+	return i < p->candidate_count ? &p->candidates[i] : NULL;
+}
+
+const strata_plan_candidate *strata_plan_selected(const strata_plan *p)
+{
+	return p->selected >= 0 ? &p->candidates[p->selected] : NULL;
+}
+
+long strata_plan_selected_index(const strata_plan *p)
+{
+	return p->selected;
+}
+
+size_t strata_plan_explanation_count(const strata_plan *p)
+{
+	return p->explanation_count;
+}
+
+const strata_plan_explanation *strata_plan_explanation_at(const strata_plan *p,
+							  size_t i)
+{
+	return i < p->explanation_count ? &p->explanations[i] : NULL;
+}
+
+const strata_plan_budgets *strata_plan_get_budgets(const strata_plan *p)
+{
+	return &p->budgets;
+}
+
+const strata_plan_memory *strata_plan_get_memory(const strata_plan *p)
+{
+	return &p->memory;
+}
+
+const strata_plan_options *strata_plan_get_options(const strata_plan *p)
+{
+	return &p->options;
+}
+
+const strata_plan_arch *strata_plan_get_arch(const strata_plan *p)
+{
+	return &p->arch;
+}
+
+strata_residency_mode strata_plan_mode(const strata_plan *p)
+{
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	return c ? c->mode : STRATA_RESIDENCY_AUTO;
+}
+
+#define SELECTED_FIELD(fn, expr)                                               \
+	uint64_t fn(const strata_plan *p)                                      \
+	{                                                                      \
+		const strata_plan_candidate *c = strata_plan_selected(p);      \
+		return c ? (expr) : 0;                                         \
+	}
+
+SELECTED_FIELD(strata_plan_depth, c->weights.depth)
+SELECTED_FIELD(strata_plan_lookahead, c->lookahead)
+SELECTED_FIELD(strata_plan_queue, c->queue)
+SELECTED_FIELD(strata_plan_device_total, c->device_bytes)
+SELECTED_FIELD(strata_plan_host_total, c->host_bytes)
+#undef SELECTED_FIELD
+
+uint64_t strata_plan_device_budget(const strata_plan *p)
+{
+	return p->budgets.device_bytes;
+}
+
+uint64_t strata_plan_host_budget(const strata_plan *p)
+{
+	return p->budgets.host_bytes;
+}

@@ -1,0 +1,201 @@
+/* report.c - the plan as one JSON object, the schema of docs/plan.md
+ * (layer: plan). Used by `strata plan --json` and by the telemetry
+ * document's `plan` section. */
+#include <stdio.h>
+
+#include "plan/internal.h"
+
+/* "resident", "host:3", "disk" */
+static void candidate_name(const strata_plan_candidate *c, char *buf,
+			   size_t cap)
+{
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		snprintf(buf, cap, "host:%llu",
+			 (unsigned long long)c->weights.depth);
+	else
+		snprintf(buf, cap, "%s", strata_residency_mode_name(c->mode));
+}
+
+/* A u64 that is null when the architecture is unknown. */
+static void kv_arch_u64(strata_json *j, const char *k, bool known, uint64_t v)
+{
+	strata_json_key(j, k);
+	if (known)
+		strata_json_u64(j, v);
+	else
+		strata_json_null(j);
+}
+
+static void write_arch(const strata_plan *p, strata_json *j)
+{
+	const strata_plan_arch *a = &p->arch;
+	strata_json_key(j, "architecture");
+	strata_json_object_begin(j);
+	strata_json_kv_bool(j, "known", a->known);
+	strata_json_key(j, "family");
+	if (a->known && a->family)
+		strata_json_string(j, a->family);
+	else
+		strata_json_null(j);
+	kv_arch_u64(j, "layers", a->known, a->layers);
+	kv_arch_u64(j, "hidden", a->known, a->hidden);
+	kv_arch_u64(j, "intermediate", a->known, a->intermediate);
+	kv_arch_u64(j, "heads", a->known, a->heads);
+	kv_arch_u64(j, "kv_heads", a->known, a->kv_heads);
+	kv_arch_u64(j, "head_dim", a->known, a->head_dim);
+	kv_arch_u64(j, "vocab", a->known, a->vocab);
+	kv_arch_u64(j, "max_context", a->known && a->max_context,
+		    a->max_context);
+	strata_json_object_end(j);
+}
+
+static void write_inputs(const strata_plan *p, strata_json *j)
+{
+	const strata_plan_options *o = &p->options;
+	const strata_plan_budgets *b = &p->budgets;
+	const strata_plan_layout_info *l = &p->info;
+	strata_json_kv_string(j, "device", strata_plan_device_name(o->device));
+	strata_json_key(j, "shape");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "context", o->shape.context);
+	strata_json_kv_u64(j, "batch", o->shape.batch);
+	strata_json_kv_u64(j, "prefill_chunk", o->shape.prefill_chunk);
+	strata_json_object_end(j);
+	strata_json_key(j, "budgets");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "device_bytes", b->device_bytes);
+	strata_json_kv_string(j, "device_source",
+			      b->device_from_option ? "option" : "machine");
+	strata_json_kv_u64(j, "device_headroom_bytes", b->device_headroom_bytes);
+	strata_json_kv_u64(j, "host_bytes", b->host_bytes);
+	strata_json_kv_string(j, "host_source",
+			      b->host_from_option ? "option" : "machine");
+	strata_json_kv_u64(j, "host_headroom_bytes", b->host_headroom_bytes);
+	strata_json_object_end(j);
+	strata_json_key(j, "bandwidths");
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "h2d_bytes_per_second", o->h2d_bandwidth);
+	strata_json_kv_double(j, "disk_bytes_per_second", o->disk_bandwidth);
+	strata_json_kv_double(j, "memory_bytes_per_second", o->memory_bandwidth);
+	strata_json_object_end(j);
+	strata_json_key(j, "layout");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "sized_tensors", l->sized_tensors);
+	strata_json_kv_u64(j, "excluded_tensors", l->excluded_tensors);
+	strata_json_kv_u64(j, "static_bytes", l->static_bytes);
+	strata_json_kv_u64(j, "groups", l->groups);
+	strata_json_kv_u64(j, "unit_count", l->unit_count);
+	strata_json_kv_u64(j, "occupied_units", l->occupied_units);
+	strata_json_kv_u64(j, "all_units_bytes", l->all_units_bytes);
+	strata_json_kv_u64(j, "largest_unit_bytes", l->largest_unit_bytes);
+	strata_json_object_end(j);
+}
+
+static void write_memory(const strata_plan *p, strata_json *j)
+{
+	const strata_plan_memory *m = &p->memory;
+	bool k = m->arch_known;
+	strata_json_key(j, "memory");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "alignment", STRATA_PLAN_ALIGNMENT);
+	kv_arch_u64(j, "kv_element_bytes", k, m->kv_element_bytes);
+	kv_arch_u64(j, "kv_buffer_bytes", k, m->kv_buffer_bytes);
+	kv_arch_u64(j, "kv_cache_bytes", k, m->kv_cache_bytes);
+	strata_json_key(j, "activations");
+	strata_json_object_begin(j);
+#define STRATA_PLAN_ACT_JSON(field, json, shape)                               \
+	kv_arch_u64(j, json "_bytes", k, m->field##_bytes);
+	STRATA_PLAN_ACTIVATION_MAP(STRATA_PLAN_ACT_JSON)
+#undef STRATA_PLAN_ACT_JSON
+	strata_json_object_end(j);
+	kv_arch_u64(j, "workspace_bytes", k, m->workspace_bytes);
+	strata_json_kv_u64(j, "staging_slots", m->staging_slots);
+	strata_json_kv_u64(j, "staging_slot_bytes", m->staging_slot_bytes);
+	strata_json_kv_u64(j, "staging_bytes", m->staging_bytes);
+	strata_json_object_end(j);
+}
+
+static void write_candidate(const strata_plan *p,
+			    const strata_plan_candidate *c, strata_json *j)
+{
+	bool k = p->memory.arch_known;
+	char name[48];
+	candidate_name(c, name, sizeof name);
+	strata_json_object_begin(j);
+	strata_json_kv_string(j, "name", name);
+	strata_json_kv_string(j, "mode", strata_residency_mode_name(c->mode));
+	strata_json_key(j, "weights"); /* exactly the seed's four numbers */
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "static_bytes", c->weights.static_bytes);
+	strata_json_kv_u64(j, "window_bytes", c->weights.window_bytes);
+	strata_json_kv_u64(j, "required_bytes", c->weights.required_bytes);
+	strata_json_kv_u64(j, "depth", c->weights.depth);
+	strata_json_object_end(j);
+	strata_json_kv_u64(j, "lookahead", c->lookahead);
+	strata_json_kv_u64(j, "queue", c->queue);
+	kv_arch_u64(j, "kv_cache_bytes", k, p->memory.kv_cache_bytes);
+	kv_arch_u64(j, "workspace_bytes", k, p->memory.workspace_bytes);
+	strata_json_kv_u64(j, "device_bytes", c->device_bytes);
+	strata_json_kv_u64(j, "host_weight_bytes", c->host_weight_bytes);
+	strata_json_kv_u64(j, "staging_bytes", c->staging_bytes);
+	strata_json_kv_u64(j, "host_bytes", c->host_bytes);
+	strata_json_kv_bool(j, "fits_device", c->fits_device);
+	strata_json_kv_bool(j, "fits_host", c->fits_host);
+	strata_json_kv_bool(j, "fits", c->fits);
+	strata_json_kv_u64(j, "device_shortfall_bytes", c->device_shortfall_bytes);
+	strata_json_kv_u64(j, "host_shortfall_bytes", c->host_shortfall_bytes);
+	strata_json_kv_u64(j, "moved_bytes_per_forward", c->moved_bytes_per_forward);
+	strata_json_kv_double(j, "predicted_ms_per_forward",
+			      c->predicted_ms_per_forward);
+	strata_json_kv_double(j, "tokens_per_second", c->tokens_per_second);
+	strata_json_object_end(j);
+}
+
+void strata_plan_write_json(const strata_plan *p, const char *model,
+			    strata_json *j)
+{
+	strata_json_object_begin(j);
+	strata_json_key(j, "model");
+	if (model)
+		strata_json_string(j, model);
+	else
+		strata_json_null(j);
+	write_inputs(p, j);
+	write_arch(p, j);
+	write_memory(p, j);
+	strata_json_key(j, "candidates");
+	strata_json_array_begin(j);
+	for (size_t i = 0; i < p->candidate_count; i++)
+		write_candidate(p, &p->candidates[i], j);
+	strata_json_array_end(j);
+	strata_json_key(j, "selected");
+	const strata_plan_candidate *sel = strata_plan_selected(p);
+	if (sel) {
+		char name[48];
+		candidate_name(sel, name, sizeof name);
+		strata_json_object_begin(j);
+		strata_json_kv_u64(j, "index", (uint64_t)p->selected);
+		strata_json_kv_string(j, "name", name);
+		strata_json_kv_string(j, "mode",
+				      strata_residency_mode_name(sel->mode));
+		strata_json_kv_u64(j, "depth", sel->weights.depth);
+		strata_json_kv_u64(j, "lookahead", sel->lookahead);
+		strata_json_kv_u64(j, "queue", sel->queue);
+		strata_json_kv_u64(j, "device_bytes", sel->device_bytes);
+		strata_json_kv_u64(j, "host_bytes", sel->host_bytes);
+		strata_json_object_end(j);
+	} else {
+		strata_json_null(j);
+	}
+	strata_json_key(j, "explanations");
+	strata_json_array_begin(j);
+	for (size_t i = 0; i < p->explanation_count; i++) {
+		strata_json_object_begin(j);
+		strata_json_kv_string(j, "code",
+				      strata_explain_code(p->explanations[i].code));
+		strata_json_kv_string(j, "text", p->explanations[i].text);
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+	strata_json_object_end(j);
+}
