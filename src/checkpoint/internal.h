@@ -77,6 +77,9 @@ strata_status strata__safetensors_parse_header(strata_catalog *c,
 					       uint64_t file_size,
 					       const char *name,
 					       strata_error *err);
+strata_status strata__safetensors_read_mem(strata_catalog *c,
+					   const void *data, size_t size,
+					   const char *name, strata_error *err);
 strata_status strata__safetensors_open_file(strata_catalog *c,
 					    const char *path,
 					    strata_error *err);
