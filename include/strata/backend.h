@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strata/backend_kernels.h"
 #include "strata/base.h"
 
 /* Every sub-allocation in an arena starts on this boundary (bytes). */
@@ -103,6 +104,10 @@ typedef struct strata_backend_ops {
 
 	/* ---- compute kernels (infer): slots below belong to the inference
 	 * work and are added there; residency never calls them. ---- */
+	/* The backend's kernel table (backend_kernels.h); NULL when it
+	 * cannot compute. Compute contexts are made from it with
+	 * strata_compute_create. */
+	const strata_kernel_ops *kernels;
 } strata_backend_ops;
 
 typedef struct strata_backend {

@@ -113,6 +113,13 @@ strata_status strata_compute_create(const strata_kernel_ops *ops,
 				    uint32_t threads, strata_compute **out,
 				    strata_error *err);
 void strata_compute_destroy(strata_compute *c); /* NULL is fine */
+
+struct strata_backend;
+/* The same on a backend's own kernel table; E_BACKEND_UNAVAILABLE naming
+ * the backend when it has none. */
+strata_status strata_compute_create_on(struct strata_backend *b,
+				       uint32_t threads, strata_compute **out,
+				       strata_error *err);
 uint32_t strata_compute_threads(const strata_compute *c);
 
 /* Wrappers: check shapes once (zero sizes, overflow of the buffer sizes,

@@ -4,6 +4,7 @@
  * Arguments are checked here once, so each backend's kernels can trust
  * them: a shape error is E_INVALID_ARG naming the kernel and the numbers.
  */
+#include "strata/backend.h"
 #include "strata/backend_kernels.h"
 
 static const char *const rope_layout_names[] = {
@@ -49,6 +50,18 @@ strata_status strata_compute_create(const strata_kernel_ops *ops,
 	}
 	*out = c;
 	return STRATA_OK;
+}
+
+strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
+				       strata_compute **out, strata_error *err)
+{
+	if (!b)
+		return bad(err, "compute", "NULL backend");
+	if (!b->ops->kernels)
+		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
+				   "run with --device cpu",
+				   "this backend has no compute kernels");
+	return strata_compute_create(b->ops->kernels, threads, out, err);
 }
 
 void strata_compute_destroy(strata_compute *c)

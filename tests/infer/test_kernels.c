@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "strata/backend.h"
 #include "strata/backend_kernels.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -358,6 +359,23 @@ static void test_compute_create_survives_oom(void **state)
 	}
 }
 
+static void test_cpu_backend_offers_its_kernels(void **state)
+{
+	(void)state;
+	strata_backend *b = NULL;
+	strata_compute *c = NULL;
+	strata_error err;
+	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
+	assert_string_equal(c->ops->name, "cpu");
+	float x[3] = {1, 2, 3}, w[6] = {1, 0, 0, 0, 1, 1}, y[2];
+	assert_int_equal(strata_kernel_matmul(c, y, x, w, NULL, 1, 3, 2, &err),
+			 STRATA_OK);
+	assert_true(y[0] == 1.0f && y[1] == 5.0f);
+	strata_compute_destroy(c);
+	strata_backend_destroy(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +389,7 @@ int main(void)
 		cmocka_unit_test(test_swiglu_add_embed),
 		cmocka_unit_test(test_wrappers_reject_bad_shapes),
 		cmocka_unit_test(test_compute_create_survives_oom),
+		cmocka_unit_test(test_cpu_backend_offers_its_kernels),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

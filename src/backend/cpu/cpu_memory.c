@@ -462,6 +462,7 @@ static const strata_backend_ops cpu_ops = {
 	.event_elapsed = cpu_event_elapsed,
 	.synchronize = cpu_synchronize,
 	/* compute kernels: see the inference work's section of backend.h */
+	.kernels = &strata_cpu_kernel_ops,
 };
 
 strata_status strata_backend_cpu_create(const strata_backend_cpu_options *opt,
