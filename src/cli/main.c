@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 
 const strata_command strata_commands[] = {
+	{"shard", "place keyed work items on devices (stdin -> stdout)", strata_cmd_shard},
 	{NULL, NULL, NULL},
 };
 
