@@ -173,6 +173,9 @@ typedef struct strata_weight_store_stats {
 	size_t payload_count;
 	const char *const *payload_shard_paths;
 	uint64_t physical_reads, physical_read_bytes, coalesced_group_hits;
+	/* Why O_DIRECT was not used although asked ("... refused O_DIRECT
+	 * ..."), or NULL. Not part of the telemetry contract. */
+	const char *note;
 } strata_weight_store_stats;
 
 strata_status strata_weight_store_create(const strata_catalog *c,
@@ -181,9 +184,14 @@ strata_status strata_weight_store_create(const strata_catalog *c,
 					 strata_error *err);
 void strata_weight_store_destroy(strata_weight_store *ws);
 
-/* Reads the payloads of tensors[0..n) into dst[i] (each tensors[i]->bytes
- * long, in the file's own dtype); adjacent tensors of one shard are read with
- * one call. Thread-safe. */
+/* Reads the payloads of tensors[0..n) (pointers into the store's catalog)
+ * into dst[i] (each tensors[i]->bytes long, in the file's own dtype);
+ * adjacent tensors of one shard are read with one call. Thread-safe: calls
+ * may run concurrently; at most max_open_shards files are open at once.
+ * cache_hits/misses/evictions count shard opens per group of tensors read;
+ * coalesced_group_hits counts tensors that rode along in another tensor's
+ * read (reads saved). A tensor not of this catalog is E_INVALID_ARG; a
+ * failed or short read is E_CKPT_READ naming the tensor and file. */
 strata_status strata_weight_store_read(strata_weight_store *ws,
 				       const strata_tensor *const *tensors,
 				       void *const *dst, size_t n,

@@ -1,0 +1,405 @@
+/* weight_store.c - payload reads into caller buffers: pread by default,
+ * O_DIRECT through aligned bounce buffers where asked, adjacent tensors of a
+ * shard coalesced into one read, a bounded LRU of open shards, diagnostics
+ * (layer: checkpoint). Thread-safe: a mutex guards the shard cache and the
+ * counters; reads themselves run outside it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint/internal.h"
+
+#define DEFAULT_MAX_OPEN 4
+#define DIRECT_ALIGN 4096u		 /* covers common logical block sizes */
+#define MAX_GROUP_BYTES (64u << 20)	 /* one coalesced read at most */
+
+typedef struct shard {
+	uint32_t file;
+	int fd;
+	bool direct;	/* opened with O_DIRECT */
+	uint32_t users; /* reads in flight: not evictable */
+	uint64_t last_use;
+} shard;
+
+struct strata_weight_store {
+	const strata_catalog *c;
+	uint32_t max_open;
+	bool want_direct, direct_refused;
+	pthread_mutex_t mu;
+	pthread_cond_t idle;
+	shard *open; /* [max_open], n_open used */
+	uint32_t n_open;
+	uint64_t tick;
+	uint64_t hits, misses, evictions, reads, read_bytes, coalesced;
+	/* per catalog file: first touch / first payload order */
+	bool *touched, *payload;
+	const char **touched_paths, **payload_paths;
+	size_t touched_count, payload_count;
+	char note[512];
+};
+
+/* One run of tensors read with one call: order[first..first+count). */
+typedef struct group {
+	uint32_t file;
+	uint64_t offset, bytes;
+	size_t first, count;
+} group;
+
+/* ------------------------------------------------------------------------ */
+/* The shard cache                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void note_refusal(strata_weight_store *ws, const char *path, int e)
+{
+	if (!ws->direct_refused)
+		snprintf(ws->note, sizeof ws->note,
+			 "'%s' refused O_DIRECT (%s); reading with pread", path,
+			 strerror(e));
+	ws->direct_refused = true;
+}
+
+/* Opens file f (mutex held). O_DIRECT falls back to plain reads where the
+ * filesystem refuses it (tmpfs says EINVAL). */
+static strata_status open_file(strata_weight_store *ws, uint32_t f, shard *sh,
+			       strata_error *err)
+{
+	const strata_catalog_file *cf = &ws->c->files[f];
+	int fd = -1;
+	sh->direct = false;
+	if (ws->want_direct && !ws->direct_refused) {
+		fd = strata_sys.open(cf->path, O_RDONLY | O_CLOEXEC | O_DIRECT, 0);
+		if (fd >= 0)
+			sh->direct = true;
+		else if (errno == EINVAL)
+			note_refusal(ws, cf->path, errno);
+	}
+	if (fd < 0)
+		fd = strata_sys.open(cf->path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return strata_fail(err, STRATA_E_CKPT_READ,
+				   "check the checkpoint files are still there and readable",
+				   "cannot open shard '%s': %s", cf->path,
+				   strerror(errno));
+	struct stat st;
+	if (strata_sys.fstat(fd, &st) != 0 || (uint64_t)st.st_size != cf->size) {
+		strata_sys.close(fd);
+		return strata_fail(err, STRATA_E_CKPT_READ,
+				   "the file changed after the model was opened; open it again",
+				   "shard '%s' is no longer %" PRIu64 " bytes long",
+				   cf->path, cf->size);
+	}
+	sh->fd = fd;
+	sh->file = f;
+	sh->users = 0;
+	if (!ws->touched[f]) {
+		ws->touched[f] = true;
+		ws->touched_paths[ws->touched_count++] = cf->path;
+	}
+	return STRATA_OK;
+}
+
+/* Returns the cache slot of file f with one more user (mutex held). */
+static strata_status acquire(strata_weight_store *ws, uint32_t f, shard **out,
+			     strata_error *err)
+{
+	for (;;) {
+		for (uint32_t i = 0; i < ws->n_open; i++)
+			if (ws->open[i].file == f) {
+				ws->hits++;
+				ws->open[i].users++;
+				ws->open[i].last_use = ++ws->tick;
+				*out = &ws->open[i];
+				return STRATA_OK;
+			}
+		if (ws->n_open < ws->max_open)
+			break;
+		shard *victim = NULL;
+		for (uint32_t i = 0; i < ws->n_open; i++)
+			if (!ws->open[i].users &&
+			    (!victim || ws->open[i].last_use < victim->last_use))
+				victim = &ws->open[i];
+		if (victim) {
+			strata_sys.close(victim->fd);
+			*victim = ws->open[--ws->n_open];
+			ws->evictions++;
+			break;
+		}
+		/* every open shard is being read: wait for one to finish */
+		pthread_cond_wait(&ws->idle, &ws->mu);
+	}
+	shard *sh = &ws->open[ws->n_open];
+	strata_status s = open_file(ws, f, sh, err);
+	if (s)
+		return s;
+	ws->misses++;
+	ws->n_open++;
+	sh->users = 1;
+	sh->last_use = ++ws->tick;
+	*out = sh;
+	return STRATA_OK;
+}
+
+/* Finds the slot again by file (slots move on eviction) and drops a user. */
+static void release(strata_weight_store *ws, uint32_t f)
+{
+	for (uint32_t i = 0; i < ws->n_open; i++)
+		if (ws->open[i].file == f && ws->open[i].users) {
+			ws->open[i].users--;
+			break;
+		}
+	pthread_cond_broadcast(&ws->idle);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading one group                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* O_DIRECT: aligned offset, length and buffer; the tail past EOF reads
+ * short, which is fine once the wanted bytes are in. */
+static strata_status read_direct(int fd, unsigned char *buf, uint64_t start,
+				 uint64_t len, uint64_t need, const char *path,
+				 strata_error *err)
+{
+	uint64_t done = 0;
+	while (done < need) {
+		ssize_t n = strata_sys.pread(fd, buf + done, (size_t)(len - done),
+					     (off_t)(start + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return strata_fail(err, STRATA_E_IO, "check the disk",
+					   "O_DIRECT read of '%s' at %" PRIu64 " failed: %s",
+					   path, start + done,
+					   n < 0 ? strerror(errno) : "end of file");
+		done += (uint64_t)n;
+		if (done % DIRECT_ALIGN)
+			break; /* short read at EOF */
+	}
+	return done >= need ? STRATA_OK
+			    : strata_fail(err, STRATA_E_IO, "check the disk",
+					  "'%s' ended early", path);
+}
+
+static strata_status read_group(strata_weight_store *ws, const shard *sh,
+				const group *g,
+				const strata_tensor *const *tensors,
+				void *const *dst, const size_t *order,
+				uint64_t *physical, strata_error *err)
+{
+	const char *path = ws->c->files[g->file].path;
+	strata_status s;
+	if (!sh->direct && g->count == 1) {
+		*physical = g->bytes;
+		return strata_pread_full(sh->fd, dst[order[g->first]],
+					 (size_t)g->bytes, (off_t)g->offset,
+					 path, err);
+	}
+	uint64_t start = g->offset, len = g->bytes, skip = 0;
+	if (sh->direct) {
+		start = g->offset / DIRECT_ALIGN * DIRECT_ALIGN;
+		skip = g->offset - start;
+		len = (skip + g->bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN *
+		      DIRECT_ALIGN;
+	}
+	unsigned char *bounce = sh->direct
+		? strata_alloc_aligned(DIRECT_ALIGN, (size_t)len)
+		: strata_alloc((size_t)len);
+	if (!bounce)
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "out of memory for a %" PRIu64 "-byte read buffer",
+				   len);
+	*physical = len;
+	s = sh->direct ? read_direct(sh->fd, bounce, start, len,
+				     skip + g->bytes, path, err)
+		       : strata_pread_full(sh->fd, bounce, (size_t)len,
+					   (off_t)start, path, err);
+	for (size_t i = 0; i < g->count && !s; i++) {
+		const strata_tensor *t = tensors[order[g->first + i]];
+		memcpy(dst[order[g->first + i]], bounce + skip + (t->offset - g->offset),
+		       (size_t)t->bytes);
+	}
+	strata_free(bounce);
+	return s;
+}
+
+static strata_status do_group(strata_weight_store *ws, const group *g,
+			      const strata_tensor *const *tensors,
+			      void *const *dst, const size_t *order,
+			      strata_error *err)
+{
+	shard *sh;
+	pthread_mutex_lock(&ws->mu);
+	strata_status s = acquire(ws, g->file, &sh, err);
+	shard copy = s ? (shard){0} : *sh;
+	pthread_mutex_unlock(&ws->mu);
+	if (s)
+		return s;
+	uint64_t physical = 0;
+	s = read_group(ws, &copy, g, tensors, dst, order, &physical, err);
+	pthread_mutex_lock(&ws->mu);
+	release(ws, g->file);
+	if (!s) {
+		ws->reads++;
+		ws->read_bytes += physical;
+		ws->coalesced += g->count - 1;
+		if (!ws->payload[g->file]) {
+			ws->payload[g->file] = true;
+			ws->payload_paths[ws->payload_count++] =
+				ws->c->files[g->file].path;
+		}
+	}
+	pthread_mutex_unlock(&ws->mu);
+	if (s && s != STRATA_E_NOMEM) {
+		const strata_tensor *t = tensors[order[g->first]];
+		s = err->code = STRATA_E_CKPT_READ;
+		strata_error_prefix(err, "reading tensor '%s'%s", t->name,
+				    g->count > 1 ? " and its neighbours" : "");
+	}
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public                                                                   */
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_weight_store_create(const strata_catalog *c,
+					 const strata_weight_store_options *opt,
+					 strata_weight_store **out,
+					 strata_error *err)
+{
+	strata_weight_store *ws = strata_calloc_or_error(1, sizeof *ws,
+							 "weight store", err);
+	if (!ws)
+		return STRATA_E_NOMEM;
+	ws->c = c;
+	ws->max_open = opt && opt->max_open_shards ? opt->max_open_shards
+						   : DEFAULT_MAX_OPEN;
+	ws->want_direct = opt && opt->direct_io;
+	size_t nf = c->file_count ? c->file_count : 1;
+	ws->open = strata_calloc(ws->max_open, sizeof *ws->open);
+	ws->touched = strata_calloc(nf, sizeof *ws->touched);
+	ws->payload = strata_calloc(nf, sizeof *ws->payload);
+	ws->touched_paths = strata_calloc(nf, sizeof *ws->touched_paths);
+	ws->payload_paths = strata_calloc(nf, sizeof *ws->payload_paths);
+	if (!ws->open || !ws->touched || !ws->payload || !ws->touched_paths ||
+	    !ws->payload_paths) {
+		strata_free(ws->open);
+		strata_free(ws->touched);
+		strata_free(ws->payload);
+		strata_free(ws->touched_paths);
+		strata_free(ws->payload_paths);
+		strata_free(ws);
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "out of memory creating the weight store");
+	}
+	pthread_mutex_init(&ws->mu, NULL);
+	pthread_cond_init(&ws->idle, NULL);
+	*out = ws;
+	return STRATA_OK;
+}
+
+void strata_weight_store_destroy(strata_weight_store *ws)
+{
+	if (!ws)
+		return;
+	for (uint32_t i = 0; i < ws->n_open; i++)
+		strata_sys.close(ws->open[i].fd);
+	pthread_mutex_destroy(&ws->mu);
+	pthread_cond_destroy(&ws->idle);
+	strata_free(ws->open);
+	strata_free(ws->touched);
+	strata_free(ws->payload);
+	strata_free(ws->touched_paths);
+	strata_free(ws->payload_paths);
+	strata_free(ws);
+}
+
+/* A read request's place in the files, to sort requests by. */
+typedef struct place {
+	uint32_t file;
+	uint64_t offset;
+	size_t index;
+} place;
+
+static int by_place(const void *a, const void *b)
+{
+	const place *x = a, *y = b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+strata_status strata_weight_store_read(strata_weight_store *ws,
+				       const strata_tensor *const *tensors,
+				       void *const *dst, size_t n,
+				       strata_error *err)
+{
+	const strata_catalog *c = ws->c;
+	for (size_t i = 0; i < n; i++)
+		if (tensors[i] < c->tensors || tensors[i] >= c->tensors + c->count ||
+		    (!dst[i] && tensors[i]->bytes))
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "pass tensors of the store's own catalog and a buffer for each",
+					   "weight store read: entry %zu is not a tensor of this catalog or has no buffer",
+					   i);
+	place *pl = strata_calloc_or_error(n ? n : 1, sizeof *pl, "read order",
+					   err);
+	size_t *order = pl ? strata_calloc(n ? n : 1, sizeof *order) : NULL;
+	if (!order) {
+		strata_free(pl);
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "out of memory ordering %zu reads", n);
+	}
+	for (size_t i = 0; i < n; i++)
+		pl[i] = (place){tensors[i]->file, tensors[i]->offset, i};
+	qsort(pl, n, sizeof *pl, by_place);
+	for (size_t i = 0; i < n; i++)
+		order[i] = pl[i].index;
+	strata_free(pl);
+	strata_status s = STRATA_OK;
+	for (size_t i = 0; i < n && !s;) {
+		const strata_tensor *t = tensors[order[i]];
+		group g = {t->file, t->offset, t->bytes, i, 1};
+		while (i + g.count < n) {
+			const strata_tensor *u = tensors[order[i + g.count]];
+			if (u->file != g.file || u->offset != g.offset + g.bytes ||
+			    g.bytes + u->bytes > MAX_GROUP_BYTES)
+				break;
+			g.bytes += u->bytes;
+			g.count++;
+		}
+		if (g.bytes)
+			s = do_group(ws, &g, tensors, dst, order, err);
+		i += g.count;
+	}
+	strata_free(order);
+	return s;
+}
+
+void strata_weight_store_get_stats(const strata_weight_store *ws,
+				   strata_weight_store_stats *out)
+{
+	strata_weight_store *w = (strata_weight_store *)ws;
+	pthread_mutex_lock(&w->mu);
+	bool direct = w->want_direct && !w->direct_refused;
+	*out = (strata_weight_store_stats){
+		.backend = direct ? "o_direct" : "pread",
+		.cache_hits = w->hits,
+		.cache_misses = w->misses,
+		.evictions = w->evictions,
+		.currently_cached_shards = w->n_open,
+		.touched_count = w->touched_count,
+		.touched_shard_paths = w->touched_paths,
+		.payload_count = w->payload_count,
+		.payload_shard_paths = w->payload_paths,
+		.physical_reads = w->reads,
+		.physical_read_bytes = w->read_bytes,
+		.coalesced_group_hits = w->coalesced,
+		.note = w->direct_refused ? w->note : NULL,
+	};
+	pthread_mutex_unlock(&w->mu);
+}
