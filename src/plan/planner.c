@@ -393,15 +393,27 @@ static void select_candidate(strata_plan *p)
 		sz(p->budgets.device_bytes, a), sz(p->budgets.host_bytes, b));
 }
 
-/* E_PLAN_NOTHING_FITS naming each mode's shortfall (the first, smallest
- * window of each mode; deeper host windows only need more) and the
- * smallest budgets that would fit. */
+static const char *candidate_label(const strata_plan_candidate *c,
+				   char buf[32])
+{
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		snprintf(buf, 32, "host:%llu",
+			 (unsigned long long)c->weights.depth);
+	else
+		snprintf(buf, 32, "%s", strata_residency_mode_name(c->mode));
+	return buf;
+}
+
+/* E_PLAN_NOTHING_FITS naming each mode's shortfall (its first, smallest
+ * window; deeper host windows only need more) and the smallest budgets
+ * that fit: the least device memory, and the least host memory, which
+ * differ because host windows trade device bytes for host bytes. */
 static strata_status nothing_fits_error(const strata_plan *p,
 					strata_error *err)
 {
 	char msg[STRATA_ERROR_MESSAGE_BYTES] = "";
 	size_t len = 0;
-	const strata_plan_candidate *smallest = NULL;
+	const strata_plan_candidate *least_dev = NULL, *least_host = NULL;
 	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT,
 					 STRATA_RESIDENCY_HOST,
 					 STRATA_RESIDENCY_DISK};
@@ -410,35 +422,53 @@ static strata_status nothing_fits_error(const strata_plan *p,
 		if (!c)
 			continue;
 		char name[32];
-		if (c->mode == STRATA_RESIDENCY_HOST)
-			snprintf(name, sizeof name, "host:%llu",
-				 (unsigned long long)c->weights.depth);
-		else
-			snprintf(name, sizeof name, "%s",
-				 strata_residency_mode_name(c->mode));
 		if (len < sizeof msg)
 			len += (size_t)snprintf(msg + len, sizeof msg - len,
 				"%s%s is %llu device bytes short and %llu host bytes short",
-				len ? "; " : "", name,
+				len ? "; " : "", candidate_label(c, name),
 				(unsigned long long)c->device_shortfall_bytes,
 				(unsigned long long)c->host_shortfall_bytes);
-		if (!smallest || c->device_bytes < smallest->device_bytes ||
-		    (c->device_bytes == smallest->device_bytes &&
-		     c->host_bytes < smallest->host_bytes))
-			smallest = c;
+		if (!least_dev || c->device_bytes < least_dev->device_bytes ||
+		    (c->device_bytes == least_dev->device_bytes &&
+		     c->host_bytes < least_dev->host_bytes))
+			least_dev = c;
+		/* host 0 turns disk into direct reads: its least host need */
+		uint64_t h = c->mode == STRATA_RESIDENCY_DISK ? 0 : c->host_bytes;
+		uint64_t lh = !least_host ? 0
+			      : least_host->mode == STRATA_RESIDENCY_DISK
+				      ? 0
+				      : least_host->host_bytes;
+		if (!least_host || h < lh ||
+		    (h == lh && c->device_bytes < least_host->device_bytes))
+			least_host = c;
 	}
-	if (!smallest)
+	if (!least_dev)
 		return strata_fail(err, STRATA_E_PLAN_NOTHING_FITS,
 				   "check the residency options",
 				   "no candidate for the requested mode");
-	strata_fail(err, STRATA_E_PLAN_NOTHING_FITS, "",
-		    "nothing fits: %s", msg);
-	if (err)
+	strata_fail(err, STRATA_E_PLAN_NOTHING_FITS, "", "nothing fits: %s",
+		    msg);
+	if (!err)
+		return STRATA_E_PLAN_NOTHING_FITS;
+	char a[32], b[32];
+	uint64_t lh_host = least_host->mode == STRATA_RESIDENCY_DISK
+				   ? 0
+				   : least_host->host_bytes;
+	if (least_dev == least_host)
 		strata_error_set_fix(err,
-			"the smallest budgets that fit are --device-memory %llu --host-memory %llu (%s); raise the budgets, shorten --context or lower --batch",
-			(unsigned long long)smallest->device_bytes,
-			(unsigned long long)smallest->host_bytes,
-			strata_residency_mode_name(smallest->mode));
+			"it fits with --device-memory %llu --host-memory %llu (%s); or shorten --context, lower --batch",
+			(unsigned long long)least_dev->device_bytes,
+			(unsigned long long)lh_host,
+			candidate_label(least_dev, a));
+	else
+		strata_error_set_fix(err,
+			"it fits with --device-memory %llu --host-memory %llu (%s) or --device-memory %llu --host-memory %llu (%s); or shorten --context",
+			(unsigned long long)least_dev->device_bytes,
+			(unsigned long long)least_dev->host_bytes,
+			candidate_label(least_dev, a),
+			(unsigned long long)least_host->device_bytes,
+			(unsigned long long)lh_host,
+			candidate_label(least_host, b));
 	return STRATA_E_PLAN_NOTHING_FITS;
 }
 

@@ -1,0 +1,719 @@
+/* test_planner.c - where-it-executes bytes, the memory model's formulas,
+ * budgets, candidates, the automatic choice and its explanation codes,
+ * option errors, the nothing-fits error and the JSON document. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "strata/plan.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+
+/* ------------------------------------------------------------------------ */
+/* A synthetic model: 1 MiB embedding, 8 layers of 4 MiB, a tiny arch      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fixture {
+	strata_plan_param params[16];
+	uint64_t bytes[16];
+	size_t n;
+	strata_plan_layout *layout;
+	strata_plan_arch arch;
+	char names[16][48];
+} fixture;
+
+static strata_status fixture_bytes(void *ctx, size_t i, uint64_t *out,
+				   strata_error *err)
+{
+	(void)err;
+	*out = ((fixture *)ctx)->bytes[i];
+	return STRATA_OK;
+}
+
+static void add_param(fixture *f, const char *name, uint64_t bytes)
+{
+	size_t i = f->n++;
+	snprintf(f->names[i], sizeof f->names[i], "%s", name);
+	strata_error err;
+	assert_int_equal(strata_topology_owner(f->names[i], &f->params[i].owner,
+					       &err),
+			 STRATA_OK);
+	f->params[i].name = f->names[i];
+	f->params[i].file_bytes = bytes / 2; /* bf16 on disk, f32 on cpu */
+	f->bytes[i] = bytes;
+}
+
+static fixture *fixture_make(size_t layers)
+{
+	fixture *f = calloc(1, sizeof *f);
+	add_param(f, "model.embed_tokens.weight", 1 * MiB);
+	for (size_t l = 0; l < layers; l++) {
+		char name[48];
+		snprintf(name, sizeof name, "model.layers.%zu.mlp.weight", l);
+		add_param(f, name, 4 * MiB);
+	}
+	strata_error err;
+	assert_int_equal(strata_plan_layout_create(f->params, f->n,
+						   fixture_bytes, f, NULL, 0,
+						   &f->layout, &err),
+			 STRATA_OK);
+	f->arch = (strata_plan_arch){.known = true, .family = "llama",
+				     .layers = layers, .hidden = 64,
+				     .intermediate = 128, .heads = 4,
+				     .kv_heads = 2, .head_dim = 16,
+				     .vocab = 100, .max_context = 512};
+	return f;
+}
+
+static void fixture_free(fixture *f)
+{
+	strata_plan_layout_destroy(f->layout);
+	free(f);
+}
+
+static strata_plan_options opts(uint64_t device, uint64_t host)
+{
+	return (strata_plan_options){
+		.device = STRATA_PLAN_DEVICE_CPU,
+		.has_device_budget = true, .device_budget = device,
+		.has_host_budget = true, .host_budget = host,
+		.shape = {.context = 256, .batch = 1},
+	};
+}
+
+static const strata_plan_machine no_machine = {0};
+
+static bool has_code(const strata_plan *p, strata_explain code)
+{
+	for (size_t i = 0; i < strata_plan_explanation_count(p); i++)
+		if (strata_plan_explanation_at(p, i)->code == code)
+			return true;
+	return false;
+}
+
+/* KV: 8 layers x 2 x [1, 256, 2*16] f32 = 8 x 2 x 32768; workspace 7168
+ * (computed by hand in memory_model_formulas_are_exact). */
+#define KV_CPU (UINT64_C(8) * 2 * 32768)
+#define WS 7168u
+#define RESIDENT_DEVICE (1 * MiB + 32 * MiB + KV_CPU + WS)
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void tensor_bytes_are_where_it_executes(void **state)
+{
+	(void)state;
+	uint64_t b;
+	strata_error err;
+	const strata_plan_device cpu = STRATA_PLAN_DEVICE_CPU,
+				 cuda = STRATA_PLAN_DEVICE_CUDA;
+	assert_int_equal(strata_plan_tensor_device_bytes(STRATA_DTYPE_BF16,
+							 1024, cpu, &b, &err),
+			 STRATA_OK);
+	assert_true(b == 4096); /* converted to f32 */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_BF16, 1024, cuda, &b, &err);
+	assert_true(b == 2048);
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_F16, 1000, cuda, &b, &err);
+	assert_true(b == 2048); /* 2000 rounded up to 256 */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q4_0, 64, cpu, &b, &err);
+	assert_true(b == 256); /* dequantised: 64 x 4 */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q8_0, 1024, cuda, &b, &err);
+	assert_true(b == 4096);
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_I64, 64, cpu, &b, &err);
+	assert_true(b == 512);
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_F32, 0, cpu, &b, &err);
+	assert_true(b == 0);
+	assert_int_equal(strata_plan_tensor_device_bytes(STRATA_DTYPE_COUNT, 1,
+							 cpu, &b, &err),
+			 STRATA_E_CKPT_DTYPE);
+	assert_int_equal(strata_plan_tensor_device_bytes(STRATA_DTYPE_F32,
+							 UINT64_MAX / 2, cpu,
+							 &b, &err),
+			 STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "tensor device bytes"));
+}
+
+static void memory_model_formulas_are_exact(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_shape sh = {.context = 256, .batch = 1, .prefill_chunk = 1};
+	strata_plan_memory m;
+	strata_error err;
+	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
+						    STRATA_PLAN_DEVICE_CPU,
+						    STRATA_DTYPE_BF16, 4 * MiB,
+						    2, &m, &err),
+			 STRATA_OK);
+	assert_true(m.arch_known && m.kv_element_bytes == 4);
+	assert_true(m.kv_buffer_bytes == 256 * 32 * 4);
+	assert_true(m.kv_cache_bytes == KV_CPU);
+	assert_true(m.x_bytes == 256 && m.xb_bytes == 256 &&
+		    m.xb2_bytes == 256 && m.q_bytes == 256);
+	assert_true(m.k_bytes == 256 && m.v_bytes == 256); /* 128 aligned */
+	assert_true(m.att_bytes == 4 * 256 * 4);
+	assert_true(m.hb_bytes == 512 && m.hb2_bytes == 512);
+	assert_true(m.logits_bytes == 512); /* 400 aligned */
+	assert_true(m.workspace_bytes == WS);
+	assert_true(m.staging_slots == 2 && m.staging_bytes == 8 * MiB);
+	/* cuda keeps bf16 KV; batch and chunk scale what they should */
+	sh = (strata_plan_shape){.context = 256, .batch = 3, .prefill_chunk = 4};
+	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
+						    STRATA_PLAN_DEVICE_CUDA,
+						    STRATA_DTYPE_BF16, 0, 0, &m,
+						    &err),
+			 STRATA_OK);
+	assert_true(m.kv_element_bytes == 2);
+	assert_true(m.kv_buffer_bytes == 3 * 256 * 32 * 2);
+	assert_true(m.x_bytes == 12 * 64 * 4);
+	assert_true(m.att_bytes == 12 * 4 * 256 * 4);
+	assert_true(m.logits_bytes == 1280); /* 3 x 100 x 4 = 1200 aligned */
+	/* overflow names the buffer */
+	sh.context = UINT64_MAX / 2;
+	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
+						    STRATA_PLAN_DEVICE_CPU,
+						    STRATA_DTYPE_BF16, 0, 0, &m,
+						    &err),
+			 STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "KV buffer"));
+	/* unknown architecture: nothing guessed */
+	strata_plan_arch unknown = {.known = false};
+	assert_int_equal(strata_plan_memory_compute(&unknown, &sh,
+						    STRATA_PLAN_DEVICE_CPU,
+						    STRATA_DTYPE_BF16, 5, 1, &m,
+						    &err),
+			 STRATA_OK);
+	assert_false(m.arch_known);
+	assert_true(m.kv_cache_bytes == 0 && m.workspace_bytes == 0 &&
+		    m.staging_bytes == 5);
+	fixture_free(f);
+}
+
+static void resident_is_chosen_when_it_fits(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(RESIDENT_DEVICE, 0);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_RESIDENT);
+	assert_true(strata_plan_device_total(p) == RESIDENT_DEVICE);
+	assert_true(strata_plan_host_total(p) == 0);
+	assert_true(has_code(p, STRATA_EXPLAIN_RESIDENT_FITS));
+	assert_true(has_code(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_OPTION));
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	assert_true(c->weights.static_bytes == MiB &&
+		    c->weights.window_bytes == 32 * MiB &&
+		    c->weights.depth == 8);
+	strata_plan_destroy(p);
+	/* one byte less and resident no longer fits: the exact edge */
+	o.device_budget = RESIDENT_DEVICE - 1;
+	o.host_budget = 64 * MiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
+	assert_true(has_code(p, STRATA_EXPLAIN_RESIDENT_EXCEEDS_DEVICE_BUDGET));
+	assert_true(strata_plan_candidate_at(p, 0)->device_shortfall_bytes == 1);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void host_window_is_the_fastest_fitting_depth(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	/* room for a window of 3 units, not 4 */
+	uint64_t dev = MiB + 3 * 4 * MiB + KV_CPU + WS;
+	strata_plan_options o = opts(dev, 64 * MiB);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	/* resident, host:1..4 (4 is the first that does not fit), disk */
+	assert_int_equal(strata_plan_candidate_count(p), 6);
+	for (size_t d = 1; d <= 4; d++) {
+		const strata_plan_candidate *c = strata_plan_candidate_at(p, d);
+		assert_int_equal(c->mode, STRATA_RESIDENCY_HOST);
+		assert_true(c->weights.depth == d);
+		assert_true(c->weights.window_bytes == d * 4 * MiB);
+		assert_true(c->host_bytes == 32 * MiB + 4 * MiB); /* + 1 slot */
+		assert_int_equal(c->fits, d <= 3);
+	}
+	/* depth 1 cannot overlap copy and compute; 2 and 3 tie: the smaller
+	 * window wins */
+	const strata_plan_candidate *c1 = strata_plan_candidate_at(p, 1);
+	const strata_plan_candidate *c2 = strata_plan_candidate_at(p, 2);
+	assert_true(c1->predicted_ms_per_forward > c2->predicted_ms_per_forward);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
+	assert_true(strata_plan_depth(p) == 2);
+	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED));
+	strata_plan_destroy(p);
+	/* the host tier too small for every unit: disk, two units ahead */
+	o.host_budget = 8 * MiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
+	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_HOST_BUDGET));
+	assert_true(has_code(p, STRATA_EXPLAIN_DISK_SELECTED));
+	assert_true(strata_plan_depth(p) == 2 && strata_plan_lookahead(p) == 2 &&
+		    strata_plan_queue(p) == 1);
+	assert_true(strata_plan_host_total(p) == 8 * MiB);
+	assert_true(strata_plan_get_memory(p)->staging_bytes == 8 * MiB);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void disk_options_follow_the_host_budget(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	uint64_t dev = MiB + 2 * 4 * MiB + KV_CPU + WS;
+	strata_plan_options o = opts(dev, 0);
+	o.mode = STRATA_RESIDENCY_DISK;
+	strata_plan *p;
+	strata_error err;
+	/* host 0: straight from disk to the device */
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_lookahead(p) == 0 && strata_plan_queue(p) == 0);
+	assert_true(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
+	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_BY_OPTION));
+	strata_plan_destroy(p);
+	/* invalid combinations */
+	const struct {
+		uint64_t host;
+		bool has_la, has_q;
+		uint64_t la, q;
+	} bad[] = {
+		{0, true, false, 1, 0},	   /* lookahead with host 0 */
+		{0, false, true, 0, 2},	   /* queue with host 0 */
+		{MiB, true, false, 0, 0},  /* lookahead 0 with host */
+		{MiB, false, true, 0, 0},  /* queue 0 with host */
+		{MiB, true, true, 1, 2},   /* more reads than slots */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		o.host_budget = bad[i].host;
+		o.has_lookahead = bad[i].has_la;
+		o.lookahead = bad[i].la;
+		o.has_queue = bad[i].has_q;
+		o.queue = bad[i].q;
+		p = (strata_plan *)&o; /* must be set to NULL */
+		assert_int_equal(strata_plan_create(f->layout, &f->arch,
+						    STRATA_DTYPE_BF16, &o,
+						    &no_machine, &p, &err),
+				 STRATA_E_PLAN_OPTIONS);
+		assert_null(p);
+	}
+	/* given lookahead and queue are used as given */
+	o.host_budget = 64 * MiB;
+	o.lookahead = 3;
+	o.queue = 2;
+	o.has_lookahead = o.has_queue = true;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_lookahead(p) == 3 && strata_plan_queue(p) == 2);
+	assert_true(strata_plan_host_total(p) == 12 * MiB);
+	strata_plan_destroy(p);
+	/* lookahead/queue with a non-disk forced mode */
+	o.mode = STRATA_RESIDENCY_RESIDENT;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_OPTIONS);
+	fixture_free(f);
+}
+
+static void nothing_fits_names_shortfalls_and_the_smallest_budget(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(MiB, 0);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_non_null(p); /* the candidates stay available to show */
+	assert_null(strata_plan_selected(p));
+	assert_true(has_code(p, STRATA_EXPLAIN_NOTHING_FITS));
+	assert_non_null(strstr(err.message, "resident is "));
+	assert_non_null(strstr(err.message, "host:1 is "));
+	assert_non_null(strstr(err.message, "disk is "));
+	/* the least device memory is host:1 (one unit on the device, every
+	 * unit on the host); the least host memory is disk read directly.
+	 * Both named budgets are exact: they fit, one byte less does not. */
+	const strata_plan_candidate *h1 = strata_plan_candidate_at(p, 1);
+	const strata_plan_candidate *disk =
+		strata_plan_candidate_at(p, strata_plan_candidate_count(p) - 1);
+	assert_int_equal(h1->mode, STRATA_RESIDENCY_HOST);
+	assert_int_equal(disk->mode, STRATA_RESIDENCY_DISK);
+	const struct {
+		uint64_t dev, host;
+		strata_residency_mode mode;
+	} named[] = {{h1->device_bytes, h1->host_bytes, STRATA_RESIDENCY_HOST},
+		     {disk->device_bytes, 0, STRATA_RESIDENCY_DISK}};
+	for (size_t i = 0; i < 2; i++) {
+		char want[96];
+		snprintf(want, sizeof want,
+			 "--device-memory %llu --host-memory %llu",
+			 (unsigned long long)named[i].dev,
+			 (unsigned long long)named[i].host);
+		if (!strstr(err.fix, want))
+			fail_msg("fix '%s' lacks '%s'", err.fix, want);
+	}
+	strata_plan_destroy(p);
+	for (size_t i = 0; i < 2; i++) {
+		o.device_budget = named[i].dev;
+		o.host_budget = named[i].host;
+		assert_int_equal(strata_plan_create(f->layout, &f->arch,
+						    STRATA_DTYPE_BF16, &o,
+						    &no_machine, &p, &err),
+				 STRATA_OK);
+		assert_int_equal(strata_plan_mode(p), named[i].mode);
+		strata_plan_destroy(p);
+		o.device_budget = named[i].dev - 1;
+		assert_int_equal(strata_plan_create(f->layout, &f->arch,
+						    STRATA_DTYPE_BF16, &o,
+						    &no_machine, &p, &err),
+				 STRATA_E_PLAN_NOTHING_FITS);
+		strata_plan_destroy(p);
+	}
+	fixture_free(f);
+}
+
+static void forced_modes_select_only_themselves(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(GiB, GiB);
+	o.mode = STRATA_RESIDENCY_HOST;
+	o.host_depth = 3;
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
+	assert_true(strata_plan_depth(p) == 3);
+	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_BY_OPTION));
+	strata_plan_destroy(p);
+	/* a depth deeper than the model is sized as asked (not clamped) */
+	o.host_depth = 100;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_depth(p) == 100);
+	assert_true(strata_plan_selected(p)->weights.window_bytes == 32 * MiB);
+	strata_plan_destroy(p);
+	/* forced resident that does not fit is an error, not a fallback */
+	o = opts(RESIDENT_DEVICE - 256, GiB);
+	o.mode = STRATA_RESIDENCY_RESIDENT;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT));
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void budgets_come_from_the_machine_with_headroom(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CPU};
+	strata_plan_machine m = {.host_available_known = true,
+				 .host_available_bytes = 20 * GiB};
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	const strata_plan_budgets *b = strata_plan_get_budgets(p);
+	assert_true(b->device_headroom_bytes == 2 * GiB);
+	assert_true(b->device_bytes == 18 * GiB);
+	assert_true(b->host_bytes == 0); /* cpu: one RAM, all to the device */
+	assert_true(has_code(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE));
+	assert_true(strata_plan_get_options(p)->shape.context == 512);
+	strata_plan_destroy(p);
+	/* an explicit device budget leaves the rest of RAM to the host */
+	o.has_device_budget = true;
+	o.device_budget = 4 * GiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_get_budgets(p)->host_bytes == 14 * GiB);
+	strata_plan_destroy(p);
+	/* small machines keep at least 1 GiB */
+	assert_true(strata_plan_headroom(STRATA_PLAN_DEVICE_CPU, 3 * GiB) == GiB);
+	assert_true(strata_plan_headroom(STRATA_PLAN_DEVICE_CUDA, 100 * GiB) ==
+		    5 * GiB);
+	assert_true(strata_plan_headroom(STRATA_PLAN_DEVICE_CPU, 100) == 100);
+	/* cuda with no way to tell its free memory */
+	o = (strata_plan_options){.device = STRATA_PLAN_DEVICE_CUDA};
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_E_PLAN_OPTIONS);
+	assert_non_null(strstr(err.fix, "--device-memory"));
+	fixture_free(f);
+}
+
+static void predictions_follow_bytes_and_bandwidths(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(MiB + 8 * MiB + KV_CPU + WS, GiB);
+	o.device = STRATA_PLAN_DEVICE_CUDA;
+	o.h2d_bandwidth = 1e9;
+	o.memory_bandwidth = 1e12;
+	o.disk_bandwidth = 1e8;
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	const strata_plan_memory *m = strata_plan_get_memory(p);
+	double compute =
+		(double)(33 * MiB + m->kv_cache_bytes) / 1e12; /* seconds */
+	double h2d = (double)(32 * MiB) / 1e9;
+	const strata_plan_candidate *res = strata_plan_candidate_at(p, 0);
+	const strata_plan_candidate *h1 = strata_plan_candidate_at(p, 1);
+	const strata_plan_candidate *h2 = strata_plan_candidate_at(p, 2);
+	assert_float_equal(res->predicted_ms_per_forward, compute * 1e3, 1e-9);
+	assert_float_equal(h1->predicted_ms_per_forward, (compute + h2d) * 1e3,
+			   1e-9);
+	assert_float_equal(h2->predicted_ms_per_forward, h2d * 1e3, 1e-9);
+	assert_float_equal(h2->tokens_per_second, 1.0 / h2d, 1e-6);
+	assert_true(h2->moved_bytes_per_forward == 32 * MiB);
+	/* disk reads the file bytes (half: bf16 on disk) */
+	const strata_plan_candidate *d =
+		strata_plan_candidate_at(p, strata_plan_candidate_count(p) - 1);
+	assert_float_equal(d->predicted_ms_per_forward,
+			   (double)(16 * MiB) / 1e8 * 1e3, 1e-9);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void unknown_architecture_sizes_weights_only(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(2);
+	strata_plan_arch unknown = {.known = false};
+	strata_plan_options o = opts(GiB, GiB);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &unknown,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_device_total(p) == 9 * MiB);
+	assert_true(has_code(p, STRATA_EXPLAIN_ARCHITECTURE_UNKNOWN));
+	strata_json j;
+	strata_json_init(&j, false);
+	strata_plan_write_json(p, "m", &j);
+	assert_int_equal(strata_json_finish(&j, &err), STRATA_OK);
+	json_error_t jerr;
+	json_t *doc = json_loads(j.buf, 0, &jerr);
+	assert_non_null(doc);
+	assert_true(json_is_null(json_object_get(
+		json_object_get(doc, "architecture"), "layers")));
+	assert_true(json_is_null(
+		json_object_get(json_object_get(doc, "memory"), "kv_cache_bytes")));
+	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
+	assert_true(json_is_null(json_object_get(c0, "kv_cache_bytes")));
+	json_decref(doc);
+	strata_json_fini(&j);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void json_has_the_documented_shape(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(MiB + 12 * MiB + KV_CPU + WS, 64 * MiB);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	strata_json j;
+	strata_json_init(&j, true);
+	strata_plan_write_json(p, "model-dir", &j);
+	assert_int_equal(strata_json_finish(&j, &err), STRATA_OK);
+	json_error_t jerr;
+	json_t *doc = json_loads(j.buf, 0, &jerr);
+	assert_non_null(doc);
+	json_t *cands = json_object_get(doc, "candidates");
+	assert_int_equal(json_array_size(cands), strata_plan_candidate_count(p));
+	size_t i;
+	json_t *c;
+	json_array_foreach(cands, i, c) {
+		json_t *w = json_object_get(c, "weights");
+		assert_int_equal(json_object_size(w), 4); /* exactly these */
+		const strata_plan_candidate *pc = strata_plan_candidate_at(p, i);
+		assert_true((uint64_t)json_integer_value(json_object_get(
+				    w, "static_bytes")) == pc->weights.static_bytes);
+		assert_true((uint64_t)json_integer_value(json_object_get(
+				    w, "window_bytes")) == pc->weights.window_bytes);
+		assert_true((uint64_t)json_integer_value(json_object_get(
+				    w, "required_bytes")) ==
+			    pc->weights.required_bytes);
+		assert_true((uint64_t)json_integer_value(
+				    json_object_get(w, "depth")) == pc->weights.depth);
+		assert_true(json_is_integer(json_object_get(c, "device_bytes")));
+		assert_true(json_is_integer(json_object_get(c, "kv_cache_bytes")));
+		assert_true(json_is_boolean(json_object_get(c, "fits")));
+	}
+	json_t *sel = json_object_get(doc, "selected");
+	assert_string_equal(json_string_value(json_object_get(sel, "name")),
+			    "host:2");
+	assert_int_equal(json_integer_value(json_object_get(sel, "index")),
+			 strata_plan_selected_index(p));
+	json_t *ex = json_object_get(doc, "explanations");
+	assert_int_equal(json_array_size(ex), strata_plan_explanation_count(p));
+	bool found = false;
+	json_array_foreach(ex, i, c) found |= !strcmp(
+		json_string_value(json_object_get(c, "code")),
+		"host_window_selected");
+	assert_true(found);
+	json_decref(doc);
+	strata_json_fini(&j);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+static void sparse_units_list_a_bounded_number_of_windows(void **state)
+{
+	(void)state;
+	strata_plan_param prm[2] = {
+		{.name = "a", .owner = {.kind = STRATA_OWNER_UNIT, .group = "g",
+					.group_len = 1, .unit = 0}},
+		{.name = "b", .owner = {.kind = STRATA_OWNER_UNIT, .group = "g",
+					.group_len = 1,
+					.unit = UINT64_C(1) << 63}},
+	};
+	fixture *f = calloc(1, sizeof *f);
+	f->bytes[0] = 256;
+	f->bytes[1] = 512;
+	strata_plan_layout *l;
+	strata_error err;
+	assert_int_equal(strata_plan_layout_create(prm, 2, fixture_bytes, f,
+						   NULL, 0, &l, &err),
+			 STRATA_OK);
+	strata_plan_arch unknown = {0};
+	strata_plan_options o = opts(GiB, GiB);
+	o.device = STRATA_PLAN_DEVICE_CUDA;
+	strata_plan *p;
+	assert_int_equal(strata_plan_create(l, &unknown, STRATA_DTYPE_F32, &o,
+					    &no_machine, &p, &err),
+			 STRATA_OK);
+	/* resident, host:1..256, host:2^63+1, disk */
+	assert_int_equal(strata_plan_candidate_count(p),
+			 STRATA_PLAN_MAX_HOST_CANDIDATES + 3);
+	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_LIST_TRUNCATED));
+	const strata_plan_candidate *last = strata_plan_candidate_at(
+		p, STRATA_PLAN_MAX_HOST_CANDIDATES + 1);
+	assert_true(last->weights.depth == (UINT64_C(1) << 63) + 1);
+	assert_true(last->weights.window_bytes == 768);
+	strata_plan_destroy(p);
+	strata_plan_layout_destroy(l);
+	free(f);
+}
+
+static void plan_allocation_failures_leave_nothing(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(MiB + 12 * MiB + KV_CPU + WS, 64 * MiB);
+	for (long k = 0;; k++) {
+		strata_plan *p = NULL;
+		strata_error err;
+		strata_alloc_fail_after(k);
+		strata_status s = strata_plan_create(f->layout, &f->arch,
+						     STRATA_DTYPE_BF16, &o,
+						     &no_machine, &p, &err);
+		strata_alloc_fail_after(-1);
+		if (s == STRATA_OK) {
+			assert_true(strata_plan_depth(p) == 2);
+			strata_plan_destroy(p);
+			assert_true(k > 0);
+			break;
+		}
+		assert_int_equal(s, STRATA_E_NOMEM);
+		assert_null(p);
+	}
+	fixture_free(f);
+}
+
+static void meminfo_is_parsed_strictly(void **state)
+{
+	(void)state;
+	const char ok[] = "MemTotal:       24000000 kB\n"
+			  "MemFree:         1000 kB\n"
+			  "MemAvailable:   2048 kB\n";
+	uint64_t b = 0;
+	strata_error err;
+	assert_int_equal(strata_plan_parse_meminfo(ok, strlen(ok), &b, &err),
+			 STRATA_OK);
+	assert_true(b == 2048 * 1024);
+	const char *bad[] = {"MemTotal: 5 kB\n", "MemAvailable: kB\n",
+			     "MemAvailable: 12", "XMemAvailable: 5 kB\n",
+			     "MemAvailable: 99999999999999999999999 kB\n"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		assert_int_not_equal(strata_plan_parse_meminfo(
+					     bad[i], strlen(bad[i]), &b, &err),
+				     STRATA_OK);
+	/* this machine's own file reads */
+	assert_int_equal(strata_plan_host_available(&b, &err), STRATA_OK);
+	assert_true(b > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(tensor_bytes_are_where_it_executes),
+		cmocka_unit_test(memory_model_formulas_are_exact),
+		cmocka_unit_test(resident_is_chosen_when_it_fits),
+		cmocka_unit_test(host_window_is_the_fastest_fitting_depth),
+		cmocka_unit_test(disk_options_follow_the_host_budget),
+		cmocka_unit_test(nothing_fits_names_shortfalls_and_the_smallest_budget),
+		cmocka_unit_test(forced_modes_select_only_themselves),
+		cmocka_unit_test(budgets_come_from_the_machine_with_headroom),
+		cmocka_unit_test(predictions_follow_bytes_and_bandwidths),
+		cmocka_unit_test(unknown_architecture_sizes_weights_only),
+		cmocka_unit_test(json_has_the_documented_shape),
+		cmocka_unit_test(sparse_units_list_a_bounded_number_of_windows),
+		cmocka_unit_test(plan_allocation_failures_leave_nothing),
+		cmocka_unit_test(meminfo_is_parsed_strictly),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
