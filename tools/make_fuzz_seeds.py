@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""make_fuzz_seeds.py - writes the small seed corpora of the checkpoint
+fuzzers (tests/fuzz/corpus/fuzz_gguf, fuzz_safetensors): valid files that
+reach every part of each parser, kept under 64 KiB each. Pure Python."""
+import json
+import os
+import struct
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+GG = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_gguf")
+ST = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_safetensors")
+
+
+def s(x):
+    b = x.encode() if isinstance(x, str) else x
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, t, payload):
+    return s(key) + struct.pack("<I", t) + payload
+
+
+def gguf(version, kvs, tensors, align=32):
+    """tensors: (name, dims, ggml_type, nbytes)"""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)) + b"".join(kvs)
+    off = 0
+    infos = b""
+    for name, dims, t, nbytes in tensors:
+        infos += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", t, off)
+        off += (nbytes + align - 1) // align * align
+    out += infos
+    out += b"\0" * ((-len(out)) % align)
+    return out + bytes(i % 251 for i in range(off))
+
+
+def main():
+    os.makedirs(GG, exist_ok=True)
+    os.makedirs(ST, exist_ok=True)
+    kvs = [kv("general.architecture", 8, s("llama")),
+           kv("llama.block_count", 4, struct.pack("<I", 1)),
+           kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+           kv("general.flag", 7, b"\x01"),
+           kv("a.i64", 11, struct.pack("<q", -5)),
+           kv("a.f64", 12, struct.pack("<d", 0.5)),
+           kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + s("<s>") + s("a") + s("\xe2\x96\x81b")),
+           kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 3) + struct.pack("<3f", 0, -1, -2)),
+           kv("a.nested", 9, struct.pack("<IQ", 9, 2) + struct.pack("<IQ", 2, 1) + b"\x07\x00"
+              + struct.pack("<IQ", 0, 2) + b"\x01\x02")]
+    tensors = [("token_embd.weight", [8, 4], 0, 128),
+               ("blk.0.attn_q.weight", [32, 2], 8, 68),
+               ("blk.0.ffn_up.weight", [256, 1], 12, 144),
+               ("output_norm.weight", [8], 1, 16)]
+    seeds = {
+        "v3-mixed.gguf": gguf(3, kvs, tensors),
+        "v2-mixed.gguf": gguf(2, kvs, tensors),
+        "vocab-only.gguf": gguf(3, kvs[:1] + kvs[6:8], []),
+        "align64.gguf": gguf(3, [kv("general.alignment", 4, struct.pack("<I", 64))] + kvs[:2],
+                             tensors[:2], align=64),
+    }
+    for name, data in seeds.items():
+        with open(os.path.join(GG, name), "wb") as f:
+            f.write(data)
+
+    def st(tensors, meta=None):
+        hdr, off, data = {}, 0, b""
+        if meta is not None:
+            hdr["__metadata__"] = meta
+        for name, dtype, shape, nbytes in tensors:
+            hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + nbytes]}
+            off += nbytes
+            data += bytes(i % 253 for i in range(nbytes))
+        h = json.dumps(hdr).encode()
+        h += b" " * ((-len(h)) % 8)
+        return struct.pack("<Q", len(h)) + h + data
+    sts = {
+        "mixed.safetensors": st([("a", "F32", [2, 2], 16), ("b", "BF16", [3], 6), ("c", "I8", [], 1),
+                                 ("d", "F4", [4], 2), ("e", "F6_E2M3", [4], 3), ("f", "U8", [0], 0)],
+                                {"format": "pt"}),
+        "null-meta.safetensors": st([("model.layers.0.q.weight", "F16", [2, 4], 16)], None),
+        "empty.safetensors": st([]),
+    }
+    for name, data in sts.items():
+        with open(os.path.join(ST, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
