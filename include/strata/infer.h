@@ -1,0 +1,253 @@
+/* infer.h - the llama-family forward pass (llama, mistral, qwen2) over the
+ * backend's kernels and a window of resident weights; sampling; generation
+ * (layer: infer).
+ *
+ * Weights reach the forward pass only through a weight source: acquire(l)
+ * hands out layer l's tensors as f32 device pointers, release(l) gives them
+ * back. Two sources exist: the residency engine (every mode of DESIGN.md)
+ * and, for tests and tools, a plain loader that converts everything to f32
+ * in host memory once.
+ */
+#ifndef STRATA_INFER_H
+#define STRATA_INFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/backend_kernels.h"
+#include "strata/base.h"
+#include "strata/checkpoint.h"
+
+/* ------------------------------------------------------------------------ */
+/* Hyper-parameters                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define STRATA_INFER_FAMILY_MAP(X)                                             \
+	X(LLAMA, "llama")                                                      \
+	X(MISTRAL, "mistral")                                                  \
+	X(QWEN2, "qwen2")
+
+typedef enum strata_infer_family {
+#define STRATA_INFER_FAMILY_ENUM(name, text) STRATA_FAMILY_##name,
+	STRATA_INFER_FAMILY_MAP(STRATA_INFER_FAMILY_ENUM)
+#undef STRATA_INFER_FAMILY_ENUM
+} strata_infer_family;
+
+const char *strata_infer_family_name(strata_infer_family f); /* or "unknown" */
+
+/* Everything the forward pass needs to know about a model's shape. */
+typedef struct strata_infer_hparams {
+	strata_infer_family family;
+	bool gguf;	     /* tensor names are GGUF's (blk.N.attn_q ...) */
+	uint32_t vocab;	     /* rows of the embedding */
+	uint32_t dim;	     /* hidden size */
+	uint32_t ffn;	     /* intermediate size */
+	uint32_t layers;
+	uint32_t heads, kv_heads, head_dim;
+	uint32_t context;    /* trained context (max positions) */
+	uint32_t window;     /* sliding window in positions; 0: none */
+	float norm_eps;
+	double rope_theta;
+	strata_rope_layout rope_layout;
+	/* Llama 3 rope_scaling (type "llama3"); factor 0: none. */
+	double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+	double rope_original_context;
+	int32_t bos, eos; /* -1: none */
+} strata_infer_hparams;
+
+/* Reads the hyper-parameters of MODEL: config.json in the directory for a
+ * safetensors catalog, the GGUF metadata otherwise. The vocabulary size comes
+ * from the embedding tensor. E_MODEL_CONFIG naming the key for a missing or
+ * impossible value, E_MODEL_ARCH for a family outside the list. */
+strata_status strata_infer_hparams_read(const char *model_path,
+					const strata_catalog *c,
+					strata_infer_hparams *out,
+					strata_error *err);
+
+/* The rotary frequencies (head_dim / 2), Llama 3 scaling applied. */
+void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq);
+
+/* ------------------------------------------------------------------------ */
+/* Weights                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One layer's tensors, f32, row-major [out, in]. Biases are NULL where the
+ * model has none (qwen2 has q/k/v biases). */
+typedef struct strata_infer_layer {
+	const float *attn_norm;		   /* (dim) */
+	const float *wq, *wk, *wv;	   /* (heads*hd, dim), (kv*hd, dim) x2 */
+	const float *bq, *bk, *bv;	   /* (heads*hd), (kv*hd) x2, or NULL */
+	const float *wo;		   /* (dim, heads*hd) */
+	const float *ffn_norm;		   /* (dim) */
+	const float *w_gate, *w_up;	   /* (ffn, dim) */
+	const float *w_down;		   /* (dim, ffn) */
+} strata_infer_layer;
+
+/* The tensors outside the layers. */
+typedef struct strata_infer_statics {
+	const float *embed;	 /* (vocab, dim) */
+	const float *final_norm; /* (dim) */
+	const float *lm_head;	 /* (vocab, dim); the embedding when tied */
+} strata_infer_statics;
+
+/* The slot of each layer tensor, in a fixed order; names per format. */
+#define STRATA_INFER_SLOT_MAP(X)                                               \
+	X(ATTN_NORM, attn_norm, "input_layernorm.weight", "attn_norm.weight", 0) \
+	X(WQ, wq, "self_attn.q_proj.weight", "attn_q.weight", 0)               \
+	X(WK, wk, "self_attn.k_proj.weight", "attn_k.weight", 0)               \
+	X(WV, wv, "self_attn.v_proj.weight", "attn_v.weight", 0)               \
+	X(BQ, bq, "self_attn.q_proj.bias", "attn_q.bias", 1)                   \
+	X(BK, bk, "self_attn.k_proj.bias", "attn_k.bias", 1)                   \
+	X(BV, bv, "self_attn.v_proj.bias", "attn_v.bias", 1)                   \
+	X(WO, wo, "self_attn.o_proj.weight", "attn_output.weight", 0)          \
+	X(FFN_NORM, ffn_norm, "post_attention_layernorm.weight",              \
+	  "ffn_norm.weight", 0)                                                \
+	X(W_GATE, w_gate, "mlp.gate_proj.weight", "ffn_gate.weight", 0)        \
+	X(W_UP, w_up, "mlp.up_proj.weight", "ffn_up.weight", 0)                \
+	X(W_DOWN, w_down, "mlp.down_proj.weight", "ffn_down.weight", 0)
+
+typedef enum strata_infer_slot {
+#define STRATA_INFER_SLOT_ENUM(name, field, hf, gguf, opt) STRATA_SLOT_##name,
+	STRATA_INFER_SLOT_MAP(STRATA_INFER_SLOT_ENUM)
+#undef STRATA_INFER_SLOT_ENUM
+	STRATA_SLOT_COUNT
+} strata_infer_slot;
+
+/* The catalog tensors of one model, found by name and checked against the
+ * hyper-parameters' shapes. layer[l][slot] is NULL only for absent optional
+ * tensors (biases); lm_head is the embedding when the model ties them. */
+typedef struct strata_infer_tensors {
+	const strata_tensor *embed, *final_norm, *lm_head;
+	const strata_tensor *(*layer)[STRATA_SLOT_COUNT]; /* [layers] */
+	uint32_t layers;
+} strata_infer_tensors;
+
+/* Finds and checks every tensor: E_MODEL_TENSOR_MISSING naming the tensor,
+ * E_MODEL_TENSOR_SHAPE with expected and found shapes, E_CKPT_DTYPE for a
+ * type strata cannot convert to f32. Tensors outside the model's list are
+ * ignored. The caller frees with strata_infer_tensors_fini. */
+strata_status strata_infer_tensors_find(const strata_catalog *c,
+					const strata_infer_hparams *hp,
+					strata_infer_tensors *out,
+					strata_error *err);
+void strata_infer_tensors_fini(strata_infer_tensors *t);
+/* Bytes of a tensor as f32 where it executes (checked). */
+strata_status strata_infer_f32_bytes(const strata_tensor *t, uint64_t *out,
+				     strata_error *err);
+
+/* Where the forward pass gets its weights. acquire fills *out with layer
+ * `layer`'s pointers, valid until release(layer). */
+typedef struct strata_infer_source_ops {
+	strata_status (*acquire)(void *user, uint32_t layer,
+				 strata_infer_layer *out, strata_error *err);
+	strata_status (*release)(void *user, uint32_t layer, strata_error *err);
+} strata_infer_source_ops;
+
+typedef struct strata_infer_source {
+	const strata_infer_source_ops *ops;
+	void *user;
+	strata_infer_statics statics;
+} strata_infer_source;
+
+/* The plain source: every tensor read once (through `read`, or pread of the
+ * catalog's file when NULL) and converted to f32 in host memory. For tests,
+ * tools and benches; `strata run` goes through the residency engine. */
+typedef struct strata_infer_loaded strata_infer_loaded;
+strata_status strata_infer_load_all(const strata_catalog *c,
+				    const strata_infer_tensors *t,
+				    strata_infer_loaded **out,
+				    strata_infer_source *src, strata_error *err);
+void strata_infer_loaded_destroy(strata_infer_loaded *l);
+
+/* ------------------------------------------------------------------------ */
+/* The forward pass                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_forward strata_forward;
+
+/* Allocates the KV cache for `context` positions and activations for up to
+ * `batch` positions per pass (prefill chunks). Borrows hp, compute and the
+ * source, which must outlive it. E_NOMEM / E_OVERFLOW naming the buffer. */
+strata_status strata_forward_create(const strata_infer_hparams *hp,
+				    strata_compute *compute,
+				    const strata_infer_source *src,
+				    uint32_t context, uint32_t batch,
+				    strata_forward **out, strata_error *err);
+void strata_forward_destroy(strata_forward *f);
+
+/* Runs tokens[0..n) at positions pos .. pos+n-1 (pos must equal the number
+ * of positions already cached), in chunks of at most `batch`. When `logits`
+ * is not NULL it receives the logits of every position, (n, vocab); with
+ * `last` not NULL, only the last position's (vocab). Errors:
+ * E_INFER_CONTEXT past the context, E_INFER_TOKEN for an id outside the
+ * vocabulary, weight-source and kernel errors as they come (the cache then
+ * holds an undefined suffix: restart with strata_forward_reset). */
+strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
+				 uint32_t n, uint32_t pos, float *logits,
+				 float *last, strata_error *err);
+/* Forgets every cached position. */
+void strata_forward_reset(strata_forward *f);
+uint32_t strata_forward_position(const strata_forward *f);
+uint32_t strata_forward_context(const strata_forward *f);
+const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_sampler_params {
+	float temperature;    /* 0: greedy (lowest id wins a tie) */
+	uint32_t top_k;	      /* 0: off */
+	float top_p;	      /* 1: off */
+	float min_p;	      /* 0: off; keep p >= min_p * p_max */
+	float repeat_penalty; /* 1: off; llama.cpp rule over the history */
+	uint32_t repeat_last_n; /* history length penalised; 0: all */
+	uint64_t seed;
+} strata_sampler_params;
+
+/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat 1.0 (64), seed 0 */
+void strata_sampler_params_default(strata_sampler_params *p);
+
+typedef struct strata_sampler strata_sampler;
+
+/* E_INVALID_ARG naming a parameter out of range (negative temperature, top_p
+ * outside (0, 1], ...). Buffers for `vocab` candidates are taken here, so
+ * sampling never allocates. */
+strata_status strata_sampler_create(const strata_sampler_params *p,
+				    uint32_t vocab, strata_sampler **out,
+				    strata_error *err);
+void strata_sampler_destroy(strata_sampler *s);
+
+/* Picks the next token from logits (vocab; modified in place) given the
+ * tokens so far. Same seed and inputs give the same choice. */
+int32_t strata_sampler_sample(strata_sampler *s, float *logits,
+			      const int32_t *history, size_t n_history);
+
+/* ------------------------------------------------------------------------ */
+/* Generation                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Called with each new token; a non-OK return stops generation with that
+ * status (err already filled). */
+typedef strata_status (*strata_token_fn)(void *user, int32_t token,
+					 strata_error *err);
+
+typedef struct strata_generate_stats {
+	uint64_t prompt_tokens, generated_tokens;
+	uint64_t prompt_ns;	   /* the prefill */
+	uint64_t first_token_ns;   /* start to the first sampled token */
+	uint64_t generate_ns;	   /* after the first token to the end */
+	bool stopped_at_eos;
+} strata_generate_stats;
+
+/* Prefills prompt[0..n_prompt) (n_prompt >= 1) then samples up to max_new
+ * tokens, calling on_token for each, stopping after `eos` (when >= 0; the
+ * EOS token itself is not passed on) or at the context's end. */
+strata_status strata_generate(strata_forward *f, strata_sampler *s,
+			      const int32_t *prompt, uint32_t n_prompt,
+			      uint32_t max_new, int32_t eos,
+			      strata_token_fn on_token, void *user,
+			      strata_generate_stats *stats, strata_error *err);
+
+#endif

@@ -1,0 +1,160 @@
+/* tensors.c - finds a llama-family model's tensors in a catalog by name and
+ * checks their shapes and types against the hyper-parameters (layer: infer).
+ *
+ * Trust: the catalog is already bounds-checked by the checkpoint layer; here
+ * a wrong shape or a type that cannot become f32 is refused before any
+ * payload is read, naming the tensor and both shapes.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "strata/infer.h"
+
+typedef struct slot_info {
+	const char *hf, *gguf;
+	bool optional;
+} slot_info;
+
+static const slot_info slots[STRATA_SLOT_COUNT] = {
+#define STRATA_INFER_SLOT_INFO(name, field, hf, gguf, opt) {hf, gguf, opt},
+	STRATA_INFER_SLOT_MAP(STRATA_INFER_SLOT_INFO)
+#undef STRATA_INFER_SLOT_INFO
+};
+
+/* ------------------------------------------------------------------------ */
+
+static void shape_text(char *buf, size_t cap, const uint64_t *s, uint32_t n)
+{
+	size_t at = (size_t)snprintf(buf, cap, "(");
+	for (uint32_t i = 0; i < n && at < cap; i++)
+		at += (size_t)snprintf(buf + at, cap - at, "%s%llu",
+				       i ? ", " : "", (unsigned long long)s[i]);
+	if (at < cap)
+		snprintf(buf + at, cap - at, ")");
+}
+
+/* Checks t against the expected shape (rows, cols), cols 0 for a vector. */
+static strata_status check_shape(const strata_tensor *t, uint64_t rows,
+				 uint64_t cols, strata_error *err)
+{
+	uint64_t want[2] = {rows, cols};
+	uint32_t n = cols ? 2 : 1;
+	bool ok = t->n_dims == n && t->shape_hf[0] == rows &&
+		  (n == 1 || t->shape_hf[1] == cols);
+	if (!ok) {
+		char a[96], b[96];
+		shape_text(a, sizeof a, want, n);
+		shape_text(b, sizeof b, t->shape_hf, t->n_dims);
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+				   "use a checkpoint that matches its "
+				   "configuration",
+				   "tensor '%s' should be %s but is %s",
+				   t->name, a, b);
+	}
+	const strata_dtype_info *info = strata_dtype_get(t->dtype);
+	if (!info || !info->is_float)
+		return strata_fail(err, STRATA_E_CKPT_DTYPE,
+				   "convert the model to F32, F16, BF16 or "
+				   "Q8_0",
+				   "tensor '%s' has type %s, which strata cannot "
+				   "compute with",
+				   t->name, info ? info->name : "unknown");
+	return STRATA_OK;
+}
+
+static strata_status find(const strata_catalog *c, const char *name,
+			  bool optional, uint64_t rows, uint64_t cols,
+			  const strata_tensor **out, strata_error *err)
+{
+	const strata_tensor *t = strata_catalog_find(c, name);
+	*out = t;
+	if (!t) {
+		if (optional)
+			return STRATA_OK;
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
+				   "use a complete checkpoint of this "
+				   "architecture",
+				   "tensor '%s' is missing", name);
+	}
+	return check_shape(t, rows, cols, err);
+}
+
+/* Expected (rows, cols) of a layer slot. */
+static void slot_shape(const strata_infer_hparams *hp, strata_infer_slot s,
+		       uint64_t *rows, uint64_t *cols)
+{
+	uint64_t q = (uint64_t)hp->heads * hp->head_dim;
+	uint64_t kv = (uint64_t)hp->kv_heads * hp->head_dim;
+	switch (s) {
+	case STRATA_SLOT_WQ: *rows = q; *cols = hp->dim; break;
+	case STRATA_SLOT_WK:
+	case STRATA_SLOT_WV: *rows = kv; *cols = hp->dim; break;
+	case STRATA_SLOT_BQ: *rows = q; *cols = 0; break;
+	case STRATA_SLOT_BK:
+	case STRATA_SLOT_BV: *rows = kv; *cols = 0; break;
+	case STRATA_SLOT_WO: *rows = hp->dim; *cols = q; break;
+	case STRATA_SLOT_W_GATE:
+	case STRATA_SLOT_W_UP: *rows = hp->ffn; *cols = hp->dim; break;
+	case STRATA_SLOT_W_DOWN: *rows = hp->dim; *cols = hp->ffn; break;
+	default: *rows = hp->dim; *cols = 0; break;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_infer_tensors_find(const strata_catalog *c,
+					const strata_infer_hparams *hp,
+					strata_infer_tensors *out,
+					strata_error *err)
+{
+	strata_infer_tensors t = {.layers = hp->layers};
+	bool g = hp->gguf;
+	strata_status st;
+	if ((st = find(c, g ? "token_embd.weight" : "model.embed_tokens.weight",
+		       false, hp->vocab, hp->dim, &t.embed, err)) ||
+	    (st = find(c, g ? "output_norm.weight" : "model.norm.weight", false,
+		       hp->dim, 0, &t.final_norm, err)) ||
+	    (st = find(c, g ? "output.weight" : "lm_head.weight", true,
+		       hp->vocab, hp->dim, &t.lm_head, err)))
+		return st;
+	if (!t.lm_head) /* tied: the embedding doubles as the LM head */
+		t.lm_head = t.embed;
+	t.layer = strata_calloc_or_error(hp->layers, sizeof *t.layer,
+					 "layer tensor table", err);
+	if (!t.layer)
+		return STRATA_E_NOMEM;
+	for (uint32_t l = 0; l < hp->layers; l++) {
+		for (int s = 0; s < STRATA_SLOT_COUNT; s++) {
+			char name[160];
+			snprintf(name, sizeof name,
+				 g ? "blk.%u.%s" : "model.layers.%u.%s", l,
+				 g ? slots[s].gguf : slots[s].hf);
+			uint64_t rows, cols;
+			slot_shape(hp, (strata_infer_slot)s, &rows, &cols);
+			st = find(c, name, slots[s].optional, rows, cols,
+				  &t.layer[l][s], err);
+			if (st) {
+				strata_free(t.layer);
+				return st;
+			}
+		}
+	}
+	*out = t;
+	return STRATA_OK;
+}
+
+void strata_infer_tensors_fini(strata_infer_tensors *t)
+{
+	if (!t)
+		return;
+	strata_free(t->layer);
+	t->layer = NULL;
+}
+
+strata_status strata_infer_f32_bytes(const strata_tensor *t, uint64_t *out,
+				     strata_error *err)
+{
+	char what[200];
+	snprintf(what, sizeof what, "f32 bytes of tensor '%s'", t->name);
+	return strata_checked_mul(t->elements, sizeof(float), out, what, err);
+}

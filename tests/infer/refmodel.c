@@ -1,0 +1,105 @@
+/* refmodel.c - loading the committed reference data for the infer tests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "infer/refmodel.h"
+
+const char *const ref_models[REF_MODEL_COUNT] = {
+	"llama_gqa1_f32",      "llama_gqa2_tied_bf16", "llama_gqa4_f16",
+	"llama_gqa2_f32",      "llama3_rope_f32",      "llama3_rope_bf16",
+	"mistral_window_f32",  "mistral_window_bf16",  "qwen2_bias_f32",
+	"qwen2_bias_tied_f16",
+};
+
+void ref_path(char *path, size_t cap, const char *name, const char *file)
+{
+	snprintf(path, cap, "%s/tests/data/reference/%s%s%s",
+		 STRATA_SOURCE_DIR, name, file ? "/" : "", file ? file : "");
+}
+
+static uint32_t ids(json_t *arr, int32_t *out, uint32_t cap)
+{
+	assert_true(json_is_array(arr));
+	uint32_t n = (uint32_t)json_array_size(arr);
+	assert_true(n <= cap);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+	return n;
+}
+
+void ref_load(const char *name, ref_data *r)
+{
+	char path[1024];
+	memset(r, 0, sizeof *r);
+	ref_path(path, sizeof path, name, "reference.json");
+	json_error_t je;
+	json_t *root = json_load_file(path, 0, &je);
+	if (!root)
+		fail_msg("%s: %s", path, je.text);
+	r->n_tokens = ids(json_object_get(root, "tokens"), r->tokens, 64);
+	r->n_greedy = ids(json_object_get(root, "greedy"), r->greedy, 64);
+	r->vocab = (uint32_t)json_integer_value(json_object_get(root, "vocab"));
+	json_decref(root);
+
+	ref_path(path, sizeof path, name, "logits.f32");
+	char *bytes = NULL;
+	size_t len = 0;
+	strata_error err;
+	assert_int_equal(strata_file_read_all(path, 1u << 24, &bytes, &len,
+					      &err),
+			 STRATA_OK);
+	assert_int_equal(len, (size_t)r->n_tokens * r->vocab * sizeof(float));
+	r->logits = strata_alloc(len);
+	assert_non_null(r->logits);
+	memcpy(r->logits, bytes, len); /* little-endian host assumed (x86) */
+	strata_free(bytes);
+}
+
+void ref_free(ref_data *r)
+{
+	strata_free(r->logits);
+	r->logits = NULL;
+}
+
+void ref_open_model(const char *model_path, ref_open *m)
+{
+	strata_error err;
+	memset(m, 0, sizeof *m);
+	strata_status st = strata_catalog_open(model_path, &m->cat, &err);
+	if (st)
+		fail_msg("%s: %s", model_path, err.message);
+	st = strata_infer_hparams_read(model_path, m->cat, &m->hp, &err);
+	if (st)
+		fail_msg("%s: %s", model_path, err.message);
+	st = strata_infer_tensors_find(m->cat, &m->hp, &m->t, &err);
+	if (st)
+		fail_msg("%s: %s", model_path, err.message);
+	st = strata_infer_load_all(m->cat, &m->t, &m->loaded, &m->src, &err);
+	if (st)
+		fail_msg("%s: %s", model_path, err.message);
+}
+
+void ref_close_model(ref_open *m)
+{
+	strata_infer_loaded_destroy(m->loaded);
+	strata_infer_tensors_fini(&m->t);
+	strata_catalog_destroy(m->cat);
+}
+
+double ref_max_diff(const float *a, const float *b, uint64_t n)
+{
+	double m = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - b[i]);
+		if (!(d <= m))
+			m = d; /* NaN propagates as the max */
+	}
+	return m;
+}

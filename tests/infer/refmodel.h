@@ -1,0 +1,42 @@
+/* refmodel.h - shared helpers of the infer tests: the committed reference
+ * models (tests/data/reference) and a model opened with the plain loader. */
+#ifndef STRATA_TESTS_INFER_REFMODEL_H
+#define STRATA_TESTS_INFER_REFMODEL_H
+
+#include "strata/infer.h"
+
+#define REF_MODEL_COUNT 10
+extern const char *const ref_models[REF_MODEL_COUNT];
+
+/* What reference.json says about one model. */
+typedef struct ref_data {
+	int32_t tokens[64];
+	uint32_t n_tokens;
+	int32_t greedy[64];
+	uint32_t n_greedy;
+	float *logits; /* (n_tokens, vocab) from logits.f32 */
+	uint32_t vocab;
+} ref_data;
+
+/* Fills path with STRATA_SOURCE_DIR/tests/data/reference/<name>[/file]. */
+void ref_path(char *path, size_t cap, const char *name, const char *file);
+/* Reads reference.json and logits.f32; asserts on failure. */
+void ref_load(const char *name, ref_data *r);
+void ref_free(ref_data *r);
+
+/* A model opened end to end with the plain loader. */
+typedef struct ref_open {
+	strata_catalog *cat;
+	strata_infer_hparams hp;
+	strata_infer_tensors t;
+	strata_infer_loaded *loaded;
+	strata_infer_source src;
+} ref_open;
+
+void ref_open_model(const char *model_path, ref_open *m);
+void ref_close_model(ref_open *m);
+
+/* max |a - b| over n floats. */
+double ref_max_diff(const float *a, const float *b, uint64_t n);
+
+#endif
