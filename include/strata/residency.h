@@ -1,0 +1,323 @@
+/* residency.h - memory tiers, the unit window with background prefetch and
+ * eviction, budget enforcement, and the telemetry recorder with its JSON
+ * projection (layer: residency).
+ *
+ * The engine keeps a model's weights where the plan says: static tensors
+ * pinned on the device for the whole run, execution units streamed through a
+ * bounded device window (resident, host:D, disk modes of DESIGN.md). The
+ * forward pass asks for a unit with acquire() and hands it back with
+ * release(); everything else (reads, copies, eviction) happens behind those
+ * two calls, on background threads, and is counted by the recorder.
+ */
+#ifndef STRATA_RESIDENCY_H
+#define STRATA_RESIDENCY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "strata/backend.h"
+#include "strata/base.h"
+#include "strata/checkpoint.h"
+#include "strata/plan.h"
+
+/* ------------------------------------------------------------------------ */
+/* Tiers and transfer directions (seed 001; the order is part of the JSON)  */
+/* ------------------------------------------------------------------------ */
+
+#define STRATA_TIER_MAP(X)                                                     \
+	X(DISK, "disk")                                                        \
+	X(HOST, "host")                                                        \
+	X(DEVICE, "device")
+
+typedef enum strata_tier {
+#define STRATA_TIER_ENUM(name, text) STRATA_TIER_##name,
+	STRATA_TIER_MAP(STRATA_TIER_ENUM)
+#undef STRATA_TIER_ENUM
+	STRATA_TIER_COUNT
+} strata_tier;
+
+/* Fixed order: device_to_host, device_to_disk, host_to_device, host_to_disk,
+ * disk_to_device, disk_to_host (DESIGN.md, telemetry document). */
+#define STRATA_DIRECTION_MAP(X)                                                \
+	X(DEVICE_TO_HOST, "device_to_host")                                    \
+	X(DEVICE_TO_DISK, "device_to_disk")                                    \
+	X(HOST_TO_DEVICE, "host_to_device")                                    \
+	X(HOST_TO_DISK, "host_to_disk")                                        \
+	X(DISK_TO_DEVICE, "disk_to_device")                                    \
+	X(DISK_TO_HOST, "disk_to_host")
+
+typedef enum strata_direction {
+#define STRATA_DIRECTION_ENUM(name, text) STRATA_DIR_##name,
+	STRATA_DIRECTION_MAP(STRATA_DIRECTION_ENUM)
+#undef STRATA_DIRECTION_ENUM
+	STRATA_DIRECTION_COUNT
+} strata_direction;
+
+const char *strata_tier_name(strata_tier t);	    /* "unknown" if out of range */
+const char *strata_direction_name(strata_direction d); /* likewise */
+
+/* ------------------------------------------------------------------------ */
+/* The telemetry recorder                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_transfer_stats {
+	uint64_t count, bytes, ns;
+} strata_transfer_stats;
+
+/* A copy of the recorder's figures at one moment. Every counter saturates at
+ * UINT64_MAX instead of wrapping. */
+typedef struct strata_telemetry_snapshot {
+	uint64_t planned_bytes[STRATA_TIER_COUNT];
+	uint64_t budget_bytes[STRATA_TIER_COUNT]; /* 0: no budget given */
+	uint64_t current_bytes[STRATA_TIER_COUNT];
+	uint64_t peak_bytes[STRATA_TIER_COUNT];
+	strata_transfer_stats transfers[STRATA_DIRECTION_COUNT];
+	uint64_t prefetch_requests; /* unit loads started ahead of need */
+	uint64_t prefetch_hits;	    /* acquires that found the unit ready */
+	uint64_t prefetch_misses;   /* acquires whose unit was not yet asked for */
+	uint64_t stalls;	    /* acquires that had to wait */
+	uint64_t stall_ns;	    /* total time waited */
+	uint64_t evictions, evicted_bytes; /* host lookahead cache */
+} strata_telemetry_snapshot;
+
+/* The recorder itself: a snapshot behind a mutex, so background threads may
+ * record while the forward pass does. Caller-owned storage (init/fini). */
+typedef struct strata_telemetry {
+	pthread_mutex_t lock;
+	strata_telemetry_snapshot s;
+} strata_telemetry;
+
+/* E_THREAD if the mutex cannot be made; t is then not initialised. */
+strata_status strata_telemetry_init(strata_telemetry *t, strata_error *err);
+void strata_telemetry_fini(strata_telemetry *t);
+
+void strata_telemetry_set_planned(strata_telemetry *t, strata_tier tier,
+				  uint64_t bytes);
+void strata_telemetry_set_budget(strata_telemetry *t, strata_tier tier,
+				 uint64_t bytes);
+/* Sets a tier's current resident bytes; its peak follows. */
+void strata_telemetry_set_resident(strata_telemetry *t, strata_tier tier,
+				   uint64_t bytes);
+/* Adds to / subtracts from the current bytes (saturating at both ends). */
+void strata_telemetry_add_resident(strata_telemetry *t, strata_tier tier,
+				   uint64_t bytes);
+void strata_telemetry_sub_resident(strata_telemetry *t, strata_tier tier,
+				   uint64_t bytes);
+void strata_telemetry_record_transfer(strata_telemetry *t, strata_direction d,
+				      uint64_t bytes, uint64_t ns);
+void strata_telemetry_record_prefetch(strata_telemetry *t);
+void strata_telemetry_record_hit(strata_telemetry *t);
+void strata_telemetry_record_miss(strata_telemetry *t);
+void strata_telemetry_record_stall(strata_telemetry *t, uint64_t ns);
+void strata_telemetry_record_eviction(strata_telemetry *t, uint64_t bytes);
+void strata_telemetry_get(strata_telemetry *t, strata_telemetry_snapshot *out);
+
+/* ------------------------------------------------------------------------ */
+/* The telemetry document (docs/telemetry.md)                               */
+/* ------------------------------------------------------------------------ */
+
+#define STRATA_TELEMETRY_SCHEMA_VERSION 1
+
+/* One device's figures (one engine per device). */
+typedef struct strata_telemetry_device {
+	const char *name; /* "cpu", "cuda:0" */
+	const strata_telemetry_snapshot *snapshot;
+} strata_telemetry_device;
+
+/* Everything the document says; pointers are borrowed for the call. */
+typedef struct strata_telemetry_report {
+	const char *model;	  /* MODEL as given on the command line */
+	const char *mode;	  /* "resident", "host", "disk" */
+	uint64_t depth;		  /* device window depth in units */
+	uint64_t lookahead_units; /* disk mode; else 0 */
+	uint64_t queue_depth;	  /* disk mode; else 0 */
+	uint64_t static_bytes;	  /* plan: pinned static tensors */
+	uint64_t window_bytes;	  /* plan: the largest device window */
+	double load_seconds;	  /* opening, planning, first loads */
+	double run_seconds;	  /* the forward passes */
+	uint64_t tokens;	  /* positions computed */
+	/* Totals over every device. */
+	const strata_telemetry_snapshot *residency;
+	/* NULL: the document shows an empty store ("none"). */
+	const strata_weight_store_stats *weight_store;
+	size_t device_count;
+	const strata_telemetry_device *devices;
+} strata_telemetry_report;
+
+/* Writes the document as one JSON object into j (which the caller inits and
+ * finishes); writer failures stick in j and show at strata_json_finish. */
+void strata_telemetry_write_json(strata_json *j,
+				 const strata_telemetry_report *r);
+
+/* Adds b's counters into a (saturating; peaks and plans add too, since
+ * devices are disjoint). For the document's totals over devices. */
+void strata_telemetry_snapshot_add(strata_telemetry_snapshot *a,
+				   const strata_telemetry_snapshot *b);
+
+/* The end-of-run summary for people: bytes moved per direction with GB/s,
+ * peak per tier against its budget, prefetch and stall figures. Writes to f
+ * (the CLI passes stderr). */
+void strata_telemetry_print_summary(FILE *f, const strata_telemetry_snapshot *s);
+
+/* ------------------------------------------------------------------------ */
+/* The engine                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Modes are the plan's (plan.h: strata_residency_mode, its names from
+ * strata_residency_mode_name); AUTO is the planner's to resolve and is not a
+ * mode the engine runs. */
+
+typedef enum strata_eviction {
+	STRATA_EVICT_LRU, /* least recently used, then lowest position */
+	STRATA_EVICT_LFU, /* least often used, then least recent, then position */
+} strata_eviction;
+
+/* One tensor as the engine moves it. */
+typedef struct strata_residency_tensor {
+	const strata_tensor *tensor; /* the catalog's entry: file, offset, bytes */
+	/* Bytes where it executes; 0: tensor->bytes. Differs when the tensor is
+	 * converted at load (bf16 on disk, f32 on the CPU: twice the bytes). */
+	uint64_t exec_bytes;
+	bool convert; /* pass through config.convert after reading */
+} strata_residency_tensor;
+
+/* One execution unit: unit index `unit` of group `group`. */
+typedef struct strata_residency_unit {
+	uint32_t group; /* index into config.groups */
+	uint64_t unit;
+	size_t tensor_count;
+	const strata_residency_tensor *tensors;
+} strata_residency_unit;
+
+/* Reads tensors[i]'s payload (tensors[i]->bytes, file dtype) into dst[i].
+ * Called from background threads; must be thread-safe. */
+typedef strata_status (*strata_residency_read_fn)(
+	void *user, const strata_tensor *const *tensors, void *const *dst,
+	size_t n, strata_error *err);
+
+/* Converts one tensor from its file form (src, t->bytes) to its compute form
+ * (dst, dst_bytes). Called from background threads. */
+typedef strata_status (*strata_residency_convert_fn)(
+	void *user, const strata_tensor *t, const void *src, void *dst,
+	uint64_t dst_bytes, strata_error *err);
+
+typedef struct strata_residency_config {
+	strata_residency_mode mode;
+	uint64_t depth; /* host: D >= 1; disk: min(units, 2) is used; resident: ignored */
+	/* Budgets: the device budget bounds the device arena (static + window,
+	 * 256-byte aligned per tensor); the host budget bounds host memory
+	 * (host mode: every unit; disk mode: the lookahead cache, 0 = read
+	 * straight into the device window). */
+	uint64_t device_budget_bytes;
+	uint64_t host_budget_bytes;
+	uint64_t lookahead_units;  /* disk: units read ahead (>= 1) */
+	uint64_t queue_depth;	   /* disk: background reads in flight (>= 1) */
+	uint32_t reader_threads;   /* disk: 0 = 1 */
+	strata_eviction eviction;  /* disk: host cache policy */
+	size_t group_count;
+	const char *const *groups; /* execution order of the groups */
+	size_t static_count;
+	const strata_residency_tensor *statics;
+	size_t unit_count;
+	const strata_residency_unit *units; /* any order; executed by (group, unit) */
+	strata_residency_read_fn read;
+	void *read_user;
+	strata_residency_convert_fn convert; /* needed if any tensor converts */
+	void *convert_user;
+} strata_residency_config;
+
+/* A unit's tensors on the device, valid until its release. */
+typedef struct strata_residency_view {
+	size_t count;
+	const strata_residency_tensor *tensors; /* the config's, in its order */
+	void *const *data;			/* device pointers, one per tensor */
+} strata_residency_view;
+
+/* The sizes the engine works to, in the seed's terms and as laid out. */
+typedef struct strata_residency_sizes {
+	uint64_t static_bytes;	       /* sum of static exec bytes */
+	uint64_t window_bytes;	       /* largest window (seed 001 sizing) */
+	uint64_t depth;		       /* device window depth in units */
+	uint64_t unit_bytes;	       /* sum of every unit's exec bytes */
+	uint64_t device_arena_bytes;   /* static + window, 256-aligned */
+	uint64_t host_arena_bytes;     /* host memory taken */
+} strata_residency_sizes;
+
+typedef struct strata_residency strata_residency;
+
+/* Checks the config, sizes the tiers, takes the device arena (and the host
+ * arena), loads the static tensors (and in resident mode every unit, in host
+ * mode every unit into host memory) and starts the background reader (disk
+ * mode). The config's arrays and the catalog tensors they point to must
+ * outlive the engine; nothing else is retained. E_RES_BUDGET when a tier does
+ * not fit its budget (naming tier, need and budget), E_INVALID_ARG for a bad
+ * config, read and allocation errors as they come. On error nothing is left
+ * allocated. The caller owns *out (strata_residency_destroy). */
+strata_status strata_residency_create(strata_backend *b,
+				      const strata_residency_config *cfg,
+				      strata_residency **out,
+				      strata_error *err);
+
+/* Stops the background threads (after their current read), waits for copies
+ * and frees everything, held units included. NULL is fine. */
+void strata_residency_destroy(strata_residency *e);
+
+/* Makes unit `unit` of group `group` (index into config.groups) resident on
+ * the device and fills *view, waiting only if its load is not finished (a
+ * recorded stall). Starts loads of the next units of the window. Errors:
+ * E_NOT_FOUND for a unit not in the config, E_RES_STATE when the unit is
+ * already held or a unit of another group is still held, E_RES_READER when a
+ * background read failed (its message says which unit and why; the engine
+ * stays failed). Not thread-safe: one forward pass drives one engine. */
+strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
+				       uint64_t unit,
+				       strata_residency_view *view,
+				       strata_error *err);
+
+/* Hands a held unit back: its device slot is free for the next prefetch.
+ * E_RES_STATE when it is not held. */
+strata_status strata_residency_release(strata_residency *e, uint32_t group,
+				       uint64_t unit, strata_error *err);
+
+/* A static tensor's device pointer by name; E_NOT_FOUND when absent. */
+strata_status strata_residency_static(strata_residency *e, const char *name,
+				      void **data,
+				      const strata_residency_tensor **tensor,
+				      strata_error *err);
+
+/* The sizes the engine works to. */
+void strata_residency_get_sizes(const strata_residency *e,
+				strata_residency_sizes *out);
+/* The engine's recorder (owned by the engine), for snapshots. */
+strata_telemetry *strata_residency_telemetry(strata_residency *e);
+/* The arena's own figures, for proving the peak (tests). */
+void strata_residency_device_arena_stats(const strata_residency *e,
+					 strata_arena_stats *out);
+void strata_residency_host_arena_stats(const strata_residency *e,
+				       strata_arena_stats *out);
+
+/* The seed's sizing over the units' exec bytes: static sum, the largest sum
+ * over `depth` consecutive unit indices of one group (absent indices weigh
+ * 0; cost grows with the number of units, not the largest index). Each sum
+ * is checked, naming which overflowed. A helper the engine uses and tests
+ * compare against. */
+strata_status strata_residency_size(const strata_residency_config *cfg,
+				    uint64_t depth, strata_residency_sizes *out,
+				    strata_error *err);
+
+/* A read hook over a weight store: pass the store as read_user. */
+strata_status strata_residency_read_store(void *store,
+					  const strata_tensor *const *tensors,
+					  void *const *dst, size_t n,
+					  strata_error *err);
+
+/* A convert hook to f32 (F32, F16, BF16, Q8_0 through the checkpoint
+ * layer's converter); dst_bytes must be 4 bytes per element. */
+strata_status strata_residency_convert_f32(void *user, const strata_tensor *t,
+					   const void *src, void *dst,
+					   uint64_t dst_bytes, strata_error *err);
+
+#endif

@@ -1,0 +1,646 @@
+/* engine.c - the residency engine's life cycle: checking the config, sizing
+ * the tiers (seed 001), taking the arenas, loading what stays put, and
+ * tearing it all down (layer: residency). The moving parts of the window
+ * are in engine_window.c, the readers in engine_load.c. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "residency/engine_internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Sizing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int by_group_unit(const void *pa, const void *pb)
+{
+	const strata_residency_unit *a = *(const strata_residency_unit *const *)pa;
+	const strata_residency_unit *b = *(const strata_residency_unit *const *)pb;
+	if (a->group != b->group)
+		return a->group < b->group ? -1 : 1;
+	return a->unit < b->unit ? -1 : a->unit > b->unit;
+}
+
+/* The units in execution order; the caller frees *out. Duplicates are
+ * refused: a {group, unit} is one unit. */
+static strata_status sort_units(const strata_residency_config *c,
+				const strata_residency_unit ***out,
+				strata_error *err)
+{
+	const strata_residency_unit **p =
+		strata_calloc_or_error(c->unit_count ? c->unit_count : 1,
+				       sizeof *p, "unit order", err);
+	if (!p)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < c->unit_count; i++)
+		p[i] = &c->units[i];
+	qsort(p, c->unit_count, sizeof *p, by_group_unit);
+	for (size_t i = 1; i < c->unit_count; i++)
+		if (p[i]->group == p[i - 1]->group && p[i]->unit == p[i - 1]->unit) {
+			strata_free(p);
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "list each execution unit once",
+					   "unit %" PRIu64 " of group '%s' is given twice",
+					   p[i]->unit, c->groups[p[i]->group]);
+		}
+	*out = p;
+	return STRATA_OK;
+}
+
+static strata_status unit_bytes(const strata_residency_unit *u, bool aligned,
+				uint64_t *out, strata_error *err)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < u->tensor_count; i++) {
+		uint64_t b = strata__res_tensor_exec(&u->tensors[i]);
+		strata_status s = aligned ? strata_arena_round(b, &b, "tensor bytes", err)
+					  : STRATA_OK;
+		if (s == STRATA_OK)
+			s = strata_checked_add(sum, b, &sum, "execution-unit bytes", err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	*out = sum;
+	return STRATA_OK;
+}
+
+/* Seed 001: the largest sum over `depth` consecutive unit indices of one
+ * group; absent indices weigh 0 and cost nothing (two pointers over the
+ * sorted units, so time follows the unit count, not the largest index). */
+static strata_status window(const strata_residency_unit *const *p, size_t n,
+			    uint64_t depth, bool aligned, uint64_t *out,
+			    strata_error *err)
+{
+	uint64_t best = 0, cur = 0;
+	size_t left = 0;
+	for (size_t i = 0; i < n && depth; i++) {
+		if (i && p[i]->group != p[i - 1]->group) {
+			left = i;
+			cur = 0;
+		}
+		while (p[i]->unit - p[left]->unit >= depth) {
+			uint64_t b;
+			strata_status s = unit_bytes(p[left], aligned, &b, err);
+			if (s != STRATA_OK)
+				return s;
+			cur -= b;
+			left++;
+		}
+		uint64_t b;
+		strata_status s = unit_bytes(p[i], aligned, &b, err);
+		if (s == STRATA_OK)
+			s = strata_checked_add(cur, b, &cur, "device-window bytes", err);
+		if (s != STRATA_OK)
+			return s;
+		if (cur > best)
+			best = cur;
+	}
+	*out = best;
+	return STRATA_OK;
+}
+
+static strata_status static_sum(const strata_residency_config *c, bool aligned,
+				uint64_t *out, strata_error *err)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < c->static_count; i++) {
+		uint64_t b = strata__res_tensor_exec(&c->statics[i]);
+		strata_status s = aligned ? strata_arena_round(b, &b, "static tensor bytes", err)
+					  : STRATA_OK;
+		if (s == STRATA_OK)
+			s = strata_checked_add(sum, b, &sum, "static parameter bytes", err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	*out = sum;
+	return STRATA_OK;
+}
+
+static uint64_t mode_depth(const strata_residency_config *c,
+			   const strata_residency_unit *const *p, uint64_t depth)
+{
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		return depth;
+	/* the seed's unit count: per group the last index + 1, summed */
+	uint64_t count = 0;
+	for (size_t i = 0; i < c->unit_count; i++)
+		if (i + 1 == c->unit_count || p[i + 1]->group != p[i]->group)
+			count = strata_sat_add_u64(count,
+						   strata_sat_add_u64(p[i]->unit, 1));
+	if (c->mode == STRATA_RESIDENCY_DISK)
+		return count < 2 ? count : 2;
+	return count;
+}
+
+static strata_status size_sorted(const strata_residency_config *c,
+				 const strata_residency_unit *const *p,
+				 uint64_t depth, strata_residency_sizes *out,
+				 strata_error *err)
+{
+	strata_residency_sizes z = {0};
+	z.depth = mode_depth(c, p, depth);
+	uint64_t static_aligned = 0, window_aligned = 0;
+	strata_status s = static_sum(c, false, &z.static_bytes, err);
+	if (s == STRATA_OK)
+		s = static_sum(c, true, &static_aligned, err);
+	for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
+		uint64_t b;
+		s = unit_bytes(p[i], false, &b, err);
+		if (s == STRATA_OK)
+			s = strata_checked_add(z.unit_bytes, b, &z.unit_bytes,
+					       "all-unit bytes", err);
+	}
+	if (s == STRATA_OK && c->mode == STRATA_RESIDENCY_RESIDENT) {
+		/* resident: the window is every unit of every group */
+		z.window_bytes = z.unit_bytes;
+		for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
+			uint64_t b;
+			s = unit_bytes(p[i], true, &b, err);
+			if (s == STRATA_OK)
+				s = strata_checked_add(window_aligned, b, &window_aligned,
+						       "device-window bytes", err);
+		}
+	} else if (s == STRATA_OK) {
+		s = window(p, c->unit_count, z.depth, false, &z.window_bytes, err);
+		if (s == STRATA_OK)
+			s = window(p, c->unit_count, z.depth, true, &window_aligned, err);
+	}
+	if (s == STRATA_OK)
+		s = strata_checked_add(static_aligned, window_aligned,
+				       &z.device_arena_bytes, "bounded-residency bytes", err);
+	if (s == STRATA_OK)
+		*out = z;
+	return s;
+}
+
+strata_status strata_residency_size(const strata_residency_config *cfg,
+				    uint64_t depth, strata_residency_sizes *out,
+				    strata_error *err)
+{
+	const strata_residency_unit **p = NULL;
+	strata_status s = sort_units(cfg, &p, err);
+	if (s != STRATA_OK)
+		return s;
+	s = size_sorted(cfg, p, depth, out, err);
+	strata_free(p);
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checking the config                                                      */
+/* ------------------------------------------------------------------------ */
+
+static strata_status bad(strata_error *err, const char *fix, const char *what)
+{
+	return strata_fail(err, STRATA_E_INVALID_ARG, fix,
+			   "residency config: %s", what);
+}
+
+static strata_status check_tensors(const strata_residency_config *c,
+				   const strata_residency_tensor *t, size_t n,
+				   strata_error *err)
+{
+	if (n && !t)
+		return bad(err, "pass the tensor array", "a tensor list is NULL");
+	for (size_t i = 0; i < n; i++) {
+		if (!t[i].tensor)
+			return bad(err, "point every tensor at its catalog entry",
+				   "a tensor has no catalog entry");
+		if (t[i].convert && !c->convert)
+			return bad(err, "give a conversion hook",
+				   "a tensor is marked for conversion but there is no hook");
+		if (!t[i].convert && t[i].exec_bytes &&
+		    t[i].exec_bytes != t[i].tensor->bytes)
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "mark the tensor for conversion, or give its file size",
+					   "residency config: tensor '%s' is %" PRIu64
+					   " bytes in the file but %" PRIu64
+					   " where it executes, without a conversion",
+					   t[i].tensor->name, t[i].tensor->bytes,
+					   t[i].exec_bytes);
+	}
+	return STRATA_OK;
+}
+
+static strata_status check_config(const strata_residency_config *c,
+				  strata_error *err)
+{
+	if (c->mode != STRATA_RESIDENCY_RESIDENT && c->mode != STRATA_RESIDENCY_HOST &&
+	    c->mode != STRATA_RESIDENCY_DISK)
+		return bad(err, "resolve the mode with the planner first",
+			   "the mode must be resident, host or disk");
+	if (!c->read)
+		return bad(err, "give a read function (a weight store)",
+			   "no read function");
+	if (c->unit_count && (!c->units || !c->groups || !c->group_count))
+		return bad(err, "pass the unit and group arrays", "units without groups");
+	if (c->mode == STRATA_RESIDENCY_HOST && c->depth == 0)
+		return bad(err, "use a host window depth of at least 1",
+			   "host mode with depth 0");
+	if (c->mode == STRATA_RESIDENCY_DISK && c->host_budget_bytes &&
+	    (c->lookahead_units == 0 || c->queue_depth == 0))
+		return bad(err, "give --lookahead and --queue of at least 1, or host memory 0",
+			   "disk mode with host memory needs a lookahead and a queue");
+	strata_status s = check_tensors(c, c->statics, c->static_count, err);
+	for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
+		if (c->units[i].group >= c->group_count)
+			return bad(err, "use a group index below the group count",
+				   "a unit's group is out of range");
+		s = check_tensors(c, c->units[i].tensors, c->units[i].tensor_count, err);
+	}
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Building                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static strata_status budget_error(strata_error *err, const char *tier,
+				  uint64_t need, uint64_t budget,
+				  const char *fix)
+{
+	return strata_fail(err, STRATA_E_RES_BUDGET, fix,
+			   "%s memory: the residency plan needs %" PRIu64
+			   " bytes (256-byte aligned), the budget is %" PRIu64,
+			   tier, need, budget);
+}
+
+/* Unit slots, their tensor offsets and view pointers, group bounds, and the
+ * largest figures the buffers are sized by. */
+static strata_status build_units(strata_residency *e,
+				 const strata_residency_unit *const *p,
+				 strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	size_t total = 0;
+	e->max_tensors = 0;
+	for (size_t i = 0; i < c->static_count; i++)
+		if (c->statics[i].convert && c->statics[i].tensor->bytes > e->scratch_bytes)
+			e->scratch_bytes = c->statics[i].tensor->bytes;
+	if (c->static_count)
+		e->max_tensors = 1;
+	for (size_t i = 0; i < c->unit_count; i++) {
+		total += p[i]->tensor_count;
+		if (p[i]->tensor_count > e->max_tensors)
+			e->max_tensors = p[i]->tensor_count;
+	}
+	e->n = c->unit_count;
+	e->units = strata_calloc_or_error(e->n ? e->n : 1, sizeof *e->units,
+					  "unit slots", err);
+	uint64_t *offsets = e->units ? strata_calloc_or_error(total ? total : 1,
+							      sizeof *offsets,
+							      "tensor offsets", err)
+				     : NULL;
+	void **data = offsets ? strata_calloc_or_error(total ? total : 1,
+						       sizeof *data, "unit views", err)
+			      : NULL;
+	e->group_begin = data ? strata_calloc_or_error(c->group_count + 1,
+						       sizeof *e->group_begin,
+						       "group bounds", err)
+			      : NULL;
+	if (e->units) {
+		/* unit 0 keeps the bases, which destroy frees */
+		e->units[0].offsets = offsets;
+		e->units[0].data = data;
+	}
+	if (!e->group_begin)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < e->n; i++) {
+		unit_slot *u = &e->units[i];
+		const strata_residency_unit *cu = p[i];
+		u->cfg = cu;
+		u->offsets = offsets;
+		u->data = data;
+		offsets += cu->tensor_count;
+		data += cu->tensor_count;
+		for (size_t t = 0; t < cu->tensor_count; t++) {
+			const strata_residency_tensor *ct = &cu->tensors[t];
+			uint64_t b = strata__res_tensor_exec(ct), r;
+			u->offsets[t] = u->block_bytes;
+			strata_status s = strata_arena_round(b, &r, "tensor bytes", err);
+			if (s == STRATA_OK)
+				s = strata_checked_add(u->block_bytes, r, &u->block_bytes,
+						       "unit block bytes", err);
+			if (s != STRATA_OK)
+				return s;
+			u->exec_bytes += b; /* bounded by block_bytes */
+			u->file_bytes += ct->tensor->bytes; /* likewise or less */
+			if (ct->convert && ct->tensor->bytes > e->scratch_bytes)
+				e->scratch_bytes = ct->tensor->bytes;
+		}
+		if (u->block_bytes > e->host_slot_bytes)
+			e->host_slot_bytes = u->block_bytes;
+	}
+	for (uint32_t g = 0, i = 0; g <= c->group_count; g++) {
+		while (i < e->n && e->units[i].cfg->group < g)
+			i++;
+		e->group_begin[g] = i;
+	}
+	return STRATA_OK;
+}
+
+/* Takes the arenas after checking each against its budget. */
+static strata_status take_memory(strata_residency *e, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	strata_residency_sizes *z = &e->sizes;
+	if (z->device_arena_bytes > c->device_budget_bytes)
+		return budget_error(err, "device", z->device_arena_bytes,
+				    c->device_budget_bytes,
+				    "raise --device-memory, or choose a smaller window (host:D with a lower D, or disk)");
+	uint64_t host = 0;
+	strata_status s = STRATA_OK;
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		for (size_t i = 0; s == STRATA_OK && i < e->n; i++)
+			s = strata_checked_add(host, e->units[i].block_bytes, &host,
+					       "host unit bytes", err);
+	else if (c->mode == STRATA_RESIDENCY_DISK && c->host_budget_bytes)
+		s = strata_checked_mul(c->lookahead_units, e->host_slot_bytes, &host,
+				       "lookahead cache bytes", err);
+	if (s != STRATA_OK)
+		return s;
+	if (host > c->host_budget_bytes)
+		return budget_error(err, "host", host, c->host_budget_bytes,
+				    c->mode == STRATA_RESIDENCY_HOST
+					    ? "raise --host-memory, or use --residency disk"
+					    : "raise --host-memory, lower --lookahead, or use --host-memory 0");
+	z->host_arena_bytes = host;
+	bool direct = c->mode == STRATA_RESIDENCY_RESIDENT || c->static_count ||
+		      (c->mode == STRATA_RESIDENCY_DISK && !host);
+	if (direct && !e->caps.device_addressable)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use the CPU backend for now (issue 8 adds staged loads)",
+				   "backend '%s' cannot take disk reads into device memory",
+				   e->caps.name);
+	s = strata_arena_create(e->b, STRATA_ARENA_DEVICE, z->device_arena_bytes,
+				"device weights", &e->dev_arena, err);
+	if (s == STRATA_OK)
+		s = strata_arena_create(e->b, STRATA_ARENA_HOST_PINNED, host,
+					"host weights", &e->host_arena, err);
+	if (s != STRATA_OK)
+		return s;
+	if (c->mode == STRATA_RESIDENCY_RESIDENT || (c->mode == STRATA_RESIDENCY_DISK && !host))
+		return STRATA_OK; /* no copies: reads land on the device */
+	s = strata_stream_create(e->b, &e->copy_stream, err);
+	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
+		s = strata_event_create(e->b, &e->units[i].ev_start, err);
+		if (s == STRATA_OK)
+			s = strata_event_create(e->b, &e->units[i].ev_end, err);
+	}
+	return s;
+}
+
+/* Reads tensors into a fresh block of arena `a` on the calling thread,
+ * charging `tier` and recording the transfer. */
+static strata_status load_now(strata_residency *e, strata_arena *a,
+			      strata_tier tier, strata_direction dir,
+			      const strata_residency_tensor *t, size_t count,
+			      const uint64_t *offsets, uint64_t block_bytes,
+			      uint64_t file_bytes,
+			      unsigned char **out, strata_error *err)
+{
+	void *block = NULL;
+	strata_status s = strata_arena_alloc(a, block_bytes, &block, err);
+	if (s != STRATA_OK)
+		return s;
+	strata_telemetry_add_resident(&e->tel, tier, block_bytes);
+	uint64_t t0 = strata_now_ns();
+	s = strata__res_read_tensors(e, t, count, offsets, block, &e->main_buf, err);
+	if (s != STRATA_OK)
+		return s; /* the block goes with the arena at destroy */
+	strata_telemetry_record_transfer(&e->tel, dir, file_bytes,
+					 strata_now_ns() - t0);
+	*out = block;
+	return STRATA_OK;
+}
+
+static strata_status load_fixed(strata_residency *e, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	static const uint64_t zero_offset = 0;
+	strata_status s = STRATA_OK;
+	for (size_t i = 0; s == STRATA_OK && i < c->static_count; i++) {
+		const strata_residency_tensor *t = &c->statics[i];
+		unsigned char *block = NULL;
+		uint64_t aligned = 0;
+		s = strata_arena_round(strata__res_tensor_exec(t), &aligned,
+				       "static tensor bytes", err);
+		if (s == STRATA_OK)
+			s = load_now(e, e->dev_arena, STRATA_TIER_DEVICE,
+				     STRATA_DIR_DISK_TO_DEVICE, t, 1, &zero_offset,
+				     aligned, t->tensor->bytes, &block, err);
+		if (s == STRATA_OK)
+			e->static_data[i] = block;
+		else
+			strata_error_prefix(err, "loading static tensor '%s'", t->tensor->name);
+	}
+	bool resident = c->mode == STRATA_RESIDENCY_RESIDENT;
+	if (!resident && c->mode != STRATA_RESIDENCY_HOST)
+		return s;
+	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
+		unit_slot *u = &e->units[i];
+		unsigned char *block = NULL;
+		s = load_now(e, resident ? e->dev_arena : e->host_arena,
+			     resident ? STRATA_TIER_DEVICE : STRATA_TIER_HOST,
+			     resident ? STRATA_DIR_DISK_TO_DEVICE : STRATA_DIR_DISK_TO_HOST,
+			     u->cfg->tensors, u->cfg->tensor_count, u->offsets,
+			     u->block_bytes, u->file_bytes, &block, err);
+		if (s != STRATA_OK) {
+			strata_error_prefix(err, "loading unit %" PRIu64 " of group '%s'",
+					    u->cfg->unit, c->groups[u->cfg->group]);
+			break;
+		}
+		if (resident) {
+			u->dev_block = block;
+			u->dev = DEV_READY;
+			for (size_t t = 0; t < u->cfg->tensor_count; t++)
+				u->data[t] = block + u->offsets[t];
+		} else {
+			u->host_block = block;
+			u->host = HOST_CACHED;
+		}
+	}
+	return s;
+}
+
+static void set_plan_figures(strata_residency *e)
+{
+	const strata_residency_config *c = &e->cfg;
+	/* tiers are charged what their arenas hand out (256-aligned), the
+	 * same bytes the plan sizes with */
+	uint64_t planned_device = e->sizes.device_arena_bytes;
+	uint64_t planned_host = e->sizes.host_arena_bytes;
+	uint64_t planned_disk = 0;
+	if (c->mode == STRATA_RESIDENCY_DISK)
+		for (size_t i = 0; i < e->n; i++)
+			planned_disk = strata_sat_add_u64(planned_disk, e->units[i].file_bytes);
+	strata_telemetry_set_planned(&e->tel, STRATA_TIER_DEVICE, planned_device);
+	strata_telemetry_set_planned(&e->tel, STRATA_TIER_HOST, planned_host);
+	strata_telemetry_set_planned(&e->tel, STRATA_TIER_DISK, planned_disk);
+	strata_telemetry_set_budget(&e->tel, STRATA_TIER_DEVICE, c->device_budget_bytes);
+	strata_telemetry_set_budget(&e->tel, STRATA_TIER_HOST, c->host_budget_bytes);
+}
+
+static strata_status init_sync(strata_residency *e, strata_error *err)
+{
+	strata_status s = strata_telemetry_init(&e->tel, err);
+	if (s != STRATA_OK)
+		return s;
+	e->tel_ok = true;
+	if (pthread_mutex_init(&e->lock, NULL) != 0)
+		return strata_fail(err, STRATA_E_THREAD, "retry",
+				   "cannot make the residency engine's mutex");
+	e->lock_ok = true;
+	if (pthread_cond_init(&e->cond, NULL) != 0)
+		return strata_fail(err, STRATA_E_THREAD, "retry",
+				   "cannot make the residency engine's condition variable");
+	e->cond_ok = true;
+	return STRATA_OK;
+}
+
+static strata_status start_disk(strata_residency *e, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	/* host 0: the window's own reads are the only ones */
+	e->q_cap = c->host_budget_bytes ? c->queue_depth : e->sizes.depth;
+	if (!e->q_cap)
+		e->q_cap = 1;
+	e->queue = strata_calloc_or_error(e->q_cap, sizeof *e->queue,
+					  "reader queue", err);
+	if (!e->queue)
+		return STRATA_E_NOMEM;
+	return strata__res_start_readers(e, err);
+}
+
+strata_status strata_residency_create(strata_backend *b,
+				      const strata_residency_config *cfg,
+				      strata_residency **out,
+				      strata_error *err)
+{
+	if (!b || !cfg || !out)
+		return bad(err, "this is a bug in the caller; report it",
+			   "NULL backend, config or output");
+	strata_status s = check_config(cfg, err);
+	if (s != STRATA_OK)
+		return s;
+	strata_residency *e = strata_calloc_or_error(1, sizeof *e,
+						     "residency engine", err);
+	if (!e)
+		return STRATA_E_NOMEM;
+	e->b = b;
+	e->cfg = *cfg;
+	const strata_residency_unit **order = NULL;
+	s = init_sync(e, err);
+	if (s == STRATA_OK)
+		s = strata_backend_get_caps(b, &e->caps, err);
+	if (s == STRATA_OK)
+		s = sort_units(cfg, &order, err);
+	if (s == STRATA_OK)
+		s = size_sorted(cfg, order, cfg->depth, &e->sizes, err);
+	if (s == STRATA_OK)
+		s = build_units(e, order, err);
+	strata_free(order);
+	if (s == STRATA_OK) {
+		e->static_data = strata_calloc_or_error(
+			cfg->static_count ? cfg->static_count : 1,
+			sizeof *e->static_data, "static tensor pointers", err);
+		s = e->static_data ? STRATA_OK : STRATA_E_NOMEM;
+	}
+	if (s == STRATA_OK)
+		s = take_memory(e, err);
+	if (s == STRATA_OK) {
+		set_plan_figures(e);
+		s = strata__res_buffers_init(e, &e->main_buf, err);
+	}
+	if (s == STRATA_OK)
+		s = load_fixed(e, err);
+	if (s == STRATA_OK && cfg->mode == STRATA_RESIDENCY_DISK)
+		s = start_disk(e, err);
+	if (s != STRATA_OK) {
+		strata_residency_destroy(e);
+		return s;
+	}
+	*out = e;
+	return STRATA_OK;
+}
+
+void strata_residency_destroy(strata_residency *e)
+{
+	if (!e)
+		return;
+	strata__res_stop_readers(e);
+	if (e->copy_stream) {
+		strata_backend_synchronize(e->b, e->copy_stream, NULL);
+		strata_stream_destroy(e->b, e->copy_stream);
+	}
+	for (size_t i = 0; e->units && i < e->n; i++) {
+		strata_event_destroy(e->b, e->units[i].ev_start);
+		strata_event_destroy(e->b, e->units[i].ev_end);
+	}
+	strata_arena_destroy(e->dev_arena);
+	strata_arena_destroy(e->host_arena);
+	if (e->units) {
+		strata_free(e->units[0].offsets);
+		strata_free(e->units[0].data);
+	}
+	strata_free(e->units);
+	strata_free(e->group_begin);
+	strata_free(e->static_data);
+	strata_free(e->queue);
+	strata__res_buffers_fini(&e->main_buf);
+	if (e->tel_ok)
+		strata_telemetry_fini(&e->tel);
+	if (e->cond_ok)
+		pthread_cond_destroy(&e->cond);
+	if (e->lock_ok)
+		pthread_mutex_destroy(&e->lock);
+	strata_free(e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lookups                                                                  */
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_residency_static(strata_residency *e, const char *name,
+				      void **data,
+				      const strata_residency_tensor **tensor,
+				      strata_error *err)
+{
+	/* a linear scan: models have a handful of static tensors */
+	for (size_t i = 0; e && name && i < e->cfg.static_count; i++)
+		if (!strcmp(e->cfg.statics[i].tensor->name, name)) {
+			if (data)
+				*data = e->static_data[i];
+			if (tensor)
+				*tensor = &e->cfg.statics[i];
+			return STRATA_OK;
+		}
+	char esc[128];
+	return strata_fail(err, STRATA_E_NOT_FOUND,
+			   "check the tensor name against the checkpoint",
+			   "no static tensor '%s' in the residency engine",
+			   name ? strata_escape(esc, sizeof esc, name, strlen(name)) : "(null)");
+}
+
+void strata_residency_get_sizes(const strata_residency *e,
+				strata_residency_sizes *out)
+{
+	*out = e->sizes;
+}
+
+strata_telemetry *strata_residency_telemetry(strata_residency *e)
+{
+	return &e->tel;
+}
+
+void strata_residency_device_arena_stats(const strata_residency *e,
+					 strata_arena_stats *out)
+{
+	strata_arena_get_stats(e->dev_arena, out);
+}
+
+void strata_residency_host_arena_stats(const strata_residency *e,
+				       strata_arena_stats *out)
+{
+	strata_arena_get_stats(e->host_arena, out);
+}

@@ -1,0 +1,110 @@
+/* engine_internal.h - the residency engine's state, shared by its files
+ * (layer: residency). Not a public header. */
+#ifndef STRATA_RESIDENCY_ENGINE_INTERNAL_H
+#define STRATA_RESIDENCY_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "strata/residency.h"
+
+typedef enum host_state { HOST_NONE, HOST_READING, HOST_CACHED } host_state;
+typedef enum dev_state { DEV_NONE, DEV_LOADING, DEV_READY, DEV_HELD } dev_state;
+
+/* One execution unit at its position in execution order. Its tensors sit
+ * in one block per tier at the same offsets (each 256-aligned), so a host
+ * copy and a device copy of a unit have one layout. */
+typedef struct unit_slot {
+	const strata_residency_unit *cfg;
+	uint64_t exec_bytes;  /* sum of the tensors' exec bytes */
+	uint64_t file_bytes;  /* sum of the tensors' checkpoint bytes */
+	uint64_t block_bytes; /* the aligned layout's size */
+	uint64_t *offsets;    /* per tensor, into the block */
+	void **data;	      /* per tensor device pointers (the view) */
+	host_state host;
+	unsigned char *host_block;
+	dev_state dev;
+	unsigned char *dev_block;
+	bool dev_by_reader; /* the device load is a disk read (host 0) */
+	bool copy_pending;  /* a host-to-device copy from host_block is queued */
+	strata_event *ev_start, *ev_end;
+	uint64_t last_use, uses; /* host cache policy */
+} unit_slot;
+
+/* A background read of one unit into a block of one tier. */
+typedef struct read_job {
+	size_t pos;
+	unsigned char *dst;
+	strata_direction dir;
+} read_job;
+
+/* Buffers one reading thread owns. */
+typedef struct reader_buffers {
+	const strata_tensor **tensors; /* max_tensors */
+	void **dst;		       /* max_tensors */
+	unsigned char *scratch;	       /* file bytes of the largest converted tensor */
+} reader_buffers;
+
+struct strata_residency {
+	strata_backend *b;
+	strata_backend_caps caps;
+	strata_residency_config cfg;
+	strata_residency_sizes sizes;
+	uint64_t host_slot_bytes; /* disk mode: one lookahead slot (largest unit) */
+	strata_arena *dev_arena, *host_arena;
+	strata_stream *copy_stream;
+	unit_slot *units; /* by (group, unit) */
+	size_t n;
+	size_t *group_begin; /* group g is positions [group_begin[g], group_begin[g + 1]) */
+	void **static_data;
+	size_t max_tensors;
+	uint64_t scratch_bytes;
+	reader_buffers main_buf;
+
+	/* forward-pass position */
+	size_t cursor;	   /* position of the last acquired unit */
+	bool cursor_valid; /* any unit acquired yet */
+	bool cursor_held;
+	uint32_t cur_group;
+	uint64_t tick;
+
+	/* background readers; lock guards the unit states they touch, the
+	 * queue and the failure */
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a job finished, or stop */
+	bool lock_ok, cond_ok;
+	pthread_t *threads;
+	reader_buffers *thread_buf;
+	uint32_t thread_count;
+	bool stop;
+	read_job *queue; /* ring of queue_cap */
+	size_t q_head, q_len, q_cap;
+	size_t in_flight; /* queued + being read */
+	bool failed;
+	strata_error fail_err;
+
+	strata_telemetry tel;
+	bool tel_ok;
+};
+
+/* engine_load.c: reading tensors into a block (file bytes or converted). */
+strata_status strata__res_read_tensors(strata_residency *e,
+				       const strata_residency_tensor *t,
+				       size_t count, const uint64_t *offsets,
+				       unsigned char *block,
+				       reader_buffers *buf, strata_error *err);
+strata_status strata__res_buffers_init(strata_residency *e, reader_buffers *b,
+				       strata_error *err);
+void strata__res_buffers_fini(reader_buffers *b);
+strata_status strata__res_start_readers(strata_residency *e, strata_error *err);
+void strata__res_stop_readers(strata_residency *e);
+/* Queues a read of unit `pos` into dst; lock held. False when the queue is
+ * full. */
+bool strata__res_enqueue(strata_residency *e, size_t pos, unsigned char *dst,
+			 strata_direction dir);
+
+static inline uint64_t strata__res_tensor_exec(const strata_residency_tensor *t)
+{
+	return t->exec_bytes ? t->exec_bytes : t->tensor->bytes;
+}
+
+#endif

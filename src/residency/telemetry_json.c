@@ -1,0 +1,173 @@
+/* telemetry_json.c - the telemetry document (docs/telemetry.md) and the
+ * end-of-run summary for people (layer: residency; seed 001's projection). */
+#include <inttypes.h>
+
+#include "strata/residency.h"
+
+static double seconds(uint64_t ns)
+{
+	return (double)ns / 1e9;
+}
+
+/* The `residency` object: exactly the seed's fields, transfers in the fixed
+ * order of STRATA_DIRECTION_MAP. */
+static void write_residency(strata_json *j, const strata_telemetry_snapshot *s)
+{
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "planned_disk_bytes", s->planned_bytes[STRATA_TIER_DISK]);
+	strata_json_kv_u64(j, "planned_host_bytes", s->planned_bytes[STRATA_TIER_HOST]);
+	strata_json_kv_u64(j, "planned_device_bytes", s->planned_bytes[STRATA_TIER_DEVICE]);
+	strata_json_kv_u64(j, "current_host_bytes", s->current_bytes[STRATA_TIER_HOST]);
+	strata_json_kv_u64(j, "current_device_bytes", s->current_bytes[STRATA_TIER_DEVICE]);
+	strata_json_kv_u64(j, "peak_host_bytes", s->peak_bytes[STRATA_TIER_HOST]);
+	strata_json_kv_u64(j, "peak_device_bytes", s->peak_bytes[STRATA_TIER_DEVICE]);
+	strata_json_key(j, "transfers");
+	strata_json_array_begin(j);
+	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++) {
+		const strata_transfer_stats *x = &s->transfers[d];
+		strata_json_object_begin(j);
+		strata_json_kv_string(j, "direction", strata_direction_name(d));
+		strata_json_kv_u64(j, "count", x->count);
+		strata_json_kv_u64(j, "bytes", x->bytes);
+		strata_json_kv_double(j, "seconds", seconds(x->ns));
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+	strata_json_object_end(j);
+}
+
+static void write_paths(strata_json *j, const char *key, size_t n,
+			const char *const *paths)
+{
+	strata_json_key(j, key);
+	strata_json_array_begin(j);
+	for (size_t i = 0; i < n; i++)
+		strata_json_string(j, paths[i]);
+	strata_json_array_end(j);
+}
+
+static void write_store(strata_json *j, const strata_weight_store_stats *w)
+{
+	static const strata_weight_store_stats none = {.backend = "none"};
+	if (!w)
+		w = &none;
+	strata_json_object_begin(j);
+	strata_json_kv_string(j, "backend", w->backend ? w->backend : "none");
+	strata_json_kv_u64(j, "cache_hits", w->cache_hits);
+	strata_json_kv_u64(j, "cache_misses", w->cache_misses);
+	strata_json_kv_u64(j, "evictions", w->evictions);
+	strata_json_kv_u64(j, "currently_cached_shards", w->currently_cached_shards);
+	write_paths(j, "touched_shard_paths", w->touched_count, w->touched_shard_paths);
+	write_paths(j, "payload_shard_paths", w->payload_count, w->payload_shard_paths);
+	strata_json_kv_u64(j, "physical_reads", w->physical_reads);
+	strata_json_kv_u64(j, "physical_read_bytes", w->physical_read_bytes);
+	strata_json_kv_u64(j, "coalesced_group_hits", w->coalesced_group_hits);
+	strata_json_object_end(j);
+}
+
+static void write_device(strata_json *j, const strata_telemetry_device *d)
+{
+	static const strata_telemetry_snapshot zero;
+	const strata_telemetry_snapshot *s = d->snapshot ? d->snapshot : &zero;
+	strata_json_object_begin(j);
+	strata_json_kv_string(j, "name", d->name ? d->name : "unknown");
+	strata_json_kv_u64(j, "budget_device_bytes", s->budget_bytes[STRATA_TIER_DEVICE]);
+	strata_json_kv_u64(j, "budget_host_bytes", s->budget_bytes[STRATA_TIER_HOST]);
+	strata_json_key(j, "residency");
+	write_residency(j, s);
+	strata_json_kv_u64(j, "prefetch_requests", s->prefetch_requests);
+	strata_json_kv_u64(j, "prefetch_hits", s->prefetch_hits);
+	strata_json_kv_u64(j, "prefetch_misses", s->prefetch_misses);
+	strata_json_kv_u64(j, "stalls", s->stalls);
+	strata_json_kv_double(j, "stall_seconds", seconds(s->stall_ns));
+	strata_json_kv_u64(j, "evictions", s->evictions);
+	strata_json_kv_u64(j, "evicted_bytes", s->evicted_bytes);
+	strata_json_object_end(j);
+}
+
+/* ------------------------------------------------------------------------ */
+
+void strata_telemetry_write_json(strata_json *j,
+				 const strata_telemetry_report *r)
+{
+	static const strata_telemetry_snapshot zero;
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "schema_version", STRATA_TELEMETRY_SCHEMA_VERSION);
+	strata_json_key(j, "model");
+	strata_json_object_begin(j);
+	strata_json_kv_string(j, "path", r->model ? r->model : "");
+	strata_json_object_end(j);
+
+	strata_json_key(j, "plan");
+	strata_json_object_begin(j);
+	strata_json_kv_string(j, "mode", r->mode ? r->mode : "unknown");
+	strata_json_kv_u64(j, "depth", r->depth);
+	strata_json_kv_u64(j, "lookahead_units", r->lookahead_units);
+	strata_json_kv_u64(j, "queue_depth", r->queue_depth);
+	strata_json_kv_u64(j, "static_bytes", r->static_bytes);
+	strata_json_kv_u64(j, "window_bytes", r->window_bytes);
+	strata_json_object_end(j);
+
+	strata_json_key(j, "timing");
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "load_seconds", r->load_seconds);
+	strata_json_kv_double(j, "run_seconds", r->run_seconds);
+	strata_json_kv_u64(j, "tokens", r->tokens);
+	strata_json_kv_double(j, "tokens_per_second",
+			      r->run_seconds > 0 ? (double)r->tokens / r->run_seconds
+						 : 0.0);
+	strata_json_object_end(j);
+
+	strata_json_key(j, "residency");
+	write_residency(j, r->residency ? r->residency : &zero);
+	strata_json_key(j, "weight_store");
+	write_store(j, r->weight_store);
+	strata_json_key(j, "devices");
+	strata_json_array_begin(j);
+	for (size_t i = 0; i < r->device_count; i++)
+		write_device(j, &r->devices[i]);
+	strata_json_array_end(j);
+	strata_json_object_end(j);
+}
+
+/* ------------------------------------------------------------------------ */
+
+void strata_telemetry_print_summary(FILE *f, const strata_telemetry_snapshot *s)
+{
+	char a[32], b[32], c[32];
+	fprintf(f, "residency:\n");
+	bool moved = false;
+	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++) {
+		const strata_transfer_stats *x = &s->transfers[d];
+		if (!x->count)
+			continue;
+		moved = true;
+		double sec = seconds(x->ns);
+		fprintf(f, "  %-15s %10s in %6" PRIu64 " transfers, %.3f s",
+			strata_direction_name(d), strata_size_format(x->bytes, a, sizeof a),
+			x->count, sec);
+		if (sec > 0)
+			fprintf(f, " (%.2f GB/s)", (double)x->bytes / sec / 1e9);
+		fprintf(f, "\n");
+	}
+	if (!moved)
+		fprintf(f, "  no transfers\n");
+	static const strata_tier shown[] = {STRATA_TIER_DEVICE, STRATA_TIER_HOST};
+	for (size_t i = 0; i < sizeof shown / sizeof *shown; i++) {
+		strata_tier t = shown[i];
+		fprintf(f, "  peak %-6s %10s of %s planned", strata_tier_name(t),
+			strata_size_format(s->peak_bytes[t], a, sizeof a),
+			strata_size_format(s->planned_bytes[t], b, sizeof b));
+		if (s->budget_bytes[t])
+			fprintf(f, ", budget %s",
+				strata_size_format(s->budget_bytes[t], c, sizeof c));
+		fprintf(f, "\n");
+	}
+	fprintf(f, "  prefetch: %" PRIu64 " requests, %" PRIu64 " hits, %" PRIu64
+		   " misses; %" PRIu64 " stalls, %.3f s waiting\n",
+		s->prefetch_requests, s->prefetch_hits, s->prefetch_misses,
+		s->stalls, seconds(s->stall_ns));
+	if (s->evictions)
+		fprintf(f, "  evictions: %" PRIu64 " (%s)\n", s->evictions,
+			strata_size_format(s->evicted_bytes, a, sizeof a));
+}
