@@ -167,6 +167,37 @@ strata_status strata_plan_size(const strata_plan_param *params, size_t n,
 			       strata_plan_weights *out, strata_error *err);
 
 /* ------------------------------------------------------------------------ */
+/* From a checkpoint catalog                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A catalog's tensors as sizing params for one device: owners from the
+ * topology rule, device bytes from strata_plan_tensor_device_bytes, file
+ * bytes from the catalog, excluded tensors never sized. Reads no payload. */
+typedef struct strata_plan_source strata_plan_source;
+
+/* The catalog and the exclude globs must outlive the source. Errors: a
+ * tensor name the topology refuses (E_OVERFLOW), an unsized dtype
+ * (E_CKPT_DTYPE naming the tensor), sizing overflows, E_NOMEM. The caller
+ * owns *out. */
+strata_status strata_plan_source_create(const strata_catalog *c,
+					strata_plan_device device,
+					const char *const *exclude,
+					size_t n_exclude,
+					strata_plan_source **out,
+					strata_error *err);
+void strata_plan_source_destroy(strata_plan_source *s); /* NULL is fine */
+const strata_plan_layout *strata_plan_source_layout(const strata_plan_source *s);
+/* The floating dtype holding the most file bytes among sized tensors (it
+ * decides the KV element on cuda); F32 when there is none. */
+strata_dtype strata_plan_source_weight_dtype(const strata_plan_source *s);
+/* Owner of catalog tensor i (as classified), for callers that group the
+ * tensors the same way the plan did (the residency config). */
+const strata_owner *strata_plan_source_owner(const strata_plan_source *s,
+					     size_t i);
+/* Whether catalog tensor i was excluded by a glob. */
+bool strata_plan_source_excluded(const strata_plan_source *s, size_t i);
+
+/* ------------------------------------------------------------------------ */
 /* Memory model beyond weights                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -394,9 +425,12 @@ uint64_t strata_plan_device_total(const strata_plan *p);
 uint64_t strata_plan_host_total(const strata_plan *p);
 
 /* Writes the plan as one JSON object (docs/plan.md) into j, which the
- * caller has initialised; the caller adds its own keys around it by
- * writing them before/after. `model` may be NULL. */
+ * caller has initialised. `model` may be NULL. */
 void strata_plan_write_json(const strata_plan *p, const char *model,
 			    strata_json *j);
+/* The same keys without the enclosing braces, for a caller that adds keys
+ * of its own to the object (the CLI's weight_store, telemetry's plan). */
+void strata_plan_write_json_fields(const strata_plan *p, const char *model,
+				   strata_json *j);
 
 #endif

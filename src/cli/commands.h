@@ -7,6 +7,7 @@
 #define STRATA_CLI_COMMANDS_H
 
 #include "strata/base.h"
+#include "strata/plan.h"
 
 #define STRATA_EXIT_OK 0
 #define STRATA_EXIT_ERROR 1
@@ -36,5 +37,30 @@ strata_status strata_cli_parse_u64(const char *option, const char *text,
 
 /* One entry per command file cmd_NAME.c. */
 int strata_cmd_shard(int argc, char **argv);
+int strata_cmd_plan(int argc, char **argv);
+
+/* Residency options shared by plan, run and logits (residency_options.c):
+ * --residency auto|resident|host[:D]|disk, --device-memory SIZE,
+ * --host-memory SIZE, --lookahead N, --queue N, --context N, --batch N,
+ * --prefill-chunk N, --exclude GLOB (repeatable), --device cpu|cuda[:N],
+ * --h2d-bandwidth / --disk-bandwidth / --memory-bandwidth SIZE[/s].
+ * `--opt VALUE` and `--opt=VALUE` both work. */
+typedef struct strata_cli_residency {
+	strata_plan_options plan; /* ready for strata_plan_create */
+	bool device_given;	  /* --device was on the command line */
+	unsigned device_index;	  /* N of cuda:N */
+	const char **exclude;	  /* pointers into argv, strata_free'd */
+	size_t exclude_count;
+} strata_cli_residency;
+
+void strata_cli_residency_init(strata_cli_residency *r);
+void strata_cli_residency_fini(strata_cli_residency *r);
+/* Consumes argv[*i] (and its value, advancing *i) when it is a residency
+ * option: returns 1. Returns 0, touching nothing, for any other argument.
+ * Returns -1 with err filled (E_USAGE, E_NOMEM) for a bad value. */
+int strata_cli_residency_option(strata_cli_residency *r, int argc,
+				char **argv, int *i, strata_error *err);
+/* The option lines for a command's --help. */
+extern const char strata_cli_residency_help[];
 
 #endif

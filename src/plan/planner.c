@@ -482,11 +482,11 @@ static void explain_inputs(strata_plan *p)
 			sz(b->device_bytes, x));
 	else
 		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE,
-			"device budget %s: %s free memory minus %s headroom",
+			"device budget %s: %s minus %s headroom",
 			sz(b->device_bytes, x),
 			p->options.device == STRATA_PLAN_DEVICE_CUDA
-				? "the GPU's"
-				: "MemAvailable",
+				? "the GPU's free memory"
+				: "MemAvailable (cpu: the device is RAM)",
 			sz(b->device_headroom_bytes, y));
 	if (b->host_from_option)
 		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION,

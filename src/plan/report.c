@@ -155,6 +155,13 @@ void strata_plan_write_json(const strata_plan *p, const char *model,
 			    strata_json *j)
 {
 	strata_json_object_begin(j);
+	strata_plan_write_json_fields(p, model, j);
+	strata_json_object_end(j);
+}
+
+void strata_plan_write_json_fields(const strata_plan *p, const char *model,
+				   strata_json *j)
+{
 	strata_json_key(j, "model");
 	if (model)
 		strata_json_string(j, model);
@@ -197,5 +204,4 @@ void strata_plan_write_json(const strata_plan *p, const char *model,
 		strata_json_object_end(j);
 	}
 	strata_json_array_end(j);
-	strata_json_object_end(j);
 }

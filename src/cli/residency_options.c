@@ -1,0 +1,224 @@
+/* residency_options.c - the residency options plan, run and logits share:
+ * mode, budgets, disk lookahead and queue, token shape, excludes, device
+ * and link bandwidths (layer: cli). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+const char strata_cli_residency_help[] =
+	"  --residency MODE      auto (default), resident, host, host:DEPTH or disk\n"
+	"  --device cpu|cuda[:N] where the model runs (default: cuda if visible, else cpu)\n"
+	"  --device-memory SIZE  device budget (default: free memory minus headroom)\n"
+	"  --host-memory SIZE    host budget (default: MemAvailable minus headroom)\n"
+	"  --lookahead N         disk: units read ahead into host memory\n"
+	"  --queue N             disk: background reads in flight (<= lookahead)\n"
+	"  --context N           tokens of context the KV cache holds\n"
+	"  --batch N             sequences decoded together (default 1)\n"
+	"  --prefill-chunk N     prompt tokens per forward pass (default 1)\n"
+	"  --exclude GLOB        tensors held in independent storage (repeatable)\n"
+	"  --h2d-bandwidth SIZE  host-to-device bytes per second (default 55GB)\n"
+	"  --disk-bandwidth SIZE disk bytes per second (default 1.1GB)\n"
+	"  --memory-bandwidth SIZE device memory bytes per second\n";
+
+typedef enum opt_kind {
+	OPT_RESIDENCY, OPT_DEVICE, OPT_DEVICE_MEMORY, OPT_HOST_MEMORY,
+	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
+	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW,
+} opt_kind;
+
+static const struct {
+	const char *name;
+	opt_kind kind;
+} options[] = {
+	{"--residency", OPT_RESIDENCY},
+	{"--device", OPT_DEVICE},
+	{"--device-memory", OPT_DEVICE_MEMORY},
+	{"--host-memory", OPT_HOST_MEMORY},
+	{"--lookahead", OPT_LOOKAHEAD},
+	{"--queue", OPT_QUEUE},
+	{"--context", OPT_CONTEXT},
+	{"--batch", OPT_BATCH},
+	{"--prefill-chunk", OPT_CHUNK},
+	{"--exclude", OPT_EXCLUDE},
+	{"--h2d-bandwidth", OPT_H2D},
+	{"--disk-bandwidth", OPT_DISK},
+	{"--memory-bandwidth", OPT_MEMBW},
+};
+
+void strata_cli_residency_init(strata_cli_residency *r)
+{
+	memset(r, 0, sizeof *r);
+	r->plan.mode = STRATA_RESIDENCY_AUTO;
+	r->plan.device = STRATA_PLAN_DEVICE_CPU;
+}
+
+void strata_cli_residency_fini(strata_cli_residency *r)
+{
+	strata_free(r->exclude);
+	r->exclude = NULL;
+	r->exclude_count = 0;
+}
+
+static int usage_error(strata_error *err, const char *fix, const char *opt,
+		       const char *value, const char *what)
+{
+	char shown[64];
+	strata_escape(shown, sizeof shown, value, strlen(value));
+	strata_fail(err, STRATA_E_USAGE, fix, "%s: '%s' is not %s", opt, shown,
+		    what);
+	return -1;
+}
+
+static int parse_mode(strata_cli_residency *r, const char *v,
+		      strata_error *err)
+{
+	static const strata_residency_mode modes[] = {
+		STRATA_RESIDENCY_AUTO, STRATA_RESIDENCY_RESIDENT,
+		STRATA_RESIDENCY_HOST, STRATA_RESIDENCY_DISK};
+	for (size_t i = 0; i < 4; i++)
+		if (!strcmp(v, strata_residency_mode_name(modes[i]))) {
+			r->plan.mode = modes[i];
+			r->plan.host_depth = 0;
+			return 1;
+		}
+	uint64_t depth;
+	if (!strncmp(v, "host:", 5) &&
+	    strata_cli_parse_u64("--residency", v + 5, &depth, err) ==
+		    STRATA_OK &&
+	    depth > 0) {
+		r->plan.mode = STRATA_RESIDENCY_HOST;
+		r->plan.host_depth = depth;
+		return 1;
+	}
+	return usage_error(err, "use auto, resident, host, host:DEPTH (DEPTH >= 1) or disk",
+			   "--residency", v, "a residency mode");
+}
+
+static int parse_device(strata_cli_residency *r, const char *v,
+			strata_error *err)
+{
+	uint64_t index = 0;
+	if (!strcmp(v, "cpu")) {
+		r->plan.device = STRATA_PLAN_DEVICE_CPU;
+	} else if (!strcmp(v, "cuda") ||
+		   (!strncmp(v, "cuda:", 5) &&
+		    strata_cli_parse_u64("--device", v + 5, &index, err) ==
+			    STRATA_OK &&
+		    index < 1024)) {
+		r->plan.device = STRATA_PLAN_DEVICE_CUDA;
+	} else {
+		return usage_error(err, "use cpu, cuda or cuda:N", "--device",
+				   v, "a device");
+	}
+	r->device_given = true;
+	r->device_index = (unsigned)index;
+	return 1;
+}
+
+/* SIZE or SIZE/s, above zero. */
+static int parse_bandwidth(const char *opt, const char *v, double *out,
+			   strata_error *err)
+{
+	char buf[64];
+	size_t n = strlen(v);
+	if (n >= 2 && !strcmp(v + n - 2, "/s"))
+		n -= 2;
+	uint64_t bytes;
+	if (n == 0 || n >= sizeof buf)
+		return usage_error(err, "give bytes per second, e.g. 55GB or 55GB/s",
+				   opt, v, "a bandwidth");
+	memcpy(buf, v, n);
+	buf[n] = '\0';
+	if (strata_size_parse(buf, &bytes, err) != STRATA_OK || bytes == 0)
+		return usage_error(err, "give bytes per second above 0, e.g. 55GB or 55GB/s",
+				   opt, v, "a bandwidth");
+	*out = (double)bytes;
+	return 1;
+}
+
+static int parse_size(const char *opt, const char *v, bool *has,
+		      uint64_t *out, strata_error *err)
+{
+	if (strata_size_parse(v, out, err) != STRATA_OK)
+		return usage_error(err, "give bytes or a size like 24GiB", opt,
+				   v, "a size");
+	*has = true;
+	return 1;
+}
+
+static int parse_count(const char *opt, const char *v, bool positive,
+		       uint64_t *out, strata_error *err)
+{
+	if (strata_cli_parse_u64(opt, v, out, err) != STRATA_OK)
+		return -1;
+	if (positive && *out == 0)
+		return usage_error(err, "give a number of at least 1", opt, v,
+				   "at least 1");
+	return 1;
+}
+
+static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
+		 const char *v, strata_error *err)
+{
+	strata_plan_options *o = &r->plan;
+	switch (k) {
+	case OPT_RESIDENCY: return parse_mode(r, v, err);
+	case OPT_DEVICE: return parse_device(r, v, err);
+	case OPT_DEVICE_MEMORY:
+		return parse_size(opt, v, &o->has_device_budget,
+				  &o->device_budget, err);
+	case OPT_HOST_MEMORY:
+		return parse_size(opt, v, &o->has_host_budget, &o->host_budget,
+				  err);
+	case OPT_LOOKAHEAD:
+		o->has_lookahead = true;
+		return parse_count(opt, v, false, &o->lookahead, err);
+	case OPT_QUEUE:
+		o->has_queue = true;
+		return parse_count(opt, v, false, &o->queue, err);
+	case OPT_CONTEXT: return parse_count(opt, v, true, &o->shape.context, err);
+	case OPT_BATCH: return parse_count(opt, v, true, &o->shape.batch, err);
+	case OPT_CHUNK:
+		return parse_count(opt, v, true, &o->shape.prefill_chunk, err);
+	case OPT_EXCLUDE: {
+		size_t cap = r->exclude_count;
+		if (strata_grow((void **)&r->exclude, &cap,
+				r->exclude_count + 1, sizeof *r->exclude,
+				"exclude list", err) != STRATA_OK)
+			return -1;
+		r->exclude[r->exclude_count++] = v;
+		return 1;
+	}
+	case OPT_H2D: return parse_bandwidth(opt, v, &o->h2d_bandwidth, err);
+	case OPT_DISK: return parse_bandwidth(opt, v, &o->disk_bandwidth, err);
+	case OPT_MEMBW:
+		return parse_bandwidth(opt, v, &o->memory_bandwidth, err);
+	}
+	return 0;
+}
+
+int strata_cli_residency_option(strata_cli_residency *r, int argc,
+				char **argv, int *i, strata_error *err)
+{
+	const char *arg = argv[*i];
+	for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
+		size_t n = strlen(options[k].name);
+		if (strncmp(arg, options[k].name, n) != 0 ||
+		    (arg[n] != '\0' && arg[n] != '='))
+			continue;
+		const char *v;
+		if (arg[n] == '=') {
+			v = arg + n + 1;
+		} else if (*i + 1 < argc) {
+			v = argv[++*i];
+		} else {
+			strata_fail(err, STRATA_E_USAGE,
+				    "give the option a value",
+				    "%s needs a value", options[k].name);
+			return -1;
+		}
+		return apply(r, options[k].kind, options[k].name, v, err);
+	}
+	return 0;
+}
