@@ -387,6 +387,10 @@ static strata_status sniff_gguf(const char *path, int *fd_out, uint64_t *size,
 		}
 		*is_gguf = !memcmp(magic, "GGUF", 4);
 	}
+	/* a .gguf without the magic goes to the GGUF reader, which says so */
+	size_t n = strlen(path);
+	if (n >= 5 && !strcmp(path + n - 5, ".gguf"))
+		*is_gguf = true;
 	*fd_out = fd;
 	*size = (uint64_t)st.st_size;
 	return STRATA_OK;

@@ -319,14 +319,8 @@ static strata_status rd_header(reader *r, uint64_t *n_tensors, uint64_t *n_kv)
 	r->g->version = version;
 	if ((s = rd_u64(r, n_tensors)) || (s = rd_u64(r, n_kv)))
 		return s;
-	/* smallest tensor info: 8 (name len) + 1 + 4 + 8 + 4 + 8 bytes;
-	 * smallest pair: 8 (key len) + 1 + 4 + 1 bytes */
-	if (*n_tensors > left(r) / 33)
-		return strata_fail(r->err, STRATA_E_CKPT_LIMIT,
-				   "the file is truncated or corrupt; re-download it",
-				   "'%s' claims %" PRIu64 " tensors but only %" PRIu64
-				   " bytes are left for their infos",
-				   r->name, *n_tensors, left(r));
+	/* smallest pair: 8 (key len) + 1 + 4 + 1 bytes; the tensor count is
+	 * checked once the metadata is read (check_tensor_count) */
 	if (*n_kv > left(r) / 14)
 		return strata_fail(r->err, STRATA_E_CKPT_LIMIT,
 				   "the file is truncated or corrupt; re-download it",
@@ -540,6 +534,18 @@ static strata_status place_data(reader *r, uint32_t file)
 	return strata__catalog_check_ranges(r->c, file, 0, false, r->err);
 }
 
+/* Smallest tensor info: 8 (name length) + 1 + 4 + 8 + 4 + 8 bytes. */
+static strata_status check_tensor_count(reader *r, uint64_t n)
+{
+	if (n > left(r) / 33)
+		return strata_fail(r->err, STRATA_E_CKPT_LIMIT,
+				   "the file is truncated or corrupt; re-download it",
+				   "'%s' claims %" PRIu64 " tensors but only %" PRIu64
+				   " bytes are left for their infos",
+				   r->name, n, left(r));
+	return STRATA_OK;
+}
+
 static strata_status read_all(reader *r)
 {
 	strata_gguf *g = strata_calloc(1, sizeof *g);
@@ -553,6 +559,8 @@ static strata_status read_all(reader *r)
 	strata_status s = rd_header(r, &n_tensors, &n_kv);
 	if (!s)
 		s = rd_kvs(r, n_kv);
+	if (!s)
+		s = check_tensor_count(r, n_tensors);
 	if (!s)
 		s = strata__catalog_add_file(r->c, r->name, r->size, 0, &file,
 					     r->err);

@@ -194,6 +194,11 @@ strata_status strata__safetensors_parse_header(strata_catalog *c,
 {
 	json_error_t je;
 	json_t *root = json_loadb(json, header_len, JSON_REJECT_DUPLICATES, &je);
+	/* jansson leaves the text empty when its lexer cannot allocate */
+	if (!root && (json_error_code(&je) == json_error_out_of_memory ||
+		      !je.text[0]))
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "'%s': out of memory parsing the header", name);
 	if (!root)
 		return strata_fail(err, STRATA_E_CKPT_HEADER, FIX_CORRUPT,
 				   "'%s': the header is not valid JSON: %s (at byte %d)",

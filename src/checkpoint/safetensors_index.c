@@ -177,6 +177,11 @@ static strata_status open_index(strata_catalog *c, const char *dir,
 	json_error_t je;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	strata_free(text);
+	/* jansson leaves the text empty when its lexer cannot allocate */
+	if (!root && (json_error_code(&je) == json_error_out_of_memory ||
+		      !je.text[0]))
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "'%s': out of memory parsing the index", path);
 	if (!root)
 		return strata_fail(err, STRATA_E_CKPT_INDEX, FIX_INDEX,
 				   "'%s' is not valid JSON: %s (line %d)", path,
