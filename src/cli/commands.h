@@ -36,6 +36,7 @@ strata_status strata_cli_parse_u64(const char *option, const char *text,
 				   uint64_t *out, strata_error *err);
 
 /* One entry per command file cmd_NAME.c. */
+int strata_cmd_tokenize(int argc, char **argv);
 int strata_cmd_shard(int argc, char **argv);
 int strata_cmd_plan(int argc, char **argv);
 

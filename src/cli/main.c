@@ -8,6 +8,7 @@
 const strata_command strata_commands[] = {
 	{"shard", "place keyed work items on devices (stdin -> stdout)", strata_cmd_shard},
 	{"plan", "size every residency mode of a model and choose one", strata_cmd_plan},
+	{"tokenize", "show the token ids of a text", strata_cmd_tokenize},
 	{NULL, NULL, NULL},
 };
 
