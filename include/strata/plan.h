@@ -209,6 +209,9 @@ typedef struct strata_plan_arch {
 	const char *family; /* NULL when unknown */
 	uint64_t layers, hidden, intermediate, heads, kv_heads, head_dim;
 	uint64_t vocab, max_context;
+	/* known == false: why, copied into the architecture_unknown
+	 * explanation; may be NULL. */
+	const char *unknown_reason;
 } strata_plan_arch;
 
 /* Token geometry of a run. Tokens in flight per forward pass are

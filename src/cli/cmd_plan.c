@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "strata/checkpoint.h"
+#include "strata/infer.h"
 #include "strata/plan.h"
 
 static void help(FILE *f)
@@ -20,12 +21,30 @@ static void help(FILE *f)
 		strata_cli_residency_help);
 }
 
-/* What the architecture is: the model layer's description when it lands;
- * until then every checkpoint is reported as unknown, weights still sized. */
-static void describe_arch(const strata_catalog *c, strata_plan_arch *out)
+/* The architecture from config.json or the GGUF metadata, read by the
+ * infer layer's hyper-parameter reader (the forward pass's own view of the
+ * model). A checkpoint it cannot describe (no config.json, a family strata
+ * cannot run) is planned with its weights only; the reason is kept in
+ * `reason` and reported, never guessed around. */
+static void describe_arch(const char *model, const strata_catalog *c,
+			  strata_plan_arch *out, char *reason, size_t cap)
 {
-	(void)c;
 	memset(out, 0, sizeof *out);
+	strata_infer_hparams hp;
+	strata_error err;
+	if (strata_infer_hparams_read(model, c, &hp, &err) != STRATA_OK) {
+		snprintf(reason, cap, "%s", err.message);
+		out->unknown_reason = reason;
+		return;
+	}
+	*out = (strata_plan_arch){
+		.known = true,
+		.family = strata_infer_family_name(hp.family),
+		.layers = hp.layers, .hidden = hp.dim, .intermediate = hp.ffn,
+		.heads = hp.heads, .kv_heads = hp.kv_heads,
+		.head_dim = hp.head_dim, .vocab = hp.vocab,
+		.max_context = hp.context,
+	};
 }
 
 static void machine_facts(const strata_cli_residency *r,
@@ -212,7 +231,8 @@ int strata_cmd_plan(int argc, char **argv)
 		goto done;
 	}
 	strata_plan_arch arch;
-	describe_arch(r.catalog, &arch);
+	char reason[STRATA_ERROR_MESSAGE_BYTES];
+	describe_arch(model, r.catalog, &arch, reason, sizeof reason);
 	strata_plan_machine machine;
 	machine_facts(&opts, &machine);
 	s = strata_plan_create(strata_plan_source_layout(r.source), &arch,

@@ -501,7 +501,9 @@ static void explain_inputs(strata_plan *p)
 				: "");
 	if (!p->arch.known)
 		explain(p, STRATA_EXPLAIN_ARCHITECTURE_UNKNOWN,
-			"architecture unknown: weights are sized, KV cache and workspace are not, so device totals are weights only");
+			"architecture unknown (%.120s): weights are sized, KV cache and workspace are not, so device totals are weights only",
+			p->arch.unknown_reason ? p->arch.unknown_reason
+					       : "not described");
 	if (p->info.occupied_units == 0)
 		explain(p, STRATA_EXPLAIN_NO_EXECUTION_UNITS,
 			"no tensor belongs to an execution unit: only resident applies");
