@@ -120,8 +120,9 @@ strata_status strata_shard_get_device_stats(const strata_shard *s,
 					    strata_shard_device_stats *out,
 					    strata_error *err);
 
-/* Entries in the least-loaded index (diagnostics for the seed's bound of
- * max(4n, 8)); this implementation keeps exactly one per device. */
+/* Entries in the least-loaded heap (diagnostics for the seed's bound of
+ * max(4n, 8)): exactly n above 16 devices, 0 up to 16, where a scan of
+ * the loads replaces the heap (src/shard/allocator.c says why). */
 size_t strata_shard_heap_entries(const strata_shard *s);
 
 /* ------------------------------------------------------------------------ */

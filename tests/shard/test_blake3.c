@@ -138,6 +138,40 @@ static void test_home_is_first_four_bytes_le_mod_n(void **state)
 	assert_int_equal(d, h % UINT32_MAX);
 }
 
+/* The one-block fast path of strata_shard_home agrees with the full hasher
+ * at every length around the block edge, for many device counts. */
+static void test_home_fast_path_matches_hasher(void **state)
+{
+	(void)state;
+	static const uint32_t counts[] = {1, 2, 3, 7, 64, 1000003, UINT32_MAX};
+	uint8_t key[200];
+	uint64_t x = 7;
+	for (size_t len = 0; len <= sizeof key; len++) {
+		for (int rep = 0; rep < 4; rep++) {
+			for (size_t i = 0; i < len; i++) {
+				x = x * 6364136223846793005ull + 1442695040888963407ull;
+				key[i] = (uint8_t)(x >> 56);
+			}
+			uint8_t d[4];
+			blake3_hasher h;
+			blake3_hasher_init(&h);
+			blake3_hasher_update(&h, key, len);
+			blake3_hasher_finalize(&h, d, 4);
+			uint32_t w = (uint32_t)d[0] | (uint32_t)d[1] << 8 |
+				     (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+			for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+				uint32_t got;
+				assert_int_equal(strata_shard_home(key, len, counts[c],
+								   &got, NULL),
+						 STRATA_OK);
+				if (got != w % counts[c])
+					fail_msg("len %zu n %u: %u, hasher says %u", len,
+						 counts[c], got, w % counts[c]);
+			}
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -145,6 +179,7 @@ int main(void)
 		cmocka_unit_test(test_keyed_mode_matches_vectors),
 		cmocka_unit_test(test_derive_key_mode_matches_vectors),
 		cmocka_unit_test(test_home_is_first_four_bytes_le_mod_n),
+		cmocka_unit_test(test_home_fast_path_matches_hasher),
 	};
 	return cmocka_run_group_tests(tests, load, unload);
 }

@@ -227,9 +227,18 @@ static void test_least_loaded_index_stays_device_scale(void **state)
 	for (int k = 0; k < 4; k++)
 		after += strata_shard_loads(s)[k];
 	assert_int_equal(after, before + 1);
-	/* The seed bounds its lazy heap at max(4n, 8); ours holds n. */
+	/* The seed bounds its lazy heap at max(4n, 8); a scan needs none. */
 	assert_true(strata_shard_heap_entries(s) <= 4 * 4);
-	assert_int_equal(strata_shard_heap_entries(s), 4);
+	strata_shard_destroy(s);
+
+	/* Past the scan range the heap holds exactly one entry per device. */
+	s = make(40, 0);
+	for (int i = 0; i < 1000; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "path%d", i);
+		assign_ok(s, key, 1 + (uint64_t)i % 3);
+		assert_int_equal(strata_shard_heap_entries(s), 40);
+	}
 	strata_shard_destroy(s);
 }
 
