@@ -1,0 +1,288 @@
+/* test_cli_plan.c - `strata plan` end to end on committed checkpoints: the
+ * JSON contract, sizes checked against the catalog independently, zero
+ * payload reads, the table, errors and exit codes (layer: cli). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "cli_run.h"
+#include "strata/checkpoint.h"
+
+#define DATA STRATA_SOURCE_DIR "/tests/data"
+#define STORIES DATA "/gguf/stories260K.gguf"
+#define QWEN DATA "/checkpoints/tiny-qwen2-sharded"
+#define MIXED DATA "/checkpoints/mixed-dtypes"
+
+static cli_result run(const char *const *argv)
+{
+	cli_result r;
+	assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
+	return r;
+}
+
+static json_t *run_json(const char *const *argv)
+{
+	cli_result r = run(argv);
+	if (r.exit_code != 0)
+		fail_msg("exit %d: %s", r.exit_code, r.err);
+	json_error_t e;
+	json_t *doc = json_loads(r.out, 0, &e);
+	if (!doc)
+		fail_msg("not JSON (%s): %s", e.text, r.out);
+	cli_result_free(&r);
+	return doc;
+}
+
+static uint64_t u(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	if (!json_is_integer(v))
+		fail_msg("'%s' is not an integer", k);
+	return (uint64_t)json_integer_value(v);
+}
+
+static uint64_t round256(uint64_t b)
+{
+	return (b + 255) / 256 * 256;
+}
+
+/* Expected static and unit sums straight from the catalog: every tensor of
+ * stories260K is f32, `blk.N.` tensors are units, the rest static. */
+static void catalog_sums(const char *path, uint64_t *st, uint64_t *units)
+{
+	strata_catalog *c;
+	assert_int_equal(strata_catalog_open(path, &c, NULL), STRATA_OK);
+	*st = *units = 0;
+	for (size_t i = 0; i < strata_catalog_count(c); i++) {
+		const strata_tensor *t = strata_catalog_tensor(c, i);
+		assert_int_equal(t->dtype, STRATA_DTYPE_F32);
+		uint64_t b = round256(t->elements * 4);
+		if (!strncmp(t->name, "blk.", 4))
+			*units += b;
+		else
+			*st += b;
+	}
+	strata_catalog_destroy(c);
+}
+
+static void json_plan_of_stories_is_exact(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--json", "--device-memory",
+			      "1GiB", "--host-memory", "1GiB", "--context",
+			      "256", NULL};
+	json_t *doc = run_json(argv);
+	uint64_t st, units;
+	catalog_sums(STORIES, &st, &units);
+	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
+	json_t *w = json_object_get(c0, "weights");
+	assert_int_equal(json_object_size(w), 4);
+	assert_true(u(w, "static_bytes") == st);
+	assert_true(u(w, "window_bytes") == units);
+	assert_true(u(w, "required_bytes") == st + units);
+	assert_true(u(w, "depth") == 5);
+	json_t *arch = json_object_get(doc, "architecture");
+	assert_true(json_is_true(json_object_get(arch, "known")));
+	assert_true(u(arch, "layers") == 5);
+	/* KV: layers x 2 x [context, kv_heads * head_dim] f32 on cpu */
+	uint64_t kvd = u(arch, "kv_heads") * u(arch, "head_dim");
+	json_t *mem = json_object_get(doc, "memory");
+	assert_true(u(mem, "kv_cache_bytes") ==
+		    5 * 2 * round256(256 * kvd * 4));
+	assert_true(u(c0, "device_bytes") ==
+		    st + units + u(mem, "kv_cache_bytes") +
+			    u(mem, "workspace_bytes"));
+	json_t *sel = json_object_get(doc, "selected");
+	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
+			    "resident");
+	json_t *ex = json_array_get(json_object_get(doc, "explanations"), 2);
+	assert_string_equal(json_string_value(json_object_get(ex, "code")),
+			    "resident_fits");
+	/* planning read headers only */
+	json_t *ws = json_object_get(doc, "weight_store");
+	assert_true(u(ws, "physical_reads") == 0);
+	assert_true(u(ws, "physical_read_bytes") == 0);
+	json_decref(doc);
+}
+
+static void budgets_drive_the_choice(void **state)
+{
+	(void)state;
+	/* device room for static + 2 layers + KV + workspace, plenty of host */
+	const char *argv[] = {"plan", STORIES, "--json", "--context", "256",
+			      "--device-memory", "1MiB", "--host-memory",
+			      "1GiB", NULL};
+	json_t *doc = run_json(argv);
+	json_t *sel = json_object_get(doc, "selected");
+	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
+			    "host");
+	assert_true(u(sel, "device_bytes") <= 1u << 20);
+	json_decref(doc);
+	/* host memory 0: disk straight to the device */
+	const char *disk[] = {"plan", STORIES, "--json", "--context", "256",
+			      "--device-memory", "1MiB", "--host-memory", "0",
+			      NULL};
+	doc = run_json(disk);
+	sel = json_object_get(doc, "selected");
+	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
+			    "disk");
+	assert_true(u(sel, "lookahead") == 0 && u(sel, "queue") == 0);
+	json_decref(doc);
+}
+
+static void nothing_fits_exits_1_with_every_shortfall(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--device-memory", "1KiB",
+			      "--host-memory", "1KiB", NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "strata: error: nothing fits"));
+	assert_non_null(strstr(r.err, "resident is "));
+	assert_non_null(strstr(r.err, "host:1 is "));
+	assert_non_null(strstr(r.err, "disk is "));
+	assert_non_null(strstr(r.err, "  fix: it fits with --device-memory "));
+	assert_non_null(strstr(r.out, "selected: none"));
+	assert_non_null(strstr(r.out, "nothing_fits"));
+	cli_result_free(&r);
+}
+
+static void table_lists_candidates_and_reasons(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", QWEN, "--device-memory", "150KiB",
+			      "--host-memory", "1MiB", NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 0);
+	assert_non_null(strstr(r.out, "ms/forward"));
+	assert_non_null(strstr(r.out, "resident "));
+	assert_non_null(strstr(r.out, "host:1 "));
+	assert_non_null(strstr(r.out, "<- selected"));
+	assert_non_null(strstr(r.out, "resident_exceeds_device_budget"));
+	assert_non_null(strstr(r.out, "host_window_selected"));
+	cli_result_free(&r);
+}
+
+static void cuda_keeps_half_precision_bytes(void **state)
+{
+	(void)state;
+	const char *cpu[] = {"plan", QWEN, "--json", "--device", "cpu",
+			     "--device-memory", "1GiB", "--host-memory", "1GiB",
+			     NULL};
+	const char *cuda[] = {"plan", QWEN, "--json", "--device", "cuda:0",
+			      "--device-memory", "1GiB", "--host-memory",
+			      "1GiB", NULL};
+	json_t *a = run_json(cpu), *b = run_json(cuda);
+	json_t *la = json_object_get(a, "layout"), *lb = json_object_get(b, "layout");
+	/* the checkpoint is bf16: the cpu converts it to f32 (twice the
+	 * bytes, up to 256-byte rounding per tensor) */
+	assert_true(u(la, "all_units_bytes") > u(lb, "all_units_bytes"));
+	assert_true(u(la, "all_units_bytes") <= 2 * u(lb, "all_units_bytes"));
+	json_t *mb = json_object_get(b, "memory");
+	assert_true(u(mb, "kv_element_bytes") == 2);
+	json_decref(a);
+	json_decref(b);
+}
+
+static void exclude_removes_tensors_before_sizing(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--json", "--device-memory",
+			      "1GiB", "--host-memory", "0", "--exclude",
+			      "blk.*", "--exclude=output.weight", NULL};
+	json_t *doc = run_json(argv);
+	json_t *l = json_object_get(doc, "layout");
+	assert_true(u(l, "occupied_units") == 0);
+	assert_true(u(l, "excluded_tensors") == 5 * 9 + 1);
+	json_decref(doc);
+}
+
+static void unknown_architecture_still_sizes_weights(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", MIXED, "--json", "--device-memory",
+			      "1GiB", "--host-memory", "0", NULL};
+	json_t *doc = run_json(argv);
+	json_t *arch = json_object_get(doc, "architecture");
+	assert_true(json_is_false(json_object_get(arch, "known")));
+	assert_true(json_is_null(json_object_get(arch, "layers")));
+	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
+	assert_true(json_is_null(json_object_get(c0, "kv_cache_bytes")));
+	assert_true(u(json_object_get(c0, "weights"), "static_bytes") > 0);
+	json_decref(doc);
+}
+
+static void usage_errors_exit_2(void **state)
+{
+	(void)state;
+	const char *cases[][8] = {
+		{"plan", NULL},
+		{"plan", STORIES, "--residency", "sideways", NULL},
+		{"plan", STORIES, "--residency", "host:0", NULL},
+		{"plan", STORIES, "--lookahead", "x", NULL},
+		{"plan", STORIES, "--device-memory", "lots", NULL},
+		{"plan", STORIES, "--device", "tpu", NULL},
+		{"plan", STORIES, "--context", "0", NULL},
+		{"plan", STORIES, "--frobnicate", NULL},
+		{"plan", STORIES, STORIES, NULL},
+		{"plan", STORIES, "--h2d-bandwidth", "0GB/s", NULL},
+		{"plan", STORIES, "--queue", NULL},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cli_result r = run(cases[i]);
+		if (r.exit_code != 2 || !strstr(r.err, "strata: error: ") ||
+		    !strstr(r.err, "  fix: "))
+			fail_msg("case %zu: exit %d, stderr '%s'", i,
+				 r.exit_code, r.err);
+		cli_result_free(&r);
+	}
+}
+
+static void input_errors_exit_1(void **state)
+{
+	(void)state;
+	const char *cases[][12] = {
+		{"plan", DATA "/no-such-model", NULL},
+		/* lookahead with host memory 0 */
+		{"plan", STORIES, "--residency", "disk", "--host-memory", "0",
+		 "--lookahead", "1", "--device-memory", "1GiB", NULL},
+		/* lookahead for a mode that has none */
+		{"plan", STORIES, "--residency", "resident", "--lookahead",
+		 "2", "--device-memory", "1GiB", "--host-memory", "1GiB",
+		 NULL},
+		/* cuda without a way to tell its memory */
+		{"plan", STORIES, "--device", "cuda", "--host-memory", "1GiB",
+		 NULL},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cli_result r = run(cases[i]);
+		if (r.exit_code != 1 || !strstr(r.err, "strata: error: ") ||
+		    !strstr(r.err, "  fix: "))
+			fail_msg("case %zu: exit %d, stderr '%s'", i,
+				 r.exit_code, r.err);
+		cli_result_free(&r);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(json_plan_of_stories_is_exact),
+		cmocka_unit_test(budgets_drive_the_choice),
+		cmocka_unit_test(nothing_fits_exits_1_with_every_shortfall),
+		cmocka_unit_test(table_lists_candidates_and_reasons),
+		cmocka_unit_test(cuda_keeps_half_precision_bytes),
+		cmocka_unit_test(exclude_removes_tensors_before_sizing),
+		cmocka_unit_test(unknown_architecture_still_sizes_weights),
+		cmocka_unit_test(usage_errors_exit_2),
+		cmocka_unit_test(input_errors_exit_1),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
