@@ -18,6 +18,8 @@
 #include "strata/backend_kernels.h"
 #include "strata/base.h"
 #include "strata/checkpoint.h"
+#include "strata/plan.h"
+#include "strata/residency.h"
 
 /* ------------------------------------------------------------------------ */
 /* Hyper-parameters                                                         */
@@ -160,6 +162,37 @@ strata_status strata_infer_load_all(const strata_catalog *c,
 				    strata_infer_source *src, strata_error *err);
 void strata_infer_loaded_destroy(strata_infer_loaded *l);
 
+/* The residency source: the model's tensors handed to the residency engine
+ * (static: embedding, final norm, LM head; one unit per layer in the group
+ * "model" or "blk"), converted to f32 where they execute. acquire/release
+ * of a layer are the engine's; so every mode of DESIGN.md runs the same
+ * forward pass. */
+typedef struct strata_infer_window_options {
+	strata_residency_mode mode;	/* RESIDENT, HOST or DISK */
+	uint64_t depth;			/* host: D >= 1 */
+	uint64_t device_budget_bytes;	/* bounds static + window */
+	uint64_t host_budget_bytes;	/* host: every unit; disk: lookahead */
+	uint64_t lookahead_units, queue_depth; /* disk */
+	uint32_t reader_threads;	/* disk: 0 = 1 */
+} strata_infer_window_options;
+
+typedef struct strata_infer_window strata_infer_window;
+
+/* Builds the engine's config from t (which must outlive the window), reads
+ * through `ws` (borrowed) and creates the engine on b. Errors are the
+ * engine's (E_RES_BUDGET naming the tier, read and conversion errors). The
+ * caller owns *out; *src is valid until strata_infer_window_destroy. */
+strata_status strata_infer_window_create(strata_backend *b,
+					 const strata_infer_tensors *t,
+					 strata_weight_store *ws,
+					 const strata_infer_window_options *o,
+					 strata_infer_window **out,
+					 strata_infer_source *src,
+					 strata_error *err);
+void strata_infer_window_destroy(strata_infer_window *w); /* NULL is fine */
+/* The engine, for its telemetry and sizes. */
+strata_residency *strata_infer_window_engine(strata_infer_window *w);
+
 /* ------------------------------------------------------------------------ */
 /* The forward pass                                                         */
 /* ------------------------------------------------------------------------ */
@@ -249,5 +282,59 @@ strata_status strata_generate(strata_forward *f, strata_sampler *s,
 			      uint32_t max_new, int32_t eos,
 			      strata_token_fn on_token, void *user,
 			      strata_generate_stats *stats, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Sessions: a model opened for running, the way `strata run` and `strata   */
+/* logits` do it                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_session_options {
+	const char *model_path;
+	strata_plan_options plan;	/* residency options, as parsed */
+	const char *const *exclude;	/* --exclude globs */
+	size_t exclude_count;
+	uint32_t threads;		/* compute threads; 0: every processor */
+	uint32_t positions;		/* positions the run needs (prompt + new) */
+	uint32_t prefill;		/* longest pass wanted (prompt length) */
+} strata_session_options;
+
+/* Everything one run holds, opened in order: catalog, hyper-parameters,
+ * tensors, plan, weight store, backend, residency window, compute, forward
+ * pass. Read-only for callers. */
+typedef struct strata_session {
+	strata_catalog *catalog;
+	strata_infer_hparams hp;
+	strata_infer_tensors tensors;
+	strata_plan_source *plan_source;
+	strata_plan *plan;
+	strata_weight_store *store;
+	strata_backend *backend;
+	strata_infer_window *window;
+	strata_infer_source source;
+	strata_compute *compute;
+	strata_forward *forward;
+	const char *model_path; /* borrowed from the options */
+	uint32_t context, batch;
+	uint64_t load_ns; /* opening through the first loads */
+} strata_session;
+
+/* Opens o->model_path, plans it with o->plan (the selected mode, or the
+ * forced one), loads the static tensors and starts the window. The context
+ * is --context when given, else o->positions; a run needing more positions
+ * than the model was trained for is E_INFER_CONTEXT. The prefill pass is
+ * --prefill-chunk when given, else o->prefill (capped at 512), and the
+ * plan is made for exactly that shape. Errors as they come from each step,
+ * E_PLAN_NOTHING_FITS naming the shortfalls. The caller owns *out
+ * (strata_session_close). */
+strata_status strata_session_open(const strata_session_options *o,
+				  strata_session **out, strata_error *err);
+void strata_session_close(strata_session *s); /* NULL is fine */
+
+/* Writes the telemetry document (DESIGN.md) for this session to path,
+ * atomically: `run_ns` of forward passes over `tokens` positions. */
+strata_status strata_session_write_telemetry(strata_session *s,
+					     const char *path, uint64_t run_ns,
+					     uint64_t tokens,
+					     strata_error *err);
 
 #endif

@@ -39,6 +39,8 @@ strata_status strata_cli_parse_u64(const char *option, const char *text,
 int strata_cmd_tokenize(int argc, char **argv);
 int strata_cmd_shard(int argc, char **argv);
 int strata_cmd_plan(int argc, char **argv);
+int strata_cmd_run(int argc, char **argv);
+int strata_cmd_logits(int argc, char **argv);
 
 /* Residency options shared by plan, run and logits (residency_options.c):
  * --residency auto|resident|host[:D]|disk, --device-memory SIZE,

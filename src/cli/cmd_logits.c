@@ -1,0 +1,206 @@
+/* cmd_logits.c - `strata logits MODEL --tokens "ID ID ..." --out FILE`: the
+ * float32 logits of every position, row-major [tokens, vocab], written
+ * atomically (layer: cli). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "strata/infer.h"
+
+#define MAX_TOKENS (1u << 20)
+
+static void help(FILE *f)
+{
+	fprintf(f,
+		"usage: strata logits MODEL --tokens \"ID ID ...\" --out FILE "
+		"[options]\n\n"
+		"Runs the token ids through MODEL in one prefill and writes the\n"
+		"logits of every position to FILE: float32 little-endian,\n"
+		"row-major [tokens, vocab]. FILE is replaced atomically.\n\n"
+		"options:\n"
+		"  --tokens \"ID ...\"     token ids, separated by spaces\n"
+		"  --out FILE            where the logits go\n"
+		"  --threads N           compute threads (default: every "
+		"processor)\n"
+		"  --telemetry FILE      write the telemetry document\n%s",
+		strata_cli_residency_help);
+}
+
+/* Parses "ID ID ..." (spaces, tabs or commas between) into *ids. */
+static strata_status parse_tokens(const char *text, int32_t **ids,
+				  uint32_t *n, strata_error *err)
+{
+	size_t cap = 0, count = 0;
+	int32_t *v = NULL;
+	const char *p = text;
+	for (;;) {
+		while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\n')
+			p++;
+		if (!*p)
+			break;
+		char *end;
+		errno = 0;
+		long long id = strtoll(p, &end, 10);
+		if (end == p || (*end && *end != ' ' && *end != '\t' &&
+				 *end != ',' && *end != '\n') ||
+		    errno || id < 0 || id > INT32_MAX) {
+			char shown[48];
+			strata_escape(shown, sizeof shown, p, strcspn(p, " \t,"));
+			strata_free(v);
+			return strata_fail(err, STRATA_E_USAGE,
+					   "give non-negative integer ids "
+					   "separated by spaces",
+					   "--tokens: '%s' is not a token id",
+					   shown);
+		}
+		if (count == MAX_TOKENS) {
+			strata_free(v);
+			return strata_fail(err, STRATA_E_USAGE,
+					   "give fewer tokens",
+					   "--tokens: more than %u ids",
+					   MAX_TOKENS);
+		}
+		strata_status st = strata_grow((void **)&v, &cap, count + 1,
+					       sizeof *v, "token ids", err);
+		if (st) {
+			strata_free(v);
+			return st;
+		}
+		v[count++] = (int32_t)id;
+		p = end;
+	}
+	if (count == 0) {
+		strata_free(v);
+		return strata_fail(err, STRATA_E_USAGE,
+				   "give at least one token id",
+				   "--tokens: no token ids");
+	}
+	*ids = v;
+	*n = (uint32_t)count;
+	return STRATA_OK;
+}
+
+typedef struct logits_args {
+	const char *model, *tokens, *out, *telemetry;
+	uint64_t threads;
+} logits_args;
+
+/* 0: parsed; else the exit code to return. */
+static int parse_args(int argc, char **argv, logits_args *a,
+		      strata_cli_residency *r)
+{
+	strata_error err;
+	for (int i = 1; i < argc; i++) {
+		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
+		if (used < 0)
+			return strata_cli_fail(&err);
+		if (used)
+			continue;
+		const char *arg = argv[i];
+		const char **slot = !strcmp(arg, "--tokens")	  ? &a->tokens
+				    : !strcmp(arg, "--out")	  ? &a->out
+				    : !strcmp(arg, "--telemetry") ? &a->telemetry
+								  : NULL;
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			help(stdout);
+			return -1;
+		} else if (slot || !strcmp(arg, "--threads")) {
+			if (i + 1 >= argc)
+				return strata_cli_usage("logits",
+							"%s needs a value", arg);
+			if (slot)
+				*slot = argv[++i];
+			else if (strata_cli_parse_u64(arg, argv[++i],
+						      &a->threads, &err) ||
+				 a->threads > 4096)
+				return strata_cli_usage(
+					"logits", "--threads: give 0 to 4096");
+		} else if (arg[0] == '-' && arg[1]) {
+			return strata_cli_usage("logits", "unknown option '%s'",
+						arg);
+		} else if (a->model) {
+			return strata_cli_usage("logits",
+						"more than one MODEL ('%s')",
+						arg);
+		} else {
+			a->model = arg;
+		}
+	}
+	if (!a->model)
+		return strata_cli_usage("logits", "MODEL is missing");
+	if (!a->tokens)
+		return strata_cli_usage("logits", "--tokens is missing");
+	if (!a->out)
+		return strata_cli_usage("logits", "--out is missing");
+	return 0;
+}
+
+static strata_status compute_and_write(strata_session *s, const int32_t *ids,
+				       uint32_t n, const logits_args *a,
+				       strata_error *err)
+{
+	uint64_t cells, bytes;
+	strata_status st;
+	if ((st = strata_checked_mul(n, s->hp.vocab, &cells, "logits cells",
+				     err)) ||
+	    (st = strata_checked_mul(cells, sizeof(float), &bytes,
+				     "logits bytes", err)))
+		return st;
+	float *logits = strata_alloc_or_error(bytes, "logits", err);
+	if (!logits)
+		return STRATA_E_NOMEM;
+	uint64_t t0 = strata_now_ns();
+	st = strata_forward_run(s->forward, ids, n, 0, logits, NULL, err);
+	uint64_t run_ns = strata_now_ns() - t0;
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+	for (uint64_t i = 0; st == STRATA_OK && i < cells; i++) {
+		uint32_t u;
+		memcpy(&u, &logits[i], 4);
+		u = __builtin_bswap32(u);
+		memcpy(&logits[i], &u, 4);
+	}
+#endif
+	if (st == STRATA_OK)
+		st = strata_file_write_atomic(a->out, logits, bytes, err);
+	if (st == STRATA_OK && a->telemetry)
+		st = strata_session_write_telemetry(s, a->telemetry, run_ns, n,
+						    err);
+	strata_free(logits);
+	return st;
+}
+
+int strata_cmd_logits(int argc, char **argv)
+{
+	logits_args a = {0};
+	strata_cli_residency r;
+	strata_cli_residency_init(&r);
+	int rc = parse_args(argc, argv, &a, &r);
+	if (rc) {
+		strata_cli_residency_fini(&r);
+		return rc < 0 ? STRATA_EXIT_OK : rc;
+	}
+	strata_error err;
+	int32_t *ids = NULL;
+	uint32_t n = 0;
+	strata_session *s = NULL;
+	strata_status st = parse_tokens(a.tokens, &ids, &n, &err);
+	if (st == STRATA_OK) {
+		strata_session_options so = {
+			.model_path = a.model, .plan = r.plan,
+			.exclude = (const char *const *)r.exclude,
+			.exclude_count = r.exclude_count,
+			.threads = (uint32_t)a.threads, .positions = n,
+			.prefill = n,
+		};
+		st = strata_session_open(&so, &s, &err);
+	}
+	if (st == STRATA_OK)
+		st = compute_and_write(s, ids, n, &a, &err);
+	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
+	strata_session_close(s);
+	strata_free(ids);
+	strata_cli_residency_fini(&r);
+	return rc;
+}

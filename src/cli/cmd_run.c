@@ -1,0 +1,294 @@
+/* cmd_run.c - `strata run MODEL (-p PROMPT | -f FILE)`: encode the prompt,
+ * prefill it in one pass, sample and stream the text to stdout as tokens
+ * come, with speed figures on stderr (layer: cli). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "strata/infer.h"
+#include "strata/text.h"
+
+#define MAX_PROMPT_BYTES (64u << 20)
+#define DEFAULT_NEW_TOKENS 256
+
+static void help(FILE *f)
+{
+	fprintf(f,
+		"usage: strata run MODEL (-p PROMPT | -f FILE) [options]\n\n"
+		"Generates text after PROMPT and streams it to stdout; prompt\n"
+		"and generation speed and time to first token go to stderr.\n\n"
+		"options:\n"
+		"  -p PROMPT             the prompt text (may be empty)\n"
+		"  -f FILE               read the prompt from FILE\n"
+		"  -n TOKENS             tokens to generate at most (default %d)\n"
+		"  --temperature T       0 is greedy (default 0.8)\n"
+		"  --top-k K             keep the K likeliest (default 40, 0 off)\n"
+		"  --top-p P             nucleus mass (default 0.95, 1 off)\n"
+		"  --min-p P             drop p < P x p_max (default 0.05)\n"
+		"  --repeat-penalty R    penalise the last 64 tokens (default 1)\n"
+		"  --seed S              random seed; same seed, same text "
+		"(default 0)\n"
+		"  --threads N           compute threads (default: every "
+		"processor)\n"
+		"  --telemetry FILE      write the telemetry document\n%s",
+		DEFAULT_NEW_TOKENS, strata_cli_residency_help);
+}
+
+typedef struct run_args {
+	const char *model, *prompt, *prompt_file, *telemetry;
+	uint64_t n, threads;
+	strata_sampler_params sp;
+} run_args;
+
+static int parse_float(const char *opt, const char *v, float lo, float hi,
+		       float *out)
+{
+	char *end;
+	float x = strtof(v, &end);
+	if (end == v || *end || !isfinite(x) || x < lo || x > hi)
+		return strata_cli_usage("run", "%s: '%s' is not a number in "
+					"[%g, %g]", opt, v, lo, hi);
+	*out = x;
+	return 0;
+}
+
+/* Options with a value; 0 when handled, else an exit code. */
+static int value_option(run_args *a, const char *opt, const char *v,
+			bool *known)
+{
+	strata_error err;
+	uint64_t u;
+	*known = true;
+	if (!strcmp(opt, "-p"))
+		a->prompt = v;
+	else if (!strcmp(opt, "-f"))
+		a->prompt_file = v;
+	else if (!strcmp(opt, "--telemetry"))
+		a->telemetry = v;
+	else if (!strcmp(opt, "--temperature"))
+		return parse_float(opt, v, 0, 1e6f, &a->sp.temperature);
+	else if (!strcmp(opt, "--top-p"))
+		return parse_float(opt, v, 1e-9f, 1, &a->sp.top_p);
+	else if (!strcmp(opt, "--min-p"))
+		return parse_float(opt, v, 0, 1, &a->sp.min_p);
+	else if (!strcmp(opt, "--repeat-penalty"))
+		return parse_float(opt, v, 1e-6f, 1e6f, &a->sp.repeat_penalty);
+	else if (!strcmp(opt, "-n") || !strcmp(opt, "--top-k") ||
+		 !strcmp(opt, "--seed") || !strcmp(opt, "--threads")) {
+		if (strata_cli_parse_u64(opt, v, &u, &err))
+			return strata_cli_fail(&err);
+		if (!strcmp(opt, "-n"))
+			a->n = u;
+		else if (!strcmp(opt, "--top-k"))
+			a->sp.top_k = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
+		else if (!strcmp(opt, "--seed"))
+			a->sp.seed = u;
+		else
+			a->threads = u;
+		if (a->n > (1u << 24) || a->threads > 4096)
+			return strata_cli_usage("run", "%s: '%s' is too large",
+						opt, v);
+	} else {
+		*known = false;
+	}
+	return 0;
+}
+
+/* 0: parsed; -1: help shown; else the exit code. */
+static int parse_args(int argc, char **argv, run_args *a,
+		      strata_cli_residency *r)
+{
+	strata_error err;
+	for (int i = 1; i < argc; i++) {
+		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
+		if (used < 0)
+			return strata_cli_fail(&err);
+		if (used)
+			continue;
+		const char *arg = argv[i];
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			help(stdout);
+			return -1;
+		}
+		if (arg[0] == '-' && arg[1]) {
+			bool known;
+			if (i + 1 >= argc) {
+				int rc = value_option(a, arg, "0", &known);
+				(void)rc;
+				return known ? strata_cli_usage(
+						       "run", "%s needs a value",
+						       arg)
+					     : strata_cli_usage(
+						       "run",
+						       "unknown option '%s'",
+						       arg);
+			}
+			int rc = value_option(a, arg, argv[i + 1], &known);
+			if (!known)
+				return strata_cli_usage(
+					"run", "unknown option '%s'", arg);
+			if (rc)
+				return rc;
+			i++;
+		} else if (a->model) {
+			return strata_cli_usage("run",
+						"more than one MODEL ('%s')", arg);
+		} else {
+			a->model = arg;
+		}
+	}
+	if (!a->model)
+		return strata_cli_usage("run", "MODEL is missing");
+	if (!a->prompt == !a->prompt_file)
+		return strata_cli_usage("run", "give exactly one of -p PROMPT "
+					"and -f FILE");
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct stream {
+	strata_detokenizer *detok;
+	bool wrote;
+} stream;
+
+static strata_status emit(void *user, int32_t token, strata_error *err)
+{
+	stream *s = user;
+	const char *text;
+	size_t len;
+	strata_status st = strata_detokenizer_push(s->detok, token, &text,
+						   &len, err);
+	if (st)
+		return st;
+	if (len && fwrite(text, 1, len, stdout) != len)
+		return strata_fail(err, STRATA_E_IO, "check where stdout goes",
+				   "cannot write the generated text");
+	s->wrote |= len > 0;
+	fflush(stdout);
+	return STRATA_OK;
+}
+
+static strata_status encode_prompt(const run_args *a,
+				   const strata_tokenizer *tok, int32_t **ids,
+				   size_t *n, strata_error *err)
+{
+	char *file = NULL;
+	size_t len = 0;
+	const char *text = a->prompt;
+	if (a->prompt_file) {
+		strata_status st = strata_file_read_all(
+			a->prompt_file, MAX_PROMPT_BYTES, &file, &len, err);
+		if (st)
+			return st;
+		text = file;
+	} else {
+		len = strlen(text);
+	}
+	strata_status st = strata_tokenizer_encode(tok, text, len, true, ids,
+						   n, err);
+	strata_free(file);
+	if (st == STRATA_OK && *n == 0) {
+		strata_free(*ids);
+		*ids = NULL;
+		return strata_fail(err, STRATA_E_USAGE,
+				   "give a non-empty prompt (this tokenizer "
+				   "adds no BOS token)",
+				   "the prompt encodes to no tokens");
+	}
+	return st;
+}
+
+static void print_stats(const strata_generate_stats *g)
+{
+	double p = g->prompt_ns / 1e9, t = g->generate_ns / 1e9;
+	double after = g->generated_tokens > 1 ? g->generated_tokens - 1 : 0;
+	fprintf(stderr,
+		"strata: prompt %llu tokens in %.3f s (%.1f tokens/s); "
+		"generated %llu tokens (%.1f tokens/s); "
+		"time to first token %.3f s%s\n",
+		(unsigned long long)g->prompt_tokens, p,
+		p > 0 ? g->prompt_tokens / p : 0.0,
+		(unsigned long long)g->generated_tokens,
+		t > 0 ? after / t : 0.0, g->first_token_ns / 1e9,
+		g->stopped_at_eos ? "; stopped at end of text" : "");
+}
+
+static strata_status generate(const run_args *a, strata_session *s,
+			      const strata_tokenizer *tok, const int32_t *ids,
+			      size_t n, strata_error *err)
+{
+	strata_sampler *smp = NULL;
+	stream out = {0};
+	strata_generate_stats g = {0};
+	strata_tokenizer_specials sp;
+	strata_tokenizer_get_specials(tok, &sp);
+	int32_t eos = sp.eos >= 0 ? sp.eos : s->hp.eos;
+	strata_status st = strata_sampler_create(&a->sp, s->hp.vocab, &smp,
+						 err);
+	if (st == STRATA_OK)
+		st = strata_detokenizer_create(tok, true, &out.detok, err);
+	if (st == STRATA_OK)
+		st = strata_generate(s->forward, smp, ids, (uint32_t)n,
+				     (uint32_t)a->n, eos, emit, &out, &g, err);
+	if (st == STRATA_OK) {
+		const char *text;
+		size_t len;
+		st = strata_detokenizer_flush(out.detok, &text, &len, err);
+		if (st == STRATA_OK && len)
+			fwrite(text, 1, len, stdout);
+		fflush(stdout);
+		if (isatty(STDOUT_FILENO))
+			fputc('\n', stderr);
+		print_stats(&g);
+	}
+	if (st == STRATA_OK && a->telemetry)
+		st = strata_session_write_telemetry(
+			s, a->telemetry, g.prompt_ns + g.generate_ns,
+			g.prompt_tokens + g.generated_tokens, err);
+	strata_detokenizer_destroy(out.detok);
+	strata_sampler_destroy(smp);
+	return st;
+}
+
+int strata_cmd_run(int argc, char **argv)
+{
+	run_args a = {.n = DEFAULT_NEW_TOKENS};
+	strata_sampler_params_default(&a.sp);
+	strata_cli_residency r;
+	strata_cli_residency_init(&r);
+	int rc = parse_args(argc, argv, &a, &r);
+	if (rc) {
+		strata_cli_residency_fini(&r);
+		return rc < 0 ? STRATA_EXIT_OK : rc;
+	}
+	strata_error err;
+	strata_tokenizer *tok = NULL;
+	strata_session *s = NULL;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
+	if (st == STRATA_OK)
+		st = encode_prompt(&a, tok, &ids, &n, &err);
+	if (st == STRATA_OK) {
+		strata_session_options so = {
+			.model_path = a.model, .plan = r.plan,
+			.exclude = (const char *const *)r.exclude,
+			.exclude_count = r.exclude_count,
+			.threads = (uint32_t)a.threads,
+			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
+		};
+		st = strata_session_open(&so, &s, &err);
+	}
+	if (st == STRATA_OK && a.n)
+		st = generate(&a, s, tok, ids, n, &err);
+	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
+	strata_session_close(s);
+	strata_free(ids);
+	strata_tokenizer_destroy(tok);
+	strata_cli_residency_fini(&r);
+	return rc;
+}

@@ -1,0 +1,193 @@
+/* session.c - a model opened for running: catalog, hyper-parameters and
+ * tensors, the plan for this run's shape, the residency window over the
+ * backend, the compute context and the forward pass; and the telemetry
+ * document at the end (layer: infer).
+ *
+ * `strata run` and `strata logits` differ only in what they do with the
+ * forward pass, so everything up to it lives here, once.
+ */
+#include <string.h>
+
+#include "strata/infer.h"
+
+#define DEFAULT_PREFILL_CAP 512u
+
+/* ------------------------------------------------------------------------ */
+
+static strata_status plan_it(strata_session *s, const strata_session_options *o,
+			     strata_error *err)
+{
+	strata_plan_options po = o->plan;
+	const strata_infer_hparams *hp = &s->hp;
+	uint64_t need = o->positions ? o->positions : 1;
+	if (!po.shape.context && need > hp->context)
+		return strata_fail(err, STRATA_E_INFER_CONTEXT,
+				   "give a shorter prompt or fewer tokens (-n)",
+				   "the run needs %llu positions but the model "
+				   "was trained for %u",
+				   (unsigned long long)need, hp->context);
+	if (!po.shape.context)
+		po.shape.context = need;
+	if (po.shape.context > UINT32_MAX)
+		return strata_fail(err, STRATA_E_INFER_CONTEXT,
+				   "lower --context", "--context %llu is too "
+				   "large", (unsigned long long)po.shape.context);
+	if (!po.shape.prefill_chunk) {
+		uint64_t p = o->prefill ? o->prefill : 1;
+		po.shape.prefill_chunk = p < DEFAULT_PREFILL_CAP
+						 ? p : DEFAULT_PREFILL_CAP;
+	}
+	if (po.shape.batch > 1)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "leave --batch at 1",
+				   "batched decoding (--batch %llu) is not "
+				   "supported by the CPU forward pass",
+				   (unsigned long long)po.shape.batch);
+	strata_plan_arch arch = {
+		.known = true, .family = strata_infer_family_name(hp->family),
+		.layers = hp->layers, .hidden = hp->dim,
+		.intermediate = hp->ffn, .heads = hp->heads,
+		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
+		.vocab = hp->vocab, .max_context = hp->context,
+	};
+	strata_plan_machine m = {0};
+	strata_error ignored;
+	m.host_available_known = strata_plan_host_available(
+		&m.host_available_bytes, &ignored) == STRATA_OK;
+	if (po.device == STRATA_PLAN_DEVICE_CPU) {
+		/* The CPU backend's device memory is the same RAM. */
+		m.device_free_known = m.host_available_known;
+		m.device_free_bytes = m.host_available_bytes;
+	}
+	strata_status st = strata_plan_source_create(
+		s->catalog, po.device, o->exclude, o->exclude_count,
+		&s->plan_source, err);
+	if (st)
+		return st;
+	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
+				&arch, strata_plan_source_weight_dtype(
+					       s->plan_source),
+				&po, &m, &s->plan, err);
+	if (st)
+		return st;
+	s->context = (uint32_t)po.shape.context;
+	s->batch = (uint32_t)po.shape.prefill_chunk;
+	return STRATA_OK;
+}
+
+static strata_status start_window(strata_session *s, uint32_t threads,
+				  strata_error *err)
+{
+	const strata_plan *p = s->plan;
+	strata_infer_window_options wo = {
+		.mode = strata_plan_mode(p),
+		.depth = strata_plan_depth(p),
+		.device_budget_bytes = strata_plan_device_budget(p),
+		.host_budget_bytes = strata_plan_host_budget(p),
+		.lookahead_units = strata_plan_lookahead(p),
+		.queue_depth = strata_plan_queue(p),
+	};
+	if (wo.mode == STRATA_RESIDENCY_DISK && wo.lookahead_units == 0) {
+		/* The plan reads straight into the device window. */
+		wo.lookahead_units = 1;
+		wo.queue_depth = 1;
+		wo.host_budget_bytes = 0;
+	}
+	strata_status st;
+	if ((st = strata_weight_store_create(s->catalog, NULL, &s->store,
+					     err)) ||
+	    (st = strata_backend_cpu_create(NULL, &s->backend, err)) ||
+	    (st = strata_infer_window_create(s->backend, &s->tensors, s->store,
+					     &wo, &s->window, &s->source,
+					     err)) ||
+	    (st = strata_compute_create_on(s->backend, threads, &s->compute,
+					   err)))
+		return st;
+	return strata_forward_create(&s->hp, s->compute, &s->source,
+				     s->context, s->batch, &s->forward, err);
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_session_open(const strata_session_options *o,
+				  strata_session **out, strata_error *err)
+{
+	uint64_t t0 = strata_now_ns();
+	if (o->plan.device != STRATA_PLAN_DEVICE_CPU)
+		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
+				   "run with --device cpu",
+				   "the forward pass runs on the CPU backend "
+				   "only in this build");
+	strata_session *s = strata_calloc_or_error(1, sizeof *s, "session",
+						   err);
+	if (!s)
+		return STRATA_E_NOMEM;
+	s->model_path = o->model_path;
+	strata_status st;
+	if ((st = strata_catalog_open(o->model_path, &s->catalog, err)) ||
+	    (st = strata_infer_hparams_read(o->model_path, s->catalog, &s->hp,
+					    err)) ||
+	    (st = strata_infer_tensors_find(s->catalog, &s->hp, &s->tensors,
+					    err)) ||
+	    (st = plan_it(s, o, err)) || (st = start_window(s, o->threads, err))) {
+		strata_session_close(s);
+		return st;
+	}
+	s->load_ns = strata_now_ns() - t0;
+	*out = s;
+	return STRATA_OK;
+}
+
+void strata_session_close(strata_session *s)
+{
+	if (!s)
+		return;
+	strata_forward_destroy(s->forward);
+	strata_compute_destroy(s->compute);
+	strata_infer_window_destroy(s->window);
+	strata_backend_destroy(s->backend);
+	strata_weight_store_destroy(s->store);
+	strata_plan_destroy(s->plan);
+	strata_plan_source_destroy(s->plan_source);
+	strata_infer_tensors_fini(&s->tensors);
+	strata_catalog_destroy(s->catalog);
+	strata_free(s);
+}
+
+strata_status strata_session_write_telemetry(strata_session *s,
+					     const char *path, uint64_t run_ns,
+					     uint64_t tokens, strata_error *err)
+{
+	strata_residency *e = strata_infer_window_engine(s->window);
+	strata_telemetry_snapshot snap;
+	strata_telemetry_get(strata_residency_telemetry(e), &snap);
+	strata_residency_sizes sizes;
+	strata_residency_get_sizes(e, &sizes);
+	strata_weight_store_stats ws;
+	strata_weight_store_get_stats(s->store, &ws);
+	strata_telemetry_device dev = {.name = "cpu", .snapshot = &snap};
+	strata_telemetry_report r = {
+		.model = s->model_path,
+		.mode = strata_residency_mode_name(strata_plan_mode(s->plan)),
+		.depth = sizes.depth,
+		.lookahead_units = strata_plan_lookahead(s->plan),
+		.queue_depth = strata_plan_queue(s->plan),
+		.static_bytes = sizes.static_bytes,
+		.window_bytes = sizes.window_bytes,
+		.load_seconds = s->load_ns / 1e9,
+		.run_seconds = run_ns / 1e9,
+		.tokens = tokens,
+		.residency = &snap,
+		.weight_store = &ws,
+		.device_count = 1,
+		.devices = &dev,
+	};
+	strata_json j;
+	strata_json_init(&j, true);
+	strata_telemetry_write_json(&j, &r);
+	strata_status st = strata_json_finish(&j, err);
+	if (st == STRATA_OK)
+		st = strata_file_write_atomic(path, j.buf, j.len, err);
+	strata_json_fini(&j);
+	return st;
+}

@@ -1,0 +1,177 @@
+/* window.c - the residency source: a model's tensors handed to the
+ * residency engine, and layer acquire/release mapped onto the engine's
+ * units, so resident, host:D and disk modes all feed the same forward pass
+ * (layer: infer).
+ *
+ * Each unit's tensors are given to the engine in slot order (infer.h's
+ * STRATA_INFER_SLOT_MAP, absent biases skipped), and the slot of each is
+ * remembered, so an acquired view maps to the layer struct without looking
+ * at names.
+ */
+#include <string.h>
+
+#include "strata/infer.h"
+
+struct strata_infer_window {
+	strata_residency *engine;
+	strata_residency_tensor *rt;  /* every tensor: statics then units */
+	strata_residency_unit *units; /* [layers] */
+	uint8_t (*slot)[STRATA_SLOT_COUNT]; /* [layers][k]: slot of k-th */
+	uint32_t layers;
+};
+
+/* ------------------------------------------------------------------------ */
+
+static void describe(strata_residency_tensor *r, const strata_tensor *t)
+{
+	r->tensor = t;
+	r->convert = t->dtype != STRATA_DTYPE_F32;
+	r->exec_bytes = t->elements * sizeof(float); /* checked at find */
+}
+
+static strata_status window_acquire(void *user, uint32_t layer,
+				    strata_infer_layer *out, strata_error *err)
+{
+	strata_infer_window *w = user;
+	strata_residency_view v;
+	strata_status st = strata_residency_acquire(w->engine, 0, layer, &v,
+						    err);
+	if (st)
+		return st;
+	memset(out, 0, sizeof *out);
+	const float **field[STRATA_SLOT_COUNT] = {
+#define STRATA_INFER_SLOT_FIELD(name, fld, hf, gguf, opt) &out->fld,
+		STRATA_INFER_SLOT_MAP(STRATA_INFER_SLOT_FIELD)
+#undef STRATA_INFER_SLOT_FIELD
+	};
+	for (size_t k = 0; k < v.count; k++)
+		*field[w->slot[layer][k]] = v.data[k];
+	return STRATA_OK;
+}
+
+static strata_status window_release(void *user, uint32_t layer,
+				    strata_error *err)
+{
+	strata_infer_window *w = user;
+	return strata_residency_release(w->engine, 0, layer, err);
+}
+
+static const strata_infer_source_ops window_ops = {
+	.acquire = window_acquire,
+	.release = window_release,
+};
+
+static strata_status static_ptr(strata_infer_window *w, const strata_tensor *t,
+				 const float **out, strata_error *err)
+{
+	void *data;
+	const strata_residency_tensor *rt;
+	strata_status st = strata_residency_static(w->engine, t->name, &data,
+						   &rt, err);
+	if (st == STRATA_OK)
+		*out = data;
+	return st;
+}
+
+/* Fills w->rt, w->units and w->slot from t; returns the static count. */
+static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
+{
+	size_t n = 0;
+	describe(&w->rt[n++], t->embed);
+	describe(&w->rt[n++], t->final_norm);
+	if (t->lm_head != t->embed)
+		describe(&w->rt[n++], t->lm_head);
+	size_t statics = n;
+	for (uint32_t l = 0; l < t->layers; l++) {
+		strata_residency_unit *u = &w->units[l];
+		u->group = 0;
+		u->unit = l;
+		u->tensors = &w->rt[n];
+		for (int s = 0; s < STRATA_SLOT_COUNT; s++) {
+			if (!t->layer[l][s])
+				continue;
+			w->slot[l][u->tensor_count++] = (uint8_t)s;
+			describe(&w->rt[n++], t->layer[l][s]);
+		}
+	}
+	return statics;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_infer_window_create(strata_backend *b,
+					 const strata_infer_tensors *t,
+					 strata_weight_store *ws,
+					 const strata_infer_window_options *o,
+					 strata_infer_window **out,
+					 strata_infer_source *src,
+					 strata_error *err)
+{
+	strata_infer_window *w = strata_calloc_or_error(1, sizeof *w,
+							"weight window", err);
+	if (!w)
+		return STRATA_E_NOMEM;
+	w->layers = t->layers;
+	uint64_t max = 3 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
+	w->rt = strata_calloc_or_error(max, sizeof *w->rt, "window tensors",
+				       err);
+	w->units = strata_calloc_or_error(t->layers, sizeof *w->units,
+					  "window units", err);
+	w->slot = strata_calloc_or_error(t->layers, sizeof *w->slot,
+					 "window slots", err);
+	strata_status st = STRATA_E_NOMEM;
+	if (!w->rt || !w->units || !w->slot)
+		goto fail;
+	size_t statics = build_units(w, t);
+	const char *group = strncmp(t->embed->name, "token_embd", 10)
+				    ? "model" : "blk";
+	strata_residency_config cfg = {
+		.mode = o->mode,
+		.depth = o->depth,
+		.device_budget_bytes = o->device_budget_bytes,
+		.host_budget_bytes = o->host_budget_bytes,
+		.lookahead_units = o->lookahead_units,
+		.queue_depth = o->queue_depth,
+		.reader_threads = o->reader_threads,
+		.group_count = 1,
+		.groups = &group,
+		.static_count = statics,
+		.statics = w->rt,
+		.unit_count = t->layers,
+		.units = w->units,
+		.read = strata_residency_read_store,
+		.read_user = ws,
+		.convert = strata_residency_convert_f32,
+	};
+	if ((st = strata_residency_create(b, &cfg, &w->engine, err)))
+		goto fail;
+	strata_infer_statics s = {0};
+	if ((st = static_ptr(w, t->embed, &s.embed, err)) ||
+	    (st = static_ptr(w, t->final_norm, &s.final_norm, err)) ||
+	    (st = static_ptr(w, t->lm_head, &s.lm_head, err)))
+		goto fail;
+	src->ops = &window_ops;
+	src->user = w;
+	src->statics = s;
+	*out = w;
+	return STRATA_OK;
+fail:
+	strata_infer_window_destroy(w);
+	return st;
+}
+
+void strata_infer_window_destroy(strata_infer_window *w)
+{
+	if (!w)
+		return;
+	strata_residency_destroy(w->engine);
+	strata_free(w->rt);
+	strata_free(w->units);
+	strata_free(w->slot);
+	strata_free(w);
+}
+
+strata_residency *strata_infer_window_engine(strata_infer_window *w)
+{
+	return w->engine;
+}

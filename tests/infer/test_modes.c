@@ -1,0 +1,155 @@
+/* test_modes.c - the forward pass fed by the residency engine in every mode
+ * of DESIGN.md (resident, host:1, host:2, disk straight to the device with
+ * host memory 0, disk with a host lookahead): logits bit-identical across
+ * modes and to the plain loader, within 1e-3 of transformers on every
+ * reference model, and greedy generations equal. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "infer/refmodel.h"
+
+typedef struct mode_case {
+	const char *name;
+	strata_infer_window_options o;
+} mode_case;
+
+#define GIB (1ull << 30)
+
+static const mode_case modes[] = {
+	{"resident", {.mode = STRATA_RESIDENCY_RESIDENT,
+		      .device_budget_bytes = GIB}},
+	{"host:1", {.mode = STRATA_RESIDENCY_HOST, .depth = 1,
+		    .device_budget_bytes = GIB, .host_budget_bytes = GIB}},
+	{"host:2", {.mode = STRATA_RESIDENCY_HOST, .depth = 2,
+		    .device_budget_bytes = GIB, .host_budget_bytes = GIB}},
+	{"disk host 0", {.mode = STRATA_RESIDENCY_DISK,
+			 .device_budget_bytes = GIB, .host_budget_bytes = 0,
+			 .lookahead_units = 1, .queue_depth = 1}},
+	{"disk lookahead 2", {.mode = STRATA_RESIDENCY_DISK,
+			      .device_budget_bytes = GIB,
+			      .host_budget_bytes = GIB,
+			      .lookahead_units = 2, .queue_depth = 2,
+			      .reader_threads = 2}},
+};
+#define MODE_COUNT (sizeof modes / sizeof *modes)
+
+static strata_status collect(void *user, int32_t tok, strata_error *err)
+{
+	(void)err;
+	int32_t *out = user;
+	out[++out[0]] = tok;
+	return STRATA_OK;
+}
+
+/* Logits of the reference tokens and 32 greedy tokens through `src`. */
+static void run_source(const strata_infer_hparams *hp,
+		       const strata_infer_source *src, const ref_data *r,
+		       float *logits, int32_t *greedy)
+{
+	strata_compute *c;
+	strata_forward *f;
+	strata_sampler *s;
+	strata_error err;
+	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
+				    .repeat_penalty = 1};
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(hp, c, src, 64, 8, &f, &err),
+			 STRATA_OK);
+	strata_status st = strata_forward_run(f, r->tokens, r->n_tokens, 0,
+					      logits, NULL, &err);
+	if (st)
+		fail_msg("forward: %s", err.message);
+	strata_forward_reset(f);
+	assert_int_equal(strata_sampler_create(&sp, hp->vocab, &s, &err),
+			 STRATA_OK);
+	greedy[0] = 0;
+	st = strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
+			     collect, greedy, NULL, &err);
+	if (st)
+		fail_msg("generate: %s", err.message);
+	strata_sampler_destroy(s);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+}
+
+static void check_model(const char *name)
+{
+	char path[1024];
+	ref_path(path, sizeof path, name, NULL);
+	ref_data r;
+	ref_load(name, &r);
+	ref_open m;
+	ref_open_model(path, &m);
+	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
+	float *plain = strata_alloc(cells * sizeof *plain);
+	float *got = strata_alloc(cells * sizeof *got);
+	int32_t plain_greedy[65], greedy[65];
+	run_source(&m.hp, &m.src, &r, plain, plain_greedy);
+	assert_true(ref_max_diff(plain, r.logits, cells) <= 1e-3);
+	assert_int_equal(plain_greedy[0], r.n_greedy);
+	assert_memory_equal(plain_greedy + 1, r.greedy,
+			    r.n_greedy * sizeof(int32_t));
+
+	strata_error err;
+	strata_weight_store *ws;
+	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
+			 STRATA_OK);
+	for (size_t i = 0; i < MODE_COUNT; i++) {
+		strata_backend *b;
+		strata_infer_window *w;
+		strata_infer_source src;
+		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
+				 STRATA_OK);
+		strata_status st = strata_infer_window_create(
+			b, &m.t, ws, &modes[i].o, &w, &src, &err);
+		if (st)
+			fail_msg("%s %s: %s", name, modes[i].name,
+				 err.message);
+		run_source(&m.hp, &src, &r, got, greedy);
+		if (memcmp(got, plain, cells * sizeof *got))
+			fail_msg("%s %s: logits differ from the plain "
+				 "loader's",
+				 name, modes[i].name);
+		assert_memory_equal(greedy, plain_greedy,
+				    (1 + r.n_greedy) * sizeof(int32_t));
+		strata_telemetry_snapshot snap;
+		strata_telemetry_get(
+			strata_residency_telemetry(strata_infer_window_engine(w)),
+			&snap);
+		if (modes[i].o.mode == STRATA_RESIDENCY_DISK) {
+			uint64_t from_disk =
+				snap.transfers[STRATA_DIR_DISK_TO_DEVICE].bytes +
+				snap.transfers[STRATA_DIR_DISK_TO_HOST].bytes;
+			assert_true(from_disk > 0);
+		}
+		strata_infer_window_destroy(w);
+		strata_backend_destroy(b);
+	}
+	strata_weight_store_destroy(ws);
+	strata_free(plain);
+	strata_free(got);
+	ref_close_model(&m);
+	ref_free(&r);
+}
+
+static void test_every_mode_every_model(void **state)
+{
+	(void)state;
+	for (int i = 0; i < REF_MODEL_COUNT; i++)
+		check_model(ref_models[i]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_mode_every_model),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
