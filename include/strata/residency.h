@@ -282,6 +282,11 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 strata_status strata_residency_release(strata_residency *e, uint32_t group,
 				       uint64_t unit, strata_error *err);
 
+/* Waits for the background work already started (reads, copies) and
+ * records it, starting nothing new: the figures are then final, for the
+ * telemetry document at the end of a run. E_RES_READER if a read failed. */
+strata_status strata_residency_quiesce(strata_residency *e, strata_error *err);
+
 /* A static tensor's device pointer by name; E_NOT_FOUND when absent. */
 strata_status strata_residency_static(strata_residency *e, const char *name,
 				      void **data,

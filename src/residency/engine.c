@@ -143,6 +143,12 @@ static strata_status size_sorted(const strata_residency_config *c,
 	strata_status s = static_sum(c, false, &z.static_bytes, err);
 	if (s == STRATA_OK)
 		s = static_sum(c, true, &static_aligned, err);
+	/* the window first, so an overflow there is named as the seed names it */
+	if (s == STRATA_OK && c->mode != STRATA_RESIDENCY_RESIDENT) {
+		s = window(p, c->unit_count, z.depth, false, &z.window_bytes, err);
+		if (s == STRATA_OK)
+			s = window(p, c->unit_count, z.depth, true, &window_aligned, err);
+	}
 	for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
 		uint64_t b;
 		s = unit_bytes(p[i], false, &b, err);
@@ -160,10 +166,6 @@ static strata_status size_sorted(const strata_residency_config *c,
 				s = strata_checked_add(window_aligned, b, &window_aligned,
 						       "device-window bytes", err);
 		}
-	} else if (s == STRATA_OK) {
-		s = window(p, c->unit_count, z.depth, false, &z.window_bytes, err);
-		if (s == STRATA_OK)
-			s = window(p, c->unit_count, z.depth, true, &window_aligned, err);
 	}
 	if (s == STRATA_OK)
 		s = strata_checked_add(static_aligned, window_aligned,

@@ -63,7 +63,7 @@ struct strata_residency {
 	/* forward-pass position */
 	size_t cursor;	   /* position of the last acquired unit */
 	bool cursor_valid; /* any unit acquired yet */
-	bool cursor_held;
+	bool cursor_done;  /* the cursor's unit has been handed out */
 	uint32_t cur_group;
 	uint64_t tick;
 

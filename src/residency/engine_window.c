@@ -113,7 +113,7 @@ static strata_status place(strata_residency *e, size_t pos, size_t want,
 	unit_slot *u = &e->units[pos];
 	bool direct = !has_cache(e) && e->cfg.mode == STRATA_RESIDENCY_DISK;
 	*out = NOT_NOW;
-	if (direct ? e->q_len == e->q_cap : u->host != HOST_CACHED)
+	if (direct ? e->in_flight >= e->q_cap : u->host != HOST_CACHED)
 		return STRATA_OK;
 	void *block = NULL;
 	strata_error aerr;
@@ -193,16 +193,14 @@ static strata_status place_window(strata_residency *e, size_t want,
 /* Host lookahead cache (disk mode)                                         */
 /* ------------------------------------------------------------------------ */
 
-/* First position the lookahead counts from: the cursor while its unit still
- * needs its host copy, else the one after it (cyclic: the next token starts
+/* First position the lookahead counts from: the cursor until its unit has
+ * been handed out, then the one after it (cyclic: the next token starts
  * again at the first unit). */
 static size_t lookahead_base(const strata_residency *e)
 {
 	if (!e->cursor_valid)
 		return 0;
-	const unit_slot *u = &e->units[e->cursor];
-	bool on_device = u->dev == DEV_READY || u->dev == DEV_HELD;
-	return on_device ? (e->cursor + 1) % e->n : e->cursor;
+	return e->cursor_done ? (e->cursor + 1) % e->n : e->cursor;
 }
 
 static bool in_lookahead(const strata_residency *e, size_t pos)
@@ -265,7 +263,7 @@ static strata_status schedule_reads(strata_residency *e, size_t want,
 		return STRATA_OK;
 	size_t base = lookahead_base(e);
 	uint64_t la = e->cfg.lookahead_units < e->n ? e->cfg.lookahead_units : e->n;
-	for (uint64_t k = 0; k < la && e->q_len < e->q_cap; k++) {
+	for (uint64_t k = 0; k < la && e->in_flight < e->q_cap; k++) {
 		size_t pos = (base + k) % e->n;
 		unit_slot *u = &e->units[pos];
 		if (u->host != HOST_NONE || u->dev != DEV_NONE)
@@ -378,6 +376,7 @@ static strata_status move_window(strata_residency *e, size_t pos,
 	e->cur_group = g;
 	e->cursor = pos;
 	e->cursor_valid = true;
+	e->cursor_done = false;
 	return STRATA_OK;
 }
 
@@ -461,6 +460,7 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 		u->dev = DEV_HELD;
 		e->cursor = pos;
 		e->cursor_valid = true;
+		e->cursor_done = true;
 		view->count = u->cfg->tensor_count;
 		view->tensors = u->cfg->tensors;
 		view->data = u->data;
@@ -496,6 +496,25 @@ strata_status strata_residency_release(strata_residency *e, uint32_t group,
 		if (s == STRATA_OK && !e->failed)
 			s = pump(e, SIZE_MAX, err);
 	}
+	pthread_mutex_unlock(&e->lock);
+	return s;
+}
+
+strata_status strata_residency_quiesce(strata_residency *e, strata_error *err)
+{
+	if (!e)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller; report it",
+				   "quiesce with a NULL engine");
+	pthread_mutex_lock(&e->lock);
+	while (e->in_flight && !e->failed)
+		pthread_cond_wait(&e->cond, &e->lock);
+	strata_status s = e->failed ? reader_failed(e, err) : STRATA_OK;
+	pthread_mutex_unlock(&e->lock);
+	if (e->copy_stream)
+		strata_backend_synchronize(e->b, e->copy_stream, NULL);
+	pthread_mutex_lock(&e->lock);
+	poll_copies(e);
 	pthread_mutex_unlock(&e->lock);
 	return s;
 }

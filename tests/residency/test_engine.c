@@ -1,0 +1,528 @@
+/* test_engine.c - the residency engine in each mode over a real safetensors
+ * file read through the weight store: bytes per direction, peaks within the
+ * plan (and the arena's own high-water mark), prefetch and stall counts,
+ * the seed's sizing (layer: residency). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "residency/workload.h"
+
+static strata_backend *cpu(void)
+{
+	strata_backend *b = NULL;
+	strata_error err;
+	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	return b;
+}
+
+static const wl_spec dense = {.text_units = {0, 1, 2, 3, 4, 5}, .text_count = 6,
+			      .vision_count = 2};
+
+static uint64_t round256(uint64_t b)
+{
+	return (b + 255) / 256 * 256;
+}
+
+static uint64_t unit_block(const strata_residency_unit *u)
+{
+	uint64_t s = 0;
+	for (size_t i = 0; i < u->tensor_count; i++) {
+		const strata_residency_tensor *t = &u->tensors[i];
+		s += round256(t->exec_bytes ? t->exec_bytes : t->tensor->bytes);
+	}
+	return s;
+}
+
+/* The window by brute force: every start index of every group, `depth`
+ * indices, absent ones weighing 0. */
+static uint64_t brute_window(const workload *w, uint64_t depth, bool aligned)
+{
+	uint64_t best = 0;
+	for (size_t a = 0; a < w->unit_count; a++) {
+		uint64_t sum = 0;
+		for (size_t b = 0; b < w->unit_count; b++) {
+			const strata_residency_unit *x = &w->units[a], *y = &w->units[b];
+			if (y->group != x->group || y->unit < x->unit ||
+			    y->unit - x->unit >= depth)
+				continue;
+			if (aligned) {
+				sum += unit_block(y);
+			} else {
+				for (size_t i = 0; i < y->tensor_count; i++)
+					sum += y->tensors[i].exec_bytes
+						       ? y->tensors[i].exec_bytes
+						       : y->tensors[i].tensor->bytes;
+			}
+		}
+		if (sum > best)
+			best = sum;
+	}
+	return best;
+}
+
+static uint64_t all_blocks(const workload *w)
+{
+	uint64_t s = 0;
+	for (size_t i = 0; i < w->unit_count; i++)
+		s += unit_block(&w->units[i]);
+	return s;
+}
+
+static void snap(strata_residency *e, strata_telemetry_snapshot *s)
+{
+	strata_telemetry_get(strata_residency_telemetry(e), s);
+}
+
+static void assert_within_plan(strata_residency *e)
+{
+	strata_telemetry_snapshot s;
+	strata_arena_stats dev, host;
+	strata_residency_sizes z;
+	snap(e, &s);
+	strata_residency_device_arena_stats(e, &dev);
+	strata_residency_host_arena_stats(e, &host);
+	strata_residency_get_sizes(e, &z);
+	assert_true(s.peak_bytes[STRATA_TIER_DEVICE] <= s.planned_bytes[STRATA_TIER_DEVICE]);
+	assert_true(s.peak_bytes[STRATA_TIER_HOST] <= s.planned_bytes[STRATA_TIER_HOST]);
+	assert_true(dev.high_water_bytes <= z.device_arena_bytes);
+	assert_int_equal(dev.capacity_bytes, z.device_arena_bytes);
+	assert_true(host.high_water_bytes <= z.host_arena_bytes);
+	/* the recorder and the arena agree on what the device holds */
+	assert_int_equal(s.peak_bytes[STRATA_TIER_DEVICE], dev.high_water_bytes);
+	assert_int_equal(s.current_bytes[STRATA_TIER_DEVICE], dev.used_bytes);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_resident_loads_once_and_every_acquire_hits(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_RESIDENT, 0);
+	strata_residency *e = NULL;
+	strata_error err;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	for (int tok = 0; tok < 3; tok++)
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+	strata_telemetry_snapshot s;
+	snap(e, &s);
+	const strata_transfer_stats *x = s.transfers;
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].count, w.static_count + w.unit_count);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].bytes,
+			 w.static_file_bytes + w.unit_file_bytes);
+	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++)
+		if (d != STRATA_DIR_DISK_TO_DEVICE)
+			assert_int_equal(x[d].count, 0);
+	assert_int_equal(s.prefetch_hits, 3 * w.unit_count);
+	assert_int_equal(s.stalls, 0);
+	/* resident: the plan is static + every unit, and it is all held */
+	assert_int_equal(s.planned_bytes[STRATA_TIER_DEVICE],
+			 w.static_aligned_bytes + all_blocks(&w));
+	assert_int_equal(s.peak_bytes[STRATA_TIER_DEVICE],
+			 s.planned_bytes[STRATA_TIER_DEVICE]);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], 0);
+	assert_within_plan(e);
+	void *data = NULL;
+	const strata_residency_tensor *t = NULL;
+	assert_int_equal(strata_residency_static(e, "model.norm.weight", &data, &t, &err),
+			 STRATA_OK);
+	wl_check_tensor(&w, t, data);
+	assert_int_equal(strata_residency_static(e, "model.missing", &data, &t, &err),
+			 STRATA_E_NOT_FOUND);
+	assert_non_null(strstr(err.message, "model.missing"));
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void run_host(uint64_t depth)
+{
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_HOST, depth);
+	strata_residency *e = NULL;
+	strata_error err;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	strata_residency_sizes z;
+	strata_residency_get_sizes(e, &z);
+	assert_int_equal(z.depth, depth);
+	assert_int_equal(z.window_bytes, brute_window(&w, depth, false));
+	assert_int_equal(z.device_arena_bytes,
+			 w.static_aligned_bytes + brute_window(&w, depth, true));
+	assert_int_equal(z.host_arena_bytes, all_blocks(&w));
+	enum { TOKENS = 3 };
+	for (int tok = 0; tok < TOKENS; tok++) {
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+		assert_within_plan(e);
+	}
+	strata_telemetry_snapshot s;
+	snap(e, &s);
+	const strata_transfer_stats *x = s.transfers;
+	/* every unit read from disk once, into host memory */
+	assert_int_equal(x[STRATA_DIR_DISK_TO_HOST].count, w.unit_count);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_HOST].bytes, w.unit_file_bytes);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].count, w.static_count);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].bytes, w.static_file_bytes);
+	/* and copied to the device once per pass */
+	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].count, TOKENS * w.unit_count);
+	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].bytes, TOKENS * w.unit_exec_bytes);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], all_blocks(&w));
+	assert_int_equal(s.planned_bytes[STRATA_TIER_DEVICE], z.device_arena_bytes);
+	/* misses: the first unit of each group per pass (the window never
+	 * crosses a group boundary); every other unit was prefetched, while
+	 * its predecessor was held (depth >= 2) or at its release (depth 1) */
+	uint64_t acquires = TOKENS * w.unit_count, firsts = TOKENS * w.group_count;
+	assert_int_equal(s.prefetch_requests, acquires - firsts);
+	assert_int_equal(s.prefetch_misses, firsts);
+	assert_int_equal(s.prefetch_hits + s.stalls, acquires);
+	/* after the pass only the static tensors stay on the device */
+	assert_int_equal(s.current_bytes[STRATA_TIER_DEVICE], w.static_aligned_bytes);
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_host_window_depth_1(void **state)
+{
+	(void)state;
+	run_host(1);
+}
+
+static void test_host_window_depth_2(void **state)
+{
+	(void)state;
+	run_host(2);
+}
+
+static void test_host_window_depth_3(void **state)
+{
+	(void)state;
+	run_host(3);
+}
+
+static void test_disk_small_cache_rereads_and_evicts(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
+	strata_residency *e = NULL;
+	strata_error err;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	strata_residency_sizes z;
+	strata_residency_get_sizes(e, &z);
+	assert_int_equal(z.depth, 2);
+	enum { TOKENS = 3 };
+	for (int tok = 0; tok < TOKENS; tok++) {
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+		assert_within_plan(e);
+	}
+	assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
+	strata_telemetry_snapshot s;
+	snap(e, &s);
+	const strata_transfer_stats *x = s.transfers;
+	/* two slots for eight units: every pass reads every unit again; the
+	 * lookahead already started the next pass's first reads (one or two,
+	 * depending on how fast the reader was), each evicting one more */
+	uint64_t reads = x[STRATA_DIR_DISK_TO_HOST].count;
+	assert_true(reads == TOKENS * w.unit_count + 1 || reads == TOKENS * w.unit_count + 2);
+	assert_true(x[STRATA_DIR_DISK_TO_HOST].bytes > TOKENS * w.unit_file_bytes);
+	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].count, TOKENS * w.unit_count);
+	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].bytes, TOKENS * w.unit_exec_bytes);
+	assert_int_equal(s.evictions, reads - 2);
+	assert_int_equal(s.planned_bytes[STRATA_TIER_HOST], z.host_arena_bytes);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], z.host_arena_bytes);
+	assert_int_equal(s.planned_bytes[STRATA_TIER_DISK], w.unit_file_bytes);
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_disk_cache_holding_every_unit_reads_once(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
+	c.lookahead_units = w.unit_count;
+	c.queue_depth = 3;
+	c.reader_threads = 2;
+	strata_residency *e = NULL;
+	strata_error err;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	for (int tok = 0; tok < 3; tok++)
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+	assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
+	assert_within_plan(e);
+	strata_telemetry_snapshot s;
+	snap(e, &s);
+	assert_int_equal(s.transfers[STRATA_DIR_DISK_TO_HOST].count, w.unit_count);
+	assert_int_equal(s.transfers[STRATA_DIR_DISK_TO_HOST].bytes, w.unit_file_bytes);
+	assert_int_equal(s.transfers[STRATA_DIR_HOST_TO_DEVICE].count, 3 * w.unit_count);
+	assert_int_equal(s.evictions, 0);
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_disk_host_zero_reads_straight_to_device(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
+	c.host_budget_bytes = 0;
+	c.lookahead_units = c.queue_depth = 0;
+	strata_residency *e = NULL;
+	strata_error err;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	for (int tok = 0; tok < 2; tok++) {
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+		assert_within_plan(e);
+	}
+	assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
+	strata_telemetry_snapshot s;
+	snap(e, &s);
+	const strata_transfer_stats *x = s.transfers;
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].count, w.static_count + 2 * w.unit_count);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].bytes,
+			 w.static_file_bytes + 2 * w.unit_file_bytes);
+	assert_int_equal(x[STRATA_DIR_DISK_TO_HOST].count, 0);
+	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].count, 0);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], 0);
+	assert_int_equal(s.prefetch_requests, 2 * (w.unit_count - w.group_count));
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_budgets_one_byte_short_are_refused(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_HOST, 2);
+	strata_residency_sizes z;
+	strata_error err;
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
+	strata_residency *e = NULL;
+	c.device_budget_bytes = z.device_arena_bytes - 1;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_RES_BUDGET);
+	assert_null(e);
+	assert_non_null(strstr(err.message, "device memory"));
+	c.device_budget_bytes = z.device_arena_bytes; /* the exact edge fits */
+	c.host_budget_bytes = all_blocks(&w) - 1;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_RES_BUDGET);
+	assert_non_null(strstr(err.message, "host memory"));
+	c.host_budget_bytes = all_blocks(&w);
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+	assert_within_plan(e);
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_bf16_is_converted_to_f32_at_load(void **state)
+{
+	(void)state;
+	wl_spec spec = dense;
+	spec.bf16 = true;
+	workload w;
+	wl_create(&w, &spec);
+	strata_backend *b = cpu();
+	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT, STRATA_RESIDENCY_HOST,
+					 STRATA_RESIDENCY_DISK};
+	for (size_t m = 0; m < 3; m++) {
+		strata_residency_config c = wl_config(&w, modes[m], 2);
+		strata_residency *e = NULL;
+		strata_error err;
+		assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK); /* checks values */
+		void *data;
+		const strata_residency_tensor *t;
+		assert_int_equal(strata_residency_static(e, "lm_head.weight", &data, &t, &err),
+				 STRATA_OK);
+		assert_int_equal(t->tensor->dtype, STRATA_DTYPE_BF16);
+		wl_check_tensor(&w, t, data);
+		strata_telemetry_snapshot s;
+		snap(e, &s);
+		/* disk bytes are file bytes; device copies carry f32 */
+		if (modes[m] == STRATA_RESIDENCY_HOST) {
+			assert_int_equal(s.transfers[STRATA_DIR_DISK_TO_HOST].bytes, w.unit_file_bytes);
+			assert_int_equal(s.transfers[STRATA_DIR_HOST_TO_DEVICE].bytes, w.unit_exec_bytes);
+			assert_true(w.unit_exec_bytes > w.unit_file_bytes);
+		}
+		strata_residency_destroy(e);
+	}
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_acquire_release_order_errors(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_HOST, 2);
+	strata_residency *e = NULL;
+	strata_error err;
+	strata_residency_view v;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	assert_int_equal(strata_residency_release(e, 0, 0, &err), STRATA_E_RES_STATE);
+	assert_int_equal(strata_residency_acquire(e, 0, 99, &v, &err), STRATA_E_NOT_FOUND);
+	assert_int_equal(strata_residency_acquire(e, 7, 0, &v, &err), STRATA_E_NOT_FOUND);
+	assert_int_equal(strata_residency_acquire(e, 0, 0, &v, &err), STRATA_OK);
+	assert_int_equal(strata_residency_acquire(e, 0, 0, &v, &err), STRATA_E_RES_STATE);
+	assert_non_null(strstr(err.message, "already held"));
+	/* holding unit 0 while asking for unit 2 exceeds a window of 2 */
+	assert_int_equal(strata_residency_acquire(e, 0, 2, &v, &err), STRATA_E_RES_STATE);
+	/* another group while one is held: the window drains per group */
+	assert_int_equal(strata_residency_acquire(e, 1, 0, &v, &err), STRATA_E_RES_STATE);
+	assert_non_null(strstr(err.message, "still held"));
+	/* within the window two units may be held at once */
+	assert_int_equal(strata_residency_acquire(e, 0, 1, &v, &err), STRATA_OK);
+	wl_check_view(&w, &v);
+	assert_int_equal(strata_residency_release(e, 0, 0, &err), STRATA_OK);
+	assert_int_equal(strata_residency_release(e, 0, 1, &err), STRATA_OK);
+	/* skipping ahead and switching groups work once nothing is held */
+	assert_int_equal(strata_residency_acquire(e, 0, 4, &v, &err), STRATA_OK);
+	wl_check_view(&w, &v);
+	assert_int_equal(strata_residency_release(e, 0, 4, &err), STRATA_OK);
+	assert_int_equal(strata_residency_acquire(e, 1, 1, &v, &err), STRATA_OK);
+	wl_check_view(&w, &v);
+	assert_int_equal(strata_residency_release(e, 1, 1, &err), STRATA_OK);
+	assert_within_plan(e);
+	strata_residency_destroy(e);
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+static void test_destroy_with_held_units_and_reads_in_flight(void **state)
+{
+	(void)state;
+	workload w;
+	wl_create(&w, &dense);
+	strata_backend *b = cpu();
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
+	c.lookahead_units = 6;
+	c.queue_depth = 4;
+	c.reader_threads = 3;
+	strata_residency *e = NULL;
+	strata_error err;
+	strata_residency_view v;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+	assert_int_equal(strata_residency_acquire(e, 0, 0, &v, &err), STRATA_OK);
+	strata_residency_destroy(e); /* ASan: nothing leaks, no thread left */
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The seed's sizing, through the engine's own helper                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_sizing_keeps_group_windows_exact(void **state)
+{
+	(void)state;
+	/* seed 001: sizing_keeps_group_windows_and_excluded_parameters_exact
+	 * (exclusion happens before the engine: excluded tensors are simply
+	 * not in its config) */
+	static strata_tensor t[7];
+	const uint64_t bytes[7] = {7, 2, 3, 5, 11, 13, 17};
+	static strata_residency_tensor rt[7];
+	for (int i = 0; i < 7; i++) {
+		t[i] = (strata_tensor){.name = "t", .bytes = bytes[i]};
+		rt[i] = (strata_residency_tensor){.tensor = &t[i]};
+	}
+	const char *groups[] = {"decoder", "vision"};
+	strata_residency_unit units[] = {
+		{.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rt[1]},
+		{.group = 0, .unit = 1, .tensor_count = 2, .tensors = &rt[2]},
+		{.group = 0, .unit = 2, .tensor_count = 1, .tensors = &rt[4]},
+		{.group = 1, .unit = 2, .tensor_count = 1, .tensors = &rt[6]},
+		{.group = 1, .unit = 0, .tensor_count = 1, .tensors = &rt[5]},
+	};
+	strata_residency_config c = {
+		.mode = STRATA_RESIDENCY_HOST, .group_count = 2, .groups = groups,
+		.static_count = 1, .statics = &rt[0], .unit_count = 5, .units = units};
+	strata_residency_sizes z;
+	strata_error err;
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
+	assert_int_equal(z.static_bytes, 7);
+	assert_int_equal(z.window_bytes, 19);
+	assert_int_equal(z.depth, 2);
+	assert_int_equal(strata_residency_size(&c, 3, &z, &err), STRATA_OK);
+	assert_int_equal(z.window_bytes, 30);
+	c.mode = STRATA_RESIDENCY_DISK;
+	assert_int_equal(strata_residency_size(&c, 99, &z, &err), STRATA_OK);
+	assert_int_equal(z.depth, 2);
+	/* the aligned layout: each tensor its own 256-byte slot */
+	c.mode = STRATA_RESIDENCY_HOST;
+	assert_int_equal(strata_residency_size(&c, 3, &z, &err), STRATA_OK);
+	assert_int_equal(z.device_arena_bytes, 256 + 4 * 256);
+}
+
+static void test_sizing_sparse_indices_and_overflow(void **state)
+{
+	(void)state;
+	static strata_tensor t[3] = {{.name = "a", .bytes = 11},
+				     {.name = "b", .bytes = 17},
+				     {.name = "c", .bytes = UINT64_MAX}};
+	static strata_residency_tensor rt[3] = {{.tensor = &t[0]}, {.tensor = &t[1]},
+						{.tensor = &t[2]}};
+	const char *groups[] = {"decoder"};
+	strata_residency_unit units[] = {
+		{.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rt[0]},
+		{.group = 0, .unit = UINT64_MAX - 1, .tensor_count = 1, .tensors = &rt[1]},
+	};
+	strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
+				     .groups = groups, .unit_count = 2, .units = units};
+	strata_residency_sizes z;
+	strata_error err;
+	/* seed: sparse indices do not expand the positions between them */
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
+	assert_int_equal(z.window_bytes, 17);
+	assert_int_equal(strata_residency_size(&c, UINT64_MAX, &z, &err), STRATA_OK);
+	assert_int_equal(z.window_bytes, 28);
+	/* a window sum that overflows is named */
+	units[0].tensors = &rt[2];
+	assert_int_equal(strata_residency_size(&c, UINT64_MAX, &z, &err), STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "device-window bytes"));
+	/* a unit given twice is refused */
+	units[1].unit = 0;
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_INVALID_ARG);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_resident_loads_once_and_every_acquire_hits),
+		cmocka_unit_test(test_host_window_depth_1),
+		cmocka_unit_test(test_host_window_depth_2),
+		cmocka_unit_test(test_host_window_depth_3),
+		cmocka_unit_test(test_disk_small_cache_rereads_and_evicts),
+		cmocka_unit_test(test_disk_cache_holding_every_unit_reads_once),
+		cmocka_unit_test(test_disk_host_zero_reads_straight_to_device),
+		cmocka_unit_test(test_budgets_one_byte_short_are_refused),
+		cmocka_unit_test(test_bf16_is_converted_to_f32_at_load),
+		cmocka_unit_test(test_acquire_release_order_errors),
+		cmocka_unit_test(test_destroy_with_held_units_and_reads_in_flight),
+		cmocka_unit_test(test_sizing_keeps_group_windows_exact),
+		cmocka_unit_test(test_sizing_sparse_indices_and_overflow),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

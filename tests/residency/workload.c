@@ -1,0 +1,254 @@
+/* workload.c - see workload.h. The safetensors writer here is the test's
+ * own: an 8-byte little-endian header length, the JSON header padded with
+ * spaces to 8 bytes, then the payloads back to back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "residency/workload.h"
+#include "strata/topology.h"
+
+/* Value j of tensor id k: small integers, exact in f32 and bf16. */
+static float value(size_t k, uint64_t j)
+{
+	return (float)((k * 7 + j) % 251);
+}
+
+typedef struct wl_tensor {
+	char name[96];
+	bool bf16;
+	uint64_t elements;
+} wl_tensor;
+
+static size_t plan_tensors(const wl_spec *s, wl_tensor *t)
+{
+	size_t n = 0;
+	snprintf(t[n].name, sizeof t[n].name, "model.embed_tokens.weight");
+	t[n++].elements = 320;
+	snprintf(t[n].name, sizeof t[n].name, "model.norm.weight");
+	t[n++].elements = 64;
+	snprintf(t[n].name, sizeof t[n].name, "lm_head.weight");
+	t[n].bf16 = s->bf16;
+	t[n++].elements = 192;
+	for (size_t i = 0; i < s->text_count; i++) {
+		uint64_t u = s->text_units[i];
+		snprintf(t[n].name, sizeof t[n].name, "model.layers.%llu.attn.weight",
+			 (unsigned long long)u);
+		t[n++].elements = 64 * (u % 5 + 1);
+		snprintf(t[n].name, sizeof t[n].name, "model.layers.%llu.mlp.weight",
+			 (unsigned long long)u);
+		t[n].bf16 = s->bf16;
+		t[n++].elements = 100 + 3 * (u % 4); /* not a multiple of 64 */
+		snprintf(t[n].name, sizeof t[n].name, "model.layers.%llu.norm.weight",
+			 (unsigned long long)u);
+		t[n++].elements = 64;
+	}
+	for (size_t u = 0; u < s->vision_count; u++) {
+		snprintf(t[n].name, sizeof t[n].name, "model.vision.layers.%zu.proj.weight", u);
+		t[n++].elements = 128 + 64 * u;
+	}
+	return n;
+}
+
+static void write_file(const char *path, const wl_tensor *t, size_t n)
+{
+	char *hdr = malloc(65536);
+	assert_non_null(hdr);
+	size_t len = 0;
+	uint64_t off = 0;
+	len += (size_t)snprintf(hdr + len, 65536 - len, "{");
+	for (size_t i = 0; i < n; i++) {
+		uint64_t bytes = t[i].elements * (t[i].bf16 ? 2 : 4);
+		len += (size_t)snprintf(hdr + len, 65536 - len,
+					"%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
+					i ? "," : "", t[i].name, t[i].bf16 ? "BF16" : "F32",
+					(unsigned long long)t[i].elements,
+					(unsigned long long)off, (unsigned long long)(off + bytes));
+		off += bytes;
+	}
+	len += (size_t)snprintf(hdr + len, 65536 - len, "}");
+	while (len % 8)
+		hdr[len++] = ' ';
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	unsigned char l8[8];
+	for (int i = 0; i < 8; i++)
+		l8[i] = (unsigned char)((uint64_t)len >> (8 * i));
+	assert_int_equal(fwrite(l8, 1, 8, f), 8);
+	assert_int_equal(fwrite(hdr, 1, len, f), len);
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t j = 0; j < t[i].elements; j++) {
+			float v = value(i, j);
+			uint32_t bits;
+			memcpy(&bits, &v, 4);
+			if (t[i].bf16) {
+				uint16_t h = (uint16_t)(bits >> 16);
+				assert_int_equal(fwrite(&h, 2, 1, f), 1);
+			} else {
+				assert_int_equal(fwrite(&v, 4, 1, f), 1);
+			}
+		}
+	assert_int_equal(fclose(f), 0);
+	free(hdr);
+}
+
+static size_t group_index(workload *w, const char *g, size_t len)
+{
+	for (size_t i = 0; i < w->group_count; i++)
+		if (strlen(w->groups[i]) == len && !memcmp(w->groups[i], g, len))
+			return i;
+	assert_true(w->group_count < 2);
+	w->groups[w->group_count] = len == 5 ? "model" : "model.vision";
+	assert_int_equal(strlen(w->groups[w->group_count]), len);
+	return w->group_count++;
+}
+
+static uint64_t round256(uint64_t b)
+{
+	return (b + 255) / 256 * 256;
+}
+
+/* Classifies every catalog tensor with the topology rule and fills the
+ * config arrays: statics, then units with their tensors (exec bytes: f32
+ * on the CPU, so bf16 doubles and converts). */
+static void classify(workload *w)
+{
+	size_t n = strata_catalog_count(w->catalog), used = 0;
+	for (size_t i = 0; i < n; i++) {
+		const strata_tensor *t = strata_catalog_tensor(w->catalog, i);
+		strata_owner o;
+		strata_error err;
+		assert_int_equal(strata_topology_owner(t->name, &o, &err), STRATA_OK);
+		bool conv = t->dtype == STRATA_DTYPE_BF16;
+		strata_residency_tensor rt = {.tensor = t, .convert = conv,
+					      .exec_bytes = conv ? t->elements * 4 : 0};
+		uint64_t exec = conv ? t->elements * 4 : t->bytes;
+		if (o.kind == STRATA_OWNER_STATIC) {
+			w->statics[w->static_count++] = rt;
+			w->static_file_bytes += t->bytes;
+			w->static_aligned_bytes += round256(exec);
+			continue;
+		}
+		uint32_t g = (uint32_t)group_index(w, o.group, o.group_len);
+		strata_residency_unit *u = NULL;
+		for (size_t k = 0; k < w->unit_count; k++)
+			if (w->units[k].group == g && w->units[k].unit == o.unit)
+				u = &w->units[k];
+		if (!u) {
+			u = &w->units[w->unit_count++];
+			*u = (strata_residency_unit){.group = g, .unit = o.unit};
+		}
+		/* the tensors of one unit are adjacent in the file */
+		if (!u->tensors)
+			u->tensors = &w->unit_tensors[used];
+		assert_ptr_equal(u->tensors + u->tensor_count, &w->unit_tensors[used]);
+		w->unit_tensors[used++] = rt;
+		u->tensor_count++;
+		w->unit_file_bytes += t->bytes;
+		w->unit_exec_bytes += exec;
+	}
+}
+
+void wl_create(workload *w, const wl_spec *spec)
+{
+	memset(w, 0, sizeof *w);
+	snprintf(w->dir, sizeof w->dir, "/tmp/strata-residency-XXXXXX");
+	const char *tmp = getenv("TMPDIR");
+	if (tmp && strlen(tmp) < 80)
+		snprintf(w->dir, sizeof w->dir, "%s/strata-residency-XXXXXX", tmp);
+	assert_non_null(mkdtemp(w->dir));
+	snprintf(w->path, sizeof w->path, "%s/model.safetensors", w->dir);
+	wl_tensor *t = calloc(WL_MAX_TENSORS, sizeof *t);
+	assert_non_null(t);
+	w->count = plan_tensors(spec, t);
+	assert_true(w->count <= WL_MAX_TENSORS);
+	write_file(w->path, t, w->count);
+	for (size_t i = 0; i < w->count; i++)
+		w->names[i] = strdup(t[i].name);
+	free(t);
+	strata_error err;
+	assert_int_equal(strata_catalog_open(w->path, &w->catalog, &err), STRATA_OK);
+	assert_int_equal(strata_weight_store_create(w->catalog, NULL, &w->store, &err),
+			 STRATA_OK);
+	classify(w);
+}
+
+void wl_destroy(workload *w)
+{
+	strata_weight_store_destroy(w->store);
+	strata_catalog_destroy(w->catalog);
+	for (size_t i = 0; i < w->count; i++)
+		free(w->names[i]);
+	unlink(w->path);
+	rmdir(w->dir);
+}
+
+strata_residency_config wl_config(workload *w, strata_residency_mode mode,
+				  uint64_t depth)
+{
+	return (strata_residency_config){
+		.mode = mode, .depth = depth,
+		.device_budget_bytes = 1 << 24, .host_budget_bytes = 1 << 24,
+		.lookahead_units = 2, .queue_depth = 1,
+		.group_count = w->group_count, .groups = w->groups,
+		.static_count = w->static_count, .statics = w->statics,
+		.unit_count = w->unit_count, .units = w->units,
+		.read = strata_residency_read_store, .read_user = w->store,
+		.convert = strata_residency_convert_f32};
+}
+
+void wl_check_tensor(const workload *w, const strata_residency_tensor *t,
+		     const void *data)
+{
+	size_t k = 0;
+	while (k < w->count && strcmp(w->names[k], t->tensor->name))
+		k++;
+	assert_true(k < w->count);
+	const float *f = data;
+	for (uint64_t j = 0; j < t->tensor->elements; j++)
+		if (f[j] != value(k, j))
+			fail_msg("tensor %s element %llu: %g, expected %g",
+				 t->tensor->name, (unsigned long long)j, f[j],
+				 value(k, j));
+}
+
+void wl_check_view(const workload *w, const strata_residency_view *v)
+{
+	for (size_t i = 0; i < v->count; i++) {
+		assert_int_equal((uintptr_t)v->data[i] % STRATA_BACKEND_ALIGN, 0);
+		wl_check_tensor(w, &v->tensors[i], v->data[i]);
+	}
+}
+
+static int by_unit(const void *a, const void *b)
+{
+	const strata_residency_unit *x = a, *y = b;
+	if (x->group != y->group)
+		return x->group < y->group ? -1 : 1;
+	return x->unit < y->unit ? -1 : x->unit > y->unit;
+}
+
+strata_status wl_pass(workload *w, strata_residency *e, strata_error *err)
+{
+	strata_residency_unit order[2 * WL_MAX_UNITS];
+	memcpy(order, w->units, w->unit_count * sizeof *order);
+	qsort(order, w->unit_count, sizeof *order, by_unit);
+	for (size_t i = 0; i < w->unit_count; i++) {
+		strata_residency_view v;
+		strata_status s = strata_residency_acquire(e, order[i].group,
+							   order[i].unit, &v, err);
+		if (s != STRATA_OK)
+			return s;
+		wl_check_view(w, &v);
+		s = strata_residency_release(e, order[i].group, order[i].unit, err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	return STRATA_OK;
+}
