@@ -131,11 +131,13 @@ strata_status strata_grow(void **buf, size_t *cap, size_t need, size_t elem,
 /* Sizes: "2GiB", "1.5GB", "4096"                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Parses bytes or a decimal number with an optional unit: B, KiB MiB GiB
- * TiB (binary), KB MB GB TB (decimal); case of the unit is not significant
- * except that a lone "k"/"m"/"g" is refused as ambiguous. Fractions round
- * down to whole bytes. Rejects empty, negative, garbage and overflow with
- * E_SIZE_SYNTAX / E_OVERFLOW naming the text. */
+/* Parses bytes or a decimal number with an optional unit, optionally after
+ * one space: B, KiB MiB GiB TiB PiB EiB (binary), KB MB GB TB PB EB
+ * (decimal); case of the unit is not significant, and a lone "k"/"m"/"g"
+ * is refused as ambiguous. A fraction (at most 18 digits, needs a unit
+ * above B) rounds down to whole bytes, exactly. Rejects empty, negative,
+ * garbage and overflow past 2^64-1 with E_SIZE_SYNTAX / E_OVERFLOW naming
+ * the text. */
 strata_status strata_size_parse(const char *text, uint64_t *out,
 				strata_error *err);
 
@@ -150,13 +152,19 @@ char *strata_size_format(uint64_t bytes, char *buf, size_t cap);
 /* A streaming writer into a growable buffer: exact u64/i64 (no detour through
  * double), RFC 8259 string escaping, pretty printing. The first failure
  * (allocation, misuse) sticks and is reported by strata_json_finish, so
- * callers can write a whole document and check once. */
+ * callers can write a whole document and check once. Misuse is: a key
+ * outside an object or twice in a row, a value in an object without its
+ * key, a close that does not match the open, a second top-level value,
+ * nesting deeper than 64. Strings are copied as bytes (escaping only what
+ * RFC 8259 requires); callers pass UTF-8. */
 typedef struct strata_json {
 	char *buf;
 	size_t len, cap;
 	int depth;
 	bool need_comma[64];
+	bool is_object[64]; /* per open level: object (keys) or array */
 	bool after_key;
+	bool root_started; /* a document holds exactly one top-level value */
 	bool pretty;
 	strata_status status;
 } strata_json;

@@ -103,13 +103,17 @@ char *strata_escape(char *dst, size_t cap, const void *bytes, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *p = bytes;
-	size_t o = 0;
+	size_t o = 0, whole = 0;
 	if (cap == 0)
 		return dst;
+	for (size_t i = 0; i < len && whole < cap; i++)
+		whole += (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') ? 1 : 4;
+	/* Reserve room for "..." only when the whole text cannot fit. */
+	size_t reserve = whole < cap ? 1 : 4;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = p[i];
 		size_t need = (c >= 0x20 && c < 0x7f && c != '\\') ? 1 : 4;
-		if (o + need + 4 > cap) { /* room for "..." and NUL */
+		if (o + need + reserve > cap) { /* room for "..." and NUL */
 			if (o + 4 <= cap) {
 				memcpy(dst + o, "...", 3);
 				o += 3;

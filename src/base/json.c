@@ -40,36 +40,59 @@ static void newline(strata_json *j)
 		put(j, "  ", 2);
 }
 
-/* Separator and indentation before any value or key. */
+/* Records the first misuse; later calls write nothing (put checks). */
+static void misuse(strata_json *j)
+{
+	if (j->status == STRATA_OK)
+		j->status = STRATA_E_INTERNAL;
+}
+
+/* Comma and indentation before a member or element of the open level. */
+static void separate(strata_json *j)
+{
+	if (j->need_comma[j->depth - 1])
+		put(j, ",", 1);
+	j->need_comma[j->depth - 1] = true;
+	newline(j);
+}
+
+/* Checks a value may go here, then writes what precedes it. */
 static void before_value(strata_json *j)
 {
 	if (j->after_key) {
 		j->after_key = false;
 		return;
 	}
-	if (j->depth > 0) {
-		if (j->need_comma[j->depth - 1])
-			put(j, ",", 1);
-		j->need_comma[j->depth - 1] = true;
-		newline(j);
+	if (j->depth == 0) {
+		if (j->root_started)
+			misuse(j); /* a second top-level value */
+		j->root_started = true;
+		return;
 	}
+	if (j->is_object[j->depth - 1]) {
+		misuse(j); /* a value in an object needs its key first */
+		return;
+	}
+	separate(j);
 }
 
-static void open_(strata_json *j, const char *c)
+static void open_(strata_json *j, const char *c, bool object)
 {
 	before_value(j);
 	if (j->depth >= MAX_DEPTH) {
-		j->status = STRATA_E_INTERNAL;
+		misuse(j);
 		return;
 	}
 	puts_(j, c);
+	j->is_object[j->depth] = object;
 	j->need_comma[j->depth++] = false;
 }
 
-static void close_(strata_json *j, const char *c)
+static void close_(strata_json *j, const char *c, bool object)
 {
-	if (j->depth == 0 || j->after_key) {
-		j->status = STRATA_E_INTERNAL;
+	if (j->depth == 0 || j->after_key ||
+	    j->is_object[j->depth - 1] != object) {
+		misuse(j);
 		return;
 	}
 	bool had_items = j->need_comma[--j->depth];
@@ -132,18 +155,18 @@ void strata_json_fini(strata_json *j)
 	j->len = j->cap = 0;
 }
 
-void strata_json_object_begin(strata_json *j) { open_(j, "{"); }
-void strata_json_object_end(strata_json *j) { close_(j, "}"); }
-void strata_json_array_begin(strata_json *j) { open_(j, "["); }
-void strata_json_array_end(strata_json *j) { close_(j, "]"); }
+void strata_json_object_begin(strata_json *j) { open_(j, "{", true); }
+void strata_json_object_end(strata_json *j) { close_(j, "}", true); }
+void strata_json_array_begin(strata_json *j) { open_(j, "[", false); }
+void strata_json_array_end(strata_json *j) { close_(j, "]", false); }
 
 void strata_json_key(strata_json *j, const char *key)
 {
-	if (j->after_key) {
-		j->status = STRATA_E_INTERNAL;
+	if (j->after_key || j->depth == 0 || !j->is_object[j->depth - 1]) {
+		misuse(j);
 		return;
 	}
-	before_value(j);
+	separate(j);
 	quoted(j, key, strlen(key));
 	put(j, j->pretty ? ": " : ":", j->pretty ? 2 : 1);
 	j->after_key = true;

@@ -20,13 +20,20 @@ static const unit units[] = {
 	{"MiB", 1ull << 20},
 	{"GiB", 1ull << 30},
 	{"TiB", 1ull << 40},
+	{"PiB", 1ull << 50},
+	{"EiB", 1ull << 60},
 	{"KB", 1000ull},
 	{"MB", 1000ull * 1000},
 	{"GB", 1000ull * 1000 * 1000},
 	{"TB", 1000ull * 1000 * 1000 * 1000},
+	{"PB", 1000ull * 1000 * 1000 * 1000 * 1000},
+	{"EB", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
 };
 
-#define SIZE_FIX "write a whole number of bytes or a number with a unit: 4096, 2GiB, 1.5GB (units B KiB MiB GiB TiB KB MB GB TB)"
+/* Fraction digits kept exactly: 10^18 * 2^60 still fits in 128 bits. */
+#define MAX_FRACTION_DIGITS 18
+
+#define SIZE_FIX "write a whole number of bytes or a number with a unit: 4096, 2GiB, 1.5GB (units B KiB MiB GiB TiB PiB EiB KB MB GB TB PB EB)"
 
 /* ------------------------------------------------------------------------ */
 
@@ -73,14 +80,15 @@ strata_status strata_size_parse(const char *text, uint64_t *out,
 		p++;
 		if (!isdigit((unsigned char)*p))
 			return syntax(err, text, "a digit must follow the point");
-		for (; isdigit((unsigned char)*p); p++) {
+		for (int digits = 0; isdigit((unsigned char)*p); p++) {
+			/* Dropping digits would round wrongly for the large
+			 * units, so refuse them rather than guess. */
+			if (++digits > MAX_FRACTION_DIGITS)
+				return syntax(err, text,
+					      "at most 18 digits may follow the point");
 			has_frac = true;
-			/* Digits past 10^18 cannot change the result in bytes
-			 * for any unit up to TiB; ignore them. */
-			if (frac_scale < (unsigned __int128)1000000000000000000ull) {
-				frac = frac * 10 + (unsigned)(*p - '0');
-				frac_scale *= 10;
-			}
+			frac = frac * 10 + (unsigned)(*p - '0');
+			frac_scale *= 10;
 		}
 	}
 	if (*p == ' ')
@@ -88,7 +96,7 @@ strata_status strata_size_parse(const char *text, uint64_t *out,
 	const unit *u = find_unit(p);
 	if (!u)
 		return syntax(err, text,
-			      "unknown unit (use B KiB MiB GiB TiB KB MB GB TB)");
+			      "unknown unit (use B KiB MiB GiB TiB PiB EiB KB MB GB TB PB EB)");
 	if (has_frac && u->multiplier == 1)
 		return syntax(err, text, "a byte count must be whole");
 	unsigned __int128 total = whole * u->multiplier +

@@ -1,0 +1,293 @@
+/* test_sys.c - the replaceable system-call table: pread_full under short
+ * reads, EINTR and EIO; write_atomic never leaving a partial file;
+ * read_all's limits (layer: base). */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "strata/base.h"
+
+static char dir[4096];
+
+/* ------------------------------------------------------------------------ */
+/* Injected system calls                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int calls;
+static int eintr_every; /* 0: never */
+static int eio_at;	/* call number that fails with EIO; 0: never */
+static ssize_t real_pread(int fd, void *b, size_t n, off_t o)
+{
+	return pread(fd, b, n, o);
+}
+
+static ssize_t fake_pread(int fd, void *b, size_t n, off_t o)
+{
+	calls++;
+	if (eio_at && calls == eio_at) {
+		errno = EIO;
+		return -1;
+	}
+	if (eintr_every && calls % eintr_every == 0) {
+		errno = EINTR;
+		return -1;
+	}
+	if (n > 3)
+		n = 3; /* short reads: at most 3 bytes per call */
+	return real_pread(fd, b, n, o);
+}
+
+static int write_calls, write_fail_at;
+static ssize_t fake_write(int fd, const void *b, size_t n)
+{
+	write_calls++;
+	if (write_calls == write_fail_at) {
+		errno = ENOSPC;
+		return -1;
+	}
+	if (write_calls % 2 == 1) {
+		errno = EINTR; /* every other call interrupted */
+		return -1;
+	}
+	return write(fd, b, n > 5 ? 5 : n); /* short writes */
+}
+
+static int fake_close_fails(int fd)
+{
+	close(fd);
+	errno = EIO;
+	return -1;
+}
+
+static void reset(void)
+{
+	strata_sys_reset();
+	calls = eintr_every = eio_at = 0;
+	write_calls = write_fail_at = 0;
+}
+
+static int open_data(const char *name, const char *content)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	fputs(content, f);
+	fclose(f);
+	return open(path, O_RDONLY);
+}
+
+static char *path_of(const char *name)
+{
+	static char p[4200];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* pread_full                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void test_pread_full_retries_short_reads_and_eintr(void **state)
+{
+	(void)state;
+	reset();
+	int fd = open_data("p.bin", "0123456789abcdefghij");
+	char buf[16] = {0};
+	strata_sys.pread = fake_pread;
+	eintr_every = 2;
+	strata_error e;
+	assert_int_equal(strata_pread_full(fd, buf, 15, 3, "p.bin", &e), STRATA_OK);
+	assert_string_equal(buf, "3456789abcdefgh");
+	assert_int_equal(calls, 9); /* 5 short reads, 4 interruptions */
+	close(fd);
+	reset();
+}
+
+static void test_pread_full_reports_eio(void **state)
+{
+	(void)state;
+	reset();
+	int fd = open_data("q.bin", "0123456789");
+	char buf[10];
+	strata_sys.pread = fake_pread;
+	eio_at = 2;
+	strata_error e;
+	assert_int_equal(strata_pread_full(fd, buf, 8, 1, "q.bin", &e), STRATA_E_IO);
+	assert_non_null(strstr(e.message, "'q.bin'"));
+	assert_non_null(strstr(e.message, "offset 1"));
+	assert_non_null(strstr(e.message, strerror(EIO)));
+	assert_true(e.fix[0] != '\0');
+	close(fd);
+	reset();
+}
+
+static void test_pread_full_reports_early_end(void **state)
+{
+	(void)state;
+	reset();
+	int fd = open_data("r.bin", "0123456789");
+	char buf[32];
+	strata_sys.pread = fake_pread;
+	strata_error e;
+	assert_int_equal(strata_pread_full(fd, buf, 8, 6, "r.bin", &e), STRATA_E_IO);
+	assert_string_equal(e.message, "'r.bin' ended after 10 bytes while reading "
+				       "8 bytes at offset 6");
+	close(fd);
+	reset();
+	assert_int_equal(strata_pread_full(-1, buf, 1, 0, "bad fd", &e), STRATA_E_IO);
+	assert_non_null(strstr(e.message, strerror(EBADF)));
+	/* Zero bytes asked: nothing read, success. */
+	assert_int_equal(strata_pread_full(-1, buf, 0, 0, "x", &e), STRATA_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* write_atomic                                                             */
+/* ------------------------------------------------------------------------ */
+
+static char *read_text(const char *path)
+{
+	char *buf = NULL;
+	size_t len;
+	if (strata_file_read_all(path, 1 << 20, &buf, &len, NULL) != STRATA_OK)
+		return NULL;
+	return buf;
+}
+
+/* No temporary file left behind in the folder. */
+static int entries(void)
+{
+	char cmd[4300];
+	snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | grep -c '[.]tmp[.]') -eq 0",
+		 dir);
+	return system(cmd) == 0 ? 1 : 0;
+}
+
+static void test_write_atomic_survives_eintr_and_short_writes(void **state)
+{
+	(void)state;
+	reset();
+	char *p = path_of("out.json");
+	strata_sys.write = fake_write;
+	const char text[] = "{\"a\": 1, \"b\": [1, 2, 3]}\n";
+	assert_int_equal(strata_file_write_atomic(p, text, sizeof text - 1, NULL),
+			 STRATA_OK);
+	reset();
+	char *got = read_text(p);
+	assert_string_equal(got, text);
+	strata_free(got);
+	assert_true(entries());
+	unlink(p);
+}
+
+static void test_write_atomic_failure_keeps_old_content(void **state)
+{
+	(void)state;
+	reset();
+	char *p = path_of("keep.json");
+	assert_int_equal(strata_file_write_atomic(p, "old\n", 4, NULL), STRATA_OK);
+	strata_error e;
+	/* Fails mid-way (after some bytes reached the temporary file). */
+	strata_sys.write = fake_write;
+	write_fail_at = 6;
+	assert_int_equal(strata_file_write_atomic(p, "new content, longer", 19, &e),
+			 STRATA_E_IO);
+	reset();
+	assert_non_null(strstr(e.message, "keep.json"));
+	assert_non_null(strstr(e.message, strerror(ENOSPC)));
+	char *got = read_text(p);
+	assert_string_equal(got, "old\n");
+	strata_free(got);
+	assert_true(entries());
+
+	/* A failing close (delayed write error) is a failure too. */
+	strata_sys.close = fake_close_fails;
+	assert_int_equal(strata_file_write_atomic(p, "newer", 5, &e), STRATA_E_IO);
+	reset();
+	got = read_text(p);
+	assert_string_equal(got, "old\n");
+	strata_free(got);
+	assert_true(entries());
+
+	/* An unwritable folder: nothing created. */
+	assert_int_equal(strata_file_write_atomic("/nonexistent-dir/x", "a", 1, &e),
+			 STRATA_E_IO);
+	assert_non_null(strstr(e.message, "cannot create"));
+	unlink(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* read_all                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_read_all_limits_and_errors(void **state)
+{
+	(void)state;
+	reset();
+	close(open_data("ten.txt", "0123456789"));
+	char *buf = NULL;
+	size_t len = 0;
+	strata_error e;
+	assert_int_equal(strata_file_read_all(path_of("ten.txt"), 10, &buf, &len, &e),
+			 STRATA_OK);
+	assert_int_equal(len, 10);
+	assert_string_equal(buf, "0123456789");
+	strata_free(buf);
+	buf = NULL;
+	assert_int_not_equal(strata_file_read_all(path_of("ten.txt"), 9, &buf, &len,
+						  &e),
+			     STRATA_OK);
+	assert_non_null(strstr(e.message, "over the 9-byte limit"));
+	assert_null(buf);
+	assert_int_equal(strata_file_read_all(path_of("missing"), 9, &buf, &len, &e),
+			 STRATA_E_NOT_FOUND);
+	assert_int_equal(strata_file_read_all(dir, 9, &buf, &len, &e), STRATA_E_IO);
+	assert_non_null(strstr(e.message, "not a regular file"));
+	/* Allocation failure: E_NOMEM, nothing returned, fd closed. */
+	strata_alloc_fail_after(0);
+	assert_int_equal(strata_file_read_all(path_of("ten.txt"), 10, &buf, &len, &e),
+			 STRATA_E_NOMEM);
+	strata_alloc_fail_after(-1);
+	assert_null(buf);
+	unlink(path_of("ten.txt"));
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof dir, "%s/tests/tmp-base-sys-%ld", STRATA_BINARY_DIR,
+		 (long)getpid());
+	char cmd[8400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[4300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_pread_full_retries_short_reads_and_eintr),
+		cmocka_unit_test(test_pread_full_reports_eio),
+		cmocka_unit_test(test_pread_full_reports_early_end),
+		cmocka_unit_test(test_write_atomic_survives_eintr_and_short_writes),
+		cmocka_unit_test(test_write_atomic_failure_keeps_old_content),
+		cmocka_unit_test(test_read_all_limits_and_errors),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
