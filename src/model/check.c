@@ -1,0 +1,152 @@
+/* check.c - does the catalog hold exactly the tensors the architecture
+ * needs, each with its shape? One table of tensor roles, spelled the
+ * Hugging Face way and the GGUF way (layer: model). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "strata/model.h"
+
+/* Which width a dimension is. */
+typedef enum dim {
+	D_HIDDEN, D_INTER, D_VOCAB, D_Q, D_KV, D_NONE
+} dim;
+
+typedef enum when {
+	ALWAYS, UNTIED, QKV_BIAS, O_BIAS
+} when;
+
+/* One tensor role: names with %d for the layer (or none for static),
+ * shape outermost first as in shape_hf. */
+typedef struct role {
+	const char *hf, *gguf;
+	bool per_layer;
+	when when;
+	dim shape[2];
+} role;
+
+static const role roles[] = {
+	{"model.embed_tokens.weight", "token_embd.weight", false, ALWAYS, {D_VOCAB, D_HIDDEN}},
+	{"model.norm.weight", "output_norm.weight", false, ALWAYS, {D_HIDDEN, D_NONE}},
+	{"lm_head.weight", "output.weight", false, UNTIED, {D_VOCAB, D_HIDDEN}},
+	{"model.layers.%d.input_layernorm.weight", "blk.%d.attn_norm.weight", true, ALWAYS, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.post_attention_layernorm.weight", "blk.%d.ffn_norm.weight", true, ALWAYS, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.self_attn.q_proj.weight", "blk.%d.attn_q.weight", true, ALWAYS, {D_Q, D_HIDDEN}},
+	{"model.layers.%d.self_attn.k_proj.weight", "blk.%d.attn_k.weight", true, ALWAYS, {D_KV, D_HIDDEN}},
+	{"model.layers.%d.self_attn.v_proj.weight", "blk.%d.attn_v.weight", true, ALWAYS, {D_KV, D_HIDDEN}},
+	{"model.layers.%d.self_attn.o_proj.weight", "blk.%d.attn_output.weight", true, ALWAYS, {D_HIDDEN, D_Q}},
+	{"model.layers.%d.self_attn.q_proj.bias", "blk.%d.attn_q.bias", true, QKV_BIAS, {D_Q, D_NONE}},
+	{"model.layers.%d.self_attn.k_proj.bias", "blk.%d.attn_k.bias", true, QKV_BIAS, {D_KV, D_NONE}},
+	{"model.layers.%d.self_attn.v_proj.bias", "blk.%d.attn_v.bias", true, QKV_BIAS, {D_KV, D_NONE}},
+	{"model.layers.%d.self_attn.o_proj.bias", "blk.%d.attn_output.bias", true, O_BIAS, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.mlp.gate_proj.weight", "blk.%d.ffn_gate.weight", true, ALWAYS, {D_INTER, D_HIDDEN}},
+	{"model.layers.%d.mlp.up_proj.weight", "blk.%d.ffn_up.weight", true, ALWAYS, {D_INTER, D_HIDDEN}},
+	{"model.layers.%d.mlp.down_proj.weight", "blk.%d.ffn_down.weight", true, ALWAYS, {D_HIDDEN, D_INTER}},
+};
+
+/* Buffers some exporters keep that carry no weights to place. */
+static bool ignorable(const char *name)
+{
+	size_t n = strlen(name);
+	const char *inv = "rotary_emb.inv_freq";
+	size_t k = strlen(inv);
+	return (n >= k && !strcmp(name + n - k, inv)) ||
+	       !strcmp(name, "rope_freqs.weight");
+}
+
+static uint64_t width(const strata_model_desc *d, dim x)
+{
+	switch (x) {
+	case D_HIDDEN: return d->hidden;
+	case D_INTER: return d->intermediate;
+	case D_VOCAB: return d->vocab;
+	case D_Q: return d->heads * d->head_dim;   /* each <= 2^40: checked */
+	case D_KV: return d->kv_heads * d->head_dim;
+	default: return 0;
+	}
+}
+
+static bool wanted(const strata_model_desc *d, when w)
+{
+	return w == ALWAYS || w == UNTIED ||
+	       (w == QKV_BIAS && d->attention_bias) ||
+	       (w == O_BIAS && d->attention_out_bias);
+}
+
+static strata_status check_one(const strata_model_desc *d,
+			       const strata_catalog *c, const role *r,
+			       const char *name, bool *seen, strata_error *err)
+{
+	const strata_tensor *t = strata_catalog_find(c, name);
+	if (!t && r->when == UNTIED && d->tied_embeddings)
+		return STRATA_OK; /* tied models may still ship lm_head */
+	if (!t)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
+				   "the checkpoint is incomplete or not this architecture; re-download it",
+				   "%s model needs tensor '%s', which the checkpoint lacks",
+				   strata_family_name(d->family), name);
+	seen[t - strata_catalog_tensor(c, 0)] = true;
+	uint32_t nd = r->shape[1] == D_NONE ? 1 : 2;
+	uint64_t a = width(d, r->shape[0]), b = nd == 2 ? width(d, r->shape[1]) : 0;
+	if (t->n_dims != nd || t->shape_hf[0] != a || (nd == 2 && t->shape_hf[1] != b)) {
+		char want[64], got[96];
+		int k = 0;
+		if (nd == 2)
+			snprintf(want, sizeof want, "[%" PRIu64 ", %" PRIu64 "]", a, b);
+		else
+			snprintf(want, sizeof want, "[%" PRIu64 "]", a);
+		k += snprintf(got + k, sizeof got - (size_t)k, "[");
+		for (uint32_t i = 0; i < t->n_dims && k < 80; i++)
+			k += snprintf(got + k, sizeof got - (size_t)k, "%s%" PRIu64,
+				      i ? ", " : "", t->shape_hf[i]);
+		snprintf(got + k, sizeof got - (size_t)k, "]");
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+				   "the config does not match the weights; use the config.json that came with them",
+				   "tensor '%s' has shape %s, but the config implies %s",
+				   name, got, want);
+	}
+	return STRATA_OK;
+}
+
+strata_status strata_model_check_tensors(const strata_model_desc *d,
+					 const strata_catalog *c,
+					 strata_error *err)
+{
+	if (d->family == STRATA_FAMILY_UNKNOWN)
+		return strata_fail(err, STRATA_E_MODEL_ARCH,
+				   "strata checks llama, mistral and qwen2 models",
+				   "architecture '%s' is not one strata knows",
+				   d->architecture);
+	size_t n = strata_catalog_count(c);
+	bool gguf = strata_catalog_format(c) == STRATA_FORMAT_GGUF;
+	bool *seen = strata_calloc_or_error(n ? n : 1, sizeof *seen,
+					    "tensor check", err);
+	if (!seen)
+		return STRATA_E_NOMEM;
+	strata_status s = STRATA_OK;
+	char name[160];
+	for (size_t i = 0; i < sizeof roles / sizeof *roles && !s; i++) {
+		const role *r = &roles[i];
+		if (!wanted(d, r->when))
+			continue;
+		uint64_t layers = r->per_layer ? d->layers : 1;
+		for (uint64_t l = 0; l < layers && !s; l++) {
+			snprintf(name, sizeof name, gguf ? r->gguf : r->hf, (int)l);
+			s = check_one(d, c, r, name, seen, err);
+		}
+	}
+	for (size_t i = 0; i < n && !s; i++) {
+		const strata_tensor *t = strata_catalog_tensor(c, i);
+		if (!seen[i] && !ignorable(t->name)) {
+			char shown[128];
+			s = strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
+					"the checkpoint holds weights of another architecture or more layers than config.json says",
+					"tensor '%s' is not part of a %s model of %" PRIu64 " layers",
+					strata_escape(shown, sizeof shown, t->name,
+						      strlen(t->name)),
+					strata_family_name(d->family), d->layers);
+		}
+	}
+	strata_free(seen);
+	return s;
+}

@@ -1,0 +1,154 @@
+/* describe_gguf.c - the architecture description from GGUF metadata
+ * (`general.architecture` and its `ARCH.*` keys) and tensor facts the
+ * metadata leaves out (layer: model). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "strata/model.h"
+
+#define MAX_DIM (1ull << 40)
+
+typedef struct meta {
+	const strata_gguf *g;
+	char arch[64];
+	strata_error *err;
+} meta;
+
+/* ARCH.key as an integer in [1, MAX_DIM]; absent leaves *out. */
+static strata_status get_uint(meta *m, const char *key, uint64_t *out)
+{
+	char full[160];
+	snprintf(full, sizeof full, "%s.%s", m->arch, key);
+	if (strata_gguf_find(m->g, full) < 0)
+		return STRATA_OK;
+	uint64_t v;
+	strata_status s = strata_gguf_get_u64(m->g, full, &v, m->err);
+	if (!s && (v == 0 || v > MAX_DIM))
+		s = strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				"the file is corrupt; re-convert the model",
+				"GGUF metadata '%s' is %" PRIu64
+				", not a plausible size",
+				full, v);
+	if (s)
+		return s == STRATA_E_NOMEM ? s : (m->err->code = STRATA_E_MODEL_CONFIG);
+	*out = v;
+	return STRATA_OK;
+}
+
+static strata_status get_num(meta *m, const char *key, double *out)
+{
+	char full[160];
+	snprintf(full, sizeof full, "%s.%s", m->arch, key);
+	if (strata_gguf_find(m->g, full) < 0)
+		return STRATA_OK;
+	double v;
+	strata_status s = strata_gguf_get_f64(m->g, full, &v, m->err);
+	if (!s && !(v >= 0 && v < 1e30))
+		s = strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				"the file is corrupt; re-convert the model",
+				"GGUF metadata '%s' is not a plausible value",
+				full);
+	if (s)
+		return m->err->code = STRATA_E_MODEL_CONFIG;
+	*out = v;
+	return STRATA_OK;
+}
+
+static strata_status read_rope(meta *m, strata_model_desc *d)
+{
+	char full[160];
+	snprintf(full, sizeof full, "%s.rope.scaling.type", m->arch);
+	const char *s;
+	size_t n;
+	strata_error e;
+	if (strata_gguf_get_string(m->g, full, &s, &n, &e) == STRATA_OK) {
+		char type[32];
+		snprintf(type, sizeof type, "%.*s", (int)(n < 31 ? n : 31), s);
+		snprintf(d->rope_scaling.type, sizeof d->rope_scaling.type,
+			 "%s", type);
+		d->rope_scaling.kind = !strcmp(type, "linear") ? STRATA_ROPE_LINEAR
+				       : !strcmp(type, "none") ? STRATA_ROPE_DEFAULT
+							      : STRATA_ROPE_OTHER;
+	}
+	strata_status st;
+	if ((st = get_num(m, "rope.freq_base", &d->rope_theta)) ||
+	    (st = get_num(m, "rope.scaling.factor", &d->rope_scaling.factor)) ||
+	    (st = get_uint(m, "rope.scaling.original_context_length",
+			   &d->rope_scaling.original_max_position_embeddings)))
+		return st;
+	return STRATA_OK;
+}
+
+static void tensor_facts(const strata_catalog *c, strata_model_desc *d)
+{
+	const strata_tensor *emb = strata_catalog_find(c, "token_embd.weight");
+	if (!d->vocab && emb && emb->n_dims == 2)
+		d->vocab = emb->shape_hf[0];
+	d->tied_embeddings = !strata_catalog_find(c, "output.weight");
+	d->attention_bias = strata_catalog_find(c, "blk.0.attn_q.bias") != NULL;
+	d->attention_out_bias =
+		strata_catalog_find(c, "blk.0.attn_output.bias") != NULL;
+	if (emb)
+		snprintf(d->dtype, sizeof d->dtype, "%s",
+			 strata_dtype_get(emb->dtype)->name);
+}
+
+strata_status strata_model_describe_gguf(const strata_catalog *c,
+					 strata_model_desc *out,
+					 strata_error *err)
+{
+	meta m = {strata_catalog_gguf(c), "", err};
+	strata_model_desc d = {.source = STRATA_FORMAT_GGUF};
+	const char *s;
+	size_t n;
+	strata_status st = strata_gguf_get_string(m.g, "general.architecture",
+						  &s, &n, err);
+	if (st == STRATA_E_NOT_FOUND) { /* metadata alone: size it only */
+		*out = d;
+		snprintf(out->architecture, sizeof out->architecture, "unknown");
+		return STRATA_OK;
+	}
+	if (st)
+		return err->code = STRATA_E_MODEL_CONFIG;
+	if (n == 0 || n >= sizeof m.arch || memchr(s, '\0', n))
+		return strata_fail(err, STRATA_E_MODEL_CONFIG,
+				   "the file is corrupt; re-convert the model",
+				   "GGUF general.architecture is empty, too long or holds NUL");
+	memcpy(m.arch, s, n);
+	snprintf(d.architecture, sizeof d.architecture, "%s", m.arch);
+	/* llama.cpp writes Mistral models as arch "llama" */
+	d.family = !strcmp(m.arch, "llama") ? STRATA_FAMILY_LLAMA
+		   : !strcmp(m.arch, "mistral") ? STRATA_FAMILY_MISTRAL
+		   : !strcmp(m.arch, "qwen2") ? STRATA_FAMILY_QWEN2
+					       : STRATA_FAMILY_UNKNOWN;
+	d.rope_theta = 10000.0;
+	d.rms_eps = 1e-6;
+	if ((st = get_uint(&m, "embedding_length", &d.hidden)) ||
+	    (st = get_uint(&m, "feed_forward_length", &d.intermediate)) ||
+	    (st = get_uint(&m, "block_count", &d.layers)) ||
+	    (st = get_uint(&m, "attention.head_count", &d.heads)) ||
+	    (st = get_uint(&m, "context_length", &d.max_positions)) ||
+	    (st = get_uint(&m, "vocab_size", &d.vocab)) ||
+	    (st = get_num(&m, "attention.layer_norm_rms_epsilon", &d.rms_eps)) ||
+	    (st = get_uint(&m, "attention.sliding_window", &d.sliding_window)) ||
+	    (st = read_rope(&m, &d)))
+		return st;
+	d.kv_heads = d.heads;
+	if (d.heads)
+		d.head_dim = d.hidden / d.heads;
+	if ((st = get_uint(&m, "attention.head_count_kv", &d.kv_heads)) ||
+	    (st = get_uint(&m, "attention.key_length", &d.head_dim)))
+		return st;
+	tensor_facts(c, &d);
+	if (d.family != STRATA_FAMILY_UNKNOWN &&
+	    (!d.hidden || !d.intermediate || !d.layers || !d.heads ||
+	     !d.vocab || !d.head_dim || d.kv_heads > d.heads ||
+	     d.heads % d.kv_heads))
+		return strata_fail(err, STRATA_E_MODEL_CONFIG,
+				   "the file lacks hyperparameters; re-convert it with a current llama.cpp",
+				   "GGUF metadata of arch '%s' lacks or contradicts embedding_length, feed_forward_length, block_count, attention.head_count(_kv) or the vocabulary size",
+				   m.arch);
+	*out = d;
+	return STRATA_OK;
+}
