@@ -238,9 +238,12 @@ static strata_status push_token(const strata_tokenizer *t, text_list *l,
 				   "pass ids from this tokenizer",
 				   "token id %d is not in the vocabulary "
 				   "(0..%u)", id, t->n_ids - 1);
-	if (skip_special && (t->attr[id] & TEXT_ATTR_SPECIAL))
+	if (skip_special && (t->attr[id] & TEXT_ATTR_SKIP))
 		return STRATA_OK;
 	*pushed = true;
+	if (t->dec_piece && t->dec_piece[id])
+		return strata__text_list_push(l, t->dec_piece[id], t->dec_len[id],
+					      -1, false, err);
 	return strata__text_list_push(l, t->piece[id], t->piece_len[id], -1,
 				      false, err);
 }

@@ -215,6 +215,12 @@ typedef enum text_model_kind {
 #define TEXT_ATTR_SPECIAL 1u /* control token: skipped by skip_special */
 #define TEXT_ATTR_HOLE 2u    /* no piece for this id */
 #define TEXT_ATTR_ADDED 4u   /* an added token */
+/* Dropped by decode(skip_special). HF tokenizers 0.23 gives a
+ * `normalized` added token back as its normalized content ("<s>" under
+ * Prepend("▁") decodes as "▁<s>"), which is then no longer the special
+ * string and is not skipped: tests/data/tokenizers/generated/expected.json
+ * (hf-llama2-spm-bpe) records exactly that. */
+#define TEXT_ATTR_SKIP 8u
 
 struct strata_tokenizer {
 	uint32_t n_ids;
@@ -227,6 +233,10 @@ struct strata_tokenizer {
 	char **model_bytes;
 	uint32_t *model_len;
 	float *scores; /* [n_ids] for TEXT_MODEL_SPM */
+	/* [n_ids] or NULL: what decode uses instead of piece[] (normalized
+	 * added tokens, see TEXT_ATTR_SKIP); NULL entries use piece[]. */
+	char **dec_piece;
+	uint32_t *dec_len;
 	text_smap model_map; /* model bytes -> id (model vocabulary only) */
 	text_smap piece_map; /* piece -> id (everything) */
 	text_pmap merges;

@@ -453,7 +453,10 @@ static strata_status metaspace(pre_ctx *c, const text_pre *p, const char *s,
 {
 	text_buf b = {0};
 	strata_status st = STRATA_OK;
-	bool has = n >= p->repl_len && !memcmp(s, p->repl, p->repl_len);
+	/* HF replaces first, then prepends unless the piece now starts with
+	 * the replacement: a leading space counts. */
+	bool has = (n && s[0] == ' ') ||
+		   (n >= p->repl_len && !memcmp(s, p->repl, p->repl_len));
 	bool pre = !has && (p->prepend == TEXT_PREPEND_ALWAYS ||
 			    (p->prepend == TEXT_PREPEND_FIRST && at_start));
 	if (pre)

@@ -41,6 +41,10 @@ void strata_tokenizer_destroy(strata_tokenizer *t)
 	strata_free(t->piece);
 	strata_free(t->piece_len);
 	strata_free(t->attr);
+	for (uint32_t i = 0; t->dec_piece && i < t->n_ids; i++)
+		strata_free(t->dec_piece[i]);
+	strata_free(t->dec_piece);
+	strata_free(t->dec_len);
 	strata_free(t->model_bytes);
 	strata_free(t->model_len);
 	strata_free(t->scores);
@@ -246,7 +250,7 @@ strata_status strata__tokenizer_add_added(strata_tokenizer *t,
 	t->added[t->n_added] = *a;
 	t->added[t->n_added++].content = c;
 	if (a->special && a->id >= 0 && (uint32_t)a->id < t->n_ids)
-		t->attr[a->id] |= TEXT_ATTR_SPECIAL;
+		t->attr[a->id] |= TEXT_ATTR_SPECIAL | TEXT_ATTR_SKIP;
 	return STRATA_OK;
 }
 
@@ -260,6 +264,34 @@ static int added_cmp(const void *x, const void *y)
 	if (a->len != b->len)
 		return a->len > b->len ? -1 : 1; /* longest first */
 	return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* A normalized added token decodes as its normalized content and is
+ * then not skipped as special (TEXT_ATTR_SKIP). */
+static strata_status set_dec_piece(strata_tokenizer *t, const text_added *a,
+				   strata_error *err)
+{
+	if (a->id < 0 || (uint32_t)a->id >= t->n_ids)
+		return STRATA_OK;
+	if (!t->dec_piece) {
+		t->dec_piece = strata_calloc_or_error(t->n_ids,
+						      sizeof *t->dec_piece,
+						      "decode pieces", err);
+		t->dec_len = strata_calloc_or_error(t->n_ids, sizeof *t->dec_len,
+						    "decode piece lengths", err);
+		if (!t->dec_piece || !t->dec_len)
+			return STRATA_E_NOMEM;
+	}
+	char *c = strata_alloc_or_error(a->len + 1, "decode piece", err);
+	if (!c)
+		return STRATA_E_NOMEM;
+	memcpy(c, a->content, a->len);
+	c[a->len] = '\0';
+	strata_free(t->dec_piece[a->id]);
+	t->dec_piece[a->id] = c;
+	t->dec_len[a->id] = (uint32_t)a->len;
+	t->attr[a->id] &= (uint8_t)~TEXT_ATTR_SKIP;
+	return STRATA_OK;
 }
 
 strata_status strata__tokenizer_finish_added(strata_tokenizer *t,
@@ -283,9 +315,12 @@ strata_status strata__tokenizer_finish_added(strata_tokenizer *t,
 			strata__text_buf_fini(&b);
 			return st;
 		}
+		bool same = b.len == a->len && !memcmp(b.data, a->content, a->len);
 		strata_free(a->content);
 		a->content = b.data;
 		a->len = b.len;
+		if (!same && (st = set_dec_piece(t, a, err)))
+			return st;
 	}
 	if (t->n_added)
 		qsort(t->added, t->n_added, sizeof *t->added, added_cmp);
