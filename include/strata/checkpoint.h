@@ -228,6 +228,9 @@ typedef struct strata_gguf strata_gguf;
 /* NULL when the catalog is not GGUF. */
 const strata_gguf *strata_catalog_gguf(const strata_catalog *c);
 
+/* The file's GGUF version (2 or 3). */
+uint32_t strata_gguf_version(const strata_gguf *g);
+
 /* Index of key, or -1 when absent. */
 long strata_gguf_find(const strata_gguf *g, const char *key);
 strata_gguf_type strata_gguf_kv_type(const strata_gguf *g, long kv);

@@ -94,6 +94,11 @@ static strata_status wrong(const char *key, const gguf_value *v,
 /* Public                                                                   */
 /* ------------------------------------------------------------------------ */
 
+uint32_t strata_gguf_version(const strata_gguf *g)
+{
+	return g->version;
+}
+
 long strata_gguf_find(const strata_gguf *g, const char *key)
 {
 	return strata__gguf_lookup(g, key);

@@ -7,6 +7,7 @@
 
 const strata_command strata_commands[] = {
 	{"shard", "place keyed work items on devices (stdin -> stdout)", strata_cmd_shard},
+	{"inspect", "describe a checkpoint from its headers", strata_cmd_inspect},
 	{"plan", "size every residency mode of a model and choose one", strata_cmd_plan},
 	{"tokenize", "show the token ids of a text", strata_cmd_tokenize},
 	{"run", "generate text from a prompt", strata_cmd_run},

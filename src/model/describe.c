@@ -203,8 +203,10 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	if (s)
 		return s;
 	d->family = family_of(d->architecture);
-	d->rope_theta = 10000.0;
-	d->rms_eps = 1e-6;
+	if (d->family != STRATA_FAMILY_UNKNOWN) { /* transformers' defaults */
+		d->rope_theta = 10000.0;
+		d->rms_eps = 1e-6;
+	}
 	if ((s = read_sizes(c, d)) || (s = read_rope(c, d)) ||
 	    (s = get_bool(c, "tie_word_embeddings", &d->tied_embeddings)) ||
 	    (s = get_bool(c, "attention_bias", &d->attention_bias)) ||

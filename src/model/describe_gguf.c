@@ -85,6 +85,12 @@ static void tensor_facts(const strata_catalog *c, strata_model_desc *d)
 	const strata_tensor *emb = strata_catalog_find(c, "token_embd.weight");
 	if (!d->vocab && emb && emb->n_dims == 2)
 		d->vocab = emb->shape_hf[0];
+	strata_gguf_type et;
+	uint64_t count;
+	strata_error e;
+	if (!d->vocab && strata_gguf_get_array(strata_catalog_gguf(c),
+			"tokenizer.ggml.tokens", &et, &count, &e) == STRATA_OK)
+		d->vocab = count;
 	d->tied_embeddings = !strata_catalog_find(c, "output.weight");
 	d->attention_bias = strata_catalog_find(c, "blk.0.attn_q.bias") != NULL;
 	d->attention_out_bias =
@@ -122,8 +128,10 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 		   : !strcmp(m.arch, "mistral") ? STRATA_FAMILY_MISTRAL
 		   : !strcmp(m.arch, "qwen2") ? STRATA_FAMILY_QWEN2
 					       : STRATA_FAMILY_UNKNOWN;
-	d.rope_theta = 10000.0;
-	d.rms_eps = 1e-6;
+	if (d.family != STRATA_FAMILY_UNKNOWN) { /* llama.cpp's defaults */
+		d.rope_theta = 10000.0;
+		d.rms_eps = 1e-6;
+	}
 	if ((st = get_uint(&m, "embedding_length", &d.hidden)) ||
 	    (st = get_uint(&m, "feed_forward_length", &d.intermediate)) ||
 	    (st = get_uint(&m, "block_count", &d.layers)) ||
