@@ -37,11 +37,12 @@ static strata_status sort_units(const strata_residency_config *c,
 	qsort(p, c->unit_count, sizeof *p, by_group_unit);
 	for (size_t i = 1; i < c->unit_count; i++)
 		if (p[i]->group == p[i - 1]->group && p[i]->unit == p[i - 1]->unit) {
+			strata_fail(err, STRATA_E_INVALID_ARG,
+				    "list each execution unit once",
+				    "unit %" PRIu64 " of group '%s' is given twice",
+				    p[i]->unit, c->groups[p[i]->group]);
 			strata_free(p);
-			return strata_fail(err, STRATA_E_INVALID_ARG,
-					   "list each execution unit once",
-					   "unit %" PRIu64 " of group '%s' is given twice",
-					   p[i]->unit, c->groups[p[i]->group]);
+			return STRATA_E_INVALID_ARG;
 		}
 	*out = p;
 	return STRATA_OK;

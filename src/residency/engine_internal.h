@@ -102,6 +102,14 @@ void strata__res_stop_readers(strata_residency *e);
 bool strata__res_enqueue(strata_residency *e, size_t pos, unsigned char *dst,
 			 strata_direction dir);
 
+/* engine_window.c: the host cache unit to evict (lock held), or SIZE_MAX.
+ * By policy among cached units outside the lookahead range whose copy to
+ * the device is done: LRU = least recent use, then lowest position; LFU =
+ * fewest uses, then least recent, then lowest position. With `urgent` (the
+ * unit needed now has no slot) and no such unit: the cached unit farthest
+ * ahead in execution order. */
+size_t strata__res_victim(const strata_residency *e, bool urgent);
+
 static inline uint64_t strata__res_tensor_exec(const strata_residency_tensor *t)
 {
 	return t->exec_bytes ? t->exec_bytes : t->tensor->bytes;

@@ -220,14 +220,11 @@ static bool worse(const strata_residency *e, const unit_slot *a,
 	return a < b; /* the lower position, i.e. (group, unit) order */
 }
 
-/* Evicts one cached unit: by policy among those outside the lookahead; if
- * none and `urgent` (the unit needed now has no slot), the cached unit
- * farthest ahead. False when nothing can go. */
-static bool evict_one(strata_residency *e, bool urgent)
+size_t strata__res_victim(const strata_residency *e, bool urgent)
 {
-	unit_slot *victim = NULL;
+	const unit_slot *victim = NULL;
 	for (size_t p = 0; p < e->n; p++) {
-		unit_slot *u = &e->units[p];
+		const unit_slot *u = &e->units[p];
 		if (u->host != HOST_CACHED || u->copy_pending || in_lookahead(e, p))
 			continue;
 		if (!victim || worse(e, u, victim))
@@ -236,7 +233,7 @@ static bool evict_one(strata_residency *e, bool urgent)
 	if (!victim && urgent) {
 		size_t base = lookahead_base(e), far = 0;
 		for (size_t p = 0; p < e->n; p++) {
-			unit_slot *u = &e->units[p];
+			const unit_slot *u = &e->units[p];
 			size_t d = (p + e->n - base) % e->n;
 			if (u->host == HOST_CACHED && !u->copy_pending && d > far) {
 				far = d;
@@ -244,8 +241,16 @@ static bool evict_one(strata_residency *e, bool urgent)
 			}
 		}
 	}
-	if (!victim)
+	return victim ? (size_t)(victim - e->units) : SIZE_MAX;
+}
+
+/* Evicts one cached unit (strata__res_victim); false when nothing can go. */
+static bool evict_one(strata_residency *e, bool urgent)
+{
+	size_t p = strata__res_victim(e, urgent);
+	if (p == SIZE_MAX)
 		return false;
+	unit_slot *victim = &e->units[p];
 	strata_arena_free(e->host_arena, victim->host_block, NULL);
 	victim->host_block = NULL;
 	victim->host = HOST_NONE;
