@@ -426,6 +426,10 @@ uint64_t strata_plan_device_budget(const strata_plan *p);
 uint64_t strata_plan_host_budget(const strata_plan *p);
 uint64_t strata_plan_device_total(const strata_plan *p);
 uint64_t strata_plan_host_total(const strata_plan *p);
+/* The weights' share of the device total (aligned static + window): what
+ * strata_residency_config.device_budget_bytes bounds (the engine's device
+ * arena); KV cache and workspace are the forward pass's own buffers. */
+uint64_t strata_plan_weight_device_bytes(const strata_plan *p);
 
 /* Writes the plan as one JSON object (docs/plan.md) into j, which the
  * caller has initialised. `model` may be NULL. */

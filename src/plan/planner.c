@@ -653,6 +653,8 @@ SELECTED_FIELD(strata_plan_lookahead, c->lookahead)
 SELECTED_FIELD(strata_plan_queue, c->queue)
 SELECTED_FIELD(strata_plan_device_total, c->device_bytes)
 SELECTED_FIELD(strata_plan_host_total, c->host_bytes)
+SELECTED_FIELD(strata_plan_weight_device_bytes,
+	       c->static_device_bytes + c->window_device_bytes)
 #undef SELECTED_FIELD
 
 uint64_t strata_plan_device_budget(const strata_plan *p)

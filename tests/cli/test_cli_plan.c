@@ -181,8 +181,8 @@ static void cuda_keeps_half_precision_bytes(void **state)
 			      "1GiB", NULL};
 	json_t *a = run_json(cpu), *b = run_json(cuda);
 	json_t *la = json_object_get(a, "layout"), *lb = json_object_get(b, "layout");
-	/* the checkpoint is bf16: the cpu converts it to f32 (twice the
-	 * bytes, up to 256-byte rounding per tensor) */
+	/* the checkpoint is f16: the cpu converts it to f32 (twice the
+	 * bytes, up to 256-byte rounding per tensor), cuda keeps it */
 	assert_true(u(la, "all_units_bytes") > u(lb, "all_units_bytes"));
 	assert_true(u(la, "all_units_bytes") <= 2 * u(lb, "all_units_bytes"));
 	json_t *mb = json_object_get(b, "memory");

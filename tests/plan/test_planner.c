@@ -263,6 +263,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	assert_true(c1->predicted_ms_per_forward > c2->predicted_ms_per_forward);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
 	assert_true(strata_plan_depth(p) == 2);
+	assert_true(strata_plan_weight_device_bytes(p) == MiB + 8 * MiB);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED));
 	strata_plan_destroy(p);
 	/* the host tier too small for every unit: disk, two units ahead */
