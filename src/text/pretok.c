@@ -57,7 +57,7 @@ strata_status strata__text_regex(const char *pat, size_t len, bool literal,
 		char msg[160], shown[120];
 		pcre2_get_error_message(code, (PCRE2_UCHAR *)msg, sizeof msg);
 		strata_escape(shown, sizeof shown, pat, len);
-		if (code == PCRE2_ERROR_HEAPLIMIT || code == PCRE2_ERROR_NOMEMORY)
+		if (code == PCRE2_ERROR_HEAP_FAILED)
 			return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 					   "no memory compiling the regex of %s",
 					   what);
