@@ -125,6 +125,11 @@ strata_status strata__cpu_attention(void *ctx, float *out, const float *q,
 		       (4 * strata__pool_threads(p));
 	if (per == 0)
 		per = 1;
+	/* Short decode steps are cheaper inline than waking the pool. */
+	uint64_t work = total * ((uint64_t)shape->pos0 + shape->n) *
+			shape->head_dim;
+	if (work < 65536)
+		per = total;
 	j.pairs_per_task = (uint32_t)per;
 	strata__pool_run(p, attn_task, &j, (uint32_t)((total + per - 1) / per));
 	return STRATA_OK;
