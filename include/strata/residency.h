@@ -325,4 +325,14 @@ strata_status strata_residency_convert_f32(void *user, const strata_tensor *t,
 					   const void *src, void *dst,
 					   uint64_t dst_bytes, strata_error *err);
 
+/* Fills the mode, depth, budgets, lookahead and queue of cfg from the plan's
+ * selected candidate (the other fields are the caller's: groups, tensors,
+ * read hook). The device budget is the plan's weight share
+ * (strata_plan_weight_device_bytes), which equals the engine's device arena
+ * when the tensors' exec bytes come from strata_plan_tensor_device_bytes'
+ * rule. E_PLAN_NOTHING_FITS when the plan selected nothing. */
+strata_status strata_residency_config_from_plan(const strata_plan *p,
+						strata_residency_config *cfg,
+						strata_error *err);
+
 #endif
