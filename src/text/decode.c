@@ -352,7 +352,7 @@ static strata_status drain(strata_detokenizer *d, bool final,
 		st = strata__text_buf_add(&d->out, "\xEF\xBF\xBD", 3, err);
 		i += part ? part : 1;
 	}
-	if (!st) {
+	if (!st && d->pending.data) {
 		memmove(d->pending.data, d->pending.data + i, n - i);
 		d->pending.len = n - i;
 	}

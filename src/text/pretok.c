@@ -400,7 +400,9 @@ static void fold_behavior(pre_ctx *c, text_split_behavior bh)
 				c->spans[m - ++n] = s;
 			prev = s.match;
 		}
-		memmove(c->spans, c->spans + (m - n), n * sizeof *c->spans);
+		if (n)
+			memmove(c->spans, c->spans + (m - n),
+				n * sizeof *c->spans);
 		break;
 	}
 	case TEXT_SPLIT_CONTIGUOUS:

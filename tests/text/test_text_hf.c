@@ -200,7 +200,8 @@ static void check_multilingual(const char *file, const char *tok, bool bos)
 	char rel[512];
 	snprintf(rel, sizeof rel, "tests/data/tokenizers/expected/multilingual/%s",
 		 file);
-	json_t *exp = json_object_get(load_json(rel), "entries");
+	json_t *exp_root = load_json(rel);
+	json_t *exp = json_object_get(exp_root, "entries");
 	strata_tokenizer *t = tt_load(tok);
 	assert_non_null(t);
 	int n_ok = 0, total = 0;
@@ -244,6 +245,7 @@ static void check_multilingual(const char *file, const char *tok, bool bos)
 	assert_true(total >= 30);
 	strata_tokenizer_destroy(t);
 	json_decref(in);
+	json_decref(exp_root);
 }
 
 static void test_hf_multilingual_gpt2(void **state)
