@@ -554,8 +554,8 @@ static strata_status read_all(reader *r)
 	g->alignment = DEFAULT_ALIGNMENT;
 	r->c->gguf = g;
 	r->g = g;
-	uint64_t n_tensors, n_kv;
-	uint32_t file;
+	uint64_t n_tensors = 0, n_kv = 0;
+	uint32_t file = 0;
 	strata_status s = rd_header(r, &n_tensors, &n_kv);
 	if (!s)
 		s = rd_kvs(r, n_kv);

@@ -214,7 +214,7 @@ static void gguf_tensors(bytes *b, fault f, marks *m)
 
 static void build_gguf(fault f, bytes *b)
 {
-	marks m;
+	marks m = {0};
 	b_put(b, f == G_BAD_MAGIC ? "GGUX" : "GGUF", 4);
 	m.version = b->len + 2;
 	b_u32(b, f == G_VERSION_0 ? 0 : f == G_VERSION_4 ? 4
