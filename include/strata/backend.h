@@ -145,6 +145,111 @@ extern strata_backend_cpu_sys_table strata_backend_cpu_sys;
 void strata_backend_cpu_sys_reset(void);
 
 /* ------------------------------------------------------------------------ */
+/* The CUDA backend                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Every function of this section exists in every build; where strata was
+ * built without CUDA they return E_BACKEND_UNAVAILABLE (and the device count
+ * is 0), so callers need no #ifdef. */
+
+typedef struct strata_backend_cuda_options {
+	uint32_t device; /* CUDA device index, N of --device cuda:N */
+} strata_backend_cuda_options;
+
+/* CUDA devices usable now: 0 without a driver, a GPU, or CUDA support. */
+uint32_t strata_backend_cuda_device_count(void);
+
+/* Creates the CUDA backend on one device (opt may be NULL: device 0) and
+ * makes that device current on the calling thread. device_alloc is one
+ * cudaMalloc per arena; host_alloc with `pinned` is cudaHostAlloc (pinning
+ * costs ~0.7 s/GiB: do it once at load); streams are non-blocking CUDA
+ * streams, events are CUDA events with timing; copy_h2d_async is
+ * cudaMemcpyAsync. E_BACKEND_UNAVAILABLE for a missing device, E_DEVICE for
+ * other CUDA failures, each with a fix. The caller owns *out. */
+strata_status strata_backend_cuda_create(const strata_backend_cuda_options *opt,
+					 strata_backend **out,
+					 strata_error *err);
+
+/* The CUDA calls that allocate and copy, replaceable so tests can inject
+ * device OOM and copy failures (STYLE.md). Each returns a cudaError_t value
+ * (0 success, 2 cudaErrorMemoryAllocation); `kind` is a cudaMemcpyKind and
+ * `stream` a cudaStream_t. Not to be changed while a backend is working;
+ * strata_backend_cuda_sys_reset restores the real calls. */
+typedef struct strata_backend_cuda_sys_table {
+	int (*device_malloc)(void **ptr, size_t bytes);
+	int (*device_free)(void *ptr);
+	int (*host_alloc)(void **ptr, size_t bytes, unsigned int flags);
+	int (*host_free)(void *ptr);
+	int (*memcpy_async)(void *dst, const void *src, size_t bytes, int kind,
+			    void *stream);
+	int (*mem_get_info)(size_t *free_bytes, size_t *total_bytes);
+} strata_backend_cuda_sys_table;
+
+extern strata_backend_cuda_sys_table strata_backend_cuda_sys;
+void strata_backend_cuda_sys_reset(void);
+
+/* The CUDA kernel table: the slots and shapes of backend_kernels.h on
+ * device pointers, except embed's `tokens`, which stay in host memory (the
+ * wrapper reads them). compute_create ignores `threads` and binds the
+ * context to the device current on the calling thread: its own compute
+ * stream, a cuBLAS handle with a fixed workspace, and a small scratch block
+ * (STRATA_CUDA_COMPUTE_DEVICE_BYTES of device memory in all, taken once).
+ * Kernels are queued on that stream and return before they run: order work
+ * against copies with events (strata_cuda_compute_stream and
+ * strata_cuda_stream_wait_event) and read results after a synchronize.
+ * matmul on f32 weights is cuBLAS SGEMM in full f32 (TF32 never enabled). */
+extern const strata_kernel_ops strata_cuda_kernel_ops;
+
+#define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
+#define STRATA_CUDA_TOPK_MAX 256u
+#define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \
+	(STRATA_CUDA_BLAS_WORKSPACE_BYTES + ((uint64_t)1 << 20))
+
+/* The compute context's stream, usable with the CUDA backend's
+ * event_record / synchronize / copies (it belongs to the context: never
+ * destroy it). NULL when c is not a CUDA compute context. */
+strata_stream *strata_cuda_compute_stream(strata_compute *c);
+
+/* Makes later work on `s` wait until `e` completes, without blocking the
+ * host (cudaStreamWaitEvent): how compute waits for a unit's copy. */
+strata_status strata_cuda_stream_wait_event(strata_backend *b,
+					    strata_stream *s, strata_event *e,
+					    strata_error *err);
+
+/* Queues a device-to-host copy on `s` (logits back to the host); `dst`
+ * holds the bytes once an event recorded after it completes. Nothing is
+ * queued on error. */
+strata_status strata_cuda_copy_d2h_async(strata_backend *b, strata_stream *s,
+					 void *dst, const void *src,
+					 uint64_t bytes, strata_error *err);
+
+/* Weight types of strata_cuda_matmul_half. */
+typedef enum strata_cuda_half {
+	STRATA_CUDA_BF16 = 0,
+	STRATA_CUDA_F16 = 1,
+} strata_cuda_half;
+
+/* y (n, out, f32) = x (n, in, f32) . w (out, in, bf16 or f16)^T (+ bias
+ * (out, f32) when not NULL), f32 accumulation. Up to 8 rows run as a GEMV
+ * kernel that reads w once; more rows convert x to w's type in a workspace
+ * of the context (grown with one cudaMalloc when a larger n first appears:
+ * call once with the largest prefill at load to keep allocation out of the
+ * token loop) and run cublasGemmEx. All pointers on the device. */
+strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
+				      const float *x, const void *w,
+				      strata_cuda_half type, const float *bias,
+				      uint32_t n, uint32_t in, uint32_t out,
+				      strata_error *err);
+
+/* The k (1 .. STRATA_CUDA_TOPK_MAX) largest of logits (vocab, device),
+ * computed on the device, best first, ties to the lower id, NaN counted
+ * as -inf; vocab below 2^31. Waits for the compute stream, then fills
+ * values[k] and ids[k] (host memory; ids -1 past vocab). argmax is k = 1. */
+strata_status strata_cuda_topk(strata_compute *c, const float *logits,
+			       uint32_t vocab, uint32_t k, float *values,
+			       int32_t *ids, strata_error *err);
+
+/* ------------------------------------------------------------------------ */
 /* Wrappers (use these)                                                     */
 /* ------------------------------------------------------------------------ */
 

@@ -1,0 +1,70 @@
+/* cuda_common.cuh - device helpers the CUDA kernel files share: warp and
+ * block reductions and launch sizing (layer: backend). */
+#ifndef STRATA_BACKEND_CUDA_COMMON_CUH
+#define STRATA_BACKEND_CUDA_COMMON_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#define STRATA__FULL_MASK 0xffffffffu
+
+template <typename T> __device__ __forceinline__ T strata__warp_sum(T v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(STRATA__FULL_MASK, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float strata__warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(STRATA__FULL_MASK, v, o));
+	return v;
+}
+
+/* Sum (or max) over the block, returned to every thread. `red` holds one
+ * value per warp; the trailing barrier lets the caller reuse it at once.
+ * Every thread of the block must call it. */
+template <typename T>
+__device__ __forceinline__ T strata__block_sum(T v, T *red)
+{
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const unsigned warps = (blockDim.x + 31) >> 5;
+	v = strata__warp_sum(v);
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	T t = 0;
+	for (unsigned i = 0; i < warps; i++)
+		t += red[i]; /* the same order in every thread */
+	__syncthreads();
+	return t;
+}
+
+__device__ __forceinline__ float strata__block_max(float v, float *red)
+{
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const unsigned warps = (blockDim.x + 31) >> 5;
+	v = strata__warp_max(v);
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	float t = -INFINITY;
+	for (unsigned i = 0; i < warps; i++)
+		t = fmaxf(t, red[i]);
+	__syncthreads();
+	return t;
+}
+
+/* Blocks for `work` items at `per_block` each, capped: kernels loop with a
+ * grid stride past the cap. */
+static inline unsigned strata__grid(uint64_t work, uint64_t per_block)
+{
+	uint64_t b = (work + per_block - 1) / per_block;
+	if (b == 0)
+		b = 1;
+	return b > (1u << 20) ? (1u << 20) : (unsigned)b;
+}
+
+#endif

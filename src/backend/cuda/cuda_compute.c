@@ -1,0 +1,391 @@
+/* cuda_compute.c - the CUDA kernel table: a compute context (stream, cuBLAS
+ * handle, fixed workspace) and the slots that queue kernels on it; GEMM in
+ * f32 and half precision through cuBLAS; device top-k (layer: backend).
+ *
+ * Every slot only queues work and returns: errors reported here are launch
+ * errors; a fault while a kernel runs shows at the next synchronisation
+ * (event wait, synchronize, top-k), as CUDA reports it. Device memory is
+ * taken once when the context is made (STRATA_CUDA_COMPUTE_DEVICE_BYTES);
+ * the only later allocation is the half-precision input workspace, which
+ * grows to the largest prefill and then stays.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_launch.h"
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata__cublas_fail(strata_error *err, cublasStatus_t st,
+				  const char *what)
+{
+	if (st == CUBLAS_STATUS_ALLOC_FAILED)
+		return strata_fail(err, STRATA_E_DEVICE_OOM,
+				   "lower --device-memory or the residency depth (strata plan shows what fits)",
+				   "%s: cuBLAS is out of device memory", what);
+	if (st == CUBLAS_STATUS_NOT_INITIALIZED)
+		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
+				   "check the NVIDIA driver and the CUDA libraries (nvidia-smi), or run with --device cpu",
+				   "%s: cuBLAS could not start (%s)", what,
+				   cublasGetStatusName(st));
+	return strata_fail(err, STRATA_E_DEVICE,
+			   "if the device is healthy (nvidia-smi) this is a bug in strata; report it with the message",
+			   "%s: cuBLAS failed (%s: %s)", what,
+			   cublasGetStatusName(st), cublasGetStatusString(st));
+}
+
+strata__cuda_compute *strata__cuda_compute_of(strata_compute *c)
+{
+	return c && c->ops == &strata_cuda_kernel_ops ? c->ctx : NULL;
+}
+
+/* A launcher's result as a strata status. */
+static strata_status launched(cudaError_t e, const char *kernel,
+			      strata_error *err)
+{
+	if (e == cudaSuccess)
+		return STRATA_OK;
+	strata__cuda_fail(err, e, "CUDA kernel");
+	return strata_error_prefix(err, "%s", kernel);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The context                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void compute_destroy(void *ctx)
+{
+	strata__cuda_compute *k = ctx;
+	if (!k)
+		return;
+	(void)cudaSetDevice(k->device);
+	if (k->stream.cuda)
+		(void)cudaStreamSynchronize(k->stream.cuda);
+	if (k->blas)
+		(void)cublasDestroy(k->blas);
+	if (k->blas_ws)
+		strata_backend_cuda_sys.device_free(k->blas_ws);
+	if (k->half_ws)
+		strata_backend_cuda_sys.device_free(k->half_ws);
+	if (k->stream.cuda)
+		(void)cudaStreamDestroy(k->stream.cuda);
+	strata_free(k);
+}
+
+static strata_status compute_create(uint32_t threads, void **ctx,
+				    strata_error *err)
+{
+	(void)threads; /* the device decides its own parallelism */
+	strata__cuda_compute *k = strata_calloc(1, sizeof *k);
+	if (!k)
+		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
+				   "cannot allocate a CUDA compute context");
+	strata_status s = STRATA_OK;
+	cudaError_t e = cudaGetDevice(&k->device);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&k->stream.cuda,
+					      cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		s = strata__cuda_fail(err, e, "creating a CUDA compute context");
+		goto fail;
+	}
+	k->stream.device = k->device;
+	/* One region: the cuBLAS workspace, then the scratch block. */
+	e = (cudaError_t)strata_backend_cuda_sys.device_malloc(
+		&k->blas_ws, (size_t)STRATA_CUDA_COMPUTE_DEVICE_BYTES);
+	if (e != cudaSuccess) {
+		k->blas_ws = NULL;
+		s = strata__cuda_fail(err, e, "CUDA compute context");
+		strata_error_prefix(err, "%" PRIu64 " bytes of workspace",
+				    (uint64_t)STRATA_CUDA_COMPUTE_DEVICE_BYTES);
+		goto fail;
+	}
+	k->scratch = (char *)k->blas_ws + STRATA_CUDA_BLAS_WORKSPACE_BYTES;
+	cublasStatus_t bs = cublasCreate(&k->blas);
+	if (bs != CUBLAS_STATUS_SUCCESS) {
+		k->blas = NULL;
+		s = strata__cublas_fail(err, bs, "creating a cuBLAS handle");
+		goto fail;
+	}
+	/* Our own workspace, so cuBLAS allocates nothing behind the plan;
+	 * default math: f32 products stay f32 (TF32 is opt-in and not
+	 * asked for), half inputs use tensor cores with f32 accumulation. */
+	bs = cublasSetStream(k->blas, k->stream.cuda);
+	if (bs == CUBLAS_STATUS_SUCCESS)
+		bs = cublasSetWorkspace(k->blas, k->blas_ws,
+					(size_t)STRATA_CUDA_BLAS_WORKSPACE_BYTES);
+	if (bs == CUBLAS_STATUS_SUCCESS)
+		bs = cublasSetMathMode(k->blas, CUBLAS_DEFAULT_MATH);
+	if (bs != CUBLAS_STATUS_SUCCESS) {
+		s = strata__cublas_fail(err, bs, "configuring cuBLAS");
+		goto fail;
+	}
+	*ctx = k;
+	return STRATA_OK;
+fail:
+	compute_destroy(k);
+	return s;
+}
+
+static uint32_t compute_threads(void *ctx)
+{
+	(void)ctx;
+	return 1; /* one queue of work; the device spreads each kernel */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Slots                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static strata_status cuda_matmul(void *ctx, float *y, const float *x,
+				 const float *w, const float *bias, uint32_t n,
+				 uint32_t in, uint32_t out, strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	const float one = 1.0f, zero = 0.0f;
+	/* Row-major y (n, out) = x (n, in) . w (out, in)^T is, column-major,
+	 * y^T (out, n) = w^T . x^T with w read as (in, out). */
+	cublasStatus_t bs = cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N,
+					(int)out, (int)n, (int)in, &one, w,
+					(int)in, x, (int)in, &zero, y, (int)out);
+	if (bs != CUBLAS_STATUS_SUCCESS)
+		return strata__cublas_fail(err, bs, "matmul (cublasSgemm)");
+	if (!bias)
+		return STRATA_OK;
+	return launched(strata__cuda_bias_add(k->stream.cuda, y, bias, n, out),
+			"bias add", err);
+}
+
+static strata_status cuda_rmsnorm(void *ctx, float *y, const float *x,
+				  const float *w, uint32_t n, uint32_t dim,
+				  float eps, strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	return launched(strata__cuda_rmsnorm(k->stream.cuda, y, x, w, n, dim, eps),
+			"rmsnorm", err);
+}
+
+static strata_status cuda_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,
+			       uint32_t heads, uint32_t head_dim,
+			       const float *inv_freq, strata_rope_layout layout,
+			       strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	return launched(strata__cuda_rope(k->stream.cuda, x, n, pos0, heads,
+					  head_dim, inv_freq,
+					  layout == STRATA_ROPE_INTERLEAVED),
+			"rope", err);
+}
+
+/* Head sizes up to this run in the attention kernel (its shared memory is
+ * a few head rows; llama-family heads are 64 .. 256). */
+#define ATTENTION_HEAD_DIM_MAX 2048u
+
+static strata_status cuda_attention(void *ctx, float *out, const float *q,
+				    const float *k, const float *v,
+				    const strata_attention_shape *sh,
+				    strata_error *err)
+{
+	strata__cuda_compute *c = ctx;
+	if (sh->head_dim > ATTENTION_HEAD_DIM_MAX)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "run this model with --device cpu",
+				   "CUDA attention: head size %u is above %u",
+				   sh->head_dim, ATTENTION_HEAD_DIM_MAX);
+	return launched(strata__cuda_attention(c->stream.cuda, out, q, k, v,
+					       sh->n, sh->pos0, sh->heads,
+					       sh->kv_heads, sh->head_dim,
+					       sh->window, sh->scale),
+			"attention", err);
+}
+
+static strata_status cuda_swiglu(void *ctx, float *gate, const float *up,
+				 uint64_t count, strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	return launched(strata__cuda_swiglu(k->stream.cuda, gate, up, count),
+			"swiglu", err);
+}
+
+static strata_status cuda_add(void *ctx, float *y, const float *x,
+			      uint64_t count, strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	return launched(strata__cuda_add(k->stream.cuda, y, x, count), "add",
+			err);
+}
+
+/* tokens are host memory (the wrapper has read them): they go to the
+ * scratch block in chunks; stream order keeps a chunk from being
+ * overwritten before the kernel that reads it has run. */
+static strata_status cuda_embed(void *ctx, float *x, const float *table,
+				const int32_t *tokens, uint32_t n, uint32_t dim,
+				strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	int32_t *dev_tokens =
+		(int32_t *)((char *)k->scratch + STRATA__CUDA_SCRATCH_TOKENS);
+	for (uint32_t at = 0; at < n; at += STRATA__CUDA_TOKENS_MAX) {
+		uint32_t m = n - at < STRATA__CUDA_TOKENS_MAX
+				     ? n - at
+				     : STRATA__CUDA_TOKENS_MAX;
+		int e = strata_backend_cuda_sys.memcpy_async(
+			dev_tokens, tokens + at, (size_t)m * sizeof *tokens,
+			cudaMemcpyHostToDevice, (void *)k->stream.cuda);
+		if (e != cudaSuccess) {
+			strata__cuda_fail(err, (cudaError_t)e, "token ids copy");
+			return strata_error_prefix(err, "embed");
+		}
+		strata_status s = launched(
+			strata__cuda_embed(k->stream.cuda,
+					   x + (uint64_t)at * dim, table,
+					   dev_tokens, m, dim),
+			"embed", err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	return STRATA_OK;
+}
+
+const strata_kernel_ops strata_cuda_kernel_ops = {
+	.name = "cuda",
+	.compute_create = compute_create,
+	.compute_destroy = compute_destroy,
+	.compute_threads = compute_threads,
+	.matmul = cuda_matmul,
+	.rmsnorm = cuda_rmsnorm,
+	.rope = cuda_rope,
+	.attention = cuda_attention,
+	.swiglu = cuda_swiglu,
+	.add = cuda_add,
+	.embed = cuda_embed,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Beyond the kernel table                                                  */
+/* ------------------------------------------------------------------------ */
+
+static strata_status not_cuda_compute(strata_error *err, const char *call)
+{
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "this is a bug in the caller; report it",
+			   "%s: not a CUDA compute context, or a NULL or zero argument",
+			   call);
+}
+
+strata_stream *strata_cuda_compute_stream(strata_compute *c)
+{
+	strata__cuda_compute *k = strata__cuda_compute_of(c);
+	return k ? &k->stream : NULL;
+}
+
+/* Makes the half-precision input workspace hold `bytes`. The old one may
+ * still be read by queued work, so the stream is drained before it goes. */
+static strata_status reserve_half_ws(strata__cuda_compute *k, uint64_t bytes,
+				     strata_error *err)
+{
+	if (bytes <= k->half_ws_bytes)
+		return STRATA_OK;
+	void *p = NULL;
+	int e = bytes <= SIZE_MAX
+			? strata_backend_cuda_sys.device_malloc(&p, (size_t)bytes)
+			: (int)cudaErrorMemoryAllocation;
+	if (e != cudaSuccess) {
+		strata__cuda_fail(err, (cudaError_t)e, "matmul input workspace");
+		return strata_error_prefix(err, "%" PRIu64 " bytes for", bytes);
+	}
+	if (k->half_ws) {
+		cudaError_t ce = cudaStreamSynchronize(k->stream.cuda);
+		if (ce != cudaSuccess) {
+			strata_backend_cuda_sys.device_free(p);
+			return strata__cuda_fail(err, ce, "matmul workspace swap");
+		}
+		strata_backend_cuda_sys.device_free(k->half_ws);
+	}
+	k->half_ws = p;
+	k->half_ws_bytes = bytes;
+	return STRATA_OK;
+}
+
+strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
+				      const float *x, const void *w,
+				      strata_cuda_half type, const float *bias,
+				      uint32_t n, uint32_t in, uint32_t out,
+				      strata_error *err)
+{
+	strata__cuda_compute *k = strata__cuda_compute_of(c);
+	if (!k || !y || !x || !w || !n || !in || !out ||
+	    (type != STRATA_CUDA_BF16 && type != STRATA_CUDA_F16) ||
+	    (const void *)y == (const void *)x || (const void *)y == w)
+		return not_cuda_compute(err, "strata_cuda_matmul_half");
+	if (n <= STRATA__CUDA_GEMV_ROWS)
+		return launched(strata__cuda_gemv_half(k->stream.cuda, y, x, w,
+						       (int)type, bias, n, in,
+						       out),
+				"half-precision matmul (GEMV)", err);
+	uint64_t elems, bytes;
+	strata_status s = strata_checked_mul(n, in, &elems,
+					     "matmul input elements", err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(elems, 2, &bytes, "matmul input bytes", err);
+	if (s == STRATA_OK)
+		s = reserve_half_ws(k, bytes, err);
+	if (s != STRATA_OK)
+		return s;
+	s = launched(strata__cuda_to_half(k->stream.cuda, k->half_ws, x, elems,
+					  (int)type),
+		     "matmul input conversion", err);
+	if (s != STRATA_OK)
+		return s;
+	cudaDataType_t dt = type == STRATA_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t bs = cublasGemmEx(
+		k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
+		&one, w, dt, (int)in, k->half_ws, dt, (int)in, &zero, y,
+		CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	if (bs != CUBLAS_STATUS_SUCCESS)
+		return strata__cublas_fail(err, bs, "matmul (cublasGemmEx)");
+	if (!bias)
+		return STRATA_OK;
+	return launched(strata__cuda_bias_add(k->stream.cuda, y, bias, n, out),
+			"bias add", err);
+}
+
+strata_status strata_cuda_topk(strata_compute *c, const float *logits,
+			       uint32_t vocab, uint32_t k, float *values,
+			       int32_t *ids, strata_error *err)
+{
+	strata__cuda_compute *x = strata__cuda_compute_of(c);
+	if (!x || !logits || !vocab || !values || !ids)
+		return not_cuda_compute(err, "strata_cuda_topk");
+	if (k == 0 || k > STRATA_CUDA_TOPK_MAX)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "ask for 1 to 256 candidates (--top-k)",
+				   "top-k of %u asked; the CUDA kernel keeps 1 to %u",
+				   k, STRATA_CUDA_TOPK_MAX);
+	char *scratch = x->scratch;
+	float *dv = (float *)(scratch + STRATA__CUDA_SCRATCH_TOPK_OUT);
+	int32_t *di = (int32_t *)(dv + STRATA_CUDA_TOPK_MAX);
+	strata_status s = launched(
+		strata__cuda_topk(x->stream.cuda, logits, vocab, k,
+				  scratch + STRATA__CUDA_SCRATCH_TOPK_PARTIALS,
+				  dv, di),
+		"top-k", err);
+	if (s != STRATA_OK)
+		return s;
+	int e = strata_backend_cuda_sys.memcpy_async(
+		values, dv, (size_t)k * sizeof *values, cudaMemcpyDeviceToHost,
+		(void *)x->stream.cuda);
+	if (e == cudaSuccess)
+		e = strata_backend_cuda_sys.memcpy_async(
+			ids, di, (size_t)k * sizeof *ids,
+			cudaMemcpyDeviceToHost, (void *)x->stream.cuda);
+	if (e == cudaSuccess)
+		e = (int)cudaStreamSynchronize(x->stream.cuda);
+	if (e != cudaSuccess) {
+		strata__cuda_fail(err, (cudaError_t)e, "top-k results");
+		return strata_error_prefix(err, "reading back");
+	}
+	return STRATA_OK;
+}

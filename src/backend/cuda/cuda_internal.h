@@ -1,0 +1,63 @@
+/* cuda_internal.h - what the CUDA backend's C files share: the stream,
+ * event and compute-context structures and the CUDA-to-strata error mapping
+ * (layer: backend). */
+#ifndef STRATA_BACKEND_CUDA_INTERNAL_H
+#define STRATA_BACKEND_CUDA_INTERNAL_H
+
+#include <pthread.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "strata/backend.h"
+
+/* A CUDA stream. Streams made by stream_create are listed in the backend;
+ * a compute context embeds its own (owned = false for the backend). */
+struct strata_stream {
+	cudaStream_t cuda;
+	int device;
+	struct strata_stream *next_stream;
+};
+
+/* A CUDA event with timing. `recorded` stays false until the first record,
+ * so waiting on or querying a never-recorded event is "complete". */
+struct strata_event {
+	cudaEvent_t cuda;
+	bool recorded;
+};
+
+/* The compute context behind strata_cuda_kernel_ops. */
+typedef struct strata__cuda_compute {
+	struct strata_stream stream; /* kernels queue here */
+	cublasHandle_t blas;
+	int device;
+	void *blas_ws;	      /* STRATA_CUDA_BLAS_WORKSPACE_BYTES */
+	void *scratch;	      /* token ids, then top-k partials and results */
+	void *half_ws;	      /* x converted for cublasGemmEx; grown */
+	uint64_t half_ws_bytes;
+} strata__cuda_compute;
+
+/* Byte layout of the scratch block (1 MiB, inside
+ * STRATA_CUDA_COMPUTE_DEVICE_BYTES). */
+#define STRATA__CUDA_TOKENS_MAX 16384u /* token ids per embed launch */
+#define STRATA__CUDA_SCRATCH_TOKENS 0u
+#define STRATA__CUDA_SCRATCH_TOPK_OUT                                          \
+	(STRATA__CUDA_TOKENS_MAX * 4u) /* values then ids, TOPK_MAX each */
+#define STRATA__CUDA_SCRATCH_TOPK_PARTIALS                                     \
+	(STRATA__CUDA_SCRATCH_TOPK_OUT + STRATA_CUDA_TOPK_MAX * 8u)
+#define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)1 << 20)
+
+/* Fills err from a failed CUDA call: E_DEVICE_OOM for allocation failures,
+ * E_BACKEND_UNAVAILABLE when there is no usable device or driver, E_DEVICE
+ * otherwise; the message names `what` and CUDA's own name and text for the
+ * error, the fix says what to do. Clears CUDA's non-sticky last error.
+ * Returns the code. */
+strata_status strata__cuda_fail(strata_error *err, cudaError_t e,
+				const char *what);
+strata_status strata__cublas_fail(strata_error *err, cublasStatus_t st,
+				  const char *what);
+
+/* The compute context of c, or NULL when c is not a CUDA one. */
+strata__cuda_compute *strata__cuda_compute_of(strata_compute *c);
+
+#endif

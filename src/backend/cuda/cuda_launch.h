@@ -1,0 +1,83 @@
+/* cuda_launch.h - the launchers of the CUDA kernels, callable from C: each
+ * queues one kernel on a stream and returns the launch status (layer:
+ * backend).
+ *
+ * This header is shared by the .cu files (compiled as C++ by nvcc) and the
+ * C glue, so it uses only plain types and the CUDA runtime's C API; shapes
+ * were checked by the kernel wrappers (kernels.c) before any call here. All
+ * pointers are device pointers. A return of cudaSuccess means the kernel was
+ * queued, not that it ran: execution errors surface at the next
+ * synchronisation.
+ */
+#ifndef STRATA_BACKEND_CUDA_LAUNCH_H
+#define STRATA_BACKEND_CUDA_LAUNCH_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types of half-precision weights (strata_cuda_half's values). */
+enum { STRATA__CUDA_BF16 = 0, STRATA__CUDA_F16 = 1 };
+
+/* Rows of x up to which the half-precision product runs as a GEMV kernel
+ * reading the weights once; above it x is converted and cuBLAS runs. */
+#define STRATA__CUDA_GEMV_ROWS 8u
+
+/* y (n, dim) = x / sqrt(mean(x^2) + eps) * w (dim); y may be x. */
+cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y, const float *x,
+				 const float *w, uint32_t n, uint32_t dim,
+				 float eps);
+/* x (n, heads, head_dim) rotated in place; layout 0 rotate-half, 1
+ * interleaved (strata_rope_layout). */
+cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t n,
+			      uint32_t pos0, uint32_t heads, uint32_t head_dim,
+			      const float *inv_freq, int layout);
+/* out (n, heads, hd) = softmax(q k^T * scale, causal, window) v over the
+ * caches k, v (positions, kv_heads, hd). */
+cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
+				   const float *k, const float *v, uint32_t n,
+				   uint32_t pos0, uint32_t heads,
+				   uint32_t kv_heads, uint32_t head_dim,
+				   uint32_t window, float scale);
+/* The shared memory the attention kernel needs for head_dim, so callers can
+ * refuse a head size the device cannot hold. */
+uint64_t strata__cuda_attention_smem_bytes(uint32_t head_dim);
+cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate, const float *up,
+				uint64_t count);
+cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,
+			     uint64_t count);
+/* x (n, dim) = table rows tokens (device int32, n). */
+cudaError_t strata__cuda_embed(cudaStream_t s, float *x, const float *table,
+			       const int32_t *tokens, uint32_t n,
+			       uint32_t dim);
+/* y (n, out) += bias (out) on every row. */
+cudaError_t strata__cuda_bias_add(cudaStream_t s, float *y, const float *bias,
+				  uint32_t n, uint32_t out);
+/* dst (count, bf16 or f16) = src (count, f32), round to nearest even. */
+cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst, const float *src,
+				 uint64_t count, int type);
+/* y (n, out) = x (n, in) . w (out, in, bf16 or f16)^T (+ bias), f32
+ * accumulation; n <= STRATA__CUDA_GEMV_ROWS. */
+cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y, const float *x,
+				   const void *w, int type, const float *bias,
+				   uint32_t n, uint32_t in, uint32_t out);
+
+/* Top-k of logits (vocab) by value, ties to the lower index, NaN ranked
+ * below -inf: k pairs into out_values / out_ids (device, k each), best
+ * first; ids of -1 pad when vocab < k. `partials` is scratch of
+ * strata__cuda_topk_scratch_bytes(k) bytes. */
+#define STRATA__CUDA_TOPK_BLOCKS 128u
+uint64_t strata__cuda_topk_scratch_bytes(uint32_t k);
+cudaError_t strata__cuda_topk(cudaStream_t s, const float *logits,
+			      uint32_t vocab, uint32_t k, void *partials,
+			      float *out_values, int32_t *out_ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

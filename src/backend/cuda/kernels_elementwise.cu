@@ -1,0 +1,157 @@
+/* kernels_elementwise.cu - CUDA RMSNorm, SwiGLU, residual add, bias add,
+ * embedding lookup and f32-to-half conversion (layer: backend).
+ *
+ * Each kernel follows the CPU kernel's formula step for step (RMSNorm's mean
+ * of squares in double, silu as g / (1 + e^-g)), so the two agree to float
+ * rounding; element loops use a grid stride so any count fits one launch.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.h"
+
+#define EW_THREADS 256u
+#define NORM_THREADS 256u
+
+/* ------------------------------------------------------------------------ */
+
+/* One block per row (grid stride over rows). */
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w,
+			       uint32_t n, uint32_t dim, float eps)
+{
+	__shared__ double red[NORM_THREADS / 32];
+	for (uint32_t row = blockIdx.x; row < n; row += gridDim.x) {
+		const float *xr = x + (uint64_t)row * dim;
+		float *yr = y + (uint64_t)row * dim;
+		double ss = 0.0;
+		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
+			double v = xr[e];
+			ss += v * v;
+		}
+		ss = strata__block_sum(ss, red);
+		/* Every thread holds the same sum, so the same r. */
+		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x)
+			yr[e] = (xr[e] * r) * w[e];
+	}
+}
+
+__global__ void swiglu_kernel(float *gate, const float *up, uint64_t count)
+{
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride) {
+		float g = gate[i];
+		gate[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+__global__ void add_kernel(float *y, const float *x, uint64_t count)
+{
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride)
+		y[i] += x[i];
+}
+
+__global__ void embed_kernel(float *x, const float *table,
+			     const int32_t *tokens, uint32_t n, uint32_t dim)
+{
+	uint64_t count = (uint64_t)n * dim;
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride) {
+		uint64_t row = i / dim, e = i % dim;
+		x[i] = table[(uint64_t)(uint32_t)tokens[row] * dim + e];
+	}
+}
+
+__global__ void bias_add_kernel(float *y, const float *bias, uint32_t n,
+				uint32_t out)
+{
+	uint64_t count = (uint64_t)n * out;
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride)
+		y[i] += bias[i % out];
+}
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
+{
+	return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half from_float(float v)
+{
+	return __float2half_rn(v);
+}
+
+template <typename T>
+__global__ void to_half_kernel(T *dst, const float *src, uint64_t count)
+{
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride)
+		dst[i] = from_float<T>(src[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+
+extern "C" cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y,
+					    const float *x, const float *w,
+					    uint32_t n, uint32_t dim, float eps)
+{
+	rmsnorm_kernel<<<strata__grid(n, 1), NORM_THREADS, 0, s>>>(y, x, w, n,
+								    dim, eps);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate,
+					   const float *up, uint64_t count)
+{
+	swiglu_kernel<<<strata__grid(count, EW_THREADS), EW_THREADS, 0, s>>>(
+		gate, up, count);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_add(cudaStream_t s, float *y,
+					const float *x, uint64_t count)
+{
+	add_kernel<<<strata__grid(count, EW_THREADS), EW_THREADS, 0, s>>>(
+		y, x, count);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_embed(cudaStream_t s, float *x,
+					  const float *table,
+					  const int32_t *tokens, uint32_t n,
+					  uint32_t dim)
+{
+	embed_kernel<<<strata__grid((uint64_t)n * dim, EW_THREADS), EW_THREADS,
+		       0, s>>>(x, table, tokens, n, dim);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_bias_add(cudaStream_t s, float *y,
+					     const float *bias, uint32_t n,
+					     uint32_t out)
+{
+	bias_add_kernel<<<strata__grid((uint64_t)n * out, EW_THREADS),
+			  EW_THREADS, 0, s>>>(y, bias, n, out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst,
+					    const float *src, uint64_t count,
+					    int type)
+{
+	unsigned grid = strata__grid(count, EW_THREADS);
+	if (type == STRATA__CUDA_BF16)
+		to_half_kernel<<<grid, EW_THREADS, 0, s>>>(
+			(__nv_bfloat16 *)dst, src, count);
+	else
+		to_half_kernel<<<grid, EW_THREADS, 0, s>>>((__half *)dst, src,
+							   count);
+	return cudaGetLastError();
+}

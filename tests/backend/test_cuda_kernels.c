@@ -1,0 +1,531 @@
+/* test_cuda_kernels.c - every CUDA kernel against the CPU kernel on seeded
+ * random inputs: matmul (f32 cuBLAS, bf16/f16 GEMV and GEMM), RMSNorm, RoPE
+ * both layouts with Llama 3 frequencies, attention decode/prefill with GQA,
+ * causal mask and sliding window, SwiGLU, add, embed, and device top-k
+ * against a sorted reference (layer: backend tests).
+ *
+ * Tolerances: 1e-4 relative for f32 work (only the summation order
+ * differs), 2e-2 for half-precision inputs (issue 8). Each case prints its
+ * measured worst error. Skipped (77) where no CUDA device is present. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "backend/cuda_test_util.h"
+
+#define F32_TOL 1e-4
+#define HALF_TOL 2e-2
+#define MAX_BLOCKS 64
+
+static struct {
+	strata_backend *b;
+	strata_arena *arena;
+	strata_compute *cpu, *gpu;
+	strata_stream *gs; /* the CUDA compute stream */
+	void *blocks[MAX_BLOCKS];
+	int count;
+} F;
+
+/* ------------------------------------------------------------------------ */
+
+#define OK(call)                                                               \
+	do {                                                                   \
+		strata_error e_;                                               \
+		strata_status s_ = (call);                                     \
+		if (s_ != STRATA_OK)                                           \
+			fail_msg("%s: %s (fix: %s)", #call, e_.message,        \
+				 e_.fix);                                      \
+	} while (0)
+#define ERR (&e_)
+
+static void dev_free_all(void)
+{
+	for (int i = 0; i < F.count; i++)
+		assert_int_equal(strata_arena_free(F.arena, F.blocks[i], NULL),
+				 STRATA_OK);
+	F.count = 0;
+}
+
+static void *dev_alloc(uint64_t bytes)
+{
+	void *p = NULL;
+	if (F.count == MAX_BLOCKS)
+		dev_free_all(); /* left by a failed case */
+	OK(strata_arena_alloc(F.arena, bytes, &p, ERR));
+	F.blocks[F.count++] = p;
+	return p;
+}
+
+/* Queued on the compute stream, so later kernels see the bytes. */
+static void *upload(const void *h, uint64_t bytes)
+{
+	void *d = dev_alloc(bytes);
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, d, h, bytes, ERR));
+	return d;
+}
+
+static void download(void *h, const void *d, uint64_t bytes)
+{
+	OK(strata_cuda_copy_d2h_async(F.b, F.gs, h, d, bytes, ERR));
+	OK(strata_backend_synchronize(F.b, F.gs, ERR));
+}
+
+static float *host_floats(size_t n)
+{
+	float *p = calloc(n ? n : 1, sizeof *p);
+	assert_non_null(p);
+	return p;
+}
+
+static void expect_close(const char *what, const float *want, const float *got,
+			 size_t n, double tol)
+{
+	size_t at;
+	double e = cuda_test_rel_err(want, got, n, &at);
+	printf("  %-52s worst rel err %.3g (tol %.0e)\n", what, e, tol);
+	if (!(e <= tol))
+		fail_msg("%s: element %zu: want %.9g got %.9g (rel %.3g > %.0e)",
+			 what, at, (double)want[at], (double)got[at], e, tol);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Matrix products                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void check_matmul_f32(uint32_t n, uint32_t in, uint32_t out, bool bias,
+			     uint64_t seed)
+{
+	float *x = host_floats((size_t)n * in), *w = host_floats((size_t)out * in);
+	float *b = host_floats(out), *want = host_floats((size_t)n * out);
+	float *got = host_floats((size_t)n * out);
+	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
+	cuda_test_fill(w, (size_t)out * in, seed + 1, 1.0f);
+	cuda_test_fill(b, out, seed + 2, 1.0f);
+	OK(strata_kernel_matmul(F.cpu, want, x, w, bias ? b : NULL, n, in, out,
+				ERR));
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	float *dw = upload(w, (uint64_t)out * in * 4);
+	float *db = upload(b, (uint64_t)out * 4);
+	float *dy = dev_alloc((uint64_t)n * out * 4);
+	OK(strata_kernel_matmul(F.gpu, dy, dx, dw, bias ? db : NULL, n, in, out,
+				ERR));
+	download(got, dy, (uint64_t)n * out * 4);
+	char what[96];
+	snprintf(what, sizeof what, "matmul f32 n=%u in=%u out=%u%s", n, in, out,
+		 bias ? " +bias" : "");
+	expect_close(what, want, got, (size_t)n * out, F32_TOL);
+	dev_free_all();
+	free(x), free(w), free(b), free(want), free(got);
+}
+
+static void test_matmul_f32_matches_cpu(void **state)
+{
+	(void)state;
+	check_matmul_f32(1, 4096, 1000, false, 1);
+	check_matmul_f32(7, 333, 129, true, 2);
+	check_matmul_f32(64, 512, 1024, true, 3);
+	check_matmul_f32(3, 1, 5, false, 4);
+}
+
+static uint16_t bf16_bits(float f) /* exact for values bf16 can hold */
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+static uint16_t f16_bits(float f) /* exact for normal values f16 can hold */
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) == 0)
+		return (uint16_t)((u >> 16) & 0x8000u);
+	uint32_t sign = (u >> 16) & 0x8000u;
+	uint32_t exp = ((u >> 23) & 0xffu) - 127u + 15u;
+	return (uint16_t)(sign | (exp << 10) | ((u >> 13) & 0x3ffu));
+}
+
+/* k/64 with |k| <= 64: exact in f32, bf16 and f16 alike. */
+static void fill_sixty_fourths(float *x, size_t n, uint64_t seed)
+{
+	cuda_test_fill(x, n, seed, 1.0f);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)lrintf(x[i] * 64.0f) / 64.0f;
+}
+
+/* exact_x: x also holds only k/64, so converting it for cuBLAS is exact
+ * and only the summation order differs from the CPU. */
+static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
+			      uint32_t out, bool bias, bool exact_x,
+			      double tol, uint64_t seed)
+{
+	float *x = host_floats((size_t)n * in), *w = host_floats((size_t)out * in);
+	float *b = host_floats(out), *want = host_floats((size_t)n * out);
+	float *got = host_floats((size_t)n * out);
+	uint16_t *wh = calloc((size_t)out * in, 2);
+	assert_non_null(wh);
+	if (exact_x)
+		fill_sixty_fourths(x, (size_t)n * in, seed);
+	else
+		cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
+	fill_sixty_fourths(w, (size_t)out * in, seed + 1);
+	for (size_t i = 0; i < (size_t)out * in; i++)
+		wh[i] = type == STRATA_CUDA_BF16 ? bf16_bits(w[i]) : f16_bits(w[i]);
+	cuda_test_fill(b, out, seed + 2, 1.0f);
+	OK(strata_kernel_matmul(F.cpu, want, x, w, bias ? b : NULL, n, in, out,
+				ERR));
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	void *dw = upload(wh, (uint64_t)out * in * 2);
+	float *db = upload(b, (uint64_t)out * 4);
+	float *dy = dev_alloc((uint64_t)n * out * 4);
+	OK(strata_cuda_matmul_half(F.gpu, dy, dx, dw, type, bias ? db : NULL, n,
+				   in, out, ERR));
+	download(got, dy, (uint64_t)n * out * 4);
+	char what[96];
+	snprintf(what, sizeof what, "matmul %s n=%u in=%u out=%u%s%s",
+		 type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, in, out,
+		 bias ? " +bias" : "", exact_x ? "" : " (x rounded)");
+	expect_close(what, want, got, (size_t)n * out, tol);
+	dev_free_all();
+	free(x), free(w), free(b), free(want), free(got), free(wh);
+}
+
+static void test_matmul_half_gemv_matches_cpu(void **state)
+{
+	(void)state;
+	for (uint32_t n = 1; n <= 8; n++)
+		check_matmul_half(STRATA_CUDA_BF16, n, 4096, 1024, n == 3, false,
+				  F32_TOL, 10 + n);
+	/* in % 8 != 0: the scalar path */
+	check_matmul_half(STRATA_CUDA_BF16, 3, 1001, 77, true, false, F32_TOL, 20);
+	check_matmul_half(STRATA_CUDA_F16, 1, 4096, 1024, false, false, F32_TOL, 21);
+	check_matmul_half(STRATA_CUDA_F16, 5, 999, 33, true, false, F32_TOL, 22);
+}
+
+static void test_matmul_half_gemm_matches_cpu(void **state)
+{
+	(void)state;
+	check_matmul_half(STRATA_CUDA_BF16, 64, 4096, 1024, true, true, F32_TOL, 30);
+	check_matmul_half(STRATA_CUDA_F16, 9, 512, 256, false, true, F32_TOL, 31);
+	/* general x is rounded to the weights' type before cuBLAS */
+	check_matmul_half(STRATA_CUDA_BF16, 32, 4096, 512, false, false,
+			  HALF_TOL, 32);
+	check_matmul_half(STRATA_CUDA_F16, 17, 2048, 300, true, false, HALF_TOL, 33);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Normalisation, rotation, element-wise                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_rmsnorm_matches_cpu_in_and_out_of_place(void **state)
+{
+	(void)state;
+	const uint32_t n = 5, dim = 4096;
+	float *x = host_floats(n * dim), *w = host_floats(dim);
+	float *want = host_floats(n * dim), *got = host_floats(n * dim);
+	cuda_test_fill(x, n * dim, 40, 3.0f);
+	cuda_test_fill(w, dim, 41, 1.0f);
+	OK(strata_kernel_rmsnorm(F.cpu, want, x, w, n, dim, 1e-5f, ERR));
+	float *dx = upload(x, n * dim * 4), *dw = upload(w, dim * 4);
+	float *dy = dev_alloc(n * dim * 4);
+	OK(strata_kernel_rmsnorm(F.gpu, dy, dx, dw, n, dim, 1e-5f, ERR));
+	download(got, dy, n * dim * 4);
+	expect_close("rmsnorm n=5 dim=4096", want, got, n * dim, 1e-5);
+	OK(strata_kernel_rmsnorm(F.gpu, dx, dx, dw, n, dim, 1e-5f, ERR));
+	download(got, dx, n * dim * 4);
+	expect_close("rmsnorm in place", want, got, n * dim, 1e-5);
+	dev_free_all();
+	free(x), free(w), free(want), free(got);
+}
+
+/* Llama 3 rope_scaling frequencies (factor 8, low 1, high 4, 8192). */
+static void llama3_freqs(float *f, uint32_t hd, double theta)
+{
+	const double factor = 8.0, lo = 1.0, hi = 4.0, orig = 8192.0;
+	for (uint32_t i = 0; i < hd / 2; i++) {
+		double base = 1.0 / pow(theta, 2.0 * i / hd);
+		double wavelen = 2.0 * M_PI / base;
+		double v;
+		if (wavelen < orig / hi) {
+			v = base;
+		} else if (wavelen > orig / lo) {
+			v = base / factor;
+		} else {
+			double s = (orig / wavelen - lo) / (hi - lo);
+			v = (1.0 - s) * base / factor + s * base;
+		}
+		f[i] = (float)v;
+	}
+}
+
+static void check_rope(uint32_t n, uint32_t pos0, uint32_t heads, uint32_t hd,
+		       strata_rope_layout layout, uint64_t seed)
+{
+	size_t count = (size_t)n * heads * hd;
+	float *x = host_floats(count), *got = host_floats(count);
+	float *freq = host_floats(hd / 2);
+	cuda_test_fill(x, count, seed, 1.0f);
+	llama3_freqs(freq, hd, 500000.0);
+	float *dx = upload(x, count * 4), *df = upload(freq, hd / 2 * 4);
+	OK(strata_kernel_rope(F.cpu, x, n, pos0, heads, hd, freq, layout, ERR));
+	OK(strata_kernel_rope(F.gpu, dx, n, pos0, heads, hd, df, layout, ERR));
+	download(got, dx, count * 4);
+	char what[96];
+	snprintf(what, sizeof what, "rope %s n=%u pos0=%u heads=%u hd=%u",
+		 strata_rope_layout_name(layout), n, pos0, heads, hd);
+	expect_close(what, x, got, count, 1e-5);
+	dev_free_all();
+	free(x), free(got), free(freq);
+}
+
+static void test_rope_matches_cpu_both_layouts_llama3(void **state)
+{
+	(void)state;
+	check_rope(9, 0, 8, 128, STRATA_ROPE_HALF, 50);
+	check_rope(9, 0, 8, 128, STRATA_ROPE_INTERLEAVED, 51);
+	check_rope(3, 131000, 4, 64, STRATA_ROPE_HALF, 52);
+	check_rope(1, 4097, 32, 128, STRATA_ROPE_HALF, 53);
+}
+
+static void test_swiglu_add_embed_match_cpu(void **state)
+{
+	(void)state;
+	const uint64_t count = 100003;
+	float *g = host_floats(count), *u = host_floats(count);
+	float *got = host_floats(count);
+	cuda_test_fill(g, count, 60, 6.0f);
+	cuda_test_fill(u, count, 61, 2.0f);
+	float *dg = upload(g, count * 4), *du = upload(u, count * 4);
+	OK(strata_kernel_swiglu(F.cpu, g, u, count, ERR));
+	OK(strata_kernel_swiglu(F.gpu, dg, du, count, ERR));
+	download(got, dg, count * 4);
+	expect_close("swiglu count=100003", g, got, count, 1e-5);
+	OK(strata_kernel_add(F.cpu, g, u, count, ERR));
+	OK(strata_kernel_add(F.gpu, dg, du, count, ERR));
+	download(got, dg, count * 4);
+	expect_close("add count=100003", g, got, count, 1e-6);
+	dev_free_all();
+	free(g), free(u), free(got);
+
+	/* embed: exact copies, including a batch past the id chunk size */
+	const uint32_t vocab = 1000, dim = 8, n = 20000;
+	float *table = host_floats(vocab * dim);
+	float *want = host_floats((size_t)n * dim), *out = host_floats((size_t)n * dim);
+	int32_t *tok = calloc(n, sizeof *tok);
+	assert_non_null(tok);
+	cuda_test_fill(table, vocab * dim, 62, 1.0f);
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = (int32_t)((i * 7919u + 3u) % vocab);
+	tok[0] = 0;
+	tok[n - 1] = (int32_t)vocab - 1;
+	float *dt = upload(table, vocab * dim * 4);
+	float *dx = dev_alloc((uint64_t)n * dim * 4);
+	OK(strata_kernel_embed(F.cpu, want, table, vocab, tok, n, dim, ERR));
+	OK(strata_kernel_embed(F.gpu, dx, dt, vocab, tok, n, dim, ERR));
+	download(out, dx, (uint64_t)n * dim * 4);
+	assert_memory_equal(want, out, (size_t)n * dim * 4);
+	printf("  %-52s exact\n", "embed n=20000 dim=8");
+	dev_free_all();
+	free(table), free(want), free(out), free(tok);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
+			    uint32_t kv_heads, uint32_t hd, uint32_t window,
+			    uint64_t seed)
+{
+	const uint32_t positions = pos0 + n;
+	size_t nq = (size_t)n * heads * hd, nkv = (size_t)positions * kv_heads * hd;
+	float *q = host_floats(nq), *k = host_floats(nkv), *v = host_floats(nkv);
+	float *want = host_floats(nq), *got = host_floats(nq);
+	cuda_test_fill(q, nq, seed, 1.0f);
+	cuda_test_fill(k, nkv, seed + 1, 1.0f);
+	cuda_test_fill(v, nkv, seed + 2, 1.0f);
+	strata_attention_shape s = {.n = n, .pos0 = pos0, .heads = heads,
+				    .kv_heads = kv_heads, .head_dim = hd,
+				    .window = window,
+				    .scale = 1.0f / sqrtf((float)hd)};
+	OK(strata_kernel_attention(F.cpu, want, q, k, v, &s, ERR));
+	float *dq = upload(q, nq * 4), *dk = upload(k, nkv * 4);
+	float *dv = upload(v, nkv * 4), *dout = dev_alloc(nq * 4);
+	OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, &s, ERR));
+	download(got, dout, nq * 4);
+	char what[96];
+	snprintf(what, sizeof what, "attention n=%u pos0=%u h=%u/%u hd=%u win=%u",
+		 n, pos0, heads, kv_heads, hd, window);
+	expect_close(what, want, got, nq, F32_TOL);
+	dev_free_all();
+	free(q), free(k), free(v), free(want), free(got);
+}
+
+static void test_attention_decode_matches_cpu(void **state)
+{
+	(void)state;
+	check_attention(1, 0, 4, 4, 64, 0, 70);      /* first token */
+	check_attention(1, 300, 8, 2, 64, 0, 71);    /* GQA 4:1 */
+	check_attention(1, 1000, 32, 8, 128, 0, 72); /* llama-8B shape */
+	check_attention(1, 517, 14, 2, 64, 0, 73);   /* qwen2-0.5B shape */
+	check_attention(1, 99, 8, 8, 80, 0, 74);     /* head size not 2^k */
+}
+
+static void test_attention_prefill_causal_matches_cpu(void **state)
+{
+	(void)state;
+	check_attention(37, 0, 8, 2, 64, 0, 80);
+	check_attention(16, 200, 8, 4, 128, 0, 81); /* chunk after a prefix */
+	check_attention(300, 0, 4, 1, 32, 0, 82);   /* several key tiles */
+}
+
+static void test_attention_sliding_window_matches_cpu(void **state)
+{
+	(void)state;
+	check_attention(20, 100, 8, 2, 64, 50, 90);
+	check_attention(1, 400, 8, 2, 64, 129, 91);
+	check_attention(64, 0, 4, 2, 64, 16, 92); /* window inside the prompt */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Top-k                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ref_cand {
+	float v;
+	int32_t i;
+} ref_cand;
+
+static int rank_cmp(const void *pa, const void *pb)
+{
+	const ref_cand *a = pa, *b = pb;
+	if (a->v != b->v)
+		return a->v > b->v ? -1 : 1;
+	return a->i < b->i ? -1 : (a->i > b->i);
+}
+
+static void check_topk(const float *logits, uint32_t vocab, uint32_t k,
+		       const char *what)
+{
+	ref_cand *r = calloc(vocab, sizeof *r);
+	assert_non_null(r);
+	for (uint32_t i = 0; i < vocab; i++)
+		r[i] = (ref_cand){isnan(logits[i]) ? -INFINITY : logits[i],
+				  (int32_t)i};
+	qsort(r, vocab, sizeof *r, rank_cmp);
+	float *dl = upload(logits, (uint64_t)vocab * 4);
+	float values[STRATA_CUDA_TOPK_MAX];
+	int32_t ids[STRATA_CUDA_TOPK_MAX];
+	OK(strata_cuda_topk(F.gpu, dl, vocab, k, values, ids, ERR));
+	for (uint32_t j = 0; j < k; j++) {
+		if (j >= vocab) {
+			assert_int_equal(ids[j], -1);
+			continue;
+		}
+		if (ids[j] != r[j].i || memcmp(&values[j], &r[j].v, 4) != 0)
+			fail_msg("%s: rank %u: want id %d (%g), got id %d (%g)",
+				 what, j, r[j].i, (double)r[j].v, ids[j],
+				 (double)values[j]);
+	}
+	printf("  %-52s exact\n", what);
+	dev_free_all();
+	free(r);
+}
+
+static void test_topk_matches_sorted_reference(void **state)
+{
+	(void)state;
+	float *l = host_floats(151936);
+	cuda_test_fill(l, 32000, 100, 10.0f);
+	check_topk(l, 32000, 1, "argmax vocab=32000");
+	check_topk(l, 32000, 40, "top-40 vocab=32000");
+	check_topk(l, 32000, 256, "top-256 vocab=32000");
+	/* many ties: the lower id must come first */
+	for (uint32_t i = 0; i < 151936; i++)
+		l[i] = (float)((i * 7919u) % 1000u) - 500.0f;
+	check_topk(l, 151936, 50, "top-50 with ties vocab=151936");
+	check_topk(l, 151936, 1, "argmax with ties vocab=151936");
+	/* NaN and -inf rank last, among themselves by id */
+	cuda_test_fill(l, 300, 101, 1.0f);
+	for (uint32_t i = 0; i < 300; i += 3)
+		l[i] = NAN;
+	for (uint32_t i = 1; i < 300; i += 7)
+		l[i] = -INFINITY;
+	check_topk(l, 300, 256, "top-256 with NaN and -inf vocab=300");
+	/* fewer logits than k */
+	cuda_test_fill(l, 10, 102, 1.0f);
+	check_topk(l, 10, 20, "top-20 of vocab=10 pads with -1");
+	free(l);
+}
+
+static void test_topk_refuses_k_out_of_range(void **state)
+{
+	(void)state;
+	float *dl = dev_alloc(64);
+	float v[1];
+	int32_t id[1];
+	strata_error err;
+	assert_int_equal(strata_cuda_topk(F.gpu, dl, 16, 0, v, id, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_cuda_topk(F.gpu, dl, 16, STRATA_CUDA_TOPK_MAX + 1,
+					  v, id, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.message, "257"));
+	assert_true(err.fix[0] != '\0');
+	/* a CPU compute context is not a CUDA one */
+	assert_int_equal(strata_cuda_topk(F.cpu, dl, 16, 1, v, id, &err),
+			 STRATA_E_INVALID_ARG);
+	dev_free_all();
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+	(void)state;
+	strata_error err;
+	if (strata_backend_cuda_create(NULL, &F.b, &err) != STRATA_OK ||
+	    strata_arena_create(F.b, STRATA_ARENA_DEVICE, (uint64_t)768 << 20,
+				"kernel test", &F.arena, &err) != STRATA_OK ||
+	    strata_compute_create(&strata_cpu_kernel_ops, 2, &F.cpu, &err) !=
+		    STRATA_OK ||
+	    strata_compute_create_on(F.b, 0, &F.gpu, &err) != STRATA_OK) {
+		fprintf(stderr, "setup: %s\n  fix: %s\n", err.message, err.fix);
+		return -1;
+	}
+	F.gs = strata_cuda_compute_stream(F.gpu);
+	return F.gs ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	strata_compute_destroy(F.gpu);
+	strata_compute_destroy(F.cpu);
+	strata_arena_destroy(F.arena);
+	strata_backend_destroy(F.b);
+	return 0;
+}
+
+int main(void)
+{
+	if (cuda_test_skip_without_device("test_cuda_kernels"))
+		return CUDA_TEST_SKIP;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_matmul_f32_matches_cpu),
+		cmocka_unit_test(test_matmul_half_gemv_matches_cpu),
+		cmocka_unit_test(test_matmul_half_gemm_matches_cpu),
+		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),
+		cmocka_unit_test(test_rope_matches_cpu_both_layouts_llama3),
+		cmocka_unit_test(test_swiglu_add_embed_match_cpu),
+		cmocka_unit_test(test_attention_decode_matches_cpu),
+		cmocka_unit_test(test_attention_prefill_causal_matches_cpu),
+		cmocka_unit_test(test_attention_sliding_window_matches_cpu),
+		cmocka_unit_test(test_topk_matches_sorted_reference),
+		cmocka_unit_test(test_topk_refuses_k_out_of_range),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
