@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -219,6 +220,133 @@ static void unknown_architecture_still_sizes_weights(void **state)
 	json_decref(doc);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A 7.5 GB llama written as headers over a sparse file                     */
+/* ------------------------------------------------------------------------ */
+
+/* The peer model of shared/GPU-MACHINE.md: bf16, hidden 4096, 16 layers,
+ * GQA 32/8, intermediate 14336, vocab 32000. Planning reads headers only,
+ * so a sparse file of the real size is a faithful stand-in. */
+static const struct {
+	const char *name;
+	uint64_t rows, cols;
+} layer_tensors[] = {
+	{"input_layernorm.weight", 4096, 0},
+	{"self_attn.q_proj.weight", 4096, 4096},
+	{"self_attn.k_proj.weight", 1024, 4096},
+	{"self_attn.v_proj.weight", 1024, 4096},
+	{"self_attn.o_proj.weight", 4096, 4096},
+	{"post_attention_layernorm.weight", 4096, 0},
+	{"mlp.gate_proj.weight", 14336, 4096},
+	{"mlp.up_proj.weight", 14336, 4096},
+	{"mlp.down_proj.weight", 4096, 14336},
+};
+
+static size_t add_tensor(char *h, size_t at, size_t cap, const char *name,
+			 uint64_t rows, uint64_t cols, uint64_t *off)
+{
+	uint64_t b = rows * (cols ? cols : 1) * 2;
+	int n = cols ? snprintf(h + at, cap - at,
+				",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%llu,%llu],\"data_offsets\":[%llu,%llu]}",
+				name, (unsigned long long)rows,
+				(unsigned long long)cols,
+				(unsigned long long)*off,
+				(unsigned long long)(*off + b))
+		     : snprintf(h + at, cap - at,
+				",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
+				name, (unsigned long long)rows,
+				(unsigned long long)*off,
+				(unsigned long long)(*off + b));
+	*off += b;
+	return at + (size_t)n;
+}
+
+static void write_big_llama(const char *dir, uint64_t *layer_bytes,
+			    uint64_t *static_bytes)
+{
+	size_t cap = 1 << 16, at = 0;
+	char *h = malloc(cap);
+	uint64_t off = 0;
+	at += (size_t)snprintf(h, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+	at = add_tensor(h, at, cap, "model.embed_tokens.weight", 32000, 4096,
+			&off);
+	at = add_tensor(h, at, cap, "model.norm.weight", 4096, 0, &off);
+	at = add_tensor(h, at, cap, "lm_head.weight", 32000, 4096, &off);
+	*static_bytes = off;
+	for (int l = 0; l < 16; l++) {
+		uint64_t before = off;
+		for (size_t t = 0; t < sizeof layer_tensors / sizeof *layer_tensors;
+		     t++) {
+			char name[96];
+			snprintf(name, sizeof name, "model.layers.%d.%s", l,
+				 layer_tensors[t].name);
+			at = add_tensor(h, at, cap, name, layer_tensors[t].rows,
+					layer_tensors[t].cols, &off);
+		}
+		*layer_bytes = off - before;
+	}
+	h[at++] = '}';
+	while (at % 8)
+		h[at++] = ' ';
+	char path[4200];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	for (int k = 0; k < 8; k++)
+		fputc((int)(((uint64_t)at >> (8 * k)) & 0xff), f);
+	fwrite(h, 1, at, f);
+	fclose(f);
+	assert_int_equal(truncate(path, (off_t)(8 + at + off)), 0);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\","
+	      "\"hidden_size\":4096,\"intermediate_size\":14336,"
+	      "\"num_hidden_layers\":16,\"num_attention_heads\":32,"
+	      "\"num_key_value_heads\":8,\"vocab_size\":32000,"
+	      "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-05,"
+	      "\"rope_theta\":10000.0,\"tie_word_embeddings\":false,"
+	      "\"dtype\":\"bfloat16\"}",
+	      f);
+	fclose(f);
+	free(h);
+}
+
+static void gpu_machine_peer_model_streams_at_2GiB(void **state)
+{
+	(void)state;
+	char dir[4096];
+	cli_tmpdir(dir, sizeof dir, "plan-big-llama");
+	uint64_t layer, st;
+	write_big_llama(dir, &layer, &st);
+	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
+			      "--device-memory", "2GiB", "--host-memory",
+			      "100GiB", "--context", "1024", NULL};
+	json_t *doc = run_json(argv);
+	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
+	json_t *w = json_object_get(c0, "weights");
+	assert_true(u(w, "static_bytes") == st); /* bf16 kept, all 256-aligned */
+	assert_true(u(w, "window_bytes") == 16 * layer);
+	json_t *sel = json_object_get(doc, "selected");
+	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
+			    "host");
+	/* 2 GiB holds static + the KV cache + 2 layers, not 3 */
+	assert_true(u(sel, "depth") == 2);
+	json_t *chosen = json_array_get(json_object_get(doc, "candidates"),
+					(size_t)u(sel, "index"));
+	double ms = json_real_value(
+		json_object_get(chosen, "predicted_ms_per_forward"));
+	/* streaming limit: every layer over 55 GB/s pinned h2d */
+	double limit = (double)(16 * layer) / 55e9 * 1e3;
+	assert_true(ms >= limit - 1e-6 && ms < limit * 1.01);
+	json_t *ws = json_object_get(doc, "weight_store");
+	assert_true(u(ws, "physical_read_bytes") == 0);
+	json_decref(doc);
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
@@ -281,6 +409,7 @@ int main(void)
 		cmocka_unit_test(cuda_keeps_half_precision_bytes),
 		cmocka_unit_test(exclude_removes_tensors_before_sizing),
 		cmocka_unit_test(unknown_architecture_still_sizes_weights),
+		cmocka_unit_test(gpu_machine_peer_model_streams_at_2GiB),
 		cmocka_unit_test(usage_errors_exit_2),
 		cmocka_unit_test(input_errors_exit_1),
 	};
