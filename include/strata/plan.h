@@ -343,6 +343,11 @@ typedef struct strata_plan_options {
 	uint64_t lookahead, queue;
 	strata_plan_shape shape;
 	double h2d_bandwidth, disk_bandwidth, memory_bandwidth; /* bytes/s */
+	/* Device bytes the backend takes for itself outside the plan's
+	 * buffers (cuda: STRATA_CUDA_COMPUTE_DEVICE_BYTES of the compute
+	 * context, cuBLAS workspace and scratch); added to every device
+	 * total. The caller fills it: the backend is below this layer. */
+	uint64_t backend_reserved_bytes;
 } strata_plan_options;
 
 /* What the machine has, measured by the caller (the backend and
@@ -365,7 +370,8 @@ typedef struct strata_plan_candidate {
 	uint64_t lookahead, queue;	/* DISK only (0, 0: direct) */
 	uint64_t static_device_bytes;	/* static weights, aligned region */
 	uint64_t window_device_bytes;	/* window weights, aligned region */
-	uint64_t device_bytes;		/* static + window + KV + workspace */
+	uint64_t device_bytes;		/* static + window + KV + workspace
+					   + backend reserved */
 	uint64_t host_weight_bytes;	/* HOST: every unit; DISK: lookahead */
 	uint64_t staging_bytes;		/* pinned ring */
 	uint64_t host_bytes;		/* host weights + staging */

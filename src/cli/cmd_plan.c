@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "strata/backend.h"
 #include "strata/checkpoint.h"
 #include "strata/infer.h"
 #include "strata/plan.h"
@@ -47,6 +48,10 @@ static void describe_arch(const char *model, const strata_catalog *c,
 	};
 }
 
+/* Budget facts from the machine: MemAvailable always; on cuda the
+ * device's free memory through the CUDA backend (a context is made and
+ * dropped; no payload is involved). Failures leave a fact unknown, and the
+ * planner then asks for the option. */
 static void machine_facts(const strata_cli_residency *r,
 			  strata_plan_machine *m)
 {
@@ -55,9 +60,28 @@ static void machine_facts(const strata_cli_residency *r,
 	m->host_available_known =
 		strata_plan_host_available(&m->host_available_bytes,
 					   &ignored) == STRATA_OK;
-	/* cuda free memory comes from the cuda backend; without one the
-	 * planner asks for --device-memory */
-	(void)r;
+	if (r->plan.device != STRATA_PLAN_DEVICE_CUDA ||
+	    r->plan.has_device_budget)
+		return;
+	strata_backend_cuda_options co = {.device = r->device_index};
+	strata_backend *b = NULL;
+	strata_backend_memory mem;
+	if (strata_backend_cuda_create(&co, &b, &ignored) == STRATA_OK &&
+	    strata_backend_memory_info(b, &mem, &ignored) == STRATA_OK) {
+		m->device_free_known = true;
+		m->device_free_bytes = mem.free_bytes;
+	}
+	strata_backend_destroy(b);
+}
+
+/* --device absent: cuda if one is visible, else cpu (DESIGN.md). */
+static void pick_device(strata_cli_residency *r)
+{
+	if (!r->device_given && strata_backend_cuda_device_count() > 0)
+		r->plan.device = STRATA_PLAN_DEVICE_CUDA;
+	if (r->plan.device == STRATA_PLAN_DEVICE_CUDA)
+		r->plan.backend_reserved_bytes =
+			STRATA_CUDA_COMPUTE_DEVICE_BYTES;
 }
 
 static const char *cell(uint64_t v, bool known, char buf[32])
@@ -217,6 +241,7 @@ int strata_cmd_plan(int argc, char **argv)
 		strata_cli_residency_fini(&opts);
 		return strata_cli_usage("plan", "MODEL is missing");
 	}
+	pick_device(&opts);
 	plan_run r = {0};
 	strata_status s = strata_catalog_open(model, &r.catalog, &err);
 	if (s == STRATA_OK)

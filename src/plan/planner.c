@@ -183,8 +183,9 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	uint64_t d = 0;
 	const uint64_t parts[] = {c->static_device_bytes,
 				  c->window_device_bytes, m->kv_cache_bytes,
-				  m->workspace_bytes};
-	for (size_t i = 0; s == STRATA_OK && i < 4; i++)
+				  m->workspace_bytes,
+				  p->options.backend_reserved_bytes};
+	for (size_t i = 0; s == STRATA_OK && i < 5; i++)
 		s = strata_checked_add(d, parts[i], &d, "device total bytes",
 				       err);
 	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1

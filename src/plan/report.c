@@ -109,6 +109,8 @@ static void write_memory(const strata_plan *p, strata_json *j)
 #undef STRATA_PLAN_ACT_JSON
 	strata_json_object_end(j);
 	kv_arch_u64(j, "workspace_bytes", k, m->workspace_bytes);
+	strata_json_kv_u64(j, "backend_reserved_bytes",
+			   p->options.backend_reserved_bytes);
 	strata_json_kv_u64(j, "staging_slots", m->staging_slots);
 	strata_json_kv_u64(j, "staging_slot_bytes", m->staging_slot_bytes);
 	strata_json_kv_u64(j, "staging_bytes", m->staging_bytes);

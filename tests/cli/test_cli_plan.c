@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli_run.h"
+#include "strata/backend.h"
 #include "strata/checkpoint.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data"
@@ -385,11 +386,15 @@ static void input_errors_exit_1(void **state)
 		{"plan", STORIES, "--residency", "resident", "--lookahead",
 		 "2", "--device-memory", "1GiB", "--host-memory", "1GiB",
 		 NULL},
-		/* cuda without a way to tell its memory */
+		/* cuda without a way to tell its memory (where none is
+		 * visible; on a GPU machine this plans instead) */
 		{"plan", STORIES, "--device", "cuda", "--host-memory", "1GiB",
 		 NULL},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+	size_t n = sizeof cases / sizeof *cases;
+	if (strata_backend_cuda_device_count() > 0)
+		n--;
+	for (size_t i = 0; i < n; i++) {
 		cli_result r = run(cases[i]);
 		if (r.exit_code != 1 || !strstr(r.err, "strata: error: ") ||
 		    !strstr(r.err, "  fix: "))

@@ -219,6 +219,18 @@ static void resident_is_chosen_when_it_fits(void **state)
 		    c->weights.window_bytes == 32 * MiB &&
 		    c->weights.depth == 8);
 	strata_plan_destroy(p);
+	/* the backend's own device bytes count: now it is one byte short */
+	o.backend_reserved_bytes = 1;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_candidate_at(p, 0)->device_bytes ==
+		    RESIDENT_DEVICE + 1);
+	assert_false(strata_plan_candidate_at(p, 0)->fits);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
+	strata_plan_destroy(p);
+	o.backend_reserved_bytes = 0;
 	/* one byte less and resident no longer fits: the exact edge */
 	o.device_budget = RESIDENT_DEVICE - 1;
 	o.host_budget = 64 * MiB;
@@ -264,6 +276,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
 	assert_true(strata_plan_depth(p) == 2);
 	assert_true(strata_plan_weight_device_bytes(p) == MiB + 8 * MiB);
+	assert_true(strata_plan_device_total(p) == MiB + 8 * MiB + KV_CPU + WS);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED));
 	strata_plan_destroy(p);
 	/* the host tier too small for every unit: disk, two units ahead */
