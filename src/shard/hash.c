@@ -5,6 +5,7 @@
 #include "blake3.h"
 #include "blake3_impl.h" /* the implementation's own compression entry */
 
+#include "shard/internal.h"
 #include "strata/shard.h"
 
 /* ------------------------------------------------------------------------ */
@@ -48,16 +49,17 @@ strata_status strata_shard_home(const void *key, size_t key_bytes,
 		return strata_fail(err, STRATA_E_SHARD_ZERO_DEVICES,
 				   "give at least one device (probe the devices first; --gpus N needs N >= 1)",
 				   "no devices to shard onto: the device count is 0");
-	uint32_t h;
-	if (key_bytes <= BLAKE3_BLOCK_LEN) {
-		h = first_word_one_block(key, key_bytes);
-	} else {
-		uint8_t d[4];
-		strata_shard_hash(key, key_bytes, d, sizeof d);
-		/* Little-endian on every host, spelled out. */
-		h = (uint32_t)d[0] | (uint32_t)d[1] << 8 |
-		    (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
-	}
-	*device = h % device_count;
+	*device = strata__shard_hash_word(key, key_bytes) % device_count;
 	return STRATA_OK;
+}
+
+uint32_t strata__shard_hash_word(const void *key, size_t key_bytes)
+{
+	if (key_bytes <= BLAKE3_BLOCK_LEN)
+		return first_word_one_block(key, key_bytes);
+	uint8_t d[4];
+	strata_shard_hash(key, key_bytes, d, sizeof d);
+	/* Little-endian on every host, spelled out. */
+	return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 |
+	       (uint32_t)d[3] << 24;
 }

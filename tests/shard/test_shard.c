@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "shard/internal.h"
 #include "strata/shard.h"
 
 #define MAX_N 64
@@ -723,9 +724,36 @@ static void test_balance_invariant_every_step(void **state)
 	}
 }
 
+/* The multiply-based modulo used for the home device is exact. */
+static void test_fastmod_is_exact(void **state)
+{
+	(void)state;
+	static const uint32_t ds[] = {1, 2, 3, 5, 7, 8, 63, 64, 65, 1000003,
+				      0x7fffffffu, 0x80000000u, 0xfffffffeu,
+				      UINT32_MAX};
+	static const uint32_t xs[] = {0, 1, 2, 62, 63, 64, 65, 0x7fffffffu,
+				      0x80000000u, 0xfffffffeu, UINT32_MAX};
+	for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+		for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++)
+			assert_int_equal(strata__fastmod(xs[k],
+							 strata__fastmod_magic(ds[i]),
+							 ds[i]),
+					 xs[k] % ds[i]);
+	uint64_t x = 99;
+	for (int i = 0; i < 2000000; i++) {
+		uint32_t d = (uint32_t)(next_u64(&x) >> (next_u64(&x) % 32));
+		uint32_t v = (uint32_t)next_u64(&x);
+		if (d == 0)
+			d = 1;
+		if (strata__fastmod(v, strata__fastmod_magic(d), d) != v % d)
+			fail_msg("%u mod %u", v, d);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fastmod_is_exact),
 		cmocka_unit_test(test_home_is_deterministic),
 		cmocka_unit_test(test_home_spreads_128_keys_over_4_devices),
 		cmocka_unit_test(test_zero_devices_is_a_configuration_error),
