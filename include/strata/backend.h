@@ -123,6 +123,9 @@ typedef struct strata_backend_cpu_options {
 	/* Bound on the simulated device memory (all arenas together);
 	 * 0: unbounded (limited only by host memory). */
 	uint64_t device_memory_bytes;
+	/* For tests: report the device as not host-addressable (as CUDA is),
+	 * so callers' staged paths run without a GPU. The memory stays RAM. */
+	bool hide_addressable;
 } strata_backend_cpu_options;
 
 /* Creates the CPU backend; opt may be NULL. Its device memory is RAM kept
@@ -169,6 +172,14 @@ uint32_t strata_backend_cuda_device_count(void);
 strata_status strata_backend_cuda_create(const strata_backend_cuda_options *opt,
 					 strata_backend **out,
 					 strata_error *err);
+
+/* The backend named by --device: "cpu" (with cpu_opt, which may be NULL),
+ * "cuda" (device 0) or "cuda:N". E_USAGE naming the text for anything else;
+ * otherwise what the chosen backend's create returns. */
+strata_status strata_backend_create_named(const char *device,
+					  const strata_backend_cpu_options *cpu_opt,
+					  strata_backend **out,
+					  strata_error *err);
 
 /* The CUDA calls that allocate and copy, replaceable so tests can inject
  * device OOM and copy failures (STYLE.md). Each returns a cudaError_t value

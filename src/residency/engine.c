@@ -368,12 +368,11 @@ static strata_status take_memory(strata_residency *e, strata_error *err)
 					    ? "raise --host-memory, or use --residency disk"
 					    : "raise --host-memory, lower --lookahead, or use --host-memory 0");
 	z->host_arena_bytes = host;
-	bool direct = c->mode == STRATA_RESIDENCY_RESIDENT || c->static_count ||
-		      (c->mode == STRATA_RESIDENCY_DISK && !host);
+	bool direct = c->mode == STRATA_RESIDENCY_DISK && !host;
 	if (direct && !e->caps.device_addressable)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "use the CPU backend for now (issue 8 adds staged loads)",
-				   "backend '%s' cannot take disk reads into device memory",
+				   "give the disk mode host memory for its lookahead (--host-memory, --lookahead)",
+				   "backend '%s' cannot take disk reads straight into device memory",
 				   e->caps.name);
 	s = strata_arena_create(e->b, STRATA_ARENA_DEVICE, z->device_arena_bytes,
 				"device weights", &e->dev_arena, err);
@@ -382,10 +381,11 @@ static strata_status take_memory(strata_residency *e, strata_error *err)
 					"host weights", &e->host_arena, err);
 	if (s != STRATA_OK)
 		return s;
-	if (c->mode == STRATA_RESIDENCY_RESIDENT || (c->mode == STRATA_RESIDENCY_DISK && !host))
+	bool copies = !(c->mode == STRATA_RESIDENCY_RESIDENT || direct);
+	if (!copies && e->caps.device_addressable)
 		return STRATA_OK; /* no copies: reads land on the device */
 	s = strata_stream_create(e->b, &e->copy_stream, err);
-	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
+	for (size_t i = 0; copies && s == STRATA_OK && i < e->n; i++) {
 		s = strata_event_create(e->b, &e->units[i].ev_start, err);
 		if (s == STRATA_OK)
 			s = strata_event_create(e->b, &e->units[i].ev_end, err);
@@ -407,14 +407,78 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 	if (s != STRATA_OK)
 		return s;
 	strata_telemetry_add_resident(&e->tel, tier, block_bytes);
+	/* a device host code cannot write (CUDA) is loaded through the staging
+	 * buffer: disk to host, then one copy per tensor */
+	bool staged = tier == STRATA_TIER_DEVICE && !e->caps.device_addressable;
 	uint64_t t0 = strata_now_ns();
-	s = strata__res_read_tensors(e, t, count, offsets, block, &e->main_buf, err);
+	s = strata__res_read_tensors(e, t, count, offsets,
+				     staged ? e->staging : (unsigned char *)block,
+				     &e->main_buf, err);
 	if (s != STRATA_OK)
 		return s; /* the block goes with the arena at destroy */
-	strata_telemetry_record_transfer(&e->tel, dir, file_bytes,
-					 strata_now_ns() - t0);
+	uint64_t t1 = strata_now_ns();
+	strata_telemetry_record_transfer(&e->tel,
+					 staged ? STRATA_DIR_DISK_TO_HOST : dir,
+					 file_bytes, t1 - t0);
+	if (staged) {
+		uint64_t moved = 0;
+		for (size_t i = 0; s == STRATA_OK && i < count; i++) {
+			uint64_t b = strata__res_tensor_exec(&t[i]);
+			moved += b;
+			s = strata_backend_copy_h2d_async(e->b, e->copy_stream,
+							  (unsigned char *)block + offsets[i],
+							  e->staging + offsets[i], b, err);
+		}
+		/* wait even after an error: the staging buffer is reused */
+		strata_status w = strata_backend_synchronize(e->b, e->copy_stream,
+							     s == STRATA_OK ? err : NULL);
+		if (s == STRATA_OK)
+			s = w;
+		if (s != STRATA_OK)
+			return s;
+		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
+						 moved, strata_now_ns() - t1);
+	}
 	*out = block;
 	return STRATA_OK;
+}
+
+/* The load-time staging buffer of a device host code cannot write: one
+ * unit block or static tensor slot, charged to the host tier while it
+ * exists (create only). */
+static strata_status take_staging(strata_residency *e, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	uint64_t need = c->mode == STRATA_RESIDENCY_RESIDENT ? e->host_slot_bytes : 0;
+	for (size_t i = 0; i < c->static_count; i++) {
+		uint64_t b = 0;
+		strata_status s = strata_arena_round(strata__res_tensor_exec(&c->statics[i]),
+						     &b, "static tensor bytes", err);
+		if (s != STRATA_OK)
+			return s;
+		if (b > need)
+			need = b;
+	}
+	if (e->caps.device_addressable || need == 0)
+		return STRATA_OK;
+	void *p = NULL;
+	strata_status s = strata_backend_host_alloc(e->b, need, true, &p, err);
+	if (s != STRATA_OK)
+		return strata_error_prefix(err, "load staging buffer");
+	e->staging = p;
+	e->staging_bytes = need;
+	strata_telemetry_add_resident(&e->tel, STRATA_TIER_HOST, need);
+	return STRATA_OK;
+}
+
+static void drop_staging(strata_residency *e)
+{
+	if (!e->staging)
+		return;
+	strata_backend_host_free(e->b, e->staging);
+	strata_telemetry_sub_resident(&e->tel, STRATA_TIER_HOST, e->staging_bytes);
+	e->staging = NULL;
+	e->staging_bytes = 0;
 }
 
 static strata_status load_fixed(strata_residency *e, strata_error *err)
@@ -556,7 +620,10 @@ strata_status strata_residency_create(strata_backend *b,
 		s = strata__res_buffers_init(e, &e->main_buf, err);
 	}
 	if (s == STRATA_OK)
+		s = take_staging(e, err);
+	if (s == STRATA_OK)
 		s = load_fixed(e, err);
+	drop_staging(e);
 	if (s == STRATA_OK && cfg->mode == STRATA_RESIDENCY_DISK)
 		s = start_disk(e, err);
 	if (s != STRATA_OK) {
@@ -572,6 +639,7 @@ void strata_residency_destroy(strata_residency *e)
 	if (!e)
 		return;
 	strata__res_stop_readers(e);
+	drop_staging(e);
 	if (e->copy_stream) {
 		strata_backend_synchronize(e->b, e->copy_stream, NULL);
 		strata_stream_destroy(e->b, e->copy_stream);

@@ -59,6 +59,8 @@ struct strata_residency {
 	size_t max_tensors;
 	uint64_t scratch_bytes;
 	reader_buffers main_buf;
+	unsigned char *staging; /* create only, when the device is not addressable */
+	uint64_t staging_bytes;
 
 	/* forward-pass position */
 	size_t cursor;	   /* position of the last acquired unit */

@@ -97,6 +97,16 @@ static void assert_within_plan(strata_residency *e)
 	assert_int_equal(s.current_bytes[STRATA_TIER_DEVICE], dev.used_bytes);
 }
 
+static void assert_within_plan_device(strata_residency *e)
+{
+	strata_telemetry_snapshot s;
+	strata_arena_stats dev;
+	snap(e, &s);
+	strata_residency_device_arena_stats(e, &dev);
+	assert_true(s.peak_bytes[STRATA_TIER_DEVICE] <= s.planned_bytes[STRATA_TIER_DEVICE]);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_DEVICE], dev.high_water_bytes);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void test_resident_loads_once_and_every_acquire_hits(void **state)
@@ -431,6 +441,65 @@ static void test_destroy_with_held_units_and_reads_in_flight(void **state)
 	wl_destroy(&w);
 }
 
+static void test_unaddressable_device_loads_through_staging(void **state)
+{
+	(void)state;
+	/* a device host code cannot write (CUDA's case), simulated on the CPU
+	 * backend: static tensors and resident units go disk -> host staging
+	 * -> device, and every mode still computes on the right bytes */
+	wl_spec spec = dense;
+	spec.bf16 = true;
+	workload w;
+	wl_create(&w, &spec);
+	strata_backend *b = NULL;
+	strata_backend_cpu_options o = {.hide_addressable = true};
+	strata_error err;
+	assert_int_equal(strata_backend_cpu_create(&o, &b, &err), STRATA_OK);
+	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT, STRATA_RESIDENCY_HOST,
+					 STRATA_RESIDENCY_DISK};
+	for (size_t m = 0; m < 3; m++) {
+		strata_residency_config c = wl_config(&w, modes[m], 2);
+		strata_residency *e = NULL;
+		assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
+		assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
+		void *data;
+		const strata_residency_tensor *t;
+		assert_int_equal(strata_residency_static(e, "lm_head.weight", &data, &t, &err),
+				 STRATA_OK);
+		wl_check_tensor(&w, t, data);
+		strata_telemetry_snapshot s;
+		snap(e, &s);
+		const strata_transfer_stats *x = s.transfers;
+		assert_int_equal(x[STRATA_DIR_DISK_TO_DEVICE].count, 0);
+		uint64_t static_exec = 0;
+		for (size_t i = 0; i < w.static_count; i++)
+			static_exec += w.statics[i].exec_bytes ? w.statics[i].exec_bytes
+							       : w.statics[i].tensor->bytes;
+		uint64_t units_h2d = modes[m] == STRATA_RESIDENCY_DISK
+					     ? x[STRATA_DIR_HOST_TO_DEVICE].bytes - static_exec
+					     : w.unit_exec_bytes;
+		assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].bytes, static_exec + units_h2d);
+		assert_int_equal(units_h2d, w.unit_exec_bytes);
+		if (modes[m] != STRATA_RESIDENCY_DISK)
+			assert_int_equal(x[STRATA_DIR_DISK_TO_HOST].bytes,
+					 w.static_file_bytes + w.unit_file_bytes);
+		/* the staging buffer is gone once create returns */
+		if (modes[m] == STRATA_RESIDENCY_RESIDENT)
+			assert_int_equal(s.current_bytes[STRATA_TIER_HOST], 0);
+		assert_within_plan_device(e);
+		strata_residency_destroy(e);
+	}
+	/* disk reads cannot land in such a device without host memory */
+	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 2);
+	c.host_budget_bytes = c.lookahead_units = c.queue_depth = 0;
+	strata_residency *e = NULL;
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_UNSUPPORTED);
+	assert_non_null(strstr(err.message, "straight into device memory"));
+	strata_backend_destroy(b);
+	wl_destroy(&w);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The seed's sizing, through the engine's own helper                       */
 /* ------------------------------------------------------------------------ */
@@ -521,6 +590,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_is_converted_to_f32_at_load),
 		cmocka_unit_test(test_acquire_release_order_errors),
 		cmocka_unit_test(test_destroy_with_held_units_and_reads_in_flight),
+		cmocka_unit_test(test_unaddressable_device_loads_through_staging),
 		cmocka_unit_test(test_sizing_keeps_group_windows_exact),
 		cmocka_unit_test(test_sizing_sparse_indices_and_overflow),
 	};

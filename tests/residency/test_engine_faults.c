@@ -29,6 +29,17 @@ static strata_backend *cpu(void)
 	return b;
 }
 
+/* The CPU backend, or one that hides its device from host code as CUDA's
+ * is, so the staged loads run too. */
+static strata_backend *backend(int hidden)
+{
+	strata_backend *b = NULL;
+	strata_error err;
+	strata_backend_cpu_options o = {.hide_addressable = hidden != 0};
+	assert_int_equal(strata_backend_cpu_create(&o, &b, &err), STRATA_OK);
+	return b;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Injected read faults                                                     */
 /* ------------------------------------------------------------------------ */
@@ -78,8 +89,9 @@ static void read_fault_loop(fault f)
 {
 	workload w;
 	wl_create(&w, &dense);
-	strata_backend *b = cpu();
-	for (size_t m = 0; m < 4; m++) {
+	for (int hidden = 0; hidden < 2; hidden++)
+	for (size_t m = 0; m < (hidden ? 3u : 4u); m++) {
+		strata_backend *b = backend(hidden);
 		int created_failures = 0, background_failures = 0;
 		for (long n = 0;; n++) {
 			kind = f;
@@ -124,8 +136,8 @@ static void read_fault_loop(fault f)
 		assert_true(created_failures > 0);
 		if (modes[m] == STRATA_RESIDENCY_DISK)
 			assert_true(background_failures > 0);
+		strata_backend_destroy(b);
 	}
-	strata_backend_destroy(b);
 	wl_destroy(&w);
 }
 
@@ -180,8 +192,9 @@ static void test_oom_at_every_allocation_site(void **state)
 	(void)state;
 	workload w;
 	wl_create(&w, &dense);
-	strata_backend *b = cpu();
-	for (size_t m = 0; m < 4; m++) {
+	for (int hidden = 0; hidden < 2; hidden++)
+	for (size_t m = 0; m < (hidden ? 3u : 4u); m++) {
+		strata_backend *b = backend(hidden);
 		for (long n = 0;; n++) {
 			strata_residency_config c = mode_config(&w, m);
 			strata_residency *e = NULL;
@@ -208,8 +221,8 @@ static void test_oom_at_every_allocation_site(void **state)
 			}
 			assert_true(n < 400);
 		}
+		strata_backend_destroy(b);
 	}
-	strata_backend_destroy(b);
 	wl_destroy(&w);
 }
 

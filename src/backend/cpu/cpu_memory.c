@@ -55,6 +55,7 @@ struct cpu_ctx {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* a job completed */
 	uint64_t limit_bytes;	/* 0: unbounded */
+	bool hide_addressable;	/* test option */
 	uint64_t used_bytes;
 	region *regions;
 	size_t region_count, region_cap;
@@ -155,10 +156,10 @@ static void cpu_destroy(void *ctx)
 static strata_status cpu_get_caps(void *ctx, strata_backend_caps *out,
 				  strata_error *err)
 {
-	(void)ctx;
+	cpu_ctx *c = ctx;
 	(void)err;
 	*out = (strata_backend_caps){.name = "cpu",
-				     .device_addressable = true,
+				     .device_addressable = !c->hide_addressable,
 				     .pinned_host = false,
 				     .async_copy = true};
 	return STRATA_OK;
@@ -495,6 +496,7 @@ strata_status strata_backend_cpu_create(const strata_backend_cpu_options *opt,
 				   "cannot make the CPU backend's condition variable");
 	}
 	c->limit_bytes = opt ? opt->device_memory_bytes : 0;
+	c->hide_addressable = opt && opt->hide_addressable;
 	b->ops = &cpu_ops;
 	b->ctx = c;
 	*out = b;
