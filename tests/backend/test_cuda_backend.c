@@ -336,6 +336,97 @@ static void test_copy_overlaps_compute_on_two_streams(void **state)
 	strata_backend_destroy(b);
 }
 
+/* The pattern the residency window runs: units of weights in pinned host
+ * memory stream through two device slots on the copy stream while the
+ * compute stream multiplies by the previous unit. Events order each slot's
+ * reuse (copy waits for the compute that read the slot; compute waits for
+ * the copy that filled it), so the result must equal the CPU chain. */
+static void test_units_stream_through_two_slots_with_events(void **state)
+{
+	(void)state;
+	enum { UNITS = 6 };
+	const uint32_t d = 1024, rows = 4;
+	const uint64_t wbytes = (uint64_t)d * d * 4, xbytes = (uint64_t)rows * d * 4;
+	strata_backend *b = make_cuda();
+	strata_error err;
+	strata_arena *host = NULL, *dev = NULL;
+	float *units = NULL, *slot[2], *dx, *dy;
+	assert_int_equal(strata_arena_create(b, STRATA_ARENA_HOST_PINNED, UNITS * wbytes, "units", &host, &err), STRATA_OK);
+	assert_int_equal(strata_arena_alloc(host, UNITS * wbytes, (void **)&units, &err), STRATA_OK);
+	assert_int_equal(strata_arena_create(b, STRATA_ARENA_DEVICE, 2 * wbytes + 2 * xbytes, "window", &dev, &err), STRATA_OK);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(strata_arena_alloc(dev, wbytes, (void **)&slot[i], &err), STRATA_OK);
+	assert_int_equal(strata_arena_alloc(dev, xbytes, (void **)&dx, &err), STRATA_OK);
+	assert_int_equal(strata_arena_alloc(dev, xbytes, (void **)&dy, &err), STRATA_OK);
+	cuda_test_fill(units, (size_t)UNITS * d * d, 7, 1.7f / sqrtf((float)d));
+	float *x = calloc(rows * d, 4), *y = calloc(rows * d, 4), *got = calloc(rows * d, 4);
+	assert_true(x && y && got);
+	cuda_test_fill(x, rows * d, 8, 1.0f);
+
+	strata_compute *gpu = NULL, *cpu = NULL;
+	strata_stream *cs = NULL;
+	strata_event *copied[2], *consumed[2], *t0, *t1;
+	assert_int_equal(strata_compute_create_on(b, 0, &gpu, &err), STRATA_OK);
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &cpu, &err), STRATA_OK);
+	assert_int_equal(strata_stream_create(b, &cs, &err), STRATA_OK);
+	strata_stream *ks = strata_cuda_compute_stream(gpu);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(strata_event_create(b, &copied[i], &err), STRATA_OK);
+		assert_int_equal(strata_event_create(b, &consumed[i], &err), STRATA_OK);
+	}
+	assert_int_equal(strata_event_create(b, &t0, &err), STRATA_OK);
+	assert_int_equal(strata_event_create(b, &t1, &err), STRATA_OK);
+
+	assert_int_equal(strata_backend_copy_h2d_async(b, ks, dx, x, xbytes, &err), STRATA_OK);
+	assert_int_equal(strata_event_record(b, t0, ks, &err), STRATA_OK);
+	assert_int_equal(strata_cuda_stream_wait_event(b, cs, t0, &err), STRATA_OK);
+	assert_int_equal(strata_backend_copy_h2d_async(b, cs, slot[0], units, wbytes, &err), STRATA_OK);
+	assert_int_equal(strata_event_record(b, copied[0], cs, &err), STRATA_OK);
+	for (int u = 0; u < UNITS; u++) {
+		int s = u % 2, t = (u + 1) % 2;
+		if (u + 1 < UNITS) {
+			/* slot t was read by unit u-1: wait for that compute */
+			assert_int_equal(strata_cuda_stream_wait_event(b, cs, consumed[t], &err), STRATA_OK);
+			assert_int_equal(strata_backend_copy_h2d_async(b, cs, slot[t], units + (uint64_t)(u + 1) * d * d, wbytes, &err), STRATA_OK);
+			assert_int_equal(strata_event_record(b, copied[t], cs, &err), STRATA_OK);
+		}
+		assert_int_equal(strata_cuda_stream_wait_event(b, ks, copied[s], &err), STRATA_OK);
+		assert_int_equal(strata_kernel_matmul(gpu, dy, dx, slot[s], NULL, rows, d, d, &err), STRATA_OK);
+		assert_int_equal(strata_event_record(b, consumed[s], ks, &err), STRATA_OK);
+		float *tmp = dx;
+		dx = dy;
+		dy = tmp;
+		/* the same on the CPU */
+		assert_int_equal(strata_kernel_matmul(cpu, y, x, units + (uint64_t)u * d * d, NULL, rows, d, d, &err), STRATA_OK);
+		memcpy(x, y, xbytes);
+	}
+	assert_int_equal(strata_event_record(b, t1, ks, &err), STRATA_OK);
+	assert_int_equal(strata_cuda_copy_d2h_async(b, ks, got, dx, xbytes, &err), STRATA_OK);
+	assert_int_equal(strata_backend_synchronize(b, NULL, &err), STRATA_OK);
+	size_t at;
+	double e = cuda_test_rel_err(x, got, rows * d, &at);
+	double sec = 0;
+	assert_int_equal(strata_event_elapsed(b, t0, t1, &sec, &err), STRATA_OK);
+	printf("  %d units of %llu bytes through 2 slots: %.2f ms (%.1f GB/s of weights), worst rel err %.3g\n",
+	       UNITS, (unsigned long long)wbytes, sec * 1e3,
+	       (double)UNITS * (double)wbytes / sec / 1e9, e);
+	assert_true(e <= 1e-4);
+
+	for (int i = 0; i < 2; i++) {
+		strata_event_destroy(b, copied[i]);
+		strata_event_destroy(b, consumed[i]);
+	}
+	strata_event_destroy(b, t0);
+	strata_event_destroy(b, t1);
+	strata_stream_destroy(b, cs);
+	strata_compute_destroy(gpu);
+	strata_compute_destroy(cpu);
+	strata_arena_destroy(dev);
+	strata_arena_destroy(host);
+	strata_backend_destroy(b);
+	free(x), free(y), free(got);
+}
+
 static void test_compute_context_device_oom_and_workspace_growth(void **state)
 {
 	(void)state;
@@ -430,6 +521,7 @@ int main(void)
 		cmocka_unit_test(test_pinned_and_unpinned_host_buffers),
 		cmocka_unit_test(test_copies_round_trip_and_events_time_them),
 		cmocka_unit_test(test_copy_overlaps_compute_on_two_streams),
+		cmocka_unit_test(test_units_stream_through_two_slots_with_events),
 		cmocka_unit_test(test_compute_context_device_oom_and_workspace_growth),
 		cmocka_unit_test(test_host_oom_loop),
 		cmocka_unit_test(test_missing_device_is_unavailable_with_fix),

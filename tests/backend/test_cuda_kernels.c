@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "backend/cuda_test_util.h"
+#include "backend/cuda/cuda_internal.h"
 
 #define F32_TOL 1e-4
 #define HALF_TOL 2e-2
@@ -187,7 +188,8 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 	char what[96];
 	snprintf(what, sizeof what, "matmul %s n=%u in=%u out=%u%s%s",
 		 type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, in, out,
-		 bias ? " +bias" : "", exact_x ? "" : " (x rounded)");
+		 bias ? " +bias" : "",
+		 exact_x ? " (x in k/64)" : n > 8 ? " (x rounded)" : " (x f32)");
 	expect_close(what, want, got, (size_t)n * out, tol);
 	dev_free_all();
 	free(x), free(w), free(b), free(want), free(got), free(wh);
@@ -391,6 +393,93 @@ static void test_attention_sliding_window_matches_cpu(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Figures: decode-shaped products against the device's own copy rate      */
+/* ------------------------------------------------------------------------ */
+
+/* Seconds per call of fn over `reps` calls on the compute stream. */
+typedef void (*timed_fn)(void *arg);
+
+static double time_on_stream(timed_fn fn, void *arg, int reps)
+{
+	strata_event *a = NULL, *b = NULL;
+	OK(strata_event_create(F.b, &a, ERR));
+	OK(strata_event_create(F.b, &b, ERR));
+	fn(arg); /* warm-up */
+	OK(strata_event_record(F.b, a, F.gs, ERR));
+	for (int i = 0; i < reps; i++)
+		fn(arg);
+	OK(strata_event_record(F.b, b, F.gs, ERR));
+	OK(strata_event_wait(F.b, b, ERR));
+	double sec = 0;
+	OK(strata_event_elapsed(F.b, a, b, &sec, ERR));
+	strata_event_destroy(F.b, a);
+	strata_event_destroy(F.b, b);
+	return sec / reps;
+}
+
+typedef struct mm_arg {
+	float *y;
+	const float *x;
+	const void *w;
+	uint32_t n, in, out;
+	int half; /* 0: f32 matmul slot, 1: bf16 */
+	void *dst; /* d2d copy instead when set */
+	uint64_t bytes;
+} mm_arg;
+
+static void run_mm(void *p)
+{
+	mm_arg *m = p;
+	if (m->dst) {
+		assert_int_equal(cudaMemcpyAsync(m->dst, m->w, m->bytes,
+						 cudaMemcpyDeviceToDevice,
+						 F.gs->cuda),
+				 cudaSuccess);
+	} else if (m->half) {
+		OK(strata_cuda_matmul_half(F.gpu, m->y, m->x, m->w,
+					   STRATA_CUDA_BF16, NULL, m->n, m->in,
+					   m->out, ERR));
+	} else {
+		OK(strata_kernel_matmul(F.gpu, m->y, m->x, m->w, NULL, m->n,
+					m->in, m->out, ERR));
+	}
+}
+
+static void test_decode_products_reach_memory_bandwidth(void **state)
+{
+	(void)state;
+	if (getenv("STRATA_CUDA_NO_TIMING"))
+		skip(); /* under compute-sanitizer times mean nothing */
+	const uint32_t in = 4096, out = 14336; /* a llama-8B MLP projection */
+	const uint64_t w16 = (uint64_t)in * out * 2, w32 = w16 * 2;
+	void *w = dev_alloc(w32), *dst = dev_alloc(w32);
+	float *x = dev_alloc((uint64_t)8 * in * 4), *y = dev_alloc((uint64_t)8 * out * 4);
+	assert_int_equal(cudaMemset(w, 0, w32), cudaSuccess);
+	assert_int_equal(cudaMemset(x, 0, (uint64_t)8 * in * 4), cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	/* device-to-device copy: reads and writes, so 2x bytes of traffic */
+	mm_arg cp = {.w = w, .dst = dst, .bytes = w32};
+	double t_copy = time_on_stream(run_mm, &cp, 10);
+	double hbm = 2.0 * (double)w32 / t_copy;
+	printf("  device-to-device copy: %.0f GB/s of traffic (the reference)\n", hbm / 1e9);
+	for (uint32_t n = 1; n <= 8; n *= 8) {
+		mm_arg h = {.y = y, .x = x, .w = w, .n = n, .in = in, .out = out, .half = 1};
+		double t = time_on_stream(run_mm, &h, 20);
+		double rate = (double)w16 / t;
+		printf("  bf16 GEMV n=%u %ux%u: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate\n",
+		       n, out, in, t * 1e6, rate / 1e9, 100.0 * rate / hbm);
+		/* half of the copy rate is far below what a working GEMV does
+		 * and far above what a broken one (no vector loads) does */
+		assert_true(rate > 0.5 * hbm);
+	}
+	mm_arg f = {.y = y, .x = x, .w = w, .n = 1, .in = in, .out = out};
+	double t = time_on_stream(run_mm, &f, 20);
+	printf("  f32 cuBLAS n=1 %ux%u: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate\n",
+	       out, in, t * 1e6, (double)w32 / t / 1e9, 100.0 * (double)w32 / t / hbm);
+	dev_free_all();
+}
+
+/* ------------------------------------------------------------------------ */
 /* Top-k                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -524,6 +613,7 @@ int main(void)
 		cmocka_unit_test(test_attention_decode_matches_cpu),
 		cmocka_unit_test(test_attention_prefill_causal_matches_cpu),
 		cmocka_unit_test(test_attention_sliding_window_matches_cpu),
+		cmocka_unit_test(test_decode_products_reach_memory_bandwidth),
 		cmocka_unit_test(test_topk_matches_sorted_reference),
 		cmocka_unit_test(test_topk_refuses_k_out_of_range),
 	};
