@@ -5,8 +5,11 @@
  * Trust: the file is hostile. Every count and length is checked against the
  * bytes left in the file before anything proportional to it is allocated,
  * so memory stays bounded by a small multiple of the file size. Only the
- * header is read (with up to one read-ahead buffer past its end; those bytes
- * are never interpreted). Versions 2 and 3, little-endian only.
+ * header is read: its end is known only once parsed, so reads go through a
+ * read-ahead window of a quarter of what was read so far (4 KiB to 256 KiB);
+ * the bytes it fetches past the header's end, at most max(4 KiB, header/4),
+ * are never interpreted.
+ * Versions 2 and 3, little-endian only.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include "checkpoint/gguf_internal.h"
 
 #define READ_AHEAD_BYTES (256u * 1024u)
+#define FIRST_WINDOW_BYTES 4096u
 #define MAX_KEY_BYTES 65535u	/* GGUF spec: keys are at most 2^16 - 1 */
 #define MAX_ARRAY_DEPTH 8	/* nested arrays; real files use 1 */
 #define MAX_DIMS 4		/* GGML_MAX_DIMS */
@@ -79,9 +83,16 @@ static strata_status rd(reader *r, void *dst, uint64_t n)
 			r->pos += n;
 			return STRATA_OK;
 		}
+		uint64_t window = r->pos / 4;
+		if (window < FIRST_WINDOW_BYTES)
+			window = FIRST_WINDOW_BYTES;
+		if (window > READ_AHEAD_BYTES)
+			window = READ_AHEAD_BYTES;
 		uint64_t want = r->size - r->pos;
-		if (want > READ_AHEAD_BYTES)
-			want = READ_AHEAD_BYTES;
+		if (want > window)
+			want = window;
+		if (want < n)
+			want = n;
 		r->buf_len = 0;
 		strata_status s = strata_pread_full(r->fd, r->buf, (size_t)want,
 						    (off_t)r->pos, r->name,

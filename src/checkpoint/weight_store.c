@@ -162,7 +162,7 @@ static void release(strata_weight_store *ws, uint32_t f)
  * short, which is fine once the wanted bytes are in. */
 static strata_status read_direct(int fd, unsigned char *buf, uint64_t start,
 				 uint64_t len, uint64_t need, const char *path,
-				 strata_error *err)
+				 bool *refused, strata_error *err)
 {
 	uint64_t done = 0;
 	while (done < need) {
@@ -170,6 +170,16 @@ static strata_status read_direct(int fd, unsigned char *buf, uint64_t start,
 					     (off_t)(start + done));
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno == EINVAL && done == 0) {
+			/* opened, but the filesystem refuses the direct read:
+			 * drop O_DIRECT on this descriptor and read plainly */
+			int fl = fcntl(fd, F_GETFL);
+			if (fl != -1 && fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) {
+				*refused = true;
+				return strata_pread_full(fd, buf, (size_t)need,
+							 (off_t)start, path, err);
+			}
+		}
 		if (n <= 0)
 			return strata_fail(err, STRATA_E_IO, "check the disk",
 					   "O_DIRECT read of '%s' at %" PRIu64 " failed: %s",
@@ -188,7 +198,8 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 				const group *g,
 				const strata_tensor *const *tensors,
 				void *const *dst, const size_t *order,
-				uint64_t *physical, strata_error *err)
+				uint64_t *physical, bool *refused,
+				strata_error *err)
 {
 	const char *path = ws->c->files[g->file].path;
 	strata_status s;
@@ -214,7 +225,7 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 				   len);
 	*physical = len;
 	s = sh->direct ? read_direct(sh->fd, bounce, start, len,
-				     skip + g->bytes, path, err)
+				     skip + g->bytes, path, refused, err)
 		       : strata_pread_full(sh->fd, bounce, (size_t)len,
 					   (off_t)start, path, err);
 	for (size_t i = 0; i < g->count && !s; i++) {
@@ -239,9 +250,17 @@ static strata_status do_group(strata_weight_store *ws, const group *g,
 	if (s)
 		return s;
 	uint64_t physical = 0;
-	s = read_group(ws, &copy, g, tensors, dst, order, &physical, err);
+	bool refused = false;
+	s = read_group(ws, &copy, g, tensors, dst, order, &physical, &refused,
+		       err);
 	pthread_mutex_lock(&ws->mu);
 	release(ws, g->file);
+	if (refused) {
+		note_refusal(ws, ws->c->files[g->file].path, EINVAL);
+		for (uint32_t i = 0; i < ws->n_open; i++)
+			if (ws->open[i].file == g->file)
+				ws->open[i].direct = false;
+	}
 	if (!s) {
 		ws->reads++;
 		ws->read_bytes += physical;
