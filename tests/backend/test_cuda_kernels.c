@@ -477,6 +477,55 @@ static void test_decode_products_reach_memory_bandwidth(void **state)
 	printf("  f32 cuBLAS n=1 %ux%u: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate\n",
 	       out, in, t * 1e6, (double)w32 / t / 1e9, 100.0 * (double)w32 / t / hbm);
 	dev_free_all();
+	/* prefill: 128 rows through cublasGemmEx (bf16 in, f32 out) */
+	w = dev_alloc(w16);
+	x = dev_alloc((uint64_t)128 * in * 4);
+	y = dev_alloc((uint64_t)128 * out * 4);
+	assert_int_equal(cudaMemset(w, 0, w16), cudaSuccess);
+	assert_int_equal(cudaMemset(x, 0, (uint64_t)128 * in * 4), cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	mm_arg g = {.y = y, .x = x, .w = w, .n = 128, .in = in, .out = out, .half = 1};
+	t = time_on_stream(run_mm, &g, 20);
+	printf("  bf16 GEMM n=128 %ux%u (with x conversion): %.1f us, %.1f TFLOP/s\n",
+	       out, in, t * 1e6, 2.0 * 128 * in * (double)out / t / 1e12);
+	dev_free_all();
+}
+
+typedef struct att_arg {
+	float *out, *q, *k, *v;
+	strata_attention_shape s;
+} att_arg;
+
+static void run_att(void *p)
+{
+	att_arg *a = p;
+	OK(strata_kernel_attention(F.gpu, a->out, a->q, a->k, a->v, &a->s, ERR));
+}
+
+/* A figure only: decode attention time over a long cache (llama-8B heads). */
+static void test_decode_attention_figure(void **state)
+{
+	(void)state;
+	if (getenv("STRATA_CUDA_NO_TIMING"))
+		skip();
+	const uint32_t heads = 32, kv = 8, hd = 128;
+	for (uint32_t pos = 512; pos <= 8192; pos *= 4) {
+		uint64_t cache = (uint64_t)(pos + 1) * kv * hd * 4;
+		att_arg a = {.out = dev_alloc(heads * hd * 4),
+			     .q = dev_alloc(heads * hd * 4),
+			     .k = dev_alloc(cache), .v = dev_alloc(cache),
+			     .s = {.n = 1, .pos0 = pos, .heads = heads,
+				   .kv_heads = kv, .head_dim = hd,
+				   .scale = 0.088f}};
+		assert_int_equal(cudaMemset(a.q, 0, heads * hd * 4), cudaSuccess);
+		assert_int_equal(cudaMemset(a.k, 0, cache), cudaSuccess);
+		assert_int_equal(cudaMemset(a.v, 0, cache), cudaSuccess);
+		assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+		double t = time_on_stream(run_att, &a, 20);
+		printf("  attention decode pos=%u h=%u/%u hd=%u: %.1f us, %.0f GB/s of cache\n",
+		       pos, heads, kv, hd, t * 1e6, 2.0 * (double)cache / t / 1e9);
+		dev_free_all();
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -614,6 +663,7 @@ int main(void)
 		cmocka_unit_test(test_attention_prefill_causal_matches_cpu),
 		cmocka_unit_test(test_attention_sliding_window_matches_cpu),
 		cmocka_unit_test(test_decode_products_reach_memory_bandwidth),
+		cmocka_unit_test(test_decode_attention_figure),
 		cmocka_unit_test(test_topk_matches_sorted_reference),
 		cmocka_unit_test(test_topk_refuses_k_out_of_range),
 	};
