@@ -253,6 +253,34 @@ static void empty_directory_says_what_is_missing(void **s)
 	free(d);
 }
 
+/* The format's newer types: sub-byte floats size by bits (F4: 4 bits,
+ * F6: 6 bits per element), F8_E8M0 and C64 by bytes. */
+static void newer_dtypes_size_exactly(void **s)
+{
+	(void)s;
+	const char *h =
+		"{\"a\":{\"dtype\":\"F4\",\"shape\":[2,4],\"data_offsets\":[0,4]},"
+		"\"b\":{\"dtype\":\"F6_E3M2\",\"shape\":[8],\"data_offsets\":[4,10]},"
+		"\"c\":{\"dtype\":\"F8_E8M0\",\"shape\":[3],\"data_offsets\":[10,13]},"
+		"\"d\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[13,21]}}";
+	bytes f = {0};
+	b_u64(&f, strlen(h));
+	b_put(&f, h, strlen(h));
+	b_zero(&f, 21);
+	strata_catalog *c = NULL;
+	strata_error e;
+	assert_int_equal(strata__catalog_create(STRATA_FORMAT_SAFETENSORS, &c, &e), 0);
+	if (strata__safetensors_read_mem(c, f.p, f.len, "new.safetensors", &e))
+		fail_msg("%s", e.message);
+	assert_int_equal(strata_catalog_find(c, "a")->dtype, STRATA_DTYPE_F4);
+	assert_int_equal(strata_catalog_find(c, "a")->bytes, 4);
+	assert_int_equal(strata_catalog_find(c, "b")->bytes, 6);
+	assert_int_equal(strata_catalog_find(c, "c")->dtype, STRATA_DTYPE_F8_E8M0);
+	assert_int_equal(strata_catalog_find(c, "d")->bytes, 8);
+	strata_catalog_destroy(c);
+	b_free(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +291,7 @@ int main(void)
 		cmocka_unit_test(real_file_null_metadata_and_unordered_offsets),
 		cmocka_unit_test(index_faults_are_named),
 		cmocka_unit_test(empty_directory_says_what_is_missing),
+		cmocka_unit_test(newer_dtypes_size_exactly),
 	};
 	return cmocka_run_group_tests(tests, load_expected, free_expected);
 }
