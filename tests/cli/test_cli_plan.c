@@ -77,9 +77,9 @@ static void catalog_sums(const char *path, uint64_t *st, uint64_t *units)
 static void json_plan_of_stories_is_exact(void **state)
 {
 	(void)state;
-	const char *argv[] = {"plan", STORIES, "--json", "--device-memory",
-			      "1GiB", "--host-memory", "1GiB", "--context",
-			      "256", NULL};
+	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
+			      "--device-memory", "1GiB", "--host-memory",
+			      "1GiB", "--context", "256", NULL};
 	json_t *doc = run_json(argv);
 	uint64_t st, units;
 	catalog_sums(STORIES, &st, &units);
@@ -120,7 +120,7 @@ static void budgets_drive_the_choice(void **state)
 	/* device room for static + 2 layers + KV + workspace, plenty of host */
 	const char *argv[] = {"plan", STORIES, "--json", "--context", "256",
 			      "--device-memory", "1MiB", "--host-memory",
-			      "1GiB", NULL};
+			      "1GiB", "--device", "cpu", NULL};
 	json_t *doc = run_json(argv);
 	json_t *sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
@@ -130,7 +130,7 @@ static void budgets_drive_the_choice(void **state)
 	/* host memory 0: disk straight to the device */
 	const char *disk[] = {"plan", STORIES, "--json", "--context", "256",
 			      "--device-memory", "1MiB", "--host-memory", "0",
-			      NULL};
+			      "--device", "cpu", NULL};
 	doc = run_json(disk);
 	sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
@@ -143,7 +143,7 @@ static void nothing_fits_exits_1_with_every_shortfall(void **state)
 {
 	(void)state;
 	const char *argv[] = {"plan", STORIES, "--device-memory", "1KiB",
-			      "--host-memory", "1KiB", NULL};
+			      "--host-memory", "1KiB", "--device", "cpu", NULL};
 	cli_result r = run(argv);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "strata: error: nothing fits"));
@@ -160,7 +160,7 @@ static void table_lists_candidates_and_reasons(void **state)
 {
 	(void)state;
 	const char *argv[] = {"plan", QWEN, "--device-memory", "150KiB",
-			      "--host-memory", "1MiB", NULL};
+			      "--host-memory", "1MiB", "--device", "cpu", NULL};
 	cli_result r = run(argv);
 	assert_int_equal(r.exit_code, 0);
 	assert_non_null(strstr(r.out, "ms/forward"));
