@@ -109,6 +109,12 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 		b.device_headroom_bytes =
 			strata_plan_headroom(o->device, avail);
 		b.device_bytes = avail - b.device_headroom_bytes;
+		/* on cpu the host tier given by option comes out of the
+		 * same RAM */
+		if (!cuda && o->has_host_budget)
+			b.device_bytes = b.device_bytes > o->host_budget
+						 ? b.device_bytes - o->host_budget
+						 : 0;
 	}
 	if (o->has_host_budget) {
 		b.host_bytes = o->host_budget;

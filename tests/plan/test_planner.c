@@ -484,6 +484,23 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 			 STRATA_OK);
 	assert_true(strata_plan_get_budgets(p)->host_bytes == 14 * GiB);
 	strata_plan_destroy(p);
+	/* and an explicit host budget leaves the rest to the device */
+	o.has_device_budget = false;
+	o.has_host_budget = true;
+	o.host_budget = 5 * GiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_get_budgets(p)->device_bytes == 13 * GiB);
+	assert_true(has_code(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION));
+	strata_plan_destroy(p);
+	o.has_host_budget = false;
+	/* a prefill chunk longer than the context cannot run */
+	o.shape = (strata_plan_shape){.context = 16, .prefill_chunk = 17};
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_E_PLAN_OPTIONS);
+	o.shape = (strata_plan_shape){0};
 	/* small machines keep at least 1 GiB */
 	assert_true(strata_plan_headroom(STRATA_PLAN_DEVICE_CPU, 3 * GiB) == GiB);
 	assert_true(strata_plan_headroom(STRATA_PLAN_DEVICE_CUDA, 100 * GiB) ==
