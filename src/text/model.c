@@ -16,11 +16,14 @@ typedef struct sym {
 	int32_t prev, next; /* -1 at the ends */
 } sym;
 
-/* A candidate merge. Lowest key first, then leftmost: HF orders merges by
- * (rank, position), llama.cpp SPM by (-score, left). */
+/* A candidate merge. key packs the order into one integer: HF orders
+ * merges by (rank, position), llama.cpp SPM by (-score, left); the high 32
+ * bits hold rank or an order-preserving image of -score, the low 32 bits
+ * the left symbol's index: one compare per heap step. */
 typedef struct cand {
-	double key;
-	int32_t left, right;
+	uint64_t key;
+	int32_t a;     /* BPE: left id when pushed; SPM: right index */
+	int32_t b;     /* BPE: right id when pushed */
 	int32_t extra; /* BPE: merged id; SPM: merged byte length */
 } cand;
 
@@ -29,9 +32,31 @@ typedef struct heap {
 	size_t n, cap;
 } heap;
 
+static uint64_t bpe_key(int32_t rank, int32_t left)
+{
+	return (uint64_t)(uint32_t)rank << 32 | (uint32_t)left;
+}
+
+/* Higher score first: map -score to an unsigned integer that sorts like
+ * the float (IEEE 754 total order for non-NaN values; NaN is refused at
+ * load). */
+static uint64_t spm_key(float score, int32_t left)
+{
+	float f = -score;
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)left;
+}
+
+static uint32_t key_left(uint64_t key)
+{
+	return (uint32_t)key;
+}
+
 static bool before(const cand *x, const cand *y)
 {
-	return x->key < y->key || (x->key == y->key && x->left < y->left);
+	return x->key < y->key;
 }
 
 static strata_status heap_push(heap *h, cand c, strata_error *err)
@@ -188,7 +213,8 @@ static strata_status bpe_try(const strata_tokenizer *t, heap *h, sym *v,
 		strata__text_pmap_get(&t->merges, v[l].id, v[r].id);
 	if (!m)
 		return STRATA_OK;
-	return heap_push(h, (cand){(double)m->rank, l, r, m->merged}, err);
+	return heap_push(h, (cand){bpe_key(m->rank, l), v[l].id, v[r].id,
+				   m->merged}, err);
 }
 
 static strata_status bpe_word(const strata_tokenizer *t, const char *w,
@@ -207,23 +233,29 @@ static strata_status bpe_word(const strata_tokenizer *t, const char *w,
 		st = bpe_try(t, &h, v, (int32_t)i, (int32_t)i + 1, err);
 	while (!st && h.n) {
 		cand c = heap_pop(&h);
-		sym *L = &v[c.left];
+		int32_t left = (int32_t)key_left(c.key);
+		sym *L = &v[left];
 		if (!L->n || L->next < 0)
 			continue;
 		sym *R = &v[L->next];
-		const struct text_pslot *mm =
-			strata__text_pmap_get(&t->merges, L->id, R->id);
-		if (!mm || mm->merged != c.extra)
-			continue; /* stale: a neighbour changed */
+		/* Stale unless the pair still merges to the same id (HF's
+		 * test); an unchanged left id with its right partner intact
+		 * is the common case and needs no lookup. */
+		if (L->id != c.a || R->id != c.b) {
+			const struct text_pslot *mm =
+				strata__text_pmap_get(&t->merges, L->id, R->id);
+			if (!mm || mm->merged != c.extra)
+				continue;
+		}
 		L->id = c.extra;
 		L->n += R->n;
 		R->n = 0;
 		L->next = R->next;
 		if (R->next >= 0)
-			v[R->next].prev = c.left;
-		st = bpe_try(t, &h, v, L->prev, c.left, err);
+			v[R->next].prev = left;
+		st = bpe_try(t, &h, v, L->prev, left, err);
 		if (!st)
-			st = bpe_try(t, &h, v, c.left, L->next, err);
+			st = bpe_try(t, &h, v, left, L->next, err);
 	}
 	s->heap = h.v;
 	s->heap_cap = h.cap;
@@ -246,8 +278,8 @@ static strata_status spm_try(const strata_tokenizer *t, heap *h, sym *v,
 	int32_t id = strata__text_smap_get(&t->model_map, w + v[l].a, len);
 	if (id < 0)
 		return STRATA_OK;
-	return heap_push(h, (cand){-(double)t->scores[id], l, r, (int32_t)len},
-			 err);
+	return heap_push(h, (cand){spm_key(t->scores[id], l), r, 0,
+				   (int32_t)len}, err);
 }
 
 /* A symbol that is no token goes out as its bytes: <0xNN>, else the byte
@@ -297,17 +329,18 @@ static strata_status spm_word(const strata_tokenizer *t, const char *w,
 		st = spm_try(t, &h, v, w, (int32_t)i, (int32_t)i + 1, err);
 	while (!st && h.n) {
 		cand c = heap_pop(&h);
-		sym *L = &v[c.left], *R = &v[c.right];
+		int32_t left = (int32_t)key_left(c.key);
+		sym *L = &v[left], *R = &v[c.a];
 		if (!L->n || !R->n || L->n + R->n != (uint32_t)c.extra)
 			continue; /* stale */
 		L->n += R->n;
 		R->n = 0;
 		L->next = R->next;
 		if (R->next >= 0)
-			v[R->next].prev = c.left;
-		st = spm_try(t, &h, v, w, L->prev, c.left, err);
+			v[R->next].prev = left;
+		st = spm_try(t, &h, v, w, L->prev, left, err);
 		if (!st)
-			st = spm_try(t, &h, v, w, c.left, L->next, err);
+			st = spm_try(t, &h, v, w, left, L->next, err);
 	}
 	s->heap = h.v;
 	s->heap_cap = h.cap;

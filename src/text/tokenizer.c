@@ -426,10 +426,25 @@ static strata_status split_added(const strata_tokenizer *t, bool normalized,
 /* Encoding                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* A per-call cache of short words: natural text repeats its words, and a
+ * word's ids depend on nothing else (HF keeps a similar cache). Keys point
+ * into e->b's arena, which does not move while the model runs. */
+#define WORD_CACHE_MAX_BYTES 64
+#define WORD_CACHE_MAX_WORDS 65536
+
+typedef struct cached {
+	uint32_t off, n; /* ids in enc.cache_ids */
+} cached;
+
 typedef struct enc {
 	text_buf clean, norm;
 	text_list a, b;
 	text_scratch s;
+	text_smap cache;
+	cached *words;
+	size_t n_words, words_cap;
+	int32_t *cache_ids;
+	size_t n_cache_ids, cache_ids_cap;
 } enc;
 
 static void enc_fini(enc *e)
@@ -439,6 +454,55 @@ static void enc_fini(enc *e)
 	strata__text_list_fini(&e->a);
 	strata__text_list_fini(&e->b);
 	strata__text_scratch_fini(&e->s);
+	strata__text_smap_fini(&e->cache);
+	strata_free(e->words);
+	strata_free(e->cache_ids);
+}
+
+/* Tokenizes word w through the cache. */
+static strata_status enc_word(const strata_tokenizer *t, enc *e,
+			      const char *w, size_t n, strata_error *err)
+{
+	if (n > WORD_CACHE_MAX_BYTES)
+		return strata__text_model_word(t, w, n, &e->s, err);
+	int32_t k = strata__text_smap_get(&e->cache, w, n);
+	if (k >= 0) {
+		cached c = e->words[k];
+		for (uint32_t i = 0; i < c.n; i++) {
+			strata_status st = strata__text_push_id(
+				&e->s, e->cache_ids[c.off + i], err);
+			if (st)
+				return st;
+		}
+		return STRATA_OK;
+	}
+	size_t from = e->s.n_ids;
+	strata_status st = strata__text_model_word(t, w, n, &e->s, err);
+	size_t got = e->s.n_ids - from;
+	if (st || e->n_words >= WORD_CACHE_MAX_WORDS)
+		return st;
+	void *p = e->cache_ids;
+	if ((st = strata_grow(&p, &e->cache_ids_cap, e->n_cache_ids + got,
+			      sizeof *e->cache_ids, "word cache", err)))
+		return st;
+	e->cache_ids = p;
+	p = e->words;
+	if ((st = strata_grow(&p, &e->words_cap, e->n_words + 1,
+			      sizeof *e->words, "word cache", err)))
+		return st;
+	e->words = p;
+	if (!e->cache.cap &&
+	    (st = strata__text_smap_init(&e->cache, 1024, err)))
+		return st;
+	if ((st = strata__text_smap_put(&e->cache, w, n, (int32_t)e->n_words,
+					NULL, err)))
+		return st;
+	memcpy(e->cache_ids + e->n_cache_ids, e->s.ids + from,
+	       got * sizeof *e->cache_ids);
+	e->words[e->n_words++] = (cached){(uint32_t)e->n_cache_ids,
+					  (uint32_t)got};
+	e->n_cache_ids += got;
+	return STRATA_OK;
 }
 
 /* raw text -> added split -> normalize -> added split (normalized) into
@@ -485,9 +549,8 @@ strata_status strata_tokenizer_encode(const strata_tokenizer *t,
 	for (size_t i = 0; !st && i < e.b.count; i++) {
 		text_piece p = e.b.items[i];
 		st = p.id >= 0 ? strata__text_push_id(&e.s, p.id, err)
-			       : strata__text_model_word(
-					 t, e.b.arena.data + p.off, p.len, &e.s,
-					 err);
+			       : enc_word(t, &e, e.b.arena.data + p.off, p.len,
+					  err);
 	}
 	for (size_t i = 0; !st && add_special && i < t->n_suffix; i++)
 		st = strata__text_push_id(&e.s, t->suffix_ids[i], err);
