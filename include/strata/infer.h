@@ -67,6 +67,12 @@ strata_status strata_infer_hparams_read(const char *model_path,
 					strata_infer_hparams *out,
 					strata_error *err);
 
+/* The same from the text of a config.json alone (len bytes, untrusted);
+ * vocab is the config's vocab_size (0 when absent). */
+strata_status strata_infer_config_parse(const char *json, size_t len,
+					strata_infer_hparams *out,
+					strata_error *err);
+
 /* The rotary frequencies (head_dim / 2), Llama 3 scaling applied. */
 void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq);
 

@@ -175,6 +175,51 @@ static int32_t json_id(json_t *root, const char *key)
 	return -1;
 }
 
+static strata_status parse_config(const char *text, size_t len,
+				  strata_infer_hparams *hp, strata_error *err)
+{
+	json_error_t je;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return strata_fail(err, STRATA_E_MODEL_CONFIG,
+				   "fix or regenerate the model's config.json",
+				   "config.json: not a JSON object (line %d: "
+				   "%.80s)",
+				   je.line, je.text);
+	}
+	uint32_t hd = 0;
+	double eps = 1e-6;
+	strata_status st;
+	if ((st = read_family(root, hp, err)) ||
+	    (st = json_u32(root, "hidden_size", UINT64_MAX, 2, MAX_DIM,
+			   &hp->dim, err)) ||
+	    (st = json_u32(root, "intermediate_size", UINT64_MAX, 1, MAX_DIM,
+			   &hp->ffn, err)) ||
+	    (st = json_u32(root, "num_hidden_layers", UINT64_MAX, 1,
+			   MAX_LAYERS, &hp->layers, err)) ||
+	    (st = json_u32(root, "num_attention_heads", UINT64_MAX, 1,
+			   MAX_HEADS, &hp->heads, err)) ||
+	    (st = json_u32(root, "num_key_value_heads", hp->heads, 1,
+			   MAX_HEADS, &hp->kv_heads, err)) ||
+	    (st = json_u32(root, "head_dim", 0, 0, MAX_DIM, &hd, err)) ||
+	    (st = json_u32(root, "max_position_embeddings", 2048, 1,
+			   UINT32_MAX, &hp->context, err)) ||
+	    (st = json_u32(root, "vocab_size", 0, 0, INT32_MAX, &hp->vocab,
+			   err)) ||
+	    (st = json_num(root, "rms_norm_eps", 1e-6, &eps, err)) ||
+	    (st = read_rope(root, hp, err)) || (st = read_window(root, hp, err)))
+		goto out;
+	hp->head_dim = hd ? hd : hp->dim / hp->heads;
+	hp->norm_eps = (float)eps;
+	hp->rope_layout = STRATA_ROPE_HALF;
+	hp->bos = json_id(root, "bos_token_id");
+	hp->eos = json_id(root, "eos_token_id");
+out:
+	json_decref(root);
+	return st;
+}
+
 static strata_status from_json(const char *model_path,
 			       strata_infer_hparams *hp, strata_error *err)
 {
@@ -190,43 +235,8 @@ static strata_status from_json(const char *model_path,
 	if (st)
 		return strata_error_set_fix(err, "a safetensors model directory "
 					    "needs its config.json");
-	json_error_t je;
-	json_t *root = json_loadb(text, len, 0, &je);
+	st = parse_config(text, len, hp, err);
 	strata_free(text);
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return strata_fail(err, STRATA_E_MODEL_CONFIG,
-				   "fix or regenerate the model's config.json",
-				   "config.json: not a JSON object (line %d: "
-				   "%.80s)",
-				   je.line, je.text);
-	}
-	uint32_t hd = 0;
-	double eps = 1e-6;
-	if ((st = read_family(root, hp, err)) ||
-	    (st = json_u32(root, "hidden_size", UINT64_MAX, 2, MAX_DIM,
-			   &hp->dim, err)) ||
-	    (st = json_u32(root, "intermediate_size", UINT64_MAX, 1, MAX_DIM,
-			   &hp->ffn, err)) ||
-	    (st = json_u32(root, "num_hidden_layers", UINT64_MAX, 1,
-			   MAX_LAYERS, &hp->layers, err)) ||
-	    (st = json_u32(root, "num_attention_heads", UINT64_MAX, 1,
-			   MAX_HEADS, &hp->heads, err)) ||
-	    (st = json_u32(root, "num_key_value_heads", hp->heads, 1,
-			   MAX_HEADS, &hp->kv_heads, err)) ||
-	    (st = json_u32(root, "head_dim", 0, 0, MAX_DIM, &hd, err)) ||
-	    (st = json_u32(root, "max_position_embeddings", 2048, 1,
-			   UINT32_MAX, &hp->context, err)) ||
-	    (st = json_num(root, "rms_norm_eps", 1e-6, &eps, err)) ||
-	    (st = read_rope(root, hp, err)) || (st = read_window(root, hp, err)))
-		goto out;
-	hp->head_dim = hd ? hd : hp->dim / hp->heads;
-	hp->norm_eps = (float)eps;
-	hp->rope_layout = STRATA_ROPE_HALF;
-	hp->bos = json_id(root, "bos_token_id");
-	hp->eos = json_id(root, "eos_token_id");
-out:
-	json_decref(root);
 	return st;
 }
 
@@ -410,6 +420,19 @@ strata_status strata_infer_hparams_read(const char *model_path,
 				   "embedding '%s' is not (vocab, %u)",
 				   embed_name, hp.dim);
 	hp.vocab = (uint32_t)e->shape_hf[0];
+	*out = hp;
+	return STRATA_OK;
+}
+
+strata_status strata_infer_config_parse(const char *json, size_t len,
+					strata_infer_hparams *out,
+					strata_error *err)
+{
+	strata_infer_hparams hp = {0};
+	hp.bos = hp.eos = -1;
+	strata_status st = parse_config(json, len, &hp, err);
+	if (st || (st = check(&hp, err)))
+		return st;
 	*out = hp;
 	return STRATA_OK;
 }
