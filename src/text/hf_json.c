@@ -680,6 +680,24 @@ static strata_status set_pieces(hf *h, const json_t *vocab,
 	return st;
 }
 
+/* tokenizer.json does not name EOS (tokenizer_config.json does, and
+ * strata_tokenizer_load reads it when present); without it, the first
+ * special added token with a conventional end-of-text name is taken. */
+static void guess_eos(strata_tokenizer *t)
+{
+	static const char *const names[] = {
+		"</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>",
+		"<|im_end|>", "<|eot_id|>",
+	};
+	for (size_t i = 0; t->specials.eos < 0 && i < sizeof names /
+							   sizeof *names; i++) {
+		int32_t id = strata__text_smap_get(&t->piece_map, names[i],
+						   strlen(names[i]));
+		if (id >= 0 && (t->attr[id] & TEXT_ATTR_SPECIAL))
+			t->specials.eos = id;
+	}
+}
+
 static strata_status build(hf *h, const json_t *root)
 {
 	strata_tokenizer *t = h->t;
@@ -727,6 +745,7 @@ static strata_status build(hf *h, const json_t *root)
 		t->specials.eos = t->suffix_ids[t->n_suffix - 1];
 		t->specials.add_eos = true;
 	}
+	guess_eos(t);
 	return STRATA_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
 #include <utf8proc.h>
 
 #include "strata/checkpoint.h"
@@ -631,6 +632,42 @@ static strata_status load_gguf(const char *path, strata_tokenizer **out,
 	return st;
 }
 
+/* tokenizer_config.json's bos/eos/unk/pad names (a string, or an object
+ * with "content"), when the directory has one and they name tokens. A
+ * missing or unreadable config changes nothing: it is optional. */
+static void read_config(strata_tokenizer *t, const char *dir)
+{
+	text_buf path = {0};
+	char *text = NULL;
+	size_t len = 0;
+	if (strata__text_buf_add(&path, dir, strlen(dir), NULL) ||
+	    strata__text_buf_add(&path, "/tokenizer_config.json", 22, NULL) ||
+	    strata_file_read_all(path.data, 16u << 20, &text, &len, NULL)) {
+		strata__text_buf_fini(&path);
+		return;
+	}
+	json_t *root = json_loadb(text, len, 0, NULL);
+	static const char *const keys[] = {"bos_token", "eos_token",
+					   "unk_token", "pad_token"};
+	int32_t *dst[] = {&t->specials.bos, &t->specials.eos, &t->specials.unk,
+			  &t->specials.pad};
+	for (int i = 0; root && i < 4; i++) {
+		json_t *v = json_object_get(root, keys[i]);
+		if (json_is_object(v))
+			v = json_object_get(v, "content");
+		if (!json_is_string(v))
+			continue;
+		int32_t id = strata__text_smap_get(&t->piece_map,
+						   json_string_value(v),
+						   json_string_length(v));
+		if (id >= 0)
+			*dst[i] = id;
+	}
+	json_decref(root);
+	strata_free(text);
+	strata__text_buf_fini(&path);
+}
+
 strata_status strata_tokenizer_load(const char *model_path,
 				    strata_tokenizer **out, strata_error *err)
 {
@@ -657,6 +694,8 @@ strata_status strata_tokenizer_load(const char *model_path,
 				     "tokenizer.json (or pass a .gguf file)");
 	if (!st)
 		st = strata_tokenizer_from_json(json, len, path.data, out, err);
+	if (!st && S_ISDIR(sb.st_mode))
+		read_config(*out, model_path);
 	strata_free(json);
 	strata__text_buf_fini(&path);
 	return st;

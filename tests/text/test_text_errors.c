@@ -4,6 +4,7 @@
  * small API promises (layer: text). */
 #include <jansson.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "text/text_testutil.h"
@@ -591,6 +592,7 @@ static void test_specials_follow_the_tokenizer(void **state)
 	strata_tokenizer *t = tt_load("tests/data/tokenizers/hf-gpt2");
 	strata_tokenizer_get_specials(t, &sp);
 	assert_false(sp.add_bos); /* GPT-2's post-processor adds nothing */
+	assert_int_equal(sp.eos, 50256);
 	assert_int_equal(strata_tokenizer_find(t, "<|endoftext|>", 13), 50256);
 	assert_true(strata_tokenizer_is_special(t, 50256));
 	assert_int_equal(strata_tokenizer_vocab_count(t), 50257);
@@ -604,7 +606,45 @@ static void test_specials_follow_the_tokenizer(void **state)
 	assert_true(sp.add_bos);
 	assert_int_equal(sp.bos, 1);
 	assert_int_equal(sp.unk, 0);
+	assert_int_equal(sp.eos, 2); /* "</s>", named by convention */
 	strata_tokenizer_destroy(t);
+}
+
+/* tokenizer_config.json, when present, names the special tokens. */
+static void test_config_names_specials(void **state)
+{
+	(void)state;
+	char dir[4096], path[4200];
+	snprintf(dir, sizeof dir, "%s/tests/text_config_%d", STRATA_BINARY_DIR,
+		 (int)getpid());
+	assert_int_equal(mkdir(dir, 0700), 0);
+	size_t n = 0;
+	char *json = tt_read("tests/data/tokenizers/tiny/spm.json", &n);
+	assert_non_null(json);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	FILE *f = fopen(path, "wb");
+	fwrite(json, 1, n, f);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	f = fopen(path, "wb");
+	fputs("{\"bos_token\": {\"content\": \"</s>\"}, \"eos_token\": "
+	      "\"<s>\", \"pad_token\": \"<unk>\", \"unk_token\": \"no\"}", f);
+	fclose(f);
+	strata_tokenizer *t;
+	strata_error err;
+	assert_int_equal(strata_tokenizer_load(dir, &t, &err), STRATA_OK);
+	strata_tokenizer_specials sp;
+	strata_tokenizer_get_specials(t, &sp);
+	assert_int_equal(sp.bos, 2);
+	assert_int_equal(sp.eos, 1);
+	assert_int_equal(sp.pad, 0);
+	assert_int_equal(sp.unk, 0); /* "no" names no token: kept */
+	strata_tokenizer_destroy(t);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	unlink(path);
+	rmdir(dir);
+	free(json);
 }
 
 static void test_load_reports_missing_model(void **state)
@@ -632,6 +672,7 @@ int main(void)
 		cmocka_unit_test(test_stream_never_emits_half_a_character),
 		cmocka_unit_test(test_decode_rejects_out_of_range_id),
 		cmocka_unit_test(test_specials_follow_the_tokenizer),
+		cmocka_unit_test(test_config_names_specials),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
