@@ -207,10 +207,15 @@ typedef strata_status (*strata_residency_convert_fn)(
 typedef struct strata_residency_config {
 	strata_residency_mode mode;
 	uint64_t depth; /* host: D >= 1; disk: min(units, 2) is used; resident: ignored */
-	/* Budgets: the device budget bounds the device arena (static + window,
-	 * 256-byte aligned per tensor); the host budget bounds host memory
-	 * (host mode: every unit; disk mode: the lookahead cache, 0 = read
-	 * straight into the device window). */
+	/* Budgets, checked at create (E_RES_BUDGET naming tier, need and
+	 * budget). Device: the device arena, static tensors + the largest
+	 * window, each tensor in its own 256-byte aligned slot (the plan's
+	 * strata_plan_weight_device_bytes). Host: host mode, every unit;
+	 * disk mode, lookahead_units slots of the largest unit (the plan's
+	 * staging ring), or 0 to read straight into the device window (only
+	 * where the device is host-addressable). Where it is not (CUDA),
+	 * static tensors and resident units load through a pinned staging
+	 * buffer of one slot that exists during create only. */
 	uint64_t device_budget_bytes;
 	uint64_t host_budget_bytes;
 	uint64_t lookahead_units;  /* disk: units read ahead (>= 1) */
