@@ -376,6 +376,41 @@ static void test_cpu_backend_offers_its_kernels(void **state)
 	strata_backend_destroy(b);
 }
 
+/* The pool runs every task of every job exactly once, also when more
+ * threads than processors leave workers asleep through whole jobs. */
+#include "backend/cpu/kernels_internal.h"
+
+typedef struct pool_probe {
+	uint32_t *hits;
+	uint32_t job;
+} pool_probe;
+
+static void probe_task(void *arg, uint32_t t)
+{
+	pool_probe *p = arg;
+	__atomic_add_fetch(&p->hits[t], p->job, __ATOMIC_RELAXED);
+}
+
+static void test_pool_runs_each_task_once(void **state)
+{
+	(void)state;
+	strata__pool *pool;
+	strata_error err;
+	assert_int_equal(strata__pool_create(6, &pool, &err), STRATA_OK);
+	uint32_t hits[64];
+	for (uint32_t job = 1; job <= 20000; job++) {
+		uint32_t n = 1 + (job * 2654435761u >> 7) % 64;
+		memset(hits, 0, sizeof hits);
+		pool_probe pr = {hits, job};
+		strata__pool_run(pool, probe_task, &pr, n);
+		for (uint32_t t = 0; t < n; t++)
+			if (hits[t] != job)
+				fail_msg("job %u task %u ran %u/%u", job, t,
+					 hits[t], job);
+	}
+	strata__pool_destroy(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -390,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_wrappers_reject_bad_shapes),
 		cmocka_unit_test(test_compute_create_survives_oom),
 		cmocka_unit_test(test_cpu_backend_offers_its_kernels),
+		cmocka_unit_test(test_pool_runs_each_task_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

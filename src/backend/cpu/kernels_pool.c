@@ -14,21 +14,34 @@
 
 #define POOL_MAX_THREADS 512u
 #define POOL_SPIN 4096
+#define TASK_BITS 20
+#define TASK_MASK ((1u << TASK_BITS) - 1)
+#define GEN_MASK 0xFFFFFFu
+
+typedef struct sub_job {
+	strata__pool_fn fn;
+	void *arg;
+	uint32_t base;
+} sub_job;
 
 struct strata__pool {
 	pthread_t *threads;	/* n_workers */
 	uint32_t n_workers;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;	/* a new generation was published */
-	pthread_cond_t done;	/* busy reached 0 */
+	pthread_cond_t done;	/* the last task of a job finished */
 	atomic_uint_fast64_t generation;
-	atomic_uint next_task;
-	atomic_uint busy;	/* workers still inside the current job */
+	/* generation (24 bits) | task count (20) | next task (20): a task is
+	 * claimed by one CAS that also checks the job, so a worker that slept
+	 * through a job can never claim a task of the next one, and reads
+	 * nothing else of the job before its claim succeeds. */
+	atomic_uint_fast64_t claim;
+	atomic_uint done_tasks;
 	atomic_bool stop;
-	/* The current job, written before generation is bumped. */
+	/* The current job: written before generation is bumped, stable until
+	 * its last task is done. */
 	strata__pool_fn fn;
 	void *arg;
-	uint32_t n_tasks;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -40,15 +53,39 @@ static inline void relax(void)
 #endif
 }
 
-static void drain(strata__pool *p)
+/* Runs tasks of job `gen` until none is left or a later job replaced it. */
+static void drain(strata__pool *p, uint_fast64_t gen)
 {
 	for (;;) {
-		uint32_t t = atomic_fetch_add_explicit(&p->next_task, 1,
-						       memory_order_relaxed);
-		if (t >= p->n_tasks)
+		uint_fast64_t c = atomic_load_explicit(&p->claim,
+						       memory_order_acquire);
+		if ((c >> (2 * TASK_BITS)) != (gen & GEN_MASK))
+			return; /* a later job: not ours to touch */
+		uint32_t n = (uint32_t)(c >> TASK_BITS) & TASK_MASK;
+		uint32_t t = (uint32_t)c & TASK_MASK;
+		if (t >= n)
 			return;
+		if (!atomic_compare_exchange_weak_explicit(
+			    &p->claim, &c, c + 1, memory_order_acq_rel,
+			    memory_order_acquire))
+			continue;
+		/* Claimed: the job cannot end before this task does. */
 		p->fn(p->arg, t);
+		if (atomic_fetch_add_explicit(&p->done_tasks, 1,
+					      memory_order_acq_rel) +
+			    1 ==
+		    n) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
+}
+
+static void sub_task(void *arg, uint32_t t)
+{
+	sub_job *s = arg;
+	s->fn(s->arg, s->base + t);
 }
 
 static uint_fast64_t wait_generation(strata__pool *p, uint_fast64_t seen)
@@ -76,12 +113,7 @@ static void *worker(void *arg)
 		seen = wait_generation(p, seen);
 		if (atomic_load(&p->stop))
 			return NULL;
-		drain(p);
-		if (atomic_fetch_sub(&p->busy, 1) == 1) {
-			pthread_mutex_lock(&p->mu);
-			pthread_cond_signal(&p->done);
-			pthread_mutex_unlock(&p->mu);
-		}
+		drain(p, seen);
 	}
 }
 
@@ -128,8 +160,8 @@ strata_status strata__pool_create(uint32_t threads, strata__pool **out,
 	pthread_cond_init(&p->wake, NULL);
 	pthread_cond_init(&p->done, NULL);
 	atomic_init(&p->generation, 0);
-	atomic_init(&p->next_task, 0);
-	atomic_init(&p->busy, 0);
+	atomic_init(&p->claim, 0);
+	atomic_init(&p->done_tasks, 0);
 	atomic_init(&p->stop, false);
 	for (uint32_t i = 0; i < p->n_workers; i++) {
 		int rc = pthread_create(&p->threads[i], NULL, worker, p);
@@ -175,20 +207,37 @@ void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 			fn(arg, t);
 		return;
 	}
+	if (n_tasks > TASK_MASK) { /* more than the claim word counts */
+		for (uint32_t base = 0; base < n_tasks; base += TASK_MASK) {
+			sub_job sj = {fn, arg, base};
+			uint32_t m = n_tasks - base < TASK_MASK
+					     ? n_tasks - base : TASK_MASK;
+			strata__pool_run(p, sub_task, &sj, m);
+		}
+		return;
+	}
+	/* Every task of the previous job is done, so nobody reads these. */
 	p->fn = fn;
 	p->arg = arg;
-	p->n_tasks = n_tasks;
-	atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->busy, p->n_workers, memory_order_relaxed);
+	atomic_store_explicit(&p->done_tasks, 0, memory_order_relaxed);
+	uint_fast64_t gen = atomic_load(&p->generation) + 1;
+	atomic_store_explicit(&p->claim,
+			      ((gen & GEN_MASK) << (2 * TASK_BITS)) |
+				      ((uint_fast64_t)n_tasks << TASK_BITS),
+			      memory_order_release);
 	publish(p);
-	drain(p);
+	drain(p, gen);
+	/* Wait for tasks, not for workers: one that slept through the job
+	 * is not waited for. */
 	for (int spin = 0; spin < POOL_SPIN; spin++) {
-		if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0)
+		if (atomic_load_explicit(&p->done_tasks,
+					 memory_order_acquire) == n_tasks)
 			return;
 		relax();
 	}
 	pthread_mutex_lock(&p->mu);
-	while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)
+	while (atomic_load_explicit(&p->done_tasks, memory_order_acquire) !=
+	       n_tasks)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }
