@@ -49,7 +49,12 @@ static strata_status drop_device(strata_residency *e, unit_slot *u,
 	if (u->dev == DEV_NONE)
 		return STRATA_OK;
 	if (u->dev == DEV_LOADING && !u->dev_by_reader) {
+		/* the copy happened: count it even though nobody used it */
+		double sec = 0;
 		strata_event_wait(e->b, u->ev_end, NULL);
+		strata_event_elapsed(e->b, u->ev_start, u->ev_end, &sec, NULL);
+		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
+						 u->exec_bytes, (uint64_t)(sec * 1e9));
 		u->copy_pending = false;
 	}
 	while (u->dev == DEV_LOADING && u->dev_by_reader) {
