@@ -28,6 +28,14 @@ is given as bytes.decode("utf-8", "replace") - each maximal invalid subpart
 becomes U+FFFD - which is exactly what strata's encoder does with such input.
 
 Usage: make_tokenizer_testdata.py KJV_GZ SHARED_TOKENIZERS_DIR INPUTS_JSON OUT_DIR
+       make_tokenizer_testdata.py extra KJV_GZ TOKENIZERS_DIR INPUTS_JSON OUT_DIR
+The second form (a later run) adds two more trained files - "falconish"
+(Punctuation, ByteLevel with regex, Digits and a Split after ByteLevel;
+NFKC, Lowercase, Replace by regex and Strip normalizers; ByteLevel
+post-processor) and "wsplit" (WhitespaceSplit + Whitespace, NFD, unk with
+fuse_unk, [CLS]/[SEP] template) - and edge strings (NEL, U+180E, U+0130,
+final sigma, superscript digits, ...) through all seven tokenizers, into
+expected_extra.json, leaving the first run's files as they are.
 """
 import gzip
 import hashlib
@@ -221,7 +229,94 @@ def time_encode(tok, text, reps=3):
             "ids": len(ids), "ids_sha256": hashlib.sha256(blob).hexdigest()}
 
 
+def make_falconish(corpus):
+    """Punctuation + ByteLevel(regex) + Digits + Split after ByteLevel,
+    with NFKC, Lowercase, Replace(regex) and Strip normalizers."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Sequence([
+        normalizers.NFKC(), normalizers.Lowercase(),
+        normalizers.Replace(Regex(r"[\t ]{3,}"), "  "),
+        normalizers.Strip(left=False, right=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated",
+                             invert=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2000, min_frequency=2, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def make_wsplit(corpus):
+    """WhitespaceSplit then Whitespace, NFD, a Metaspace-free word BPE with
+    an unknown token and no byte fallback (unknowns fuse)."""
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", fuse_unk=True))
+    tok.normalizer = normalizers.NFD()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Whitespace()])
+    trainer = trainers.BpeTrainer(vocab_size=1500, min_frequency=2,
+                                  special_tokens=["[UNK]", "[CLS]", "[SEP]"],
+                                  limit_alphabet=200, show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    return tok
+
+
+EXTRA = [
+    "\u0085 next line \x85x", "a\u180eb mongolian vs", "\u2028line\u2029para",
+    "\u0130stanbul \u0130I i\u0307 \u03a3\u0391\u03a3 \u1e9e\u00df",
+    "\u00b2\u00b3\u00b9 \u00bc\u00bd superscripts 2\u00b2", "\uff21\uff22 \ufb01ne \u2460",
+    "x\t\t\t\ty     z   ", "1234567 12 3 4444 99999", "end.   ",
+    "under_score snake_case_name __dunder__", "co\u00f6perate na\u0308ive",
+    "\u0661\u0662\u0663 arabic digits \u0966\u0967", "mixed\u00a0nbsp\u3000ideo",
+]
+
+
+def main_extra():
+    kjv_gz, shared, inputs_json, out = sys.argv[2:6]
+    os.makedirs(out, exist_ok=True)
+    kjv = gzip.open(kjv_gz, "rb").read().decode("utf-8")
+    ml = [e["text"] for e in json.load(open(inputs_json))["inputs"]]
+    corpus = train_corpus(kjv, ml)
+    toks = {"falconish": make_falconish(corpus),
+            "wsplit": make_wsplit(corpus)}
+    for name, tok in toks.items():
+        tok.save(os.path.join(out, name + ".tokenizer.json"))
+        toks[name] = Tokenizer.from_file(os.path.join(out, name +
+                                                      ".tokenizer.json"))
+    for name in ["bytelevel-l3", "spm-bpe", "spm-meta"]:
+        toks[name] = Tokenizer.from_file(os.path.join(
+            shared, "generated", name + ".tokenizer.json"))
+    toks["hf-gpt2"] = Tokenizer.from_file(
+        os.path.join(shared, "hf-gpt2", "tokenizer.json"))
+    toks["hf-llama2-spm-bpe"] = Tokenizer.from_file(
+        os.path.join(shared, "hf-llama2-spm-bpe", "tokenizer.json"))
+    extra = [x.encode("utf-8") for x in EXTRA]
+    cases = hard_strings(ml) + extra
+    import tokenizers
+    expected = {"generator": "tools/make_tokenizer_testdata.py extra",
+                "tokenizers_version": tokenizers.__version__,
+                "tokenizers": {n: encode_cases(t, cases if n in
+                                               ("falconish", "wsplit")
+                                               else extra)
+                               for n, t in toks.items()}}
+    with open(os.path.join(out, "expected_extra.json"), "w") as f:
+        json.dump(expected, f, separators=(",", ":"))
+    for n, c in expected["tokenizers"].items():
+        print(n, len(c), "cases")
+
+
 def main():
+    if sys.argv[1] == "extra":
+        return main_extra()
     kjv_gz, shared, inputs_json, out = sys.argv[1:5]
     os.makedirs(out, exist_ok=True)
     kjv = gzip.open(kjv_gz, "rb").read().decode("utf-8")

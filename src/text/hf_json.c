@@ -300,6 +300,8 @@ static strata_status parse_pre(hf *h, const json_t *o, int depth)
 		}
 		return STRATA_OK;
 	}
+	if (!strcmp(ty, "ByteLevel") && h->t->byte_level)
+		return unsupported(h, "pre-tokenizer after ByteLevel", ty);
 	if (!strcmp(ty, "ByteLevel")) {
 		text_pre p = {.kind = TEXT_PRE_BYTELEVEL};
 		bool use_regex;
@@ -324,6 +326,10 @@ static strata_status parse_pre(hf *h, const json_t *o, int depth)
 		strata_status st = get_pattern(h, o, &p.re, NULL, NULL);
 		return st ? st : add_pre(h, p);
 	}
+	/* Metaspace or a second ByteLevel on byte-level characters: no
+	 * tokenizer in use does it, so refuse rather than guess. */
+	if (!strcmp(ty, "Metaspace") && h->t->byte_level)
+		return unsupported(h, "pre-tokenizer after ByteLevel", ty);
 	if (!strcmp(ty, "Metaspace"))
 		return parse_metaspace(h, o);
 	if (!strcmp(ty, "Digits")) {
@@ -339,10 +345,18 @@ static strata_status parse_pre(hf *h, const json_t *o, int depth)
 		/* HF: Unicode punctuation or ASCII punctuation, per char. */
 		return split_regex(h, "[\\p{P}!-/:-@\\[-`{-~]", bh, false);
 	}
+	/* These two are Rust code in HF, not onig regexes: \s there is
+	 * White_Space and \w is Alphabetic, marks, decimal digits,
+	 * connector punctuation and joiners (Rust regex's Unicode \w);
+	 * PCRE2's own \s and \w differ (U+180E, combining marks). */
 	if (!strcmp(ty, "WhitespaceSplit"))
-		return split_regex(h, "\\s+", TEXT_SPLIT_REMOVED, false);
+		return split_regex(h, "\\p{White_Space}+", TEXT_SPLIT_REMOVED,
+				   false);
 	if (!strcmp(ty, "Whitespace"))
-		return split_regex(h, "\\w+|[^\\w\\s]+", TEXT_SPLIT_REMOVED, true);
+		return split_regex(h, "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}"
+				   "\\p{Join_Control}]+|[^\\p{Alphabetic}"
+				   "\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+				   "\\p{White_Space}]+", TEXT_SPLIT_REMOVED, true);
 	return unsupported(h, "pre-tokenizer", ty);
 }
 

@@ -205,9 +205,16 @@ static strata_status lowercase(const char *s, size_t n, text_buf *out,
 		uint32_t c;
 		size_t k = decode_cp(s + i, n - i, &c);
 		utf8proc_uint8_t b[4];
-		utf8proc_ssize_t k8 =
-			utf8proc_encode_char(utf8proc_tolower((int32_t)c), b);
-		strata_status st = strata__text_buf_add(out, b, (size_t)k8, err);
+		/* Rust's char::to_lowercase (HF) follows SpecialCasing: U+0130
+		 * is its only unconditional two-character lowercase. */
+		strata_status st =
+			c == 0x130 ? strata__text_buf_add(out, "i\xCC\x87", 3, err)
+				   : strata__text_buf_add(
+					     out, b,
+					     (size_t)utf8proc_encode_char(
+						     utf8proc_tolower((int32_t)c),
+						     b),
+					     err);
 		if (st)
 			return st;
 		i += k;
@@ -534,10 +541,55 @@ static strata_status pre_one(pre_ctx *c, const strata_tokenizer *t,
 			   "unknown pre-tokenizer kind %d", (int)p->kind);
 }
 
+/* After a ByteLevel step HF's later splits see the byte-level characters
+ * ("Ġ" for a space), not the bytes: map the piece, split, map back. Each
+ * mapped character is exactly one byte, so the way back is exact. */
+static strata_status split_mapped(pre_ctx *c, const text_pre *p,
+				  const char *s, size_t n, bool at_start)
+{
+	text_buf m = {0};
+	text_list parts = {0};
+	strata_status st = STRATA_OK;
+	for (size_t i = 0; !st && i < n; i++) {
+		utf8proc_uint8_t b[4];
+		utf8proc_ssize_t k = utf8proc_encode_char(
+			(utf8proc_int32_t)strata__bytelevel_cp((unsigned char)s[i]),
+			b);
+		st = strata__text_buf_add(&m, b, (size_t)k, c->err);
+	}
+	text_list *out = c->out;
+	c->out = &parts;
+	if (!st)
+		st = split_piece(c, p->re, p->behavior, p->invert,
+				 m.data ? m.data : "", m.len, at_start);
+	c->out = out;
+	text_buf back = {0};
+	for (size_t i = 0; !st && i < parts.count; i++) {
+		const char *q = parts.arena.data + parts.items[i].off;
+		size_t qn = parts.items[i].len;
+		back.len = 0;
+		for (size_t j = 0; !st && j < qn;) {
+			uint32_t cp;
+			j += decode_cp(q + j, qn - j, &cp);
+			unsigned char byte = (unsigned char)strata__bytelevel_byte(cp);
+			st = strata__text_buf_add(&back, &byte, 1, c->err);
+		}
+		if (!st)
+			st = strata__text_list_push(out, back.data ? back.data : "",
+						    back.len, -1,
+						    parts.items[i].at_start, c->err);
+	}
+	strata__text_buf_fini(&back);
+	strata__text_list_fini(&parts);
+	strata__text_buf_fini(&m);
+	return st;
+}
+
 strata_status strata__text_pretokenize(const strata_tokenizer *t,
 				       text_list *io, text_list *tmp,
 				       strata_error *err)
 {
+	bool mapped = false; /* a ByteLevel step has run */
 	pre_ctx c = {.err = err};
 	strata_status st = STRATA_OK;
 	for (size_t k = 0; !st && k < t->n_pres; k++) {
@@ -559,9 +611,12 @@ strata_status strata__text_pretokenize(const strata_tokenizer *t,
 			if (pc.id >= 0)
 				st = strata__text_list_push(tmp, s, pc.len, pc.id,
 							    pc.at_start, err);
+			else if (mapped && p->kind == TEXT_PRE_SPLIT)
+				st = split_mapped(&c, p, s, pc.len, pc.at_start);
 			else
 				st = pre_one(&c, t, p, s, pc.len, pc.at_start);
 		}
+		mapped = mapped || p->kind == TEXT_PRE_BYTELEVEL;
 		text_list x = *io;
 		*io = *tmp;
 		*tmp = x;

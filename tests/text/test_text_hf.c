@@ -134,11 +134,14 @@ static void check_case(const strata_tokenizer *t, const char *name,
 	strata_free(sids);
 }
 
-static void check_generated(const char *name, const char *rel)
+static void check_file(const char *file, const char *name, const char *rel,
+		       size_t min_cases, int min_roundtrips)
 {
-	json_t *j = load_json("tests/data/tokenizers/generated/expected.json");
+	char path[512];
+	snprintf(path, sizeof path, "tests/data/tokenizers/generated/%s", file);
+	json_t *j = load_json(path);
 	json_t *cases = json_object_get(json_object_get(j, "tokenizers"), name);
-	assert_true(json_array_size(cases) > 80);
+	assert_true(json_array_size(cases) >= min_cases);
 	strata_tokenizer *t = tt_load(rel);
 	assert_non_null(t);
 	stats s = {0};
@@ -153,9 +156,16 @@ static void check_generated(const char *name, const char *rel)
 	assert_int_equal(s.dec_bad, 0);
 	assert_int_equal(s.stream_bad, 0);
 	assert_int_equal(s.roundtrip_bad, 0);
-	assert_true(s.plain_roundtrips > 40);
+	assert_true(s.plain_roundtrips >= min_roundtrips);
 	strata_tokenizer_destroy(t);
 	json_decref(j);
+}
+
+static void check_generated(const char *name, const char *rel)
+{
+	check_file("expected.json", name, rel, 88, 40);
+	/* The second run's edge strings (NEL, U+180E, U+0130, ...). */
+	check_file("expected_extra.json", name, rel, 13, 1);
 }
 
 static void test_hf_gpt2_matches_hf(void **state)
@@ -190,6 +200,25 @@ static void test_hf_spm_meta_matches_hf(void **state)
 	(void)state;
 	check_generated("spm-meta", "tests/data/tokenizers/generated/"
 			"spm-meta.tokenizer.json");
+}
+
+/* The second run's files: Punctuation, ByteLevel, Digits and a Split
+ * after ByteLevel with NFKC/Lowercase/Replace(regex)/Strip; and
+ * WhitespaceSplit + Whitespace with NFD, fused unknowns, [CLS]/[SEP]. */
+static void test_hf_falconish_matches_hf(void **state)
+{
+	(void)state;
+	check_file("expected_extra.json", "falconish",
+		   "tests/data/tokenizers/generated/falconish.tokenizer.json",
+		   100, 0);
+}
+
+static void test_hf_wsplit_matches_hf(void **state)
+{
+	(void)state;
+	check_file("expected_extra.json", "wsplit",
+		   "tests/data/tokenizers/generated/wsplit.tokenizer.json",
+		   100, 0);
 }
 
 /* transformers 4.57.1 baselines over the multilingual stress inputs. */
@@ -320,6 +349,8 @@ int main(void)
 		cmocka_unit_test(test_hf_bytelevel_l3_matches_hf),
 		cmocka_unit_test(test_hf_spm_bpe_matches_hf),
 		cmocka_unit_test(test_hf_spm_meta_matches_hf),
+		cmocka_unit_test(test_hf_falconish_matches_hf),
+		cmocka_unit_test(test_hf_wsplit_matches_hf),
 		cmocka_unit_test(test_hf_multilingual_gpt2),
 		cmocka_unit_test(test_hf_multilingual_tinyllama),
 		cmocka_unit_test(test_hf_swift_gpt2),
