@@ -137,6 +137,20 @@ static void budgets_drive_the_choice(void **state)
 			    "disk");
 	assert_true(u(sel, "lookahead") == 0 && u(sel, "queue") == 0);
 	json_decref(doc);
+	/* bandwidths as SIZE or SIZE/s, --opt VALUE or --opt=VALUE */
+	const char *bw[] = {"plan", STORIES, "--json", "--device", "cpu",
+			    "--device-memory", "1GiB", "--host-memory", "0",
+			    "--h2d-bandwidth", "10GB/s", "--disk-bandwidth=1GiB",
+			    "--memory-bandwidth", "5GB", NULL};
+	doc = run_json(bw);
+	json_t *b = json_object_get(doc, "bandwidths");
+	assert_true(json_number_value(json_object_get(
+			    b, "h2d_bytes_per_second")) == 1e10);
+	assert_true(json_number_value(json_object_get(
+			    b, "disk_bytes_per_second")) == 1073741824.0);
+	assert_true(json_number_value(json_object_get(
+			    b, "memory_bytes_per_second")) == 5e9);
+	json_decref(doc);
 }
 
 static void nothing_fits_exits_1_with_every_shortfall(void **state)
