@@ -214,7 +214,7 @@ extern const strata_kernel_ops strata_cuda_kernel_ops;
 #define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
 #define STRATA_CUDA_TOPK_MAX 256u
 #define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \
-	(STRATA_CUDA_BLAS_WORKSPACE_BYTES + ((uint64_t)1 << 20))
+	(STRATA_CUDA_BLAS_WORKSPACE_BYTES + ((uint64_t)4 << 20))
 
 /* The compute context's stream, usable with the CUDA backend's
  * event_record / synchronize / copies (it belongs to the context: never

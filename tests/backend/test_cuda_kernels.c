@@ -16,6 +16,7 @@
 
 #include "backend/cuda_test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_launch.h"
 
 #define F32_TOL 1e-4
 #define HALF_TOL 2e-2
@@ -26,6 +27,7 @@ static struct {
 	strata_arena *arena;
 	strata_compute *cpu, *gpu;
 	strata_stream *gs; /* the CUDA compute stream */
+	uint32_t gemv_default; /* strata__cuda_gemv_rows_max as shipped */
 	void *blocks[MAX_BLOCKS];
 	int count;
 } F;
@@ -189,7 +191,8 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 	snprintf(what, sizeof what, "matmul %s n=%u in=%u out=%u%s%s",
 		 type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, in, out,
 		 bias ? " +bias" : "",
-		 exact_x ? " (x in k/64)" : n > 8 ? " (x rounded)" : " (x f32)");
+		 exact_x ? " (x in k/64)"
+		 : n > strata__cuda_gemv_rows_max ? " (x rounded)" : " (x f32)");
 	expect_close(what, want, got, (size_t)n * out, tol);
 	dev_free_all();
 	free(x), free(w), free(b), free(want), free(got), free(wh);
@@ -198,6 +201,7 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 static void test_matmul_half_gemv_matches_cpu(void **state)
 {
 	(void)state;
+	strata__cuda_gemv_rows_max = STRATA__CUDA_GEMV_ROWS;
 	for (uint32_t n = 1; n <= 8; n++)
 		check_matmul_half(STRATA_CUDA_BF16, n, 4096, 1024, n == 3, false,
 				  F32_TOL, 10 + n);
@@ -205,11 +209,18 @@ static void test_matmul_half_gemv_matches_cpu(void **state)
 	check_matmul_half(STRATA_CUDA_BF16, 3, 1001, 77, true, false, F32_TOL, 20);
 	check_matmul_half(STRATA_CUDA_F16, 1, 4096, 1024, false, false, F32_TOL, 21);
 	check_matmul_half(STRATA_CUDA_F16, 5, 999, 33, true, false, F32_TOL, 22);
+	strata__cuda_gemv_rows_max = F.gemv_default;
 }
 
 static void test_matmul_half_gemm_matches_cpu(void **state)
 {
 	(void)state;
+	/* every row count through cuBLAS too, whatever the GEMV threshold */
+	strata__cuda_gemv_rows_max = 0;
+	for (uint32_t n = 1; n <= 8; n++)
+		check_matmul_half(n % 2 ? STRATA_CUDA_BF16 : STRATA_CUDA_F16, n,
+				  1024, 512, n == 2, true, F32_TOL, 40 + n);
+	strata__cuda_gemv_rows_max = F.gemv_default;
 	check_matmul_half(STRATA_CUDA_BF16, 64, 4096, 1024, true, true, F32_TOL, 30);
 	check_matmul_half(STRATA_CUDA_F16, 9, 512, 256, false, true, F32_TOL, 31);
 	/* general x is rounded to the weights' type before cuBLAS */
@@ -374,6 +385,8 @@ static void test_attention_decode_matches_cpu(void **state)
 	check_attention(1, 1000, 32, 8, 128, 0, 72); /* llama-8B shape */
 	check_attention(1, 517, 14, 2, 64, 0, 73);   /* qwen2-0.5B shape */
 	check_attention(1, 99, 8, 8, 80, 0, 74);     /* head size not 2^k */
+	check_attention(1, 70, 2, 1, 30, 0, 75);     /* head size not 4k */
+	check_attention(1, 8191, 32, 8, 128, 0, 76); /* long cache, many splits */
 }
 
 static void test_attention_prefill_causal_matches_cpu(void **state)
@@ -382,6 +395,8 @@ static void test_attention_prefill_causal_matches_cpu(void **state)
 	check_attention(37, 0, 8, 2, 64, 0, 80);
 	check_attention(16, 200, 8, 4, 128, 0, 81); /* chunk after a prefix */
 	check_attention(300, 0, 4, 1, 32, 0, 82);   /* several key tiles */
+	check_attention(200, 0, 1, 1, 64, 0, 83);   /* key splits, some empty */
+	check_attention(4, 2000, 2, 1, 128, 0, 84); /* few pairs, long cache */
 }
 
 static void test_attention_sliding_window_matches_cpu(void **state)
@@ -462,16 +477,26 @@ static void test_decode_products_reach_memory_bandwidth(void **state)
 	double t_copy = time_on_stream(run_mm, &cp, 10);
 	double hbm = 2.0 * (double)w32 / t_copy;
 	printf("  device-to-device copy: %.0f GB/s of traffic (the reference)\n", hbm / 1e9);
-	for (uint32_t n = 1; n <= 8; n *= 8) {
-		mm_arg h = {.y = y, .x = x, .w = w, .n = n, .in = in, .out = out, .half = 1};
-		double t = time_on_stream(run_mm, &h, 20);
-		double rate = (double)w16 / t;
-		printf("  bf16 GEMV n=%u %ux%u: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate\n",
-		       n, out, in, t * 1e6, rate / 1e9, 100.0 * rate / hbm);
-		/* half of the copy rate is far below what a working GEMV does
-		 * and far above what a broken one (no vector loads) does */
-		assert_true(rate > 0.5 * hbm);
+	const uint32_t dflt = F.gemv_default;
+	for (uint32_t n = 1; n <= 8; n *= 2) {
+		for (int path = 0; path < 2; path++) {
+			strata__cuda_gemv_rows_max = path ? 0 : 8;
+			mm_arg h = {.y = y, .x = x, .w = w, .n = n, .in = in,
+				    .out = out, .half = 1};
+			double t = time_on_stream(run_mm, &h, 20);
+			double rate = (double)w16 / t;
+			printf("  bf16 n=%u %ux%u %s: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate%s\n",
+			       n, out, in, path ? "cublasGemmEx" : "GEMV kernel",
+			       t * 1e6, rate / 1e9, 100.0 * rate / hbm,
+			       (n <= dflt) == !path ? " (default)" : "");
+			/* half of the copy rate is far below what a working
+			 * GEMV does and far above what a broken one (no
+			 * vector loads) does */
+			if (n == 1 && !path)
+				assert_true(rate > 0.5 * hbm);
+		}
 	}
+	strata__cuda_gemv_rows_max = dflt;
 	mm_arg f = {.y = y, .x = x, .w = w, .n = 1, .in = in, .out = out};
 	double t = time_on_stream(run_mm, &f, 20);
 	printf("  f32 cuBLAS n=1 %ux%u: %.1f us, %.0f GB/s of weights, %.0f%% of the copy rate\n",
@@ -635,6 +660,7 @@ static int setup(void **state)
 		return -1;
 	}
 	F.gs = strata_cuda_compute_stream(F.gpu);
+	F.gemv_default = strata__cuda_gemv_rows_max;
 	return F.gs ? 0 : -1;
 }
 

@@ -91,6 +91,14 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 		goto fail;
 	}
 	k->stream.device = k->device;
+	int sms = 0;
+	e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+				   k->device);
+	if (e != cudaSuccess) {
+		s = strata__cuda_fail(err, e, "reading the device's properties");
+		goto fail;
+	}
+	k->sm_count = sms > 0 ? (uint32_t)sms : 1;
 	/* One region: the cuBLAS workspace, then the scratch block. */
 	e = (cudaError_t)strata_backend_cuda_sys.device_malloc(
 		&k->blas_ws, (size_t)STRATA_CUDA_COMPUTE_DEVICE_BYTES);
@@ -193,10 +201,16 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				   "run this model with --device cpu",
 				   "CUDA attention: head size %u is above %u",
 				   sh->head_dim, ATTENTION_HEAD_DIM_MAX);
+	float *partials = (float *)((char *)c->scratch +
+				    STRATA__CUDA_SCRATCH_ATTENTION);
+	uint64_t floats = (STRATA__CUDA_SCRATCH_BYTES -
+			   STRATA__CUDA_SCRATCH_ATTENTION) / sizeof(float);
 	return launched(strata__cuda_attention(c->stream.cuda, out, q, k, v,
 					       sh->n, sh->pos0, sh->heads,
 					       sh->kv_heads, sh->head_dim,
-					       sh->window, sh->scale),
+					       sh->window, sh->scale,
+					       2 * c->sm_count, partials,
+					       floats),
 			"attention", err);
 }
 
@@ -266,6 +280,8 @@ const strata_kernel_ops strata_cuda_kernel_ops = {
 /* Beyond the kernel table                                                  */
 /* ------------------------------------------------------------------------ */
 
+uint32_t strata__cuda_gemv_rows_max = STRATA__CUDA_GEMV_ROWS;
+
 static strata_status not_cuda_compute(strata_error *err, const char *call)
 {
 	return strata_fail(err, STRATA_E_INVALID_ARG,
@@ -319,7 +335,7 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	    (type != STRATA_CUDA_BF16 && type != STRATA_CUDA_F16) ||
 	    (const void *)y == (const void *)x || (const void *)y == w)
 		return not_cuda_compute(err, "strata_cuda_matmul_half");
-	if (n <= STRATA__CUDA_GEMV_ROWS)
+	if (n <= strata__cuda_gemv_rows_max && n <= STRATA__CUDA_GEMV_ROWS)
 		return launched(strata__cuda_gemv_half(k->stream.cuda, y, x, w,
 						       (int)type, bias, n, in,
 						       out),

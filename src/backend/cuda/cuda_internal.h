@@ -31,21 +31,28 @@ typedef struct strata__cuda_compute {
 	struct strata_stream stream; /* kernels queue here */
 	cublasHandle_t blas;
 	int device;
+	uint32_t sm_count;    /* multiprocessors: sizes split attention */
 	void *blas_ws;	      /* STRATA_CUDA_BLAS_WORKSPACE_BYTES */
 	void *scratch;	      /* token ids, then top-k partials and results */
 	void *half_ws;	      /* x converted for cublasGemmEx; grown */
 	uint64_t half_ws_bytes;
 } strata__cuda_compute;
 
-/* Byte layout of the scratch block (1 MiB, inside
- * STRATA_CUDA_COMPUTE_DEVICE_BYTES). */
+/* Byte layout of the scratch block (inside STRATA_CUDA_COMPUTE_DEVICE_BYTES,
+ * after the cuBLAS workspace): token ids, top-k results and partials, then
+ * the partial results of split attention. */
 #define STRATA__CUDA_TOKENS_MAX 16384u /* token ids per embed launch */
 #define STRATA__CUDA_SCRATCH_TOKENS 0u
 #define STRATA__CUDA_SCRATCH_TOPK_OUT                                          \
 	(STRATA__CUDA_TOKENS_MAX * 4u) /* values then ids, TOPK_MAX each */
 #define STRATA__CUDA_SCRATCH_TOPK_PARTIALS                                     \
 	(STRATA__CUDA_SCRATCH_TOPK_OUT + STRATA_CUDA_TOPK_MAX * 8u)
-#define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)1 << 20)
+#define STRATA__CUDA_SCRATCH_ATTENTION ((uint64_t)1 << 20)
+#define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)4 << 20)
+
+/* Test hook: half-precision products of up to this many rows (and at most
+ * STRATA__CUDA_GEMV_ROWS) use the GEMV kernel, more use cuBLAS. */
+extern uint32_t strata__cuda_gemv_rows_max;
 
 /* Fills err from a failed CUDA call: E_DEVICE_OOM for allocation failures,
  * E_BACKEND_UNAVAILABLE when there is no usable device or driver, E_DEVICE

@@ -37,15 +37,17 @@ cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t n,
 			      uint32_t pos0, uint32_t heads, uint32_t head_dim,
 			      const float *inv_freq, int layout);
 /* out (n, heads, hd) = softmax(q k^T * scale, causal, window) v over the
- * caches k, v (positions, kv_heads, hd). */
+ * caches k, v (positions, kv_heads, hd). The keys of each (query, head)
+ * are split over several blocks when there are too few pairs to fill
+ * `target_blocks` (decode): partial results go to `partials` (device,
+ * partial_floats floats) and a second kernel combines them. */
 cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
 				   const float *k, const float *v, uint32_t n,
 				   uint32_t pos0, uint32_t heads,
 				   uint32_t kv_heads, uint32_t head_dim,
-				   uint32_t window, float scale);
-/* The shared memory the attention kernel needs for head_dim, so callers can
- * refuse a head size the device cannot hold. */
-uint64_t strata__cuda_attention_smem_bytes(uint32_t head_dim);
+				   uint32_t window, float scale,
+				   uint32_t target_blocks, float *partials,
+				   uint64_t partial_floats);
 cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate, const float *up,
 				uint64_t count);
 cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,
