@@ -157,6 +157,13 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 	    (o->has_queue && o->queue == 0))
 		return options_error(err, "give --lookahead and --queue of at least 1, or --host-memory 0",
 				     "with host memory above 0 the disk mode needs a lookahead and a queue of at least 1");
+	if (!o->has_lookahead && !o->has_queue && largest &&
+	    host / largest == 0) {
+		/* not one unit fits the host budget: read straight to the
+		 * device, using less host memory than allowed */
+		*lookahead = *queue = 0;
+		return STRATA_OK;
+	}
 	uint64_t la = o->has_lookahead ? o->lookahead : 2;
 	if (!o->has_lookahead) {
 		/* default: two units ahead, fewer when the budget is small */

@@ -339,6 +339,16 @@ static void disk_options_follow_the_host_budget(void **state)
 				 STRATA_E_PLAN_OPTIONS);
 		assert_null(p);
 	}
+	/* a host budget smaller than one unit: direct reads, not a misfit */
+	o.host_budget = MiB;
+	o.has_lookahead = o.has_queue = false;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_lookahead(p) == 0 && strata_plan_host_total(p) == 0);
+	assert_true(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
+	strata_plan_destroy(p);
 	/* given lookahead and queue are used as given */
 	o.host_budget = 64 * MiB;
 	o.lookahead = 3;
