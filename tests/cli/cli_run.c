@@ -62,7 +62,8 @@ int cli_run(const char *const *argv, const void *in, size_t in_len,
 	snprintf(pout, sizeof pout, "%s.out", base);
 	snprintf(perr, sizeof perr, "%s.err", base);
 	FILE *f = fopen(pin, "wb");
-	if (!f || fwrite(in, 1, in_len, f) != in_len || fclose(f) != 0)
+	/* in may be NULL for no input; fwrite must not see a NULL pointer. */
+	if (!f || (in_len && fwrite(in, 1, in_len, f) != in_len) || fclose(f) != 0)
 		return -1;
 	const char *args[64];
 	int n = 0;

@@ -12,7 +12,8 @@ typedef struct cli_result {
 } cli_result;
 
 /* Runs STRATA_CLI_PATH with argv (NULL-terminated, without argv[0]),
- * feeding in_len bytes of input on stdin. Returns 0 or -1 on a setup
+ * feeding in_len bytes of input on stdin (in may be NULL when in_len is
+ * 0). Returns 0 or -1 on a setup
  * failure. The working directory is `dir` when not NULL. */
 int cli_run(const char *const *argv, const void *in, size_t in_len,
 	    const char *dir, cli_result *r);
