@@ -62,8 +62,11 @@ int cli_run(const char *const *argv, const void *in, size_t in_len,
 	snprintf(pout, sizeof pout, "%s.out", base);
 	snprintf(perr, sizeof perr, "%s.err", base);
 	FILE *f = fopen(pin, "wb");
+	if (!f)
+		return -1;
 	/* in may be NULL for no input; fwrite must not see a NULL pointer. */
-	if (!f || (in_len && fwrite(in, 1, in_len, f) != in_len) || fclose(f) != 0)
+	int wrote = !in_len || fwrite(in, 1, in_len, f) == in_len;
+	if (fclose(f) != 0 || !wrote)
 		return -1;
 	const char *args[64];
 	int n = 0;
