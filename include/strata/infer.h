@@ -56,6 +56,7 @@ typedef struct strata_infer_hparams {
 	double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
 	double rope_original_context;
 	int32_t bos, eos; /* -1: none */
+	int8_t tied;	  /* tie_word_embeddings: 1, 0, or -1 when not said */
 } strata_infer_hparams;
 
 /* Reads the hyper-parameters of MODEL: config.json in the directory for a
@@ -131,10 +132,13 @@ typedef struct strata_infer_tensors {
 	uint32_t layers;
 } strata_infer_tensors;
 
-/* Finds and checks every tensor: E_MODEL_TENSOR_MISSING naming the tensor,
- * E_MODEL_TENSOR_SHAPE with expected and found shapes, E_CKPT_DTYPE for a
- * type strata cannot convert to f32. Tensors outside the model's list are
- * ignored. The caller frees with strata_infer_tensors_fini. */
+/* Finds and checks every tensor: E_MODEL_TENSOR_MISSING naming the tensor
+ * (an untied model without its LM head included), E_MODEL_TENSOR_SHAPE with
+ * expected and found shapes, E_CKPT_DTYPE for a type strata cannot convert
+ * to f32, E_MODEL_TENSOR_EXTRA for a tensor the forward pass would ignore
+ * (an MLP bias, q/k norms, GGUF rope_freqs...): running without it would be
+ * a silently different model. The caller frees with
+ * strata_infer_tensors_fini. */
 strata_status strata_infer_tensors_find(const strata_catalog *c,
 					const strata_infer_hparams *hp,
 					strata_infer_tensors *out,

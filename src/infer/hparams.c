@@ -210,6 +210,20 @@ static strata_status parse_config(const char *text, size_t len,
 	    (st = json_num(root, "rms_norm_eps", 1e-6, &eps, err)) ||
 	    (st = read_rope(root, hp, err)) || (st = read_window(root, hp, err)))
 		goto out;
+	json_t *act = json_object_get(root, "hidden_act");
+	if (act && !(json_is_string(act) &&
+		     (!strcmp(json_string_value(act), "silu") ||
+		      !strcmp(json_string_value(act), "swish")))) {
+		st = strata_fail(err, STRATA_E_UNSUPPORTED,
+				 "use a model with the SwiGLU (silu) MLP",
+				 "config.json: hidden_act %.40s is not "
+				 "supported",
+				 json_is_string(act) ? json_string_value(act)
+						     : "(not a string)");
+		goto out;
+	}
+	json_t *tie = json_object_get(root, "tie_word_embeddings");
+	hp->tied = json_is_boolean(tie) ? (int8_t)json_is_true(tie) : -1;
 	hp->head_dim = hd ? hd : hp->dim / hp->heads;
 	hp->norm_eps = (float)eps;
 	hp->rope_layout = STRATA_ROPE_HALF;
@@ -399,6 +413,7 @@ strata_status strata_infer_hparams_read(const char *model_path,
 {
 	strata_infer_hparams hp = {0};
 	hp.bos = hp.eos = -1;
+	hp.tied = -1;
 	const strata_gguf *g = strata_catalog_gguf(c);
 	strata_status st = g ? from_gguf(g, &hp, err)
 			     : from_json(model_path, &hp, err);
@@ -430,6 +445,7 @@ strata_status strata_infer_config_parse(const char *json, size_t len,
 {
 	strata_infer_hparams hp = {0};
 	hp.bos = hp.eos = -1;
+	hp.tied = -1;
 	strata_status st = parse_config(json, len, &hp, err);
 	if (st || (st = check(&hp, err)))
 		return st;

@@ -100,6 +100,46 @@ static void slot_shape(const strata_infer_hparams *hp, strata_infer_slot s,
 	}
 }
 
+static bool used(const strata_infer_tensors *t, const strata_tensor *x)
+{
+	if (x == t->embed || x == t->final_norm || x == t->lm_head)
+		return true;
+	for (uint32_t l = 0; l < t->layers; l++)
+		for (int s = 0; s < STRATA_SLOT_COUNT; s++)
+			if (t->layer[l][s] == x)
+				return true;
+	return false;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), m = strlen(tail);
+	return n >= m && !strcmp(s + n - m, tail);
+}
+
+/* Every tensor the checkpoint holds must be used, except the rotary
+ * buffers old transformers checkpoints saved (recomputed here anyway). */
+static strata_status check_extra(const strata_catalog *c,
+				 const strata_infer_tensors *t,
+				 strata_error *err)
+{
+	for (size_t i = 0; i < strata_catalog_count(c); i++) {
+		const strata_tensor *x = strata_catalog_tensor(c, i);
+		if (used(t, x) || ends_with(x->name, "rotary_emb.inv_freq"))
+			continue;
+		char shown[160];
+		strata_escape(shown, sizeof shown, x->name, strlen(x->name));
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
+				   "use a plain llama, mistral or qwen2 "
+				   "checkpoint",
+				   "tensor '%s' has no place in the llama-family "
+				   "forward pass; running without it would "
+				   "compute a different model",
+				   shown);
+	}
+	return STRATA_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 
 strata_status strata_infer_tensors_find(const strata_catalog *c,
@@ -117,6 +157,14 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 	    (st = find(c, g ? "output.weight" : "lm_head.weight", true,
 		       hp->vocab, hp->dim, &t.lm_head, err)))
 		return st;
+	if (!t.lm_head && hp->tied == 0)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
+				   "use a complete checkpoint, or set "
+				   "tie_word_embeddings if the head is the "
+				   "embedding",
+				   "tensor 'lm_head.weight' is missing and "
+				   "config.json says the embeddings are not "
+				   "tied");
 	if (!t.lm_head) /* tied: the embedding doubles as the LM head */
 		t.lm_head = t.embed;
 	t.layer = strata_calloc_or_error(hp->layers, sizeof *t.layer,
@@ -138,6 +186,10 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 				return st;
 			}
 		}
+	}
+	if ((st = check_extra(c, &t, err))) {
+		strata_free(t.layer);
+		return st;
 	}
 	*out = t;
 	return STRATA_OK;

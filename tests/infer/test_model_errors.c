@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "infer/refmodel.h"
 
@@ -120,6 +121,86 @@ static void test_config_faults_are_named(void **state)
 	}
 }
 
+/* The reference model's safetensors with one more tensor the forward pass
+ * has no slot for (an MLP bias) appended at the end of the data. */
+static void make_model_with_extra(const char *dir)
+{
+	make_model(dir, "hidden_size", "32");
+	char src[1024], path[1200];
+	ref_path(src, sizeof src, BASE_MODEL, "model.safetensors");
+	char *bytes = NULL;
+	size_t len = 0;
+	strata_error err;
+	assert_int_equal(strata_file_read_all(src, 1 << 24, &bytes, &len, &err),
+			 STRATA_OK);
+	uint64_t hlen;
+	memcpy(&hlen, bytes, 8);
+	json_t *h = json_loadb(bytes + 8, hlen, 0, NULL);
+	assert_non_null(h);
+	uint64_t data = len - 8 - hlen;
+	json_t *e = json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32",
+			      "shape", 72, "data_offsets", (json_int_t)data,
+			      (json_int_t)(data + 288));
+	json_object_set_new(h, "model.layers.1.mlp.gate_proj.bias", e);
+	char *text = json_dumps(h, JSON_COMPACT);
+	size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	unlink(path);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	uint64_t nl = padded;
+	fwrite(&nl, 8, 1, f);
+	fwrite(text, 1, tl, f);
+	for (size_t i = tl; i < padded; i++)
+		fputc(' ', f);
+	fwrite(bytes + 8 + hlen, 1, data, f);
+	float zero[72] = {0};
+	fwrite(zero, 4, 72, f);
+	fclose(f);
+	free(text);
+	json_decref(h);
+	strata_free(bytes);
+}
+
+static void test_unexplained_and_untied_tensors_are_refused(void **state)
+{
+	(void)state;
+	char dir[1024];
+	strata_error err;
+	strata_catalog *c;
+	strata_infer_hparams hp;
+	strata_infer_tensors t = {0};
+	snprintf(dir, sizeof dir, "%s/tests/infer-extra", STRATA_BINARY_DIR);
+	make_model_with_extra(dir);
+	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_infer_tensors_find(c, &hp, &t, &err),
+			 STRATA_E_MODEL_TENSOR_EXTRA);
+	assert_non_null(strstr(err.message, "mlp.gate_proj.bias"));
+	strata_catalog_destroy(c);
+
+	/* Tied in fact (no lm_head.weight) but untied by the config. */
+	snprintf(dir, sizeof dir, "%s/tests/infer-untied", STRATA_BINARY_DIR);
+	make_model(dir, "tie_word_embeddings", "false");
+	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
+			 STRATA_OK);
+	assert_int_equal(hp.tied, 0);
+	assert_int_equal(strata_infer_tensors_find(c, &hp, &t, &err),
+			 STRATA_E_MODEL_TENSOR_MISSING);
+	assert_non_null(strstr(err.message, "lm_head.weight"));
+	strata_catalog_destroy(c);
+
+	snprintf(dir, sizeof dir, "%s/tests/infer-gelu", STRATA_BINARY_DIR);
+	make_model(dir, "hidden_act", "\"gelu\"");
+	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
+			 STRATA_E_UNSUPPORTED);
+	assert_non_null(strstr(err.message, "gelu"));
+	strata_catalog_destroy(c);
+}
+
 static void test_forward_misuse_is_refused(void **state)
 {
 	(void)state;
@@ -212,6 +293,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_faults_are_named),
+		cmocka_unit_test(test_unexplained_and_untied_tensors_are_refused),
 		cmocka_unit_test(test_forward_misuse_is_refused),
 		cmocka_unit_test(test_loading_and_forward_survive_oom),
 	};
