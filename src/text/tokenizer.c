@@ -498,8 +498,9 @@ static strata_status enc_word(const strata_tokenizer *t, enc *e,
 	if ((st = strata__text_smap_put(&e->cache, w, n, (int32_t)e->n_words,
 					NULL, err)))
 		return st;
-	memcpy(e->cache_ids + e->n_cache_ids, e->s.ids + from,
-	       got * sizeof *e->cache_ids);
+	if (got) /* a word can yield no ids (dropped unknowns) */
+		memcpy(e->cache_ids + e->n_cache_ids, e->s.ids + from,
+		       got * sizeof *e->cache_ids);
 	e->words[e->n_words++] = (cached){(uint32_t)e->n_cache_ids,
 					  (uint32_t)got};
 	e->n_cache_ids += got;

@@ -647,6 +647,50 @@ static void test_config_names_specials(void **state)
 	free(json);
 }
 
+/* Fuzz finds (fuzz_tokenizer_json, fuzz_tokenizer_encode, 2026-11-29):
+ * a word whose characters all have no token and no unk yields no ids;
+ * caching it applied an offset to a null pointer (UBSan). Both inputs
+ * must now encode cleanly to exactly the ids of their other words. */
+static void test_fuzz_regressions_word_without_ids(void **state)
+{
+	(void)state;
+	size_t n = 0;
+	char *json = tt_read("tests/data/tokenizers/fuzz-regressions/"
+			     "json-word-without-ids.json", &n);
+	assert_non_null(json);
+	strata_tokenizer *t;
+	strata_error err;
+	int32_t *ids;
+	size_t count;
+	if (strata_tokenizer_from_json(json, n, "regression", &t, &err) ==
+	    STRATA_OK) {
+		static const char in[] = "The cat and the hat's 12345 ab";
+		assert_int_equal(strata_tokenizer_encode(t, in, sizeof in - 1,
+							 true, &ids, &count,
+							 &err), STRATA_OK);
+		strata_free(ids);
+		strata_tokenizer_destroy(t);
+	}
+	free(json);
+	char *bin = tt_read("tests/data/tokenizers/fuzz-regressions/"
+			    "enc-falcon-control-byte.bin", &n);
+	assert_non_null(bin);
+	assert_int_equal(bin[0] % 6, 5); /* the fuzzer's falcon GGUF slot */
+	t = tt_load("tests/data/vocab/ggml-vocab-falcon.gguf");
+	assert_non_null(t);
+	/* falcon has no token for byte 0x04 and no unk: HF drops it. */
+	assert_int_equal(strata_tokenizer_encode(t, bin + 1, n - 1, false, &ids,
+						 &count, &err), STRATA_OK);
+	assert_int_equal(count, 0);
+	strata_free(ids);
+	assert_int_equal(strata_tokenizer_encode(t, "\x04\x04 a \x04", 6, false,
+						 &ids, &count, &err), STRATA_OK);
+	assert_int_equal(count, 2); /* " a" and " " remain */
+	strata_free(ids);
+	strata_tokenizer_destroy(t);
+	free(bin);
+}
+
 static void test_load_reports_missing_model(void **state)
 {
 	(void)state;
@@ -673,6 +717,7 @@ int main(void)
 		cmocka_unit_test(test_decode_rejects_out_of_range_id),
 		cmocka_unit_test(test_specials_follow_the_tokenizer),
 		cmocka_unit_test(test_config_names_specials),
+		cmocka_unit_test(test_fuzz_regressions_word_without_ids),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
