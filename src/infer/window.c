@@ -18,6 +18,7 @@ struct strata_infer_window {
 	strata_residency_unit *units; /* [layers] */
 	uint8_t (*slot)[STRATA_SLOT_COUNT]; /* [layers][k]: slot of k-th */
 	uint32_t layers;
+	const char *group[1]; /* the engine keeps the config's group list */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -123,8 +124,8 @@ strata_status strata_infer_window_create(strata_backend *b,
 	if (!w->rt || !w->units || !w->slot)
 		goto fail;
 	size_t statics = build_units(w, t);
-	const char *group = strncmp(t->embed->name, "token_embd", 10)
-				    ? "model" : "blk";
+	w->group[0] = strncmp(t->embed->name, "token_embd", 10) ? "model"
+								 : "blk";
 	strata_residency_config cfg = {
 		.mode = o->mode,
 		.depth = o->depth,
@@ -134,7 +135,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 		.queue_depth = o->queue_depth,
 		.reader_threads = o->reader_threads,
 		.group_count = 1,
-		.groups = &group,
+		.groups = w->group,
 		.static_count = statics,
 		.statics = w->rt,
 		.unit_count = t->layers,

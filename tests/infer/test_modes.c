@@ -146,10 +146,69 @@ static void test_every_mode_every_model(void **state)
 		check_model(ref_models[i]);
 }
 
+/* Every allocation of the residency path (backend, engine, window, forward)
+ * can fail: each failing run returns E_NOMEM and leaks nothing (ASan). */
+static void oom_loop(const strata_infer_window_options *o)
+{
+	char path[1024];
+	ref_path(path, sizeof path, "mistral_window_bf16", NULL);
+	ref_open m;
+	ref_open_model(path, &m);
+	int32_t tokens[6] = {1, 5, 9, 13, 17, 21};
+	float last[256];
+	for (long n = 0;; n++) {
+		strata_error err;
+		strata_weight_store *ws = NULL;
+		strata_backend *b = NULL;
+		strata_infer_window *w = NULL;
+		strata_infer_source src;
+		strata_compute *c = NULL;
+		strata_forward *f = NULL;
+		strata_alloc_fail_after(n);
+		strata_status st = strata_weight_store_create(m.cat, NULL, &ws,
+							      &err);
+		if (!st)
+			st = strata_backend_cpu_create(NULL, &b, &err);
+		if (!st)
+			st = strata_infer_window_create(b, &m.t, ws, o, &w,
+							&src, &err);
+		if (!st)
+			st = strata_compute_create_on(b, 2, &c, &err);
+		if (!st)
+			st = strata_forward_create(&m.hp, c, &src, 8, 2, &f,
+						   &err);
+		if (!st)
+			st = strata_forward_run(f, tokens, 6, 0, NULL, last,
+						&err);
+		strata_alloc_fail_after(-1);
+		strata_forward_destroy(f);
+		strata_compute_destroy(c);
+		strata_infer_window_destroy(w);
+		strata_backend_destroy(b);
+		strata_weight_store_destroy(ws);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && !strstr(err.message, "memory"))
+			fail_msg("allocation %ld: %s %s", n,
+				 strata_status_name(st), err.message);
+		assert_true(n < 100000);
+	}
+	ref_close_model(&m);
+}
+
+static void test_residency_path_survives_oom(void **state)
+{
+	(void)state;
+	oom_loop(&modes[0].o); /* resident */
+	oom_loop(&modes[2].o); /* host:2 */
+	oom_loop(&modes[4].o); /* disk with a lookahead */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_mode_every_model),
+		cmocka_unit_test(test_residency_path_survives_oom),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
