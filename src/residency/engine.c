@@ -8,6 +8,11 @@
 
 #include "residency/engine_internal.h"
 
+/* The engine's slots and the planner's sizes must round the same way, or
+ * a plan that fits would not be a run that fits (test_engine_plan). */
+_Static_assert(STRATA_BACKEND_ALIGN == STRATA_PLAN_ALIGNMENT,
+	       "arena alignment differs from the plan's");
+
 /* ------------------------------------------------------------------------ */
 /* Sizing                                                                   */
 /* ------------------------------------------------------------------------ */
