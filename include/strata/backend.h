@@ -241,8 +241,8 @@ typedef enum strata_cuda_half {
 } strata_cuda_half;
 
 /* y (n, out, f32) = x (n, in, f32) . w (out, in, bf16 or f16)^T (+ bias
- * (out, f32) when not NULL), f32 accumulation. Up to 8 rows run as a GEMV
- * kernel that reads w once; more rows convert x to w's type in a workspace
+ * (out, f32) when not NULL), f32 accumulation. One row (decode) runs as a
+ * GEMV kernel on f32 x; more rows convert x to w's type in a workspace
  * of the context (grown with one cudaMalloc when a larger n first appears:
  * call once with the largest prefill at load to keep allocation out of the
  * token loop) and run cublasGemmEx. All pointers on the device. */

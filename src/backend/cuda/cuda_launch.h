@@ -23,8 +23,8 @@ extern "C" {
 /* Element types of half-precision weights (strata_cuda_half's values). */
 enum { STRATA__CUDA_BF16 = 0, STRATA__CUDA_F16 = 1 };
 
-/* Rows of x up to which the half-precision product runs as a GEMV kernel
- * reading the weights once; above it x is converted and cuBLAS runs. */
+/* Rows of x the GEMV kernel can take (it keeps one sum per row in
+ * registers); which row counts use it is strata__cuda_gemv_rows_max. */
 #define STRATA__CUDA_GEMV_ROWS 8u
 
 /* y (n, dim) = x / sqrt(mean(x^2) + eps) * w (dim); y may be x. */
