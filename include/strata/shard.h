@@ -22,6 +22,12 @@
 /* The device reported for a zero-cost item, which goes nowhere. */
 #define STRATA_SHARD_NO_DEVICE UINT32_MAX
 
+/* The most devices an allocator takes (2^24). No real machine comes near
+ * it; the cap bounds what creation allocates and touches (about 72 bytes
+ * per device, 1.1 GiB at the cap), so a mistyped count is an error rather
+ * than a machine pushed out of memory. */
+#define STRATA_SHARD_MAX_DEVICES (1u << 24)
+
 /* ------------------------------------------------------------------------ */
 /* Hashing                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -71,7 +77,8 @@ typedef struct strata_shard_stats {
 /* Creates an allocator for device_count devices (all loads 0) that spills
  * an item when its home is loaded more than spill_threshold above the least
  * loaded device. *out is the caller's, freed with strata_shard_destroy.
- * Errors: E_SHARD_ZERO_DEVICES, E_NOMEM (nothing allocated survives). */
+ * Errors: E_SHARD_ZERO_DEVICES, E_SHARD_DEVICE_RANGE above
+ * STRATA_SHARD_MAX_DEVICES, E_NOMEM (nothing allocated survives). */
 strata_status strata_shard_create(uint32_t device_count,
 				  uint64_t spill_threshold, strata_shard **out,
 				  strata_error *err);

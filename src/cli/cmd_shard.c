@@ -27,7 +27,7 @@ static const char usage_text[] =
 	"device is loaded more than T above the least-loaded one; then it goes\n"
 	"there (ties: lowest index).\n"
 	"\n"
-	"  --gpus N              devices to place on (1 or more)\n"
+	"  --gpus N              devices to place on (1 to 16777216)\n"
 	"  --spill-threshold T   load imbalance allowed before spilling\n"
 	"  --seed-load DEV:COST  load already queued on device DEV (repeatable)\n"
 	"  --stats FILE          write statistics as JSON to FILE on success\n";
@@ -150,10 +150,10 @@ static int parse_options(int argc, char **argv, options *o)
 		e.code = STRATA_E_USAGE;
 		return strata_cli_fail(&e);
 	}
-	if (o->gpus > UINT32_MAX)
+	if (o->gpus > STRATA_SHARD_MAX_DEVICES)
 		return strata_cli_usage("shard", "--gpus %" PRIu64
-					" is more than %" PRIu32 " devices",
-					o->gpus, UINT32_MAX);
+					" is more than the %u devices strata shards onto",
+					o->gpus, STRATA_SHARD_MAX_DEVICES);
 	return STRATA_EXIT_OK;
 }
 

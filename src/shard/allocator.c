@@ -148,6 +148,11 @@ strata_status strata_shard_create(uint32_t device_count,
 		return strata_fail(err, STRATA_E_SHARD_ZERO_DEVICES,
 				   "give at least one device (probe the devices first; --gpus N needs N >= 1)",
 				   "no devices to shard onto: the device count is 0");
+	if (device_count > STRATA_SHARD_MAX_DEVICES)
+		return strata_fail(err, STRATA_E_SHARD_DEVICE_RANGE,
+				   "give the real device count (at most 16777216)",
+				   "%" PRIu32 " devices is more than the %u an allocator takes",
+				   device_count, STRATA_SHARD_MAX_DEVICES);
 	strata_shard *s = strata_calloc_or_error(1, sizeof *s,
 						 "the shard allocator", err);
 	if (!s)

@@ -300,9 +300,12 @@ static void test_usage_errors_exit_2(void **state)
 				     "--spill-threshold", "99999999999999999999",
 				     NULL},
 		    "does not fit in 64 bits");
+	usage_error((const char *[]){"shard", "--gpus", "16777217",
+				     "--spill-threshold", "1", NULL},
+		    "--gpus 16777217 is more than the 16777216 devices");
 	usage_error((const char *[]){"shard", "--gpus", "4294967296",
 				     "--spill-threshold", "1", NULL},
-		    "more than 4294967295 devices");
+		    "is more than the 16777216 devices");
 	usage_error((const char *[]){"shard", "--gpus", "2", "--spill-threshold",
 				     "1", "--frobnicate", NULL},
 		    "unexpected argument '--frobnicate'");

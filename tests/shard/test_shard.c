@@ -139,6 +139,30 @@ static void test_zero_devices_is_a_configuration_error(void **state)
 	assert_non_null(strstr(e.fix, "at least one device"));
 }
 
+static void test_device_count_cap(void **state)
+{
+	(void)state;
+	strata_error e;
+	strata_shard *s = NULL;
+	assert_int_equal(strata_shard_create(STRATA_SHARD_MAX_DEVICES + 1, 0, &s,
+					     &e),
+			 STRATA_E_SHARD_DEVICE_RANGE);
+	assert_null(s);
+	assert_non_null(strstr(e.message, "16777217 devices"));
+	assert_int_equal(strata_shard_create(UINT32_MAX, 0, &s, &e),
+			 STRATA_E_SHARD_DEVICE_RANGE);
+	/* Large counts below the cap work (the cap itself would take 1.1 GiB,
+	 * too much for a unit test under ASan). */
+	const uint32_t n = 1u << 18;
+	assert_int_equal(strata_shard_create(n, 0, &s, &e), STRATA_OK);
+	uint32_t d;
+	assert_int_equal(strata_shard_assign_home(s, n - 1, 5, &d, NULL), STRATA_OK);
+	assert_int_equal(d, n - 1);
+	assert_int_equal(strata_shard_assign_home(s, n - 1, 1, &d, NULL), STRATA_OK);
+	assert_int_equal(d, 0); /* 5 > 0 + T: spills to the lowest index */
+	strata_shard_destroy(s);
+}
+
 static void test_initial_placement_matches_hash(void **state)
 {
 	(void)state;
@@ -757,6 +781,7 @@ int main(void)
 		cmocka_unit_test(test_home_is_deterministic),
 		cmocka_unit_test(test_home_spreads_128_keys_over_4_devices),
 		cmocka_unit_test(test_zero_devices_is_a_configuration_error),
+		cmocka_unit_test(test_device_count_cap),
 		cmocka_unit_test(test_initial_placement_matches_hash),
 		cmocka_unit_test(test_zero_cost_goes_nowhere_and_changes_nothing),
 		cmocka_unit_test(test_spills_when_imbalance_exceeds_threshold),
