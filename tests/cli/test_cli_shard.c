@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -458,6 +459,33 @@ static void test_stats_write_failure_is_an_error(void **state)
 	cli_result_free(&r);
 }
 
+/* stdout that cannot take the output (a full disk): exit 1, no stats. */
+static void test_stdout_write_failure_is_an_error(void **state)
+{
+	(void)state;
+	if (access("/dev/full", W_OK) != 0)
+		skip();
+	char cmd[16384], stats[4200], err[4200];
+	snprintf(stats, sizeof stats, "%s/full.json", tmp);
+	snprintf(err, sizeof err, "%s/full.err", tmp);
+	snprintf(cmd, sizeof cmd,
+		 "printf 'a\t1\nb\t2\n' | '%s' shard --gpus 2 --spill-threshold 1 "
+		 "--stats '%s' >/dev/full 2>'%s'",
+		 STRATA_CLI_PATH, stats, err);
+	int rc = system(cmd);
+	assert_true(WIFEXITED(rc));
+	assert_int_equal(WEXITSTATUS(rc), 1);
+	struct stat st;
+	assert_int_not_equal(stat(stats, &st), 0);
+	char text[1024] = {0};
+	FILE *f = fopen(err, "r");
+	assert_non_null(f);
+	assert_true(fread(text, 1, sizeof text - 1, f) > 0);
+	fclose(f);
+	assert_non_null(strstr(text, "strata: error: writing stdout failed"));
+	assert_non_null(strstr(text, "\n  fix: "));
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -488,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_stats_json_matches_library),
 		cmocka_unit_test(test_stats_empty_stream_and_exact_u64),
 		cmocka_unit_test(test_stats_write_failure_is_an_error),
+		cmocka_unit_test(test_stdout_write_failure_is_an_error),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
