@@ -546,9 +546,16 @@ static void test_decode_attention_figure(void **state)
 		assert_int_equal(cudaMemset(a.k, 0, cache), cudaSuccess);
 		assert_int_equal(cudaMemset(a.v, 0, cache), cudaSuccess);
 		assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-		double t = time_on_stream(run_att, &a, 20);
-		printf("  attention decode pos=%u h=%u/%u hd=%u: %.1f us, %.0f GB/s of cache\n",
-		       pos, heads, kv, hd, t * 1e6, 2.0 * (double)cache / t / 1e9);
+		const uint32_t dflt = strata__cuda_attention_blocks_per_sm;
+		for (uint32_t per = 1; per <= 16; per *= 2) {
+			strata__cuda_attention_blocks_per_sm = per;
+			double t = time_on_stream(run_att, &a, 20);
+			printf("  attention decode pos=%u h=%u/%u hd=%u, %2u blocks/SM: %.1f us, %.0f GB/s of cache%s\n",
+			       pos, heads, kv, hd, per, t * 1e6,
+			       2.0 * (double)cache / t / 1e9,
+			       per == dflt ? " (default)" : "");
+		}
+		strata__cuda_attention_blocks_per_sm = dflt;
 		dev_free_all();
 	}
 }

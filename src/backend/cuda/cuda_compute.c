@@ -186,6 +186,8 @@ static strata_status cuda_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,
 			"rope", err);
 }
 
+uint32_t strata__cuda_attention_blocks_per_sm = 2;
+
 /* Head sizes up to this run in the attention kernel (its shared memory is
  * a few head rows; llama-family heads are 64 .. 256). */
 #define ATTENTION_HEAD_DIM_MAX 2048u
@@ -209,7 +211,9 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 					       sh->n, sh->pos0, sh->heads,
 					       sh->kv_heads, sh->head_dim,
 					       sh->window, sh->scale,
-					       2 * c->sm_count, partials,
+					       strata__cuda_attention_blocks_per_sm *
+						       c->sm_count,
+					       partials,
 					       floats),
 			"attention", err);
 }

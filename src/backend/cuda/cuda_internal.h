@@ -50,6 +50,10 @@ typedef struct strata__cuda_compute {
 #define STRATA__CUDA_SCRATCH_ATTENTION ((uint64_t)1 << 20)
 #define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)4 << 20)
 
+/* Test hook: split attention aims at this many blocks per multiprocessor
+ * when there are too few (query, head) pairs (decode). */
+extern uint32_t strata__cuda_attention_blocks_per_sm;
+
 /* Test hook: half-precision products of up to this many rows (and at most
  * STRATA__CUDA_GEMV_ROWS) use the GEMV kernel, more use cuBLAS. */
 extern uint32_t strata__cuda_gemv_rows_max;

@@ -20,7 +20,7 @@
 #define ATT_TILE 128u /* one key per thread: equal to ATT_THREADS */
 static_assert(ATT_TILE == ATT_THREADS, "a tile is one key per thread");
 #define ROPE_THREADS 256u
-#define ATT_MIN_SPLIT_KEYS 64u /* keys per split, at least */
+#define ATT_MIN_SPLIT_KEYS 32u /* keys per split, at least */
 
 /* ------------------------------------------------------------------------ */
 
