@@ -198,6 +198,23 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 	free(x), free(w), free(b), free(want), free(got), free(wh);
 }
 
+static void test_matmul_refuses_dimensions_cublas_cannot_take(void **state)
+{
+	(void)state;
+	float *d = dev_alloc(256);
+	strata_error err;
+	/* refused before any memory is touched */
+	assert_int_equal(strata_kernel_matmul(F.gpu, d + 8, d, d + 16, NULL, 1,
+					      0x80000000u, 1, &err),
+			 STRATA_E_UNSUPPORTED);
+	assert_non_null(strstr(err.message, "2147483648"));
+	assert_int_equal(strata_cuda_matmul_half(F.gpu, d + 8, d, d + 16,
+						 STRATA_CUDA_BF16, NULL, 9, 1,
+						 0x80000000u, &err),
+			 STRATA_E_UNSUPPORTED);
+	dev_free_all();
+}
+
 static void test_matmul_half_gemv_matches_cpu(void **state)
 {
 	(void)state;
@@ -687,6 +704,7 @@ int main(void)
 		return CUDA_TEST_SKIP;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul_f32_matches_cpu),
+		cmocka_unit_test(test_matmul_refuses_dimensions_cublas_cannot_take),
 		cmocka_unit_test(test_matmul_half_gemv_matches_cpu),
 		cmocka_unit_test(test_matmul_half_gemm_matches_cpu),
 		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),

@@ -10,6 +10,7 @@
  * grows to the largest prefill and then stays.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -146,11 +147,26 @@ static uint32_t compute_threads(void *ctx)
 /* Slots                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* cuBLAS takes int dimensions. */
+static strata_status blas_dims(uint32_t n, uint32_t in, uint32_t out,
+			       strata_error *err)
+{
+	if (n <= INT_MAX && in <= INT_MAX && out <= INT_MAX)
+		return STRATA_OK;
+	return strata_fail(err, STRATA_E_UNSUPPORTED,
+			   "split the product into pieces below 2^31 rows",
+			   "CUDA matmul of %u x %u by %u x %u: a dimension is above %d",
+			   n, in, out, in, INT_MAX);
+}
+
 static strata_status cuda_matmul(void *ctx, float *y, const float *x,
 				 const float *w, const float *bias, uint32_t n,
 				 uint32_t in, uint32_t out, strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
+	strata_status s = blas_dims(n, in, out, err);
+	if (s != STRATA_OK)
+		return s;
 	const float one = 1.0f, zero = 0.0f;
 	/* Row-major y (n, out) = x (n, in) . w (out, in)^T is, column-major,
 	 * y^T (out, n) = w^T . x^T with w read as (in, out). */
@@ -348,8 +364,10 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 						       out),
 				"half-precision matmul (GEMV)", err);
 	uint64_t elems, bytes;
-	strata_status s = strata_checked_mul(n, in, &elems,
-					     "matmul input elements", err);
+	strata_status s = blas_dims(n, in, out, err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(n, in, &elems, "matmul input elements",
+				       err);
 	if (s == STRATA_OK)
 		s = strata_checked_mul(elems, 2, &bytes, "matmul input bytes", err);
 	if (s == STRATA_OK)
