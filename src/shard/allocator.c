@@ -105,6 +105,27 @@ static inline uint32_t least_device(const strata_shard *s)
 	return best;
 }
 
+/* As least_device, also giving the least load among the other devices
+ * (UINT64_MAX for one device), so that after the least device grows the
+ * new least load is known without a second pass. */
+static inline uint32_t least_two(const strata_shard *s, uint64_t *second)
+{
+	*second = UINT64_MAX;
+	if (s->n > SCAN_MAX)
+		return s->heap[0];
+	uint32_t best = 0;
+	for (uint32_t d = 1; d < s->n; d++) {
+		uint64_t l = s->load[d];
+		if (l < s->load[best]) {
+			*second = s->load[best];
+			best = d;
+		} else if (l < *second) {
+			*second = l;
+		}
+	}
+	return best;
+}
+
 /* After device's load changed: restore the heap order (heap mode only). */
 static inline void reposition(strata_shard *s, uint32_t device, bool grew)
 {
@@ -226,7 +247,8 @@ strata_status strata_shard_assign_home(strata_shard *s, uint32_t home,
 	}
 	/* seed 000: spill exactly when home_load > min_load and
 	 * home_load - min_load > T, loads taken before this item. */
-	uint32_t least = least_device(s);
+	uint64_t second;
+	uint32_t least = least_two(s, &second);
 	uint64_t home_load = s->load[home], min_load = s->load[least];
 	uint32_t target = home;
 	if (home_load > min_load && home_load - min_load > s->threshold)
@@ -256,8 +278,13 @@ strata_status strata_shard_assign_home(strata_shard *s, uint32_t home,
 			strata_sat_add_u64(s->dev[home].spilled_away, 1);
 	}
 	/* Only the target grew: the least load moved only if it was the
-	 * target (always so for a spill). */
-	note_gap(s, target == least ? s->load[least_device(s)] : min_load);
+	 * target (always so for a spill), to the target's new load or the
+	 * next-least load, whichever is smaller (the heap knows directly). */
+	uint64_t now_min = min_load;
+	if (target == least)
+		now_min = s->n > SCAN_MAX ? s->load[s->heap[0]]
+					  : (next < second ? next : second);
+	note_gap(s, now_min);
 	*device = target;
 	return STRATA_OK;
 }
