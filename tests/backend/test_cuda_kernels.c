@@ -384,12 +384,20 @@ static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
 	OK(strata_kernel_attention(F.cpu, want, q, k, v, &s, ERR));
 	float *dq = upload(q, nq * 4), *dk = upload(k, nkv * 4);
 	float *dv = upload(v, nkv * 4), *dout = dev_alloc(nq * 4);
-	OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, &s, ERR));
-	download(got, dout, nq * 4);
-	char what[96];
-	snprintf(what, sizeof what, "attention n=%u pos0=%u h=%u/%u hd=%u win=%u",
-		 n, pos0, heads, kv_heads, hd, window);
-	expect_close(what, want, got, nq, F32_TOL);
+	/* the shipped key-split target, then fewer and more splits */
+	const uint32_t dflt = strata__cuda_attention_blocks_per_sm;
+	const uint32_t per[] = {dflt, 1, 16};
+	for (size_t r = 0; r < sizeof per / sizeof *per; r++) {
+		strata__cuda_attention_blocks_per_sm = per[r];
+		OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, &s, ERR));
+		download(got, dout, nq * 4);
+		char what[96];
+		snprintf(what, sizeof what,
+			 "attention n=%u pos0=%u h=%u/%u hd=%u win=%u split/SM=%u",
+			 n, pos0, heads, kv_heads, hd, window, per[r]);
+		expect_close(what, want, got, nq, F32_TOL);
+	}
+	strata__cuda_attention_blocks_per_sm = dflt;
 	dev_free_all();
 	free(q), free(k), free(v), free(want), free(got);
 }
