@@ -5,7 +5,9 @@
  *   lazy   - the seed's own structure: a heap with one pushed entry per
  *            change, stale entries popped lazily, compacted past max(4n, 8)
  * Every peer must make the same choices as the library (checked by a
- * checksum of the chosen devices), so the figures compare like with like.
+ * checksum of the chosen devices). The peers keep no statistics; the
+ * library keeps all of docs/shard.md's, which is most of the gap to
+ * them at small n.
  * "full" rows include BLAKE3 of each key; "alloc" rows feed precomputed
  * home devices to isolate the least-loaded structure.
  *
