@@ -1,7 +1,7 @@
 /* test_gguf.c - the GGUF path against transformers: a reference model
  * (llama, GQA 4, untied) rewritten here as GGUF the way llama.cpp's
  * converter writes it (q/k rows permuted for interleaved rope, ne0 first),
- * once in F32 and once with Q8_0 matrices. F32 logits must be within 1e-3
+ * in F32, F16, BF16 and with Q8_0 matrices. F32 logits must be within 1e-3
  * of transformers'; Q8_0 logits within 5% of the logit range (8-bit
  * weights), and its blocks must dequantise to scale x int8 exactly. */
 #include <setjmp.h>
@@ -49,21 +49,30 @@ static void kv_f32(FILE *f, const char *k, float v)
 	put(f, &v, 4);
 }
 
+/* Round to nearest even, subnormals included (the f16 reference weights
+ * have some). */
 static uint16_t to_half(float x)
 {
-	/* Round to nearest even; scales here are normal and small. */
 	uint32_t u;
 	memcpy(&u, &x, 4);
-	uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xFF;
-	uint32_t m = u & 0x7FFFFF;
-	if (e == 0)
+	uint32_t sign = (u >> 16) & 0x8000, m = u & 0x7FFFFF;
+	int32_t e = (int32_t)((u >> 23) & 0xFF) - 127 + 15;
+	if (((u >> 23) & 0xFF) == 0)
 		return (uint16_t)sign;
-	int he = (int)e - 127 + 15;
-	assert_true(he > 0 && he < 31);
-	uint32_t hm = m >> 13, rest = m & 0x1FFF;
-	if (rest > 0x1000 || (rest == 0x1000 && (hm & 1)))
-		hm++;
-	uint32_t h = ((uint32_t)he << 10) + hm; /* carry into e is right */
+	assert_true(e < 31);
+	if (e <= 0) {
+		if (e < -10)
+			return (uint16_t)sign;
+		uint32_t full = m | 0x800000, shift = (uint32_t)(14 - e);
+		uint32_t hm = full >> shift, rest = full & ((1u << shift) - 1);
+		uint32_t half = 1u << (shift - 1);
+		if (rest > half || (rest == half && (hm & 1)))
+			hm++;
+		return (uint16_t)(sign | hm);
+	}
+	uint32_t h = ((uint32_t)e << 10) + (m >> 13), rest = m & 0x1FFF;
+	if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+		h++; /* a carry into the exponent is the right result */
 	return (uint16_t)(sign | h);
 }
 
@@ -80,13 +89,20 @@ typedef struct gtensor {
 	uint64_t rows, cols; /* cols 0: vector */
 	const float *data;   /* (rows, cols), already permuted */
 	float *owned;
-	bool q8;
+	uint32_t type;	     /* ggml type: 0 F32, 1 F16, 8 Q8_0, 30 BF16 */
 } gtensor;
+
+enum { G_F32 = 0, G_F16 = 1, G_Q8_0 = 8, G_BF16 = 30 };
 
 static uint64_t gbytes(const gtensor *t)
 {
 	uint64_t el = t->rows * (t->cols ? t->cols : 1);
-	return t->q8 ? el / 32 * 34 : el * 4;
+	switch (t->type) {
+	case G_Q8_0: return el / 32 * 34;
+	case G_F16:
+	case G_BF16: return el * 2;
+	default: return el * 4;
+	}
 }
 
 /* llama.cpp's permute for q/k: within each head, rows (j*hd/2 + i) go to
@@ -108,8 +124,20 @@ static float *permute(const float *w, uint64_t rows, uint64_t cols,
 static void write_data(FILE *f, const gtensor *t)
 {
 	uint64_t el = t->rows * (t->cols ? t->cols : 1);
-	if (!t->q8) {
+	if (t->type == G_F32) {
 		put(f, t->data, el * 4);
+		return;
+	}
+	if (t->type == G_F16 || t->type == G_BF16) {
+		for (uint64_t i = 0; i < el; i++) {
+			uint32_t u;
+			memcpy(&u, &t->data[i], 4);
+			/* The reference weights are exactly representable in
+			 * their own 16-bit type: no rounding happens here. */
+			uint16_t h = t->type == G_F16 ? to_half(t->data[i])
+						      : (uint16_t)(u >> 16);
+			put(f, &h, 2);
+		}
 		return;
 	}
 	for (uint64_t b = 0; b < el / 32; b++) {
@@ -128,18 +156,20 @@ static void write_data(FILE *f, const gtensor *t)
 	}
 }
 
-static void write_gguf(const char *path, const ref_open *m, bool q8)
+static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 {
+	bool q8 = type == G_Q8_0;
 	const strata_infer_hparams *hp = &m->hp;
 	const strata_infer_source *s = &m->src;
 	gtensor t[64];
 	size_t n = 0;
 	t[n++] = (gtensor){"token_embd.weight", hp->vocab, hp->dim,
-			   s->statics.embed, NULL, q8};
+			   s->statics.embed, NULL, type};
 	t[n++] = (gtensor){"output_norm.weight", hp->dim, 0,
-			   s->statics.final_norm, NULL, false};
-	t[n++] = (gtensor){"output.weight", hp->vocab, hp->dim,
-			   s->statics.lm_head, NULL, q8};
+			   s->statics.final_norm, NULL, G_F32};
+	if (s->statics.lm_head != s->statics.embed)
+		t[n++] = (gtensor){"output.weight", hp->vocab, hp->dim,
+				   s->statics.lm_head, NULL, type};
 	uint64_t q = (uint64_t)hp->heads * hp->head_dim;
 	uint64_t kv = (uint64_t)hp->kv_heads * hp->head_dim;
 	for (uint32_t l = 0; l < hp->layers; l++) {
@@ -174,7 +204,7 @@ static void write_gguf(const char *path, const ref_open *m, bool q8)
 						     L[i].cols, L[i].perm_heads)
 					   : NULL;
 			g->data = g->owned ? g->owned : L[i].d;
-			g->q8 = q8 && g->cols;
+			g->type = q8 && !g->cols ? G_F32 : type;
 		}
 	}
 	FILE *f = fopen(path, "wb");
@@ -201,7 +231,7 @@ static void write_gguf(const char *path, const ref_open *m, bool q8)
 		if (t[i].cols)
 			put_u64(f, t[i].cols); /* ne0: innermost */
 		put_u64(f, t[i].rows);
-		put_u32(f, t[i].q8 ? 8 : 0); /* Q8_0 or F32 */
+		put_u32(f, t[i].type);
 		put_u64(f, off);
 		off += (gbytes(&t[i]) + 31) / 32 * 32;
 	}
@@ -249,8 +279,8 @@ static void test_gguf_f32_and_q8_0_match_transformers(void **state)
 		 STRATA_BINARY_DIR, MODEL);
 	ref_open m;
 	ref_open_model(src, &m);
-	write_gguf(f32, &m, false);
-	write_gguf(q8, &m, true);
+	write_gguf(f32, &m, G_F32);
+	write_gguf(q8, &m, G_Q8_0);
 	ref_close_model(&m);
 
 	ref_data r;
@@ -276,6 +306,38 @@ static void test_gguf_f32_and_q8_0_match_transformers(void **state)
 	ref_free(&r);
 }
 
+/* The 16-bit GGUF types hold the reference weights exactly (f16 model as
+ * F16, bf16 model as BF16), so they must agree with transformers as F32
+ * does. */
+static void check_16bit(const char *model, uint32_t type, const char *tag)
+{
+	char src[1024], path[1200];
+	ref_path(src, sizeof src, model, NULL);
+	snprintf(path, sizeof path, "%s/tests/infer-%s-%s.gguf",
+		 STRATA_BINARY_DIR, model, tag);
+	ref_open m;
+	ref_open_model(src, &m);
+	write_gguf(path, &m, type);
+	ref_close_model(&m);
+	ref_data r;
+	ref_load(model, &r);
+	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
+	float *got = strata_alloc(cells * sizeof *got);
+	logits_of(path, &r, got);
+	double d = ref_max_diff(got, r.logits, cells);
+	print_message("gguf %s (%s): max |dlogit| %.2e\n", tag, model, d);
+	assert_true(d <= 1e-3);
+	strata_free(got);
+	ref_free(&r);
+}
+
+static void test_gguf_f16_and_bf16_match_transformers(void **state)
+{
+	(void)state;
+	check_16bit("llama_gqa4_f16", G_F16, "f16");
+	check_16bit("llama_gqa2_tied_bf16", G_BF16, "bf16");
+}
+
 /* One Q8_0 block through the converter the loader uses: d x q exactly. */
 static void test_q8_0_block_dequantises_exactly(void **state)
 {
@@ -298,6 +360,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gguf_f32_and_q8_0_match_transformers),
+		cmocka_unit_test(test_gguf_f16_and_bf16_match_transformers),
 		cmocka_unit_test(test_q8_0_block_dequantises_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
