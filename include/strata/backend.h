@@ -101,6 +101,10 @@ typedef struct strata_backend_ops {
 	 * done. */
 	strata_status (*synchronize)(void *ctx, strata_stream *s,
 				     strata_error *err);
+	/* Optional (NULL: nothing to do): makes the calling thread able to
+	 * use this backend's streams and events (CUDA: cudaSetDevice), for
+	 * background threads that queue copies. */
+	strata_status (*bind_thread)(void *ctx, strata_error *err);
 
 	/* ---- compute kernels (infer): slots below belong to the inference
 	 * work and are added there; residency never calls them. ---- */
@@ -309,6 +313,9 @@ strata_status strata_event_elapsed(strata_backend *b, strata_event *start,
 /* s == NULL: every stream of the backend. */
 strata_status strata_backend_synchronize(strata_backend *b, strata_stream *s,
 					 strata_error *err);
+/* Call once on a thread other than the creating one before it queues work
+ * (the residency engine's readers do). */
+strata_status strata_backend_bind_thread(strata_backend *b, strata_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Arenas: one bounded region, sub-allocated with 256-byte alignment        */

@@ -136,3 +136,9 @@ strata_status strata_backend_synchronize(strata_backend *b, strata_stream *s,
 	CHECK(b, "a NULL backend");
 	return b->ops->synchronize(b->ctx, s, err);
 }
+
+strata_status strata_backend_bind_thread(strata_backend *b, strata_error *err)
+{
+	CHECK(b, "a NULL backend");
+	return b->ops->bind_thread ? b->ops->bind_thread(b->ctx, err) : STRATA_OK;
+}

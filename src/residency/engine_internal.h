@@ -104,6 +104,10 @@ void strata__res_stop_readers(strata_residency *e);
 bool strata__res_enqueue(strata_residency *e, size_t pos, unsigned char *dst,
 			 strata_direction dir);
 
+/* engine_window.c: promotes finished reads into the device window; called
+ * by the readers with the lock held. */
+void strata__res_after_read(strata_residency *e);
+
 /* engine_window.c: the host cache unit to evict (lock held), or SIZE_MAX.
  * By policy among cached units outside the lookahead range whose copy to
  * the device is done: LRU = least recent use, then lowest position; LFU =

@@ -142,7 +142,14 @@ static void *reader_main(void *p)
 {
 	reader_arg *a = p;
 	strata_residency *e = a->e;
+	strata_error berr;
+	strata_status bound = strata_backend_bind_thread(e->b, &berr);
 	pthread_mutex_lock(&e->lock);
+	if (bound != STRATA_OK && !e->failed) {
+		e->failed = true;
+		e->fail_err = berr;
+		strata_error_prefix(&e->fail_err, "starting a background reader");
+	}
 	for (;;) {
 		while (!e->q_len && !e->stop)
 			pthread_cond_wait(&e->cond, &e->lock);
@@ -164,6 +171,7 @@ static void *reader_main(void *p)
 
 		pthread_mutex_lock(&e->lock);
 		finish_job(e, &j, s, &jerr, ns);
+		strata__res_after_read(e);
 		pthread_cond_broadcast(&e->cond);
 	}
 	pthread_mutex_unlock(&e->lock);

@@ -156,15 +156,16 @@ static strata_status place(strata_residency *e, size_t pos, size_t want,
 	return STRATA_OK;
 }
 
-/* Lowest held position of the current group, else the one after the
- * cursor: where the window starts. */
+/* Where the window starts: the lowest held position of the current group,
+ * else the cursor while its acquire is still waiting, else the one after
+ * it. */
 static size_t window_first(const strata_residency *e)
 {
 	size_t gb = e->group_begin[e->cur_group], ge = e->group_begin[e->cur_group + 1];
 	for (size_t p = gb; p < ge; p++)
 		if (e->units[p].dev == DEV_HELD)
 			return p;
-	return e->cursor + 1;
+	return e->cursor_done ? e->cursor + 1 : e->cursor;
 }
 
 /* Fills the window in execution order: units after the window's first whose
@@ -300,6 +301,23 @@ static strata_status schedule_reads(strata_residency *e, size_t want,
 		strata__res_enqueue(e, pos, u->host_block, STRATA_DIR_DISK_TO_HOST);
 	}
 	return STRATA_OK;
+}
+
+/* Called by a reader thread (lock held) when a unit reached the host
+ * cache: promoting it to the device window now, rather than at the next
+ * acquire or release, lets its copy run while the current unit computes.
+ * Host 0 needs nothing: its reads are the placement. */
+void strata__res_after_read(strata_residency *e)
+{
+	if (e->failed || !has_cache(e) || e->stop)
+		return;
+	strata_error err;
+	strata_error_clear(&err);
+	if (place_window(e, SIZE_MAX, &err) != STRATA_OK && !e->failed) {
+		e->failed = true;
+		e->fail_err = err;
+		strata_error_prefix(&e->fail_err, "promoting a unit to the device");
+	}
 }
 
 static strata_status pump(strata_residency *e, size_t want, strata_error *err)

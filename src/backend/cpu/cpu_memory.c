@@ -137,7 +137,7 @@ static void enqueue(strata_stream *s, job *j)
 static strata_status no_job(strata_error *err, const char *what)
 {
 	return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
-			   "cannot queue %s on a CPU stream", what);
+			   "out of memory queueing %s on a CPU stream", what);
 }
 
 /* ------------------------------------------------------------------------ */
