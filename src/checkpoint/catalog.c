@@ -405,6 +405,12 @@ strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
 				   "give a model directory or a .gguf/.safetensors file",
 				   "cannot open model '%s': %s", model_path,
 				   strerror(errno));
+	/* refuse FIFOs and devices before opening: a FIFO would block */
+	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+		return strata_fail(err, STRATA_E_CKPT_FORMAT,
+				   "give a model directory or a .gguf/.safetensors file",
+				   "'%s' is neither a directory nor a regular file",
+				   model_path);
 	strata_catalog *c = NULL;
 	strata_status s;
 	if (S_ISDIR(st.st_mode)) {

@@ -38,10 +38,12 @@ static char *join(const char *dir, const char *name, strata_error *err)
 	return p;
 }
 
+/* A regular file (following links): a directory or FIFO named like a
+ * shard counts as missing, and is never opened. */
 static bool exists(const char *path)
 {
 	struct stat st;
-	return stat(path, &st) == 0;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 static strata_status check_shard_name(const char *s, const char *tensor,

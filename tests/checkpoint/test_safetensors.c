@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <sys/stat.h>
 #include <jansson.h>
 
 #include "bytes.h"
@@ -217,6 +218,16 @@ static void index_faults_are_named(void **s)
 	write_index(d, "\"x\":\"a.safetensors\",\"y\":\"a.safetensors\",\"z\":\"b.safetensors\"");
 	assert_int_equal(open_dir(d, &e), STRATA_E_CKPT_DUPLICATE);
 	assert_non_null(strstr(e.message, "'x' appears twice"));
+
+	/* a "shard" that is a FIFO is missing, never opened (it would block) */
+	char fifo[600];
+	snprintf(fifo, sizeof fifo, "%s/f.safetensors", d);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	write_index(d, "\"x\":\"a.safetensors\",\"y\":\"a.safetensors\",\"z\":\"f.safetensors\"");
+	assert_int_equal(open_dir(d, &e), STRATA_E_CKPT_INDEX);
+	assert_non_null(strstr(e.message, "'f.safetensors', which does not exist"));
+	assert_int_equal(open_dir(fifo, &e), STRATA_E_CKPT_FORMAT);
+	unlink(fifo);
 
 	/* a shard name that climbs out of the directory */
 	write_index(d, "\"x\":\"../a.safetensors\"");
