@@ -234,83 +234,75 @@ static int fail(const strata_error *err)
 	return 1;
 }
 
-int main(int argc, char **argv)
-{
-	const shape *s = &full;
-	uint32_t threads = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--quick"))
-			s = &quick;
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = (uint32_t)atoi(argv[++i]);
-		else {
-			fprintf(stderr, "usage: bench_cpu [--threads N] "
-					"[--quick]\n");
-			return 2;
-		}
-	}
-	if (threads < 1 || threads > 256)
-		threads = 1;
-	char dir[] = "/tmp/strata-bench-cpu-XXXXXX";
-	if (!mkdtemp(dir)) {
-		perror("bench_cpu: mkdtemp");
-		return 1;
-	}
-	uint64_t params = 0;
-	uint64_t t0 = strata_now_ns();
-	if (write_model(dir, s, &params)) {
-		fprintf(stderr, "bench_cpu: cannot write the model in %s\n",
-			dir);
-		return 1;
-	}
-	printf("model: llama dim %u, %u layers, %u/%u heads, ffn %u, vocab "
-	       "%u: %.1fM parameters (bf16 file, f32 compute), written in "
-	       "%.2f s\n",
-	       s->dim, s->layers, s->heads, s->kv_heads, s->ffn, s->vocab,
-	       params / 1e6, (strata_now_ns() - t0) / 1e9);
-
-	strata_error err;
-	strata_catalog *cat = NULL;
+typedef struct loaded {
+	strata_catalog *cat;
 	strata_infer_hparams hp;
-	strata_infer_tensors tens = {0};
-	strata_infer_loaded *ld = NULL;
+	strata_infer_tensors tens;
+	strata_infer_loaded *ld;
 	strata_infer_source src;
-	strata_compute *c = NULL;
-	strata_forward *f = NULL;
-	t0 = strata_now_ns();
-	if (strata_catalog_open(dir, &cat, &err) ||
-	    strata_infer_hparams_read(dir, cat, &hp, &err) ||
-	    strata_infer_tensors_find(cat, &hp, &tens, &err) ||
-	    strata_infer_load_all(cat, &tens, &ld, &src, &err) ||
-	    strata_compute_create(&strata_cpu_kernel_ops, threads, &c, &err) ||
-	    strata_forward_create(&hp, c, &src, s->prompt + s->decode + 1,
-				  s->prompt, &f, &err))
-		return fail(&err);
-	printf("loaded and converted in %.2f s; %u compute threads\n",
-	       (strata_now_ns() - t0) / 1e9, threads);
+	strata_compute *c;
+	strata_forward *f;
+} loaded;
 
-	int32_t *tok = calloc(s->prompt + s->decode, sizeof *tok);
+static strata_status load(const char *dir, const shape *s, uint32_t threads,
+			  loaded *m, strata_error *err)
+{
+	strata_status st;
+	if ((st = strata_catalog_open(dir, &m->cat, err)) ||
+	    (st = strata_infer_hparams_read(dir, m->cat, &m->hp, err)) ||
+	    (st = strata_infer_tensors_find(m->cat, &m->hp, &m->tens, err)) ||
+	    (st = strata_infer_load_all(m->cat, &m->tens, &m->ld, &m->src,
+					err)) ||
+	    (st = strata_compute_create(&strata_cpu_kernel_ops, threads, &m->c,
+					err)))
+		return st;
+	return strata_forward_create(&m->hp, m->c, &m->src,
+				     s->prompt + s->decode + 1, s->prompt,
+				     &m->f, err);
+}
+
+static void unload(loaded *m, const char *dir)
+{
+	strata_forward_destroy(m->f);
+	strata_compute_destroy(m->c);
+	strata_infer_loaded_destroy(m->ld);
+	strata_infer_tensors_fini(&m->tens);
+	strata_catalog_destroy(m->cat);
+	char path[1200];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Prefill s->prompt tokens in one pass, then decode s->decode one by one. */
+static strata_status measure(const shape *s, loaded *m, double *prefill_s,
+			     double *decode_s, strata_error *err)
+{
+	int32_t tok[4096];
+	float *logits = calloc(s->vocab, sizeof *logits);
 	for (uint32_t i = 0; i < s->prompt + s->decode; i++)
 		tok[i] = (int32_t)((i * 7919u + 1) % s->vocab);
-	float *logits = calloc(s->vocab, sizeof *logits);
-
+	uint64_t t0 = strata_now_ns();
+	strata_status st = strata_forward_run(m->f, tok, s->prompt, 0, NULL,
+					      logits, err);
+	*prefill_s = (strata_now_ns() - t0) / 1e9;
 	t0 = strata_now_ns();
-	if (strata_forward_run(f, tok, s->prompt, 0, NULL, logits, &err))
-		return fail(&err);
-	double prefill_s = (strata_now_ns() - t0) / 1e9;
-	t0 = strata_now_ns();
-	for (uint32_t i = 0; i < s->decode; i++)
-		if (strata_forward_run(f, tok + s->prompt + i, 1, s->prompt + i,
-				       NULL, logits, &err))
-			return fail(&err);
-	double decode_s = (strata_now_ns() - t0) / 1e9;
+	for (uint32_t i = 0; st == STRATA_OK && i < s->decode; i++)
+		st = strata_forward_run(m->f, tok + s->prompt + i, 1,
+					s->prompt + i, NULL, logits, err);
+	*decode_s = (strata_now_ns() - t0) / 1e9;
+	free(logits);
+	return st;
+}
 
+static void report(const shape *s, uint64_t params, uint32_t threads,
+		   double prefill_s, double decode_s, double bw)
+{
 	/* Bytes one decode step streams: every f32 weight (the tied head is
-	 * the embedding, read in full for the logits; the embedding lookup
-	 * itself reads one row). */
+	 * the embedding, read in full for the logits). */
 	uint64_t weight_bytes = params * sizeof(float);
-	uint64_t bw_bytes = s == &quick ? (64u << 20) : (1024ull << 20);
-	double bw = bandwidth(bw_bytes, threads);
 	double prefill_tps = s->prompt / prefill_s;
 	double decode_tps = s->decode / decode_s;
 	double bound = bw / weight_bytes;
@@ -329,19 +321,50 @@ int main(int argc, char **argv)
 	       "(%.2f GB/s effective)\n",
 	       100.0 * decode_tps / bound, decode_tps * weight_bytes / 1e9);
 	printf("prefill/decode speed ratio: %.1fx\n", prefill_tps / decode_tps);
+}
 
-	free(tok);
-	free(logits);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
-	strata_infer_loaded_destroy(ld);
-	strata_infer_tensors_fini(&tens);
-	strata_catalog_destroy(cat);
-	char path[1200];
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	unlink(path);
-	rmdir(dir);
+int main(int argc, char **argv)
+{
+	const shape *s = &full;
+	uint32_t threads = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick"))
+			s = &quick;
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = (uint32_t)atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: bench_cpu [--threads N] "
+					"[--quick]\n");
+			return 2;
+		}
+	}
+	if (threads < 1 || threads > 256)
+		threads = 1;
+	char dir[] = "/tmp/strata-bench-cpu-XXXXXX";
+	uint64_t params = 0, t0 = strata_now_ns();
+	if (!mkdtemp(dir) || write_model(dir, s, &params)) {
+		fprintf(stderr, "bench_cpu: cannot write the model in %s\n",
+			dir);
+		return 1;
+	}
+	printf("model: llama dim %u, %u layers, %u/%u heads, ffn %u, vocab "
+	       "%u: %.1fM parameters (bf16 file, f32 compute), written in "
+	       "%.2f s\n",
+	       s->dim, s->layers, s->heads, s->kv_heads, s->ffn, s->vocab,
+	       params / 1e6, (strata_now_ns() - t0) / 1e9);
+	strata_error err;
+	loaded m = {0};
+	double prefill_s, decode_s;
+	t0 = strata_now_ns();
+	if (load(dir, s, threads, &m, &err))
+		return fail(&err);
+	printf("loaded and converted in %.2f s; %u compute threads\n",
+	       (strata_now_ns() - t0) / 1e9, threads);
+	if (measure(s, &m, &prefill_s, &decode_s, &err))
+		return fail(&err);
+	double bw = bandwidth(s == &quick ? (64u << 20) : (1024ull << 20),
+			      threads);
+	report(s, params, threads, prefill_s, decode_s, bw);
+	unload(&m, dir);
 	return 0;
 }
