@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include "backend/cuda_test_util.h"
 
@@ -495,6 +496,60 @@ static void test_host_oom_loop(void **state)
 	}
 }
 
+typedef struct bind_job {
+	strata_backend *b;
+	strata_status bound, copied;
+	int device;
+	unsigned char *dev;
+	unsigned char src[4096], back[4096];
+} bind_job;
+
+/* A reader thread: bind, then queue a copy on a stream of its own. */
+static void *bind_worker(void *arg)
+{
+	bind_job *j = arg;
+	strata_error err;
+	strata_stream *s = NULL;
+	j->bound = strata_backend_bind_thread(j->b, &err);
+	(void)cudaGetDevice(&j->device);
+	j->copied = strata_stream_create(j->b, &s, &err);
+	if (j->copied == STRATA_OK)
+		j->copied = strata_backend_copy_h2d_async(j->b, s, j->dev, j->src,
+							  sizeof j->src, &err);
+	if (j->copied == STRATA_OK)
+		j->copied = strata_cuda_copy_d2h_async(j->b, s, j->back, j->dev,
+						       sizeof j->back, &err);
+	if (j->copied == STRATA_OK)
+		j->copied = strata_backend_synchronize(j->b, s, &err);
+	strata_stream_destroy(j->b, s);
+	return NULL;
+}
+
+static void test_bound_thread_queues_copies_on_the_device(void **state)
+{
+	(void)state;
+	strata_backend *b = make_cuda();
+	strata_error err;
+	strata_arena *a = NULL;
+	static bind_job j;
+	memset(&j, 0, sizeof j);
+	j.b = b;
+	j.device = -1;
+	for (size_t i = 0; i < sizeof j.src; i++)
+		j.src[i] = (unsigned char)(i * 7 + 1);
+	assert_int_equal(strata_arena_create(b, STRATA_ARENA_DEVICE, 4096, "bind", &a, &err), STRATA_OK);
+	assert_int_equal(strata_arena_alloc(a, 4096, (void **)&j.dev, &err), STRATA_OK);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, bind_worker, &j), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(j.bound, STRATA_OK);
+	assert_int_equal(j.device, 0);
+	assert_int_equal(j.copied, STRATA_OK);
+	assert_memory_equal(j.src, j.back, sizeof j.src);
+	strata_arena_destroy(a);
+	strata_backend_destroy(b);
+}
+
 static void test_missing_device_is_unavailable_with_fix(void **state)
 {
 	(void)state;
@@ -524,6 +579,7 @@ int main(void)
 		cmocka_unit_test(test_units_stream_through_two_slots_with_events),
 		cmocka_unit_test(test_compute_context_device_oom_and_workspace_growth),
 		cmocka_unit_test(test_host_oom_loop),
+		cmocka_unit_test(test_bound_thread_queues_copies_on_the_device),
 		cmocka_unit_test(test_missing_device_is_unavailable_with_fix),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -499,6 +499,13 @@ static strata_status cuda_synchronize(void *ctx, strata_stream *st,
 				: strata__cuda_fail(err, e, "synchronizing");
 }
 
+/* CUDA's current device is per host thread: a reader thread that queues
+ * copies must switch to the backend's device first. */
+static strata_status cuda_bind_thread(void *ctx, strata_error *err)
+{
+	return use_device(ctx, err);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static const strata_backend_ops cuda_ops = {
@@ -519,6 +526,7 @@ static const strata_backend_ops cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_elapsed = cuda_event_elapsed,
 	.synchronize = cuda_synchronize,
+	.bind_thread = cuda_bind_thread,
 	.kernels = &strata_cuda_kernel_ops,
 };
 
