@@ -156,12 +156,23 @@ static void write_data(FILE *f, const gtensor *t)
 	}
 }
 
+static void write_gguf_arch(const char *path, const ref_open *m,
+			    uint32_t type, const char *arch);
+
 static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 {
-	bool q8 = type == G_Q8_0;
+	write_gguf_arch(path, m, type, "llama");
+}
+
+/* llama: q/k permuted for interleaved rope; qwen2: rotate-half as stored,
+ * with its q/k/v biases. */
+static void write_gguf_arch(const char *path, const ref_open *m,
+			    uint32_t type, const char *arch)
+{
+	bool q8 = type == G_Q8_0, llama = !strcmp(arch, "llama");
 	const strata_infer_hparams *hp = &m->hp;
 	const strata_infer_source *s = &m->src;
-	gtensor t[64];
+	gtensor t[128];
 	size_t n = 0;
 	t[n++] = (gtensor){"token_embd.weight", hp->vocab, hp->dim,
 			   s->statics.embed, NULL, type};
@@ -184,8 +195,10 @@ static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 			uint32_t perm_heads;
 		} L[] = {
 			{"attn_norm.weight", hp->dim, 0, w.attn_norm, 0},
-			{"attn_q.weight", q, hp->dim, w.wq, hp->heads},
-			{"attn_k.weight", kv, hp->dim, w.wk, hp->kv_heads},
+			{"attn_q.weight", q, hp->dim, w.wq,
+			 llama ? hp->heads : 0},
+			{"attn_k.weight", kv, hp->dim, w.wk,
+			 llama ? hp->kv_heads : 0},
 			{"attn_v.weight", kv, hp->dim, w.wv, 0},
 			{"attn_output.weight", hp->dim, q, w.wo, 0},
 			{"ffn_norm.weight", hp->dim, 0, w.ffn_norm, 0},
@@ -193,6 +206,21 @@ static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 			{"ffn_up.weight", hp->ffn, hp->dim, w.w_up, 0},
 			{"ffn_down.weight", hp->dim, hp->ffn, w.w_down, 0},
 		};
+		const struct {
+			const char *name;
+			uint64_t rows;
+			const float *d;
+		} B[] = {{"attn_q.bias", q, w.bq}, {"attn_k.bias", kv, w.bk},
+			 {"attn_v.bias", kv, w.bv}};
+		for (size_t i = 0; i < 3; i++) {
+			if (!B[i].d)
+				continue;
+			gtensor *g = &t[n++];
+			*g = (gtensor){.rows = B[i].rows, .data = B[i].d,
+				       .type = G_F32};
+			snprintf(g->name, sizeof g->name, "blk.%u.%s", l,
+				 B[i].name);
+		}
 		for (size_t i = 0; i < sizeof L / sizeof *L; i++) {
 			gtensor *g = &t[n++];
 			snprintf(g->name, sizeof g->name, "blk.%u.%s", l,
@@ -212,18 +240,21 @@ static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 	put(f, "GGUF", 4);
 	put_u32(f, 3);
 	put_u64(f, n);
-	put_u64(f, 9);
+	put_u64(f, 9); /* key/value pairs */
 	put_str(f, "general.architecture");
 	put_u32(f, 8);
-	put_str(f, "llama");
-	kv_u32(f, "llama.context_length", 256);
-	kv_u32(f, "llama.embedding_length", hp->dim);
-	kv_u32(f, "llama.feed_forward_length", hp->ffn);
-	kv_u32(f, "llama.block_count", hp->layers);
-	kv_u32(f, "llama.attention.head_count", hp->heads);
-	kv_u32(f, "llama.attention.head_count_kv", hp->kv_heads);
-	kv_f32(f, "llama.attention.layer_norm_rms_epsilon", hp->norm_eps);
-	kv_f32(f, "llama.rope.freq_base", (float)hp->rope_theta);
+	put_str(f, arch);
+	char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+	kv_u32(f, KEY("context_length"), 256);
+	kv_u32(f, KEY("embedding_length"), hp->dim);
+	kv_u32(f, KEY("feed_forward_length"), hp->ffn);
+	kv_u32(f, KEY("block_count"), hp->layers);
+	kv_u32(f, KEY("attention.head_count"), hp->heads);
+	kv_u32(f, KEY("attention.head_count_kv"), hp->kv_heads);
+	kv_f32(f, KEY("attention.layer_norm_rms_epsilon"), hp->norm_eps);
+	kv_f32(f, KEY("rope.freq_base"), (float)hp->rope_theta);
+#undef KEY
 	uint64_t off = 0;
 	for (size_t i = 0; i < n; i++) {
 		put_str(f, t[i].name);
@@ -338,6 +369,36 @@ static void test_gguf_f16_and_bf16_match_transformers(void **state)
 	check_16bit("llama_gqa2_tied_bf16", G_BF16, "bf16");
 }
 
+/* qwen2 as GGUF: rotate-half rope, q/k/v biases under blk.N.attn_*.bias. */
+static void test_gguf_qwen2_matches_transformers(void **state)
+{
+	(void)state;
+	char src[1024], path[1200];
+	ref_path(src, sizeof src, "qwen2_bias_f32", NULL);
+	snprintf(path, sizeof path, "%s/tests/infer-qwen2.gguf",
+		 STRATA_BINARY_DIR);
+	ref_open m;
+	ref_open_model(src, &m);
+	write_gguf_arch(path, &m, G_F32, "qwen2");
+	ref_close_model(&m);
+	ref_open g;
+	ref_open_model(path, &g);
+	assert_int_equal(g.hp.family, STRATA_FAMILY_QWEN2);
+	assert_int_equal(g.hp.rope_layout, STRATA_ROPE_HALF);
+	assert_non_null(g.t.layer[0][STRATA_SLOT_BQ]);
+	ref_close_model(&g);
+	ref_data r;
+	ref_load("qwen2_bias_f32", &r);
+	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
+	float *got = strata_alloc(cells * sizeof *got);
+	logits_of(path, &r, got);
+	double d = ref_max_diff(got, r.logits, cells);
+	print_message("gguf qwen2 f32: max |dlogit| %.2e\n", d);
+	assert_true(d <= 1e-3);
+	strata_free(got);
+	ref_free(&r);
+}
+
 /* One Q8_0 block through the converter the loader uses: d x q exactly. */
 static void test_q8_0_block_dequantises_exactly(void **state)
 {
@@ -361,6 +422,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gguf_f32_and_q8_0_match_transformers),
 		cmocka_unit_test(test_gguf_f16_and_bf16_match_transformers),
+		cmocka_unit_test(test_gguf_qwen2_matches_transformers),
 		cmocka_unit_test(test_q8_0_block_dequantises_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
