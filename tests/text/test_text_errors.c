@@ -327,8 +327,8 @@ static void write_gguf(const char *path, gguf_fault f)
 {
 	bool bpe = f >= GF_BPE_UNKNOWN_PRE;
 	const char *spm_tok[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81",
-				 "a", "\xe2\x96\x81" "a", "<0x62>"};
-	const char *bpe_tok[] = {"a", "b", "\xc4\xa0", "\xc4\xa0" "a", "ab",
+				 "a", "\xe2\x96\x81\x61", "<0x62>"};
+	const char *bpe_tok[] = {"a", "b", "\xc4\xa0", "\xc4\xa0\x61", "ab",
 				 "<|endoftext|>", "c"};
 	const char **tok = bpe ? bpe_tok : spm_tok;
 	gbuf kvs = {0};
