@@ -481,6 +481,47 @@ static void test_acquire_release_order_errors(void **state)
 	wl_destroy(&w);
 }
 
+static strata_status never_read(void *user, const strata_tensor *const *t,
+				void *const *dst, size_t n, strata_error *err)
+{
+	(void)user;
+	(void)t;
+	(void)dst;
+	(void)n;
+	return strata_fail(err, STRATA_E_INTERNAL, "none", "read of an empty model");
+}
+
+static void test_empty_model_and_bad_configs(void **state)
+{
+	(void)state;
+	strata_backend *b = cpu();
+	strata_error err;
+	strata_residency *e = NULL;
+	strata_residency_view v;
+	for (int m = STRATA_RESIDENCY_RESIDENT; m <= STRATA_RESIDENCY_DISK; m++) {
+		strata_residency_config c = {.mode = (strata_residency_mode)m, .depth = 1,
+					     .lookahead_units = 1, .queue_depth = 1,
+					     .read = never_read};
+		assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
+		assert_int_equal(strata_residency_acquire(e, 0, 0, &v, &err), STRATA_E_NOT_FOUND);
+		assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
+		strata_residency_destroy(e);
+		e = NULL;
+	}
+	strata_residency_config c = {.mode = STRATA_RESIDENCY_AUTO, .read = never_read};
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
+	c.mode = STRATA_RESIDENCY_HOST; /* depth 0 */
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_DISK, .host_budget_bytes = 1,
+				      .read = never_read};
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.message, "lookahead"));
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_RESIDENT};
+	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
+	assert_null(e);
+	strata_backend_destroy(b);
+}
+
 static void test_destroy_with_held_units_and_reads_in_flight(void **state)
 {
 	(void)state;
@@ -650,6 +691,7 @@ int main(void)
 		cmocka_unit_test(test_budgets_one_byte_short_are_refused),
 		cmocka_unit_test(test_bf16_is_converted_to_f32_at_load),
 		cmocka_unit_test(test_acquire_release_order_errors),
+		cmocka_unit_test(test_empty_model_and_bad_configs),
 		cmocka_unit_test(test_destroy_with_held_units_and_reads_in_flight),
 		cmocka_unit_test(test_unaddressable_device_loads_through_staging),
 		cmocka_unit_test(test_sizing_keeps_group_windows_exact),
