@@ -182,6 +182,28 @@ static void test_summary_shows_rates_peaks_and_stalls(void **state)
 	free(buf);
 }
 
+static void test_device_totals_add_and_saturate(void **state)
+{
+	(void)state;
+	strata_telemetry_snapshot a = {0}, b = {0};
+	a.planned_bytes[STRATA_TIER_DEVICE] = 100;
+	b.planned_bytes[STRATA_TIER_DEVICE] = 50;
+	a.peak_bytes[STRATA_TIER_HOST] = UINT64_MAX - 1;
+	b.peak_bytes[STRATA_TIER_HOST] = 5;
+	a.transfers[STRATA_DIR_HOST_TO_DEVICE] = (strata_transfer_stats){1, 10, 100};
+	b.transfers[STRATA_DIR_HOST_TO_DEVICE] = (strata_transfer_stats){2, 20, 200};
+	b.stalls = 3;
+	b.evicted_bytes = 7;
+	strata_telemetry_snapshot_add(&a, &b);
+	assert_int_equal(a.planned_bytes[STRATA_TIER_DEVICE], 150);
+	assert_true(a.peak_bytes[STRATA_TIER_HOST] == UINT64_MAX);
+	assert_int_equal(a.transfers[STRATA_DIR_HOST_TO_DEVICE].count, 3);
+	assert_int_equal(a.transfers[STRATA_DIR_HOST_TO_DEVICE].bytes, 30);
+	assert_int_equal(a.transfers[STRATA_DIR_HOST_TO_DEVICE].ns, 300);
+	assert_int_equal(a.stalls, 3);
+	assert_int_equal(a.evicted_bytes, 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -190,6 +212,7 @@ int main(void)
 		cmocka_unit_test(test_counters_saturate_instead_of_wrapping),
 		cmocka_unit_test(test_names_follow_the_fixed_order),
 		cmocka_unit_test(test_summary_shows_rates_peaks_and_stalls),
+		cmocka_unit_test(test_device_totals_add_and_saturate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
