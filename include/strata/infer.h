@@ -98,6 +98,8 @@ typedef struct strata_infer_statics {
 	const float *embed;	 /* (vocab, dim) */
 	const float *final_norm; /* (dim) */
 	const float *lm_head;	 /* (vocab, dim); the embedding when tied */
+	const float *rope_freqs; /* (head_dim / 2) divisors of the rotary
+				    frequencies (GGUF Llama 3), or NULL */
 } strata_infer_statics;
 
 /* The slot of each layer tensor, in a fixed order; names per format. */
@@ -128,6 +130,7 @@ typedef enum strata_infer_slot {
  * tensors (biases); lm_head is the embedding when the model ties them. */
 typedef struct strata_infer_tensors {
 	const strata_tensor *embed, *final_norm, *lm_head;
+	const strata_tensor *rope_freqs; /* GGUF rope_freqs.weight or NULL */
 	const strata_tensor *(*layer)[STRATA_SLOT_COUNT]; /* [layers] */
 	uint32_t layers;
 } strata_infer_tensors;
@@ -136,8 +139,9 @@ typedef struct strata_infer_tensors {
  * (an untied model without its LM head included), E_MODEL_TENSOR_SHAPE with
  * expected and found shapes, E_CKPT_DTYPE for a type strata cannot convert
  * to f32, E_MODEL_TENSOR_EXTRA for a tensor the forward pass would ignore
- * (an MLP bias, q/k norms, GGUF rope_freqs...): running without it would be
- * a silently different model. The caller frees with
+ * (an MLP bias, q/k norms...): running without it would be a silently
+ * different model. GGUF's rope_freqs.weight (llama.cpp's form of Llama 3
+ * rope scaling) is used: the frequencies are divided by it. The caller frees with
  * strata_infer_tensors_fini. */
 strata_status strata_infer_tensors_find(const strata_catalog *c,
 					const strata_infer_hparams *hp,

@@ -221,6 +221,19 @@ strata_status strata_forward_create(const strata_infer_hparams *hp,
 		return st;
 	}
 	strata_infer_rope_freqs(hp, f->inv_freq);
+	const float *div = src->statics.rope_freqs;
+	for (uint32_t i = 0; div && i < hp->head_dim / 2; i++) {
+		if (!(div[i] > 0 && isfinite(div[i]))) {
+			strata_forward_destroy(f);
+			return strata_fail(err, STRATA_E_MODEL_CONFIG,
+					   "fix or regenerate the GGUF file",
+					   "rope_freqs.weight[%u] is %g, not a "
+					   "positive divisor",
+					   i, (double)div[i]);
+		}
+		/* llama.cpp: theta = pos * base_freq / freq_factor. */
+		f->inv_freq[i] /= div[i];
+	}
 	*out = f;
 	return STRATA_OK;
 }

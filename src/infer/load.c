@@ -131,7 +131,7 @@ strata_status strata_infer_load_all(const strata_catalog *c,
 							"weights", err);
 	if (!l)
 		return STRATA_E_NOMEM;
-	uint64_t max = 3 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
+	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
 	l->bufs = strata_calloc_or_error(max, sizeof *l->bufs,
 					 "weight buffers", err);
 	l->layers = strata_calloc_or_error(t->layers, sizeof *l->layers,
@@ -145,6 +145,8 @@ strata_status strata_infer_load_all(const strata_catalog *c,
 	if (t->lm_head == t->embed)
 		l->statics.lm_head = l->statics.embed;
 	else if ((st = load(c, l, t->lm_head, &l->statics.lm_head, err)))
+		goto fail;
+	if ((st = load(c, l, t->rope_freqs, &l->statics.rope_freqs, err)))
 		goto fail;
 	for (uint32_t i = 0; i < t->layers; i++)
 		if ((st = load_layer(c, l, t->layer[i], &l->layers[i], err)))

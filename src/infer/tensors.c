@@ -102,7 +102,8 @@ static void slot_shape(const strata_infer_hparams *hp, strata_infer_slot s,
 
 static bool used(const strata_infer_tensors *t, const strata_tensor *x)
 {
-	if (x == t->embed || x == t->final_norm || x == t->lm_head)
+	if (x == t->embed || x == t->final_norm || x == t->lm_head ||
+	    x == t->rope_freqs)
 		return true;
 	for (uint32_t l = 0; l < t->layers; l++)
 		for (int s = 0; s < STRATA_SLOT_COUNT; s++)
@@ -156,6 +157,9 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 		       hp->dim, 0, &t.final_norm, err)) ||
 	    (st = find(c, g ? "output.weight" : "lm_head.weight", true,
 		       hp->vocab, hp->dim, &t.lm_head, err)))
+		return st;
+	if (g && (st = find(c, "rope_freqs.weight", true, hp->head_dim / 2, 0,
+			    &t.rope_freqs, err)))
 		return st;
 	if (!t.lm_head && hp->tied == 0)
 		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,

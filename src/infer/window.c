@@ -82,6 +82,8 @@ static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 	describe(&w->rt[n++], t->final_norm);
 	if (t->lm_head != t->embed)
 		describe(&w->rt[n++], t->lm_head);
+	if (t->rope_freqs)
+		describe(&w->rt[n++], t->rope_freqs);
 	size_t statics = n;
 	for (uint32_t l = 0; l < t->layers; l++) {
 		strata_residency_unit *u = &w->units[l];
@@ -113,7 +115,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 	if (!w)
 		return STRATA_E_NOMEM;
 	w->layers = t->layers;
-	uint64_t max = 3 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
+	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
 	w->rt = strata_calloc_or_error(max, sizeof *w->rt, "window tensors",
 				       err);
 	w->units = strata_calloc_or_error(t->layers, sizeof *w->units,
@@ -149,7 +151,9 @@ strata_status strata_infer_window_create(strata_backend *b,
 	strata_infer_statics s = {0};
 	if ((st = static_ptr(w, t->embed, &s.embed, err)) ||
 	    (st = static_ptr(w, t->final_norm, &s.final_norm, err)) ||
-	    (st = static_ptr(w, t->lm_head, &s.lm_head, err)))
+	    (st = static_ptr(w, t->lm_head, &s.lm_head, err)) ||
+	    (t->rope_freqs &&
+	     (st = static_ptr(w, t->rope_freqs, &s.rope_freqs, err))))
 		goto fail;
 	src->ops = &window_ops;
 	src->user = w;

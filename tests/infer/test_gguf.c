@@ -157,17 +157,19 @@ static void write_data(FILE *f, const gtensor *t)
 }
 
 static void write_gguf_arch(const char *path, const ref_open *m,
-			    uint32_t type, const char *arch);
+			    uint32_t type, const char *arch,
+			    const float *rope_freqs);
 
 static void write_gguf(const char *path, const ref_open *m, uint32_t type)
 {
-	write_gguf_arch(path, m, type, "llama");
+	write_gguf_arch(path, m, type, "llama", NULL);
 }
 
 /* llama: q/k permuted for interleaved rope; qwen2: rotate-half as stored,
  * with its q/k/v biases. */
 static void write_gguf_arch(const char *path, const ref_open *m,
-			    uint32_t type, const char *arch)
+			    uint32_t type, const char *arch,
+			    const float *rope_freqs)
 {
 	bool q8 = type == G_Q8_0, llama = !strcmp(arch, "llama");
 	const strata_infer_hparams *hp = &m->hp;
@@ -181,6 +183,9 @@ static void write_gguf_arch(const char *path, const ref_open *m,
 	if (s->statics.lm_head != s->statics.embed)
 		t[n++] = (gtensor){"output.weight", hp->vocab, hp->dim,
 				   s->statics.lm_head, NULL, type};
+	if (rope_freqs)
+		t[n++] = (gtensor){"rope_freqs.weight", hp->head_dim / 2, 0,
+				   rope_freqs, NULL, G_F32};
 	uint64_t q = (uint64_t)hp->heads * hp->head_dim;
 	uint64_t kv = (uint64_t)hp->kv_heads * hp->head_dim;
 	for (uint32_t l = 0; l < hp->layers; l++) {
@@ -379,7 +384,7 @@ static void test_gguf_qwen2_matches_transformers(void **state)
 		 STRATA_BINARY_DIR);
 	ref_open m;
 	ref_open_model(src, &m);
-	write_gguf_arch(path, &m, G_F32, "qwen2");
+	write_gguf_arch(path, &m, G_F32, "qwen2", NULL);
 	ref_close_model(&m);
 	ref_open g;
 	ref_open_model(path, &g);
@@ -395,6 +400,61 @@ static void test_gguf_qwen2_matches_transformers(void **state)
 	double d = ref_max_diff(got, r.logits, cells);
 	print_message("gguf qwen2 f32: max |dlogit| %.2e\n", d);
 	assert_true(d <= 1e-3);
+	strata_free(got);
+	ref_free(&r);
+}
+
+/* Llama 3 rope scaling the way llama.cpp's converter stores it: a
+ * rope_freqs.weight tensor of per-frequency divisors, computed here from
+ * the config's llama3 parameters with the converter's formula. */
+static void test_gguf_llama3_rope_freqs_match_transformers(void **state)
+{
+	(void)state;
+	char src[1024], path[1200];
+	ref_path(src, sizeof src, "llama3_rope_f32", NULL);
+	snprintf(path, sizeof path, "%s/tests/infer-llama3.gguf",
+		 STRATA_BINARY_DIR);
+	ref_open m;
+	ref_open_model(src, &m);
+	const strata_infer_hparams *hp = &m.hp;
+	assert_true(hp->rope_factor > 0);
+	float div[64];
+	for (uint32_t i = 0; i < hp->head_dim / 2; i++) {
+		double f = 1.0 / pow(hp->rope_theta, 2.0 * i / hp->head_dim);
+		double wl = 2 * M_PI / f;
+		double lo = hp->rope_original_context / hp->rope_low_freq_factor;
+		double hi = hp->rope_original_context / hp->rope_high_freq_factor;
+		if (wl < hi)
+			div[i] = 1.0f;
+		else if (wl > lo)
+			div[i] = (float)hp->rope_factor;
+		else {
+			double sm = (hp->rope_original_context / wl -
+				     hp->rope_low_freq_factor) /
+				    (hp->rope_high_freq_factor -
+				     hp->rope_low_freq_factor);
+			div[i] = (float)(1.0 / ((1 - sm) / hp->rope_factor + sm));
+		}
+	}
+	char plain[1300];
+	snprintf(plain, sizeof plain, "%s.plain", path);
+	write_gguf_arch(path, &m, G_F32, "llama", div);
+	write_gguf_arch(plain, &m, G_F32, "llama", NULL);
+	ref_close_model(&m);
+	ref_data r;
+	ref_load("llama3_rope_f32", &r);
+	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
+	float *got = strata_alloc(cells * sizeof *got);
+	logits_of(path, &r, got);
+	double d = ref_max_diff(got, r.logits, cells);
+	print_message("gguf llama3 rope_freqs: max |dlogit| %.2e\n", d);
+	assert_true(d <= 1e-3);
+	/* Without the divisors the same weights answer differently: the
+	 * tensor is really applied. */
+	logits_of(plain, &r, got);
+	double without = ref_max_diff(got, r.logits, cells);
+	print_message("  without rope_freqs: %.3g\n", without);
+	assert_true(without > 1e-2);
 	strata_free(got);
 	ref_free(&r);
 }
@@ -423,6 +483,7 @@ int main(void)
 		cmocka_unit_test(test_gguf_f32_and_q8_0_match_transformers),
 		cmocka_unit_test(test_gguf_f16_and_bf16_match_transformers),
 		cmocka_unit_test(test_gguf_qwen2_matches_transformers),
+		cmocka_unit_test(test_gguf_llama3_rope_freqs_match_transformers),
 		cmocka_unit_test(test_q8_0_block_dequantises_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
