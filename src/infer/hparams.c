@@ -345,7 +345,7 @@ static strata_status from_gguf(const strata_gguf *g, strata_infer_hparams *hp,
 	memcpy(a, arch, alen);
 	a[alen] = '\0';
 	double eps, theta;
-	uint32_t rope_dims = 0;
+	uint32_t rope_dims = 0, key_length = 0;
 	if ((st = gguf_u32(g, a, "embedding_length", UINT64_MAX, 2, MAX_DIM,
 			   &hp->dim, err)) ||
 	    (st = gguf_u32(g, a, "feed_forward_length", UINT64_MAX, 1, MAX_DIM,
@@ -360,11 +360,14 @@ static strata_status from_gguf(const strata_gguf *g, strata_infer_hparams *hp,
 			   &hp->context, err)) ||
 	    (st = gguf_u32(g, a, "rope.dimension_count", 0, 0, MAX_DIM,
 			   &rope_dims, err)) ||
+	    (st = gguf_u32(g, a, "attention.key_length", 0, 0, MAX_DIM,
+			   &key_length, err)) ||
 	    (st = gguf_f64(g, a, "attention.layer_norm_rms_epsilon", 1e-5,
 			   &eps, err)) ||
 	    (st = gguf_f64(g, a, "rope.freq_base", 10000.0, &theta, err)))
 		return st;
-	hp->head_dim = hp->dim / hp->heads;
+	/* key_length is the head size where it is not dim / heads. */
+	hp->head_dim = key_length ? key_length : hp->dim / hp->heads;
 	if (rope_dims && rope_dims != hp->head_dim)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "use a model whose rope covers whole heads",
