@@ -677,6 +677,88 @@ static void test_sizing_sparse_indices_and_overflow(void **state)
 	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_INVALID_ARG);
 }
 
+static void test_sizing_sparse_windows_equal_dense_geometry(void **state)
+{
+	(void)state;
+	/* seed 001: sparse_windows_equal_the_dense_geometry_for_every_small_occupancy */
+	static strata_tensor t[8];
+	static strata_residency_tensor rt[8];
+	const char *groups[] = {"decoder"};
+	for (unsigned occupied = 0; occupied < 256; occupied++) {
+		uint64_t bytes[8];
+		strata_residency_unit units[8];
+		size_t n = 0;
+		for (int u = 0; u < 8; u++) {
+			bytes[u] = occupied & (1u << u) ? (uint64_t)u + 1 : 0;
+			if (!bytes[u])
+				continue;
+			t[n] = (strata_tensor){.name = "weight", .bytes = bytes[u]};
+			rt[n] = (strata_residency_tensor){.tensor = &t[n]};
+			units[n] = (strata_residency_unit){.group = 0, .unit = (uint64_t)u,
+							   .tensor_count = 1, .tensors = &rt[n]};
+			n++;
+		}
+		strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
+					     .groups = groups, .unit_count = n, .units = units};
+		for (uint64_t depth = 1; depth <= 10; depth++) {
+			uint64_t expected = 0;
+			for (int start = 0; start < 8; start++) {
+				uint64_t sum = 0;
+				for (uint64_t k = 0; k < depth && start + k < 8; k++)
+					sum += bytes[start + k];
+				if (sum > expected)
+					expected = sum;
+			}
+			strata_residency_sizes z;
+			strata_error err;
+			assert_int_equal(strata_residency_size(&c, depth, &z, &err), STRATA_OK);
+			assert_int_equal(z.window_bytes, expected);
+		}
+	}
+}
+
+static void test_sizing_every_byte_overflow_is_named(void **state)
+{
+	(void)state;
+	/* seed 001: every_byte_and_unit_count_overflow_is_rejected (the byte
+	 * sums; unit counts are u64 here and saturate, only min(count, 2)
+	 * is ever used) */
+	static strata_tensor big = {.name = "a", .bytes = UINT64_MAX},
+			     one = {.name = "b", .bytes = 1};
+	static strata_residency_tensor rbig = {.tensor = &big}, rone = {.tensor = &one};
+	const strata_residency_tensor pair[2] = {rbig, rone};
+	const char *groups[] = {"g"};
+	strata_residency_sizes z;
+	strata_error err;
+	/* static parameter bytes */
+	strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .static_count = 2,
+				     .statics = pair, .group_count = 1, .groups = groups};
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "static parameter bytes"));
+	/* execution-unit bytes: two tensors of one unit */
+	strata_residency_unit u2[2] = {{.group = 0, .unit = 0, .tensor_count = 2, .tensors = pair}};
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
+				      .groups = groups, .unit_count = 1, .units = u2};
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "execution-unit bytes"));
+	/* device-window bytes: two units in one window */
+	u2[0] = (strata_residency_unit){.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rbig};
+	u2[1] = (strata_residency_unit){.group = 0, .unit = 1, .tensor_count = 1, .tensors = &rone};
+	c.unit_count = 2;
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "device-window bytes"));
+	/* bounded-residency bytes: static + window (aligned here: the
+	 * engine's arena is the sum that overflows first) */
+	static strata_tensor half = {.name = "h", .bytes = UINT64_MAX / 2 + 1};
+	static strata_residency_tensor rhalf = {.tensor = &half};
+	strata_residency_unit u1 = {.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rhalf};
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_HOST, .static_count = 1,
+				      .statics = &rhalf, .group_count = 1, .groups = groups,
+				      .unit_count = 1, .units = &u1};
+	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
+	assert_non_null(strstr(err.message, "bounded-residency bytes"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -696,6 +778,8 @@ int main(void)
 		cmocka_unit_test(test_unaddressable_device_loads_through_staging),
 		cmocka_unit_test(test_sizing_keeps_group_windows_exact),
 		cmocka_unit_test(test_sizing_sparse_indices_and_overflow),
+		cmocka_unit_test(test_sizing_sparse_windows_equal_dense_geometry),
+		cmocka_unit_test(test_sizing_every_byte_overflow_is_named),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
