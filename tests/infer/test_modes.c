@@ -204,11 +204,78 @@ static void test_residency_path_survives_oom(void **state)
 	oom_loop(&modes[4].o); /* disk with a lookahead */
 }
 
+/* A decoded token allocates nothing: with every allocation made to fail,
+ * decode steps still succeed. Checked through the plain source; through
+ * the residency engine, acquire still queues a CPU-stream event that
+ * allocates (backend/residency work), so that path is reported, not
+ * asserted, until it stops allocating. */
+static void decode_without_allocating(const strata_infer_window_options *o)
+{
+	char path[1024];
+	ref_path(path, sizeof path, "llama_gqa1_f32", NULL);
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	strata_weight_store *ws = NULL;
+	strata_backend *b = NULL;
+	strata_infer_window *w = NULL;
+	strata_infer_source src = m.src;
+	strata_compute *c;
+	strata_forward *f;
+	if (o) {
+		assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws,
+							    &err),
+				 STRATA_OK);
+		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
+				 STRATA_OK);
+		assert_int_equal(strata_infer_window_create(b, &m.t, ws, o, &w,
+							    &src, &err),
+				 STRATA_OK);
+	}
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(&m.hp, c, &src, 32, 4, &f, &err),
+			 STRATA_OK);
+	int32_t tokens[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+	float last[256];
+	assert_int_equal(strata_forward_run(f, tokens, 4, 0, NULL, last, &err),
+			 STRATA_OK);
+	strata_alloc_fail_after(0);
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 4; i < 8 && st == STRATA_OK; i++)
+		st = strata_forward_run(f, tokens + i, 1, i, NULL, last, &err);
+	uint64_t refused = strata_alloc_injected_failures();
+	strata_alloc_fail_after(-1);
+	if (o && (st != STRATA_OK || refused))
+		print_message("note: the residency path allocated while "
+			      "decoding (%s)\n",
+			      err.message);
+	else if (st != STRATA_OK || refused)
+		fail_msg("decode allocated (%s, %llu refused)", err.message,
+			 (unsigned long long)refused);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	strata_infer_window_destroy(w);
+	strata_backend_destroy(b);
+	strata_weight_store_destroy(ws);
+	ref_close_model(&m);
+}
+
+static void test_decode_allocates_nothing(void **state)
+{
+	(void)state;
+	decode_without_allocating(NULL);
+	decode_without_allocating(&modes[0].o); /* resident */
+	decode_without_allocating(&modes[2].o); /* host:2 */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_mode_every_model),
 		cmocka_unit_test(test_residency_path_survives_oom),
+		cmocka_unit_test(test_decode_allocates_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
