@@ -129,8 +129,11 @@ static strata_status layer_pass(strata_forward *f, uint32_t layer, uint32_t n,
 	st = attention_block(f, &w, layer, n, pos, err);
 	if (st == STRATA_OK)
 		st = mlp_block(f, &w, n, err);
+	/* After a failed step the release still happens; its own error then
+	 * goes to a scratch value so the first failure is the one reported. */
+	strata_error scratch;
 	strata_status rst = f->src->ops->release(f->src->user, layer,
-						 st ? NULL : err);
+						 st ? &scratch : err);
 	return st ? st : rst;
 }
 
