@@ -123,11 +123,73 @@ static void test_reference_chunked_prefill(void **state)
 	check_model("qwen2_bias_f32", 5);
 }
 
+/* Generation stops at EOS (not passed on), at -n, and at the context's
+ * end; the stats count what happened. */
+static void test_generation_stops_at_eos_n_and_context(void **state)
+{
+	(void)state;
+	const char *name = "llama_gqa2_f32";
+	char path[1024];
+	ref_path(path, sizeof path, name, NULL);
+	ref_data r;
+	ref_load(name, &r);
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_compute *c = compute(1);
+	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
+				    .repeat_penalty = 1};
+	strata_sampler *s;
+	strata_error err;
+	assert_int_equal(strata_sampler_create(&sp, m.hp.vocab, &s, &err),
+			 STRATA_OK);
+	/* EOS = the first greedy token not seen before it, at index k > 0:
+	 * k tokens come out. */
+	uint32_t k = 1;
+	for (bool seen = true; seen && k < r.n_greedy; k += seen) {
+		seen = false;
+		for (uint32_t j = 0; j < k; j++)
+			seen |= r.greedy[j] == r.greedy[k];
+	}
+	assert_true(k < r.n_greedy);
+	strata_forward *f;
+	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 64, 16, &f,
+					       &err),
+			 STRATA_OK);
+	int32_t got[65] = {0};
+	strata_generate_stats st;
+	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32,
+					 r.greedy[k], collect, got, &st, &err),
+			 STRATA_OK);
+	assert_true(st.stopped_at_eos);
+	assert_int_equal(got[0], k);
+	assert_int_equal(st.generated_tokens, k);
+	assert_true(st.first_token_ns > 0 && st.prompt_ns > 0);
+	strata_forward_destroy(f);
+	/* A context of 14 positions: the 12-token prompt, then 3 tokens
+	 * (the last sampled from position 13's logits), then it stops. */
+	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 14, 16, &f,
+					       &err),
+			 STRATA_OK);
+	got[0] = 0;
+	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32, -1,
+					 collect, got, &st, &err),
+			 STRATA_OK);
+	assert_false(st.stopped_at_eos);
+	assert_int_equal(got[0], 3);
+	assert_memory_equal(got + 1, r.greedy, 3 * sizeof(int32_t));
+	strata_forward_destroy(f);
+	strata_sampler_destroy(s);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+	ref_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_reference_logits_and_greedy),
 		cmocka_unit_test(test_reference_chunked_prefill),
+		cmocka_unit_test(test_generation_stops_at_eos_n_and_context),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
