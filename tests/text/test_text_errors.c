@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "text/internal.h"
 #include "text/text_testutil.h"
 
 /* ------------------------------------------------------------------------ */
@@ -647,6 +648,63 @@ static void test_config_names_specials(void **state)
 	free(json);
 }
 
+/* HF's five split behaviours (SplitDelimiterBehavior), on "a b  c" split
+ * by the literal " ": the folds of tokenizers' normalizer.rs, by hand. */
+static void test_split_behaviors_fold_as_hf(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *behavior;
+		bool invert;
+		const char *want; /* pieces joined by '|' */
+	} rows[] = {
+		{"Isolated", false, "a| |b| | |c"},
+		{"Removed", false, "a|b|c"},
+		{"MergedWithPrevious", false, "a |b | |c"},
+		{"MergedWithNext", false, "a| b| | c"},
+		{"Contiguous", false, "a| |b|  |c"},
+		{"Removed", true, " | | "},
+		{"MergedWithPrevious", true, "a| b| | c"},
+	};
+	for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+		json_t *j = tiny("spm");
+		char pre[256];
+		snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": "
+			 "{\"String\": \" \"}, \"behavior\": \"%s\", "
+			 "\"invert\": %s}", rows[r].behavior,
+			 rows[r].invert ? "true" : "false");
+		json_object_set_new(j, "pre_tokenizer", obj(pre));
+		json_object_set_new(j, "normalizer", json_null());
+		char *s = json_dumps(j, 0);
+		strata_tokenizer *t;
+		strata_error err;
+		assert_int_equal(strata_tokenizer_from_json(s, strlen(s), "split",
+							    &t, &err), STRATA_OK);
+		text_list io = {0}, tmp = {0};
+		assert_int_equal(strata__text_list_push(&io, "a b  c", 6, -1, true,
+							&err), STRATA_OK);
+		assert_int_equal(strata__text_pretokenize(t, &io, &tmp, &err),
+				 STRATA_OK);
+		char got[64] = "";
+		for (size_t i = 0; i < io.count; i++) {
+			if (i)
+				strcat(got, "|");
+			strncat(got, io.arena.data + io.items[i].off,
+				io.items[i].len);
+		}
+		if (strcmp(got, rows[r].want))
+			fprintf(stderr, "%s invert=%d: got '%s' want '%s'\n",
+				rows[r].behavior, rows[r].invert, got,
+				rows[r].want);
+		assert_string_equal(got, rows[r].want);
+		strata__text_list_fini(&io);
+		strata__text_list_fini(&tmp);
+		strata_tokenizer_destroy(t);
+		free(s);
+		json_decref(j);
+	}
+}
+
 /* Fuzz finds (fuzz_tokenizer_json, fuzz_tokenizer_encode, 2026-11-29):
  * a word whose characters all have no token and no unk yields no ids;
  * caching it applied an offset to a null pointer (UBSan). Both inputs
@@ -718,6 +776,7 @@ int main(void)
 		cmocka_unit_test(test_specials_follow_the_tokenizer),
 		cmocka_unit_test(test_config_names_specials),
 		cmocka_unit_test(test_fuzz_regressions_word_without_ids),
+		cmocka_unit_test(test_split_behaviors_fold_as_hf),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
