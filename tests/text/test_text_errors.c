@@ -4,6 +4,7 @@
  * small API promises (layer: text). */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -648,6 +649,73 @@ static void test_config_names_specials(void **state)
 	free(json);
 }
 
+/* One tokenizer shared by several threads: encode and decode only read it
+ * (text.h promises thread safety), so every thread gets the same ids. */
+typedef struct thread_job {
+	const strata_tokenizer *t;
+	const char *text;
+	int32_t *ids;
+	size_t n;
+	int ok;
+} thread_job;
+
+static void *encode_many(void *arg)
+{
+	thread_job *j = arg;
+	strata_error err;
+	j->ok = 1;
+	for (int r = 0; r < 20 && j->ok; r++) {
+		int32_t *ids;
+		size_t n;
+		char *back;
+		if (strata_tokenizer_encode(j->t, j->text, strlen(j->text), true,
+					    &ids, &n, &err) ||
+		    strata_tokenizer_decode(j->t, ids, n, true, &back, NULL,
+					    &err)) {
+			j->ok = 0;
+			break;
+		}
+		j->ok = strcmp(back, j->text) == 0 &&
+			(!j->ids || (n == j->n && !memcmp(ids, j->ids,
+							  n * sizeof *ids)));
+		strata_free(back);
+		if (!j->ids) {
+			j->ids = ids;
+			j->n = n;
+		} else {
+			strata_free(ids);
+		}
+	}
+	return NULL;
+}
+
+static void test_encode_is_thread_safe(void **state)
+{
+	(void)state;
+	strata_tokenizer *t = tt_load("tests/data/tokenizers/hf-gpt2");
+	assert_non_null(t);
+	static const char text[] = "Threads share one tokenizer: 12345, "
+		"\xe4\xbd\xa0\xe5\xa5\xbd, caf\xc3\xa9 \xf0\x9f\x98\x80 "
+		"and the regex JIT.  ";
+	pthread_t th[4];
+	thread_job jobs[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (thread_job){t, text, NULL, 0, 0};
+		assert_int_equal(pthread_create(&th[i], NULL, encode_many,
+						&jobs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_true(jobs[i].ok);
+		assert_int_equal(jobs[i].n, jobs[0].n);
+		assert_memory_equal(jobs[i].ids, jobs[0].ids,
+				    jobs[0].n * sizeof(int32_t));
+	}
+	for (int i = 0; i < 4; i++)
+		strata_free(jobs[i].ids);
+	strata_tokenizer_destroy(t);
+}
+
 /* HF's five split behaviours (SplitDelimiterBehavior), on "a b  c" split
  * by the literal " ": the folds of tokenizers' normalizer.rs, by hand. */
 static void test_split_behaviors_fold_as_hf(void **state)
@@ -777,6 +845,7 @@ int main(void)
 		cmocka_unit_test(test_config_names_specials),
 		cmocka_unit_test(test_fuzz_regressions_word_without_ids),
 		cmocka_unit_test(test_split_behaviors_fold_as_hf),
+		cmocka_unit_test(test_encode_is_thread_safe),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
