@@ -80,7 +80,7 @@ static json_t *tiny(const char *which)
 
 static json_t *obj(const char *text)
 {
-	json_t *j = json_loads(text, 0, NULL);
+	json_t *j = json_loads(text, JSON_DECODE_ANY, NULL);
 	assert_non_null(j);
 	return j;
 }
@@ -649,6 +649,59 @@ static void test_config_names_specials(void **state)
 	free(json);
 }
 
+/* Post-processors other than TemplateProcessing: Roberta/Bert put cls
+ * first and sep last; ByteLevel adds nothing; Sequence chains them. */
+static void test_post_processors_add_their_ids(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *post;
+		int32_t first, last; /* -1: no special there */
+	} rows[] = {
+		{"{\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", 2], "
+		 "\"cls\": [\"<s>\", 1], \"trim_offsets\": true}", 1, 2},
+		{"{\"type\": \"BertProcessing\", \"sep\": [\"</s>\", 2], "
+		 "\"cls\": [\"<unk>\", 0]}", 0, 2},
+		{"{\"type\": \"Sequence\", \"processors\": [{\"type\": "
+		 "\"ByteLevel\"}, {\"type\": \"TemplateProcessing\", \"single\":"
+		 " [{\"Sequence\": {\"id\": \"A\"}}, {\"SpecialToken\": {\"id\":"
+		 " \"</s>\"}}], \"special_tokens\": {\"</s>\": {\"ids\": [2]}}}]}",
+		 -1, 2},
+		{"null", -1, -1},
+	};
+	for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+		json_t *j = tiny("spm");
+		json_object_set_new(j, "post_processor", obj(rows[r].post));
+		char *s = json_dumps(j, JSON_ENCODE_ANY);
+		strata_tokenizer *t;
+		strata_error err;
+		assert_int_equal(strata_tokenizer_from_json(s, strlen(s), "post",
+							    &t, &err), STRATA_OK);
+		int32_t *ids, *plain;
+		size_t n, pn;
+		assert_int_equal(strata_tokenizer_encode(t, "the", 3, true, &ids,
+							 &n, &err), STRATA_OK);
+		assert_int_equal(strata_tokenizer_encode(t, "the", 3, false,
+							 &plain, &pn, &err),
+				 STRATA_OK);
+		size_t extra = (rows[r].first >= 0) + (rows[r].last >= 0);
+		assert_int_equal(n, pn + extra);
+		if (rows[r].first >= 0)
+			assert_int_equal(ids[0], rows[r].first);
+		if (rows[r].last >= 0)
+			assert_int_equal(ids[n - 1], rows[r].last);
+		strata_tokenizer_specials sp;
+		strata_tokenizer_get_specials(t, &sp);
+		assert_int_equal(sp.add_bos, rows[r].first >= 0);
+		assert_int_equal(sp.add_eos, rows[r].last >= 0);
+		strata_free(ids);
+		strata_free(plain);
+		strata_tokenizer_destroy(t);
+		free(s);
+		json_decref(j);
+	}
+}
+
 /* One tokenizer shared by several threads: encode and decode only read it
  * (text.h promises thread safety), so every thread gets the same ids. */
 typedef struct thread_job {
@@ -846,6 +899,7 @@ int main(void)
 		cmocka_unit_test(test_fuzz_regressions_word_without_ids),
 		cmocka_unit_test(test_split_behaviors_fold_as_hf),
 		cmocka_unit_test(test_encode_is_thread_safe),
+		cmocka_unit_test(test_post_processors_add_their_ids),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
