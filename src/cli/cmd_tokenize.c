@@ -1,4 +1,5 @@
-/* cmd_tokenize.c - `strata tokenize MODEL -p TEXT [--ids] [--no-special]`:
+/* cmd_tokenize.c - `strata tokenize MODEL -p TEXT [--ids] [--no-special]`
+ * (or -f FILE for long or binary text):
  * the token ids of a text, from a model's tokenizer.json or GGUF
  * vocabulary (layer: cli). */
 #include <stdio.h>
@@ -10,12 +11,14 @@
 static void help(FILE *f)
 {
 	fprintf(f,
-		"usage: strata tokenize MODEL -p TEXT [--ids] [--no-special]\n"
+		"usage: strata tokenize MODEL (-p TEXT | -f FILE) [--ids] "
+		"[--no-special]\n"
 		"\n"
 		"Tokenizes TEXT with MODEL's tokenizer: a directory holding\n"
 		"tokenizer.json, or a .gguf file (vocabulary-only ones too).\n"
 		"\n"
 		"  -p, --prompt TEXT  the text to tokenize (any bytes)\n"
+		"  -f, --file FILE    tokenize the whole content of FILE\n"
 		"  --ids              print one line of space-separated ids\n"
 		"  --no-special       add no special tokens (the default adds\n"
 		"                     BOS/EOS where the tokenizer says to)\n"
@@ -52,7 +55,7 @@ static void print_piece(const char *p, size_t n)
 
 int strata_cmd_tokenize(int argc, char **argv)
 {
-	const char *model = NULL, *text = NULL;
+	const char *model = NULL, *text = NULL, *file = NULL;
 	bool ids_only = false, special = true;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -64,6 +67,11 @@ int strata_cmd_tokenize(int argc, char **argv)
 				return strata_cli_usage("tokenize",
 							"%s needs a text", a);
 			text = argv[++i];
+		} else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+			if (i + 1 >= argc)
+				return strata_cli_usage("tokenize",
+							"%s needs a file", a);
+			file = argv[++i];
 		} else if (!strcmp(a, "--ids")) {
 			ids_only = true;
 		} else if (!strcmp(a, "--no-special")) {
@@ -80,18 +88,24 @@ int strata_cmd_tokenize(int argc, char **argv)
 	}
 	if (!model)
 		return strata_cli_usage("tokenize", "no MODEL given");
-	if (!text)
-		return strata_cli_usage("tokenize", "no text given (-p TEXT)");
+	if (!text == !file)
+		return strata_cli_usage("tokenize", "give the text with exactly "
+					"one of -p TEXT and -f FILE");
 	strata_error err;
 	strata_tokenizer *t = NULL;
 	int32_t *ids = NULL;
-	size_t n = 0;
-	if (strata_tokenizer_load(model, &t, &err) ||
-	    strata_tokenizer_encode(t, text, strlen(text), special, &ids, &n,
-				    &err)) {
+	size_t n = 0, len = text ? strlen(text) : 0;
+	char *content = NULL;
+	if ((file && strata_file_read_all(file, (uint64_t)1 << 32, &content,
+					  &len, &err)) ||
+	    strata_tokenizer_load(model, &t, &err) ||
+	    strata_tokenizer_encode(t, file ? content : text, len, special,
+				    &ids, &n, &err)) {
+		strata_free(content);
 		strata_tokenizer_destroy(t);
 		return strata_cli_fail(&err);
 	}
+	strata_free(content);
 	for (size_t i = 0; i < n; i++) {
 		if (ids_only) {
 			printf(i ? " %d" : "%d", ids[i]);

@@ -80,6 +80,38 @@ static void test_cli_tokenize_empty_text(void **state)
 	cli_result_free(&r);
 }
 
+/* -f FILE: the whole file, NUL bytes and invalid UTF-8 included, gives
+ * the same ids as the library on the same bytes. */
+static void test_cli_tokenize_file(void **state)
+{
+	(void)state;
+	char dir[4096], path[4200];
+	cli_tmpdir(dir, sizeof dir, "tokenize_file");
+	snprintf(path, sizeof path, "%s/in.txt", dir);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	fwrite("Hello\0world \xff!", 1, 14, f);
+	fclose(f);
+	const char *argv[] = {"tokenize", data("tokenizers/hf-gpt2"), "-f", path,
+			      "--ids", NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 0);
+	/* "Hello" "\0" "world" " \uFFFD" "!" as GPT-2 ids: the invalid byte
+	 * is U+FFFD, as the library (and HF on the replaced text) does. */
+	assert_string_equal(r.out, "15496 188 6894 20543 0\n");
+	cli_result_free(&r);
+	const char *both[] = {"tokenize", data("tokenizers/hf-gpt2"), "-f", path,
+			      "-p", "x", NULL};
+	r = run(both);
+	assert_int_equal(r.exit_code, 2);
+	cli_result_free(&r);
+	const char *missing[] = {"tokenize", data("tokenizers/hf-gpt2"), "-f",
+				 "/nonexistent/file", NULL};
+	r = run(missing);
+	assert_int_equal(r.exit_code, 1);
+	cli_result_free(&r);
+}
+
 static void test_cli_tokenize_errors(void **state)
 {
 	(void)state;
@@ -118,6 +150,7 @@ int main(void)
 		cmocka_unit_test(test_cli_tokenize_ids_match_llama_cpp_out),
 		cmocka_unit_test(test_cli_tokenize_lists_id_and_piece),
 		cmocka_unit_test(test_cli_tokenize_empty_text),
+		cmocka_unit_test(test_cli_tokenize_file),
 		cmocka_unit_test(test_cli_tokenize_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
