@@ -344,8 +344,18 @@ strata_status strata_session_open(const strata_session_options *o,
 				  strata_session **out, strata_error *err);
 void strata_session_close(strata_session *s); /* NULL is fine */
 
+/* Ends the run's background work (reads and copies already started) so the
+ * telemetry figures are final; call once after the last forward pass and
+ * before the summary or the document. E_RES_READER if a read had failed. */
+strata_status strata_session_finish(strata_session *s, strata_error *err);
+
+/* The end-of-run residency summary for people (bytes per direction with
+ * GB/s, peaks against budgets, stalls), written to f. */
+void strata_session_print_summary(strata_session *s, FILE *f);
+
 /* Writes the telemetry document (DESIGN.md) for this session to path,
- * atomically: `run_ns` of forward passes over `tokens` positions. */
+ * atomically: `run_ns` of forward passes over `tokens` positions. Call
+ * strata_session_finish first. */
 strata_status strata_session_write_telemetry(strata_session *s,
 					     const char *path, uint64_t run_ns,
 					     uint64_t tokens,

@@ -164,6 +164,10 @@ static strata_status compute_and_write(strata_session *s, const int32_t *ids,
 #endif
 	if (st == STRATA_OK)
 		st = strata_file_write_atomic(a->out, logits, bytes, err);
+	if (st == STRATA_OK)
+		st = strata_session_finish(s, err);
+	if (st == STRATA_OK)
+		strata_session_print_summary(s, stderr);
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_session_write_telemetry(s, a->telemetry, run_ns, n,
 						    err);

@@ -153,6 +153,11 @@ static int parse_args(int argc, char **argv, run_args *a,
 typedef struct stream {
 	strata_detokenizer *detok;
 	bool wrote;
+	/* Tokens generated so far, drawn on stderr only when stdout is not
+	 * the same terminal (the text would tear the bar apart). */
+	bool show_progress;
+	uint64_t generated;
+	strata_progress progress;
 } stream;
 
 static strata_status emit(void *user, int32_t token, strata_error *err)
@@ -169,6 +174,8 @@ static strata_status emit(void *user, int32_t token, strata_error *err)
 				   "cannot write the generated text");
 	s->wrote |= len > 0;
 	fflush(stdout);
+	if (s->show_progress)
+		strata_progress_update(&s->progress, ++s->generated);
 	return STRATA_OK;
 }
 
@@ -231,6 +238,8 @@ static strata_status generate(const run_args *a, strata_session *s,
 						 err);
 	if (st == STRATA_OK)
 		st = strata_detokenizer_create(tok, true, &out.detok, err);
+	out.show_progress = !isatty(STDOUT_FILENO);
+	strata_progress_init(&out.progress, stderr, "generating", a->n);
 	if (st == STRATA_OK)
 		st = strata_generate(s->forward, smp, ids, (uint32_t)n,
 				     (uint32_t)a->n, eos, emit, &out, &g, err);
@@ -241,9 +250,16 @@ static strata_status generate(const run_args *a, strata_session *s,
 		if (st == STRATA_OK && len)
 			fwrite(text, 1, len, stdout);
 		fflush(stdout);
+		if (out.show_progress)
+			strata_progress_finish(&out.progress);
 		if (isatty(STDOUT_FILENO))
 			fputc('\n', stderr);
+	}
+	if (st == STRATA_OK)
+		st = strata_session_finish(s, err);
+	if (st == STRATA_OK) {
 		print_stats(&g);
+		strata_session_print_summary(s, stderr);
 	}
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_session_write_telemetry(

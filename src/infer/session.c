@@ -154,6 +154,20 @@ void strata_session_close(strata_session *s)
 	strata_free(s);
 }
 
+strata_status strata_session_finish(strata_session *s, strata_error *err)
+{
+	return strata_residency_quiesce(strata_infer_window_engine(s->window),
+					err);
+}
+
+void strata_session_print_summary(strata_session *s, FILE *f)
+{
+	strata_residency *e = strata_infer_window_engine(s->window);
+	strata_telemetry_snapshot snap;
+	strata_telemetry_get(strata_residency_telemetry(e), &snap);
+	strata_telemetry_print_summary(f, &snap);
+}
+
 strata_status strata_session_write_telemetry(strata_session *s,
 					     const char *path, uint64_t run_ns,
 					     uint64_t tokens, strata_error *err)

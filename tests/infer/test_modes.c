@@ -247,11 +247,7 @@ static void decode_without_allocating(const strata_infer_window_options *o)
 		st = strata_forward_run(f, tokens + i, 1, i, NULL, last, &err);
 	uint64_t refused = strata_alloc_injected_failures();
 	strata_alloc_fail_after(-1);
-	if (o && (st != STRATA_OK || refused))
-		print_message("note: the residency path allocated while "
-			      "decoding (%s)\n",
-			      err.message);
-	else if (st != STRATA_OK || refused)
+	if (st != STRATA_OK || refused)
 		fail_msg("decode allocated (%s, %llu refused)", err.message,
 			 (unsigned long long)refused);
 	strata_forward_destroy(f);

@@ -60,6 +60,9 @@ struct cpu_ctx {
 	region *regions;
 	size_t region_count, region_cap;
 	strata_stream *streams;
+	/* Finished jobs kept for reuse, so a steady run of copies and event
+	 * marks (one per layer per token) allocates nothing. */
+	struct job *spare_jobs;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -115,7 +118,8 @@ static void *stream_main(void *arg)
 		}
 		s->completed++;
 		pthread_cond_broadcast(&c->changed);
-		strata_free(j);
+		j->next = c->spare_jobs;
+		c->spare_jobs = j;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -134,6 +138,20 @@ static void enqueue(strata_stream *s, job *j)
 	pthread_cond_signal(&s->work);
 }
 
+/* A zeroed job: a spare one when there is one, else a new allocation. */
+static job *job_get(cpu_ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	job *j = c->spare_jobs;
+	if (j)
+		c->spare_jobs = j->next;
+	pthread_mutex_unlock(&c->lock);
+	if (!j)
+		return strata_calloc(1, sizeof *j);
+	memset(j, 0, sizeof *j);
+	return j;
+}
+
 static strata_status no_job(strata_error *err, const char *what)
 {
 	return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
@@ -145,6 +163,11 @@ static strata_status no_job(strata_error *err, const char *what)
 static void cpu_destroy(void *ctx)
 {
 	cpu_ctx *c = ctx;
+	while (c->spare_jobs) {
+		job *j = c->spare_jobs;
+		c->spare_jobs = j->next;
+		strata_free(j);
+	}
 	for (size_t i = 0; i < c->region_count; i++)
 		strata_backend_cpu_sys.region_free(c->regions[i].ptr);
 	strata_free(c->regions);
@@ -322,7 +345,7 @@ static strata_status cpu_copy_h2d_async(void *ctx, strata_stream *s,
 		return strata_fail(err, STRATA_E_OVERFLOW, "copy in smaller pieces",
 				   "a copy of %" PRIu64 " bytes does not fit size_t",
 				   bytes);
-	job *j = strata_calloc(1, sizeof *j);
+	job *j = job_get(c);
 	if (!j)
 		return no_job(err, "a copy");
 	j->kind = JOB_COPY;
@@ -364,7 +387,7 @@ static strata_status cpu_event_record(void *ctx, strata_event *e,
 				      strata_stream *s, strata_error *err)
 {
 	cpu_ctx *c = ctx;
-	job *j = strata_calloc(1, sizeof *j);
+	job *j = job_get(c);
 	if (!j)
 		return no_job(err, "an event");
 	pthread_mutex_lock(&c->lock);
