@@ -49,8 +49,12 @@ strata_status strata_tokenizer_from_json(const char *json, size_t len,
 					 strata_error *err);
 
 /* Builds a tokenizer from a GGUF file's tokenizer.ggml.* metadata
- * (tokenizer.ggml.model "llama" or "gpt2"). The GGUF is only read during
- * the call. Ownership and errors as for strata_tokenizer_from_json. */
+ * (tokenizer.ggml.model "llama" or "gpt2"; others, such as "bert" WPM or
+ * "t5" UGM, are E_TEXT_UNSUPPORTED). Control and user-defined tokens are
+ * recognised in text, as llama.cpp does with parse_special; "gpt2" takes
+ * its split regexes from tokenizer.ggml.pre (an unknown name is
+ * E_TEXT_UNSUPPORTED). The GGUF is only read during the call. Ownership
+ * and errors as for strata_tokenizer_from_json. */
 strata_status strata_tokenizer_from_gguf(const struct strata_gguf *g,
 					 const char *what,
 					 strata_tokenizer **out,
