@@ -56,7 +56,8 @@
 	X(G_TENSOR_PAST_EOF, E_CKPT_RANGE, "cannot fit in a")                  \
 	X(G_TENSORS_OVERLAP, E_CKPT_RANGE, "tensors 'a' and 'b' overlap")      \
 	X(G_DATA_TRUNCATED, E_CKPT_RANGE, "tensor 'b' ends past the end of the file") \
-	X(G_TRUNC_TENSOR_INFO, E_CKPT_TRUNCATED, "info of tensor 'b'")
+	X(G_TRUNC_TENSOR_INFO, E_CKPT_TRUNCATED, "info of tensor 'b'")        \
+	X(G_TRUNC_ARRAY, E_CKPT_LIMIT, "'x.extra' claims 2 u8 elements but only 1 bytes are left")
 
 #define ST_FAULTS(X)                                                           \
 	X(S_SHORT_FILE, E_CKPT_TRUNCATED, "too short for a safetensors header length") \
@@ -82,7 +83,8 @@
 	X(S_EMPTY_NAME, E_CKPT_NAME, "tensor name '' is empty")                \
 	X(S_OFFSETS_NOT_PAIR, E_CKPT_HEADER, "data_offsets is not [begin, end]") \
 	X(S_SUBBYTE_NOT_WHOLE, E_CKPT_SHAPE, "3 elements of F4 are not a whole number of 2-element blocks") \
-	X(S_HEADER_NOT_UTF8_JSON_NUL, E_CKPT_HEADER, "not valid JSON")
+	X(S_HEADER_NOT_UTF8_JSON_NUL, E_CKPT_HEADER, "not valid JSON")        \
+	X(S_DATA_TRUNCATED, E_CKPT_RANGE, "[16, 32) is not inside the 20-byte data section")
 
 typedef enum fault {
 #define ENUM(name, code, text) name,
@@ -107,7 +109,7 @@ static const expect expected[] = {
 /* ------------------------------------------------------------------------ */
 
 typedef struct marks {
-	size_t version, counts, key0, value1, name0, info1_end;
+	size_t version, counts, key0, value1, name0, info1_end, array_elems;
 } marks;
 
 static void tensor_info(bytes *b, fault f, const char *name, uint32_t nd,
@@ -180,6 +182,7 @@ static void gguf_kvs(bytes *b, fault f, marks *m)
 		b_u32(b, STRATA_GGUF_ARRAY);
 		b_u64(b, 1);
 		b_u32(b, STRATA_GGUF_U8);
+		m->array_elems = b->len + 8;
 		b_u64(b, 2);
 		b_u8(b, 1);
 		b_u8(b, 2);
@@ -231,6 +234,7 @@ static void build_gguf(fault f, bytes *b)
 		   : f == G_TRUNC_COUNTS ? m.counts : f == G_TRUNC_KEY_LEN ? m.key0 + 3
 		   : f == G_TRUNC_VALUE ? m.value1 : f == G_TRUNC_TENSOR_NAME ? m.name0
 		   : f == G_TRUNC_TENSOR_INFO ? m.info1_end
+		   : f == G_TRUNC_ARRAY ? m.array_elems + 1
 		   : f == G_DATA_TRUNCATED ? b->len - 10 : b->len;
 	b->len = cut;
 }
@@ -278,6 +282,7 @@ static void build_st(fault f, bytes *b)
 	case S_OFFSETS_NOT_PAIR: h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0]}," B_OK "}"; break;
 	case S_SUBBYTE_NOT_WHOLE: h = "{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}," B_OK "}"; break;
 	case S_HEADER_NOT_UTF8_JSON_NUL: st_file(b, "{\"a\0\":1}", 9, 0); return;
+	case S_DATA_TRUNCATED: h = "{" A_OK "," B_OK "}"; data = 20; break;
 	default: fail_msg("no builder for fault %d", (int)f);
 	}
 	st_file(b, h, strlen(h), data);
