@@ -244,6 +244,11 @@ struct strata_tokenizer {
 	text_model_kind model;
 	bool byte_level; /* model works on bytes (GPT-2 mapping) */
 	bool byte_fallback, fuse_unk, ignore_merges;
+	/* No model piece has "▁" right after another character (only at its
+	 * start or inside a run of "▁"), and "▁" is a piece: then no merge
+	 * can join a character to a following "▁", so a long word may be cut
+	 * before each such "▁" without changing any id (finish_vocab). */
+	bool meta_chunks;
 	int32_t unk_model; /* the model's unk id, -1 none */
 	int32_t byte_ids[256]; /* <0xNN> ids, -1 absent */
 

@@ -154,6 +154,28 @@ static strata_status bytelevel_unmap(const char *p, size_t n, char **out,
 	return STRATA_OK;
 }
 
+#define META "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* Whether s[i] starts a "▁" that follows a character other than "▁". */
+static bool meta_cut_at(const char *s, size_t n, size_t i)
+{
+	return i >= 1 && i + 3 <= n && !memcmp(s + i, META, 3) &&
+	       !(i >= 3 && !memcmp(s + i - 3, META, 3));
+}
+
+static bool meta_chunks_safe(const strata_tokenizer *t)
+{
+	if (strata__text_smap_get(&t->model_map, META, 3) < 0)
+		return false; /* a lone "▁" could be unk and fuse across */
+	for (uint32_t i = 0; i < t->n_ids; i++) {
+		const char *p = t->model_bytes[i];
+		for (size_t k = 1; p && k + 3 <= t->model_len[i]; k++)
+			if (meta_cut_at(p, t->model_len[i], k))
+				return false;
+	}
+	return true;
+}
+
 strata_status strata__tokenizer_finish_vocab(strata_tokenizer *t,
 					     strata_error *err)
 {
@@ -183,6 +205,7 @@ strata_status strata__tokenizer_finish_vocab(strata_tokenizer *t,
 						   t->model_len[i], (int32_t)i,
 						   NULL, err);
 	}
+	t->meta_chunks = !st && !t->byte_level && meta_chunks_safe(t);
 	for (int b = 0; !st && b < 256; b++) {
 		char name[8];
 		snprintf(name, sizeof name, "<0x%02X>", b);
@@ -507,6 +530,28 @@ static strata_status enc_word(const strata_tokenizer *t, enc *e,
 	return STRATA_OK;
 }
 
+/* A piece to the model: SentencePiece-style text without a pre-tokenizer
+ * arrives as one long word; where the vocabulary allows (meta_chunks) it
+ * is cut before each word's "▁", which gives the same ids (no merge spans
+ * a cut) and lets the word cache work. ignore_merges looks at the whole
+ * word, so it keeps the word whole. */
+static strata_status enc_piece(const strata_tokenizer *t, enc *e,
+			       const char *w, size_t n, strata_error *err)
+{
+	if (!t->meta_chunks || t->ignore_merges || n <= WORD_CACHE_MAX_BYTES)
+		return enc_word(t, e, w, n, err);
+	size_t from = 0;
+	for (size_t i = 1; i <= n; i++) {
+		if (i < n && !meta_cut_at(w, n, i))
+			continue;
+		strata_status st = enc_word(t, e, w + from, i - from, err);
+		if (st)
+			return st;
+		from = i;
+	}
+	return STRATA_OK;
+}
+
 /* raw text -> added split -> normalize -> added split (normalized) into
  * e->b, then pre-tokenize. */
 static strata_status enc_pieces(const strata_tokenizer *t, enc *e,
@@ -551,8 +596,8 @@ strata_status strata_tokenizer_encode(const strata_tokenizer *t,
 	for (size_t i = 0; !st && i < e.b.count; i++) {
 		text_piece p = e.b.items[i];
 		st = p.id >= 0 ? strata__text_push_id(&e.s, p.id, err)
-			       : enc_word(t, &e, e.b.arena.data + p.off, p.len,
-					  err);
+			       : enc_piece(t, &e, e.b.arena.data + p.off, p.len,
+					   err);
 	}
 	for (size_t i = 0; !st && add_special && i < t->n_suffix; i++)
 		st = strata__text_push_id(&e.s, t->suffix_ids[i], err);

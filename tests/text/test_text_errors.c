@@ -702,6 +702,56 @@ static void test_post_processors_add_their_ids(void **state)
 	}
 }
 
+/* Cutting SentencePiece-style text before each word's "▁" (meta_chunks)
+ * must give exactly the ids of the uncut word, for HF BPE and for GGUF
+ * score-merging alike, on text mixing scripts, runs of spaces, newlines,
+ * digits and bytes without tokens. */
+static void test_meta_chunks_change_no_id(void **state)
+{
+	(void)state;
+	static const char *parts[] = {
+		"In the beginning God created the heaven and the earth. ",
+		"   three spaces,\n\nnew lines\t and tabs ",
+		"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c ",
+		"\xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd emoji ",
+		"caf\xc3\xa9 na\xc3\xafve 12345 3.14 ", "x\xe2\x96\x81\xe2\x96\x81y ",
+	};
+	char text[8192];
+	size_t len = 0;
+	for (int r = 0; r < 20; r++)
+		for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+			size_t k = strlen(parts[(i + (size_t)r) % 6]);
+			memcpy(text + len, parts[(i + (size_t)r) % 6], k);
+			len += k;
+		}
+	const char *models[] = {"tests/data/tokenizers/hf-llama2-spm-bpe",
+				"tests/data/tokenizers/generated/spm-bpe.tokenizer.json",
+				"tests/data/vocab/ggml-vocab-llama-spm.gguf"};
+	for (int m = 0; m < 3; m++) {
+		strata_tokenizer *t = tt_load(models[m]);
+		assert_non_null(t);
+		assert_true(t->meta_chunks);
+		int32_t *cut, *whole;
+		size_t nc, nw;
+		strata_error err;
+		assert_int_equal(strata_tokenizer_encode(t, text, len, true, &cut,
+							 &nc, &err), STRATA_OK);
+		t->meta_chunks = false;
+		assert_int_equal(strata_tokenizer_encode(t, text, len, true,
+							 &whole, &nw, &err),
+				 STRATA_OK);
+		assert_int_equal(nc, nw);
+		assert_memory_equal(cut, whole, nc * sizeof *cut);
+		strata_free(cut);
+		strata_free(whole);
+		strata_tokenizer_destroy(t);
+	}
+	/* Byte-level vocabularies never cut. */
+	strata_tokenizer *t = tt_load("tests/data/tokenizers/hf-gpt2");
+	assert_false(t->meta_chunks);
+	strata_tokenizer_destroy(t);
+}
+
 /* One tokenizer shared by several threads: encode and decode only read it
  * (text.h promises thread safety), so every thread gets the same ids. */
 typedef struct thread_job {
@@ -900,6 +950,7 @@ int main(void)
 		cmocka_unit_test(test_split_behaviors_fold_as_hf),
 		cmocka_unit_test(test_encode_is_thread_safe),
 		cmocka_unit_test(test_post_processors_add_their_ids),
+		cmocka_unit_test(test_meta_chunks_change_no_id),
 		cmocka_unit_test(test_load_reports_missing_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
