@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "strata/base.h"
@@ -207,8 +208,13 @@ void strata_json_double(strata_json *j, double v)
 		puts_(j, "null");
 		return;
 	}
-	/* %.17g round-trips every double; integers keep a ".0"-free form. */
-	snprintf(b, sizeof b, "%.17g", v);
+	/* The shortest of %.15g .. %.17g that reads back as the same double:
+	 * 0.062 rather than 0.061999999999999999, and still exact. */
+	for (int digits = 15; digits <= 17; digits++) {
+		snprintf(b, sizeof b, "%.*g", digits, v);
+		if (strtod(b, NULL) == v)
+			break;
+	}
 	puts_(j, b);
 }
 
