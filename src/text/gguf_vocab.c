@@ -31,9 +31,14 @@ static const struct pre_entry {
 } pre_table[] = {
 	{"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+",
 		     "[0-9][0-9][0-9]"}, false},
-	{"gpt-2 mpt olmo jais trillion", {GPT2_RE}, false},
-	{"llama-bpe llama3 dbrx smaug-bpe", {LLAMA3_RE}, true},
-	{"qwen2 stablelm2 hunyuan", {QWEN2_RE}, false},
+	{"gpt-2 phi-2 mpt olmo jais trillion jina-es jina-de jina-v2-es "
+	 "jina-v2-de gigachat mellum", {GPT2_RE}, false},
+	/* llama.cpp sets ignore_merges (and adds BOS unless the file says
+	 * otherwise) for the Llama-3 family, not for dbrx / smaug. */
+	{"llama-bpe llama3 llama-v3 falcon3 falcon-h1 pixtral", {LLAMA3_RE},
+	 true},
+	{"dbrx smaug-bpe", {LLAMA3_RE}, false},
+	{"qwen2 deepseek-r1-qwen stablelm2 hunyuan", {QWEN2_RE}, false},
 	{"starcoder refact command-r smollm codeshell exaone minerva",
 	 {"\\p{N}", GPT2_RE}, false},
 	{"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]"},
@@ -161,6 +166,10 @@ static strata_status set_pre(gv *v)
 				return st;
 		}
 		v->t->ignore_merges = pre_table[i].ignore_merges;
+		/* The Llama-3 family adds BOS unless add_bos_token says no. */
+		if (pre_table[i].ignore_merges &&
+		    strata_gguf_find(v->g, "tokenizer.ggml.add_bos_token") < 0)
+			v->t->specials.add_bos = v->t->specials.bos >= 0;
 		return STRATA_OK;
 	}
 	char shown[64];
@@ -265,10 +274,11 @@ static strata_status load_merges(gv *v)
 		const char *s;
 		size_t len;
 		strata_gguf_array_string(v->g, kv, i, &s, &len);
-		const char *sp = s ? memchr(s, ' ', len) : NULL;
-		/* The first space splits: pieces never hold a raw space in a
-		 * byte-level vocabulary ("Ġ" stands for it). */
-		if (!sp || sp == s || sp == s + len - 1)
+		/* The first space after the first byte splits, as llama.cpp
+		 * reads merges (a piece may itself be a space). */
+		const char *sp = s && len > 1 ? memchr(s + 1, ' ', len - 1)
+					      : NULL;
+		if (!sp || sp == s + len - 1)
 			return bad(v, "tokenizer.ggml.merges",
 				   "an entry is not two pieces split by a space");
 		st = strata__tokenizer_add_merge(v->t, s, (size_t)(sp - s),

@@ -306,7 +306,8 @@ static void gkey(gbuf *b, const char *k, uint32_t type)
 	X(BPE_UNKNOWN_PRE, STRATA_E_TEXT_UNSUPPORTED, "'klingon'")             \
 	X(BPE_NO_MERGES, STRATA_E_TEXT_TOKENIZER, "merges: missing")           \
 	X(BPE_BAD_MERGE, STRATA_E_TEXT_TOKENIZER, "two pieces")                \
-	X(BPE_NONE, STRATA_OK, "")
+	X(BPE_NONE, STRATA_OK, "")                                             \
+	X(BPE_LLAMA3, STRATA_OK, "")
 
 typedef enum gguf_fault {
 #define GF_ENUM(name, code, words) GF_##name,
@@ -367,7 +368,9 @@ static void write_gguf(const char *path, gguf_fault f)
 	gu32(&kvs, f == GF_BOS_RANGE ? 70 : 1);
 	if (bpe) {
 		gkey(&kvs, "tokenizer.ggml.pre", 8);
-		gstr(&kvs, f == GF_BPE_UNKNOWN_PRE ? "klingon" : "gpt-2");
+		gstr(&kvs, f == GF_BPE_UNKNOWN_PRE ? "klingon"
+			   : f == GF_BPE_LLAMA3	   ? "llama-bpe"
+						   : "gpt-2");
 		if (f != GF_BPE_NO_MERGES) {
 			gkey(&kvs, "tokenizer.ggml.merges", 9);
 			gu32(&kvs, 8);
@@ -434,6 +437,11 @@ static void test_gguf_faults_give_named_errors(void **state)
 			assert_int_equal(ids[1], 1);
 		}
 		strata_free(ids);
+		/* llama.cpp: BOS by default for llama (SPM) and the Llama-3
+		 * family, not for other gpt2 vocabularies. */
+		strata_tokenizer_specials sp;
+		strata_tokenizer_get_specials(t, &sp);
+		assert_int_equal(sp.add_bos, f != GF_BPE_NONE);
 		strata_tokenizer_destroy(t);
 	}
 }
