@@ -40,7 +40,16 @@ struct strata_weight_store {
 	const char **touched_paths, **payload_paths;
 	size_t touched_count, payload_count;
 	char note[512];
+	/* Read buffers of coalesced groups kept for reuse (at most one per
+	 * concurrent reader), so steady streaming allocates nothing. */
+	struct bounce *spare_bounces;
 };
+
+typedef struct bounce {
+	struct bounce *next;
+	size_t cap;
+	unsigned char *data; /* DIRECT_ALIGN-aligned, cap bytes */
+} bounce;
 
 /* One run of tensors read with one call: order[first..first+count). */
 typedef struct group {
@@ -194,6 +203,49 @@ static strata_status read_direct(int fd, unsigned char *buf, uint64_t start,
 					  "'%s' ended early", path);
 }
 
+/* A read buffer of at least len bytes: a spare one that is large enough,
+ * else a new one (a spare too small is freed in its place, so the pool never
+ * holds more buffers than there were concurrent reads). NULL: out of
+ * memory. */
+static bounce *bounce_take(strata_weight_store *ws, size_t len)
+{
+	pthread_mutex_lock(&ws->mu);
+	bounce **pp = &ws->spare_bounces, *b = NULL, *small = NULL;
+	for (; *pp; pp = &(*pp)->next)
+		if ((*pp)->cap >= len)
+			break;
+	if (*pp) {
+		b = *pp;
+		*pp = b->next;
+	} else if (ws->spare_bounces) {
+		small = ws->spare_bounces;
+		ws->spare_bounces = small->next;
+	}
+	pthread_mutex_unlock(&ws->mu);
+	if (small) {
+		strata_free(small->data);
+		strata_free(small);
+	}
+	if (b)
+		return b;
+	b = strata_alloc(sizeof *b);
+	unsigned char *data = b ? strata_alloc_aligned(DIRECT_ALIGN, len) : NULL;
+	if (!data) {
+		strata_free(b);
+		return NULL;
+	}
+	*b = (bounce){.cap = len, .data = data};
+	return b;
+}
+
+static void bounce_give(strata_weight_store *ws, bounce *b)
+{
+	pthread_mutex_lock(&ws->mu);
+	b->next = ws->spare_bounces;
+	ws->spare_bounces = b;
+	pthread_mutex_unlock(&ws->mu);
+}
+
 static strata_status read_group(strata_weight_store *ws, const shard *sh,
 				const group *g,
 				const strata_tensor *const *tensors,
@@ -216,24 +268,23 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 		len = (skip + g->bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN *
 		      DIRECT_ALIGN;
 	}
-	unsigned char *bounce = sh->direct
-		? strata_alloc_aligned(DIRECT_ALIGN, (size_t)len)
-		: strata_alloc((size_t)len);
-	if (!bounce)
+	bounce *buf = bounce_take(ws, (size_t)len);
+	unsigned char *data = buf ? buf->data : NULL;
+	if (!data)
 		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 				   "out of memory for a %" PRIu64 "-byte read buffer",
 				   len);
 	*physical = len;
-	s = sh->direct ? read_direct(sh->fd, bounce, start, len,
+	s = sh->direct ? read_direct(sh->fd, data, start, len,
 				     skip + g->bytes, path, refused, err)
-		       : strata_pread_full(sh->fd, bounce, (size_t)len,
+		       : strata_pread_full(sh->fd, data, (size_t)len,
 					   (off_t)start, path, err);
 	for (size_t i = 0; i < g->count && !s; i++) {
 		const strata_tensor *t = tensors[order[g->first + i]];
-		memcpy(dst[order[g->first + i]], bounce + skip + (t->offset - g->offset),
+		memcpy(dst[order[g->first + i]], data + skip + (t->offset - g->offset),
 		       (size_t)t->bytes);
 	}
-	strata_free(bounce);
+	bounce_give(ws, buf);
 	return s;
 }
 
@@ -329,6 +380,12 @@ void strata_weight_store_destroy(strata_weight_store *ws)
 		strata_sys.close(ws->open[i].fd);
 	pthread_mutex_destroy(&ws->mu);
 	pthread_cond_destroy(&ws->idle);
+	while (ws->spare_bounces) {
+		bounce *b = ws->spare_bounces;
+		ws->spare_bounces = b->next;
+		strata_free(b->data);
+		strata_free(b);
+	}
 	strata_free(ws->open);
 	strata_free(ws->touched);
 	strata_free(ws->payload);
@@ -365,11 +422,21 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 					   "pass tensors of the store's own catalog and a buffer for each",
 					   "weight store read: entry %zu is not a tensor of this catalog or has no buffer",
 					   i);
-	place *pl = strata_calloc_or_error(n ? n : 1, sizeof *pl, "read order",
-					   err);
-	size_t *order = pl ? strata_calloc(n ? n : 1, sizeof *order) : NULL;
+	/* A unit's tensors (a dozen or so) are ordered on the stack, so a
+	 * streamed run's steady reads allocate nothing. */
+	enum { SMALL_READ = 64 };
+	place pl_small[SMALL_READ];
+	size_t order_small[SMALL_READ];
+	bool small = n <= SMALL_READ;
+	place *pl = small ? pl_small
+			  : strata_calloc_or_error(n, sizeof *pl, "read order",
+						   err);
+	size_t *order = !pl ? NULL
+		       : small ? order_small
+			       : strata_calloc(n, sizeof *order);
 	if (!order) {
-		strata_free(pl);
+		if (!small)
+			strata_free(pl);
 		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 				   "out of memory ordering %zu reads", n);
 	}
@@ -378,7 +445,8 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 	qsort(pl, n, sizeof *pl, by_place);
 	for (size_t i = 0; i < n; i++)
 		order[i] = pl[i].index;
-	strata_free(pl);
+	if (!small)
+		strata_free(pl);
 	strata_status s = STRATA_OK;
 	for (size_t i = 0; i < n && !s;) {
 		const strata_tensor *t = tensors[order[i]];
@@ -395,7 +463,8 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 			s = do_group(ws, &g, tensors, dst, order, err);
 		i += g.count;
 	}
-	strata_free(order);
+	if (!small)
+		strata_free(order);
 	return s;
 }
 

@@ -264,6 +264,8 @@ static void test_decode_allocates_nothing(void **state)
 	decode_without_allocating(NULL);
 	decode_without_allocating(&modes[0].o); /* resident */
 	decode_without_allocating(&modes[2].o); /* host:2 */
+	decode_without_allocating(&modes[3].o); /* disk, host 0 */
+	decode_without_allocating(&modes[4].o); /* disk, lookahead 2 */
 }
 
 int main(void)
