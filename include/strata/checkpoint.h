@@ -196,6 +196,13 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 				       const strata_tensor *const *tensors,
 				       void *const *dst, size_t n,
 				       strata_error *err);
+/* Keeps `count` read buffers of at least `bytes` ready for coalesced reads,
+ * so that up to `count` concurrent reads of groups up to `bytes` allocate
+ * nothing (a streaming reader calls this once before it starts). All or
+ * nothing: E_NOMEM leaves the store as it was. */
+strata_status strata_weight_store_reserve(strata_weight_store *ws,
+					  uint32_t count, uint64_t bytes,
+					  strata_error *err);
 void strata_weight_store_get_stats(const strata_weight_store *ws,
 				   strata_weight_store_stats *out);
 

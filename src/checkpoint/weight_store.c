@@ -409,6 +409,47 @@ static int by_place(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+strata_status strata_weight_store_reserve(strata_weight_store *ws,
+					  uint32_t count, uint64_t bytes,
+					  strata_error *err)
+{
+	if (bytes > SIZE_MAX - DIRECT_ALIGN)
+		return strata_fail(err, STRATA_E_OVERFLOW, "read smaller units",
+				   "cannot reserve %" PRIu64 "-byte read buffers",
+				   bytes);
+	/* Room for an O_DIRECT read's alignment on both ends. */
+	size_t cap = (size_t)bytes + 2 * DIRECT_ALIGN;
+	bounce *made = NULL;
+	for (uint32_t i = 0; i < count; i++) {
+		bounce *b = strata_alloc(sizeof *b);
+		unsigned char *data = b ? strata_alloc_aligned(DIRECT_ALIGN, cap)
+					: NULL;
+		if (!data) {
+			strata_free(b);
+			while (made) {
+				bounce *next = made->next;
+				strata_free(made->data);
+				strata_free(made);
+				made = next;
+			}
+			return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+					   "cannot reserve %u read buffers of %zu bytes",
+					   count, cap);
+		}
+		*b = (bounce){.next = made, .cap = cap, .data = data};
+		made = b;
+	}
+	pthread_mutex_lock(&ws->mu);
+	while (made) {
+		bounce *next = made->next;
+		made->next = ws->spare_bounces;
+		ws->spare_bounces = made;
+		made = next;
+	}
+	pthread_mutex_unlock(&ws->mu);
+	return STRATA_OK;
+}
+
 strata_status strata_weight_store_read(strata_weight_store *ws,
 				       const strata_tensor *const *tensors,
 				       void *const *dst, size_t n,

@@ -146,6 +146,22 @@ strata_status strata_infer_window_create(strata_backend *b,
 		.read_user = ws,
 		.convert = strata_residency_convert_f32,
 	};
+	if (ws && o->mode == STRATA_RESIDENCY_DISK) {
+		/* Disk mode reads a unit per call on each reader thread: with a
+		 * buffer per reader ready, streaming allocates nothing. */
+		uint64_t largest = 0;
+		for (uint32_t l = 0; l < t->layers; l++) {
+			uint64_t sum = 0;
+			for (int s = 0; s < STRATA_SLOT_COUNT; s++)
+				if (t->layer[l][s])
+					sum += t->layer[l][s]->bytes;
+			largest = sum > largest ? sum : largest;
+		}
+		uint32_t readers = o->reader_threads ? o->reader_threads : 1;
+		if ((st = strata_weight_store_reserve(ws, readers, largest,
+						      err)))
+			goto fail;
+	}
 	if ((st = strata_residency_create(b, &cfg, &w->engine, err)))
 		goto fail;
 	strata_infer_statics s = {0};

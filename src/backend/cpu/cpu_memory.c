@@ -138,6 +138,15 @@ static void enqueue(strata_stream *s, job *j)
 	pthread_cond_signal(&s->work);
 }
 
+static void free_jobs(job *list)
+{
+	while (list) {
+		job *next = list->next;
+		strata_free(list);
+		list = next;
+	}
+}
+
 /* A zeroed job: a spare one when there is one, else a new allocation. */
 static job *job_get(cpu_ctx *c)
 {
@@ -163,11 +172,7 @@ static strata_status no_job(strata_error *err, const char *what)
 static void cpu_destroy(void *ctx)
 {
 	cpu_ctx *c = ctx;
-	while (c->spare_jobs) {
-		job *j = c->spare_jobs;
-		c->spare_jobs = j->next;
-		strata_free(j);
-	}
+	free_jobs(c->spare_jobs);
 	for (size_t i = 0; i < c->region_count; i++)
 		strata_backend_cpu_sys.region_free(c->regions[i].ptr);
 	strata_free(c->regions);
@@ -289,13 +294,32 @@ static strata_status cpu_stream_create(void *ctx, strata_stream **out,
 				       strata_error *err)
 {
 	cpu_ctx *c = ctx;
+	/* Jobs for the stream's steady state made now: a window's copies and
+	 * event marks in flight stay well below this, so queueing work while
+	 * a model runs allocates nothing. */
+	enum { JOBS_PER_STREAM = 64 };
+	job *jobs = NULL;
+	for (int i = 0; i < JOBS_PER_STREAM; i++) {
+		job *j = strata_calloc(1, sizeof *j);
+		if (!j) {
+			free_jobs(jobs);
+			return strata_fail(err, STRATA_E_NOMEM,
+					   "free host memory and retry",
+					   "cannot allocate a CPU stream's jobs");
+		}
+		j->next = jobs;
+		jobs = j;
+	}
 	strata_stream *s = strata_calloc(1, sizeof *s);
-	if (!s)
+	if (!s) {
+		free_jobs(jobs);
 		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
 				   "cannot allocate a CPU stream");
+	}
 	s->ctx = c;
 	if (pthread_cond_init(&s->work, NULL) != 0) {
 		strata_free(s);
+		free_jobs(jobs);
 		return strata_fail(err, STRATA_E_THREAD, "retry; the system is short of resources",
 				   "cannot make a CPU stream's condition variable");
 	}
@@ -303,6 +327,7 @@ static strata_status cpu_stream_create(void *ctx, strata_stream **out,
 	if (rc != 0) {
 		pthread_cond_destroy(&s->work);
 		strata_free(s);
+		free_jobs(jobs);
 		return strata_fail(err, STRATA_E_THREAD,
 				   "raise the process's thread limit or retry",
 				   "cannot start a CPU stream's copy thread: %s",
@@ -311,6 +336,12 @@ static strata_status cpu_stream_create(void *ctx, strata_stream **out,
 	pthread_mutex_lock(&c->lock);
 	s->next_stream = c->streams;
 	c->streams = s;
+	while (jobs) {
+		job *next = jobs->next;
+		jobs->next = c->spare_jobs;
+		c->spare_jobs = jobs;
+		jobs = next;
+	}
 	pthread_mutex_unlock(&c->lock);
 	*out = s;
 	return STRATA_OK;
