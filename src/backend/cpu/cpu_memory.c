@@ -17,6 +17,10 @@
 
 typedef enum job_kind { JOB_COPY, JOB_MARK } job_kind;
 
+/* Jobs made with each stream: a window's copies and event marks in flight
+ * stay well below this. */
+#define JOBS_PER_STREAM 64
+
 typedef struct job {
 	struct job *next;
 	job_kind kind;
@@ -25,6 +29,7 @@ typedef struct job {
 	size_t bytes;
 	strata_event *event;
 	uint64_t gen;
+	bool from_block; /* part of its stream's job block, not freed alone */
 } job;
 
 typedef struct cpu_ctx cpu_ctx;
@@ -37,6 +42,11 @@ struct strata_stream {
 	uint64_t queued, completed;
 	bool stop;
 	struct strata_stream *next_stream;
+	/* Finished jobs kept for reuse, first from one block made with the
+	 * stream, so a steady run of copies and event marks (one per layer
+	 * per token) allocates nothing. */
+	job *spare;
+	job *block;
 };
 
 struct strata_event {
@@ -60,9 +70,6 @@ struct cpu_ctx {
 	region *regions;
 	size_t region_count, region_cap;
 	strata_stream *streams;
-	/* Finished jobs kept for reuse, so a steady run of copies and event
-	 * marks (one per layer per token) allocates nothing. */
-	struct job *spare_jobs;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -118,8 +125,8 @@ static void *stream_main(void *arg)
 		}
 		s->completed++;
 		pthread_cond_broadcast(&c->changed);
-		j->next = c->spare_jobs;
-		c->spare_jobs = j;
+		j->next = s->spare;
+		s->spare = j;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -138,26 +145,20 @@ static void enqueue(strata_stream *s, job *j)
 	pthread_cond_signal(&s->work);
 }
 
-static void free_jobs(job *list)
-{
-	while (list) {
-		job *next = list->next;
-		strata_free(list);
-		list = next;
-	}
-}
-
-/* A zeroed job: a spare one when there is one, else a new allocation. */
-static job *job_get(cpu_ctx *c)
+/* A zeroed job: a spare one of the stream when there is one, else a new
+ * allocation (kept as a spare afterwards). */
+static job *job_get(cpu_ctx *c, strata_stream *s)
 {
 	pthread_mutex_lock(&c->lock);
-	job *j = c->spare_jobs;
+	job *j = s->spare;
 	if (j)
-		c->spare_jobs = j->next;
+		s->spare = j->next;
 	pthread_mutex_unlock(&c->lock);
 	if (!j)
 		return strata_calloc(1, sizeof *j);
+	bool from_block = j->from_block;
 	memset(j, 0, sizeof *j);
+	j->from_block = from_block;
 	return j;
 }
 
@@ -172,7 +173,6 @@ static strata_status no_job(strata_error *err, const char *what)
 static void cpu_destroy(void *ctx)
 {
 	cpu_ctx *c = ctx;
-	free_jobs(c->spare_jobs);
 	for (size_t i = 0; i < c->region_count; i++)
 		strata_backend_cpu_sys.region_free(c->regions[i].ptr);
 	strata_free(c->regions);
@@ -294,40 +294,30 @@ static strata_status cpu_stream_create(void *ctx, strata_stream **out,
 				       strata_error *err)
 {
 	cpu_ctx *c = ctx;
-	/* Jobs for the stream's steady state made now: a window's copies and
-	 * event marks in flight stay well below this, so queueing work while
-	 * a model runs allocates nothing. */
-	enum { JOBS_PER_STREAM = 64 };
-	job *jobs = NULL;
-	for (int i = 0; i < JOBS_PER_STREAM; i++) {
-		job *j = strata_calloc(1, sizeof *j);
-		if (!j) {
-			free_jobs(jobs);
-			return strata_fail(err, STRATA_E_NOMEM,
-					   "free host memory and retry",
-					   "cannot allocate a CPU stream's jobs");
-		}
-		j->next = jobs;
-		jobs = j;
-	}
 	strata_stream *s = strata_calloc(1, sizeof *s);
-	if (!s) {
-		free_jobs(jobs);
+	job *block = s ? strata_calloc(JOBS_PER_STREAM, sizeof *block) : NULL;
+	if (!block) {
+		strata_free(s);
 		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
 				   "cannot allocate a CPU stream");
 	}
+	for (int i = 0; i < JOBS_PER_STREAM; i++) {
+		block[i].from_block = true;
+		block[i].next = i + 1 < JOBS_PER_STREAM ? &block[i + 1] : NULL;
+	}
+	s->block = s->spare = block;
 	s->ctx = c;
 	if (pthread_cond_init(&s->work, NULL) != 0) {
+		strata_free(block);
 		strata_free(s);
-		free_jobs(jobs);
 		return strata_fail(err, STRATA_E_THREAD, "retry; the system is short of resources",
 				   "cannot make a CPU stream's condition variable");
 	}
 	int rc = pthread_create(&s->thread, NULL, stream_main, s);
 	if (rc != 0) {
 		pthread_cond_destroy(&s->work);
+		strata_free(block);
 		strata_free(s);
-		free_jobs(jobs);
 		return strata_fail(err, STRATA_E_THREAD,
 				   "raise the process's thread limit or retry",
 				   "cannot start a CPU stream's copy thread: %s",
@@ -336,12 +326,6 @@ static strata_status cpu_stream_create(void *ctx, strata_stream **out,
 	pthread_mutex_lock(&c->lock);
 	s->next_stream = c->streams;
 	c->streams = s;
-	while (jobs) {
-		job *next = jobs->next;
-		jobs->next = c->spare_jobs;
-		c->spare_jobs = jobs;
-		jobs = next;
-	}
 	pthread_mutex_unlock(&c->lock);
 	*out = s;
 	return STRATA_OK;
@@ -363,6 +347,13 @@ static strata_status cpu_stream_destroy(void *ctx, strata_stream *s,
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(s->thread, NULL);
 	pthread_cond_destroy(&s->work);
+	while (s->spare) {
+		job *j = s->spare;
+		s->spare = j->next;
+		if (!j->from_block)
+			strata_free(j);
+	}
+	strata_free(s->block);
 	strata_free(s);
 	return STRATA_OK;
 }
@@ -376,7 +367,7 @@ static strata_status cpu_copy_h2d_async(void *ctx, strata_stream *s,
 		return strata_fail(err, STRATA_E_OVERFLOW, "copy in smaller pieces",
 				   "a copy of %" PRIu64 " bytes does not fit size_t",
 				   bytes);
-	job *j = job_get(c);
+	job *j = job_get(c, s);
 	if (!j)
 		return no_job(err, "a copy");
 	j->kind = JOB_COPY;
@@ -418,7 +409,7 @@ static strata_status cpu_event_record(void *ctx, strata_event *e,
 				      strata_stream *s, strata_error *err)
 {
 	cpu_ctx *c = ctx;
-	job *j = job_get(c);
+	job *j = job_get(c, s);
 	if (!j)
 		return no_job(err, "an event");
 	pthread_mutex_lock(&c->lock);
