@@ -82,7 +82,8 @@ static strata_status get_pattern(hf *h, const json_t *o, pcre2_code **re,
 	json_t *p = json_object_get(o, "pattern");
 	json_t *s = json_object_get(p, "String"), *r = json_object_get(p, "Regex");
 	if (json_is_string(s) && lit) {
-		*lit = strata_strndup(json_string_value(s), json_string_length(s));
+		*lit = strata__text_memdup(json_string_value(s),
+					   json_string_length(s));
 		*lit_len = json_string_length(s);
 		return *lit ? STRATA_OK
 			    : strata_fail(h->err, STRATA_E_NOMEM,
@@ -154,7 +155,7 @@ static strata_status parse_norm(hf *h, const json_t *o, int depth)
 		if (get_str(h, o, "prepend", &s, &len))
 			return h->err->code;
 		n.kind = TEXT_NORM_PREPEND;
-		n.a = strata_strndup(s, len);
+		n.a = strata__text_memdup(s, len);
 		n.a_len = len;
 		if (!n.a)
 			return strata_fail(h->err, STRATA_E_NOMEM,
@@ -165,7 +166,7 @@ static strata_status parse_norm(hf *h, const json_t *o, int depth)
 		if (get_str(h, o, "content", &s, &len))
 			return h->err->code;
 		n.kind = TEXT_NORM_REPLACE;
-		n.b = strata_strndup(s, len);
+		n.b = strata__text_memdup(s, len);
 		n.b_len = len;
 		strata_status st = n.b ? get_pattern(h, o, &n.re, &n.a, &n.a_len)
 				       : strata_fail(h->err, STRATA_E_NOMEM,
@@ -383,7 +384,7 @@ static strata_status add_dec(hf *h, text_dec d)
 
 static strata_status dup2(hf *h, const char *s, size_t n, char **out)
 {
-	*out = strata_strndup(s, n);
+	*out = strata__text_memdup(s, n);
 	return *out ? STRATA_OK
 		    : strata_fail(h->err, STRATA_E_NOMEM, "free some memory",
 				  "no memory for a decoder");

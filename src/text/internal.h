@@ -69,6 +69,9 @@ const struct text_pslot *strata__text_pmap_get(const text_pmap *m, int32_t a,
 /* Growable byte strings and lists of pieces                                */
 /* ------------------------------------------------------------------------ */
 
+/* n bytes of p (NULs included) and a terminating NUL; NULL on OOM. */
+char *strata__text_memdup(const char *p, size_t n);
+
 typedef struct text_buf {
 	char *data;
 	size_t len, cap;

@@ -112,12 +112,12 @@ strata_status strata__tokenizer_set_piece(strata_tokenizer *t, int32_t id,
 						 t->piece_len[id]),
 				   strata_escape(b, sizeof b, p, n));
 	}
-	char *c = strata_strndup(p, n);
+	/* Not strndup: it stops at a NUL, and GGUF pieces may hold NULs
+	 * (fuzz_tokenizer_gguf found the overflow). */
+	char *c = strata__text_memdup(p, n);
 	if (!c)
 		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 				   "no memory for token %d", id);
-	memcpy(c, p, n); /* strndup stops at NUL; pieces may hold NUL */
-	c[n] = '\0';
 	t->piece[id] = c;
 	t->piece_len[id] = (uint32_t)n;
 	t->attr[id] = in_model ? 0 : TEXT_ATTR_ADDED;

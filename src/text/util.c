@@ -216,6 +216,17 @@ const struct text_pslot *strata__text_pmap_get(const text_pmap *m, int32_t a,
 /* Buffers and piece lists                                                  */
 /* ------------------------------------------------------------------------ */
 
+char *strata__text_memdup(const char *p, size_t n)
+{
+	char *c = n < SIZE_MAX ? strata_alloc(n + 1) : NULL;
+	if (!c)
+		return NULL;
+	if (n)
+		memcpy(c, p, n);
+	c[n] = '\0';
+	return c;
+}
+
 strata_status strata__text_buf_add(text_buf *b, const void *p, size_t n,
 				   strata_error *err)
 {

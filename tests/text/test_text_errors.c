@@ -926,6 +926,21 @@ static void test_fuzz_regressions_word_without_ids(void **state)
 	strata_free(ids);
 	strata_tokenizer_destroy(t);
 	free(bin);
+	/* fuzz_tokenizer_gguf, 2026-11-29: a GGUF piece holding a NUL was
+	 * copied with strndup (which stops at the NUL) into a buffer that
+	 * was then overrun (ASan heap-buffer-overflow). */
+	t = tt_load("tests/data/tokenizers/fuzz-regressions/"
+		    "gguf-piece-with-nul.gguf");
+	assert_non_null(t);
+	size_t plen;
+	const char *piece = strata_tokenizer_piece(t, 4, &plen);
+	assert_int_equal(plen, 3);
+	assert_memory_equal(piece, "a\0z", 3);
+	assert_int_equal(strata_tokenizer_find(t, "a\0z", 3), 4);
+	assert_int_equal(strata_tokenizer_encode(t, "a\0z", 3, false, &ids,
+						 &count, &err), STRATA_OK);
+	strata_free(ids);
+	strata_tokenizer_destroy(t);
 }
 
 static void test_load_reports_missing_model(void **state)
