@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 .PHONY: all setup configure check demo asan fuzz clean
 
 all: configure
-	cmake --build $(BUILD) -j $(JOBS)
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 setup:
 	@sh scripts/setup
@@ -18,7 +18,11 @@ configure: setup
 check: all
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-demo: all
+# The demo needs only the tool; build it quietly (errors are shown again).
+demo: configure
+	@echo "strata: building build/bin/strata ..."
+	@cmake --build $(BUILD) -j $(JOBS) --target strata_cli >/dev/null 2>&1 || \
+		cmake --build $(BUILD) --target strata_cli -- --no-print-directory
 	@sh scripts/demo $(BUILD)
 
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer.
