@@ -127,9 +127,9 @@ strata_status strata_shard_get_device_stats(const strata_shard *s,
 					    strata_shard_device_stats *out,
 					    strata_error *err);
 
-/* Entries in the least-loaded heap (diagnostics for the seed's bound of
- * max(4n, 8)): exactly n above 16 devices, 0 up to 16, where a scan of
- * the loads replaces the heap (src/shard/allocator.c says why). */
+/* Entries in a least-loaded heap (diagnostics for the seed's bound of
+ * max(4n, 8)): always 0, since the allocator keeps the least-loaded device
+ * as one cached index instead (src/shard/allocator.c says why). */
 size_t strata_shard_heap_entries(const strata_shard *s);
 
 /* ------------------------------------------------------------------------ */
