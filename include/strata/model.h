@@ -73,6 +73,16 @@ typedef struct strata_model_desc {
 	bool attention_out_bias; /* o_proj has a bias (llama attention_bias) */
 	uint64_t sliding_window; /* tokens; 0: full attention */
 	char dtype[16];		/* config torch dtype ("bfloat16"), or "" */
+	/* Facts only some readers need (the forward pass refuses what it
+	 * cannot run from these; describing never does). */
+	bool tied_given;	/* the file states tie_word_embeddings (GGUF
+				 * never does: tied_embeddings is inferred) */
+	bool layer_windows;	/* qwen2 use_sliding_window: a window on the
+				 * layers past max_window_layers */
+	char hidden_act[32];	/* config hidden_act ("silu"), or "" */
+	uint64_t rope_dims;	/* GGUF rope.dimension_count; 0: whole head */
+	int64_t bos_token_id, eos_token_id; /* -1: not given (an array's
+					     * first id for eos lists) */
 } strata_model_desc;
 
 /* Describes the model at model_path whose catalog is c: from

@@ -110,6 +110,21 @@ static strata_status get_bool(cfg *c, const char *key, bool *out)
 	return STRATA_OK;
 }
 
+/* A token id, or the first of a list of them (eos_token_id may list
+ * several). Lenient on purpose, as transformers is: an id that is not a
+ * plain non-negative 31-bit integer reads as "not given" (-1), since the
+ * ids only end generation and never size anything. */
+static int64_t get_id(cfg *c, const char *key)
+{
+	json_t *v = json_object_get(c->root, key);
+	if (json_is_array(v))
+		v = json_array_get(v, 0);
+	if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+	    json_integer_value(v) < INT32_MAX)
+		return (int64_t)json_integer_value(v);
+	return -1;
+}
+
 static strata_status get_str(cfg *c, json_t *obj, const char *key, char *dst,
 			     size_t cap)
 {
@@ -211,8 +226,14 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	    (s = get_bool(c, "tie_word_embeddings", &d->tied_embeddings)) ||
 	    (s = get_bool(c, "attention_bias", &d->attention_bias)) ||
 	    (s = get_str(c, c->root, "torch_dtype", d->dtype, sizeof d->dtype)) ||
-	    (s = get_str(c, c->root, "dtype", d->dtype, sizeof d->dtype)))
+	    (s = get_str(c, c->root, "dtype", d->dtype, sizeof d->dtype)) ||
+	    (s = get_str(c, c->root, "hidden_act", d->hidden_act,
+			 sizeof d->hidden_act)))
 		return s;
+	json_t *tie = json_object_get(c->root, "tie_word_embeddings");
+	d->tied_given = json_is_boolean(tie);
+	d->bos_token_id = get_id(c, "bos_token_id");
+	d->eos_token_id = get_id(c, "eos_token_id");
 	d->attention_out_bias = d->attention_bias; /* llama: all four */
 	if (d->family == STRATA_FAMILY_QWEN2) {
 		d->attention_bias = true; /* Qwen2 always biases q, k, v */
@@ -222,9 +243,11 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	if ((s = get_uint(c, c->root, "sliding_window", 0, &window)))
 		return s;
 	bool use_window = d->family == STRATA_FAMILY_MISTRAL;
-	if (d->family == STRATA_FAMILY_QWEN2 &&
-	    (s = get_bool(c, "use_sliding_window", &use_window)))
-		return s;
+	if (d->family == STRATA_FAMILY_QWEN2) {
+		if ((s = get_bool(c, "use_sliding_window", &use_window)))
+			return s;
+		d->layer_windows = use_window;
+	}
 	d->sliding_window = use_window ? window : 0;
 	return STRATA_OK;
 }
@@ -241,7 +264,8 @@ strata_status strata_model_describe_config(const char *text, size_t len,
 				   "fix or re-download config.json",
 				   "%s is not valid JSON: %s (line %d)", name,
 				   je.text, je.line);
-	strata_model_desc d = {.source = STRATA_FORMAT_SAFETENSORS};
+	strata_model_desc d = {.source = STRATA_FORMAT_SAFETENSORS,
+			       .bos_token_id = -1, .eos_token_id = -1};
 	cfg c = {root, name, err};
 	strata_status s = json_is_object(root)
 		? read_config(&c, &d)
@@ -273,7 +297,9 @@ strata_status strata_model_describe(const char *model_path,
 			 slash ? model_path : ".");
 	}
 	if (stat(path, &st) != 0) {
-		*out = (strata_model_desc){.source = STRATA_FORMAT_SAFETENSORS};
+		*out = (strata_model_desc){.source = STRATA_FORMAT_SAFETENSORS,
+					   .bos_token_id = -1,
+					   .eos_token_id = -1};
 		snprintf(out->architecture, sizeof out->architecture, "unknown");
 		return STRATA_OK; /* headers alone: size it, but no family */
 	}

@@ -80,6 +80,45 @@ static strata_status read_rope(meta *m, strata_model_desc *d)
 	return STRATA_OK;
 }
 
+/* tokenizer.ggml.*_token_id, or -1: like config.json's ids, they only end
+ * generation, so an unusable one reads as "not given". */
+static int64_t get_id(const strata_gguf *g, const char *key)
+{
+	uint64_t v;
+	strata_error ignored;
+	if (strata_gguf_find(g, key) < 0 ||
+	    strata_gguf_get_u64(g, key, &v, &ignored) != STRATA_OK ||
+	    v >= INT32_MAX)
+		return -1;
+	return (int64_t)v;
+}
+
+/* A known family needs every size to check or run it: the first one
+ * missing (or the head counts contradicting each other) is named. */
+static strata_status check_known(const meta *m, const strata_model_desc *d)
+{
+	static const char *const keys[] = {
+		"embedding_length", "feed_forward_length", "block_count",
+		"attention.head_count", "vocab_size", "attention.key_length"};
+	const uint64_t have[] = {d->hidden, d->intermediate, d->layers,
+				 d->heads, d->vocab, d->head_dim};
+	for (int i = 0; i < 6; i++)
+		if (!have[i])
+			return strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+					   "the file lacks hyperparameters; re-convert it with a current llama.cpp",
+					   "GGUF metadata: '%s.%s' is missing%s",
+					   m->arch, keys[i],
+					   i == 4 ? " (and no token_embd.weight or tokenizer.ggml.tokens gives the vocabulary)"
+						  : "");
+	if (d->kv_heads > d->heads || d->heads % d->kv_heads)
+		return strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				   "the file is corrupt; re-convert the model",
+				   "GGUF metadata: '%s.attention.head_count_kv' (%" PRIu64
+				   ") does not divide '%s.attention.head_count' (%" PRIu64 ")",
+				   m->arch, d->kv_heads, m->arch, d->heads);
+	return STRATA_OK;
+}
+
 static void tensor_facts(const strata_catalog *c, strata_model_desc *d)
 {
 	const strata_tensor *emb = strata_catalog_find(c, "token_embd.weight");
@@ -105,7 +144,8 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 					 strata_error *err)
 {
 	meta m = {strata_catalog_gguf(c), "", err};
-	strata_model_desc d = {.source = STRATA_FORMAT_GGUF};
+	strata_model_desc d = {.source = STRATA_FORMAT_GGUF,
+			       .bos_token_id = -1, .eos_token_id = -1};
 	const char *s;
 	size_t n;
 	strata_status st = strata_gguf_get_string(m.g, "general.architecture",
@@ -130,7 +170,7 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 					       : STRATA_FAMILY_UNKNOWN;
 	if (d.family != STRATA_FAMILY_UNKNOWN) { /* llama.cpp's defaults */
 		d.rope_theta = 10000.0;
-		d.rms_eps = 1e-6;
+		d.rms_eps = 1e-5;
 	}
 	if ((st = get_uint(&m, "embedding_length", &d.hidden)) ||
 	    (st = get_uint(&m, "feed_forward_length", &d.intermediate)) ||
@@ -146,17 +186,14 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 	if (d.heads)
 		d.head_dim = d.hidden / d.heads;
 	if ((st = get_uint(&m, "attention.head_count_kv", &d.kv_heads)) ||
-	    (st = get_uint(&m, "attention.key_length", &d.head_dim)))
+	    (st = get_uint(&m, "attention.key_length", &d.head_dim)) ||
+	    (st = get_uint(&m, "rope.dimension_count", &d.rope_dims)))
 		return st;
 	tensor_facts(c, &d);
-	if (d.family != STRATA_FAMILY_UNKNOWN &&
-	    (!d.hidden || !d.intermediate || !d.layers || !d.heads ||
-	     !d.vocab || !d.head_dim || d.kv_heads > d.heads ||
-	     d.heads % d.kv_heads))
-		return strata_fail(err, STRATA_E_MODEL_CONFIG,
-				   "the file lacks hyperparameters; re-convert it with a current llama.cpp",
-				   "GGUF metadata of arch '%s' lacks or contradicts embedding_length, feed_forward_length, block_count, attention.head_count(_kv) or the vocabulary size",
-				   m.arch);
+	if (d.family != STRATA_FAMILY_UNKNOWN && (st = check_known(&m, &d)))
+		return st;
+	d.bos_token_id = get_id(m.g, "tokenizer.ggml.bos_token_id");
+	d.eos_token_id = get_id(m.g, "tokenizer.ggml.eos_token_id");
 	*out = d;
 	return STRATA_OK;
 }

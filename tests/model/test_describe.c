@@ -124,6 +124,9 @@ static void gguf_llama_from_metadata(void **s)
 	assert_int_equal(d.intermediate, 172);
 	assert_int_equal(d.vocab, 512);
 	assert_false(d.tied_embeddings);
+	assert_false(d.tied_given);
+	assert_int_equal(d.bos_token_id, 1); /* llama2.c's tokenizer */
+	assert_int_equal(d.eos_token_id, 2);
 	assert_int_equal(strata_model_check_tensors(&d, c, &e), STRATA_OK);
 	strata_catalog_destroy(c);
 	c = open_ok(DATA "gguf/llama-2-tiny-random.gguf");
@@ -233,6 +236,46 @@ static void bad_config_values_name_the_key(void **s)
 	assert_non_null(strstr(e.message, "not valid JSON"));
 }
 
+/* The facts the forward pass refuses from (describing never does): token
+ * ids (an eos list gives its first), hidden_act, whether the tie was said,
+ * qwen2's per-layer window. */
+static void runtime_facts_are_described(void **s)
+{
+	(void)s;
+	strata_error e;
+	strata_model_desc d;
+	const char *q = "{\"model_type\":\"qwen2\",\"hidden_size\":8,"
+			"\"intermediate_size\":16,\"num_hidden_layers\":1,"
+			"\"num_attention_heads\":2,\"vocab_size\":10,"
+			"\"bos_token_id\":3,\"eos_token_id\":[7,8],"
+			"\"hidden_act\":\"gelu\",\"use_sliding_window\":true,"
+			"\"tie_word_embeddings\":false}";
+	assert_int_equal(strata_model_describe_config(q, strlen(q), "c", &d, &e),
+			 STRATA_OK);
+	assert_int_equal(d.bos_token_id, 3);
+	assert_int_equal(d.eos_token_id, 7);
+	assert_string_equal(d.hidden_act, "gelu");
+	assert_true(d.layer_windows);
+	assert_true(d.tied_given);
+	assert_false(d.tied_embeddings);
+	const char *l = "{\"model_type\":\"llama\",\"hidden_size\":8,"
+			"\"intermediate_size\":16,\"num_hidden_layers\":1,"
+			"\"num_attention_heads\":2,\"vocab_size\":10,"
+			"\"eos_token_id\":\"x\"}";
+	assert_int_equal(strata_model_describe_config(l, strlen(l), "c", &d, &e),
+			 STRATA_OK);
+	assert_int_equal(d.bos_token_id, -1);
+	assert_int_equal(d.eos_token_id, -1);
+	assert_string_equal(d.hidden_act, "");
+	assert_false(d.layer_windows);
+	assert_false(d.tied_given);
+	const char *act = "{\"model_type\":\"gpt2\",\"hidden_act\":3}";
+	assert_int_equal(strata_model_describe_config(act, strlen(act), "cfg",
+						      &d, &e),
+			 STRATA_E_MODEL_CONFIG);
+	assert_non_null(strstr(e.message, "cfg: \"hidden_act\""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +286,7 @@ int main(void)
 		cmocka_unit_test(unknown_architectures_are_reported_not_refused),
 		cmocka_unit_test(tensor_set_mismatches_name_the_tensor),
 		cmocka_unit_test(bad_config_values_name_the_key),
+		cmocka_unit_test(runtime_facts_are_described),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
