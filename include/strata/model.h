@@ -59,6 +59,8 @@ typedef struct strata_model_desc {
 	char architecture[64];	/* as the checkpoint names it: config
 				 * model_type or general.architecture */
 	strata_format source;	/* where the description came from */
+	bool headers_only;	/* no config.json / general.architecture:
+				 * family UNKNOWN, sizes 0 (sizing only) */
 	uint64_t hidden;	/* hidden_size / embedding_length */
 	uint64_t intermediate;	/* intermediate_size / feed_forward_length */
 	uint64_t layers;

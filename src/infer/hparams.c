@@ -1,384 +1,191 @@
-/* hparams.c - a model's shape for the forward pass, from config.json or GGUF
- * metadata; the rotary frequencies (layer: infer).
+/* hparams.c - the forward pass's runtime view of a model's shape, filled
+ * from the model layer's description (the one reader of config.json and
+ * GGUF metadata); the rotary frequencies (layer: infer).
  *
- * Trust: config.json and GGUF metadata are hostile. Every count is checked
- * against a cap and against the others (heads * head_dim, GQA ratio) before
- * anything is sized from it.
+ * Trust: the description is type-checked by the model layer; here every
+ * count is checked against the forward pass's caps (u32 sizes) and against
+ * the others (heads * head_dim, GQA ratio) before anything is sized from
+ * it, and every feature the forward pass cannot run is refused by name
+ * (rope scaling other than llama3, activations other than silu, qwen2's
+ * per-layer window, partial rope).
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "strata/infer.h"
 
 #define MAX_DIM (1u << 20)
 #define MAX_LAYERS 4096u
 #define MAX_HEADS 4096u
-#define MAX_CONFIG_BYTES (1u << 20)
 
-static const char *const family_names[] = {
-#define STRATA_INFER_FAMILY_NAME(name, text) text,
-	STRATA_INFER_FAMILY_MAP(STRATA_INFER_FAMILY_NAME)
-#undef STRATA_INFER_FAMILY_NAME
-};
+/* Where a description came from, for naming keys in errors. */
+typedef struct origin {
+	const strata_model_desc *d;
+	bool gguf;
+	strata_error *err;
+} origin;
 
 /* ------------------------------------------------------------------------ */
 
-static strata_status bad_key(strata_error *err, const char *where,
-			     const char *key, const char *why)
+/* v must lie in [lo, hi]; the key is named as the file spells it:
+ * config.json's `cfg_key`, or GGUF's `ARCH.gguf_key`. */
+static strata_status fit(const origin *o, const char *cfg_key,
+			 const char *gguf_key, uint64_t v, uint32_t lo,
+			 uint32_t hi, uint32_t *out)
 {
-	return strata_fail(err, STRATA_E_MODEL_CONFIG,
+	if (v >= lo && v <= hi) {
+		*out = (uint32_t)v;
+		return STRATA_OK;
+	}
+	if (o->gguf)
+		return strata_fail(o->err, STRATA_E_MODEL_CONFIG,
+				   "fix or regenerate the GGUF file",
+				   "GGUF metadata: '%s.%s' is %" PRIu64
+				   ", outside [%u, %u]",
+				   o->d->architecture, gguf_key, v, lo, hi);
+	return strata_fail(o->err, STRATA_E_MODEL_CONFIG,
 			   "fix or regenerate the model's configuration",
-			   "%s: '%s' %s", where, key, why);
+			   "config.json: '%s' is %" PRIu64
+			   ", must be an integer in [%u, %u]",
+			   cfg_key, v, lo, hi);
 }
 
-/* An integer key in [lo, hi]; absent: *out = dflt, or an error when dflt
- * is UINT64_MAX (required). */
-static strata_status json_u32(json_t *o, const char *key, uint64_t dflt,
-			      uint32_t lo, uint32_t hi, uint32_t *out,
-			      strata_error *err)
+/* The families the forward pass runs: llama, mistral and qwen2 from
+ * config.json; llama and qwen2 from GGUF (llama.cpp writes Mistral as
+ * llama). GGUF llama's q/k rows are permuted by the converters so that
+ * heads rotate adjacent pairs. */
+static strata_status take_family(const origin *o, strata_infer_hparams *hp)
 {
-	json_t *v = json_object_get(o, key);
-	if (!v || json_is_null(v)) {
-		if (dflt == UINT64_MAX)
-			return bad_key(err, "config.json", key, "is missing");
-		*out = (uint32_t)dflt;
-		return STRATA_OK;
-	}
-	if (!json_is_integer(v) || json_integer_value(v) < lo ||
-	    json_integer_value(v) > hi) {
-		char why[96];
-		snprintf(why, sizeof why, "must be an integer in [%u, %u]", lo,
-			 hi);
-		return bad_key(err, "config.json", key, why);
-	}
-	*out = (uint32_t)json_integer_value(v);
-	return STRATA_OK;
-}
-
-static strata_status json_num(json_t *o, const char *key, double dflt,
-			      double *out, strata_error *err)
-{
-	json_t *v = json_object_get(o, key);
-	if (!v || json_is_null(v)) {
-		*out = dflt;
-		return STRATA_OK;
-	}
-	if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
-	    json_number_value(v) < 0)
-		return bad_key(err, "config.json", key,
-			       "must be a finite non-negative number");
-	*out = json_number_value(v);
-	return STRATA_OK;
-}
-
-/* rope_scaling (legacy) or rope_parameters (transformers 5). */
-static strata_status read_rope(json_t *root, strata_infer_hparams *hp,
-			       strata_error *err)
-{
-	json_t *rp = json_object_get(root, "rope_parameters");
-	json_t *rs = json_object_get(root, "rope_scaling");
-	double theta = 10000.0;
-	strata_status st = json_num(root, "rope_theta", 10000.0, &theta, err);
-	if (st)
-		return st;
-	if (json_is_object(rp) && json_object_get(rp, "rope_theta") &&
-	    (st = json_num(rp, "rope_theta", theta, &theta, err)))
-		return st;
-	hp->rope_theta = theta;
-	json_t *sc = json_is_object(rs) ? rs : json_is_object(rp) ? rp : NULL;
-	if (!sc)
-		return STRATA_OK;
-	json_t *type = json_object_get(sc, "rope_type");
-	if (!type)
-		type = json_object_get(sc, "type");
-	const char *t = json_is_string(type) ? json_string_value(type)
-					      : "default";
-	if (!strcmp(t, "default"))
-		return STRATA_OK;
-	if (strcmp(t, "llama3"))
-		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "use a model with default or llama3 rope "
-				   "scaling",
-				   "config.json: rope scaling type '%.40s' is "
-				   "not supported",
-				   t);
-	if ((st = json_num(sc, "factor", 0, &hp->rope_factor, err)) ||
-	    (st = json_num(sc, "low_freq_factor", 1,
-			   &hp->rope_low_freq_factor, err)) ||
-	    (st = json_num(sc, "high_freq_factor", 4,
-			   &hp->rope_high_freq_factor, err)) ||
-	    (st = json_num(sc, "original_max_position_embeddings", 8192,
-			   &hp->rope_original_context, err)))
-		return st;
-	if (!(hp->rope_factor > 0) ||
-	    !(hp->rope_high_freq_factor > hp->rope_low_freq_factor) ||
-	    !(hp->rope_low_freq_factor > 0) || !(hp->rope_original_context > 0))
-		return bad_key(err, "config.json", "rope_scaling",
-			       "needs factor > 0 and high_freq_factor > "
-			       "low_freq_factor > 0");
-	return STRATA_OK;
-}
-
-static strata_status read_family(json_t *root, strata_infer_hparams *hp,
-				 strata_error *err)
-{
-	json_t *mt = json_object_get(root, "model_type");
-	const char *t = json_is_string(mt) ? json_string_value(mt) : "";
-	if (!strcmp(t, "llama"))
-		hp->family = STRATA_FAMILY_LLAMA;
-	else if (!strcmp(t, "mistral"))
-		hp->family = STRATA_FAMILY_MISTRAL;
-	else if (!strcmp(t, "qwen2"))
-		hp->family = STRATA_FAMILY_QWEN2;
-	else {
-		char shown[64];
-		strata_escape(shown, sizeof shown, t, strlen(t));
-		return strata_fail(err, STRATA_E_MODEL_ARCH,
-				   "use a llama, mistral or qwen2 model",
-				   "config.json: model_type '%s' is not a "
-				   "family strata can run",
-				   shown);
-	}
-	return STRATA_OK;
-}
-
-static strata_status read_window(json_t *root, strata_infer_hparams *hp,
-				 strata_error *err)
-{
-	if (hp->family == STRATA_FAMILY_QWEN2) {
-		json_t *u = json_object_get(root, "use_sliding_window");
-		if (json_is_true(u))
-			return strata_fail(err, STRATA_E_UNSUPPORTED,
-					   "use a qwen2 model without "
-					   "use_sliding_window",
-					   "config.json: qwen2's per-layer "
-					   "sliding window is not supported");
-		return STRATA_OK;
-	}
-	if (hp->family != STRATA_FAMILY_MISTRAL)
-		return STRATA_OK;
-	return json_u32(root, "sliding_window", 0, 0, UINT32_MAX, &hp->window,
-			err);
-}
-
-static int32_t json_id(json_t *root, const char *key)
-{
-	json_t *v = json_object_get(root, key);
-	if (json_is_array(v))
-		v = json_array_get(v, 0);
-	if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-	    json_integer_value(v) < INT32_MAX)
-		return (int32_t)json_integer_value(v);
-	return -1;
-}
-
-static strata_status parse_config(const char *text, size_t len,
-				  strata_infer_hparams *hp, strata_error *err)
-{
-	json_error_t je;
-	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return strata_fail(err, STRATA_E_MODEL_CONFIG,
-				   "fix or regenerate the model's config.json",
-				   "config.json: not a JSON object (line %d: "
-				   "%.80s)",
-				   je.line, je.text);
-	}
-	uint32_t hd = 0;
-	double eps = 1e-6;
-	strata_status st;
-	if ((st = read_family(root, hp, err)) ||
-	    (st = json_u32(root, "hidden_size", UINT64_MAX, 2, MAX_DIM,
-			   &hp->dim, err)) ||
-	    (st = json_u32(root, "intermediate_size", UINT64_MAX, 1, MAX_DIM,
-			   &hp->ffn, err)) ||
-	    (st = json_u32(root, "num_hidden_layers", UINT64_MAX, 1,
-			   MAX_LAYERS, &hp->layers, err)) ||
-	    (st = json_u32(root, "num_attention_heads", UINT64_MAX, 1,
-			   MAX_HEADS, &hp->heads, err)) ||
-	    (st = json_u32(root, "num_key_value_heads", hp->heads, 1,
-			   MAX_HEADS, &hp->kv_heads, err)) ||
-	    (st = json_u32(root, "head_dim", 0, 0, MAX_DIM, &hd, err)) ||
-	    (st = json_u32(root, "max_position_embeddings", 2048, 1,
-			   UINT32_MAX, &hp->context, err)) ||
-	    (st = json_u32(root, "vocab_size", 0, 0, INT32_MAX, &hp->vocab,
-			   err)) ||
-	    (st = json_num(root, "rms_norm_eps", 1e-6, &eps, err)) ||
-	    (st = read_rope(root, hp, err)) || (st = read_window(root, hp, err)))
-		goto out;
-	json_t *act = json_object_get(root, "hidden_act");
-	if (act && !(json_is_string(act) &&
-		     (!strcmp(json_string_value(act), "silu") ||
-		      !strcmp(json_string_value(act), "swish")))) {
-		st = strata_fail(err, STRATA_E_UNSUPPORTED,
-				 "use a model with the SwiGLU (silu) MLP",
-				 "config.json: hidden_act %.40s is not "
-				 "supported",
-				 json_is_string(act) ? json_string_value(act)
-						     : "(not a string)");
-		goto out;
-	}
-	json_t *tie = json_object_get(root, "tie_word_embeddings");
-	hp->tied = json_is_boolean(tie) ? (int8_t)json_is_true(tie) : -1;
-	hp->head_dim = hd ? hd : hp->dim / hp->heads;
-	hp->norm_eps = (float)eps;
-	hp->rope_layout = STRATA_ROPE_HALF;
-	hp->bos = json_id(root, "bos_token_id");
-	hp->eos = json_id(root, "eos_token_id");
-out:
-	json_decref(root);
-	return st;
-}
-
-static strata_status from_json(const char *model_path,
-			       strata_infer_hparams *hp, strata_error *err)
-{
-	char path[4096];
-	if ((size_t)snprintf(path, sizeof path, "%s/config.json", model_path) >=
-	    sizeof path)
-		return strata_fail(err, STRATA_E_INVALID_ARG,
-				   "use a shorter path", "model path too long");
-	char *text = NULL;
-	size_t len = 0;
-	strata_status st = strata_file_read_all(path, MAX_CONFIG_BYTES, &text,
-						&len, err);
-	if (st)
-		return strata_error_set_fix(err, "a safetensors model directory "
-					    "needs its config.json");
-	st = parse_config(text, len, hp, err);
-	strata_free(text);
-	return st;
-}
-
-/* ------------------------------------------------------------------------ */
-
-static strata_status gguf_u32(const strata_gguf *g, const char *arch,
-			      const char *suffix, uint64_t dflt, uint32_t lo,
-			      uint32_t hi, uint32_t *out, strata_error *err)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s.%s", arch, suffix);
-	uint64_t v;
-	if (strata_gguf_find(g, key) < 0) {
-		if (dflt == UINT64_MAX)
-			return strata_fail(err, STRATA_E_MODEL_CONFIG,
-					   "use a GGUF written by a current "
-					   "converter",
-					   "GGUF metadata: '%s' is missing",
-					   key);
-		*out = (uint32_t)dflt;
-		return STRATA_OK;
-	}
-	strata_status st = strata_gguf_get_u64(g, key, &v, err);
-	if (st)
-		return st;
-	if (v < lo || v > hi)
-		return strata_fail(err, STRATA_E_MODEL_CONFIG,
-				   "fix or regenerate the GGUF file",
-				   "GGUF metadata: '%s' is %llu, outside "
-				   "[%u, %u]",
-				   key, (unsigned long long)v, lo, hi);
-	*out = (uint32_t)v;
-	return STRATA_OK;
-}
-
-static strata_status gguf_f64(const strata_gguf *g, const char *arch,
-			      const char *suffix, double dflt, double *out,
-			      strata_error *err)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s.%s", arch, suffix);
-	*out = dflt;
-	if (strata_gguf_find(g, key) < 0)
-		return STRATA_OK;
-	strata_status st = strata_gguf_get_f64(g, key, out, err);
-	if (st == STRATA_OK && !(isfinite(*out) && *out >= 0))
-		return strata_fail(err, STRATA_E_MODEL_CONFIG,
-				   "fix or regenerate the GGUF file",
-				   "GGUF metadata: '%s' is not a finite "
-				   "non-negative number",
-				   key);
-	return st;
-}
-
-static int32_t gguf_id(const strata_gguf *g, const char *key)
-{
-	uint64_t v;
-	strata_error ignored;
-	if (strata_gguf_get_u64(g, key, &v, &ignored) != STRATA_OK ||
-	    v >= INT32_MAX)
-		return -1;
-	return (int32_t)v;
-}
-
-static strata_status from_gguf(const strata_gguf *g, strata_infer_hparams *hp,
-			       strata_error *err)
-{
-	const char *arch;
-	size_t alen;
-	strata_status st = strata_gguf_get_string(g, "general.architecture",
-						  &arch, &alen, err);
-	if (st)
-		return st;
-	char a[32];
-	if (alen == 5 && !memcmp(arch, "llama", 5)) {
-		hp->family = STRATA_FAMILY_LLAMA;
-		/* llama.cpp's converters permute q/k so that GGUF llama
-		 * rotates adjacent pairs. */
-		hp->rope_layout = STRATA_ROPE_INTERLEAVED;
-	} else if (alen == 5 && !memcmp(arch, "qwen2", 5)) {
-		hp->family = STRATA_FAMILY_QWEN2;
-		hp->rope_layout = STRATA_ROPE_HALF;
-	} else {
-		char shown[64];
-		strata_escape(shown, sizeof shown, arch, alen);
-		return strata_fail(err, STRATA_E_MODEL_ARCH,
+	const strata_model_desc *d = o->d;
+	char shown[64];
+	strata_escape(shown, sizeof shown, d->architecture,
+		      strlen(d->architecture));
+	if (o->gguf && (d->family == STRATA_FAMILY_LLAMA ||
+			d->family == STRATA_FAMILY_QWEN2)) {
+		hp->rope_layout = d->family == STRATA_FAMILY_LLAMA
+					  ? STRATA_ROPE_INTERLEAVED
+					  : STRATA_ROPE_HALF;
+	} else if (o->gguf) {
+		return strata_fail(o->err, STRATA_E_MODEL_ARCH,
 				   "use a llama or qwen2 GGUF",
 				   "GGUF architecture '%s' is not a family "
 				   "strata can run",
 				   shown);
+	} else if (d->family == STRATA_FAMILY_UNKNOWN) {
+		return strata_fail(o->err, STRATA_E_MODEL_ARCH,
+				   "use a llama, mistral or qwen2 model",
+				   "config.json: model_type '%s' is not a "
+				   "family strata can run",
+				   shown);
+	} else {
+		hp->rope_layout = STRATA_ROPE_HALF;
 	}
-	memcpy(a, arch, alen);
-	a[alen] = '\0';
-	double eps, theta;
-	uint32_t rope_dims = 0, key_length = 0;
-	if ((st = gguf_u32(g, a, "embedding_length", UINT64_MAX, 2, MAX_DIM,
-			   &hp->dim, err)) ||
-	    (st = gguf_u32(g, a, "feed_forward_length", UINT64_MAX, 1, MAX_DIM,
-			   &hp->ffn, err)) ||
-	    (st = gguf_u32(g, a, "block_count", UINT64_MAX, 1, MAX_LAYERS,
-			   &hp->layers, err)) ||
-	    (st = gguf_u32(g, a, "attention.head_count", UINT64_MAX, 1,
-			   MAX_HEADS, &hp->heads, err)) ||
-	    (st = gguf_u32(g, a, "attention.head_count_kv", hp->heads, 1,
-			   MAX_HEADS, &hp->kv_heads, err)) ||
-	    (st = gguf_u32(g, a, "context_length", 2048, 1, UINT32_MAX,
-			   &hp->context, err)) ||
-	    (st = gguf_u32(g, a, "rope.dimension_count", 0, 0, MAX_DIM,
-			   &rope_dims, err)) ||
-	    (st = gguf_u32(g, a, "attention.key_length", 0, 0, MAX_DIM,
-			   &key_length, err)) ||
-	    (st = gguf_f64(g, a, "attention.layer_norm_rms_epsilon", 1e-5,
-			   &eps, err)) ||
-	    (st = gguf_f64(g, a, "rope.freq_base", 10000.0, &theta, err)))
+	hp->family = d->family;
+	hp->gguf = o->gguf;
+	return STRATA_OK;
+}
+
+static strata_status take_sizes(const origin *o, strata_infer_hparams *hp)
+{
+	const strata_model_desc *d = o->d;
+	strata_status st;
+	/* transformers' and llama.cpp's default context when none is given */
+	uint64_t context = d->max_positions ? d->max_positions : 2048;
+	if ((st = fit(o, "hidden_size", "embedding_length", d->hidden, 2,
+		      MAX_DIM, &hp->dim)) ||
+	    (st = fit(o, "intermediate_size", "feed_forward_length",
+		      d->intermediate, 1, MAX_DIM, &hp->ffn)) ||
+	    (st = fit(o, "num_hidden_layers", "block_count", d->layers, 1,
+		      MAX_LAYERS, &hp->layers)) ||
+	    (st = fit(o, "num_attention_heads", "attention.head_count",
+		      d->heads, 1, MAX_HEADS, &hp->heads)) ||
+	    (st = fit(o, "num_key_value_heads", "attention.head_count_kv",
+		      d->kv_heads, 1, MAX_HEADS, &hp->kv_heads)) ||
+	    (st = fit(o, "head_dim", "attention.key_length", d->head_dim, 0,
+		      MAX_DIM, &hp->head_dim)) ||
+	    (st = fit(o, "max_position_embeddings", "context_length", context,
+		      1, UINT32_MAX, &hp->context)) ||
+	    (st = fit(o, "vocab_size", "vocab_size", d->vocab, 0, INT32_MAX,
+		      &hp->vocab)))
 		return st;
-	/* key_length is the head size where it is not dim / heads. */
-	hp->head_dim = key_length ? key_length : hp->dim / hp->heads;
-	if (rope_dims && rope_dims != hp->head_dim)
-		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "use a model whose rope covers whole heads",
-				   "GGUF: rope over %u of %u head dimensions "
-				   "is not supported",
-				   rope_dims, hp->head_dim);
-	hp->norm_eps = (float)eps;
-	hp->rope_theta = theta;
-	hp->gguf = true;
-	hp->bos = gguf_id(g, "tokenizer.ggml.bos_token_id");
-	hp->eos = gguf_id(g, "tokenizer.ggml.eos_token_id");
+	/* GGUF's sliding_window is not applied (llama.cpp's llama ignores
+	 * it too); config.json's mistral window is. */
+	if (!o->gguf &&
+	    (st = fit(o, "sliding_window", "", d->sliding_window, 0,
+		      UINT32_MAX, &hp->window)))
+		return st;
+	hp->norm_eps = (float)d->rms_eps;
+	hp->rope_theta = d->rope_theta;
+	hp->tied = o->d->tied_given ? (int8_t)d->tied_embeddings : -1;
+	hp->bos = (int32_t)d->bos_token_id;
+	hp->eos = (int32_t)d->eos_token_id;
+	return STRATA_OK;
+}
+
+/* config.json: default or llama3 rope scaling. GGUF stores llama3 as a
+ * rope_freqs tensor, so only a scaling type with a real factor is refused. */
+static strata_status take_rope(const origin *o, strata_infer_hparams *hp)
+{
+	const strata_rope_scaling *r = &o->d->rope_scaling;
+	if (o->gguf) {
+		if (r->kind != STRATA_ROPE_DEFAULT && r->factor != 0 &&
+		    r->factor != 1)
+			return strata_fail(o->err, STRATA_E_UNSUPPORTED,
+					   "use a GGUF without rope scaling",
+					   "GGUF metadata: rope scaling type "
+					   "'%.31s' (factor %g) is not supported",
+					   r->type, r->factor);
+		if (o->d->rope_dims && o->d->rope_dims != hp->head_dim)
+			return strata_fail(o->err, STRATA_E_UNSUPPORTED,
+					   "use a model whose rope covers whole heads",
+					   "GGUF: rope over %" PRIu64 " of %u head "
+					   "dimensions is not supported",
+					   o->d->rope_dims, hp->head_dim);
+		return STRATA_OK;
+	}
+	if (r->kind == STRATA_ROPE_DEFAULT)
+		return STRATA_OK;
+	if (r->kind != STRATA_ROPE_LLAMA3)
+		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
+				   "use a model with default or llama3 rope "
+				   "scaling",
+				   "config.json: rope scaling type '%.31s' is "
+				   "not supported",
+				   r->type);
+	/* the model layer checked factor > 0, high > low and the original
+	 * context; the blend also divides by low_freq_factor */
+	if (!(r->low_freq_factor > 0))
+		return strata_fail(o->err, STRATA_E_MODEL_CONFIG,
+				   "fix or regenerate the model's configuration",
+				   "config.json: 'rope_scaling' needs factor > 0 "
+				   "and high_freq_factor > low_freq_factor > 0");
+	hp->rope_factor = r->factor;
+	hp->rope_low_freq_factor = r->low_freq_factor;
+	hp->rope_high_freq_factor = r->high_freq_factor;
+	hp->rope_original_context = (double)r->original_max_position_embeddings;
+	return STRATA_OK;
+}
+
+/* What the MLP and attention support beyond the shape. */
+static strata_status take_features(const origin *o)
+{
+	const char *act = o->d->hidden_act;
+	if (act[0] && strcmp(act, "silu") && strcmp(act, "swish")) {
+		char shown[64];
+		strata_escape(shown, sizeof shown, act, strlen(act));
+		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
+				   "use a model with the SwiGLU (silu) MLP",
+				   "config.json: hidden_act %s is not supported",
+				   shown);
+	}
+	if (o->d->layer_windows)
+		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
+				   "use a qwen2 model without "
+				   "use_sliding_window",
+				   "config.json: qwen2's per-layer "
+				   "sliding window is not supported");
 	return STRATA_OK;
 }
 
@@ -404,9 +211,22 @@ static strata_status check(const strata_infer_hparams *hp, strata_error *err)
 
 const char *strata_infer_family_name(strata_infer_family f)
 {
-	if ((unsigned)f >= sizeof family_names / sizeof *family_names)
-		return "unknown";
-	return family_names[f];
+	return strata_family_name(f);
+}
+
+strata_status strata_infer_hparams_from_desc(const strata_model_desc *d,
+					     strata_infer_hparams *out,
+					     strata_error *err)
+{
+	origin o = {d, d->source == STRATA_FORMAT_GGUF, err};
+	strata_infer_hparams hp = {0};
+	strata_status st;
+	if ((st = take_family(&o, &hp)) || (st = take_sizes(&o, &hp)) ||
+	    (st = check(&hp, err)) || (st = take_rope(&o, &hp)) ||
+	    (st = take_features(&o)))
+		return st;
+	*out = hp;
+	return STRATA_OK;
 }
 
 strata_status strata_infer_hparams_read(const char *model_path,
@@ -414,16 +234,26 @@ strata_status strata_infer_hparams_read(const char *model_path,
 					strata_infer_hparams *out,
 					strata_error *err)
 {
-	strata_infer_hparams hp = {0};
-	hp.bos = hp.eos = -1;
-	hp.tied = -1;
-	const strata_gguf *g = strata_catalog_gguf(c);
-	strata_status st = g ? from_gguf(g, &hp, err)
-			     : from_json(model_path, &hp, err);
-	if (st || (st = check(&hp, err)))
+	strata_model_desc d;
+	strata_infer_hparams hp;
+	strata_status st = strata_model_describe(model_path, c, &d, err);
+	if (st)
 		return st;
-	const char *embed_name = g ? "token_embd.weight"
-				   : "model.embed_tokens.weight";
+	if (d.headers_only)
+		return d.source == STRATA_FORMAT_GGUF
+			? strata_fail(err, STRATA_E_MODEL_CONFIG,
+				      "use a GGUF written by a current converter",
+				      "GGUF metadata: 'general.architecture' "
+				      "is missing")
+			: strata_fail(err, STRATA_E_MODEL_CONFIG,
+				      "a safetensors model directory needs its "
+				      "config.json",
+				      "%s: no config.json next to the weights",
+				      model_path);
+	if ((st = strata_infer_hparams_from_desc(&d, &hp, err)))
+		return st;
+	const char *embed_name = hp.gguf ? "token_embd.weight"
+					 : "model.embed_tokens.weight";
 	const strata_tensor *e = strata_catalog_find(c, embed_name);
 	if (!e)
 		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
@@ -446,14 +276,12 @@ strata_status strata_infer_config_parse(const char *json, size_t len,
 					strata_infer_hparams *out,
 					strata_error *err)
 {
-	strata_infer_hparams hp = {0};
-	hp.bos = hp.eos = -1;
-	hp.tied = -1;
-	strata_status st = parse_config(json, len, &hp, err);
-	if (st || (st = check(&hp, err)))
+	strata_model_desc d;
+	strata_status st = strata_model_describe_config(json, len,
+							"config.json", &d, err);
+	if (st)
 		return st;
-	*out = hp;
-	return STRATA_OK;
+	return strata_infer_hparams_from_desc(&d, out, err);
 }
 
 void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq)

@@ -137,38 +137,70 @@ static strata_status get_str(cfg *c, json_t *obj, const char *key, char *dst,
 	return STRATA_OK;
 }
 
-/* rope_parameters (transformers 5) or rope_scaling + rope_theta (4.x). */
+/* One rope object (rope_scaling or rope_parameters): its type and scaling
+ * into *r, its rope_theta (when given) into *theta. */
+static strata_status read_rope_obj(cfg *c, const char *key, json_t *o,
+				   strata_rope_scaling *r, double *theta)
+{
+	char type[32] = "default";
+	strata_status s;
+	if ((s = get_str(c, o, "type", type, sizeof type)) ||
+	    (s = get_str(c, o, "rope_type", type, sizeof type)) ||
+	    (s = get_num(c, o, "rope_theta", theta)) ||
+	    (s = get_num(c, o, "factor", &r->factor)) ||
+	    (s = get_num(c, o, "low_freq_factor", &r->low_freq_factor)) ||
+	    (s = get_num(c, o, "high_freq_factor", &r->high_freq_factor)) ||
+	    (s = get_uint(c, o, "original_max_position_embeddings", 1,
+			  &r->original_max_position_embeddings)))
+		return s;
+	set_rope_kind(r, type);
+	if (r->kind == STRATA_ROPE_LLAMA3 &&
+	    (r->factor <= 0 || !r->original_max_position_embeddings ||
+	     r->high_freq_factor <= r->low_freq_factor))
+		return bad(c, key,
+			   "a llama3 scaling with factor > 0, original_max_position_embeddings and high_freq_factor > low_freq_factor");
+	return STRATA_OK;
+}
+
+static bool same_scaling(const strata_rope_scaling *a,
+			 const strata_rope_scaling *b)
+{
+	return a->kind == b->kind && !strcmp(a->type, b->type) &&
+	       a->factor == b->factor &&
+	       a->low_freq_factor == b->low_freq_factor &&
+	       a->high_freq_factor == b->high_freq_factor &&
+	       a->original_max_position_embeddings ==
+		       b->original_max_position_embeddings;
+}
+
+/* rope_theta, then rope_scaling (transformers 4.x), then rope_parameters
+ * (5.x; its rope_theta wins). Files converted between versions may hold
+ * both objects: a scaling in either is taken, and two different scalings
+ * are refused rather than one silently ignored. */
 static strata_status read_rope(cfg *c, strata_model_desc *d)
 {
 	strata_status s = get_num(c, c->root, "rope_theta", &d->rope_theta);
-	const char *keys[] = {"rope_parameters", "rope_scaling"};
+	const char *keys[] = {"rope_scaling", "rope_parameters"};
+	bool scaled = false;
 	for (int k = 0; k < 2 && !s; k++) {
-		json_t *r = json_object_get(c->root, keys[k]);
-		if (!r || json_is_null(r))
+		json_t *o = json_object_get(c->root, keys[k]);
+		if (!o || json_is_null(o))
 			continue;
-		if (!json_is_object(r))
+		if (!json_is_object(o))
 			return bad(c, keys[k], "an object or null");
-		char type[32] = "default";
-		if ((s = get_str(c, r, "type", type, sizeof type)) ||
-		    (s = get_str(c, r, "rope_type", type, sizeof type)) ||
-		    (s = get_num(c, r, "rope_theta", &d->rope_theta)) ||
-		    (s = get_num(c, r, "factor", &d->rope_scaling.factor)) ||
-		    (s = get_num(c, r, "low_freq_factor",
-				 &d->rope_scaling.low_freq_factor)) ||
-		    (s = get_num(c, r, "high_freq_factor",
-				 &d->rope_scaling.high_freq_factor)) ||
-		    (s = get_uint(c, r, "original_max_position_embeddings", 1,
-				  &d->rope_scaling.original_max_position_embeddings)))
+		strata_rope_scaling r = {0};
+		if ((s = read_rope_obj(c, keys[k], o, &r, &d->rope_theta)))
 			return s;
-		set_rope_kind(&d->rope_scaling, type);
-		if (d->rope_scaling.kind == STRATA_ROPE_LLAMA3 &&
-		    (d->rope_scaling.factor <= 0 ||
-		     !d->rope_scaling.original_max_position_embeddings ||
-		     d->rope_scaling.high_freq_factor <=
-			     d->rope_scaling.low_freq_factor))
+		if (r.kind == STRATA_ROPE_DEFAULT) {
+			if (!scaled)
+				d->rope_scaling = r;
+			continue;
+		}
+		if (scaled && !same_scaling(&d->rope_scaling, &r))
 			return bad(c, keys[k],
-				   "a llama3 scaling with factor > 0, original_max_position_embeddings and high_freq_factor > low_freq_factor");
-		break;
+				   "the same scaling as rope_scaling when both are given");
+		d->rope_scaling = r;
+		scaled = true;
 	}
 	return s;
 }
@@ -298,6 +330,7 @@ strata_status strata_model_describe(const char *model_path,
 	}
 	if (stat(path, &st) != 0) {
 		*out = (strata_model_desc){.source = STRATA_FORMAT_SAFETENSORS,
+					   .headers_only = true,
 					   .bos_token_id = -1,
 					   .eos_token_id = -1};
 		snprintf(out->architecture, sizeof out->architecture, "unknown");

@@ -82,7 +82,7 @@ static void test_config_faults_are_named(void **state)
 		{"num_hidden_layers", "0", STRATA_E_MODEL_CONFIG,
 		 "num_hidden_layers"},
 		{"num_key_value_heads", "3", STRATA_E_MODEL_CONFIG,
-		 "not a multiple"},
+		 "config.json: \"num_key_value_heads\" must be a divisor"},
 		{"model_type", "\"gpt2\"", STRATA_E_MODEL_ARCH, "gpt2"},
 		{"rms_norm_eps", "-1", STRATA_E_MODEL_CONFIG, "rms_norm_eps"},
 		{"head_dim", "7", STRATA_E_MODEL_CONFIG, "head size"},
