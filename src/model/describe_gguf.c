@@ -151,6 +151,7 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 	strata_status st = strata_gguf_get_string(m.g, "general.architecture",
 						  &s, &n, err);
 	if (st == STRATA_E_NOT_FOUND) { /* metadata alone: size it only */
+		d.headers_only = true;
 		*out = d;
 		snprintf(out->architecture, sizeof out->architecture, "unknown");
 		return STRATA_OK;
