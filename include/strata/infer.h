@@ -246,6 +246,27 @@ uint32_t strata_forward_position(const strata_forward *f);
 uint32_t strata_forward_context(const strata_forward *f);
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 
+/* KV save and restore, for a prefix cache (issue 9; src/infer/batch.c).
+ * The keys and values of positions [0, positions) depend on those tokens
+ * only, so a later sequence starting with the same tokens can start from
+ * them instead of recomputing. kv_bytes: the bytes of a saved prefix of
+ * `positions` (E_OVERFLOW naming the sum). kv_save copies the cached
+ * positions [0, positions) into dst (dst_bytes >= kv_bytes; positions at
+ * most the cached count, else E_INVALID_ARG); f is unchanged. kv_restore
+ * copies the first `positions` of the `saved` positions held in src (as
+ * kv_save wrote them) back and sets the position to `positions`, so the
+ * next run starts there (E_INFER_CONTEXT past the context). The cache is in
+ * host memory; a device-resident cache would copy through the backend. */
+strata_status strata_forward_kv_bytes(const strata_forward *f,
+				      uint32_t positions, uint64_t *out,
+				      strata_error *err);
+strata_status strata_forward_kv_save(const strata_forward *f,
+				     uint32_t positions, float *dst,
+				     uint64_t dst_bytes, strata_error *err);
+strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
+					uint32_t saved, uint32_t positions,
+					strata_error *err);
+
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */
 /* ------------------------------------------------------------------------ */

@@ -42,6 +42,7 @@ int strata_cmd_plan(int argc, char **argv);
 int strata_cmd_run(int argc, char **argv);
 int strata_cmd_logits(int argc, char **argv);
 int strata_cmd_inspect(int argc, char **argv);
+int strata_cmd_batch(int argc, char **argv);
 
 /* Residency options shared by plan, run and logits (residency_options.c):
  * --residency auto|resident|host[:D]|disk, --device-memory SIZE,

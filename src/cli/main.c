@@ -12,6 +12,7 @@ const strata_command strata_commands[] = {
 	{"tokenize", "show the token ids of a text", strata_cmd_tokenize},
 	{"run", "generate text from a prompt", strata_cmd_run},
 	{"logits", "write the logits of every position of a token list", strata_cmd_logits},
+	{"batch", "run JSONL generation requests over model replicas", strata_cmd_batch},
 	{NULL, NULL, NULL},
 };
 

@@ -316,3 +316,78 @@ const strata_infer_hparams *strata_forward_hparams(const strata_forward *f)
 {
 	return f->hp;
 }
+
+/* ------------------------------------------------------------------------ */
+/* KV save and restore (issue 9: a replica's prefix cache)                  */
+/* ------------------------------------------------------------------------ */
+
+/* The layout of a saved prefix is, per layer in order, the key rows then the
+ * value rows of positions [0, positions): (layers, 2, positions, kv_dim).
+ * The cache lives in host memory (strata_alloc above), so both directions
+ * are plain copies. */
+
+strata_status strata_forward_kv_bytes(const strata_forward *f,
+				      uint32_t positions, uint64_t *out,
+				      strata_error *err)
+{
+	uint64_t rows, floats;
+	if (strata_checked_mul((uint64_t)f->hp->layers * 2, positions, &rows,
+			       "saved KV rows", err) ||
+	    strata_checked_mul(rows, f->kv_dim, &floats, "saved KV floats",
+			       err) ||
+	    strata_checked_mul(floats, sizeof(float), out, "saved KV bytes",
+			       err))
+		return err ? err->code : STRATA_E_OVERFLOW;
+	return STRATA_OK;
+}
+
+strata_status strata_forward_kv_save(const strata_forward *f,
+				     uint32_t positions, float *dst,
+				     uint64_t dst_bytes, strata_error *err)
+{
+	uint64_t need;
+	strata_status st = strata_forward_kv_bytes(f, positions, &need, err);
+	if (st)
+		return st;
+	if (positions > f->pos || dst_bytes < need)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "KV save: %u positions asked, %u cached; "
+				   "%llu bytes given, %llu needed",
+				   positions, f->pos,
+				   (unsigned long long)dst_bytes,
+				   (unsigned long long)need);
+	size_t row = (size_t)positions * f->kv_dim;
+	for (uint32_t l = 0; l < f->hp->layers; l++) {
+		memcpy(dst, k_at(f, l, 0), row * sizeof(float));
+		memcpy(dst + row, v_at(f, l, 0), row * sizeof(float));
+		dst += 2 * row;
+	}
+	return STRATA_OK;
+}
+
+strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
+					uint32_t saved, uint32_t positions,
+					strata_error *err)
+{
+	if (positions > saved)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "KV restore: %u positions asked of %u saved",
+				   positions, saved);
+	if (positions > f->context)
+		return strata_fail(err, STRATA_E_INFER_CONTEXT,
+				   "raise --context",
+				   "KV restore: %u positions do not fit the "
+				   "context of %u",
+				   positions, f->context);
+	size_t row = (size_t)positions * f->kv_dim;
+	size_t stride = (size_t)saved * f->kv_dim;
+	for (uint32_t l = 0; l < f->hp->layers; l++) {
+		memcpy(k_at(f, l, 0), src, row * sizeof(float));
+		memcpy(v_at(f, l, 0), src + stride, row * sizeof(float));
+		src += 2 * stride;
+	}
+	f->pos = positions;
+	return STRATA_OK;
+}

@@ -1,0 +1,159 @@
+/* batch.h - the batch runner: one replica of the model per device, each
+ * with its own worker thread, session and prefix cache; requests routed by
+ * the shard allocator in its in-flight mode (layer: infer).
+ *
+ * A separate header rather than a section of infer.h because the runner is
+ * the one part of infer that uses the shard layer and threads; callers of
+ * the forward pass need neither. It works on token ids: encoding prompts
+ * and decoding results belong to the caller (the text layer comes after
+ * infer), which is `strata batch` (src/cli/cmd_batch.c, docs/batch.md).
+ */
+#ifndef STRATA_BATCH_H
+#define STRATA_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/infer.h"
+#include "strata/shard.h"
+
+/* Requests in flight per replica before the dispatcher waits for one to
+ * finish: the allocator's loads are then the work queued now, released as
+ * requests finish, not the cumulative total. */
+#define STRATA_BATCH_INFLIGHT_PER_REPLICA 4u
+
+/* The most replicas one batch opens. */
+#define STRATA_BATCH_MAX_REPLICAS 64u
+
+typedef struct strata_batch_options {
+	/* The session every replica opens (positions and prefill are the
+	 * largest any request needs; plan.device names the kind). */
+	strata_session_options session;
+	uint32_t replicas;	       /* >= 1 */
+	uint64_t spill_threshold;      /* allocator's, in cost units */
+	uint64_t prefix_cache_bytes;   /* per replica; 0: no prefix cache */
+	int32_t eos; /* the tokenizer's; -1: the model's (hparams) */
+} strata_batch_options;
+
+/* One request; every pointer is borrowed for strata_batch_run. */
+typedef struct strata_batch_request {
+	const int32_t *prompt; /* n_prompt >= 1 ids */
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	strata_sampler_params sampler;
+	const void *key; /* routing key */
+	size_t key_bytes;
+} strata_batch_request;
+
+/* One result. tokens is owned by the result (strata_batch_results_free). */
+typedef struct strata_batch_result {
+	int32_t *tokens;
+	uint32_t n_tokens;
+	uint32_t device, home_device; /* replica indices */
+	uint32_t prefix_tokens;	      /* prompt positions taken from the cache */
+	uint64_t queue_ns;	      /* dispatch to the start of its work */
+	strata_generate_stats gen;
+} strata_batch_result;
+
+/* Per-replica prefix cache and work figures. */
+typedef struct strata_batch_replica_stats {
+	uint64_t requests, tokens;     /* requests run, positions computed */
+	uint64_t busy_ns;	       /* generating */
+	uint64_t prefix_lookups, prefix_hits, prefix_reused_tokens;
+	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
+	uint64_t prefix_skipped;       /* prefixes larger than the budget */
+	uint64_t peak_load;	       /* allocator load, cost units */
+} strata_batch_replica_stats;
+
+typedef struct strata_batch strata_batch;
+
+/* Opens o->replicas sessions, each on its own worker thread (so a CUDA
+ * replica binds its device on the thread that uses it), and the allocator.
+ * Errors: E_INVALID_ARG for 0 or more than STRATA_BATCH_MAX_REPLICAS
+ * replicas, the first replica's session error (prefixed "replica N: "),
+ * E_NOMEM. Nothing survives a failure. The caller owns *out. */
+strata_status strata_batch_create(const strata_batch_options *o,
+				  strata_batch **out, strata_error *err);
+
+/* Stops the workers and closes the sessions; NULL is fine. */
+void strata_batch_destroy(strata_batch *b);
+
+/* Runs reqs[0..n) and fills results[0..n) in the same order. Requests are
+ * dispatched in input order: each is assigned through the allocator (cost
+ * = n_prompt + max_tokens, home = BLAKE3 of its key), queued to its
+ * replica, and its cost released when it finishes; the dispatcher keeps at
+ * most STRATA_BATCH_INFLIGHT_PER_REPLICA per replica in flight. A replica
+ * that fails stops the batch: the error (E_INFER_REPLICA naming the replica
+ * and request, with the cause) is returned and results hold nothing (all
+ * freed), so no request is answered twice or partly. */
+strata_status strata_batch_run(strata_batch *b,
+			       const strata_batch_request *reqs, size_t n,
+			       strata_batch_result *results, uint64_t *wall_ns,
+			       strata_error *err);
+
+void strata_batch_results_free(strata_batch_result *r, size_t n);
+
+uint32_t strata_batch_replicas(const strata_batch *b);
+/* The replica's session (its engine, store and plan for telemetry). */
+strata_session *strata_batch_session(strata_batch *b, uint32_t replica);
+void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
+				    strata_batch_replica_stats *out);
+/* The allocator's statistics after the last run. */
+void strata_batch_router_stats(const strata_batch *b, strata_shard_stats *out);
+strata_status strata_batch_router_device_stats(const strata_batch *b,
+					       uint32_t replica,
+					       strata_shard_device_stats *out,
+					       strata_error *err);
+
+/* Writes the telemetry document (DESIGN.md) with one devices[] entry per
+ * replica (named by `device_names`, one per replica) and a `router`
+ * object: home-hit rate, spills, load per device, max/mean, prefix cache
+ * figures. Totals in `residency` add the replicas'. Atomic write. */
+strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
+					   const char *const *device_names,
+					   uint64_t run_ns, uint64_t tokens,
+					   strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* The prefix cache of one replica (src/infer/prefix_cache.c)               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_prefix_cache strata_prefix_cache;
+
+/* A cache holding at most budget_bytes of saved KV (and the token ids that
+ * key it). E_NOMEM. */
+strata_status strata_prefix_cache_create(uint64_t budget_bytes,
+					 strata_prefix_cache **out,
+					 strata_error *err);
+void strata_prefix_cache_destroy(strata_prefix_cache *c);
+
+/* Resets f and restores into it the longest cached prefix that is a
+ * token-exact prefix of prompt[0..n_prompt - 1) (the last prompt token is
+ * always computed, for its logits). *reused is the positions restored
+ * (0 on a miss: f is then at position 0). Never fails on a miss. */
+strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
+					strata_forward *f,
+					const int32_t *prompt,
+					uint32_t n_prompt, uint32_t *reused,
+					strata_error *err);
+
+/* Saves f's positions [0, n_prompt) keyed by prompt (f must hold at least
+ * that many), evicting the least recently used entries to stay within the
+ * budget. A prefix already held, or one larger than the whole budget, is
+ * not saved (counted as skipped). E_NOMEM leaves the cache as it was. */
+strata_status strata_prefix_cache_save(strata_prefix_cache *c,
+				       const strata_forward *f,
+				       const int32_t *prompt,
+				       uint32_t n_prompt, strata_error *err);
+
+typedef struct strata_prefix_cache_stats {
+	uint64_t lookups, hits, reused_tokens;
+	uint64_t saved, evictions, skipped;
+	uint64_t bytes, entries, budget_bytes;
+} strata_prefix_cache_stats;
+
+void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
+				   strata_prefix_cache_stats *out);
+
+#endif

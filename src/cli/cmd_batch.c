@@ -1,0 +1,450 @@
+/* cmd_batch.c - `strata batch MODEL`: generation requests as JSONL on
+ * stdin, spread over replicas of the model by the shard allocator, results
+ * as JSONL on stdout in input order (layer: cli). docs/batch.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/batch_input.h"
+#include "cli/commands.h"
+#include "strata/backend.h"
+
+#define DEFAULT_NEW_TOKENS 256
+#define DEFAULT_PREFIX_CACHE_BYTES (64ull << 20)
+
+static void help(FILE *f)
+{
+	fprintf(f,
+		"usage: strata batch MODEL [options] < requests.jsonl\n\n"
+		"Runs one generation per input line, {\"id\", \"prompt\",\n"
+		"optional \"max_tokens\", \"temperature\", \"seed\", \"key\"},\n"
+		"over replicas of the model, one per device; writes one JSON\n"
+		"result per request to stdout in input order. Every line is\n"
+		"checked before anything runs: a bad line runs nothing.\n\n"
+		"options:\n"
+		"  --gpus all|N|LIST     replicas: all GPUs, N of them, or the\n"
+		"                        listed indices (0,2); with --device cpu,\n"
+		"                        N (or the LIST's length) CPU replicas\n"
+		"                        (default 1)\n"
+		"  --spill-threshold T   spill a request when its home replica is\n"
+		"                        loaded more than T (prompt + max tokens)\n"
+		"                        above the least loaded (default: twice\n"
+		"                        the largest request)\n"
+		"  --prefix-cache SIZE   KV of earlier prompts kept per replica\n"
+		"                        for reuse (default 64MiB, 0 off)\n"
+		"  --batch B             sequences per forward pass: only 1 for\n"
+		"                        now\n"
+		"  -n TOKENS             default max_tokens (default %d)\n"
+		"  --temperature T       default temperature (default 0.8)\n"
+		"  --seed S              default seed (default 0)\n"
+		"  --threads N           compute threads per replica (default:\n"
+		"                        processors / replicas)\n"
+		"  --telemetry FILE      write the telemetry document with one\n"
+		"                        devices[] entry per replica and the router\n%s",
+		DEFAULT_NEW_TOKENS, strata_cli_residency_help);
+}
+
+typedef struct batch_args {
+	const char *model, *gpus, *telemetry;
+	uint64_t n, threads, spill, prefix_bytes;
+	bool spill_given;
+	strata_sampler_params sp;
+} batch_args;
+
+/* Options with a value; 0 when handled, else an exit code. */
+static int value_option(batch_args *a, const char *opt, const char *v,
+			bool *known)
+{
+	strata_error err;
+	uint64_t u;
+	*known = true;
+	if (!strcmp(opt, "--gpus")) {
+		a->gpus = v;
+	} else if (!strcmp(opt, "--telemetry")) {
+		a->telemetry = v;
+	} else if (!strcmp(opt, "--prefix-cache")) {
+		if (strata_size_parse(v, &a->prefix_bytes, &err))
+			return strata_cli_usage("batch", "--prefix-cache: %s",
+						err.message);
+	} else if (!strcmp(opt, "--temperature")) {
+		char *end;
+		float x = strtof(v, &end);
+		if (end == v || *end || !isfinite(x) || x < 0 || x > 1e6f)
+			return strata_cli_usage("batch", "--temperature: '%s' "
+						"is not a number in [0, 1e6]", v);
+		a->sp.temperature = x;
+	} else if (!strcmp(opt, "-n") || !strcmp(opt, "--seed") ||
+		   !strcmp(opt, "--threads") ||
+		   !strcmp(opt, "--spill-threshold")) {
+		if (strata_cli_parse_u64(opt, v, &u, &err))
+			return strata_cli_fail(&err);
+		if (!strcmp(opt, "-n"))
+			a->n = u;
+		else if (!strcmp(opt, "--seed"))
+			a->sp.seed = u;
+		else if (!strcmp(opt, "--threads"))
+			a->threads = u;
+		else
+			a->spill = u, a->spill_given = true;
+		if (a->n > (1u << 24) || a->threads > 4096)
+			return strata_cli_usage("batch", "%s: '%s' is too large",
+						opt, v);
+	} else {
+		*known = false;
+	}
+	return 0;
+}
+
+/* 0: parsed; -1: help shown; else the exit code. */
+static int parse_args(int argc, char **argv, batch_args *a,
+		      strata_cli_residency *r)
+{
+	strata_error err;
+	for (int i = 1; i < argc; i++) {
+		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
+		if (used < 0)
+			return strata_cli_fail(&err);
+		if (used)
+			continue;
+		const char *arg = argv[i];
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			help(stdout);
+			return -1;
+		}
+		if (arg[0] == '-' && arg[1]) {
+			bool known;
+			int rc = value_option(a, arg, i + 1 < argc ? argv[i + 1]
+								   : "0",
+					      &known);
+			if (!known)
+				return strata_cli_usage(
+					"batch", "unknown option '%s'", arg);
+			if (i + 1 >= argc)
+				return strata_cli_usage(
+					"batch", "%s needs a value", arg);
+			if (rc)
+				return rc;
+			i++;
+		} else if (a->model) {
+			return strata_cli_usage("batch",
+						"more than one MODEL ('%s')", arg);
+		} else {
+			a->model = arg;
+		}
+	}
+	if (!a->model)
+		return strata_cli_usage("batch", "MODEL is missing");
+	if (r->plan.shape.batch > 1) {
+		strata_error e;
+		strata_fail(&e, STRATA_E_USAGE,
+			    "leave --batch at 1; replicas (--gpus) are how a "
+			    "batch runs in parallel for now",
+			    "--batch %llu: several sequences per forward pass "
+			    "are not implemented yet (only 1)",
+			    (unsigned long long)r->plan.shape.batch);
+		return strata_cli_fail(&e);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct device_list {
+	uint32_t count;
+	char names[STRATA_BATCH_MAX_REPLICAS][24];
+	const char *ptrs[STRATA_BATCH_MAX_REPLICAS];
+} device_list;
+
+/* --gpus all|N|LIST into replica names: cpu:i on the CPU (N replicas, or
+ * one per LIST entry), cuda:K on CUDA (all visible, the first N, or the
+ * listed K). 0 or an exit code. */
+static int parse_gpus(const char *spec, const strata_cli_residency *r,
+		      device_list *d)
+{
+	bool cuda = r->plan.device == STRATA_PLAN_DEVICE_CUDA;
+	uint32_t idx[STRATA_BATCH_MAX_REPLICAS], n = 0;
+	if (!spec || !strcmp(spec, "all")) {
+		uint32_t c = cuda ? strata_backend_cuda_device_count() : 1;
+		if (c == 0)
+			return strata_cli_usage("batch", "--gpus all: no CUDA "
+						"device is visible");
+		for (n = 0; n < c && n < STRATA_BATCH_MAX_REPLICAS; n++)
+			idx[n] = n;
+	} else if (!strchr(spec, ',')) {
+		char *end;
+		unsigned long v = strtoul(spec, &end, 10);
+		if (end == spec || *end || v == 0 ||
+		    v > STRATA_BATCH_MAX_REPLICAS)
+			return strata_cli_usage("batch", "--gpus: '%s' is not "
+						"all, a count in [1, %u] or a "
+						"list like 0,1", spec,
+						STRATA_BATCH_MAX_REPLICAS);
+		for (n = 0; n < v; n++)
+			idx[n] = n;
+	} else {
+		for (const char *p = spec; *p;) {
+			char *end;
+			unsigned long v = strtoul(p, &end, 10);
+			if (end == p || (*end && *end != ',') ||
+			    n == STRATA_BATCH_MAX_REPLICAS || v > 1u << 16)
+				return strata_cli_usage(
+					"batch", "--gpus: '%s' is not a list "
+					"of device indices like 0,1", spec);
+			for (uint32_t i = 0; i < n; i++)
+				if (idx[i] == v)
+					return strata_cli_usage(
+						"batch", "--gpus: device %lu "
+						"is listed twice", v);
+			idx[n++] = (uint32_t)v;
+			p = *end ? end + 1 : end;
+		}
+	}
+	if (!cuda && n > 1 && !r->device_given)
+		return strata_cli_usage("batch", "--gpus %s: CPU replicas are "
+					"made only with --device cpu", spec);
+	d->count = n;
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(d->names[i], sizeof d->names[i], "%s:%u",
+			 cuda ? "cuda" : "cpu", cuda ? idx[i] : i);
+		d->ptrs[i] = d->names[i];
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One result line as a jansson object (NULL on allocation failure). */
+static json_t *result_json(const batch_item *it, const strata_batch_result *r,
+			   const char *text, size_t len, const device_list *d)
+{
+	json_t *o = json_object(), *toks = json_array(), *tm = json_object();
+	if (!o || !toks || !tm) {
+		json_decref(o);
+		json_decref(toks);
+		json_decref(tm);
+		return NULL;
+	}
+	int bad = 0;
+	for (uint32_t i = 0; i < r->n_tokens; i++)
+		bad |= json_array_append_new(toks, json_integer(r->tokens[i]));
+	const strata_generate_stats *g = &r->gen;
+	bad |= json_object_set_new(tm, "queue_s", json_real(r->queue_ns / 1e9));
+	bad |= json_object_set_new(tm, "prompt_s", json_real(g->prompt_ns / 1e9));
+	bad |= json_object_set_new(tm, "first_token_s",
+				   json_real(g->first_token_ns / 1e9));
+	bad |= json_object_set_new(tm, "generate_s",
+				   json_real(g->generate_ns / 1e9));
+	bad |= json_object_set(o, "id", json_object_get(it->json, "id"));
+	bad |= json_object_set_new(o, "text", json_stringn(text, len));
+	bad |= json_object_set_new(o, "tokens", toks);
+	bad |= json_object_set_new(o, "device", json_integer(r->device));
+	bad |= json_object_set_new(o, "device_name",
+				   json_string(d->names[r->device]));
+	bad |= json_object_set_new(o, "home_device",
+				   json_integer(r->home_device));
+	bad |= json_object_set_new(o, "prompt_tokens",
+				   json_integer(it->req.n_prompt));
+	bad |= json_object_set_new(o, "prefix_tokens",
+				   json_integer(r->prefix_tokens));
+	bad |= json_object_set_new(o, "stopped_at_eos",
+				   json_boolean(g->stopped_at_eos));
+	bad |= json_object_set_new(o, "timings", tm);
+	if (bad) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* Text of one result through the streaming detokenizer, the way `strata
+ * run` prints it, into *buf (grown as needed). */
+static strata_status detok(const strata_tokenizer *tok,
+			   const strata_batch_result *r, char **buf,
+			   size_t *len, size_t *cap, strata_error *err)
+{
+	strata_detokenizer *d = NULL;
+	strata_status st = strata_detokenizer_create(tok, true, &d, err);
+	*len = 0;
+	for (uint32_t i = 0; st == STRATA_OK && i <= r->n_tokens; i++) {
+		const char *t;
+		size_t n;
+		st = i < r->n_tokens
+			     ? strata_detokenizer_push(d, r->tokens[i], &t, &n, err)
+			     : strata_detokenizer_flush(d, &t, &n, err);
+		if (st == STRATA_OK && *len + n + 1 > *cap) {
+			size_t ncap = (*len + n + 1) * 2;
+			char *nb = strata_realloc(*buf, ncap);
+			if (!nb)
+				st = strata_fail(err, STRATA_E_NOMEM,
+						 "free memory",
+						 "cannot hold a result's text");
+			else
+				*buf = nb, *cap = ncap;
+		}
+		if (st == STRATA_OK) {
+			memcpy(*buf + *len, t, n);
+			*len += n;
+		}
+	}
+	strata_detokenizer_destroy(d);
+	return st;
+}
+
+static strata_status write_results(const batch_input *in,
+				   const strata_batch_result *res,
+				   const strata_tokenizer *tok,
+				   const device_list *d, strata_error *err)
+{
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	strata_status st = STRATA_OK;
+	for (size_t i = 0; st == STRATA_OK && i < in->count; i++) {
+		st = detok(tok, &res[i], &text, &len, &cap, err);
+		json_t *o = st ? NULL
+			       : result_json(&in->items[i], &res[i],
+					     text ? text : "", len, d);
+		if (st == STRATA_OK && !o)
+			st = strata_fail(err, STRATA_E_NOMEM, "free memory",
+					 "cannot build result %zu", i);
+		if (st == STRATA_OK &&
+		    (json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII) ||
+		     fputc('\n', stdout) == EOF))
+			st = strata_fail(err, STRATA_E_IO,
+					 "check where stdout goes",
+					 "cannot write the results");
+		json_decref(o);
+	}
+	strata_free(text);
+	if (st == STRATA_OK && fflush(stdout))
+		st = strata_fail(err, STRATA_E_IO, "check where stdout goes",
+				 "cannot write the results");
+	return st;
+}
+
+static void print_summary(const strata_batch *b, size_t requests,
+			  const strata_batch_result *res, uint64_t wall_ns)
+{
+	uint64_t gen = 0, lookups = 0, hits = 0;
+	for (size_t i = 0; i < requests; i++)
+		gen += res[i].n_tokens;
+	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
+		strata_batch_replica_stats r;
+		strata_batch_replica_get_stats(b, i, &r);
+		lookups += r.prefix_lookups;
+		hits += r.prefix_hits;
+	}
+	strata_shard_stats s;
+	strata_batch_router_stats(b, &s);
+	double t = wall_ns / 1e9;
+	fprintf(stderr,
+		"strata: batch of %zu requests on %u replicas in %.3f s "
+		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
+		"%llu, %llu spilled; prefix cache hits %llu of %llu\n",
+		requests, strata_batch_replicas(b), t,
+		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,
+		(unsigned long long)s.home_hits, (unsigned long long)s.items,
+		(unsigned long long)s.spills, (unsigned long long)hits,
+		(unsigned long long)lookups);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
+			       const device_list *d, const batch_input *in,
+			       const strata_tokenizer *tok, strata_error *err)
+{
+	strata_batch_options o = {
+		.session = {.model_path = a->model, .plan = r->plan,
+			    .exclude = (const char *const *)r->exclude,
+			    .exclude_count = r->exclude_count},
+		.replicas = d->count,
+		.prefix_cache_bytes = a->prefix_bytes,
+	};
+	uint64_t positions = 0, prefill = 0, largest = 0;
+	for (size_t i = 0; i < in->count; i++) {
+		const strata_batch_request *q = &in->items[i].req;
+		uint64_t need = (uint64_t)q->n_prompt + q->max_tokens;
+		positions = need > positions ? need : positions;
+		prefill = q->n_prompt > prefill ? q->n_prompt : prefill;
+		largest = need > largest ? need : largest;
+	}
+	o.session.positions = (uint32_t)positions;
+	o.session.prefill = (uint32_t)prefill;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	o.session.threads = a->threads ? (uint32_t)a->threads
+			    : cpus > d->count ? (uint32_t)(cpus / d->count)
+					      : 1;
+	o.spill_threshold = a->spill_given ? a->spill : 2 * largest;
+	strata_tokenizer_specials sp;
+	strata_tokenizer_get_specials(tok, &sp);
+	o.eos = sp.eos;
+	strata_batch *b = NULL;
+	strata_batch_result *res = strata_calloc_or_error(
+		in->count, sizeof *res, "results", err);
+	if (!res)
+		return STRATA_E_NOMEM;
+	uint64_t wall = 0, tokens = 0;
+	strata_status st = strata_batch_create(&o, &b, err);
+	strata_batch_request *reqs = st ? NULL : strata_calloc_or_error(
+		in->count, sizeof *reqs, "requests", err);
+	if (st == STRATA_OK && !reqs)
+		st = STRATA_E_NOMEM;
+	for (size_t i = 0; reqs && i < in->count; i++)
+		reqs[i] = in->items[i].req;
+	if (st == STRATA_OK)
+		st = strata_batch_run(b, reqs, in->count, res, &wall, err);
+	if (st == STRATA_OK)
+		st = write_results(in, res, tok, d, err);
+	for (size_t i = 0; st == STRATA_OK && i < in->count; i++)
+		tokens += res[i].gen.prompt_tokens - res[i].prefix_tokens +
+			  res[i].n_tokens;
+	if (st == STRATA_OK)
+		print_summary(b, in->count, res, wall);
+	if (st == STRATA_OK && a->telemetry)
+		st = strata_batch_write_telemetry(b, a->telemetry, d->ptrs,
+						  wall, tokens, err);
+	strata_batch_results_free(res, in->count);
+	strata_free(res);
+	strata_free(reqs);
+	strata_batch_destroy(b);
+	return st;
+}
+
+int strata_cmd_batch(int argc, char **argv)
+{
+	batch_args a = {.n = DEFAULT_NEW_TOKENS,
+			.prefix_bytes = DEFAULT_PREFIX_CACHE_BYTES};
+	strata_sampler_params_default(&a.sp);
+	strata_cli_residency r;
+	strata_cli_residency_init(&r);
+	device_list d;
+	int rc = parse_args(argc, argv, &a, &r);
+	if (rc == 0)
+		rc = parse_gpus(a.gpus, &r, &d);
+	if (rc) {
+		strata_cli_residency_fini(&r);
+		return rc < 0 ? STRATA_EXIT_OK : rc;
+	}
+	strata_error err;
+	strata_tokenizer *tok = NULL;
+	batch_input in = {0};
+	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
+	if (st == STRATA_OK) {
+		batch_input_options bo = {.tok = tok, .sampler = a.sp,
+					  .default_max_tokens = a.n};
+		st = batch_input_read(&bo, &in, &err);
+	}
+	if (st == STRATA_OK)
+		st = run_batch(&a, &r, &d, &in, tok, &err);
+	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
+	batch_input_fini(&in);
+	strata_tokenizer_destroy(tok);
+	strata_cli_residency_fini(&r);
+	return rc;
+}

@@ -1,0 +1,382 @@
+/* batch.c - the batch runner: replicas with one worker thread each, requests
+ * routed by the shard allocator in its in-flight mode, results kept in input
+ * order (layer: infer).
+ *
+ * Threads: the caller's thread dispatches; each replica's worker opens its
+ * own session (so a CUDA replica binds its device on the thread that runs
+ * it), then takes requests from its queue. One mutex guards the queues, the
+ * allocator (which is not thread-safe) and the run's bookkeeping; the
+ * forward passes run outside it.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "strata/batch.h"
+
+typedef struct replica {
+	strata_batch *b;
+	uint32_t index;
+	pthread_t thread;
+	bool started, ready;
+	strata_status open_status;
+	strata_error open_err;
+	strata_session *session;
+	strata_prefix_cache *cache;
+	size_t *queue; /* ring of request indices, queue_cap */
+	size_t head, count;
+	strata_batch_replica_stats stats;
+} replica;
+
+struct strata_batch {
+	strata_batch_options o;
+	strata_shard *shard;
+	replica *r;
+	size_t queue_cap;
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv, done_cv;
+	bool stop;
+	/* the run in progress */
+	const strata_batch_request *reqs;
+	strata_batch_result *results;
+	uint64_t *dispatched_ns;
+	size_t in_flight;
+	bool failed;
+	strata_error fail_err;
+};
+
+/* ------------------------------------------------------------------------ */
+
+static strata_status collect(void *user, int32_t token, strata_error *err)
+{
+	strata_batch_result *res = user;
+	(void)err;
+	res->tokens[res->n_tokens++] = token; /* sized for max_tokens */
+	return STRATA_OK;
+}
+
+/* Runs one request on replica r; fills res (tokens allocated here). */
+static strata_status run_one(replica *r, const strata_batch_request *q,
+			     strata_batch_result *res, strata_error *err)
+{
+	strata_forward *f = r->session->forward;
+	strata_sampler *smp = NULL;
+	res->tokens = strata_alloc_or_error(
+		(q->max_tokens ? q->max_tokens : 1) * sizeof(int32_t),
+		"generated ids", err);
+	if (!res->tokens)
+		return STRATA_E_NOMEM;
+	strata_status st = strata_sampler_create(&q->sampler,
+						 r->session->hp.vocab, &smp,
+						 err);
+	uint32_t reused = 0;
+	/* The sampler sees the prompt as history; only with no repeat
+	 * penalty is a suffix-only history the same choice. */
+	bool cache = r->cache && q->sampler.repeat_penalty == 1.0f;
+	if (st == STRATA_OK && cache)
+		st = strata_prefix_cache_apply(r->cache, f, q->prompt,
+					       q->n_prompt, &reused, err);
+	else if (st == STRATA_OK)
+		strata_forward_reset(f);
+	uint64_t t0 = strata_now_ns();
+	if (st == STRATA_OK)
+		st = strata_generate(f, smp, q->prompt + reused,
+				     q->n_prompt - reused, q->max_tokens,
+				     r->b->o.eos >= 0 ? r->b->o.eos
+						      : r->session->hp.eos,
+				     collect, res, &res->gen,
+				     err);
+	if (st == STRATA_OK && cache)
+		st = strata_prefix_cache_save(r->cache, f, q->prompt,
+					      q->n_prompt, err);
+	strata_sampler_destroy(smp);
+	res->prefix_tokens = reused;
+	res->gen.prompt_tokens = q->n_prompt;
+	r->stats.busy_ns += strata_now_ns() - t0;
+	r->stats.requests++;
+	r->stats.tokens += q->n_prompt - reused + res->n_tokens;
+	return st;
+}
+
+/* Records the first failure of the run; b->mu is held. */
+static void fail_locked(strata_batch *b, const strata_error *e,
+			uint32_t replica_index, size_t request)
+{
+	if (b->failed)
+		return;
+	b->failed = true;
+	strata_fail(&b->fail_err, STRATA_E_INFER_REPLICA, e->fix,
+		    "replica %u failed on request %zu (line %zu): %s",
+		    replica_index, request, request + 1, e->message);
+}
+
+static void *worker(void *arg)
+{
+	replica *r = arg;
+	strata_batch *b = r->b;
+	strata_status st = strata_session_open(&b->o.session, &r->session,
+					       &r->open_err);
+	pthread_mutex_lock(&b->mu);
+	r->open_status = st;
+	r->ready = true;
+	pthread_cond_broadcast(&b->done_cv);
+	for (;;) {
+		while (!b->stop && r->count == 0)
+			pthread_cond_wait(&b->work_cv, &b->mu);
+		if (r->count == 0)
+			break; /* stopping with nothing queued */
+		size_t i = r->queue[r->head];
+		r->head = (r->head + 1) % b->queue_cap;
+		r->count--;
+		const strata_batch_request *q = &b->reqs[i];
+		strata_batch_result *res = &b->results[i];
+		bool skip = b->failed || st != STRATA_OK;
+		res->queue_ns = strata_now_ns() - b->dispatched_ns[i];
+		pthread_mutex_unlock(&b->mu);
+		strata_error e;
+		strata_status rs = skip ? STRATA_OK : run_one(r, q, res, &e);
+		pthread_mutex_lock(&b->mu);
+		if (rs != STRATA_OK)
+			fail_locked(b, &e, r->index, i);
+		strata_error ignored;
+		(void)strata_shard_release(b->shard, r->index,
+					   (uint64_t)q->n_prompt + q->max_tokens,
+					   &ignored);
+		b->in_flight--;
+		pthread_cond_broadcast(&b->done_cv);
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+/* Stops and joins every started worker, closes what they opened. */
+static void stop_workers(strata_batch *b)
+{
+	pthread_mutex_lock(&b->mu);
+	b->stop = true;
+	pthread_cond_broadcast(&b->work_cv);
+	pthread_mutex_unlock(&b->mu);
+	for (uint32_t i = 0; i < b->o.replicas; i++)
+		if (b->r[i].started)
+			pthread_join(b->r[i].thread, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+
+void strata_batch_destroy(strata_batch *b)
+{
+	if (!b)
+		return;
+	if (b->r) {
+		stop_workers(b);
+		for (uint32_t i = 0; i < b->o.replicas; i++) {
+			strata_session_close(b->r[i].session);
+			strata_prefix_cache_destroy(b->r[i].cache);
+			strata_free(b->r[i].queue);
+		}
+	}
+	strata_free(b->r);
+	strata_shard_destroy(b->shard);
+	pthread_mutex_destroy(&b->mu);
+	pthread_cond_destroy(&b->work_cv);
+	pthread_cond_destroy(&b->done_cv);
+	strata_free(b);
+}
+
+/* Starts the workers and waits until each has opened its session. */
+static strata_status start_workers(strata_batch *b, strata_error *err)
+{
+	for (uint32_t i = 0; i < b->o.replicas; i++) {
+		replica *r = &b->r[i];
+		if (pthread_create(&r->thread, NULL, worker, r) != 0)
+			return strata_fail(err, STRATA_E_THREAD,
+					   "run fewer replicas",
+					   "cannot start the worker thread of "
+					   "replica %u", i);
+		r->started = true;
+	}
+	pthread_mutex_lock(&b->mu);
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; i < b->o.replicas; i++) {
+		while (!b->r[i].ready)
+			pthread_cond_wait(&b->done_cv, &b->mu);
+		if (b->r[i].open_status && st == STRATA_OK) {
+			st = b->r[i].open_status;
+			if (err) {
+				*err = b->r[i].open_err;
+				strata_error_prefix(err, "replica %u: ", i);
+			}
+		}
+	}
+	pthread_mutex_unlock(&b->mu);
+	return st;
+}
+
+strata_status strata_batch_create(const strata_batch_options *o,
+				  strata_batch **out, strata_error *err)
+{
+	if (!o || !out || o->replicas == 0 ||
+	    o->replicas > STRATA_BATCH_MAX_REPLICAS)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "give between 1 and 64 replicas",
+				   "batch: %u replicas",
+				   o ? o->replicas : 0);
+	strata_batch *b = strata_calloc_or_error(1, sizeof *b, "batch", err);
+	if (!b)
+		return STRATA_E_NOMEM;
+	b->o = *o;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->work_cv, NULL);
+	pthread_cond_init(&b->done_cv, NULL);
+	b->queue_cap = (size_t)o->replicas * STRATA_BATCH_INFLIGHT_PER_REPLICA;
+	strata_status st = strata_shard_create(o->replicas, o->spill_threshold,
+					       &b->shard, err);
+	if (st == STRATA_OK && !(b->r = strata_calloc_or_error(
+					 o->replicas, sizeof *b->r,
+					 "replicas", err)))
+		st = STRATA_E_NOMEM;
+	for (uint32_t i = 0; st == STRATA_OK && i < o->replicas; i++) {
+		b->r[i].b = b;
+		b->r[i].index = i;
+		if (!(b->r[i].queue = strata_calloc_or_error(
+			      b->queue_cap, sizeof(size_t), "replica queue",
+			      err)))
+			st = STRATA_E_NOMEM;
+		else if (o->prefix_cache_bytes)
+			st = strata_prefix_cache_create(o->prefix_cache_bytes,
+							&b->r[i].cache, err);
+	}
+	if (st == STRATA_OK)
+		st = start_workers(b, err);
+	if (st) {
+		strata_batch_destroy(b);
+		return st;
+	}
+	*out = b;
+	return STRATA_OK;
+}
+
+/* Assigns request i and queues it; b->mu is held and a slot is free. */
+static strata_status dispatch_locked(strata_batch *b, size_t i,
+				     strata_error *err)
+{
+	const strata_batch_request *q = &b->reqs[i];
+	uint32_t home, dev;
+	strata_status st = strata_shard_home(q->key, q->key_bytes,
+					     b->o.replicas, &home, err);
+	if (st == STRATA_OK)
+		st = strata_shard_assign_home(
+			b->shard, home, (uint64_t)q->n_prompt + q->max_tokens,
+			&dev, err);
+	if (st)
+		return st;
+	replica *r = &b->r[dev];
+	uint64_t load = strata_shard_loads(b->shard)[dev];
+	if (load > r->stats.peak_load)
+		r->stats.peak_load = load;
+	b->results[i].device = dev;
+	b->results[i].home_device = home;
+	b->dispatched_ns[i] = strata_now_ns();
+	r->queue[(r->head + r->count) % b->queue_cap] = i;
+	r->count++;
+	b->in_flight++;
+	pthread_cond_broadcast(&b->work_cv);
+	return STRATA_OK;
+}
+
+strata_status strata_batch_run(strata_batch *b,
+			       const strata_batch_request *reqs, size_t n,
+			       strata_batch_result *results, uint64_t *wall_ns,
+			       strata_error *err)
+{
+	memset(results, 0, n * sizeof *results);
+	for (size_t i = 0; i < n; i++)
+		if (!reqs[i].prompt || reqs[i].n_prompt == 0)
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "give every request a prompt",
+					   "batch: request %zu has no prompt "
+					   "ids", i);
+	uint64_t *stamps = strata_calloc_or_error(n ? n : 1, sizeof *stamps,
+						  "dispatch times", err);
+	if (!stamps)
+		return STRATA_E_NOMEM;
+	uint64_t t0 = strata_now_ns();
+	strata_status st = STRATA_OK;
+	pthread_mutex_lock(&b->mu);
+	b->reqs = reqs;
+	b->results = results;
+	b->dispatched_ns = stamps;
+	b->failed = false;
+	for (size_t i = 0; i < n && st == STRATA_OK && !b->failed; i++) {
+		while (!b->failed && b->in_flight >= b->queue_cap)
+			pthread_cond_wait(&b->done_cv, &b->mu);
+		if (!b->failed)
+			st = dispatch_locked(b, i, err);
+	}
+	while (b->in_flight)
+		pthread_cond_wait(&b->done_cv, &b->mu);
+	if (st == STRATA_OK && b->failed) {
+		st = b->fail_err.code;
+		if (err)
+			*err = b->fail_err;
+	}
+	b->reqs = NULL;
+	b->results = NULL;
+	b->dispatched_ns = NULL;
+	pthread_mutex_unlock(&b->mu);
+	strata_free(stamps);
+	if (wall_ns)
+		*wall_ns = strata_now_ns() - t0;
+	if (st) /* all or nothing: no partial answers */
+		strata_batch_results_free(results, n);
+	return st;
+}
+
+void strata_batch_results_free(strata_batch_result *r, size_t n)
+{
+	for (size_t i = 0; r && i < n; i++) {
+		strata_free(r[i].tokens);
+		r[i].tokens = NULL;
+		r[i].n_tokens = 0;
+	}
+}
+
+uint32_t strata_batch_replicas(const strata_batch *b)
+{
+	return b->o.replicas;
+}
+
+strata_session *strata_batch_session(strata_batch *b, uint32_t replica)
+{
+	return replica < b->o.replicas ? b->r[replica].session : NULL;
+}
+
+void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
+				    strata_batch_replica_stats *out)
+{
+	const struct replica *r = &b->r[replica];
+	*out = r->stats;
+	if (r->cache) {
+		strata_prefix_cache_stats c;
+		strata_prefix_cache_get_stats(r->cache, &c);
+		out->prefix_lookups = c.lookups;
+		out->prefix_hits = c.hits;
+		out->prefix_reused_tokens = c.reused_tokens;
+		out->prefix_saved = c.saved;
+		out->prefix_evictions = c.evictions;
+		out->prefix_bytes = c.bytes;
+		out->prefix_skipped = c.skipped;
+	}
+}
+
+void strata_batch_router_stats(const strata_batch *b, strata_shard_stats *out)
+{
+	strata_shard_get_stats(b->shard, out);
+}
+
+strata_status strata_batch_router_device_stats(const strata_batch *b,
+					       uint32_t replica,
+					       strata_shard_device_stats *out,
+					       strata_error *err)
+{
+	return strata_shard_get_device_stats(b->shard, replica, out, err);
+}

@@ -1,0 +1,185 @@
+/* batch_telemetry.c - the telemetry document of a batch: one devices[]
+ * entry per replica, totals over them, and the router's statistics
+ * (layer: infer). */
+#include <string.h>
+
+#include "strata/batch.h"
+
+/* The `router` object: allocator figures, load per replica (peak while the
+ * batch ran, since in-flight loads are all released at its end, and the
+ * total cost each received) and each replica's prefix cache. */
+static void write_router(strata_json *j, strata_batch *b)
+{
+	strata_shard_stats s;
+	strata_batch_router_stats(b, &s);
+	uint32_t n = strata_batch_replicas(b);
+	uint64_t max = 0, sum = 0, lookups = 0, hits = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		strata_shard_device_stats d;
+		strata_error ignored;
+		(void)strata_batch_router_device_stats(b, i, &d, &ignored);
+		uint64_t total = d.released_load + d.load;
+		max = total > max ? total : max;
+		sum += total;
+	}
+	double mean = n ? (double)sum / n : 0;
+	strata_json_key(j, "router");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "devices", n);
+	strata_json_kv_u64(j, "spill_threshold", s.spill_threshold);
+	strata_json_kv_u64(j, "requests", s.items);
+	strata_json_kv_u64(j, "home_hits", s.home_hits);
+	strata_json_kv_u64(j, "spills", s.spills);
+	strata_json_kv_double(j, "home_hit_rate",
+			      s.items ? (double)s.home_hits / s.items : 0);
+	strata_json_kv_u64(j, "max_load", max);
+	strata_json_kv_double(j, "mean_load", mean);
+	strata_json_kv_double(j, "max_over_mean", mean > 0 ? max / mean : 0);
+	strata_json_key(j, "per_device");
+	strata_json_array_begin(j);
+	for (uint32_t i = 0; i < n; i++) {
+		strata_shard_device_stats d;
+		strata_batch_replica_stats r;
+		strata_error ignored;
+		(void)strata_batch_router_device_stats(b, i, &d, &ignored);
+		strata_batch_replica_get_stats(b, i, &r);
+		lookups += r.prefix_lookups;
+		hits += r.prefix_hits;
+		strata_json_object_begin(j);
+		strata_json_kv_u64(j, "device", i);
+		strata_json_kv_u64(j, "requests", d.items);
+		strata_json_kv_u64(j, "spilled_in", d.spilled_in);
+		strata_json_kv_u64(j, "spilled_away", d.spilled_away);
+		strata_json_kv_u64(j, "load_total", d.released_load + d.load);
+		strata_json_kv_u64(j, "load_peak", r.peak_load);
+		strata_json_kv_u64(j, "load_now", d.load);
+		strata_json_kv_u64(j, "positions_computed", r.tokens);
+		strata_json_kv_double(j, "busy_seconds", r.busy_ns / 1e9);
+		strata_json_key(j, "prefix_cache");
+		strata_json_object_begin(j);
+		strata_json_kv_u64(j, "lookups", r.prefix_lookups);
+		strata_json_kv_u64(j, "hits", r.prefix_hits);
+		strata_json_kv_u64(j, "reused_tokens", r.prefix_reused_tokens);
+		strata_json_kv_u64(j, "saved", r.prefix_saved);
+		strata_json_kv_u64(j, "evictions", r.prefix_evictions);
+		strata_json_kv_u64(j, "skipped", r.prefix_skipped);
+		strata_json_kv_u64(j, "bytes", r.prefix_bytes);
+		strata_json_object_end(j);
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+	strata_json_kv_u64(j, "prefix_lookups", lookups);
+	strata_json_kv_u64(j, "prefix_hits", hits);
+	strata_json_kv_double(j, "prefix_hit_rate",
+			      lookups ? (double)hits / lookups : 0);
+	strata_json_object_end(j);
+}
+
+/* Adds b's weight-store counters into a (paths stay a's: every replica
+ * reads the same model). */
+static void add_store(strata_weight_store_stats *a,
+		      const strata_weight_store_stats *b)
+{
+	a->cache_hits += b->cache_hits;
+	a->cache_misses += b->cache_misses;
+	a->evictions += b->evictions;
+	a->currently_cached_shards += b->currently_cached_shards;
+	a->physical_reads += b->physical_reads;
+	a->physical_read_bytes += b->physical_read_bytes;
+	a->coalesced_group_hits += b->coalesced_group_hits;
+}
+
+strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
+					   const char *const *device_names,
+					   uint64_t run_ns, uint64_t tokens,
+					   strata_error *err)
+{
+	uint32_t n = strata_batch_replicas(b);
+	strata_telemetry_snapshot snaps[STRATA_BATCH_MAX_REPLICAS], total;
+	strata_telemetry_device devs[STRATA_BATCH_MAX_REPLICAS];
+	strata_weight_store_stats ws;
+	memset(&total, 0, sizeof total);
+	for (uint32_t i = 0; i < n; i++) {
+		strata_session *s = strata_batch_session(b, i);
+		strata_status st = strata_session_finish(s, err);
+		if (st)
+			return st;
+		strata_residency *e = strata_infer_window_engine(s->window);
+		strata_telemetry_get(strata_residency_telemetry(e), &snaps[i]);
+		strata_telemetry_snapshot_add(&total, &snaps[i]);
+		devs[i].name = device_names[i];
+		devs[i].snapshot = &snaps[i];
+		strata_weight_store_stats one;
+		strata_weight_store_get_stats(s->store, i ? &one : &ws);
+		if (i)
+			add_store(&ws, &one);
+	}
+	strata_session *s0 = strata_batch_session(b, 0);
+	strata_residency *e0 = strata_infer_window_engine(s0->window);
+	strata_residency_sizes sizes;
+	strata_residency_get_sizes(e0, &sizes);
+	uint64_t load_ns = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t l = strata_batch_session(b, i)->load_ns;
+		load_ns = l > load_ns ? l : load_ns;
+	}
+	strata_telemetry_report r = {
+		.model = s0->model_path,
+		.mode = strata_residency_mode_name(strata_plan_mode(s0->plan)),
+		.depth = sizes.depth,
+		.lookahead_units = strata_plan_lookahead(s0->plan),
+		.queue_depth = strata_plan_queue(s0->plan),
+		.static_bytes = sizes.static_bytes,
+		.window_bytes = sizes.window_bytes,
+		.load_seconds = load_ns / 1e9,
+		.run_seconds = run_ns / 1e9,
+		.tokens = tokens,
+		.residency = &total,
+		.weight_store = &ws,
+		.device_count = n,
+		.devices = devs,
+	};
+	/* The shared writer makes the whole document; the router object goes
+	 * in before its closing brace, written by the same writer so its
+	 * numbers have the same exact forms. */
+	strata_json doc, router;
+	strata_json_init(&doc, true);
+	strata_json_init(&router, true);
+	strata_telemetry_write_json(&doc, &r);
+	strata_status st = strata_json_finish(&doc, err);
+	strata_json_object_begin(&router);
+	write_router(&router, b);
+	strata_json_object_end(&router);
+	if (st == STRATA_OK)
+		st = strata_json_finish(&router, err);
+	char *close = st == STRATA_OK ? strrchr(doc.buf, '}') : NULL;
+	char *open = st == STRATA_OK ? strchr(router.buf, '{') : NULL;
+	if (st == STRATA_OK && (!close || !open))
+		st = strata_fail(err, STRATA_E_INVALID_ARG,
+				 "this is a bug in strata",
+				 "telemetry document has no object to extend");
+	if (st == STRATA_OK) {
+		/* doc up to its last '}', then ",", then router's members
+		 * (everything after its opening brace). */
+		size_t head = (size_t)(close - doc.buf);
+		while (head && (doc.buf[head - 1] == '\n' ||
+				doc.buf[head - 1] == ' '))
+			head--;
+		const char *tail = open + 1;
+		size_t tail_len = strlen(tail);
+		size_t len = head + 1 + tail_len;
+		char *text = strata_alloc_or_error(len + 1, "telemetry", err);
+		if (!text) {
+			st = STRATA_E_NOMEM;
+		} else {
+			memcpy(text, doc.buf, head);
+			text[head] = ',';
+			memcpy(text + head + 1, tail, tail_len + 1);
+			st = strata_file_write_atomic(path, text, len, err);
+			strata_free(text);
+		}
+	}
+	strata_json_fini(&doc);
+	strata_json_fini(&router);
+	return st;
+}
