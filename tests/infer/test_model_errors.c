@@ -90,6 +90,22 @@ static void test_config_faults_are_named(void **state)
 		 STRATA_E_UNSUPPORTED, "yarn"},
 		{"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 0}",
 		 STRATA_E_MODEL_CONFIG, "rope_scaling"},
+		/* The forward pass's own caps and features, on a description
+		 * the model layer accepts. */
+		{"hidden_size", "1", STRATA_E_MODEL_CONFIG,
+		 "config.json: 'hidden_size' is 1"},
+		{"num_hidden_layers", "5000", STRATA_E_MODEL_CONFIG,
+		 "'num_hidden_layers' is 5000"},
+		{"max_position_embeddings", "5000000000", STRATA_E_MODEL_CONFIG,
+		 "'max_position_embeddings'"},
+		{"hidden_act", "3", STRATA_E_MODEL_CONFIG, "\"hidden_act\""},
+		{"rope_scaling", "{\"type\": \"linear\", \"factor\": 2}",
+		 STRATA_E_UNSUPPORTED, "'linear'"},
+		{"rope_scaling",
+		 "{\"rope_type\": \"llama3\", \"factor\": 8, "
+		 "\"low_freq_factor\": 0, \"high_freq_factor\": 4, "
+		 "\"original_max_position_embeddings\": 64}",
+		 STRATA_E_MODEL_CONFIG, "'rope_scaling' needs"},
 		/* Consistent config, inconsistent tensors. */
 		{"hidden_size", "40", STRATA_E_MODEL_TENSOR_SHAPE,
 		 "model.embed_tokens.weight"},
@@ -201,6 +217,51 @@ static void test_unexplained_and_untied_tensors_are_refused(void **state)
 	strata_catalog_destroy(c);
 }
 
+/* The infer reader is the model layer's description plus the forward
+ * pass's refusals: what it cannot run is named, and a model without its
+ * config.json is refused, not run with guessed sizes. */
+static void test_unrunnable_descriptions_are_refused(void **state)
+{
+	(void)state;
+	strata_infer_hparams hp;
+	strata_error err;
+	const char *qwen =
+		"{\"model_type\":\"qwen2\",\"hidden_size\":32,"
+		"\"intermediate_size\":64,\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"vocab_size\":100,"
+		"\"use_sliding_window\":%s,\"sliding_window\":16,"
+		"\"eos_token_id\":[5,6],\"bos_token_id\":4}";
+	char text[512];
+	snprintf(text, sizeof text, qwen, "false");
+	assert_int_equal(strata_infer_config_parse(text, strlen(text), &hp,
+						   &err),
+			 STRATA_OK);
+	assert_int_equal(hp.family, STRATA_FAMILY_QWEN2);
+	assert_int_equal(hp.window, 0);
+	assert_int_equal(hp.bos, 4);
+	assert_int_equal(hp.eos, 5);
+	assert_int_equal(hp.vocab, 100);
+	assert_int_equal(hp.tied, -1);
+	snprintf(text, sizeof text, qwen, "true");
+	assert_int_equal(strata_infer_config_parse(text, strlen(text), &hp,
+						   &err),
+			 STRATA_E_UNSUPPORTED);
+	assert_non_null(strstr(err.message, "per-layer sliding window"));
+
+	char dir[1024], path[1200];
+	snprintf(dir, sizeof dir, "%s/tests/infer-noconfig", STRATA_BINARY_DIR);
+	make_model(dir, "hidden_size", "32");
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	assert_int_equal(unlink(path), 0);
+	strata_catalog *c;
+	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
+			 STRATA_E_MODEL_CONFIG);
+	assert_non_null(strstr(err.message, "no config.json"));
+	assert_non_null(strstr(err.fix, "config.json"));
+	strata_catalog_destroy(c);
+}
+
 static void test_forward_misuse_is_refused(void **state)
 {
 	(void)state;
@@ -294,6 +355,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_faults_are_named),
 		cmocka_unit_test(test_unexplained_and_untied_tensors_are_refused),
+		cmocka_unit_test(test_unrunnable_descriptions_are_refused),
 		cmocka_unit_test(test_forward_misuse_is_refused),
 		cmocka_unit_test(test_loading_and_forward_survive_oom),
 	};

@@ -269,6 +269,25 @@ static void runtime_facts_are_described(void **s)
 	assert_string_equal(d.hidden_act, "");
 	assert_false(d.layer_windows);
 	assert_false(d.tied_given);
+	/* rope_scaling and rope_parameters: either may carry the scaling;
+	 * two different ones are refused, not one silently ignored */
+	const char *both = "{\"model_type\":\"gpt2\","
+			   "\"rope_parameters\":{\"rope_type\":\"default\","
+			   "\"rope_theta\":500000},"
+			   "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}";
+	assert_int_equal(strata_model_describe_config(both, strlen(both), "c",
+						      &d, &e), STRATA_OK);
+	assert_int_equal(d.rope_scaling.kind, STRATA_ROPE_OTHER);
+	assert_string_equal(d.rope_scaling.type, "yarn");
+	assert_true(d.rope_theta == 500000);
+	const char *clash = "{\"model_type\":\"gpt2\","
+			    "\"rope_parameters\":{\"rope_type\":\"linear\","
+			    "\"factor\":2},"
+			    "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}";
+	assert_int_equal(strata_model_describe_config(clash, strlen(clash),
+						      "cfg", &d, &e),
+			 STRATA_E_MODEL_CONFIG);
+	assert_non_null(strstr(e.message, "cfg: \"rope_parameters\""));
 	const char *act = "{\"model_type\":\"gpt2\",\"hidden_act\":3}";
 	assert_int_equal(strata_model_describe_config(act, strlen(act), "cfg",
 						      &d, &e),
