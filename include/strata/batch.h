@@ -26,6 +26,21 @@
 /* The most replicas one batch opens. */
 #define STRATA_BATCH_MAX_REPLICAS 64u
 
+/* How requests pick a replica. AFFINITY is the allocator's (home by key,
+ * spill past the threshold); ROUND_ROBIN ignores keys and loads (request i
+ * on replica i mod n), the peer routing is measured against. */
+#define STRATA_BATCH_ROUTE_MAP(X)                                              \
+	X(AFFINITY, "affinity")                                                \
+	X(ROUND_ROBIN, "round-robin")
+
+typedef enum strata_batch_route {
+#define STRATA_BATCH_ROUTE_ENUM(name, text) STRATA_BATCH_ROUTE_##name,
+	STRATA_BATCH_ROUTE_MAP(STRATA_BATCH_ROUTE_ENUM)
+#undef STRATA_BATCH_ROUTE_ENUM
+} strata_batch_route;
+
+const char *strata_batch_route_name(strata_batch_route r); /* or "unknown" */
+
 typedef struct strata_batch_options {
 	/* The session every replica opens (positions and prefill are the
 	 * largest any request needs; plan.device names the kind). */
@@ -34,6 +49,7 @@ typedef struct strata_batch_options {
 	uint64_t spill_threshold;      /* allocator's, in cost units */
 	uint64_t prefix_cache_bytes;   /* per replica; 0: no prefix cache */
 	int32_t eos; /* the tokenizer's; -1: the model's (hparams) */
+	strata_batch_route route;
 } strata_batch_options;
 
 /* One request; every pointer is borrowed for strata_batch_run. */
@@ -64,6 +80,9 @@ typedef struct strata_batch_replica_stats {
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
 	uint64_t prefix_skipped;       /* prefixes larger than the budget */
 	uint64_t peak_load;	       /* allocator load, cost units */
+	uint64_t routed;	       /* requests placed here */
+	uint64_t routed_home;	       /* ... whose home this is */
+	uint64_t routed_away;	       /* homed here, placed elsewhere */
 } strata_batch_replica_stats;
 
 typedef struct strata_batch strata_batch;
@@ -95,11 +114,14 @@ strata_status strata_batch_run(strata_batch *b,
 void strata_batch_results_free(strata_batch_result *r, size_t n);
 
 uint32_t strata_batch_replicas(const strata_batch *b);
+strata_batch_route strata_batch_route_of(const strata_batch *b);
 /* The replica's session (its engine, store and plan for telemetry). */
 strata_session *strata_batch_session(strata_batch *b, uint32_t replica);
 void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 				    strata_batch_replica_stats *out);
-/* The allocator's statistics after the last run. */
+/* The allocator's statistics after the last run (in ROUND_ROBIN mode its
+ * loads come from seed_load, so items and home hits stay 0: the replica
+ * stats' routed counters hold them in both modes). */
 void strata_batch_router_stats(const strata_batch *b, strata_shard_stats *out);
 strata_status strata_batch_router_device_stats(const strata_batch *b,
 					       uint32_t replica,

@@ -34,6 +34,8 @@ static void help(FILE *f)
 		"                        the largest request)\n"
 		"  --prefix-cache SIZE   KV of earlier prompts kept per replica\n"
 		"                        for reuse (default 64MiB, 0 off)\n"
+		"  --route affinity|round-robin  how requests pick a replica\n"
+		"                        (default affinity: home by key)\n"
 		"  --batch B             sequences per forward pass: only 1 for\n"
 		"                        now\n"
 		"  -n TOKENS             default max_tokens (default %d)\n"
@@ -50,6 +52,7 @@ typedef struct batch_args {
 	const char *model, *gpus, *telemetry;
 	uint64_t n, threads, spill, prefix_bytes;
 	bool spill_given;
+	strata_batch_route route;
 	strata_sampler_params sp;
 } batch_args;
 
@@ -64,6 +67,14 @@ static int value_option(batch_args *a, const char *opt, const char *v,
 		a->gpus = v;
 	} else if (!strcmp(opt, "--telemetry")) {
 		a->telemetry = v;
+	} else if (!strcmp(opt, "--route")) {
+		if (!strcmp(v, "affinity"))
+			a->route = STRATA_BATCH_ROUTE_AFFINITY;
+		else if (!strcmp(v, "round-robin"))
+			a->route = STRATA_BATCH_ROUTE_ROUND_ROBIN;
+		else
+			return strata_cli_usage("batch", "--route: '%s' is not "
+						"affinity or round-robin", v);
 	} else if (!strcmp(opt, "--prefix-cache")) {
 		if (strata_size_parse(v, &a->prefix_bytes, &err))
 			return strata_cli_usage("batch", "--prefix-cache: %s",
@@ -330,7 +341,7 @@ static strata_status write_results(const batch_input *in,
 static void print_summary(const strata_batch *b, size_t requests,
 			  const strata_batch_result *res, uint64_t wall_ns)
 {
-	uint64_t gen = 0, lookups = 0, hits = 0;
+	uint64_t gen = 0, lookups = 0, hits = 0, routed = 0, home = 0;
 	for (size_t i = 0; i < requests; i++)
 		gen += res[i].n_tokens;
 	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
@@ -338,19 +349,19 @@ static void print_summary(const strata_batch *b, size_t requests,
 		strata_batch_replica_get_stats(b, i, &r);
 		lookups += r.prefix_lookups;
 		hits += r.prefix_hits;
+		routed += r.routed;
+		home += r.routed_home;
 	}
-	strata_shard_stats s;
-	strata_batch_router_stats(b, &s);
 	double t = wall_ns / 1e9;
 	fprintf(stderr,
-		"strata: batch of %zu requests on %u replicas in %.3f s "
+		"strata: batch of %zu requests on %u replicas (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
-		"%llu, %llu spilled; prefix cache hits %llu of %llu\n",
-		requests, strata_batch_replicas(b), t,
+		"%llu; prefix cache hits %llu of %llu\n",
+		requests, strata_batch_replicas(b),
+		strata_batch_route_name(strata_batch_route_of(b)), t,
 		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,
-		(unsigned long long)s.home_hits, (unsigned long long)s.items,
-		(unsigned long long)s.spills, (unsigned long long)hits,
-		(unsigned long long)lookups);
+		(unsigned long long)home, (unsigned long long)routed,
+		(unsigned long long)hits, (unsigned long long)lookups);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -365,6 +376,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 			    .exclude_count = r->exclude_count},
 		.replicas = d->count,
 		.prefix_cache_bytes = a->prefix_bytes,
+		.route = a->route,
 	};
 	uint64_t positions = 0, prefill = 0, largest = 0;
 	for (size_t i = 0; i < in->count; i++) {

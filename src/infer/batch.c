@@ -162,6 +162,18 @@ static void stop_workers(strata_batch *b)
 
 /* ------------------------------------------------------------------------ */
 
+const char *strata_batch_route_name(strata_batch_route r)
+{
+	switch (r) {
+#define STRATA_BATCH_ROUTE_CASE(name, text)                                    \
+	case STRATA_BATCH_ROUTE_##name:                                        \
+		return text;
+		STRATA_BATCH_ROUTE_MAP(STRATA_BATCH_ROUTE_CASE)
+#undef STRATA_BATCH_ROUTE_CASE
+	}
+	return "unknown";
+}
+
 void strata_batch_destroy(strata_batch *b)
 {
 	if (!b)
@@ -260,16 +272,22 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 				     strata_error *err)
 {
 	const strata_batch_request *q = &b->reqs[i];
-	uint32_t home, dev;
+	uint32_t home, dev = (uint32_t)(i % b->o.replicas);
+	uint64_t cost = (uint64_t)q->n_prompt + q->max_tokens;
 	strata_status st = strata_shard_home(q->key, q->key_bytes,
 					     b->o.replicas, &home, err);
-	if (st == STRATA_OK)
-		st = strata_shard_assign_home(
-			b->shard, home, (uint64_t)q->n_prompt + q->max_tokens,
-			&dev, err);
+	if (st == STRATA_OK && b->o.route == STRATA_BATCH_ROUTE_ROUND_ROBIN)
+		st = strata_shard_seed_load(b->shard, dev, cost, err);
+	else if (st == STRATA_OK)
+		st = strata_shard_assign_home(b->shard, home, cost, &dev, err);
 	if (st)
 		return st;
 	replica *r = &b->r[dev];
+	r->stats.routed++;
+	if (dev == home)
+		r->stats.routed_home++;
+	else
+		b->r[home].stats.routed_away++;
 	uint64_t load = strata_shard_loads(b->shard)[dev];
 	if (load > r->stats.peak_load)
 		r->stats.peak_load = load;
@@ -343,6 +361,11 @@ void strata_batch_results_free(strata_batch_result *r, size_t n)
 uint32_t strata_batch_replicas(const strata_batch *b)
 {
 	return b->o.replicas;
+}
+
+strata_batch_route strata_batch_route_of(const strata_batch *b)
+{
+	return b->o.route;
 }
 
 strata_session *strata_batch_session(strata_batch *b, uint32_t replica)

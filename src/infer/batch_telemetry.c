@@ -8,30 +8,37 @@
 /* The `router` object: allocator figures, load per replica (peak while the
  * batch ran, since in-flight loads are all released at its end, and the
  * total cost each received) and each replica's prefix cache. */
-static void write_router(strata_json *j, strata_batch *b)
+static void write_router(strata_json *j, strata_batch *b,
+			 strata_batch_route route)
 {
 	strata_shard_stats s;
 	strata_batch_router_stats(b, &s);
 	uint32_t n = strata_batch_replicas(b);
-	uint64_t max = 0, sum = 0, lookups = 0, hits = 0;
+	uint64_t max = 0, sum = 0, lookups = 0, hits = 0, routed = 0, home = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		strata_shard_device_stats d;
+		strata_batch_replica_stats r;
 		strata_error ignored;
 		(void)strata_batch_router_device_stats(b, i, &d, &ignored);
+		strata_batch_replica_get_stats(b, i, &r);
+		/* affinity: assigned; round-robin: seeded (never both) */
 		uint64_t total = d.released_load + d.load;
 		max = total > max ? total : max;
 		sum += total;
+		routed += r.routed;
+		home += r.routed_home;
 	}
 	double mean = n ? (double)sum / n : 0;
 	strata_json_key(j, "router");
 	strata_json_object_begin(j);
+	strata_json_kv_string(j, "route", strata_batch_route_name(route));
 	strata_json_kv_u64(j, "devices", n);
 	strata_json_kv_u64(j, "spill_threshold", s.spill_threshold);
-	strata_json_kv_u64(j, "requests", s.items);
-	strata_json_kv_u64(j, "home_hits", s.home_hits);
-	strata_json_kv_u64(j, "spills", s.spills);
+	strata_json_kv_u64(j, "requests", routed);
+	strata_json_kv_u64(j, "home_hits", home);
+	strata_json_kv_u64(j, "spills", routed - home);
 	strata_json_kv_double(j, "home_hit_rate",
-			      s.items ? (double)s.home_hits / s.items : 0);
+			      routed ? (double)home / routed : 0);
 	strata_json_kv_u64(j, "max_load", max);
 	strata_json_kv_double(j, "mean_load", mean);
 	strata_json_kv_double(j, "max_over_mean", mean > 0 ? max / mean : 0);
@@ -47,9 +54,9 @@ static void write_router(strata_json *j, strata_batch *b)
 		hits += r.prefix_hits;
 		strata_json_object_begin(j);
 		strata_json_kv_u64(j, "device", i);
-		strata_json_kv_u64(j, "requests", d.items);
-		strata_json_kv_u64(j, "spilled_in", d.spilled_in);
-		strata_json_kv_u64(j, "spilled_away", d.spilled_away);
+		strata_json_kv_u64(j, "requests", r.routed);
+		strata_json_kv_u64(j, "spilled_in", r.routed - r.routed_home);
+		strata_json_kv_u64(j, "spilled_away", r.routed_away);
 		strata_json_kv_u64(j, "load_total", d.released_load + d.load);
 		strata_json_kv_u64(j, "load_peak", r.peak_load);
 		strata_json_kv_u64(j, "load_now", d.load);
@@ -148,7 +155,7 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 	strata_telemetry_write_json(&doc, &r);
 	strata_status st = strata_json_finish(&doc, err);
 	strata_json_object_begin(&router);
-	write_router(&router, b);
+	write_router(&router, b, strata_batch_route_of(b));
 	strata_json_object_end(&router);
 	if (st == STRATA_OK)
 		st = strata_json_finish(&router, err);

@@ -221,6 +221,28 @@ static void test_batch_same_key_same_device(void **state)
 	json_decref(all);
 }
 
+/* Round-robin routing ignores keys: request i on replica i mod n, with
+ * the same tokens as affinity routing. */
+static void test_batch_round_robin(void **state)
+{
+	(void)state;
+	char in[8192];
+	greedy_input(in, sizeof in);
+	const char *rr[] = {"--device", "cpu", "--gpus", "3", "--route",
+			    "round-robin", NULL};
+	const char *aff[] = {"--device", "cpu", "--gpus", "3", NULL};
+	json_t *a = batch(in, rr), *b = batch(in, aff);
+	for (size_t i = 0; i < PROMPTS; i++) {
+		json_t *o = json_array_get(a, i);
+		assert_int_equal(field_i(o, "device"), (long long)(i % 3));
+		assert_true(json_equal(
+			json_object_get(o, "tokens"),
+			json_object_get(json_array_get(b, i), "tokens")));
+	}
+	json_decref(a);
+	json_decref(b);
+}
+
 /* A zero threshold spills work off a hot home, and spilled requests still
  * give the same tokens. */
 static void test_batch_spills_keep_outputs(void **state)
@@ -367,6 +389,7 @@ static void test_batch_usage_errors(void **state)
 		{"batch", MODEL, "--device", "cpu", "--gpus", "0", NULL},
 		{"batch", MODEL, "--device", "cpu", "--gpus", "1,1", NULL},
 		{"batch", MODEL, "--device", "cpu", "--gpus", "x", NULL},
+		{"batch", MODEL, "--route", "random", NULL},
 		{"batch", NULL},
 	};
 	const char *in = "{\"id\":1,\"prompt\":\"a\"}\n";
@@ -393,6 +416,7 @@ int main(void)
 		cmocka_unit_test(test_batch_greedy_equals_run),
 		cmocka_unit_test(test_batch_same_output_any_replica_count),
 		cmocka_unit_test(test_batch_same_key_same_device),
+		cmocka_unit_test(test_batch_round_robin),
 		cmocka_unit_test(test_batch_spills_keep_outputs),
 		cmocka_unit_test(test_batch_prefix_cache_hits_change_nothing),
 		cmocka_unit_test(test_batch_bad_lines_run_nothing),
