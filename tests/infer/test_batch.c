@@ -1,0 +1,293 @@
+/* test_batch.c - the batch runner's parts on the shipped stories260K: KV
+ * save/restore gives the same logits as recomputing, the prefix cache's
+ * longest match, budget and eviction at the exact edge, its allocation
+ * failures, and a failing request failing the whole batch with nothing
+ * answered (layer: infer). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "strata/batch.h"
+
+#define MODEL STRATA_SOURCE_DIR "/models/stories260K"
+
+/* As `strata run` with no residency options: plan chooses, on the CPU. */
+static void plan_defaults(strata_plan_options *p)
+{
+	memset(p, 0, sizeof *p);
+	p->mode = STRATA_RESIDENCY_AUTO;
+	p->device = STRATA_PLAN_DEVICE_CPU;
+}
+
+static strata_session *open_session(uint32_t positions)
+{
+	strata_session_options o = {.model_path = MODEL,
+				    .threads = 1,
+				    .positions = positions,
+				    .prefill = positions};
+	plan_defaults(&o.plan);
+	strata_session *s = NULL;
+	strata_error err;
+	if (strata_session_open(&o, &s, &err))
+		fail_msg("%s / %s", err.message, err.fix);
+	return s;
+}
+
+static void ids(int32_t *out, uint32_t n, int32_t first)
+{
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = 1 + (first + (int32_t)i * 7) % 500;
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Restoring a saved prefix then running the rest gives the bits of running
+ * the whole prompt: K/V of [0, m) depend on tokens [0, m) only. */
+static void test_kv_restore_same_logits(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	uint32_t vocab = s->hp.vocab;
+	int32_t p[20], other[5];
+	ids(p, 20, 3);
+	ids(other, 5, 99);
+	float *want = test_calloc(vocab, sizeof(float));
+	float *got = test_calloc(vocab, sizeof(float));
+	strata_error err;
+	assert_int_equal(strata_forward_run(f, p, 20, 0, NULL, want, &err), 0);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, p, 12, 0, NULL, NULL, &err), 0);
+	uint64_t bytes;
+	assert_int_equal(strata_forward_kv_bytes(f, 12, &bytes, &err), 0);
+	assert_int_equal(bytes, (uint64_t)s->hp.layers * 2 * 12 *
+					s->hp.kv_heads * s->hp.head_dim * 4);
+	float *saved = test_malloc(bytes);
+	assert_int_equal(strata_forward_kv_save(f, 12, saved, bytes, &err), 0);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, other, 5, 0, NULL, NULL, &err),
+			 0); /* overwrite the cache */
+	assert_int_equal(strata_forward_kv_restore(f, saved, 12, 8, &err), 0);
+	assert_int_equal(strata_forward_position(f), 8);
+	assert_int_equal(strata_forward_run(f, p + 8, 12, 8, NULL, got, &err),
+			 0);
+	assert_memory_equal(got, want, vocab * sizeof(float));
+	/* misuse is refused and changes nothing */
+	assert_int_equal(strata_forward_kv_save(f, 21, saved, bytes, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_kv_save(f, 12, saved, bytes - 1, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_kv_restore(f, saved, 12, 13, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_position(f), 20);
+	test_free(saved);
+	test_free(want);
+	test_free(got);
+	strata_session_close(s);
+}
+
+/* The longest token-exact prefix wins; the last prompt token is always
+ * computed; a budget of exactly one entry keeps one, one byte less keeps
+ * none; a prompt already held is not stored twice. */
+static void test_prefix_cache_match_budget_eviction(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	strata_error err;
+	int32_t a[10], b[10], q[13];
+	ids(a, 10, 1);
+	ids(b, 10, 200);
+	/* learn one entry's size */
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.saved, 1);
+	assert_int_equal(st.entries, 1);
+	uint64_t one = st.bytes;
+	strata_prefix_cache_destroy(c);
+
+	assert_int_equal(strata_prefix_cache_create(one, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, b, 10, &err), 0);
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.evictions, 1);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.bytes, one);
+	uint32_t reused;
+	memcpy(q, b, sizeof b);
+	ids(q + 10, 3, 7);
+	assert_int_equal(strata_prefix_cache_apply(c, f, q, 13, &reused, &err),
+			 0);
+	assert_int_equal(reused, 10);
+	assert_int_equal(strata_forward_position(f), 10);
+	/* the same prompt as the entry: all but its last token reused */
+	assert_int_equal(strata_prefix_cache_apply(c, f, b, 10, &reused, &err),
+			 0);
+	assert_int_equal(reused, 9);
+	/* a's entry was evicted: a miss, position 0 */
+	assert_int_equal(strata_prefix_cache_apply(c, f, a, 10, &reused, &err),
+			 0);
+	assert_int_equal(reused, 0);
+	assert_int_equal(strata_forward_position(f), 0);
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.lookups, 3);
+	assert_int_equal(st.hits, 2);
+	assert_int_equal(st.reused_tokens, 19);
+	strata_prefix_cache_destroy(c);
+
+	assert_int_equal(strata_prefix_cache_create(one - 1, &c, &err), 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.skipped, 1);
+	assert_int_equal(st.entries, 0);
+	assert_int_equal(st.bytes, 0);
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
+/* Every allocation of a save fails cleanly: E_NOMEM, the cache as before
+ * (STYLE.md's OOM loop). */
+static void test_prefix_cache_save_oom(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	strata_error err;
+	int32_t a[10], b[10];
+	ids(a, 10, 1);
+	ids(b, 10, 300);
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
+	strata_prefix_cache_stats before, after;
+	strata_prefix_cache_get_stats(c, &before);
+	long n = 0;
+	for (;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st = strata_prefix_cache_save(c, f, b, 10, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		assert_int_equal(st, STRATA_E_NOMEM);
+		strata_prefix_cache_get_stats(c, &after);
+		assert_memory_equal(&after, &before, sizeof before);
+	}
+	assert_true(n >= 3); /* entry, ids, KV */
+	strata_prefix_cache_get_stats(c, &after);
+	assert_int_equal(after.entries, 2);
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
+static strata_batch *open_batch(uint32_t replicas)
+{
+	strata_batch_options o = {.replicas = replicas,
+				  .spill_threshold = 1000,
+				  .prefix_cache_bytes = 1u << 20,
+				  .eos = -1};
+	o.session.model_path = MODEL;
+	o.session.threads = 1;
+	o.session.positions = 64;
+	o.session.prefill = 32;
+	plan_defaults(&o.session.plan);
+	strata_batch *b = NULL;
+	strata_error err;
+	if (strata_batch_create(&o, &b, &err))
+		fail_msg("%s / %s", err.message, err.fix);
+	return b;
+}
+
+/* A request the forward pass refuses (an id outside the vocabulary) fails
+ * its replica: the batch returns E_INFER_REPLICA naming it, no result
+ * keeps tokens, every load is released, and the batch runs again. */
+static void test_batch_failed_request_fails_batch(void **state)
+{
+	(void)state;
+	strata_batch *b = open_batch(2);
+	int32_t good[6], bad[6];
+	ids(good, 6, 5);
+	memcpy(bad, good, sizeof good);
+	bad[3] = 1 << 20;
+	strata_batch_request q[8];
+	strata_batch_result r[8];
+	for (int i = 0; i < 8; i++) {
+		q[i] = (strata_batch_request){.prompt = i == 5 ? bad : good,
+					      .n_prompt = 6,
+					      .max_tokens = 4,
+					      .key = &q[i],
+					      .key_bytes = 1 + (size_t)i};
+		strata_sampler_params_default(&q[i].sampler);
+		q[i].sampler.temperature = 0;
+	}
+	strata_error err;
+	assert_int_equal(strata_batch_run(b, q, 8, r, NULL, &err),
+			 STRATA_E_INFER_REPLICA);
+	assert_non_null(strstr(err.message, "request 5"));
+	assert_non_null(strstr(err.message, "vocabulary"));
+	for (int i = 0; i < 8; i++)
+		assert_null(r[i].tokens);
+	for (uint32_t d = 0; d < 2; d++) {
+		strata_shard_device_stats ds;
+		assert_int_equal(
+			strata_batch_router_device_stats(b, d, &ds, &err), 0);
+		assert_int_equal(ds.load, 0);
+	}
+	q[5].prompt = good;
+	assert_int_equal(strata_batch_run(b, q, 8, r, NULL, &err), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(r[i].n_tokens, 4);
+		assert_memory_equal(r[i].tokens, r[0].tokens, 4 * sizeof(int32_t));
+	}
+	strata_batch_results_free(r, 8);
+	strata_batch_destroy(b);
+}
+
+/* Bad options are refused before anything opens. */
+static void test_batch_create_bad_options(void **state)
+{
+	(void)state;
+	strata_batch_options o = {.replicas = 0};
+	strata_batch *b = NULL;
+	strata_error err;
+	assert_int_equal(strata_batch_create(&o, &b, &err),
+			 STRATA_E_INVALID_ARG);
+	o.replicas = STRATA_BATCH_MAX_REPLICAS + 1;
+	assert_int_equal(strata_batch_create(&o, &b, &err),
+			 STRATA_E_INVALID_ARG);
+	o.replicas = 2;
+	o.session.model_path = STRATA_SOURCE_DIR "/no/such/model";
+	plan_defaults(&o.session.plan);
+	o.session.positions = 8;
+	o.session.prefill = 8;
+	assert_int_not_equal(strata_batch_create(&o, &b, &err), STRATA_OK);
+	assert_non_null(strstr(err.message, "replica 0: "));
+	assert_null(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kv_restore_same_logits),
+		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
+		cmocka_unit_test(test_prefix_cache_save_oom),
+		cmocka_unit_test(test_batch_failed_request_fails_batch),
+		cmocka_unit_test(test_batch_create_bad_options),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
