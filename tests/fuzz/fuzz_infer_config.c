@@ -1,6 +1,8 @@
-/* fuzz_infer_config.c - libFuzzer target for the infer layer's config.json
- * reader (strata_infer_config_parse): any bytes give OK or a named error,
- * and an accepted shape is internally consistent. */
+/* fuzz_infer_config.c - libFuzzer target for the infer layer's view of a
+ * config.json (strata_infer_config_parse: the model layer's reader, which
+ * fuzz_model_config covers alone, then the forward pass's caps and
+ * refusals): any bytes give OK or a named error, and an accepted shape is
+ * internally consistent. */
 #include <stdlib.h>
 
 #include "strata/infer.h"
