@@ -88,27 +88,6 @@ void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq);
 /* Weights                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* One layer's tensors, f32, row-major [out, in]. Biases are NULL where the
- * model has none (qwen2 has q/k/v biases). */
-typedef struct strata_infer_layer {
-	const float *attn_norm;		   /* (dim) */
-	const float *wq, *wk, *wv;	   /* (heads*hd, dim), (kv*hd, dim) x2 */
-	const float *bq, *bk, *bv;	   /* (heads*hd), (kv*hd) x2, or NULL */
-	const float *wo;		   /* (dim, heads*hd) */
-	const float *ffn_norm;		   /* (dim) */
-	const float *w_gate, *w_up;	   /* (ffn, dim) */
-	const float *w_down;		   /* (dim, ffn) */
-} strata_infer_layer;
-
-/* The tensors outside the layers. */
-typedef struct strata_infer_statics {
-	const float *embed;	 /* (vocab, dim) */
-	const float *final_norm; /* (dim) */
-	const float *lm_head;	 /* (vocab, dim); the embedding when tied */
-	const float *rope_freqs; /* (head_dim / 2) divisors of the rotary
-				    frequencies (GGUF Llama 3), or NULL */
-} strata_infer_statics;
-
 /* The slot of each layer tensor, in a fixed order; names per format. */
 #define STRATA_INFER_SLOT_MAP(X)                                               \
 	X(ATTN_NORM, attn_norm, "input_layernorm.weight", "attn_norm.weight", 0) \
@@ -131,6 +110,45 @@ typedef enum strata_infer_slot {
 #undef STRATA_INFER_SLOT_ENUM
 	STRATA_SLOT_COUNT
 } strata_infer_slot;
+
+/* How a weight's elements are stored where the forward pass reads them.
+ * F32 is zero, so sources that fill nothing but pointers hand out f32. */
+#define STRATA_INFER_ELEM_MAP(X)                                               \
+	X(F32, "f32")                                                          \
+	X(BF16, "bf16")                                                        \
+	X(F16, "f16")
+
+typedef enum strata_infer_elem {
+#define STRATA_INFER_ELEM_ENUM(name, text) STRATA_ELEM_##name,
+	STRATA_INFER_ELEM_MAP(STRATA_INFER_ELEM_ENUM)
+#undef STRATA_INFER_ELEM_ENUM
+} strata_infer_elem;
+
+/* One layer's tensors, row-major [out, in], f32 unless elem says otherwise
+ * (on CUDA bf16/f16 weights stay half: elem[slot] is then BF16 or F16 and
+ * the pointer, typed float for the CPU's sake, points at half elements).
+ * Biases are NULL where the model has none (qwen2 has q/k/v biases). */
+typedef struct strata_infer_layer {
+	const float *attn_norm;		   /* (dim) */
+	const float *wq, *wk, *wv;	   /* (heads*hd, dim), (kv*hd, dim) x2 */
+	const float *bq, *bk, *bv;	   /* (heads*hd), (kv*hd) x2, or NULL */
+	const float *wo;		   /* (dim, heads*hd) */
+	const float *ffn_norm;		   /* (dim) */
+	const float *w_gate, *w_up;	   /* (ffn, dim) */
+	const float *w_down;		   /* (dim, ffn) */
+	uint8_t elem[STRATA_SLOT_COUNT];   /* strata_infer_elem per slot */
+} strata_infer_layer;
+
+/* The tensors outside the layers. */
+typedef struct strata_infer_statics {
+	const float *embed;	 /* (vocab, dim) */
+	const float *final_norm; /* (dim) */
+	const float *lm_head;	 /* (vocab, dim); the embedding when tied */
+	const float *rope_freqs; /* (head_dim / 2) divisors of the rotary
+				    frequencies (GGUF Llama 3), or NULL */
+	/* strata_infer_elem of each (F32 unless kept half on CUDA) */
+	uint8_t embed_elem, final_norm_elem, lm_head_elem, rope_freqs_elem;
+} strata_infer_statics;
 
 /* The catalog tensors of one model, found by name and checked against the
  * hyper-parameters' shapes. layer[l][slot] is NULL only for absent optional
@@ -195,6 +213,16 @@ typedef struct strata_infer_window_options {
 	uint64_t host_budget_bytes;	/* host: every unit; disk: lookahead */
 	uint64_t lookahead_units, queue_depth; /* disk */
 	uint32_t reader_threads;	/* disk: 0 = 1 */
+	/* Where the weights execute: CPU converts every type to f32; CUDA
+	 * keeps f32, f16 and bf16 as they are and converts the rest
+	 * (strata_plan_tensor_device_bytes' rule, so the engine's device
+	 * bytes are the plan's). */
+	strata_plan_device device;
+	/* CUDA: the compute stream the forward pass queues on. In streamed
+	 * modes a released layer's device slot is refilled at once, so
+	 * release first waits for this stream's queued kernels. NULL on the
+	 * CPU, whose kernels finish before they return. */
+	strata_stream *compute_stream;
 } strata_infer_window_options;
 
 typedef struct strata_infer_window strata_infer_window;
@@ -228,6 +256,30 @@ strata_status strata_forward_create(const strata_infer_hparams *hp,
 				    const strata_infer_source *src,
 				    uint32_t context, uint32_t batch,
 				    strata_forward **out, strata_error *err);
+/* The same for a compute context whose buffers must live in backend device
+ * memory (CUDA, where the host cannot address them): the KV cache,
+ * activations and rotary frequencies come from one device arena of b
+ * (exactly strata_forward_device_bytes, within the plan's KV cache and
+ * workspace), logits are read back through the backend, half weights (elem
+ * BF16/F16) run through strata_cuda_matmul_half, and half norms, biases and
+ * embedding rows are converted to f32 on the device as they are used. On the CPU backend it runs the same
+ * kernels as strata_forward_create, so results are bit-identical (tested).
+ * b must outlive the forward pass. E_DEVICE_OOM when the arena cannot be
+ * had, E_NOMEM / E_OVERFLOW naming the buffer. */
+strata_status strata_forward_create_device(const strata_infer_hparams *hp,
+					   strata_backend *b,
+					   strata_compute *compute,
+					   const strata_infer_source *src,
+					   uint32_t context, uint32_t batch,
+					   strata_forward **out,
+					   strata_error *err);
+/* The device bytes strata_forward_create_device takes for this shape. */
+strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
+					  uint32_t context, uint32_t batch,
+					  uint64_t *out, strata_error *err);
+/* The device arena's figures (all zero for a host forward pass). */
+void strata_forward_arena_stats(const strata_forward *f,
+				strata_arena_stats *out);
 void strata_forward_destroy(strata_forward *f);
 
 /* Runs tokens[0..n) at positions pos .. pos+n-1 (pos must equal the number
@@ -255,8 +307,9 @@ const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
  * most the cached count, else E_INVALID_ARG); f is unchanged. kv_restore
  * copies the first `positions` of the `saved` positions held in src (as
  * kv_save wrote them) back and sets the position to `positions`, so the
- * next run starts there (E_INFER_CONTEXT past the context). The cache is in
- * host memory; a device-resident cache would copy through the backend. */
+ * next run starts there (E_INFER_CONTEXT past the context). A device-mode
+ * cache (strata_forward_create_device) is copied through the backend; if a
+ * restore's copy fails the position is reset to 0. */
 strata_status strata_forward_kv_bytes(const strata_forward *f,
 				      uint32_t positions, uint64_t *out,
 				      strata_error *err);
@@ -335,6 +388,7 @@ typedef struct strata_session_options {
 	strata_plan_options plan;	/* residency options, as parsed */
 	const char *const *exclude;	/* --exclude globs */
 	size_t exclude_count;
+	uint32_t device_index;		/* N of --device cuda:N */
 	uint32_t threads;		/* compute threads; 0: every processor */
 	uint32_t positions;		/* positions the run needs (prompt + new) */
 	uint32_t prefill;		/* longest pass wanted (prompt length) */

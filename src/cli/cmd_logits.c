@@ -189,12 +189,16 @@ int strata_cmd_logits(int argc, char **argv)
 	int32_t *ids = NULL;
 	uint32_t n = 0;
 	strata_session *s = NULL;
+	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
+	if (!r.device_given && strata_backend_cuda_device_count() > 0)
+		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_status st = parse_tokens(a.tokens, &ids, &n, &err);
 	if (st == STRATA_OK) {
 		strata_session_options so = {
 			.model_path = a.model, .plan = r.plan,
 			.exclude = (const char *const *)r.exclude,
 			.exclude_count = r.exclude_count,
+			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads, .positions = n,
 			.prefill = n,
 		};

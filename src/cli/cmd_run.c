@@ -286,6 +286,9 @@ int strata_cmd_run(int argc, char **argv)
 	strata_session *s = NULL;
 	int32_t *ids = NULL;
 	size_t n = 0;
+	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
+	if (!r.device_given && strata_backend_cuda_device_count() > 0)
+		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
 	if (st == STRATA_OK)
 		st = encode_prompt(&a, tok, &ids, &n, &err);
@@ -294,6 +297,7 @@ int strata_cmd_run(int argc, char **argv)
 			.model_path = a.model, .plan = r.plan,
 			.exclude = (const char *const *)r.exclude,
 			.exclude_count = r.exclude_count,
+			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads,
 			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
 		};

@@ -8,6 +8,12 @@
  * from the weight source just before use and released just after, so a
  * residency window can stream them. Everything is allocated at create: a
  * token costs no allocation.
+ *
+ * Two homes for the buffers: host memory (strata_forward_create: the CPU
+ * path, logits written straight into the caller's array), or one arena of
+ * backend device memory (strata_forward_create_device: CUDA, where kernels
+ * only queue work, logits come back by a device-to-host copy, and weights
+ * kept in bf16/f16 go through the half-precision matmul).
  */
 #include <math.h>
 #include <string.h>
@@ -27,8 +33,31 @@ struct strata_forward {
 	float *att;	/* (batch, q_dim) attention output */
 	float *hb, *hb2; /* (batch, ffn) gate and up */
 	float *k_cache, *v_cache; /* (layers, context, kv_dim) */
-	float *inv_freq;	  /* (head_dim / 2) */
+	float *inv_freq;	  /* (head_dim / 2), device mode: + 1 for `one` */
+	/* device mode only (NULL otherwise) */
+	strata_backend *b;
+	strata_arena *arena;	  /* every buffer above and below */
+	strata_stream *stream;	  /* CUDA: the compute stream; NULL on CPU */
+	float *logit_row;	  /* (vocab) one row of logits */
+	float *one;		  /* inv_freq[head_dim / 2] = 1.0f: the input
+				     of the half-to-f32 conversion GEMV */
+	/* Where half norms and biases are converted to f32: the MLP buffers,
+	 * which no step of attention or of the head uses, when they are large
+	 * enough; else buffers of their own. So the device buffers are the
+	 * plan's list (its unused key/value/score buffers cover inv_freq). */
+	float *norm_f32;	  /* (dim): hb2 or own */
+	float *bias_f32;	  /* (max(q_dim + 2 kv_dim, head_dim / 2)): hb or own */
+	float *own_norm, *own_bias;
 };
+
+/* One buffer of the forward pass: rows x cols floats. */
+typedef struct buf_spec {
+	float **slot;
+	uint64_t rows, cols;
+	const char *what;
+} buf_spec;
+
+#define MAX_BUFFERS 16
 
 /* ------------------------------------------------------------------------ */
 
@@ -60,6 +89,138 @@ static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 	       ((uint64_t)layer * f->context + pos) * f->kv_dim;
 }
 
+/* The buffers of f for hp, context and batch (f's fields must be set); the
+ * device ones too when `device`. Returns the count. */
+static size_t buffer_list(strata_forward *f, bool device, buf_spec *out)
+{
+	const strata_infer_hparams *hp = f->hp;
+	uint64_t cache_rows = (uint64_t)hp->layers * f->context;
+	size_t n = 0;
+#define BUF(field, r, c, w) out[n++] = (buf_spec){&f->field, (r), (c), (w)}
+	BUF(x, f->batch, hp->dim, "residual stream");
+	BUF(xb, f->batch, hp->dim, "normed activations");
+	BUF(q, f->batch, f->q_dim, "queries");
+	BUF(att, f->batch, f->q_dim, "attention output");
+	BUF(hb, f->batch, hp->ffn, "MLP gate");
+	BUF(hb2, f->batch, hp->ffn, "MLP up");
+	BUF(k_cache, cache_rows, f->kv_dim, "key cache");
+	BUF(v_cache, cache_rows, f->kv_dim, "value cache");
+	BUF(inv_freq, hp->head_dim / 2 + (device ? 1 : 0), 1,
+	    "rope frequencies");
+	if (device) {
+		uint64_t mlp = (uint64_t)f->batch * hp->ffn;
+		uint64_t bias = (uint64_t)f->q_dim + 2ull * f->kv_dim;
+		if (bias < hp->head_dim / 2)
+			bias = hp->head_dim / 2;
+		BUF(logit_row, 1, hp->vocab, "logits row");
+		if (mlp < hp->dim)
+			BUF(own_norm, 1, hp->dim, "norm weights (f32)");
+		if (mlp < bias)
+			BUF(own_bias, 1, bias, "biases (f32)");
+	}
+#undef BUF
+	return n;
+}
+
+/* Bytes of every device buffer, each rounded up to the arena's alignment. */
+static strata_status device_total(strata_forward *f, uint64_t *out,
+				  strata_error *err)
+{
+	buf_spec b[MAX_BUFFERS];
+	size_t n = buffer_list(f, true, b);
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t cells, bytes;
+		strata_status st;
+		if ((st = strata_checked_mul(b[i].rows, b[i].cols, &cells,
+					     b[i].what, err)) ||
+		    (st = strata_checked_mul(cells, sizeof(float), &bytes,
+					     b[i].what, err)) ||
+		    (st = strata_arena_round(bytes, &bytes, b[i].what, err)) ||
+		    (st = strata_checked_add(total, bytes, &total,
+					     "forward pass device bytes", err)))
+			return st;
+	}
+	*out = total;
+	return STRATA_OK;
+}
+
+/* Host to device (device mode): queued on the compute stream and waited
+ * for on CUDA; a copy where the CPU backend's memory is plain RAM. */
+static strata_status upload(const strata_forward *f, void *dst, const void *src,
+			    uint64_t bytes, strata_error *err)
+{
+	if (!f->stream) {
+		memcpy(dst, src, bytes);
+		return STRATA_OK;
+	}
+	strata_status st = strata_backend_copy_h2d_async(f->b, f->stream, dst,
+							 src, bytes, err);
+	if (st == STRATA_OK)
+		st = strata_backend_synchronize(f->b, f->stream, err);
+	return st;
+}
+
+/* Device to host, queued after the kernels that produce src (CUDA: valid
+ * after finish()); at once on the CPU backend, whose kernels have run. */
+static strata_status download(const strata_forward *f, void *dst, const void *src,
+			      uint64_t bytes, strata_error *err)
+{
+	if (!f->stream) {
+		memcpy(dst, src, bytes);
+		return STRATA_OK;
+	}
+	return strata_cuda_copy_d2h_async(f->b, f->stream, dst, src, bytes,
+					  err);
+}
+
+static strata_status finish(const strata_forward *f, strata_error *err)
+{
+	return f->stream ? strata_backend_synchronize(f->b, f->stream, err)
+			 : STRATA_OK;
+}
+
+/* dst (count, f32, device) = src (count, bf16 or f16, device): the
+ * half-precision GEMV with one input of 1.0 (in = 1, out = count) is exactly
+ * that conversion, with no kernel of its own. */
+static strata_status to_f32(strata_forward *f, float *dst, const void *src,
+			    uint8_t elem, uint32_t count, strata_error *err)
+{
+	strata_cuda_half t = elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+						      : STRATA_CUDA_F16;
+	return strata_cuda_matmul_half(f->c, dst, f->one, src, t, NULL, 1, 1,
+				       count, err);
+}
+
+/* w as f32 for the kernels that take only f32 (norms, biases): w itself,
+ * or its conversion into `scratch`. */
+static strata_status as_f32(strata_forward *f, const float *w, uint8_t elem,
+			    uint32_t count, float *scratch, const float **out,
+			    strata_error *err)
+{
+	*out = w;
+	if (!w || elem == STRATA_ELEM_F32)
+		return STRATA_OK;
+	*out = scratch;
+	return to_f32(f, scratch, w, elem, count, err);
+}
+
+/* y (n, out) = x (n, in) . w^T (+ bias): f32 weights through the kernel
+ * table, half ones through the CUDA half-precision product. */
+static strata_status mm(strata_forward *f, float *y, const float *x,
+			const float *w, uint8_t elem, const float *bias,
+			uint32_t n, uint32_t in, uint32_t out,
+			strata_error *err)
+{
+	if (elem == STRATA_ELEM_F32)
+		return strata_kernel_matmul(f->c, y, x, w, bias, n, in, out,
+					    err);
+	strata_cuda_half t = elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+						      : STRATA_CUDA_F16;
+	return strata_cuda_matmul_half(f->c, y, x, w, t, bias, n, in, out,
+				       err);
+}
+
 /* x += attention(rmsnorm(x)) for rows at positions pos .. pos+n-1. */
 static strata_status attention_block(strata_forward *f,
 				     const strata_infer_layer *w,
@@ -75,15 +236,26 @@ static strata_status attention_block(strata_forward *f,
 		.window = hp->window,
 		.scale = 1.0f / sqrtf((float)hp->head_dim),
 	};
+	const uint8_t *e = w->elem;
+	const float *norm, *bq, *bk, *bv;
+	float *bias = f->bias_f32;
 	strata_status st;
-	if ((st = strata_kernel_rmsnorm(c, f->xb, f->x, w->attn_norm, n,
-					hp->dim, hp->norm_eps, err)) ||
-	    (st = strata_kernel_matmul(c, f->q, f->xb, w->wq, w->bq, n,
-				       hp->dim, f->q_dim, err)) ||
-	    (st = strata_kernel_matmul(c, k, f->xb, w->wk, w->bk, n, hp->dim,
-				       f->kv_dim, err)) ||
-	    (st = strata_kernel_matmul(c, v, f->xb, w->wv, w->bv, n, hp->dim,
-				       f->kv_dim, err)) ||
+	if ((st = as_f32(f, w->attn_norm, e[STRATA_SLOT_ATTN_NORM], hp->dim,
+			 f->norm_f32, &norm, err)) ||
+	    (st = as_f32(f, w->bq, e[STRATA_SLOT_BQ], f->q_dim, bias, &bq,
+			 err)) ||
+	    (st = as_f32(f, w->bk, e[STRATA_SLOT_BK], f->kv_dim,
+			 bias ? bias + f->q_dim : NULL, &bk, err)) ||
+	    (st = as_f32(f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
+			 bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
+	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
+					hp->norm_eps, err)) ||
+	    (st = mm(f, f->q, f->xb, w->wq, e[STRATA_SLOT_WQ], bq, n, hp->dim,
+		     f->q_dim, err)) ||
+	    (st = mm(f, k, f->xb, w->wk, e[STRATA_SLOT_WK], bk, n, hp->dim,
+		     f->kv_dim, err)) ||
+	    (st = mm(f, v, f->xb, w->wv, e[STRATA_SLOT_WV], bv, n, hp->dim,
+		     f->kv_dim, err)) ||
 	    (st = strata_kernel_rope(c, f->q, n, pos, hp->heads, hp->head_dim,
 				     f->inv_freq, hp->rope_layout, err)) ||
 	    (st = strata_kernel_rope(c, k, n, pos, hp->kv_heads,
@@ -91,8 +263,8 @@ static strata_status attention_block(strata_forward *f,
 				     hp->rope_layout, err)) ||
 	    (st = strata_kernel_attention(c, f->att, f->q, k_at(f, layer, 0),
 					  v_at(f, layer, 0), &shape, err)) ||
-	    (st = strata_kernel_matmul(c, f->xb, f->att, w->wo, NULL, n,
-				       f->q_dim, hp->dim, err)))
+	    (st = mm(f, f->xb, f->att, w->wo, e[STRATA_SLOT_WO], NULL, n,
+		     f->q_dim, hp->dim, err)))
 		return st;
 	return strata_kernel_add(c, f->x, f->xb, (uint64_t)n * hp->dim, err);
 }
@@ -103,17 +275,21 @@ static strata_status mlp_block(strata_forward *f, const strata_infer_layer *w,
 {
 	const strata_infer_hparams *hp = f->hp;
 	strata_compute *c = f->c;
+	const uint8_t *e = w->elem;
+	const float *norm;
 	strata_status st;
-	if ((st = strata_kernel_rmsnorm(c, f->xb, f->x, w->ffn_norm, n,
-					hp->dim, hp->norm_eps, err)) ||
-	    (st = strata_kernel_matmul(c, f->hb, f->xb, w->w_gate, NULL, n,
-				       hp->dim, hp->ffn, err)) ||
-	    (st = strata_kernel_matmul(c, f->hb2, f->xb, w->w_up, NULL, n,
-				       hp->dim, hp->ffn, err)) ||
+	if ((st = as_f32(f, w->ffn_norm, e[STRATA_SLOT_FFN_NORM], hp->dim,
+			 f->norm_f32, &norm, err)) ||
+	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
+					hp->norm_eps, err)) ||
+	    (st = mm(f, f->hb, f->xb, w->w_gate, e[STRATA_SLOT_W_GATE], NULL,
+		     n, hp->dim, hp->ffn, err)) ||
+	    (st = mm(f, f->hb2, f->xb, w->w_up, e[STRATA_SLOT_W_UP], NULL, n,
+		     hp->dim, hp->ffn, err)) ||
 	    (st = strata_kernel_swiglu(c, f->hb, f->hb2,
 				       (uint64_t)n * hp->ffn, err)) ||
-	    (st = strata_kernel_matmul(c, f->xb, f->hb, w->w_down, NULL, n,
-				       hp->ffn, hp->dim, err)))
+	    (st = mm(f, f->xb, f->hb, w->w_down, e[STRATA_SLOT_W_DOWN], NULL,
+		     n, hp->ffn, hp->dim, err)))
 		return st;
 	return strata_kernel_add(c, f->x, f->xb, (uint64_t)n * hp->dim, err);
 }
@@ -166,37 +342,89 @@ static strata_status head(strata_forward *f, uint32_t n, float *logits,
 				    hp->dim, hp->vocab, err);
 }
 
+/* The same in device mode: the final norm over the rows wanted, then the
+ * LM head one row at a time into logit_row (the plan's logits buffer is one
+ * row), each row copied back behind its product; one wait at the end. */
+static strata_status head_device(strata_forward *f, uint32_t n, float *logits,
+				 float *last, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_infer_statics *s = &f->src->statics;
+	uint32_t first = logits ? 0 : n - 1, rows = n - first;
+	uint64_t row_bytes = (uint64_t)hp->vocab * sizeof(float);
+	const float *norm;
+	strata_status st = as_f32(f, s->final_norm, s->final_norm_elem,
+				  hp->dim, f->norm_f32, &norm, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_rmsnorm(f->c, f->xb,
+					   f->x + (uint64_t)first * hp->dim,
+					   norm, rows, hp->dim, hp->norm_eps,
+					   err);
+	for (uint32_t r = 0; st == STRATA_OK && r < rows; r++) {
+		float *dst = logits ? logits + (uint64_t)r * hp->vocab : last;
+		st = mm(f, f->logit_row, f->xb + (uint64_t)r * hp->dim,
+			s->lm_head, s->lm_head_elem, NULL, 1, hp->dim,
+			hp->vocab, err);
+		if (st == STRATA_OK)
+			st = download(f, dst, f->logit_row, row_bytes, err);
+	}
+	if (st == STRATA_OK)
+		st = finish(f, err);
+	if (st == STRATA_OK && logits && last)
+		memcpy(last, logits + (uint64_t)(n - 1) * hp->vocab, row_bytes);
+	return st;
+}
+
+/* x (n, dim) = the embedding rows of tokens; a half table is converted row
+ * by row (device mode), an f32 one gathered by the embed kernel. */
+static strata_status embed(strata_forward *f, const int32_t *tokens,
+			   uint32_t n, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_infer_statics *s = &f->src->statics;
+	if (s->embed_elem == STRATA_ELEM_F32)
+		return strata_kernel_embed(f->c, f->x, s->embed, hp->vocab,
+					   tokens, n, hp->dim, err);
+	const uint16_t *table = (const uint16_t *)(const void *)s->embed;
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < n; i++)
+		st = to_f32(f, f->x + (uint64_t)i * hp->dim,
+			    table + (uint64_t)tokens[i] * hp->dim,
+			    s->embed_elem, hp->dim, err);
+	return st;
+}
+
 /* One chunk of at most `batch` positions. */
 static strata_status chunk(strata_forward *f, const int32_t *tokens,
 			   uint32_t n, uint32_t pos, float *logits, float *last,
 			   strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
-	strata_status st = strata_kernel_embed(f->c, f->x, f->src->statics.embed,
-					       hp->vocab, tokens, n, hp->dim,
-					       err);
+	strata_status st = embed(f, tokens, n, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
 		st = layer_pass(f, l, n, pos, err);
 	if (st == STRATA_OK && (logits || last))
-		st = head(f, n, logits, last, err);
+		st = f->arena ? head_device(f, n, logits, last, err)
+			      : head(f, n, logits, last, err);
+	else if (st == STRATA_OK)
+		st = finish(f, err); /* kernel faults show here, not later */
 	return st;
 }
 
 /* ------------------------------------------------------------------------ */
 
-strata_status strata_forward_create(const strata_infer_hparams *hp,
-				    strata_compute *compute,
-				    const strata_infer_source *src,
-				    uint32_t context, uint32_t batch,
-				    strata_forward **out, strata_error *err)
+/* A forward pass with its fields set and no buffers yet. */
+static strata_status start(const strata_infer_hparams *hp,
+			   strata_compute *compute,
+			   const strata_infer_source *src, uint32_t context,
+			   uint32_t batch, strata_forward **out,
+			   strata_error *err)
 {
 	if (!hp || !compute || !src || !out || !context || !batch)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "forward pass: NULL argument or zero "
 				   "context/batch");
-	if (batch > context)
-		batch = context;
 	strata_forward *f = strata_calloc_or_error(1, sizeof *f,
 						   "forward pass", err);
 	if (!f)
@@ -205,46 +433,169 @@ strata_status strata_forward_create(const strata_infer_hparams *hp,
 	f->c = compute;
 	f->src = src;
 	f->context = context;
-	f->batch = batch;
+	f->batch = batch > context ? context : batch;
 	f->q_dim = hp->heads * hp->head_dim;
 	f->kv_dim = hp->kv_heads * hp->head_dim;
-	uint64_t cache_rows = (uint64_t)hp->layers * context;
-	if (!(f->x = buffer(batch, hp->dim, "residual stream", err)) ||
-	    !(f->xb = buffer(batch, hp->dim, "normed activations", err)) ||
-	    !(f->q = buffer(batch, f->q_dim, "queries", err)) ||
-	    !(f->att = buffer(batch, f->q_dim, "attention output", err)) ||
-	    !(f->hb = buffer(batch, hp->ffn, "MLP gate", err)) ||
-	    !(f->hb2 = buffer(batch, hp->ffn, "MLP up", err)) ||
-	    !(f->k_cache = buffer(cache_rows, f->kv_dim, "key cache", err)) ||
-	    !(f->v_cache = buffer(cache_rows, f->kv_dim, "value cache", err)) ||
-	    !(f->inv_freq = buffer(hp->head_dim / 2, 1, "rope frequencies",
-				   err))) {
-		strata_status st = err ? err->code : STRATA_E_NOMEM;
-		strata_forward_destroy(f);
-		return st;
-	}
-	strata_infer_rope_freqs(hp, f->inv_freq);
-	const float *div = src->statics.rope_freqs;
+	*out = f;
+	return STRATA_OK;
+}
+
+/* Checks the GGUF rope divisors (host copy) and divides freq by them. */
+static strata_status apply_divisors(const strata_infer_hparams *hp,
+				    const float *div, float *freq,
+				    strata_error *err)
+{
 	for (uint32_t i = 0; div && i < hp->head_dim / 2; i++) {
-		if (!(div[i] > 0 && isfinite(div[i]))) {
-			strata_forward_destroy(f);
+		if (!(div[i] > 0 && isfinite(div[i])))
 			return strata_fail(err, STRATA_E_MODEL_CONFIG,
 					   "fix or regenerate the GGUF file",
 					   "rope_freqs.weight[%u] is %g, not a "
 					   "positive divisor",
 					   i, (double)div[i]);
-		}
 		/* llama.cpp: theta = pos * base_freq / freq_factor. */
-		f->inv_freq[i] /= div[i];
+		freq[i] /= div[i];
+	}
+	return STRATA_OK;
+}
+
+strata_status strata_forward_create(const strata_infer_hparams *hp,
+				    strata_compute *compute,
+				    const strata_infer_source *src,
+				    uint32_t context, uint32_t batch,
+				    strata_forward **out, strata_error *err)
+{
+	strata_forward *f;
+	strata_status st = start(hp, compute, src, context, batch, &f, err);
+	if (st)
+		return st;
+	buf_spec b[MAX_BUFFERS];
+	size_t n = buffer_list(f, false, b);
+	for (size_t i = 0; st == STRATA_OK && i < n; i++)
+		if (!(*b[i].slot = buffer(b[i].rows, b[i].cols, b[i].what,
+					  err)))
+			st = err ? err->code : STRATA_E_NOMEM;
+	if (st == STRATA_OK) {
+		strata_infer_rope_freqs(hp, f->inv_freq);
+		st = apply_divisors(hp, src->statics.rope_freqs, f->inv_freq,
+				    err);
+	}
+	if (st) {
+		strata_forward_destroy(f);
+		return st;
 	}
 	*out = f;
 	return STRATA_OK;
+}
+
+/* Device mode: 1.0f after the rotary frequencies, which are computed on
+ * the host with the divisors read back from the device (converted first
+ * when half). */
+static strata_status device_constants(strata_forward *f, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_infer_statics *s = &f->src->statics;
+	uint32_t half = hp->head_dim / 2;
+	uint64_t bytes = (uint64_t)half * sizeof(float);
+	float *host = strata_alloc_or_error(2 * bytes + sizeof(float),
+					    "rope frequencies (host)", err);
+	if (!host)
+		return STRATA_E_NOMEM;
+	float *div = s->rope_freqs ? host + half + 1 : NULL;
+	const float *dev_div;
+	f->one = f->inv_freq + half;
+	host[half] = 1.0f;
+	strata_status st = upload(f, f->one, host + half, sizeof(float), err);
+	if (st == STRATA_OK && div)
+		st = as_f32(f, s->rope_freqs, s->rope_freqs_elem, half,
+			    f->bias_f32, &dev_div, err);
+	if (st == STRATA_OK && div)
+		st = download(f, div, dev_div, bytes, err);
+	if (st == STRATA_OK)
+		st = finish(f, err);
+	if (st == STRATA_OK) {
+		strata_infer_rope_freqs(hp, host);
+		st = apply_divisors(hp, div, host, err);
+	}
+	if (st == STRATA_OK)
+		st = upload(f, f->inv_freq, host, bytes, err);
+	strata_free(host);
+	return st;
+}
+
+strata_status strata_forward_create_device(const strata_infer_hparams *hp,
+					   strata_backend *b,
+					   strata_compute *compute,
+					   const strata_infer_source *src,
+					   uint32_t context, uint32_t batch,
+					   strata_forward **out,
+					   strata_error *err)
+{
+	strata_forward *f;
+	if (!b)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "forward pass: no backend for device mode");
+	strata_status st = start(hp, compute, src, context, batch, &f, err);
+	if (st)
+		return st;
+	f->b = b;
+	f->stream = strata_cuda_compute_stream(compute);
+	uint64_t total;
+	buf_spec bl[MAX_BUFFERS];
+	size_t n = buffer_list(f, true, bl);
+	st = device_total(f, &total, err);
+	if (st == STRATA_OK)
+		st = strata_arena_create(b, STRATA_ARENA_DEVICE, total,
+					 "forward pass buffers", &f->arena,
+					 err);
+	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
+		void *p;
+		st = strata_arena_alloc(f->arena, bl[i].rows * bl[i].cols *
+							  sizeof(float),
+					&p, err);
+		*bl[i].slot = p;
+	}
+	f->norm_f32 = f->own_norm ? f->own_norm : f->hb2;
+	f->bias_f32 = f->own_bias ? f->own_bias : f->hb;
+	if (st == STRATA_OK)
+		st = device_constants(f, err);
+	if (st) {
+		strata_forward_destroy(f);
+		return st;
+	}
+	*out = f;
+	return STRATA_OK;
+}
+
+strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
+					  uint32_t context, uint32_t batch,
+					  uint64_t *out, strata_error *err)
+{
+	strata_forward f = {.hp = hp, .context = context,
+			    .batch = batch > context ? context : batch,
+			    .q_dim = hp->heads * hp->head_dim,
+			    .kv_dim = hp->kv_heads * hp->head_dim};
+	return device_total(&f, out, err);
+}
+
+void strata_forward_arena_stats(const strata_forward *f,
+				strata_arena_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (f && f->arena)
+		strata_arena_get_stats(f->arena, out);
 }
 
 void strata_forward_destroy(strata_forward *f)
 {
 	if (!f)
 		return;
+	if (f->arena) {
+		/* device mode: every buffer is a block of the arena */
+		strata_arena_destroy(f->arena);
+		strata_free(f);
+		return;
+	}
 	strata_free(f->x);
 	strata_free(f->xb);
 	strata_free(f->q);
@@ -323,8 +674,8 @@ const strata_infer_hparams *strata_forward_hparams(const strata_forward *f)
 
 /* The layout of a saved prefix is, per layer in order, the key rows then the
  * value rows of positions [0, positions): (layers, 2, positions, kv_dim).
- * The cache lives in host memory (strata_alloc above), so both directions
- * are plain copies. */
+ * A host-memory cache is copied directly; a device one (device mode) goes
+ * through the backend's copies (CUDA: device-to-host and host-to-device). */
 
 strata_status strata_forward_kv_bytes(const strata_forward *f,
 				      uint32_t positions, uint64_t *out,
@@ -358,12 +709,15 @@ strata_status strata_forward_kv_save(const strata_forward *f,
 				   (unsigned long long)dst_bytes,
 				   (unsigned long long)need);
 	size_t row = (size_t)positions * f->kv_dim;
-	for (uint32_t l = 0; l < f->hp->layers; l++) {
-		memcpy(dst, k_at(f, l, 0), row * sizeof(float));
-		memcpy(dst + row, v_at(f, l, 0), row * sizeof(float));
+	/* device mode: the cache is device memory, read back by copies */
+	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
+		st = download(f, dst, k_at(f, l, 0), row * sizeof(float), err);
+		if (st == STRATA_OK)
+			st = download(f, dst + row, v_at(f, l, 0),
+				      row * sizeof(float), err);
 		dst += 2 * row;
 	}
-	return STRATA_OK;
+	return st ? st : finish(f, err);
 }
 
 strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
@@ -383,10 +737,17 @@ strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
 				   positions, f->context);
 	size_t row = (size_t)positions * f->kv_dim;
 	size_t stride = (size_t)saved * f->kv_dim;
-	for (uint32_t l = 0; l < f->hp->layers; l++) {
-		memcpy(k_at(f, l, 0), src, row * sizeof(float));
-		memcpy(v_at(f, l, 0), src + stride, row * sizeof(float));
+	strata_status st = STRATA_OK;
+	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
+		st = upload(f, k_at(f, l, 0), src, row * sizeof(float), err);
+		if (st == STRATA_OK)
+			st = upload(f, v_at(f, l, 0), src + stride,
+				    row * sizeof(float), err);
 		src += 2 * stride;
+	}
+	if (st) {
+		f->pos = 0; /* part of the cache was overwritten */
+		return st;
 	}
 	f->pos = positions;
 	return STRATA_OK;

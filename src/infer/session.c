@@ -5,6 +5,11 @@
  *
  * `strata run` and `strata logits` differ only in what they do with the
  * forward pass, so everything up to it lives here, once.
+ *
+ * On CUDA the backend comes first (its free memory is the plan's device
+ * budget when no --device-memory is given), then the compute context (its
+ * stream orders the window's releases), the window keeping bf16/f16 weights
+ * half, and a forward pass whose buffers live in one device arena.
  */
 #include <string.h>
 
@@ -54,20 +59,30 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	strata_error ignored;
 	m.host_available_known = strata_plan_host_available(
 		&m.host_available_bytes, &ignored) == STRATA_OK;
+	strata_backend_memory mem;
+	strata_dtype weights = STRATA_DTYPE_F32;
 	if (po.device == STRATA_PLAN_DEVICE_CPU) {
 		/* The CPU backend's device memory is the same RAM. */
 		m.device_free_known = m.host_available_known;
 		m.device_free_bytes = m.host_available_bytes;
+	} else {
+		m.device_free_known = strata_backend_memory_info(
+			s->backend, &mem, &ignored) == STRATA_OK;
+		m.device_free_bytes = mem.free_bytes;
+		po.backend_reserved_bytes = STRATA_CUDA_COMPUTE_DEVICE_BYTES;
 	}
 	strata_status st = strata_plan_source_create(
 		s->catalog, po.device, o->exclude, o->exclude_count,
 		&s->plan_source, err);
 	if (st)
 		return st;
+	/* The weight dtype decides only the KV element (plan.h). The CUDA
+	 * attention reads an f32 cache, so the plan is made for the f32 cache
+	 * this run allocates, whatever the weights are. */
+	if (po.device == STRATA_PLAN_DEVICE_CPU)
+		weights = strata_plan_source_weight_dtype(s->plan_source);
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
-				&arch, strata_plan_source_weight_dtype(
-					       s->plan_source),
-				&po, &m, &s->plan, err);
+				&arch, weights, &po, &m, &s->plan, err);
 	if (st)
 		return st;
 	s->context = (uint32_t)po.shape.context;
@@ -75,10 +90,47 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	return STRATA_OK;
 }
 
+/* Creates the backend the options name (CUDA before planning: the plan
+ * reads its free memory). */
+static strata_status open_backend(strata_session *s,
+				  const strata_session_options *o,
+				  strata_error *err)
+{
+	if (o->plan.device == STRATA_PLAN_DEVICE_CPU)
+		return strata_backend_cpu_create(NULL, &s->backend, err);
+	strata_backend_cuda_options co = {.device = o->device_index};
+	return strata_backend_cuda_create(&co, &s->backend, err);
+}
+
+/* The forward pass's device arena holds the plan's activation buffers and
+ * KV cache, less the key, value and score buffers it does not use, plus
+ * the rotary frequencies, which are smaller than the key buffer: so it never
+ * exceeds what the plan counted. Checked, so a change on either side that
+ * breaks this is an error instead of a run past its plan. */
+static strata_status check_forward_bytes(strata_session *s, strata_error *err)
+{
+	uint64_t need;
+	strata_status st = strata_forward_device_bytes(&s->hp, s->context,
+						       s->batch, &need, err);
+	if (st)
+		return st;
+	const strata_plan_memory *m = strata_plan_get_memory(s->plan);
+	uint64_t have = m->kv_cache_bytes + m->workspace_bytes;
+	if (need <= have)
+		return STRATA_OK;
+	return strata_fail(err, STRATA_E_RES_BUDGET,
+			   "this is a bug in strata (the plan's memory model "
+			   "and the forward pass disagree); report it",
+			   "the forward pass needs %llu bytes of device buffers "
+			   "but the plan counted %llu (KV cache and workspace)",
+			   (unsigned long long)need, (unsigned long long)have);
+}
+
 static strata_status start_window(strata_session *s, uint32_t threads,
 				  strata_error *err)
 {
 	const strata_plan *p = s->plan;
+	bool cuda = strata_plan_get_options(p)->device == STRATA_PLAN_DEVICE_CUDA;
 	strata_infer_window_options wo = {
 		.mode = strata_plan_mode(p),
 		.depth = strata_plan_depth(p),
@@ -86,6 +138,7 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 		.host_budget_bytes = strata_plan_host_budget(p),
 		.lookahead_units = strata_plan_lookahead(p),
 		.queue_depth = strata_plan_queue(p),
+		.device = strata_plan_get_options(p)->device,
 	};
 	if (wo.mode == STRATA_RESIDENCY_DISK && wo.lookahead_units == 0) {
 		/* The plan reads straight into the device window. */
@@ -96,15 +149,23 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 	strata_status st;
 	if ((st = strata_weight_store_create(s->catalog, NULL, &s->store,
 					     err)) ||
-	    (st = strata_backend_cpu_create(NULL, &s->backend, err)) ||
-	    (st = strata_infer_window_create(s->backend, &s->tensors, s->store,
-					     &wo, &s->window, &s->source,
-					     err)) ||
 	    (st = strata_compute_create_on(s->backend, threads, &s->compute,
 					   err)))
 		return st;
-	return strata_forward_create(&s->hp, s->compute, &s->source,
-				     s->context, s->batch, &s->forward, err);
+	wo.compute_stream = strata_cuda_compute_stream(s->compute);
+	if ((st = strata_infer_window_create(s->backend, &s->tensors, s->store,
+					     &wo, &s->window, &s->source,
+					     err)))
+		return st;
+	if (!cuda)
+		return strata_forward_create(&s->hp, s->compute, &s->source,
+					     s->context, s->batch, &s->forward,
+					     err);
+	if ((st = check_forward_bytes(s, err)))
+		return st;
+	return strata_forward_create_device(&s->hp, s->backend, s->compute,
+					    &s->source, s->context, s->batch,
+					    &s->forward, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -113,11 +174,6 @@ strata_status strata_session_open(const strata_session_options *o,
 				  strata_session **out, strata_error *err)
 {
 	uint64_t t0 = strata_now_ns();
-	if (o->plan.device != STRATA_PLAN_DEVICE_CPU)
-		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
-				   "run with --device cpu",
-				   "the forward pass runs on the CPU backend "
-				   "only in this build");
 	strata_session *s = strata_calloc_or_error(1, sizeof *s, "session",
 						   err);
 	if (!s)
@@ -129,7 +185,8 @@ strata_status strata_session_open(const strata_session_options *o,
 					    err)) ||
 	    (st = strata_infer_tensors_find(s->catalog, &s->hp, &s->tensors,
 					    err)) ||
-	    (st = plan_it(s, o, err)) || (st = start_window(s, o->threads, err))) {
+	    (st = open_backend(s, o, err)) || (st = plan_it(s, o, err)) ||
+	    (st = start_window(s, o->threads, err))) {
 		strata_session_close(s);
 		return st;
 	}
@@ -179,7 +236,10 @@ strata_status strata_session_write_telemetry(strata_session *s,
 	strata_residency_get_sizes(e, &sizes);
 	strata_weight_store_stats ws;
 	strata_weight_store_get_stats(s->store, &ws);
-	strata_telemetry_device dev = {.name = "cpu", .snapshot = &snap};
+	strata_backend_caps caps = {.name = "cpu"};
+	strata_error ignored;
+	strata_backend_get_caps(s->backend, &caps, &ignored);
+	strata_telemetry_device dev = {.name = caps.name, .snapshot = &snap};
 	strata_telemetry_report r = {
 		.model = s->model_path,
 		.mode = strata_residency_mode_name(strata_plan_mode(s->plan)),

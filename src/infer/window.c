@@ -19,15 +19,34 @@ struct strata_infer_window {
 	uint8_t (*slot)[STRATA_SLOT_COUNT]; /* [layers][k]: slot of k-th */
 	uint32_t layers;
 	const char *group[1]; /* the engine keeps the config's group list */
+	uint8_t (*elem)[STRATA_SLOT_COUNT]; /* [layers][slot]: strata_infer_elem */
+	strata_plan_device device;
+	strata_residency_mode mode;
+	strata_stream *compute_stream; /* CUDA: drained before a release */
+	strata_backend *b;
 };
 
 /* ------------------------------------------------------------------------ */
 
-static void describe(strata_residency_tensor *r, const strata_tensor *t)
+/* How tensor t executes on `device`: the plan's rule (f32 everywhere on the
+ * CPU; f32, f16 and bf16 as they are on CUDA, the rest converted to f32).
+ * Returns its strata_infer_elem. */
+static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
+			strata_plan_device device)
 {
 	r->tensor = t;
+	bool half = device == STRATA_PLAN_DEVICE_CUDA &&
+		    (t->dtype == STRATA_DTYPE_BF16 ||
+		     t->dtype == STRATA_DTYPE_F16);
+	if (half) {
+		r->convert = false;
+		r->exec_bytes = t->elements * 2; /* checked at find */
+		return t->dtype == STRATA_DTYPE_BF16 ? STRATA_ELEM_BF16
+						     : STRATA_ELEM_F16;
+	}
 	r->convert = t->dtype != STRATA_DTYPE_F32;
 	r->exec_bytes = t->elements * sizeof(float); /* checked at find */
+	return STRATA_ELEM_F32;
 }
 
 static strata_status window_acquire(void *user, uint32_t layer,
@@ -47,6 +66,7 @@ static strata_status window_acquire(void *user, uint32_t layer,
 	};
 	for (size_t k = 0; k < v.count; k++)
 		*field[w->slot[layer][k]] = v.data[k];
+	memcpy(out->elem, w->elem[layer], sizeof out->elem);
 	return STRATA_OK;
 }
 
@@ -54,6 +74,18 @@ static strata_status window_release(void *user, uint32_t layer,
 				    strata_error *err)
 {
 	strata_infer_window *w = user;
+	/* Streamed modes refill the slot as soon as it is released: the
+	 * kernels queued on it must have run first. Resident units stay. */
+	if (w->compute_stream && w->mode != STRATA_RESIDENCY_RESIDENT) {
+		strata_status st = strata_backend_synchronize(
+			w->b, w->compute_stream, err);
+		if (st) {
+			strata_error scratch;
+			strata_residency_release(w->engine, 0, layer, &scratch);
+			return strata_error_prefix(err, "layer %u's kernels",
+						   layer);
+		}
+	}
 	return strata_residency_release(w->engine, 0, layer, err);
 }
 
@@ -63,14 +95,18 @@ static const strata_infer_source_ops window_ops = {
 };
 
 static strata_status static_ptr(strata_infer_window *w, const strata_tensor *t,
-				 const float **out, strata_error *err)
+				 const float **out, uint8_t *elem,
+				 strata_error *err)
 {
 	void *data;
 	const strata_residency_tensor *rt;
 	strata_status st = strata_residency_static(w->engine, t->name, &data,
 						   &rt, err);
-	if (st == STRATA_OK)
+	if (st == STRATA_OK) {
+		strata_residency_tensor probe;
 		*out = data;
+		*elem = describe(&probe, t, w->device);
+	}
 	return st;
 }
 
@@ -78,12 +114,13 @@ static strata_status static_ptr(strata_infer_window *w, const strata_tensor *t,
 static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 {
 	size_t n = 0;
-	describe(&w->rt[n++], t->embed);
-	describe(&w->rt[n++], t->final_norm);
+	strata_plan_device d = w->device;
+	describe(&w->rt[n++], t->embed, d);
+	describe(&w->rt[n++], t->final_norm, d);
 	if (t->lm_head != t->embed)
-		describe(&w->rt[n++], t->lm_head);
+		describe(&w->rt[n++], t->lm_head, d);
 	if (t->rope_freqs)
-		describe(&w->rt[n++], t->rope_freqs);
+		describe(&w->rt[n++], t->rope_freqs, d);
 	size_t statics = n;
 	for (uint32_t l = 0; l < t->layers; l++) {
 		strata_residency_unit *u = &w->units[l];
@@ -94,7 +131,8 @@ static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 			if (!t->layer[l][s])
 				continue;
 			w->slot[l][u->tensor_count++] = (uint8_t)s;
-			describe(&w->rt[n++], t->layer[l][s]);
+			w->elem[l][s] = describe(&w->rt[n++], t->layer[l][s],
+						 d);
 		}
 	}
 	return statics;
@@ -115,6 +153,10 @@ strata_status strata_infer_window_create(strata_backend *b,
 	if (!w)
 		return STRATA_E_NOMEM;
 	w->layers = t->layers;
+	w->device = o->device;
+	w->mode = o->mode;
+	w->compute_stream = o->compute_stream;
+	w->b = b;
 	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
 	w->rt = strata_calloc_or_error(max, sizeof *w->rt, "window tensors",
 				       err);
@@ -122,8 +164,10 @@ strata_status strata_infer_window_create(strata_backend *b,
 					  "window units", err);
 	w->slot = strata_calloc_or_error(t->layers, sizeof *w->slot,
 					 "window slots", err);
+	w->elem = strata_calloc_or_error(t->layers, sizeof *w->elem,
+					 "window element types", err);
 	strata_status st = STRATA_E_NOMEM;
-	if (!w->rt || !w->units || !w->slot)
+	if (!w->rt || !w->units || !w->slot || !w->elem)
 		goto fail;
 	size_t statics = build_units(w, t);
 	w->group[0] = strncmp(t->embed->name, "token_embd", 10) ? "model"
@@ -165,11 +209,14 @@ strata_status strata_infer_window_create(strata_backend *b,
 	if ((st = strata_residency_create(b, &cfg, &w->engine, err)))
 		goto fail;
 	strata_infer_statics s = {0};
-	if ((st = static_ptr(w, t->embed, &s.embed, err)) ||
-	    (st = static_ptr(w, t->final_norm, &s.final_norm, err)) ||
-	    (st = static_ptr(w, t->lm_head, &s.lm_head, err)) ||
+	if ((st = static_ptr(w, t->embed, &s.embed, &s.embed_elem, err)) ||
+	    (st = static_ptr(w, t->final_norm, &s.final_norm,
+			     &s.final_norm_elem, err)) ||
+	    (st = static_ptr(w, t->lm_head, &s.lm_head, &s.lm_head_elem,
+			     err)) ||
 	    (t->rope_freqs &&
-	     (st = static_ptr(w, t->rope_freqs, &s.rope_freqs, err))))
+	     (st = static_ptr(w, t->rope_freqs, &s.rope_freqs,
+			      &s.rope_freqs_elem, err))))
 		goto fail;
 	src->ops = &window_ops;
 	src->user = w;
@@ -189,6 +236,7 @@ void strata_infer_window_destroy(strata_infer_window *w)
 	strata_free(w->rt);
 	strata_free(w->units);
 	strata_free(w->slot);
+	strata_free(w->elem);
 	strata_free(w);
 }
 

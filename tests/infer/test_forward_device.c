@@ -1,0 +1,271 @@
+/* test_forward_device.c - the forward pass with its buffers in backend
+ * device memory (the CUDA path's structure), run here on the CPU backend:
+ * logits and greedy tokens bit-identical to the host-memory forward pass in
+ * every residency mode; the device arena is exactly the computed size and
+ * fits what the plan counts for the KV cache and workspace; and a window
+ * made for CUDA keeps bf16/f16 tensors half, so the engine's device bytes
+ * equal the CUDA plan's weight bytes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "infer/refmodel.h"
+
+#define GIB (1ull << 30)
+#define CONTEXT 64u
+#define BATCH 8u
+
+static const strata_infer_window_options modes[] = {
+	{.mode = STRATA_RESIDENCY_RESIDENT, .device_budget_bytes = GIB},
+	{.mode = STRATA_RESIDENCY_HOST, .depth = 1, .device_budget_bytes = GIB,
+	 .host_budget_bytes = GIB},
+	{.mode = STRATA_RESIDENCY_DISK, .device_budget_bytes = GIB,
+	 .lookahead_units = 1, .queue_depth = 1},
+	{.mode = STRATA_RESIDENCY_DISK, .device_budget_bytes = GIB,
+	 .host_budget_bytes = GIB, .lookahead_units = 2, .queue_depth = 2},
+};
+#define MODE_COUNT (sizeof modes / sizeof *modes)
+
+static strata_status collect(void *user, int32_t tok, strata_error *err)
+{
+	(void)err;
+	int32_t *out = user;
+	out[++out[0]] = tok;
+	return STRATA_OK;
+}
+
+/* Logits of the reference tokens and the greedy tokens through f. */
+static void run(strata_forward *f, const ref_data *r, float *logits,
+		int32_t *greedy)
+{
+	strata_error err;
+	strata_sampler *s;
+	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
+				    .repeat_penalty = 1};
+	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
+			       &err))
+		fail_msg("forward: %s", err.message);
+	strata_forward_reset(f);
+	assert_int_equal(strata_sampler_create(&sp, r->vocab, &s, &err),
+			 STRATA_OK);
+	greedy[0] = 0;
+	if (strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
+			    collect, greedy, NULL, &err))
+		fail_msg("generate: %s", err.message);
+	strata_sampler_destroy(s);
+}
+
+/* The plan's KV cache and workspace for this shape with an f32 cache (what
+ * the session plans on CUDA). */
+static uint64_t planned_buffers(const strata_infer_hparams *hp)
+{
+	strata_plan_arch a = {
+		.known = true, .family = "llama", .layers = hp->layers,
+		.hidden = hp->dim, .intermediate = hp->ffn,
+		.heads = hp->heads, .kv_heads = hp->kv_heads,
+		.head_dim = hp->head_dim, .vocab = hp->vocab,
+		.max_context = hp->context,
+	};
+	strata_plan_shape sh = {.context = CONTEXT, .batch = 1,
+				.prefill_chunk = BATCH};
+	strata_plan_memory m;
+	strata_error err;
+	assert_int_equal(strata_plan_memory_compute(&a, &sh,
+						    STRATA_PLAN_DEVICE_CUDA,
+						    STRATA_DTYPE_F32, 0, 0, &m,
+						    &err),
+			 STRATA_OK);
+	return m.kv_cache_bytes + m.workspace_bytes;
+}
+
+static void check_model(const char *name)
+{
+	char path[1024];
+	ref_path(path, sizeof path, name, NULL);
+	ref_data r;
+	ref_load(name, &r);
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
+	float *host = strata_alloc(cells * sizeof *host);
+	float *dev = strata_alloc(cells * sizeof *dev);
+	int32_t host_greedy[65], dev_greedy[65];
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, CONTEXT,
+					       BATCH, &f, &err),
+			 STRATA_OK);
+	run(f, &r, host, host_greedy);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	assert_true(ref_max_diff(host, r.logits, cells) <= 1e-3);
+
+	uint64_t need;
+	assert_int_equal(strata_forward_device_bytes(&m.hp, CONTEXT, BATCH,
+						     &need, &err),
+			 STRATA_OK);
+	if (need > planned_buffers(&m.hp))
+		fail_msg("%s: forward buffers %llu > planned %llu", name,
+			 (unsigned long long)need,
+			 (unsigned long long)planned_buffers(&m.hp));
+	strata_weight_store *ws;
+	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
+			 STRATA_OK);
+	for (size_t i = 0; i < MODE_COUNT; i++) {
+		strata_backend *b;
+		strata_infer_window *w;
+		strata_infer_source src;
+		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
+				 STRATA_OK);
+		if (strata_infer_window_create(b, &m.t, ws, &modes[i], &w,
+					       &src, &err))
+			fail_msg("%s mode %zu: %s", name, i, err.message);
+		assert_int_equal(strata_compute_create_on(b, 2, &c, &err),
+				 STRATA_OK);
+		if (strata_forward_create_device(&m.hp, b, c, &src, CONTEXT,
+						 BATCH, &f, &err))
+			fail_msg("%s mode %zu: %s", name, i, err.message);
+		run(f, &r, dev, dev_greedy);
+		if (memcmp(dev, host, cells * sizeof *dev))
+			fail_msg("%s mode %zu: device-mode logits differ", name,
+				 i);
+		assert_memory_equal(dev_greedy, host_greedy,
+				    (1 + r.n_greedy) * sizeof(int32_t));
+		strata_arena_stats as;
+		strata_forward_arena_stats(f, &as);
+		assert_true(as.capacity_bytes == need);
+		assert_true(as.high_water_bytes == need);
+		strata_forward_destroy(f);
+		strata_compute_destroy(c);
+		strata_infer_window_destroy(w);
+		strata_backend_destroy(b);
+	}
+	strata_weight_store_destroy(ws);
+	strata_free(host);
+	strata_free(dev);
+	ref_close_model(&m);
+	ref_free(&r);
+}
+
+static void test_device_buffers_match_host_buffers(void **state)
+{
+	(void)state;
+	for (int i = 0; i < REF_MODEL_COUNT; i++)
+		check_model(ref_models[i]);
+}
+
+/* Window sizes for CUDA: half tensors stay 2 bytes, so the engine's device
+ * arena in resident mode is the CUDA plan's weight share to the byte. */
+static void check_cuda_sizes(const char *name)
+{
+	char path[1024];
+	ref_path(path, sizeof path, name, NULL);
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	strata_plan_source *ps;
+	assert_int_equal(strata_plan_source_create(m.cat,
+						   STRATA_PLAN_DEVICE_CUDA,
+						   NULL, 0, &ps, &err),
+			 STRATA_OK);
+	strata_plan_weights pw;
+	assert_int_equal(strata_plan_layout_weights(
+				 strata_plan_source_layout(ps),
+				 STRATA_RESIDENCY_RESIDENT, 0, &pw, &err),
+			 STRATA_OK);
+	strata_weight_store *ws;
+	strata_backend *b;
+	strata_infer_window *w;
+	strata_infer_source src;
+	strata_infer_window_options o = {.mode = STRATA_RESIDENCY_RESIDENT,
+					 .device_budget_bytes = GIB,
+					 .device = STRATA_PLAN_DEVICE_CUDA};
+	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	if (strata_infer_window_create(b, &m.t, ws, &o, &w, &src, &err))
+		fail_msg("%s: %s", name, err.message);
+	strata_residency_sizes rs;
+	strata_residency_get_sizes(strata_infer_window_engine(w), &rs);
+	if (rs.device_arena_bytes != pw.required_bytes)
+		fail_msg("%s: engine %llu bytes, CUDA plan %llu", name,
+			 (unsigned long long)rs.device_arena_bytes,
+			 (unsigned long long)pw.required_bytes);
+	bool half = strstr(name, "f16") != NULL;
+	strata_infer_layer l;
+	assert_int_equal(src.ops->acquire(src.user, 0, &l, &err), STRATA_OK);
+	assert_int_equal(l.elem[STRATA_SLOT_WQ] != STRATA_ELEM_F32, half);
+	assert_int_equal(src.statics.lm_head_elem != STRATA_ELEM_F32, half);
+	assert_int_equal(src.ops->release(src.user, 0, &err), STRATA_OK);
+	strata_infer_window_destroy(w);
+	strata_backend_destroy(b);
+	strata_weight_store_destroy(ws);
+	strata_plan_source_destroy(ps);
+	ref_close_model(&m);
+}
+
+static void test_cuda_window_keeps_half_weights(void **state)
+{
+	(void)state;
+	for (int i = 0; i < REF_MODEL_COUNT; i++)
+		check_cuda_sizes(ref_models[i]);
+}
+
+/* Every allocation of the device-mode forward pass can fail: E_NOMEM (or
+ * the arena's own refusal), nothing leaked (ASan). */
+static void test_device_forward_survives_oom(void **state)
+{
+	(void)state;
+	char path[1024];
+	ref_path(path, sizeof path, "qwen2_bias_f32", NULL);
+	ref_open m;
+	ref_open_model(path, &m);
+	int32_t tokens[6] = {1, 5, 9, 13, 17, 21};
+	float last[1024];
+	assert_true(m.hp.vocab <= 1024);
+	for (long n = 0;; n++) {
+		strata_error err;
+		strata_backend *b = NULL;
+		strata_compute *c = NULL;
+		strata_forward *f = NULL;
+		strata_alloc_fail_after(n);
+		strata_status st = strata_backend_cpu_create(NULL, &b, &err);
+		if (!st)
+			st = strata_compute_create_on(b, 2, &c, &err);
+		if (!st)
+			st = strata_forward_create_device(&m.hp, b, c, &m.src, 8,
+							  2, &f, &err);
+		if (!st)
+			st = strata_forward_run(f, tokens, 6, 0, NULL, last,
+						&err);
+		strata_alloc_fail_after(-1);
+		strata_forward_destroy(f);
+		strata_compute_destroy(c);
+		strata_backend_destroy(b);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && st != STRATA_E_DEVICE_OOM)
+			fail_msg("allocation %ld: %s %s", n,
+				 strata_status_name(st), err.message);
+		assert_true(n < 10000);
+	}
+	ref_close_model(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_device_buffers_match_host_buffers),
+		cmocka_unit_test(test_cuda_window_keeps_half_weights),
+		cmocka_unit_test(test_device_forward_survives_oom),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
