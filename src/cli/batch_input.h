@@ -34,6 +34,12 @@ typedef struct batch_input_options {
  * its line) and *in is then empty. The caller frees with batch_input_fini. */
 strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
 			       strata_error *err);
+/* The same over len bytes at buf (untrusted; NUL bytes are data: a line
+ * holding one is not valid JSON). buf is borrowed: *in keeps no pointer
+ * into it. */
+strata_status batch_input_parse(const batch_input_options *bo,
+				const char *buf, size_t len, batch_input *in,
+				strata_error *err);
 void batch_input_fini(batch_input *in);
 
 #endif

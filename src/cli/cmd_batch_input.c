@@ -234,15 +234,24 @@ strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
 	strata_status st = read_stdin(&buf, &len, err);
 	if (st)
 		return st;
+	st = batch_input_parse(bo, buf, len, in, err);
+	strata_free(buf);
+	return st;
+}
+
+strata_status batch_input_parse(const batch_input_options *bo,
+				const char *buf, size_t len, batch_input *in,
+				strata_error *err)
+{
+	memset(in, 0, sizeof *in);
+	strata_status st = STRATA_OK;
 	size_t lines = 1;
 	for (size_t i = 0; i < len; i++)
 		lines += buf[i] == '\n';
 	in->items = strata_calloc_or_error(lines, sizeof *in->items,
 					   "requests", err);
-	if (!in->items) {
-		strata_free(buf);
+	if (!in->items)
 		return STRATA_E_NOMEM;
-	}
 	uint64_t line = 0;
 	for (size_t at = 0; st == STRATA_OK && at < len;) {
 		const char *nl = memchr(buf + at, '\n', len - at);
@@ -255,7 +264,6 @@ strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
 		}
 		at += n + 1;
 	}
-	strata_free(buf);
 	if (st == STRATA_OK)
 		st = check_unique_ids(in, err);
 	if (st == STRATA_OK && in->count == 0)
