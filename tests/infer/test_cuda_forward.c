@@ -175,7 +175,16 @@ static void check_model(const char *name)
 					 &modes[0].o, r.n_tokens, positions);
 	greedy(s, r.tokens, r.n_tokens, r.n_greedy, -1, &cpu);
 	strata_session_close(s);
+	/* a backend of our own reads the device's free memory around each
+	 * session (they share the device's primary context) */
+	strata_backend *probe;
+	strata_backend_memory before, after;
+	assert_int_equal(strata_backend_cuda_create(NULL, &probe, &err),
+			 STRATA_OK);
 	for (size_t m = 0; m < MODE_COUNT; m++) {
+		assert_int_equal(strata_backend_memory_info(probe, &before,
+							    &err),
+				 STRATA_OK);
 		s = open_session(path, STRATA_PLAN_DEVICE_CUDA, &modes[m].o,
 				 r.n_tokens, positions);
 		assert_int_equal(strata_plan_mode(s->plan), modes[m].o.mode);
@@ -201,8 +210,20 @@ static void check_model(const char *name)
 					 "CPU backend's", name, modes[m].name);
 		}
 		check_memory(s, modes[m].name);
+		assert_int_equal(strata_backend_memory_info(probe, &after,
+							    &err),
+				 STRATA_OK);
+		/* A figure, not a bound: allocation granularity and cuBLAS's
+		 * handle dominate at these sizes. */
+		print_message("  %s: device memory taken %lld B, plan device "
+			      "total %llu B\n",
+			      modes[m].name,
+			      (long long)(before.free_bytes - after.free_bytes),
+			      (unsigned long long)strata_plan_device_total(
+				      s->plan));
 		strata_session_close(s);
 	}
+	strata_backend_destroy(probe);
 	strata_free(logits);
 	ref_free(&r);
 }
