@@ -79,6 +79,7 @@ typedef struct strata_batch_replica_stats {
 	uint64_t prefix_lookups, prefix_hits, prefix_reused_tokens;
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
 	uint64_t prefix_skipped;       /* prefixes larger than the budget */
+	uint64_t prefix_truncated;     /* entries cut to a shared part */
 	uint64_t peak_load;	       /* allocator load, cost units */
 	uint64_t routed;	       /* requests placed here */
 	uint64_t routed_home;	       /* ... whose home this is */
@@ -160,10 +161,13 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 					uint32_t n_prompt, uint32_t *reused,
 					strata_error *err);
 
-/* Saves f's positions [0, n_prompt) keyed by prompt (f must hold at least
- * that many), evicting the least recently used entries to stay within the
- * budget. A prefix already held, or one larger than the whole budget, is
- * not saved (counted as skipped). E_NOMEM leaves the cache as it was. */
+/* After a request: when the last apply hit an entry and reused at least
+ * half of it, that entry is cut down to the reused positions (the part
+ * proven shared) and nothing else is saved. Otherwise saves f's positions
+ * [0, n_prompt) keyed by prompt (f must hold at least that many), evicting
+ * the least recently used entries to stay within the budget; a prompt
+ * already held, or one larger than the whole budget, is not saved (the
+ * latter counted as skipped). E_NOMEM leaves the cache as it was. */
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       const strata_forward *f,
 				       const int32_t *prompt,
@@ -172,6 +176,7 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 typedef struct strata_prefix_cache_stats {
 	uint64_t lookups, hits, reused_tokens;
 	uint64_t saved, evictions, skipped;
+	uint64_t truncated; /* entries cut down to the part a hit shared */
 	uint64_t bytes, entries, budget_bytes;
 } strata_prefix_cache_stats;
 

@@ -388,6 +388,7 @@ void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 		out->prefix_evictions = c.evictions;
 		out->prefix_bytes = c.bytes;
 		out->prefix_skipped = c.skipped;
+		out->prefix_truncated = c.truncated;
 	}
 }
 

@@ -70,6 +70,7 @@ static void write_router(strata_json *j, strata_batch *b,
 		strata_json_kv_u64(j, "saved", r.prefix_saved);
 		strata_json_kv_u64(j, "evictions", r.prefix_evictions);
 		strata_json_kv_u64(j, "skipped", r.prefix_skipped);
+		strata_json_kv_u64(j, "truncated", r.prefix_truncated);
 		strata_json_kv_u64(j, "bytes", r.prefix_bytes);
 		strata_json_object_end(j);
 		strata_json_object_end(j);

@@ -1,9 +1,11 @@
 /* prefix_cache.c - one replica's prefix cache: saved KV of earlier prompts,
  * reused by a later prompt that starts with the same tokens (layer: infer).
  *
- * Entries are whole prompts; a later prompt reuses the longest token-exact
+ * Entries are prompts; a later prompt reuses the longest token-exact
  * common prefix with any entry, since the keys and values of positions
- * [0, m) depend on tokens [0, m) only. Bytes (KV, ids and the entry itself)
+ * [0, m) depend on tokens [0, m) only. A hit covering at least half of its
+ * entry cuts the entry down to the shared part rather than saving the new
+ * prompt too, so many tails of one prefix keep one entry. Bytes (KV, ids and the entry itself)
  * stay within the budget by evicting the least recently used entries. The
  * lookup is a linear scan: a replica holds tens of entries, and one scan
  * costs far less than one forward position.
@@ -23,6 +25,8 @@ typedef struct entry {
 
 struct strata_prefix_cache {
 	entry *head;
+	entry *last_hit;   /* the entry the last apply restored from, or NULL */
+	uint32_t last_reused;
 	uint64_t clock;
 	strata_prefix_cache_stats stats;
 };
@@ -59,6 +63,8 @@ static void evict_one(strata_prefix_cache *c)
 	c->stats.bytes -= e->bytes;
 	c->stats.entries--;
 	c->stats.evictions++;
+	if (c->last_hit == e)
+		c->last_hit = NULL;
 	entry_free(e);
 }
 
@@ -97,6 +103,7 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 {
 	strata_forward_reset(f);
 	*reused = 0;
+	c->last_hit = NULL;
 	c->stats.lookups++;
 	if (n_prompt < 2)
 		return STRATA_OK;
@@ -119,10 +126,41 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 		return st;
 	}
 	best->last_used = ++c->clock;
+	c->last_hit = best;
+	c->last_reused = best_m;
 	c->stats.hits++;
 	c->stats.reused_tokens += best_m;
 	*reused = best_m;
 	return STRATA_OK;
+}
+
+/* Cuts e down to its first m positions, in place: the layout
+ * (layers, 2, n, kv_dim) becomes (layers, 2, m, kv_dim). Each block moves
+ * to an offset no later than its own and past every block already moved. */
+static void truncate_entry(strata_prefix_cache *c, const strata_forward *f,
+			   entry *e, uint32_t m)
+{
+	const strata_infer_hparams *hp = strata_forward_hparams(f);
+	size_t kv = (size_t)hp->kv_heads * hp->head_dim;
+	size_t old_row = (size_t)e->n * kv, row = (size_t)m * kv;
+	for (uint32_t l = 0; l < hp->layers; l++) {
+		memmove(e->kv + 2 * l * row, e->kv + 2 * l * old_row,
+			row * sizeof(float));
+		memmove(e->kv + (2 * l + 1) * row,
+			e->kv + (2 * l + 1) * old_row, row * sizeof(float));
+	}
+	uint64_t freed = (uint64_t)(e->n - m) *
+			 (2 * hp->layers * kv * sizeof(float) + sizeof(int32_t));
+	/* Shrinking in place keeps the pointers valid if the allocator
+	 * declines; the bytes counted are the ones still needed. */
+	float *kv_small = strata_realloc(e->kv, 2 * hp->layers * row *
+						       sizeof(float));
+	if (kv_small)
+		e->kv = kv_small;
+	e->n = m;
+	e->bytes -= freed;
+	c->stats.bytes -= freed;
+	c->stats.truncated++;
 }
 
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
@@ -130,6 +168,16 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       const int32_t *prompt,
 				       uint32_t n_prompt, strata_error *err)
 {
+	/* A hit covering at least half its entry proves that part shared:
+	 * keep just that part instead of a second near-copy per prompt (a
+	 * shared prefix with many different tails then holds one entry). */
+	entry *hit = c->last_hit;
+	c->last_hit = NULL;
+	if (hit && (uint64_t)c->last_reused * 2 >= hit->n) {
+		if (c->last_reused < hit->n && c->last_reused > 0)
+			truncate_entry(c, f, hit, c->last_reused);
+		return STRATA_OK;
+	}
 	for (entry *e = c->head; e; e = e->next)
 		if (e->n >= n_prompt &&
 		    common_prefix(e->tokens, e->n, prompt, n_prompt) ==

@@ -158,6 +158,58 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	strata_session_close(s);
 }
 
+/* Many tails of one prefix keep one entry: a hit covering at least half of
+ * an entry cuts it to the shared part (fewer bytes), and the cut entry
+ * still gives the same logits as recomputing. */
+static void test_prefix_cache_cuts_to_shared_part(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	uint32_t vocab = s->hp.vocab;
+	strata_error err;
+	int32_t x[12], y[12], z[12];
+	ids(x, 12, 1);
+	memcpy(y, x, sizeof x);
+	memcpy(z, x, sizeof x);
+	ids(y + 9, 3, 333);
+	ids(z + 9, 3, 444);
+	strata_prefix_cache *c;
+	uint32_t reused;
+	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_apply(c, f, x, 12, &reused, &err),
+			 0);
+	assert_int_equal(strata_forward_run(f, x, 12, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, x, 12, &err), 0);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	uint64_t whole = st.bytes;
+	assert_int_equal(strata_prefix_cache_apply(c, f, y, 12, &reused, &err),
+			 0);
+	assert_int_equal(reused, 9);
+	assert_int_equal(strata_forward_run(f, y + 9, 3, 9, NULL, NULL, &err),
+			 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, y, 12, &err), 0);
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.truncated, 1);
+	assert_true(st.bytes < whole);
+	float *want = test_calloc(vocab, sizeof(float));
+	float *got = test_calloc(vocab, sizeof(float));
+	assert_int_equal(strata_prefix_cache_apply(c, f, z, 12, &reused, &err),
+			 0);
+	assert_int_equal(reused, 9);
+	assert_int_equal(strata_forward_run(f, z + 9, 3, 9, NULL, got, &err),
+			 0);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, z, 12, 0, NULL, want, &err), 0);
+	assert_memory_equal(got, want, vocab * sizeof(float));
+	test_free(want);
+	test_free(got);
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
 /* Every allocation of a save fails cleanly: E_NOMEM, the cache as before
  * (STYLE.md's OOM loop). */
 static void test_prefix_cache_save_oom(void **state)
@@ -258,6 +310,50 @@ static void test_batch_failed_request_fails_batch(void **state)
 	strata_batch_destroy(b);
 }
 
+/* Every allocation of a run fails cleanly (one replica, so the order of
+ * allocations is fixed): E_NOMEM, or E_INFER_REPLICA when a worker's
+ * allocation failed; no result keeps tokens, loads all released. */
+static void test_batch_run_oom(void **state)
+{
+	(void)state;
+	strata_batch *b = open_batch(1);
+	int32_t p[3][6];
+	strata_batch_request q[3];
+	strata_batch_result r[3];
+	for (int i = 0; i < 3; i++) {
+		ids(p[i], 6, 11 * i);
+		q[i] = (strata_batch_request){.prompt = p[i],
+					      .n_prompt = 6,
+					      .max_tokens = 3,
+					      .key = "k",
+					      .key_bytes = 1};
+		strata_sampler_params_default(&q[i].sampler);
+		q[i].sampler.temperature = 0;
+	}
+	strata_error err;
+	long n = 0;
+	for (;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st = strata_batch_run(b, q, 3, r, NULL, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && st != STRATA_E_INFER_REPLICA)
+			fail_msg("n=%ld: %s", n, err.message);
+		for (int i = 0; i < 3; i++)
+			assert_null(r[i].tokens);
+		strata_shard_device_stats ds;
+		assert_int_equal(
+			strata_batch_router_device_stats(b, 0, &ds, &err), 0);
+		assert_int_equal(ds.load, 0);
+	}
+	assert_true(n >= 4); /* dispatch times, then tokens per request */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(r[i].n_tokens, 3);
+	strata_batch_results_free(r, 3);
+	strata_batch_destroy(b);
+}
+
 /* Bad options are refused before anything opens. */
 static void test_batch_create_bad_options(void **state)
 {
@@ -285,8 +381,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kv_restore_same_logits),
 		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
+		cmocka_unit_test(test_prefix_cache_cuts_to_shared_part),
 		cmocka_unit_test(test_prefix_cache_save_oom),
 		cmocka_unit_test(test_batch_failed_request_fails_batch),
+		cmocka_unit_test(test_batch_run_oom),
 		cmocka_unit_test(test_batch_create_bad_options),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
