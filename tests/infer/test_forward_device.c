@@ -4,7 +4,8 @@
  * every residency mode; the device arena is exactly the computed size and
  * fits what the plan counts for the KV cache and workspace; and a window
  * made for CUDA keeps bf16/f16 tensors half, so the engine's device bytes
- * equal the CUDA plan's weight bytes. */
+ * equal the CUDA plan's weight bytes; KV save/restore through the device
+ * cache; OOM loop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,12 +261,72 @@ static void test_device_forward_survives_oom(void **state)
 	ref_close_model(&m);
 }
 
+/* KV save and restore (the prefix cache) copy through the backend in
+ * device mode: a restored prefix continues exactly as the uncut run. */
+static void test_device_kv_save_restore(void **state)
+{
+	(void)state;
+	char path[1024];
+	ref_path(path, sizeof path, "llama_gqa2_f32", NULL);
+	ref_data r;
+	ref_load("llama_gqa2_f32", &r);
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	strata_backend *b;
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
+	assert_int_equal(strata_forward_create_device(&m.hp, b, c, &m.src,
+						      CONTEXT, BATCH, &f, &err),
+			 STRATA_OK);
+	uint32_t n = r.n_tokens;
+	float *whole = strata_alloc((size_t)r.vocab * sizeof *whole);
+	float *cont = strata_alloc((size_t)r.vocab * sizeof *cont);
+	assert_int_equal(strata_forward_run(f, r.tokens, n, 0, NULL, whole,
+					    &err),
+			 STRATA_OK);
+	strata_forward_reset(f);
+	uint64_t bytes;
+	assert_int_equal(strata_forward_kv_bytes(f, n - 1, &bytes, &err),
+			 STRATA_OK);
+	float *saved = strata_alloc(bytes);
+	assert_int_equal(strata_forward_run(f, r.tokens, n - 1, 0, NULL, NULL,
+					    &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_kv_save(f, n - 1, saved, bytes, &err),
+			 STRATA_OK);
+	strata_forward_reset(f);
+	/* overwrite the cache, then restore */
+	assert_int_equal(strata_forward_run(f, r.tokens + 1, n - 1, 0, NULL,
+					    NULL, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_kv_restore(f, saved, n - 1, n - 1,
+						   &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_position(f), n - 1);
+	assert_int_equal(strata_forward_run(f, r.tokens + n - 1, 1, n - 1,
+					    NULL, cont, &err),
+			 STRATA_OK);
+	assert_memory_equal(cont, whole, (size_t)r.vocab * sizeof *cont);
+	strata_free(saved);
+	strata_free(whole);
+	strata_free(cont);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	strata_backend_destroy(b);
+	ref_close_model(&m);
+	ref_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_device_buffers_match_host_buffers),
 		cmocka_unit_test(test_cuda_window_keeps_half_weights),
 		cmocka_unit_test(test_device_forward_survives_oom),
+		cmocka_unit_test(test_device_kv_save_restore),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
