@@ -559,7 +559,7 @@ strata_status strata_forward_create_device(const strata_infer_hparams *hp,
 					 "forward pass buffers", &f->arena,
 					 err);
 	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
-		void *p;
+		void *p = NULL;
 		st = strata_arena_alloc(f->arena, bl[i].rows * bl[i].cols *
 							  sizeof(float),
 					&p, err);
@@ -581,6 +581,11 @@ strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
 					  uint32_t context, uint32_t batch,
 					  uint64_t *out, strata_error *err)
 {
+	if (!hp || !out || !context || !batch)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "forward device bytes: NULL argument or "
+				   "zero context/batch");
 	strata_forward f = {.hp = hp, .context = context,
 			    .batch = batch > context ? context : batch,
 			    .q_dim = hp->heads * hp->head_dim,
