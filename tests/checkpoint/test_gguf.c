@@ -201,7 +201,7 @@ static void nested_arrays_and_every_scalar_type(void **state)
 	b_str(&b, "a.strs"); b_u32(&b, STRATA_GGUF_ARRAY);
 	b_u32(&b, STRATA_GGUF_STRING); b_u64(&b, 2); b_str(&b, "x");
 	b_u64(&b, 3); b_put(&b, "a\0b", 3); /* a NUL inside a string value */
-	strata_catalog *c;
+	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
 	const strata_gguf *g = strata_catalog_gguf(c);
@@ -241,7 +241,7 @@ static void scalar_array_elements(void **state)
 	b_str(&b, "ids"); b_u32(&b, STRATA_GGUF_ARRAY);
 	b_u32(&b, STRATA_GGUF_I32); b_u64(&b, 2);
 	b_u32(&b, 7); b_u32(&b, 0xffffffffu);
-	strata_catalog *c;
+	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
 	const strata_gguf *g = strata_catalog_gguf(c);
@@ -297,7 +297,7 @@ static void quantised_sizes_are_exact(void **state)
 	}
 	b_pad(&b, 32);
 	b_zero(&b, off);
-	strata_catalog *c;
+	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
 	const strata_tensor *q4k = strata_catalog_find(c, "t.12");

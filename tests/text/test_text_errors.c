@@ -69,7 +69,7 @@ static json_t *tiny(const char *which)
 {
 	char rel[256];
 	snprintf(rel, sizeof rel, "tests/data/tokenizers/tiny/%s.json", which);
-	size_t n;
+	size_t n = 0;
 	char *s = tt_read(rel, &n);
 	assert_non_null(s);
 	json_t *j = json_loadb(s, n, 0, NULL);

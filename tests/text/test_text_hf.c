@@ -8,7 +8,7 @@
 
 static json_t *load_json(const char *rel)
 {
-	size_t n;
+	size_t n = 0;
 	char *s = tt_read(rel, &n);
 	assert_non_null(s);
 	json_error_t je;
