@@ -59,7 +59,7 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	strata_error ignored;
 	m.host_available_known = strata_plan_host_available(
 		&m.host_available_bytes, &ignored) == STRATA_OK;
-	strata_backend_memory mem;
+	strata_backend_memory mem = {0};
 	strata_dtype weights = STRATA_DTYPE_F32;
 	if (po.device == STRATA_PLAN_DEVICE_CPU) {
 		/* The CPU backend's device memory is the same RAM. */
