@@ -187,8 +187,9 @@ strata_status strata_plan_source_create(const strata_catalog *c,
 					strata_error *err);
 void strata_plan_source_destroy(strata_plan_source *s); /* NULL is fine */
 const strata_plan_layout *strata_plan_source_layout(const strata_plan_source *s);
-/* The floating dtype holding the most file bytes among sized tensors (it
- * decides the KV element on cuda); F32 when there is none. */
+/* The floating dtype holding the most file bytes among sized tensors; F32
+ * when there is none. (It once decided the KV element on cuda; the KV cache
+ * is f32 everywhere now, and the parameter it feeds is kept for callers.) */
 strata_dtype strata_plan_source_weight_dtype(const strata_plan_source *s);
 /* Owner of catalog tensor i (as classified), for callers that group the
  * tensors the same way the plan did (the residency config). */
@@ -239,7 +240,7 @@ typedef struct strata_plan_shape {
  * arch_known false when the architecture is unknown. */
 typedef struct strata_plan_memory {
 	bool arch_known;
-	uint64_t kv_element_bytes; /* 4 on cpu; 2 on cuda for f16/bf16 models */
+	uint64_t kv_element_bytes; /* 4: the KV cache is f32 on every backend */
 	uint64_t kv_buffer_bytes;  /* one K or one V of one layer, aligned:
 				      [batch, context, kv_heads * head_dim] */
 	uint64_t kv_cache_bytes;   /* layers x 2 x kv_buffer_bytes */
@@ -252,8 +253,8 @@ typedef struct strata_plan_memory {
 } strata_plan_memory;
 
 /* The one function that sizes every non-weight buffer (formulas above).
- * weight_dtype is the dominant floating dtype of the weights (decides the
- * KV element on cuda). largest_unit_bytes and staging_slots size the ring.
+ * weight_dtype is the dominant floating dtype of the weights (no longer
+ * used: the KV cache is f32 on every backend). largest_unit_bytes and staging_slots size the ring.
  * E_OVERFLOW names the buffer whose size overflowed. */
 strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 					 const strata_plan_shape *shape,

@@ -76,11 +76,7 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		&s->plan_source, err);
 	if (st)
 		return st;
-	/* The weight dtype decides only the KV element (plan.h). The CUDA
-	 * attention reads an f32 cache, so the plan is made for the f32 cache
-	 * this run allocates, whatever the weights are. */
-	if (po.device == STRATA_PLAN_DEVICE_CPU)
-		weights = strata_plan_source_weight_dtype(s->plan_source);
+	weights = strata_plan_source_weight_dtype(s->plan_source);
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch, weights, &po, &m, &s->plan, err);
 	if (st)

@@ -194,12 +194,12 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 		return STRATA_OK;
 	}
 	m.arch_known = true;
-	m.kv_element_bytes =
-		device == STRATA_PLAN_DEVICE_CUDA &&
-				(weight_dtype == STRATA_DTYPE_F16 ||
-				 weight_dtype == STRATA_DTYPE_BF16)
-			? 2
-			: 4;
+	/* The KV cache is f32 on both backends: the CPU computes in f32 and
+	 * the CUDA attention kernel reads an f32 cache, whatever the weights
+	 * (half weights change only the weight bytes). */
+	(void)weight_dtype;
+	(void)device;
+	m.kv_element_bytes = 4;
 	uint64_t T;
 	s = strata_checked_mul(shape->prefill_chunk, shape->batch, &T,
 			       "tokens in flight", err);

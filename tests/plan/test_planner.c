@@ -165,15 +165,16 @@ static void memory_model_formulas_are_exact(void **state)
 	assert_true(m.logits_bytes == 512); /* 400 aligned */
 	assert_true(m.workspace_bytes == WS);
 	assert_true(m.staging_slots == 2 && m.staging_bytes == 8 * MiB);
-	/* cuda keeps bf16 KV; batch and chunk scale what they should */
+	/* cuda: the KV cache stays f32 with bf16 weights (the attention
+	 * kernel reads f32); batch and chunk scale what they should */
 	sh = (strata_plan_shape){.context = 256, .batch = 3, .prefill_chunk = 4};
 	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
 						    STRATA_PLAN_DEVICE_CUDA,
 						    STRATA_DTYPE_BF16, 0, 0, &m,
 						    &err),
 			 STRATA_OK);
-	assert_true(m.kv_element_bytes == 2);
-	assert_true(m.kv_buffer_bytes == 3 * 256 * 32 * 2);
+	assert_true(m.kv_element_bytes == 4);
+	assert_true(m.kv_buffer_bytes == 3 * 256 * 32 * 4);
 	assert_true(m.x_bytes == 12 * 64 * 4);
 	assert_true(m.att_bytes == 12 * 4 * 256 * 4);
 	assert_true(m.logits_bytes == 1280); /* 3 x 100 x 4 = 1200 aligned */
