@@ -167,11 +167,15 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
  * [0, n_prompt) keyed by prompt (f must hold at least that many), evicting
  * the least recently used entries to stay within the budget; a prompt
  * already held, or one larger than the whole budget, is not saved (the
- * latter counted as skipped). E_NOMEM leaves the cache as it was. */
+ * latter counted as skipped). A `guest` entry (a request spilled here
+ * from its home) is stored as the least recently used, so it goes first
+ * when room is needed unless a hit warms it. E_NOMEM leaves the cache as
+ * it was. */
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       const strata_forward *f,
 				       const int32_t *prompt,
-				       uint32_t n_prompt, strata_error *err);
+				       uint32_t n_prompt, bool guest,
+				       strata_error *err);
 
 typedef struct strata_prefix_cache_stats {
 	uint64_t lookups, hits, reused_tokens;

@@ -85,9 +85,15 @@ static strata_status run_one(replica *r, const strata_batch_request *q,
 						      : r->session->hp.eos,
 				     collect, res, &res->gen,
 				     err);
+	/* A request spilled here from its home is saved as a guest: kept
+	 * while there is room (its key may spill here again), but evicted
+	 * before any prefix of this replica's own keys. Round-robin has no
+	 * homes to protect. */
+	bool guest = r->b->o.route == STRATA_BATCH_ROUTE_AFFINITY &&
+		     res->device != res->home_device;
 	if (st == STRATA_OK && cache)
 		st = strata_prefix_cache_save(r->cache, f, q->prompt,
-					      q->n_prompt, err);
+					      q->n_prompt, guest, err);
 	strata_sampler_destroy(smp);
 	res->prefix_tokens = reused;
 	res->gen.prompt_tokens = q->n_prompt;

@@ -166,7 +166,8 @@ static void truncate_entry(strata_prefix_cache *c, const strata_forward *f,
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       const strata_forward *f,
 				       const int32_t *prompt,
-				       uint32_t n_prompt, strata_error *err)
+				       uint32_t n_prompt, bool guest,
+				       strata_error *err)
 {
 	/* A hit covering at least half its entry proves that part shared:
 	 * keep just that part instead of a second near-copy per prompt (a
@@ -218,7 +219,8 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 	e->bytes = bytes;
 	while (c->head && c->stats.bytes + bytes > c->stats.budget_bytes)
 		evict_one(c);
-	e->last_used = ++c->clock;
+	/* A guest's entry is the first evicted until a hit warms it. */
+	e->last_used = guest ? 0 : ++c->clock;
 	e->next = c->head;
 	c->head = e;
 	c->stats.bytes += bytes;

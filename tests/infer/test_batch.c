@@ -107,8 +107,8 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	strata_prefix_cache *c;
 	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_stats st;
 	strata_prefix_cache_get_stats(c, &st);
 	assert_int_equal(st.saved, 1);
@@ -117,10 +117,10 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	strata_prefix_cache_destroy(c);
 
 	assert_int_equal(strata_prefix_cache_create(one, &c, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, b, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, b, 10, false, &err), 0);
 	strata_prefix_cache_get_stats(c, &st);
 	assert_int_equal(st.evictions, 1);
 	assert_int_equal(st.entries, 1);
@@ -149,7 +149,7 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 
 	assert_int_equal(strata_prefix_cache_create(one - 1, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_get_stats(c, &st);
 	assert_int_equal(st.skipped, 1);
 	assert_int_equal(st.entries, 0);
@@ -180,7 +180,7 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 	assert_int_equal(strata_prefix_cache_apply(c, f, x, 12, &reused, &err),
 			 0);
 	assert_int_equal(strata_forward_run(f, x, 12, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, x, 12, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, x, 12, false, &err), 0);
 	strata_prefix_cache_stats st;
 	strata_prefix_cache_get_stats(c, &st);
 	uint64_t whole = st.bytes;
@@ -189,7 +189,7 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 	assert_int_equal(reused, 9);
 	assert_int_equal(strata_forward_run(f, y + 9, 3, 9, NULL, NULL, &err),
 			 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, y, 12, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, y, 12, false, &err), 0);
 	strata_prefix_cache_get_stats(c, &st);
 	assert_int_equal(st.entries, 1);
 	assert_int_equal(st.truncated, 1);
@@ -210,6 +210,48 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 	strata_session_close(s);
 }
 
+/* A guest entry (a spilled request's) goes first when room is needed,
+ * though it was saved after an older home entry. */
+static void test_prefix_cache_guest_evicted_first(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	strata_error err;
+	int32_t a[10], b[10], c3[10];
+	ids(a, 10, 1);
+	ids(b, 10, 100);
+	ids(c3, 10, 200);
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	uint64_t one = st.bytes;
+	strata_prefix_cache_destroy(c);
+	assert_int_equal(strata_prefix_cache_create(2 * one, &c, &err), 0);
+	const int32_t *order[3] = {a, b, c3};
+	for (int i = 0; i < 3; i++) {
+		strata_forward_reset(f);
+		assert_int_equal(
+			strata_forward_run(f, order[i], 10, 0, NULL, NULL, &err),
+			0);
+		assert_int_equal(strata_prefix_cache_save(c, f, order[i], 10,
+							  i == 1, &err),
+				 0);
+	}
+	uint32_t reused;
+	assert_int_equal(strata_prefix_cache_apply(c, f, a, 10, &reused, &err),
+			 0);
+	assert_int_equal(reused, 9); /* the older home entry stayed */
+	assert_int_equal(strata_prefix_cache_apply(c, f, b, 10, &reused, &err),
+			 0);
+	assert_int_equal(reused, 0); /* the guest went */
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
 /* Every allocation of a save fails cleanly: E_NOMEM, the cache as before
  * (STYLE.md's OOM loop). */
 static void test_prefix_cache_save_oom(void **state)
@@ -224,7 +266,7 @@ static void test_prefix_cache_save_oom(void **state)
 	strata_prefix_cache *c;
 	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
 	strata_prefix_cache_stats before, after;
@@ -232,7 +274,8 @@ static void test_prefix_cache_save_oom(void **state)
 	long n = 0;
 	for (;; n++) {
 		strata_alloc_fail_after(n);
-		strata_status st = strata_prefix_cache_save(c, f, b, 10, &err);
+		strata_status st =
+			strata_prefix_cache_save(c, f, b, 10, false, &err);
 		strata_alloc_fail_after(-1);
 		if (st == STRATA_OK)
 			break;
@@ -382,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_kv_restore_same_logits),
 		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
 		cmocka_unit_test(test_prefix_cache_cuts_to_shared_part),
+		cmocka_unit_test(test_prefix_cache_guest_evicted_first),
 		cmocka_unit_test(test_prefix_cache_save_oom),
 		cmocka_unit_test(test_batch_failed_request_fails_batch),
 		cmocka_unit_test(test_batch_run_oom),

@@ -1,0 +1,246 @@
+/* bench_multi.c - the batch runner on one replica, on G replicas with
+ * affinity routing and on G replicas round-robin, in one invocation, over
+ * the same requests: R requests over P shared prefixes of L tokens, each
+ * with its own S-token tail and M new greedy tokens (issue 9's evidence
+ * shape). Prints requests/s, tokens/s, prefix hit rate and max/mean load of
+ * each, and the ratios the issue asks about (layer: bench).
+ *
+ * Prompts are token ids drawn from the vocabulary with a fixed seed, so
+ * any model works. Each replica's prefix cache holds --cache-prefixes
+ * entries (default 1.25 x P, all of them); affinity keeps each prefix on
+ * one replica, round-robin makes every replica see (and miss) every
+ * prefix. Spilling is past --spill-requests whole requests of load.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/batch.h"
+
+typedef struct cfg {
+	const char *model, *device;
+	uint32_t requests, prefixes, prefix_len, tail, max_tokens, gpus;
+	uint32_t threads, spill_requests, cache_prefixes;
+} cfg;
+
+typedef struct figures {
+	double seconds, requests_s, tokens_s, hit_rate, max_over_mean;
+	uint64_t hits, lookups;
+} figures;
+
+static uint64_t rng(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static int parse(int argc, char **argv, cfg *c)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--quick")) {
+			c->requests = 48;
+			c->prefixes = 4;
+			c->prefix_len = 48;
+			c->max_tokens = 4;
+			continue;
+		}
+		if (!v) {
+			fprintf(stderr, "bench_multi: %s needs a value\n", a);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--model"))
+			c->model = v;
+		else if (!strcmp(a, "--device"))
+			c->device = v;
+		else if (!strcmp(a, "--requests"))
+			c->requests = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--prefixes"))
+			c->prefixes = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--prefix-len"))
+			c->prefix_len = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--tail"))
+			c->tail = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--max-tokens"))
+			c->max_tokens = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--gpus"))
+			c->gpus = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--cache-prefixes"))
+			c->cache_prefixes = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--spill-requests"))
+			c->spill_requests = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--threads"))
+			c->threads = (uint32_t)strtoul(v, NULL, 10);
+		else {
+			fprintf(stderr, "bench_multi: unknown option %s\n", a);
+			return 2;
+		}
+	}
+	if (!c->requests || !c->prefixes || !c->prefix_len || !c->gpus ||
+	    c->gpus > STRATA_BATCH_MAX_REPLICAS) {
+		fprintf(stderr, "bench_multi: counts must be positive\n");
+		return 2;
+	}
+	return 0;
+}
+
+/* Runs the requests once on `replicas` replicas routed by `route`. */
+static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
+		   uint64_t cache_bytes, const strata_batch_request *q,
+		   figures *out)
+{
+	strata_batch_options o = {.replicas = replicas,
+				  .spill_threshold = 0,
+				  .prefix_cache_bytes = cache_bytes,
+				  .eos = -1,
+				  .route = route};
+	o.session.model_path = c->model;
+	o.session.threads = c->threads;
+	o.session.positions = c->prefix_len + c->tail + c->max_tokens;
+	o.session.prefill = c->prefix_len + c->tail;
+	o.session.plan.mode = STRATA_RESIDENCY_AUTO;
+	o.session.plan.device = strcmp(c->device, "cpu")
+					? STRATA_PLAN_DEVICE_CUDA
+					: STRATA_PLAN_DEVICE_CPU;
+	/* The threshold in whole requests: spill only past real imbalance. */
+	o.spill_threshold = (uint64_t)c->spill_requests *
+			    (o.session.prefill + c->max_tokens);
+	strata_batch *b = NULL;
+	strata_error err;
+	strata_batch_result *r = calloc(c->requests, sizeof *r);
+	uint64_t wall = 0;
+	if (!r || strata_batch_create(&o, &b, &err) ||
+	    strata_batch_run(b, q, c->requests, r, &wall, &err)) {
+		fprintf(stderr, "bench_multi: %s\n  fix: %s\n", err.message,
+			err.fix);
+		strata_batch_destroy(b);
+		free(r);
+		return 1;
+	}
+	uint64_t tokens = 0, max = 0, sum = 0;
+	for (uint32_t i = 0; i < c->requests; i++)
+		tokens += r[i].n_tokens;
+	memset(out, 0, sizeof *out);
+	for (uint32_t d = 0; d < replicas; d++) {
+		strata_batch_replica_stats s;
+		strata_shard_device_stats ds;
+		strata_batch_replica_get_stats(b, d, &s);
+		strata_batch_router_device_stats(b, d, &ds, &err);
+		uint64_t load = ds.released_load + ds.load;
+		max = load > max ? load : max;
+		sum += load;
+		out->hits += s.prefix_hits;
+		out->lookups += s.prefix_lookups;
+	}
+	out->seconds = wall / 1e9;
+	out->requests_s = c->requests / out->seconds;
+	out->tokens_s = tokens / out->seconds;
+	out->hit_rate = out->lookups ? (double)out->hits / out->lookups : 0;
+	out->max_over_mean = sum ? max / ((double)sum / replicas) : 0;
+	strata_batch_results_free(r, c->requests);
+	free(r);
+	strata_batch_destroy(b);
+	return 0;
+}
+
+static void print(const char *name, const figures *f)
+{
+	printf("%-24s %8.3f s %9.1f req/s %10.1f tok/s  prefix hits "
+	       "%5.1f %%  max/mean %.3f\n",
+	       name, f->seconds, f->requests_s, f->tokens_s,
+	       100 * f->hit_rate, f->max_over_mean);
+}
+
+int main(int argc, char **argv)
+{
+	cfg c = {.model = STRATA_SOURCE_DIR "/models/stories260K",
+		 .device = "cpu", .requests = 1000, .prefixes = 16,
+		 .prefix_len = 448, .tail = 8, .max_tokens = 16, .gpus = 2,
+		 .threads = 1, .spill_requests = 4};
+	int rc = parse(argc, argv, &c);
+	if (rc)
+		return rc;
+	uint32_t n = c.prefix_len + c.tail;
+	int32_t *prefix = calloc((size_t)c.prefixes * c.prefix_len, 4);
+	int32_t *prompts = calloc((size_t)c.requests * n, 4);
+	strata_batch_request *q = calloc(c.requests, sizeof *q);
+	uint32_t *keys = calloc(c.requests, sizeof *keys);
+	if (!prefix || !prompts || !q || !keys)
+		return 1;
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	const uint32_t vocab = 500; /* ids below every model's vocabulary */
+	for (size_t i = 0; i < (size_t)c.prefixes * c.prefix_len; i++)
+		prefix[i] = (int32_t)(1 + rng(&s) % (vocab - 1));
+	for (uint32_t i = 0; i < c.requests; i++) {
+		uint32_t k = (uint32_t)(rng(&s) % c.prefixes);
+		int32_t *p = prompts + (size_t)i * n;
+		memcpy(p, prefix + (size_t)k * c.prefix_len,
+		       c.prefix_len * sizeof *p);
+		for (uint32_t t = 0; t < c.tail; t++)
+			p[c.prefix_len + t] = (int32_t)(1 + rng(&s) % (vocab - 1));
+		keys[i] = k;
+		q[i] = (strata_batch_request){.prompt = p, .n_prompt = n,
+					      .max_tokens = c.max_tokens,
+					      .key = &keys[i],
+					      .key_bytes = sizeof keys[i]};
+		strata_sampler_params_default(&q[i].sampler);
+		q[i].sampler.temperature = 0;
+	}
+	/* The cache holds one entry per prefix (entries are cut to the
+	 * shared part); each replica gets room for --cache-prefixes of them
+	 * (default 1.25 x P: every prefix fits, as on a large GPU), the
+	 * single replica the same total. */
+	figures one, aff, rr;
+	uint64_t per_entry = 0;
+	{
+		/* bytes of one prefix entry from the model's geometry */
+		strata_session_options so = {.model_path = c.model,
+					     .threads = 1, .positions = n,
+					     .prefill = n};
+		so.plan.mode = STRATA_RESIDENCY_AUTO;
+		so.plan.device = STRATA_PLAN_DEVICE_CPU;
+		strata_session *ss = NULL;
+		strata_error err;
+		if (strata_session_open(&so, &ss, &err)) {
+			fprintf(stderr, "bench_multi: %s\n", err.message);
+			return 1;
+		}
+		strata_forward_kv_bytes(ss->forward, c.prefix_len, &per_entry,
+					&err);
+		per_entry += c.prefix_len * sizeof(int32_t) + 256;
+		strata_session_close(ss);
+	}
+	uint64_t fit = c.cache_prefixes ? c.cache_prefixes
+					: (c.prefixes * 5 + 3) / 4;
+	uint64_t cache = fit * per_entry;
+	printf("bench_multi: %u requests, %u prefixes x %u tokens + %u-token "
+	       "tails, %u new tokens, %s, %u threads per replica, prefix "
+	       "cache %llu entries per replica, spill past %u requests\n",
+	       c.requests, c.prefixes, c.prefix_len, c.tail, c.max_tokens,
+	       c.device, c.threads, (unsigned long long)fit,
+	       c.spill_requests);
+	char name[64];
+	if (measure(&c, 1, STRATA_BATCH_ROUTE_AFFINITY, cache * c.gpus, q,
+		    &one))
+		return 1;
+	print("1 replica", &one);
+	if (measure(&c, c.gpus, STRATA_BATCH_ROUTE_AFFINITY, cache, q, &aff))
+		return 1;
+	snprintf(name, sizeof name, "%u replicas, affinity", c.gpus);
+	print(name, &aff);
+	if (measure(&c, c.gpus, STRATA_BATCH_ROUTE_ROUND_ROBIN, cache, q, &rr))
+		return 1;
+	snprintf(name, sizeof name, "%u replicas, round-robin", c.gpus);
+	print(name, &rr);
+	printf("affinity vs 1 replica: %.2fx requests/s; affinity vs "
+	       "round-robin: %.2fx\n",
+	       aff.requests_s / one.requests_s, aff.requests_s / rr.requests_s);
+	free(prefix);
+	free(prompts);
+	free(q);
+	free(keys);
+	return 0;
+}
