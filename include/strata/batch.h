@@ -50,6 +50,10 @@ typedef struct strata_batch_options {
 	uint64_t prefix_cache_bytes;   /* per replica; 0: no prefix cache */
 	int32_t eos; /* the tokenizer's; -1: the model's (hparams) */
 	strata_batch_route route;
+	/* Replica i opens session.device_index = device_indices[i] (cuda:K);
+	 * NULL: every replica uses session.device_index. Borrowed for
+	 * strata_batch_create. */
+	const uint32_t *device_indices;
 } strata_batch_options;
 
 /* One request; every pointer is borrowed for strata_batch_run. */

@@ -24,10 +24,10 @@ static void help(FILE *f)
 		"result per request to stdout in input order. Every line is\n"
 		"checked before anything runs: a bad line runs nothing.\n\n"
 		"options:\n"
-		"  --gpus all|N|LIST     replicas: all GPUs, N of them, or the\n"
+		"  --gpus all|N|LIST     replicas: all GPUs, the first N, or the\n"
 		"                        listed indices (0,2); with --device cpu,\n"
 		"                        N (or the LIST's length) CPU replicas\n"
-		"                        (default 1)\n"
+		"                        (default: one, on --device's device)\n"
 		"  --spill-threshold T   spill a request when its home replica is\n"
 		"                        loaded more than T (prompt + max tokens)\n"
 		"                        above the least loaded (default: twice\n"
@@ -166,6 +166,7 @@ static int parse_args(int argc, char **argv, batch_args *a,
 
 typedef struct device_list {
 	uint32_t count;
+	uint32_t index[STRATA_BATCH_MAX_REPLICAS]; /* K of cuda:K */
 	char names[STRATA_BATCH_MAX_REPLICAS][24];
 	const char *ptrs[STRATA_BATCH_MAX_REPLICAS];
 } device_list;
@@ -178,7 +179,11 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 {
 	bool cuda = r->plan.device == STRATA_PLAN_DEVICE_CUDA;
 	uint32_t idx[STRATA_BATCH_MAX_REPLICAS], n = 0;
-	if (!spec || !strcmp(spec, "all")) {
+	if (!spec) {
+		/* one replica, on --device's device */
+		n = 1;
+		idx[0] = cuda ? r->device_index : 0;
+	} else if (!strcmp(spec, "all")) {
 		uint32_t c = cuda ? strata_backend_cuda_device_count() : 1;
 		if (c == 0)
 			return strata_cli_usage("batch", "--gpus all: no CUDA "
@@ -214,6 +219,12 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 			p = *end ? end + 1 : end;
 		}
 	}
+	uint32_t visible = cuda ? strata_backend_cuda_device_count() : 0;
+	for (uint32_t i = 0; cuda && i < n; i++)
+		if (idx[i] >= visible)
+			return strata_cli_usage("batch", "--gpus: cuda:%u is not "
+						"visible (%u CUDA devices)",
+						idx[i], visible);
 	if (!cuda && n > 1 && !r->device_given)
 		return strata_cli_usage("batch", "--gpus %s: CPU replicas are "
 					"made only with --device cpu", spec);
@@ -222,6 +233,7 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 		snprintf(d->names[i], sizeof d->names[i], "%s:%u",
 			 cuda ? "cuda" : "cpu", cuda ? idx[i] : i);
 		d->ptrs[i] = d->names[i];
+		d->index[i] = cuda ? idx[i] : 0;
 	}
 	return 0;
 }
@@ -377,6 +389,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		.replicas = d->count,
 		.prefix_cache_bytes = a->prefix_bytes,
 		.route = a->route,
+		.device_indices = d->index,
 	};
 	uint64_t positions = 0, prefill = 0, largest = 0;
 	for (size_t i = 0; i < in->count; i++) {
@@ -437,6 +450,9 @@ int strata_cmd_batch(int argc, char **argv)
 	strata_cli_residency_init(&r);
 	device_list d;
 	int rc = parse_args(argc, argv, &a, &r);
+	/* as `strata run`: CUDA when a device is visible, unless told */
+	if (rc == 0 && !r.device_given && strata_backend_cuda_device_count())
+		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	if (rc == 0)
 		rc = parse_gpus(a.gpus, &r, &d);
 	if (rc) {

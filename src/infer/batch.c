@@ -29,6 +29,7 @@ typedef struct replica {
 
 struct strata_batch {
 	strata_batch_options o;
+	uint32_t device_indices[STRATA_BATCH_MAX_REPLICAS];
 	strata_shard *shard;
 	replica *r;
 	size_t queue_cap;
@@ -119,7 +120,10 @@ static void *worker(void *arg)
 {
 	replica *r = arg;
 	strata_batch *b = r->b;
-	strata_status st = strata_session_open(&b->o.session, &r->session,
+	strata_session_options so = b->o.session;
+	if (b->o.device_indices)
+		so.device_index = b->o.device_indices[r->index];
+	strata_status st = strata_session_open(&so, &r->session,
 					       &r->open_err);
 	pthread_mutex_lock(&b->mu);
 	r->open_status = st;
@@ -242,6 +246,12 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	if (!b)
 		return STRATA_E_NOMEM;
 	b->o = *o;
+	b->o.device_indices = NULL; /* read by the workers before create ends */
+	if (o->device_indices) {
+		b->o.device_indices = b->device_indices;
+		memcpy(b->device_indices, o->device_indices,
+		       o->replicas * sizeof *o->device_indices);
+	}
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->work_cv, NULL);
 	pthread_cond_init(&b->done_cv, NULL);
