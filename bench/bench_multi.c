@@ -154,6 +154,32 @@ static void print(const char *name, const figures *f)
 	       100 * f->hit_rate, f->max_over_mean);
 }
 
+/* R requests: prefix k (random) then a random tail, greedy; keyed by k. */
+static void make_requests(const cfg *c, int32_t *prefix, int32_t *prompts,
+			  uint32_t *keys, strata_batch_request *q)
+{
+	uint32_t n = c->prefix_len + c->tail;
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	const uint32_t vocab = 500; /* stories260K has 512 ids */
+	for (size_t i = 0; i < (size_t)c->prefixes * c->prefix_len; i++)
+		prefix[i] = (int32_t)(1 + rng(&s) % (vocab - 1));
+	for (uint32_t i = 0; i < c->requests; i++) {
+		uint32_t k = (uint32_t)(rng(&s) % c->prefixes);
+		int32_t *p = prompts + (size_t)i * n;
+		memcpy(p, prefix + (size_t)k * c->prefix_len,
+		       c->prefix_len * sizeof *p);
+		for (uint32_t t = 0; t < c->tail; t++)
+			p[c->prefix_len + t] = (int32_t)(1 + rng(&s) % (vocab - 1));
+		keys[i] = k;
+		q[i] = (strata_batch_request){.prompt = p, .n_prompt = n,
+					      .max_tokens = c->max_tokens,
+					      .key = &keys[i],
+					      .key_bytes = sizeof keys[i]};
+		strata_sampler_params_default(&q[i].sampler);
+		q[i].sampler.temperature = 0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	cfg c = {.model = STRATA_SOURCE_DIR "/models/stories260K",
@@ -170,25 +196,7 @@ int main(int argc, char **argv)
 	uint32_t *keys = calloc(c.requests, sizeof *keys);
 	if (!prefix || !prompts || !q || !keys)
 		return 1;
-	uint64_t s = 0x9e3779b97f4a7c15ull;
-	const uint32_t vocab = 500; /* ids below every model's vocabulary */
-	for (size_t i = 0; i < (size_t)c.prefixes * c.prefix_len; i++)
-		prefix[i] = (int32_t)(1 + rng(&s) % (vocab - 1));
-	for (uint32_t i = 0; i < c.requests; i++) {
-		uint32_t k = (uint32_t)(rng(&s) % c.prefixes);
-		int32_t *p = prompts + (size_t)i * n;
-		memcpy(p, prefix + (size_t)k * c.prefix_len,
-		       c.prefix_len * sizeof *p);
-		for (uint32_t t = 0; t < c.tail; t++)
-			p[c.prefix_len + t] = (int32_t)(1 + rng(&s) % (vocab - 1));
-		keys[i] = k;
-		q[i] = (strata_batch_request){.prompt = p, .n_prompt = n,
-					      .max_tokens = c.max_tokens,
-					      .key = &keys[i],
-					      .key_bytes = sizeof keys[i]};
-		strata_sampler_params_default(&q[i].sampler);
-		q[i].sampler.temperature = 0;
-	}
+	make_requests(&c, prefix, prompts, keys, q);
 	/* The cache holds one entry per prefix (entries are cut to the
 	 * shared part); each replica gets room for --cache-prefixes of them
 	 * (default 1.25 x P: every prefix fits, as on a large GPU), the

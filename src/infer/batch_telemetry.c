@@ -97,6 +97,36 @@ static void add_store(strata_weight_store_stats *a,
 	a->coalesced_group_hits += b->coalesced_group_hits;
 }
 
+/* Writes doc with router's members added before its closing brace:
+ * doc up to its last '}', then ",", then everything after router's opening
+ * brace. Both are finished documents. */
+static strata_status splice_write(const char *path, const strata_json *doc,
+				  const strata_json *router, strata_error *err)
+{
+	char *close = strrchr(doc->buf, '}');
+	char *open = strchr(router->buf, '{');
+	if (!close || !open)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in strata",
+				   "telemetry document has no object to extend");
+	size_t head = (size_t)(close - doc->buf);
+	while (head && (doc->buf[head - 1] == '\n' ||
+			doc->buf[head - 1] == ' '))
+		head--;
+	const char *tail = open + 1;
+	size_t tail_len = strlen(tail);
+	size_t len = head + 1 + tail_len;
+	char *text = strata_alloc_or_error(len + 1, "telemetry", err);
+	if (!text)
+		return STRATA_E_NOMEM;
+	memcpy(text, doc->buf, head);
+	text[head] = ',';
+	memcpy(text + head + 1, tail, tail_len + 1);
+	strata_status st = strata_file_write_atomic(path, text, len, err);
+	strata_free(text);
+	return st;
+}
+
 strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 					   const char *const *device_names,
 					   uint64_t run_ns, uint64_t tokens,
@@ -160,33 +190,8 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 	strata_json_object_end(&router);
 	if (st == STRATA_OK)
 		st = strata_json_finish(&router, err);
-	char *close = st == STRATA_OK ? strrchr(doc.buf, '}') : NULL;
-	char *open = st == STRATA_OK ? strchr(router.buf, '{') : NULL;
-	if (st == STRATA_OK && (!close || !open))
-		st = strata_fail(err, STRATA_E_INVALID_ARG,
-				 "this is a bug in strata",
-				 "telemetry document has no object to extend");
-	if (st == STRATA_OK) {
-		/* doc up to its last '}', then ",", then router's members
-		 * (everything after its opening brace). */
-		size_t head = (size_t)(close - doc.buf);
-		while (head && (doc.buf[head - 1] == '\n' ||
-				doc.buf[head - 1] == ' '))
-			head--;
-		const char *tail = open + 1;
-		size_t tail_len = strlen(tail);
-		size_t len = head + 1 + tail_len;
-		char *text = strata_alloc_or_error(len + 1, "telemetry", err);
-		if (!text) {
-			st = STRATA_E_NOMEM;
-		} else {
-			memcpy(text, doc.buf, head);
-			text[head] = ',';
-			memcpy(text + head + 1, tail, tail_len + 1);
-			st = strata_file_write_atomic(path, text, len, err);
-			strata_free(text);
-		}
-	}
+	if (st == STRATA_OK)
+		st = splice_write(path, &doc, &router, err);
 	strata_json_fini(&doc);
 	strata_json_fini(&router);
 	return st;
