@@ -5,10 +5,12 @@
  * common prefix with any entry, since the keys and values of positions
  * [0, m) depend on tokens [0, m) only. A hit covering at least half of its
  * entry cuts the entry down to the shared part rather than saving the new
- * prompt too, so many tails of one prefix keep one entry. Bytes (KV, ids and the entry itself)
- * stay within the budget by evicting the least recently used entries. The
- * lookup is a linear scan: a replica holds tens of entries, and one scan
- * costs far less than one forward position.
+ * prompt too, so many tails of one prefix keep one entry. Bytes (KV, ids
+ * and the entry itself) stay within the budget by evicting the least
+ * recently used entries; a guest (a spilled request's prompt) enters as
+ * the least recently used. The lookup is a linear scan: a replica holds
+ * tens of entries, and one scan costs far less than one forward
+ * position.
  */
 #include <string.h>
 
