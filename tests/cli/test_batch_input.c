@@ -1,0 +1,151 @@
+/* test_batch_input.c - `strata batch`'s request parser on its own: the
+ * defaults a request gets (key = the first 256 bytes of the prompt,
+ * max_tokens and sampler from the options), every allocation failing
+ * cleanly, and the fuzz corpus replayed (layer: cli). */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/batch_input.h"
+
+#define MODEL STRATA_SOURCE_DIR "/models/stories260K"
+#define CORPUS STRATA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_batch_input"
+
+static strata_tokenizer *tok;
+
+static int setup(void **state)
+{
+	(void)state;
+	strata_error err;
+	return strata_tokenizer_load(MODEL, &tok, &err) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	strata_tokenizer_destroy(tok);
+	return 0;
+}
+
+static batch_input_options options(void)
+{
+	batch_input_options bo = {.tok = tok, .default_max_tokens = 7};
+	strata_sampler_params_default(&bo.sampler);
+	bo.sampler.seed = 5;
+	return bo;
+}
+
+/* Without key, the key is the prompt's first 256 bytes; without the
+ * optional fields, the options' defaults; given fields override them. */
+static void test_defaults_and_fields(void **state)
+{
+	(void)state;
+	char text[2048], prompt[400];
+	memset(prompt, 'a', sizeof prompt - 1);
+	prompt[sizeof prompt - 1] = '\0';
+	snprintf(text, sizeof text,
+		 "{\"id\":1,\"prompt\":\"%s\"}\n"
+		 "{\"id\":\"x\",\"prompt\":\"Once\",\"max_tokens\":3,"
+		 "\"temperature\":0,\"seed\":9,\"key\":\"k\"}\n",
+		 prompt);
+	batch_input_options bo = options();
+	batch_input in;
+	strata_error err;
+	assert_int_equal(batch_input_parse(&bo, text, strlen(text), &in, &err),
+			 0);
+	assert_int_equal(in.count, 2);
+	const strata_batch_request *a = &in.items[0].req, *b = &in.items[1].req;
+	assert_int_equal(a->key_bytes, 256);
+	assert_memory_equal(a->key, prompt, 256);
+	assert_int_equal(a->max_tokens, 7);
+	assert_int_equal(a->sampler.seed, 5);
+	assert_true(a->sampler.temperature == bo.sampler.temperature);
+	assert_int_equal(b->key_bytes, 1);
+	assert_memory_equal(b->key, "k", 1);
+	assert_int_equal(b->max_tokens, 3);
+	assert_int_equal(b->sampler.seed, 9);
+	assert_true(b->sampler.temperature == 0);
+	assert_int_equal(in.items[1].line, 2);
+	assert_true(b->n_prompt >= 1);
+	batch_input_fini(&in);
+}
+
+/* Every allocation of a parse fails cleanly: E_NOMEM (or the tokenizer's
+ * error carrying it), nothing kept. */
+static void test_parse_oom(void **state)
+{
+	(void)state;
+	const char *text = "{\"id\":1,\"prompt\":\"Once upon a time\"}\n"
+			   "{\"id\":2,\"prompt\":\"Lily\",\"key\":\"q\"}\n";
+	batch_input_options bo = options();
+	batch_input in;
+	strata_error err;
+	long n = 0;
+	for (;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st =
+			batch_input_parse(&bo, text, strlen(text), &in, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && st != STRATA_E_INFER_BATCH_INPUT)
+			fail_msg("n=%ld: %s", n, err.message);
+		assert_int_equal(in.count, 0);
+		assert_null(in.items);
+	}
+	assert_true(n >= 3);
+	assert_int_equal(in.count, 2);
+	batch_input_fini(&in);
+}
+
+/* Every input the fuzzer kept parses or fails with a line named, as in
+ * fuzz_batch_input.c. */
+static void test_fuzz_corpus_replays(void **state)
+{
+	(void)state;
+	DIR *d = opendir(CORPUS);
+	assert_non_null(d);
+	size_t files = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[1024];
+		snprintf(path, sizeof path, "%s/%s", CORPUS, e->d_name);
+		char *buf;
+		size_t len;
+		strata_error err;
+		assert_int_equal(strata_file_read_all(path, 1 << 20, &buf, &len,
+						      &err),
+				 0);
+		batch_input_options bo = options();
+		batch_input in;
+		strata_status st = batch_input_parse(&bo, buf, len, &in, &err);
+		if (st) {
+			assert_int_equal(in.count, 0);
+			assert_true(strstr(err.message, "line ") ||
+				    strstr(err.message, "no requests"));
+		}
+		batch_input_fini(&in);
+		strata_free(buf);
+		files++;
+	}
+	closedir(d);
+	assert_true(files >= 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults_and_fields),
+		cmocka_unit_test(test_parse_oom),
+		cmocka_unit_test(test_fuzz_corpus_replays),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
