@@ -194,6 +194,35 @@ static void test_batch_same_output_any_replica_count(void **state)
 	json_decref(ref);
 }
 
+/* Replicas stream weights as `strata run` does: every residency mode
+ * gives the same tokens on 2 replicas. */
+static void test_batch_every_residency_mode(void **state)
+{
+	(void)state;
+	char in[8192];
+	greedy_input(in, sizeof in);
+	static const char *const modes[][12] = {
+		{"--device", "cpu", "--gpus", "2", "--residency", "resident",
+		 NULL},
+		{"--device", "cpu", "--gpus", "2", "--residency", "host:1",
+		 "--device-memory", "64MiB", "--host-memory", "64MiB", NULL},
+		{"--device", "cpu", "--gpus", "2", "--residency", "disk",
+		 "--device-memory", "64MiB", "--host-memory", "0", NULL},
+	};
+	json_t *ref = batch(in, modes[0]);
+	for (size_t m = 1; m < 3; m++) {
+		json_t *all = batch(in, modes[m]);
+		for (size_t i = 0; i < PROMPTS; i++)
+			assert_true(json_equal(
+				json_object_get(json_array_get(ref, i),
+						"tokens"),
+				json_object_get(json_array_get(all, i),
+						"tokens")));
+		json_decref(all);
+	}
+	json_decref(ref);
+}
+
 /* With no spilling, a key always lands on its home, the same replica. */
 static void test_batch_same_key_same_device(void **state)
 {
@@ -276,7 +305,14 @@ static void test_batch_spills_keep_outputs(void **state)
 	json_t *router = json_object_get(t, "router");
 	assert_int_equal(field_i(router, "spills"), (long long)away);
 	assert_int_equal(field_i(router, "requests"), 12);
-	assert_int_equal(json_array_size(json_object_get(t, "devices")), 3);
+	json_t *devs = json_object_get(t, "devices");
+	assert_int_equal(json_array_size(devs), 3);
+	for (size_t i = 0; i < 3; i++) {
+		char want[16];
+		snprintf(want, sizeof want, "cpu:%zu", i);
+		assert_string_equal(
+			field_s(json_array_get(devs, i), "name"), want);
+	}
 	json_t *per = json_object_get(router, "per_device");
 	long long total = 0;
 	for (size_t i = 0; i < 3; i++) {
@@ -415,6 +451,7 @@ int main(void)
 		cmocka_unit_test(test_batch_results_in_input_order),
 		cmocka_unit_test(test_batch_greedy_equals_run),
 		cmocka_unit_test(test_batch_same_output_any_replica_count),
+		cmocka_unit_test(test_batch_every_residency_mode),
 		cmocka_unit_test(test_batch_same_key_same_device),
 		cmocka_unit_test(test_batch_round_robin),
 		cmocka_unit_test(test_batch_spills_keep_outputs),
