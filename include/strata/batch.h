@@ -88,6 +88,8 @@ typedef struct strata_batch_replica_stats {
 	uint64_t routed;	       /* requests placed here */
 	uint64_t routed_home;	       /* ... whose home this is */
 	uint64_t routed_away;	       /* homed here, placed elsewhere */
+	uint64_t failures;	       /* requests that failed here */
+	uint64_t moved_away;	       /* requests moved off after a failure */
 } strata_batch_replica_stats;
 
 typedef struct strata_batch strata_batch;
@@ -107,16 +109,30 @@ void strata_batch_destroy(strata_batch *b);
  * dispatched in input order: each is assigned through the allocator (cost
  * = n_prompt + max_tokens, home = BLAKE3 of its key), queued to its
  * replica, and its cost released when it finishes; the dispatcher keeps at
- * most STRATA_BATCH_INFLIGHT_PER_REPLICA per replica in flight. A replica
- * that fails stops the batch: the error (E_INFER_REPLICA naming the replica
- * and request, with the cause) is returned and results hold nothing (all
- * freed), so no request is answered twice or partly. */
+ * most STRATA_BATCH_INFLIGHT_PER_REPLICA per replica in flight.
+ *
+ * A replica whose request fails takes no more work in this run: that
+ * request (its partial tokens dropped) and everything queued there move to
+ * the least-loaded live replicas, and the run goes on (the replica stats
+ * count failures and moves). A request that fails a second time, or a
+ * failure with no live replica left, fails the run: E_INFER_REPLICA naming
+ * the replica and request with the cause, results all freed (nothing is
+ * answered twice or partly); strata_batch_failed_request gives the
+ * request's index. Every replica is live again at the next run. */
 strata_status strata_batch_run(strata_batch *b,
 			       const strata_batch_request *reqs, size_t n,
 			       strata_batch_result *results, uint64_t *wall_ns,
 			       strata_error *err);
 
 void strata_batch_results_free(strata_batch_result *r, size_t n);
+
+/* Test hook: replica `replica` fails (E_DEVICE) the request it starts
+ * after `after` more requests, once; -1 turns it off. */
+void strata_batch_inject_failure(strata_batch *b, uint32_t replica,
+				 long after);
+/* The request that failed the last run (meaningful after E_INFER_REPLICA
+ * from strata_batch_run). */
+size_t strata_batch_failed_request(const strata_batch *b);
 
 uint32_t strata_batch_replicas(const strata_batch *b);
 strata_batch_route strata_batch_route_of(const strata_batch *b);

@@ -350,6 +350,22 @@ static strata_status write_results(const batch_input *in,
 	return st;
 }
 
+/* A replica that failed and whose work moved on is worth a line: the
+ * results are complete, but a device is misbehaving. */
+static void warn_failures(const strata_batch *b, const device_list *d)
+{
+	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
+		strata_batch_replica_stats r;
+		strata_batch_replica_get_stats(b, i, &r);
+		if (r.failures)
+			fprintf(stderr,
+				"strata: warning: replica %u (%s) failed; its "
+				"%llu unfinished requests ran on the others\n",
+				i, d->names[i],
+				(unsigned long long)r.moved_away);
+	}
+}
+
 static void print_summary(const strata_batch *b, size_t requests,
 			  const strata_batch_result *res, uint64_t wall_ns)
 {
@@ -422,8 +438,16 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		st = STRATA_E_NOMEM;
 	for (size_t i = 0; reqs && i < in->count; i++)
 		reqs[i] = in->items[i].req;
-	if (st == STRATA_OK)
+	if (st == STRATA_OK) {
 		st = strata_batch_run(b, reqs, in->count, res, &wall, err);
+		size_t bad = strata_batch_failed_request(b);
+		if (st == STRATA_E_INFER_REPLICA && bad < in->count)
+			strata_error_prefix(err, "line %llu: ",
+					    (unsigned long long)in->items[bad]
+						    .line);
+	}
+	if (st == STRATA_OK)
+		warn_failures(b, d);
 	if (st == STRATA_OK)
 		st = write_results(in, res, tok, d, err);
 	for (size_t i = 0; st == STRATA_OK && i < in->count; i++)

@@ -24,6 +24,8 @@ typedef struct replica {
 	strata_prefix_cache *cache;
 	size_t *queue; /* ring of request indices, queue_cap */
 	size_t head, count;
+	bool dead;   /* failed in this run: takes no more of its work */
+	long inject; /* test hook: fail the request after this many; -1 off */
 	strata_batch_replica_stats stats;
 } replica;
 
@@ -40,8 +42,10 @@ struct strata_batch {
 	const strata_batch_request *reqs;
 	strata_batch_result *results;
 	uint64_t *dispatched_ns;
+	uint64_t *failures; /* per request: failed attempts in this run */
 	size_t in_flight;
 	bool failed;
+	size_t failed_request;
 	strata_error fail_err;
 };
 
@@ -111,9 +115,74 @@ static void fail_locked(strata_batch *b, const strata_error *e,
 	if (b->failed)
 		return;
 	b->failed = true;
+	b->failed_request = request;
 	strata_fail(&b->fail_err, STRATA_E_INFER_REPLICA, e->fix,
-		    "replica %u failed on request %zu (line %zu): %s",
-		    replica_index, request, request + 1, e->message);
+		    "replica %u failed on request %zu%s: %s", replica_index,
+		    request,
+		    b->failures[request] > 1 ? ", which had failed on "
+					       "another replica too"
+					 : " and no replica is left",
+		    e->message);
+}
+
+/* The live replica with the least load, or UINT32_MAX; b->mu is held. */
+static uint32_t least_live(const strata_batch *b)
+{
+	const uint64_t *loads = strata_shard_loads(b->shard);
+	uint32_t best = UINT32_MAX;
+	for (uint32_t d = 0; d < b->o.replicas; d++)
+		if (!b->r[d].dead &&
+		    (best == UINT32_MAX || loads[d] < loads[best]))
+			best = d;
+	return best;
+}
+
+/* Moves request i's load from replica `from` to `to` and queues it there
+ * (a queue holds every request in flight, so there is room); b->mu is
+ * held. Loads only move, so they cannot overflow. */
+static void requeue_locked(strata_batch *b, size_t i, uint32_t from,
+			   uint32_t to)
+{
+	const strata_batch_request *q = &b->reqs[i];
+	uint64_t cost = (uint64_t)q->n_prompt + q->max_tokens;
+	strata_error ignored;
+	(void)strata_shard_release(b->shard, from, cost, &ignored);
+	(void)strata_shard_seed_load(b->shard, to, cost, &ignored);
+	replica *r = &b->r[to];
+	b->results[i].device = to;
+	r->queue[(r->head + r->count) % b->queue_cap] = i;
+	r->count++;
+	uint64_t load = strata_shard_loads(b->shard)[to];
+	if (load > r->stats.peak_load)
+		r->stats.peak_load = load;
+}
+
+/* Replica r failed request i: r takes no more work in this run, and i with
+ * everything queued on r moves to the least-loaded live replicas. False
+ * (the batch then fails) when i had failed before, when no replica is
+ * left, or when the run is already failing. b->mu is held. */
+static bool move_off_locked(strata_batch *b, replica *r, size_t i)
+{
+	r->dead = true;
+	r->stats.failures++;
+	if (b->failed || b->failures[i]++ || least_live(b) == UINT32_MAX)
+		return false;
+	strata_batch_result *res = &b->results[i];
+	strata_free(res->tokens);
+	uint32_t home = res->home_device;
+	memset(res, 0, sizeof *res);
+	res->home_device = home;
+	requeue_locked(b, i, r->index, least_live(b));
+	r->stats.moved_away++;
+	while (r->count) {
+		size_t j = r->queue[r->head];
+		r->head = (r->head + 1) % b->queue_cap;
+		r->count--;
+		requeue_locked(b, j, r->index, least_live(b));
+		r->stats.moved_away++;
+	}
+	pthread_cond_broadcast(&b->work_cv);
+	return true;
 }
 
 static void *worker(void *arg)
@@ -140,18 +209,28 @@ static void *worker(void *arg)
 		const strata_batch_request *q = &b->reqs[i];
 		strata_batch_result *res = &b->results[i];
 		bool skip = b->failed || st != STRATA_OK;
+		bool inject = r->inject == 0;
+		r->inject -= r->inject >= 0;
 		res->queue_ns = strata_now_ns() - b->dispatched_ns[i];
 		pthread_mutex_unlock(&b->mu);
 		strata_error e;
-		strata_status rs = skip ? STRATA_OK : run_one(r, q, res, &e);
+		strata_status rs = skip ? STRATA_OK
+				   : inject ? strata_fail(&e, STRATA_E_DEVICE,
+						"none: a test injected it",
+						"injected replica failure")
+					    : run_one(r, q, res, &e);
 		pthread_mutex_lock(&b->mu);
-		if (rs != STRATA_OK)
+		bool moved = rs != STRATA_OK && move_off_locked(b, r, i);
+		if (rs != STRATA_OK && !moved)
 			fail_locked(b, &e, r->index, i);
-		strata_error ignored;
-		(void)strata_shard_release(b->shard, r->index,
-					   (uint64_t)q->n_prompt + q->max_tokens,
-					   &ignored);
-		b->in_flight--;
+		if (!moved) {
+			strata_error ignored;
+			(void)strata_shard_release(
+				b->shard, r->index,
+				(uint64_t)q->n_prompt + q->max_tokens,
+				&ignored);
+			b->in_flight--;
+		}
 		pthread_cond_broadcast(&b->done_cv);
 	}
 	pthread_mutex_unlock(&b->mu);
@@ -265,6 +344,7 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	for (uint32_t i = 0; st == STRATA_OK && i < o->replicas; i++) {
 		b->r[i].b = b;
 		b->r[i].index = i;
+		b->r[i].inject = -1;
 		if (!(b->r[i].queue = strata_calloc_or_error(
 			      b->queue_cap, sizeof(size_t), "replica queue",
 			      err)))
@@ -298,6 +378,19 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 		st = strata_shard_assign_home(b->shard, home, cost, &dev, err);
 	if (st)
 		return st;
+	if (b->r[dev].dead) {
+		/* a failed replica takes no new work: the least-loaded live
+		 * one does (the run is failing when none is left) */
+		uint32_t to = least_live(b);
+		strata_error ignored;
+		if (to == UINT32_MAX)
+			return strata_fail(err, STRATA_E_INFER_REPLICA,
+					   "check the devices",
+					   "every replica failed");
+		(void)strata_shard_release(b->shard, dev, cost, &ignored);
+		(void)strata_shard_seed_load(b->shard, to, cost, &ignored);
+		dev = to;
+	}
 	replica *r = &b->r[dev];
 	r->stats.routed++;
 	if (dev == home)
@@ -329,7 +422,9 @@ strata_status strata_batch_run(strata_batch *b,
 					   "give every request a prompt",
 					   "batch: request %zu has no prompt "
 					   "ids", i);
-	uint64_t *stamps = strata_calloc_or_error(n ? n : 1, sizeof *stamps,
+	/* dispatch times, then failure counts: n each */
+	uint64_t *stamps = strata_calloc_or_error(n ? 2 * n : 1,
+						  sizeof *stamps,
 						  "dispatch times", err);
 	if (!stamps)
 		return STRATA_E_NOMEM;
@@ -339,7 +434,10 @@ strata_status strata_batch_run(strata_batch *b,
 	b->reqs = reqs;
 	b->results = results;
 	b->dispatched_ns = stamps;
+	b->failures = stamps + n;
 	b->failed = false;
+	for (uint32_t d = 0; d < b->o.replicas; d++)
+		b->r[d].dead = false;
 	for (size_t i = 0; i < n && st == STRATA_OK && !b->failed; i++) {
 		while (!b->failed && b->in_flight >= b->queue_cap)
 			pthread_cond_wait(&b->done_cv, &b->mu);
@@ -356,6 +454,7 @@ strata_status strata_batch_run(strata_batch *b,
 	b->reqs = NULL;
 	b->results = NULL;
 	b->dispatched_ns = NULL;
+	b->failures = NULL;
 	pthread_mutex_unlock(&b->mu);
 	strata_free(stamps);
 	if (wall_ns)
@@ -372,6 +471,20 @@ void strata_batch_results_free(strata_batch_result *r, size_t n)
 		r[i].tokens = NULL;
 		r[i].n_tokens = 0;
 	}
+}
+
+void strata_batch_inject_failure(strata_batch *b, uint32_t replica,
+				 long after)
+{
+	pthread_mutex_lock(&b->mu);
+	if (replica < b->o.replicas)
+		b->r[replica].inject = after;
+	pthread_mutex_unlock(&b->mu);
+}
+
+size_t strata_batch_failed_request(const strata_batch *b)
+{
+	return b->failed_request;
 }
 
 uint32_t strata_batch_replicas(const strata_batch *b)

@@ -61,6 +61,8 @@ static void write_router(strata_json *j, strata_batch *b,
 		strata_json_kv_u64(j, "load_peak", r.peak_load);
 		strata_json_kv_u64(j, "load_now", d.load);
 		strata_json_kv_u64(j, "positions_computed", r.tokens);
+		strata_json_kv_u64(j, "failures", r.failures);
+		strata_json_kv_u64(j, "moved_away", r.moved_away);
 		strata_json_kv_double(j, "busy_seconds", r.busy_ns / 1e9);
 		strata_json_key(j, "prefix_cache");
 		strata_json_object_begin(j);

@@ -334,6 +334,8 @@ static void test_batch_failed_request_fails_batch(void **state)
 	assert_int_equal(strata_batch_run(b, q, 8, r, NULL, &err),
 			 STRATA_E_INFER_REPLICA);
 	assert_non_null(strstr(err.message, "request 5"));
+	assert_non_null(strstr(err.message, "another replica too"));
+	assert_int_equal(strata_batch_failed_request(b), 5);
 	assert_non_null(strstr(err.message, "vocabulary"));
 	for (int i = 0; i < 8; i++)
 		assert_null(r[i].tokens);
@@ -397,6 +399,62 @@ static void test_batch_run_oom(void **state)
 	strata_batch_destroy(b);
 }
 
+/* A replica failing mid-run hands its request and its queue to the live
+ * replicas: every result arrives once, with the tokens of a run without
+ * the failure; the failed replica is counted and takes no more work; a
+ * failure on every replica fails the run. */
+static void test_batch_failed_replica_moves_work(void **state)
+{
+	(void)state;
+	strata_batch *b = open_batch(3);
+	int32_t p[12][6];
+	strata_batch_request q[12];
+	strata_batch_result want[12], got[12];
+	for (int i = 0; i < 12; i++) {
+		ids(p[i], 6, 13 * i);
+		q[i] = (strata_batch_request){.prompt = p[i],
+					      .n_prompt = 6,
+					      .max_tokens = 5,
+					      .key = &q[i],
+					      .key_bytes = sizeof q[i]};
+		strata_sampler_params_default(&q[i].sampler);
+		q[i].sampler.temperature = 0;
+	}
+	strata_error err;
+	assert_int_equal(strata_batch_run(b, q, 12, want, NULL, &err), 0);
+	strata_batch_replica_stats before;
+	strata_batch_replica_get_stats(b, 1, &before);
+	strata_batch_inject_failure(b, 1, 1);
+	assert_int_equal(strata_batch_run(b, q, 12, got, NULL, &err), 0);
+	for (int i = 0; i < 12; i++) {
+		assert_int_equal(got[i].n_tokens, want[i].n_tokens);
+		assert_memory_equal(got[i].tokens, want[i].tokens,
+				    want[i].n_tokens * sizeof(int32_t));
+	}
+	strata_batch_replica_stats st;
+	strata_batch_replica_get_stats(b, 1, &st);
+	assert_int_equal(st.failures, 1);
+	assert_true(st.moved_away >= 1);
+	assert_true(st.requests - before.requests <= 1); /* then no more */
+	for (uint32_t d = 0; d < 3; d++) {
+		strata_shard_device_stats ds;
+		assert_int_equal(
+			strata_batch_router_device_stats(b, d, &ds, &err), 0);
+		assert_int_equal(ds.load, 0);
+	}
+	strata_batch_results_free(got, 12);
+	/* every replica failing: the run fails, nothing answered */
+	for (uint32_t d = 0; d < 3; d++)
+		strata_batch_inject_failure(b, d, 0);
+	assert_int_equal(strata_batch_run(b, q, 12, got, NULL, &err),
+			 STRATA_E_INFER_REPLICA);
+	assert_non_null(strstr(err.message, "injected"));
+	for (int i = 0; i < 12; i++)
+		assert_null(got[i].tokens);
+	strata_batch_results_free(want, 12);
+	strata_batch_destroy(b);
+}
+
 /* Bad options are refused before anything opens. */
 static void test_batch_create_bad_options(void **state)
 {
@@ -428,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_cache_guest_evicted_first),
 		cmocka_unit_test(test_prefix_cache_save_oom),
 		cmocka_unit_test(test_batch_failed_request_fails_batch),
+		cmocka_unit_test(test_batch_failed_replica_moves_work),
 		cmocka_unit_test(test_batch_run_oom),
 		cmocka_unit_test(test_batch_create_bad_options),
 	};
