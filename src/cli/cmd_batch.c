@@ -336,7 +336,10 @@ static strata_status write_results(const batch_input *in,
 			st = strata_fail(err, STRATA_E_NOMEM, "free memory",
 					 "cannot build result %zu", i);
 		if (st == STRATA_OK &&
-		    (json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII) ||
+		    /* 9 digits: timings to the nanosecond, not %.17g noise */
+		    (json_dumpf(o, stdout,
+				JSON_COMPACT | JSON_ENSURE_ASCII |
+					JSON_REAL_PRECISION(9)) ||
 		     fputc('\n', stdout) == EOF))
 			st = strata_fail(err, STRATA_E_IO,
 					 "check where stdout goes",
