@@ -1,7 +1,6 @@
 /* cmd_batch.c - `strata batch MODEL`: generation requests as JSONL on
  * stdin, spread over replicas of the model by the shard allocator, results
  * as JSONL on stdout in input order (layer: cli). docs/batch.md. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +79,8 @@ static int value_option(batch_args *a, const char *opt, const char *v,
 			return strata_cli_usage("batch", "--prefix-cache: %s",
 						err.message);
 	} else if (!strcmp(opt, "--temperature")) {
-		char *end;
-		float x = strtof(v, &end);
-		if (end == v || *end || !isfinite(x) || x < 0 || x > 1e6f)
-			return strata_cli_usage("batch", "--temperature: '%s' "
-						"is not a number in [0, 1e6]", v);
-		a->sp.temperature = x;
+		return strata_cli_parse_float("batch", opt, v, 0, 1e6f,
+					      &a->sp.temperature);
 	} else if (!strcmp(opt, "-n") || !strcmp(opt, "--seed") ||
 		   !strcmp(opt, "--threads") ||
 		   !strcmp(opt, "--spill-threshold")) {

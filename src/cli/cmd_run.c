@@ -1,7 +1,6 @@
 /* cmd_run.c - `strata run MODEL (-p PROMPT | -f FILE)`: encode the prompt,
  * prefill it in one pass, sample and stream the text to stdout as tokens
  * come, with speed figures on stderr (layer: cli). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,18 +42,6 @@ typedef struct run_args {
 	strata_sampler_params sp;
 } run_args;
 
-static int parse_float(const char *opt, const char *v, float lo, float hi,
-		       float *out)
-{
-	char *end;
-	float x = strtof(v, &end);
-	if (end == v || *end || !isfinite(x) || x < lo || x > hi)
-		return strata_cli_usage("run", "%s: '%s' is not a number in "
-					"[%g, %g]", opt, v, lo, hi);
-	*out = x;
-	return 0;
-}
-
 /* Options with a value; 0 when handled, else an exit code. */
 static int value_option(run_args *a, const char *opt, const char *v,
 			bool *known)
@@ -69,13 +56,17 @@ static int value_option(run_args *a, const char *opt, const char *v,
 	else if (!strcmp(opt, "--telemetry"))
 		a->telemetry = v;
 	else if (!strcmp(opt, "--temperature"))
-		return parse_float(opt, v, 0, 1e6f, &a->sp.temperature);
+		return strata_cli_parse_float("run", opt, v, 0, 1e6f,
+					      &a->sp.temperature);
 	else if (!strcmp(opt, "--top-p"))
-		return parse_float(opt, v, 1e-9f, 1, &a->sp.top_p);
+		return strata_cli_parse_float("run", opt, v, 1e-9f, 1,
+					      &a->sp.top_p);
 	else if (!strcmp(opt, "--min-p"))
-		return parse_float(opt, v, 0, 1, &a->sp.min_p);
+		return strata_cli_parse_float("run", opt, v, 0, 1,
+					      &a->sp.min_p);
 	else if (!strcmp(opt, "--repeat-penalty"))
-		return parse_float(opt, v, 1e-6f, 1e6f, &a->sp.repeat_penalty);
+		return strata_cli_parse_float("run", opt, v, 1e-6f, 1e6f,
+					      &a->sp.repeat_penalty);
 	else if (!strcmp(opt, "-n") || !strcmp(opt, "--top-k") ||
 		 !strcmp(opt, "--seed") || !strcmp(opt, "--threads")) {
 		if (strata_cli_parse_u64(opt, v, &u, &err))

@@ -30,6 +30,11 @@ int strata_cli_fail(const strata_error *err);
 int strata_cli_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Parses a finite decimal number option value in [lo, hi] into *out;
+ * returns 0, or prints a usage error for command `cmd` and returns 2. */
+int strata_cli_parse_float(const char *cmd, const char *option,
+			   const char *text, float lo, float hi, float *out);
+
 /* Parses a non-negative decimal integer option value (no sign, no
  * garbage, no overflow) naming the option in the error. */
 strata_status strata_cli_parse_u64(const char *option, const char *text,

@@ -2,6 +2,7 @@
  * (layer: cli). */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,4 +53,16 @@ strata_status strata_cli_parse_u64(const char *option, const char *text,
 				   shown);
 	*out = v;
 	return STRATA_OK;
+}
+
+int strata_cli_parse_float(const char *cmd, const char *option,
+			   const char *text, float lo, float hi, float *out)
+{
+	char *end;
+	float x = strtof(text, &end);
+	if (end == text || *end || !isfinite(x) || x < lo || x > hi)
+		return strata_cli_usage(cmd, "%s: '%s' is not a number in "
+					"[%g, %g]", option, text, lo, hi);
+	*out = x;
+	return 0;
 }
