@@ -60,7 +60,6 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	m.host_available_known = strata_plan_host_available(
 		&m.host_available_bytes, &ignored) == STRATA_OK;
 	strata_backend_memory mem = {0};
-	strata_dtype weights = STRATA_DTYPE_F32;
 	if (po.device == STRATA_PLAN_DEVICE_CPU) {
 		/* The CPU backend's device memory is the same RAM. */
 		m.device_free_known = m.host_available_known;
@@ -76,9 +75,10 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		&s->plan_source, err);
 	if (st)
 		return st;
-	weights = strata_plan_source_weight_dtype(s->plan_source);
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
-				&arch, weights, &po, &m, &s->plan, err);
+				&arch,
+				strata_plan_source_weight_dtype(s->plan_source),
+				&po, &m, &s->plan, err);
 	if (st)
 		return st;
 	s->context = (uint32_t)po.shape.context;
