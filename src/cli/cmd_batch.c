@@ -8,6 +8,7 @@
 
 #include "cli/batch_input.h"
 #include "cli/commands.h"
+#include "cli/gpus.h"
 #include "strata/backend.h"
 
 #define DEFAULT_NEW_TOKENS 256
@@ -159,77 +160,25 @@ static int parse_args(int argc, char **argv, batch_args *a,
 /* Devices                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef struct device_list {
-	uint32_t count;
-	uint32_t index[STRATA_BATCH_MAX_REPLICAS]; /* K of cuda:K */
-	char names[STRATA_BATCH_MAX_REPLICAS][24];
-	const char *ptrs[STRATA_BATCH_MAX_REPLICAS];
-} device_list;
-
-/* --gpus all|N|LIST into replica names: cpu:i on the CPU (N replicas, or
- * one per LIST entry), cuda:K on CUDA (all visible, the first N, or the
- * listed K). 0 or an exit code. */
+/* --gpus all|N|LIST into replicas (gpus.c): cpu:i on the CPU (N replicas,
+ * or one per LIST entry), cuda:K on CUDA (all visible, the first N, or the
+ * listed K, each visible). Without --gpus one replica, on --device's
+ * device. 0 or an exit code. */
 static int parse_gpus(const char *spec, const strata_cli_residency *r,
-		      device_list *d)
+		      strata_cli_gpus *d)
 {
 	bool cuda = r->plan.device == STRATA_PLAN_DEVICE_CUDA;
-	uint32_t idx[STRATA_BATCH_MAX_REPLICAS], n = 0;
 	if (!spec) {
-		/* one replica, on --device's device */
-		n = 1;
-		idx[0] = cuda ? r->device_index : 0;
-	} else if (!strcmp(spec, "all")) {
-		uint32_t c = cuda ? strata_backend_cuda_device_count() : 1;
-		if (c == 0)
-			return strata_cli_usage("batch", "--gpus all: no CUDA "
-						"device is visible");
-		for (n = 0; n < c && n < STRATA_BATCH_MAX_REPLICAS; n++)
-			idx[n] = n;
-	} else if (!strchr(spec, ',')) {
-		char *end;
-		unsigned long v = strtoul(spec, &end, 10);
-		if (end == spec || *end || v == 0 ||
-		    v > STRATA_BATCH_MAX_REPLICAS)
-			return strata_cli_usage("batch", "--gpus: '%s' is not "
-						"all, a count in [1, %u] or a "
-						"list like 0,1", spec,
-						STRATA_BATCH_MAX_REPLICAS);
-		for (n = 0; n < v; n++)
-			idx[n] = n;
-	} else {
-		for (const char *p = spec; *p;) {
-			char *end;
-			unsigned long v = strtoul(p, &end, 10);
-			if (end == p || (*end && *end != ',') ||
-			    n == STRATA_BATCH_MAX_REPLICAS || v > 1u << 16)
-				return strata_cli_usage(
-					"batch", "--gpus: '%s' is not a list "
-					"of device indices like 0,1", spec);
-			for (uint32_t i = 0; i < n; i++)
-				if (idx[i] == v)
-					return strata_cli_usage(
-						"batch", "--gpus: device %lu "
-						"is listed twice", v);
-			idx[n++] = (uint32_t)v;
-			p = *end ? end + 1 : end;
-		}
+		strata_cli_gpus_single(cuda, cuda ? r->device_index : 0, d);
+		return 0;
 	}
-	uint32_t visible = cuda ? strata_backend_cuda_device_count() : 0;
-	for (uint32_t i = 0; cuda && i < n; i++)
-		if (idx[i] >= visible)
-			return strata_cli_usage("batch", "--gpus: cuda:%u is not "
-						"visible (%u CUDA devices)",
-						idx[i], visible);
-	if (!cuda && n > 1 && !r->device_given)
+	strata_error err;
+	uint32_t visible = cuda ? strata_backend_cuda_device_count() : 1;
+	if (strata_cli_gpus_parse(spec, cuda, visible, true, d, &err))
+		return strata_cli_fail(&err);
+	if (!cuda && d->count > 1 && !r->device_given)
 		return strata_cli_usage("batch", "--gpus %s: CPU replicas are "
 					"made only with --device cpu", spec);
-	d->count = n;
-	for (uint32_t i = 0; i < n; i++) {
-		snprintf(d->names[i], sizeof d->names[i], "%s:%u",
-			 cuda ? "cuda" : "cpu", cuda ? idx[i] : i);
-		d->ptrs[i] = d->names[i];
-		d->index[i] = cuda ? idx[i] : 0;
-	}
 	return 0;
 }
 
@@ -239,7 +188,8 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 
 /* One result line as a jansson object (NULL on allocation failure). */
 static json_t *result_json(const batch_item *it, const strata_batch_result *r,
-			   const char *text, size_t len, const device_list *d)
+			   const char *text, size_t len,
+			   const strata_cli_gpus *d)
 {
 	json_t *o = json_object(), *toks = json_array(), *tm = json_object();
 	if (!o || !toks || !tm) {
@@ -317,7 +267,7 @@ static strata_status detok(const strata_tokenizer *tok,
 static strata_status write_results(const batch_input *in,
 				   const strata_batch_result *res,
 				   const strata_tokenizer *tok,
-				   const device_list *d, strata_error *err)
+				   const strata_cli_gpus *d, strata_error *err)
 {
 	char *text = NULL;
 	size_t len = 0, cap = 0;
@@ -350,7 +300,7 @@ static strata_status write_results(const batch_input *in,
 
 /* A replica that failed and whose work moved on is worth a line: the
  * results are complete, but a device is misbehaving. */
-static void warn_failures(const strata_batch *b, const device_list *d)
+static void warn_failures(const strata_batch *b, const strata_cli_gpus *d)
 {
 	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
 		strata_batch_replica_stats r;
@@ -393,7 +343,7 @@ static void print_summary(const strata_batch *b, size_t requests,
 /* ------------------------------------------------------------------------ */
 
 static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
-			       const device_list *d, const batch_input *in,
+			       const strata_cli_gpus *d, const batch_input *in,
 			       const strata_tokenizer *tok, strata_error *err)
 {
 	strata_batch_options o = {
@@ -470,7 +420,7 @@ int strata_cmd_batch(int argc, char **argv)
 	strata_sampler_params_default(&a.sp);
 	strata_cli_residency r;
 	strata_cli_residency_init(&r);
-	device_list d;
+	strata_cli_gpus d;
 	int rc = parse_args(argc, argv, &a, &r);
 	/* as `strata run`: CUDA when a device is visible, unless told */
 	if (rc == 0 && !r.device_given && strata_backend_cuda_device_count())
