@@ -246,10 +246,11 @@ typedef enum strata_cuda_half {
 
 /* y (n, out, f32) = x (n, in, f32) . w (out, in, bf16 or f16)^T (+ bias
  * (out, f32) when not NULL), f32 accumulation. One row (decode) runs as a
- * GEMV kernel on f32 x; more rows convert x to w's type in a workspace
- * of the context (grown with one cudaMalloc when a larger n first appears:
- * call once with the largest prefill at load to keep allocation out of the
- * token loop) and run cublasGemmEx. All pointers on the device. */
+ * GEMV kernel on f32 x; more rows split x into two terms of w's type
+ * (x = hi + lo, ~16 bits for bf16) in a workspace of the context (grown
+ * with one cudaMalloc when a larger n first appears: call once with the
+ * largest prefill at load to keep allocation out of the token loop) and
+ * run cublasGemmEx on each. All pointers on the device. */
 strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      const float *x, const void *w,
 				      strata_cuda_half type, const float *bias,

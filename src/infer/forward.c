@@ -206,13 +206,9 @@ static strata_status as_f32(strata_forward *f, const float *w, uint8_t elem,
 }
 
 /* y (n, out) = x (n, in) . w^T (+ bias): f32 weights through the kernel
- * table, half ones through the CUDA half-precision product one row at a
- * time. One row runs the GEMV on f32 activations; several rows would run
- * cuBLAS on activations rounded to the weights' type, and that rounding
- * alone moves the reference models' logits by 0.05 to 0.29 (measured on the
- * CPU by rounding x to bf16 in every prefill product), ten times the 2e-2
- * the issue allows. So prefill pays one read of the weights per row until
- * the backend has a product that keeps f32 activations. */
+ * table, half ones through the CUDA half-precision product, which keeps
+ * the activations f32 (one row) or nearly so (several; see
+ * strata_cuda_matmul_half). */
 static strata_status mm(strata_forward *f, float *y, const float *x,
 			const float *w, uint8_t elem, const float *bias,
 			uint32_t n, uint32_t in, uint32_t out,
@@ -223,12 +219,8 @@ static strata_status mm(strata_forward *f, float *y, const float *x,
 					    err);
 	strata_cuda_half t = elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
 						      : STRATA_CUDA_F16;
-	strata_status st = STRATA_OK;
-	for (uint32_t r = 0; st == STRATA_OK && r < n; r++)
-		st = strata_cuda_matmul_half(f->c, y + (uint64_t)r * out,
-					     x + (uint64_t)r * in, w, t, bias,
-					     1, in, out, err);
-	return st;
+	return strata_cuda_matmul_half(f->c, y, x, w, t, bias, n, in, out,
+				       err);
 }
 
 /* x += attention(rmsnorm(x)) for rows at positions pos .. pos+n-1. */

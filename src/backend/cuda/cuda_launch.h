@@ -62,6 +62,12 @@ cudaError_t strata__cuda_bias_add(cudaStream_t s, float *y, const float *bias,
 /* dst (count, bf16 or f16) = src (count, f32), round to nearest even. */
 cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst, const float *src,
 				 uint64_t count, int type);
+/* dst (2 * count, bf16 or f16) = src split in two terms: dst[0, count) is
+ * src rounded, dst[count, 2 count) the rounded remainder, so that products
+ * with both keep about 16 (bf16) or 22 (f16) bits of the f32 input. */
+cudaError_t strata__cuda_to_half_split(cudaStream_t s, void *dst,
+				       const float *src, uint64_t count,
+				       int type);
 /* y (n, out) = x (n, in) . w (out, in, bf16 or f16)^T (+ bias), f32
  * accumulation; n <= STRATA__CUDA_GEMV_ROWS. */
 cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y, const float *x,

@@ -87,6 +87,16 @@ template <> __device__ __forceinline__ __half from_float(float v)
 	return __float2half_rn(v);
 }
 
+template <typename T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+template <> __device__ __forceinline__ float to_float(__half v)
+{
+	return __half2float(v);
+}
+
 template <typename T>
 __global__ void to_half_kernel(T *dst, const float *src, uint64_t count)
 {
@@ -94,6 +104,20 @@ __global__ void to_half_kernel(T *dst, const float *src, uint64_t count)
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride)
 		dst[i] = from_float<T>(src[i]);
+}
+
+/* hi[i] + lo[i] == src[i] to about twice the half type's precision: hi is
+ * src rounded, lo the rounded remainder (lo sits `count` after hi). */
+template <typename T>
+__global__ void to_half_split_kernel(T *dst, const float *src, uint64_t count)
+{
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride) {
+		T hi = from_float<T>(src[i]);
+		dst[i] = hi;
+		dst[count + i] = from_float<T>(src[i] - to_float<T>(hi));
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -153,5 +177,19 @@ extern "C" cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst,
 	else
 		to_half_kernel<<<grid, EW_THREADS, 0, s>>>((__half *)dst, src,
 							   count);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_to_half_split(cudaStream_t s, void *dst,
+						  const float *src,
+						  uint64_t count, int type)
+{
+	unsigned grid = strata__grid(count, EW_THREADS);
+	if (type == STRATA__CUDA_BF16)
+		to_half_split_kernel<<<grid, EW_THREADS, 0, s>>>(
+			(__nv_bfloat16 *)dst, src, count);
+	else
+		to_half_split_kernel<<<grid, EW_THREADS, 0, s>>>(
+			(__half *)dst, src, count);
 	return cudaGetLastError();
 }

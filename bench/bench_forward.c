@@ -1,0 +1,273 @@
+/* bench_forward - times whole forward passes of a model under a residency
+ * plan, the way `strata run` opens it: passes of N tokens (a prompt's
+ * prefill) and single-token decode steps, with the bytes each pass moved,
+ * the rate that makes, and device memory measured against the plan.
+ *
+ *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
+ *                 [--decode 64] [--quick]
+ *
+ * Prints one line per figure and, last, one JSON object per figure on lines
+ * starting with "json " (bench/gpu collects them). The peers (accelerate,
+ * transformers) are measured by bench/gpu_peer.py in the same bench/gpu run;
+ * the link's own rate is the residency bench's (bench_residency --cuda).
+ *
+ * Device memory: on CUDA, the free memory before the session opens less
+ * the least free memory seen after any pass; everything strata took on the
+ * device (the plan's arenas, the compute context's workspaces, cuBLAS's
+ * own) and nothing else, as no one else uses the device during the bench.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "strata/backend.h"
+#include "strata/infer.h"
+
+#define MAX_SHAPES 8
+
+typedef struct cfg {
+	const char *model;
+	strata_cli_residency r;
+	uint32_t tokens[MAX_SHAPES];
+	size_t n_tokens;
+	uint32_t passes, decode;
+} cfg;
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
+		"                     [--passes K] [--decode D] [--quick]\n%s",
+		strata_cli_residency_help);
+	return 2;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static uint64_t median(uint64_t *v, uint32_t n)
+{
+	qsort(v, n, sizeof *v, cmp_u64);
+	return v[n / 2];
+}
+
+/* Free device memory now (CUDA), or 0 when it cannot be told. */
+static uint64_t device_free(strata_backend *b)
+{
+	strata_backend_memory m = {0};
+	strata_error ignored;
+	if (!b || strata_backend_memory_info(b, &m, &ignored) != STRATA_OK)
+		return 0;
+	return m.free_bytes;
+}
+
+static uint64_t free_before_open(const cfg *c)
+{
+	if (c->r.plan.device != STRATA_PLAN_DEVICE_CUDA)
+		return 0;
+	strata_backend *b = NULL;
+	strata_backend_cuda_options co = {.device = c->r.device_index};
+	strata_error ignored;
+	if (strata_backend_cuda_create(&co, &b, &ignored) != STRATA_OK)
+		return 0;
+	uint64_t f = device_free(b);
+	strata_backend_destroy(b);
+	return f;
+}
+
+typedef struct figures {
+	uint64_t pass_ns, decode_ns; /* medians */
+	uint64_t h2d_bytes_per_pass;
+	uint64_t weight_bytes, plan_device, device_used;
+	uint64_t stalls, stall_ns;
+} figures;
+
+static strata_status weight_bytes(const strata_session *s, uint64_t *out)
+{
+	strata_residency_sizes z;
+	strata_residency_get_sizes(
+		strata_infer_window_engine(s->window), &z);
+	*out = z.unit_bytes + z.static_bytes;
+	return STRATA_OK;
+}
+
+/* One session for passes of n tokens: a warm-up pass, then c->passes timed
+ * passes from position 0, then c->decode single-token steps after a
+ * one-token prompt. */
+static int measure(const cfg *c, uint32_t n, figures *out)
+{
+	memset(out, 0, sizeof *out);
+	strata_session_options so = {
+		.model_path = c->model, .plan = c->r.plan,
+		.exclude = c->r.exclude, .exclude_count = c->r.exclude_count,
+		.device_index = c->r.device_index,
+		.positions = n > c->decode + 1 ? n : c->decode + 1,
+		.prefill = n,
+	};
+	uint64_t free0 = free_before_open(c);
+	strata_session *s = NULL;
+	strata_error err;
+	int32_t *tok = calloc(n, sizeof *tok);
+	uint64_t *ns = calloc(c->passes + c->decode + 1, sizeof *ns);
+	float *last = NULL;
+	int rc = 1;
+	if (!tok || !ns || strata_session_open(&so, &s, &err) != STRATA_OK)
+		goto fail;
+	last = calloc(s->hp.vocab, sizeof *last);
+	if (!last)
+		goto fail;
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = (int32_t)((i * 7919u + 13u) % s->hp.vocab);
+	uint64_t min_free = UINT64_MAX;
+	strata_telemetry *t =
+		strata_residency_telemetry(strata_infer_window_engine(s->window));
+	strata_telemetry_snapshot a, b;
+	for (uint32_t p = 0; p <= c->passes; p++) {
+		strata_forward_reset(s->forward);
+		if (p == 1)
+			strata_telemetry_get(t, &a);
+		uint64_t t0 = strata_now_ns();
+		if (strata_forward_run(s->forward, tok, n, 0, NULL, last, &err))
+			goto fail;
+		ns[p] = strata_now_ns() - t0;
+		uint64_t f = device_free(s->backend);
+		if (f && f < min_free)
+			min_free = f;
+	}
+	strata_telemetry_get(t, &b);
+	out->pass_ns = median(ns + 1, c->passes);
+	const strata_transfer_stats *ha = &a.transfers[STRATA_DIR_HOST_TO_DEVICE],
+				    *hb = &b.transfers[STRATA_DIR_HOST_TO_DEVICE];
+	out->h2d_bytes_per_pass = (hb->bytes - ha->bytes) / c->passes;
+	out->stalls = b.stalls - a.stalls;
+	out->stall_ns = b.stall_ns - a.stall_ns;
+	if (c->decode) {
+		strata_forward_reset(s->forward);
+		if (strata_forward_run(s->forward, tok, 1, 0, NULL, last, &err))
+			goto fail;
+		for (uint32_t d = 0; d < c->decode; d++) {
+			int32_t next = tok[(d + 1) % n];
+			uint64_t t0 = strata_now_ns();
+			if (strata_forward_run(s->forward, &next, 1, d + 1, NULL,
+					       last, &err))
+				goto fail;
+			ns[d] = strata_now_ns() - t0;
+		}
+		out->decode_ns = median(ns, c->decode);
+	}
+	uint64_t f = device_free(s->backend);
+	if (f && f < min_free)
+		min_free = f;
+	weight_bytes(s, &out->weight_bytes);
+	out->plan_device = strata_plan_device_total(s->plan);
+	out->device_used = free0 && min_free != UINT64_MAX && free0 > min_free
+				   ? free0 - min_free : 0;
+	if (strata_session_finish(s, &err))
+		goto fail;
+	rc = 0;
+fail:
+	if (rc)
+		fprintf(stderr, "bench_forward: %s\n  fix: %s\n", err.message,
+			err.fix);
+	strata_session_close(s);
+	free(tok), free(ns), free(last);
+	return rc;
+}
+
+static void report(const cfg *c, uint32_t n, const figures *f)
+{
+	double ms = f->pass_ns / 1e6;
+	double gbs = f->weight_bytes / (double)f->pass_ns;
+	printf("%u-token pass: %.2f ms median of %u (weights %.3f GB: %.1f GB/s;"
+	       " host->device %.3f GB per pass; %" PRIu64 " stalls, %.2f ms)\n",
+	       n, ms, c->passes, f->weight_bytes / 1e9, gbs,
+	       f->h2d_bytes_per_pass / 1e9, f->stalls,
+	       f->stall_ns / 1e6 / c->passes);
+	if (c->decode)
+		printf("  decode: %.3f ms/token median of %u (%.1f GB/s of "
+		       "weights)\n", f->decode_ns / 1e6, c->decode,
+		       f->weight_bytes / (double)f->decode_ns);
+	if (f->device_used)
+		printf("  device memory: %" PRIu64 " bytes used, plan %" PRIu64
+		       " (used/plan %.4f)\n", f->device_used, f->plan_device,
+		       (double)f->device_used / (double)f->plan_device);
+	printf("json {\"tokens\": %u, \"pass_ms\": %.4f, \"weight_bytes\": %"
+	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
+	       "%.4f, \"device_used_bytes\": %" PRIu64 ", \"plan_device_bytes\": %"
+	       PRIu64 ", \"stalls\": %" PRIu64 "}\n",
+	       n, ms, f->weight_bytes, f->h2d_bytes_per_pass,
+	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls);
+}
+
+static int parse_tokens(cfg *c, const char *v)
+{
+	c->n_tokens = 0;
+	for (const char *p = v; *p;) {
+		char *end;
+		unsigned long t = strtoul(p, &end, 10);
+		if (end == p || !t || t > 65536 || c->n_tokens == MAX_SHAPES ||
+		    (*end && *end != ','))
+			return -1;
+		c->tokens[c->n_tokens++] = (uint32_t)t;
+		p = *end ? end + 1 : end;
+	}
+	return c->n_tokens ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64};
+	strata_cli_residency_init(&c.r);
+	bool quick = false;
+	strata_error err;
+	for (int i = 1; i < argc; i++) {
+		int used = strata_cli_residency_option(&c.r, argc, argv, &i, &err);
+		if (used < 0) {
+			fprintf(stderr, "bench_forward: %s\n", err.message);
+			return 2;
+		}
+		if (used)
+			continue;
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--quick"))
+			quick = true;
+		else if (!strcmp(a, "--tokens") && v && !parse_tokens(&c, v))
+			i++;
+		else if (!strcmp(a, "--passes") && v && atoi(v) > 0)
+			c.passes = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--decode") && v && atoi(v) >= 0)
+			c.decode = (uint32_t)atoi(argv[++i]);
+		else if (a[0] != '-' && !c.model)
+			c.model = a;
+		else
+			return usage();
+	}
+	if (quick) {
+		/* CTest: the shipped model on the CPU, a few passes. */
+		c.model = c.model ? c.model
+				  : STRATA_SOURCE_DIR "/models/stories260K";
+		c.r.plan.device = STRATA_PLAN_DEVICE_CPU;
+		c.passes = 2, c.decode = 4;
+		c.tokens[0] = 1, c.tokens[1] = 16, c.n_tokens = 2;
+	}
+	if (!c.model)
+		return usage();
+	if (!c.r.device_given && !quick)
+		c.r.plan.device = strata_backend_cuda_device_count() > 0
+					  ? STRATA_PLAN_DEVICE_CUDA
+					  : STRATA_PLAN_DEVICE_CPU;
+	int rc = 0;
+	for (size_t i = 0; i < c.n_tokens && !rc; i++) {
+		figures f;
+		rc = measure(&c, c.tokens[i], &f);
+		if (!rc)
+			report(&c, c.tokens[i], &f);
+	}
+	strata_cli_residency_fini(&c.r);
+	return rc;
+}
