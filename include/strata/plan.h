@@ -349,6 +349,11 @@ typedef struct strata_plan_options {
 	 * context, cuBLAS workspace and scratch); added to every device
 	 * total. The caller fills it: the backend is below this layer. */
 	uint64_t backend_reserved_bytes;
+	/* Replicas of the model planned on one machine (strata batch, strata
+	 * plan --gpus): the host budget, given or measured, is split evenly
+	 * between them, and on cpu so is the RAM of their device arenas
+	 * when no device budget is given. 0 or 1: this plan is alone. */
+	uint32_t host_shared_by;
 } strata_plan_options;
 
 /* What the machine has, measured by the caller (the backend and
@@ -362,6 +367,8 @@ typedef struct strata_plan_budgets {
 	uint64_t device_bytes, host_bytes;
 	uint64_t device_headroom_bytes, host_headroom_bytes; /* 0: from option */
 	bool device_from_option, host_from_option;
+	uint32_t shared_by;	  /* replicas sharing the host (1: alone) */
+	uint64_t host_pool_bytes; /* the host budget before the split */
 } strata_plan_budgets;
 
 /* One way of running the model, fully sized. */
@@ -433,6 +440,12 @@ uint64_t strata_plan_device_budget(const strata_plan *p);
 uint64_t strata_plan_host_budget(const strata_plan *p);
 uint64_t strata_plan_device_total(const strata_plan *p);
 uint64_t strata_plan_host_total(const strata_plan *p);
+/* Host memory the budgets leave unused by the selected candidate: host
+ * budget - host total, plus on cpu (where the device arena is the same
+ * RAM) device budget - device total; 0 when nothing is selected. What a
+ * replica may spend on memory the plan does not size: the batch prefix
+ * cache's default bound (docs/batch.md). */
+uint64_t strata_plan_host_spare_bytes(const strata_plan *p);
 /* The weights' share of the device total (aligned static + window): what
  * strata_residency_config.device_budget_bytes bounds (the engine's device
  * arena); KV cache and workspace are the forward pass's own buffers. */

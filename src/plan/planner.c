@@ -87,12 +87,19 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 	return STRATA_OK;
 }
 
+/* The budgets of one plan. With options.host_shared_by = n > 1 the plan is
+ * one replica of n on one machine: the host budget (the option or the
+ * machine's) is one pool split evenly between them, and on cpu so is the
+ * RAM their device arenas come from when no --device-memory is given. A
+ * --device-memory is each replica's own (each GPU has its memory). */
 static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 			     strata_error *err)
 {
 	const strata_plan_options *o = &p->options;
 	strata_plan_budgets b = {0};
 	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	uint32_t n = o->host_shared_by > 1 ? o->host_shared_by : 1;
+	b.shared_by = n;
 	if (o->has_device_budget) {
 		b.device_bytes = o->device_budget;
 		b.device_from_option = true;
@@ -110,14 +117,16 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 			strata_plan_headroom(o->device, avail);
 		b.device_bytes = avail - b.device_headroom_bytes;
 		/* on cpu the host tier given by option comes out of the
-		 * same RAM */
+		 * same RAM, and the replicas share what is left */
 		if (!cuda && o->has_host_budget)
 			b.device_bytes = b.device_bytes > o->host_budget
 						 ? b.device_bytes - o->host_budget
 						 : 0;
+		if (!cuda)
+			b.device_bytes /= n;
 	}
 	if (o->has_host_budget) {
-		b.host_bytes = o->host_budget;
+		b.host_pool_bytes = o->host_budget;
 		b.host_from_option = true;
 	} else {
 		if (!m->host_available_known)
@@ -127,13 +136,16 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 		uint64_t avail = m->host_available_bytes;
 		b.host_headroom_bytes =
 			strata_plan_headroom(STRATA_PLAN_DEVICE_CPU, avail);
-		b.host_bytes = avail - b.host_headroom_bytes;
-		/* on cpu the "device" arena and the host tier share RAM */
+		b.host_pool_bytes = avail - b.host_headroom_bytes;
+		/* on cpu the "device" arenas (n of them) and the host tier
+		 * share RAM */
 		if (!cuda)
-			b.host_bytes = b.host_bytes > b.device_bytes
-					       ? b.host_bytes - b.device_bytes
-					       : 0;
+			b.host_pool_bytes =
+				b.device_bytes < b.host_pool_bytes / n
+					? b.host_pool_bytes - n * b.device_bytes
+					: 0;
 	}
+	b.host_bytes = b.host_pool_bytes / n;
 	p->budgets = b;
 	return STRATA_OK;
 }
@@ -489,30 +501,35 @@ static strata_status nothing_fits_error(const strata_plan *p,
 static void explain_inputs(strata_plan *p)
 {
 	const strata_plan_budgets *b = &p->budgets;
-	char x[32], y[32];
+	bool cpu = p->options.device == STRATA_PLAN_DEVICE_CPU;
+	char x[32], y[32], z[32], split[64] = "";
+	if (b->shared_by > 1)
+		snprintf(split, sizeof split, ", split between %u replicas",
+			 b->shared_by);
 	if (b->device_from_option)
 		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_OPTION,
-			"device budget %s from --device-memory",
-			sz(b->device_bytes, x));
+			"device budget %s from --device-memory%s",
+			sz(b->device_bytes, x),
+			b->shared_by > 1 ? " (each replica's own)" : "");
 	else
 		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE,
-			"device budget %s: %s minus %s headroom",
+			"device budget %s: %s minus %s headroom%s",
 			sz(b->device_bytes, x),
-			p->options.device == STRATA_PLAN_DEVICE_CUDA
-				? "the GPU's free memory"
-				: "MemAvailable (cpu: the device is RAM)",
-			sz(b->device_headroom_bytes, y));
+			cpu ? "MemAvailable (cpu: the device is RAM)"
+			    : "the GPU's free memory",
+			sz(b->device_headroom_bytes, y), cpu ? split : "");
 	if (b->host_from_option)
 		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION,
-			"host budget %s from --host-memory",
-			sz(b->host_bytes, x));
+			"host budget %s from --host-memory%s%s%s",
+			sz(b->host_bytes, x), b->shared_by > 1 ? " " : "",
+			b->shared_by > 1 ? sz(b->host_pool_bytes, z) : "",
+			split);
 	else
 		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_MACHINE,
-			"host budget %s: MemAvailable minus %s headroom%s",
+			"host budget %s: MemAvailable minus %s headroom%s%s",
 			sz(b->host_bytes, x), sz(b->host_headroom_bytes, y),
-			p->options.device == STRATA_PLAN_DEVICE_CPU
-				? " minus the device budget (cpu: one RAM)"
-				: "");
+			cpu ? " minus the device budget (cpu: one RAM)" : "",
+			split);
 	if (!p->arch.known)
 		explain(p, STRATA_EXPLAIN_ARCHITECTURE_UNKNOWN,
 			"architecture unknown (%.120s): weights are sized, KV cache and workspace are not, so device totals are weights only",
@@ -679,4 +696,23 @@ uint64_t strata_plan_device_budget(const strata_plan *p)
 uint64_t strata_plan_host_budget(const strata_plan *p)
 {
 	return p->budgets.host_bytes;
+}
+
+static uint64_t left(uint64_t budget, uint64_t used)
+{
+	return budget > used ? budget - used : 0;
+}
+
+uint64_t strata_plan_host_spare_bytes(const strata_plan *p)
+{
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	if (!c)
+		return 0;
+	uint64_t spare = left(p->budgets.host_bytes, c->host_bytes);
+	if (p->options.device == STRATA_PLAN_DEVICE_CPU) {
+		/* the device arena is the same RAM */
+		uint64_t dev = left(p->budgets.device_bytes, c->device_bytes);
+		spare = spare > UINT64_MAX - dev ? UINT64_MAX : spare + dev;
+	}
+	return spare;
 }

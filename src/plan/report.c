@@ -71,6 +71,12 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_string(j, "host_source",
 			      b->host_from_option ? "option" : "machine");
 	strata_json_kv_u64(j, "host_headroom_bytes", b->host_headroom_bytes);
+	/* only for a replica among several, so a plan alone keeps the
+	 * document scripts know (docs/plan.md) */
+	if (b->shared_by > 1) {
+		strata_json_kv_u64(j, "shared_by", b->shared_by);
+		strata_json_kv_u64(j, "host_pool_bytes", b->host_pool_bytes);
+	}
 	strata_json_object_end(j);
 	strata_json_key(j, "bandwidths");
 	strata_json_object_begin(j);
