@@ -26,6 +26,10 @@
 /* The most replicas one batch opens. */
 #define STRATA_BATCH_MAX_REPLICAS 64u
 
+/* strata_batch_options.prefix_cache_bytes: each replica's cache is bounded
+ * by the host memory its plan leaves spare (strata_plan_host_spare_bytes). */
+#define STRATA_BATCH_PREFIX_CACHE_FROM_PLAN UINT64_MAX
+
 /* How requests pick a replica. AFFINITY is the allocator's (home by key,
  * spill past the threshold); ROUND_ROBIN ignores keys and loads (request i
  * on replica i mod n), the peer routing is measured against. */
@@ -43,11 +47,15 @@ const char *strata_batch_route_name(strata_batch_route r); /* or "unknown" */
 
 typedef struct strata_batch_options {
 	/* The session every replica opens (positions and prefill are the
-	 * largest any request needs; plan.device names the kind). */
+	 * largest any request needs; plan.device names the kind). The
+	 * replicas share one host: unless session.plan.host_shared_by is
+	 * set, each replica's plan gets 1/replicas of the host budget. */
 	strata_session_options session;
 	uint32_t replicas;	       /* >= 1 */
 	uint64_t spill_threshold;      /* allocator's, in cost units */
-	uint64_t prefix_cache_bytes;   /* per replica; 0: no prefix cache */
+	/* Per replica; 0: no prefix cache; STRATA_BATCH_PREFIX_CACHE_FROM_PLAN:
+	 * what the replica's plan leaves spare of its host budget. */
+	uint64_t prefix_cache_bytes;
 	int32_t eos; /* the tokenizer's; -1: the model's (hparams) */
 	strata_batch_route route;
 	/* Replica i opens session.device_index = device_indices[i] (cuda:K);
@@ -84,6 +92,9 @@ typedef struct strata_batch_replica_stats {
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
 	uint64_t prefix_skipped;       /* prefixes larger than the budget */
 	uint64_t prefix_truncated;     /* entries cut to a shared part */
+	uint64_t prefix_budget_bytes;  /* the cache's bound */
+	uint64_t prefix_peak_bytes;    /* most it held, <= the bound */
+	bool prefix_budget_from_plan;  /* bound from the plan, not a number */
 	uint64_t peak_load;	       /* allocator load, cost units */
 	uint64_t routed;	       /* requests placed here */
 	uint64_t routed_home;	       /* ... whose home this is */
@@ -202,6 +213,7 @@ typedef struct strata_prefix_cache_stats {
 	uint64_t saved, evictions, skipped;
 	uint64_t truncated; /* entries cut down to the part a hit shared */
 	uint64_t bytes, entries, budget_bytes;
+	uint64_t peak_bytes; /* the most bytes held at once */
 } strata_prefix_cache_stats;
 
 void strata_prefix_cache_get_stats(const strata_prefix_cache *c,

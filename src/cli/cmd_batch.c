@@ -12,7 +12,6 @@
 #include "strata/backend.h"
 
 #define DEFAULT_NEW_TOKENS 256
-#define DEFAULT_PREFIX_CACHE_BYTES (64ull << 20)
 
 static void help(FILE *f)
 {
@@ -32,8 +31,10 @@ static void help(FILE *f)
 		"                        loaded more than T (prompt + max tokens)\n"
 		"                        above the least loaded (default: twice\n"
 		"                        the largest request)\n"
-		"  --prefix-cache SIZE   KV of earlier prompts kept per replica\n"
-		"                        for reuse (default 64MiB, 0 off)\n"
+		"  --prefix-cache SIZE|plan  KV of earlier prompts kept per\n"
+		"                        replica for reuse, at most SIZE (0 off)\n"
+		"                        or (default: plan) the host memory the\n"
+		"                        replica's plan leaves spare\n"
 		"  --route affinity|round-robin  how requests pick a replica\n"
 		"                        (default affinity: home by key)\n"
 		"  --batch B             sequences per forward pass: only 1 for\n"
@@ -76,9 +77,12 @@ static int value_option(batch_args *a, const char *opt, const char *v,
 			return strata_cli_usage("batch", "--route: '%s' is not "
 						"affinity or round-robin", v);
 	} else if (!strcmp(opt, "--prefix-cache")) {
-		if (strata_size_parse(v, &a->prefix_bytes, &err))
-			return strata_cli_usage("batch", "--prefix-cache: %s",
-						err.message);
+		if (!strcmp(v, "plan"))
+			a->prefix_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN;
+		else if (strata_size_parse(v, &a->prefix_bytes, &err) ||
+			 a->prefix_bytes == STRATA_BATCH_PREFIX_CACHE_FROM_PLAN)
+			return strata_cli_usage("batch", "--prefix-cache: '%s' "
+						"is not plan or a size", v);
 	} else if (!strcmp(opt, "--temperature")) {
 		return strata_cli_parse_float("batch", opt, v, 0, 1e6f,
 					      &a->sp.temperature);
@@ -416,7 +420,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 int strata_cmd_batch(int argc, char **argv)
 {
 	batch_args a = {.n = DEFAULT_NEW_TOKENS,
-			.prefix_bytes = DEFAULT_PREFIX_CACHE_BYTES};
+			.prefix_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN};
 	strata_sampler_params_default(&a.sp);
 	strata_cli_residency r;
 	strata_cli_residency_init(&r);

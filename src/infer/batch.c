@@ -283,6 +283,15 @@ void strata_batch_destroy(strata_batch *b)
 	strata_free(b);
 }
 
+/* Replica i's prefix cache bound: the option's bytes, or what its plan
+ * leaves spare of the host budget (docs/batch.md). */
+static uint64_t cache_budget(const strata_batch *b, uint32_t i)
+{
+	if (b->o.prefix_cache_bytes != STRATA_BATCH_PREFIX_CACHE_FROM_PLAN)
+		return b->o.prefix_cache_bytes;
+	return strata_plan_host_spare_bytes(b->r[i].session->plan);
+}
+
 /* Starts the workers and waits until each has opened its session. */
 static strata_status start_workers(strata_batch *b, strata_error *err)
 {
@@ -325,6 +334,8 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	if (!b)
 		return STRATA_E_NOMEM;
 	b->o = *o;
+	if (!b->o.session.plan.host_shared_by)
+		b->o.session.plan.host_shared_by = o->replicas;
 	b->o.device_indices = NULL; /* read by the workers before create ends */
 	if (o->device_indices) {
 		b->o.device_indices = b->device_indices;
@@ -349,12 +360,16 @@ strata_status strata_batch_create(const strata_batch_options *o,
 			      b->queue_cap, sizeof(size_t), "replica queue",
 			      err)))
 			st = STRATA_E_NOMEM;
-		else if (o->prefix_cache_bytes)
-			st = strata_prefix_cache_create(o->prefix_cache_bytes,
-							&b->r[i].cache, err);
 	}
 	if (st == STRATA_OK)
 		st = start_workers(b, err);
+	/* After the sessions open: a bound from the plan needs the plan.
+	 * The workers touch a cache only for a request, dispatched later
+	 * under the mutex. */
+	for (uint32_t i = 0; st == STRATA_OK && o->prefix_cache_bytes &&
+			     i < o->replicas; i++)
+		st = strata_prefix_cache_create(cache_budget(b, i),
+						&b->r[i].cache, err);
 	if (st) {
 		strata_batch_destroy(b);
 		return st;
@@ -518,6 +533,11 @@ void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 		out->prefix_bytes = c.bytes;
 		out->prefix_skipped = c.skipped;
 		out->prefix_truncated = c.truncated;
+		out->prefix_budget_bytes = c.budget_bytes;
+		out->prefix_peak_bytes = c.peak_bytes;
+		out->prefix_budget_from_plan =
+			b->o.prefix_cache_bytes ==
+			STRATA_BATCH_PREFIX_CACHE_FROM_PLAN;
 	}
 }
 

@@ -74,6 +74,11 @@ static void write_router(strata_json *j, strata_batch *b,
 		strata_json_kv_u64(j, "skipped", r.prefix_skipped);
 		strata_json_kv_u64(j, "truncated", r.prefix_truncated);
 		strata_json_kv_u64(j, "bytes", r.prefix_bytes);
+		strata_json_kv_u64(j, "peak_bytes", r.prefix_peak_bytes);
+		strata_json_kv_u64(j, "budget_bytes", r.prefix_budget_bytes);
+		strata_json_kv_string(j, "budget_source",
+				      r.prefix_budget_from_plan ? "plan"
+								: "option");
 		strata_json_object_end(j);
 		strata_json_object_end(j);
 	}

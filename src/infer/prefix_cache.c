@@ -226,6 +226,8 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 	e->next = c->head;
 	c->head = e;
 	c->stats.bytes += bytes;
+	if (c->stats.bytes > c->stats.peak_bytes)
+		c->stats.peak_bytes = c->stats.bytes;
 	c->stats.entries++;
 	c->stats.saved++;
 	return STRATA_OK;
