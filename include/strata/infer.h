@@ -248,6 +248,9 @@ strata_residency *strata_infer_window_engine(strata_infer_window *w);
 
 typedef struct strata_forward strata_forward;
 
+/* The most sequences (KV caches) one forward pass holds. */
+#define STRATA_FORWARD_MAX_SEQUENCES 256u
+
 /* Allocates the KV cache for `context` positions and activations for up to
  * `batch` positions per pass (prefill chunks). Borrows hp, compute and the
  * source, which must outlive it. E_NOMEM / E_OVERFLOW naming the buffer. */
@@ -277,6 +280,32 @@ strata_status strata_forward_create_device(const strata_infer_hparams *hp,
 strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
 					  uint32_t context, uint32_t batch,
 					  uint64_t *out, strata_error *err);
+
+/* Several sequences in one forward pass (issue 9's --batch B): the same
+ * as the three above with `sequences` KV caches of `context` positions
+ * each, activations for max(batch, sequences) rows, and (device mode)
+ * logits rows and the step's new keys and values for `sequences` rows. The
+ * one-sequence calls (run, reset, position, kv_*) act on the selected
+ * sequence (strata_forward_select; 0 at first); strata_forward_step runs
+ * one decode step of several at once. The plain functions are these with
+ * one sequence. E_INVALID_ARG for 0 or more than
+ * STRATA_FORWARD_MAX_SEQUENCES sequences. */
+strata_status strata_forward_create_seqs(const strata_infer_hparams *hp,
+					 strata_compute *compute,
+					 const strata_infer_source *src,
+					 uint32_t context, uint32_t batch,
+					 uint32_t sequences,
+					 strata_forward **out,
+					 strata_error *err);
+strata_status strata_forward_create_device_seqs(
+	const strata_infer_hparams *hp, strata_backend *b,
+	strata_compute *compute, const strata_infer_source *src,
+	uint32_t context, uint32_t batch, uint32_t sequences,
+	strata_forward **out, strata_error *err);
+strata_status strata_forward_device_bytes_seqs(const strata_infer_hparams *hp,
+					       uint32_t context, uint32_t batch,
+					       uint32_t sequences,
+					       uint64_t *out, strata_error *err);
 /* The device arena's figures (all zero for a host forward pass). */
 void strata_forward_arena_stats(const strata_forward *f,
 				strata_arena_stats *out);
@@ -292,9 +321,35 @@ void strata_forward_destroy(strata_forward *f);
 strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 				 uint32_t n, uint32_t pos, float *logits,
 				 float *last, strata_error *err);
-/* Forgets every cached position. */
+/* Forgets every cached position (of the selected sequence). */
 void strata_forward_reset(strata_forward *f);
 uint32_t strata_forward_position(const strata_forward *f);
+
+/* Makes sequence `seq` (< strata_forward_sequences) the one that run,
+ * reset, position and kv_* act on; the others keep their caches and
+ * positions. E_INVALID_ARG past the last sequence (nothing changes). */
+strata_status strata_forward_select(strata_forward *f, uint32_t seq,
+				    strata_error *err);
+uint32_t strata_forward_sequences(const strata_forward *f);
+/* Positions cached for sequence seq (0 past the last). */
+uint32_t strata_forward_position_of(const strata_forward *f, uint32_t seq);
+
+/* One decode step of `count` sequences at once: tokens[i] at the next
+ * position of sequence seqs[i] (distinct, each below
+ * strata_forward_sequences). The weight products run once over the
+ * `count` rows, each layer's weights acquired and released once, so in a
+ * streamed mode one pass of the weights serves `count` tokens; attention
+ * runs per sequence over its own cache. logits (count, vocab), row i for
+ * seqs[i]. Each row's result is the bits strata_forward_run of that one
+ * token on that sequence gives (the kernels' rows do not depend on the
+ * row count), on the CPU backend. Errors: E_INVALID_ARG for a bad list,
+ * E_INFER_CONTEXT for a sequence whose context is full, E_INFER_TOKEN,
+ * weight-source and kernel errors as they come (the listed sequences'
+ * caches then hold an undefined suffix); on success each listed position
+ * advances by one. The selection does not change. */
+strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
+				  const int32_t *tokens, uint32_t count,
+				  float *logits, strata_error *err);
 uint32_t strata_forward_context(const strata_forward *f);
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 

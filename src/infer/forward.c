@@ -18,37 +18,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "strata/infer.h"
+#include "infer/forward_internal.h"
 
-struct strata_forward {
-	const strata_infer_hparams *hp;
-	strata_compute *c;
-	const strata_infer_source *src;
-	uint32_t context, batch, pos;
-	uint32_t q_dim, kv_dim;
-	/* activations, `batch` rows each */
-	float *x;	/* (batch, dim) the residual stream */
-	float *xb;	/* (batch, dim) normed input / projection output */
-	float *q;	/* (batch, q_dim) */
-	float *att;	/* (batch, q_dim) attention output */
-	float *hb, *hb2; /* (batch, ffn) gate and up */
-	float *k_cache, *v_cache; /* (layers, context, kv_dim) */
-	float *inv_freq;	  /* (head_dim / 2), device mode: + 1 for `one` */
-	/* device mode only (NULL otherwise) */
-	strata_backend *b;
-	strata_arena *arena;	  /* every buffer above and below */
-	strata_stream *stream;	  /* CUDA: the compute stream; NULL on CPU */
-	float *logit_row;	  /* (vocab) one row of logits */
-	float *one;		  /* inv_freq[head_dim / 2] = 1.0f: the input
-				     of the half-to-f32 conversion GEMV */
-	/* Where half norms and biases are converted to f32: the MLP buffers,
-	 * which no step of attention or of the head uses, when they are large
-	 * enough; else buffers of their own. So the device buffers are the
-	 * plan's list (its unused key/value/score buffers cover inv_freq). */
-	float *norm_f32;	  /* (dim): hb2 or own */
-	float *bias_f32;	  /* (max(q_dim + 2 kv_dim, head_dim / 2)): hb or own */
-	float *own_norm, *own_bias;
-};
 
 /* One buffer of the forward pass: rows x cols floats. */
 typedef struct buf_spec {
@@ -77,16 +48,15 @@ static float *buffer(uint64_t rows, uint64_t cols, const char *what,
 	return strata_alloc_or_error((size_t)bytes, what, err);
 }
 
+/* The selected sequence's key / value cache rows. */
 static float *k_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
-	return f->k_cache +
-	       ((uint64_t)layer * f->context + pos) * f->kv_dim;
+	return strata__forward_k_at(f, f->seq, layer, pos);
 }
 
 static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
-	return f->v_cache +
-	       ((uint64_t)layer * f->context + pos) * f->kv_dim;
+	return strata__forward_v_at(f, f->seq, layer, pos);
 }
 
 /* The buffers of f for hp, context and batch (f's fields must be set); the
@@ -94,25 +64,30 @@ static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 static size_t buffer_list(strata_forward *f, bool device, buf_spec *out)
 {
 	const strata_infer_hparams *hp = f->hp;
-	uint64_t cache_rows = (uint64_t)hp->layers * f->context;
+	/* (sequences x layers x context) cannot overflow: each is 32 bits */
+	uint64_t cache_rows = (uint64_t)f->sequences * hp->layers * f->context;
 	size_t n = 0;
 #define BUF(field, r, c, w) out[n++] = (buf_spec){&f->field, (r), (c), (w)}
-	BUF(x, f->batch, hp->dim, "residual stream");
-	BUF(xb, f->batch, hp->dim, "normed activations");
-	BUF(q, f->batch, f->q_dim, "queries");
-	BUF(att, f->batch, f->q_dim, "attention output");
-	BUF(hb, f->batch, hp->ffn, "MLP gate");
-	BUF(hb2, f->batch, hp->ffn, "MLP up");
+	BUF(x, f->rows, hp->dim, "residual stream");
+	BUF(xb, f->rows, hp->dim, "normed activations");
+	BUF(q, f->rows, f->q_dim, "queries");
+	BUF(att, f->rows, f->q_dim, "attention output");
+	BUF(hb, f->rows, hp->ffn, "MLP gate");
+	BUF(hb2, f->rows, hp->ffn, "MLP up");
 	BUF(k_cache, cache_rows, f->kv_dim, "key cache");
 	BUF(v_cache, cache_rows, f->kv_dim, "value cache");
 	BUF(inv_freq, hp->head_dim / 2 + (device ? 1 : 0), 1,
 	    "rope frequencies");
+	if (f->sequences > 1) {
+		BUF(k_new, f->sequences, f->kv_dim, "step keys");
+		BUF(v_new, f->sequences, f->kv_dim, "step values");
+	}
 	if (device) {
-		uint64_t mlp = (uint64_t)f->batch * hp->ffn;
+		uint64_t mlp = (uint64_t)f->rows * hp->ffn;
 		uint64_t bias = (uint64_t)f->q_dim + 2ull * f->kv_dim;
 		if (bias < hp->head_dim / 2)
 			bias = hp->head_dim / 2;
-		BUF(logit_row, 1, hp->vocab, "logits row");
+		BUF(logit_row, f->sequences, hp->vocab, "logits rows");
 		if (mlp < hp->dim)
 			BUF(own_norm, 1, hp->dim, "norm weights (f32)");
 		if (mlp < bias)
@@ -413,31 +388,108 @@ static strata_status chunk(strata_forward *f, const int32_t *tokens,
 	return st;
 }
 
+/* forward_internal.h's names for the helpers above (forward_step.c). */
+strata_status strata__forward_mm(strata_forward *f, float *y, const float *x,
+				 const float *w, uint8_t elem,
+				 const float *bias, uint32_t n, uint32_t in,
+				 uint32_t out, strata_error *err)
+{
+	return mm(f, y, x, w, elem, bias, n, in, out, err);
+}
+
+strata_status strata__forward_as_f32(strata_forward *f, const float *w,
+				     uint8_t elem, uint32_t count,
+				     float *scratch, const float **out,
+				     strata_error *err)
+{
+	return as_f32(f, w, elem, count, scratch, out, err);
+}
+
+strata_status strata__forward_embed(strata_forward *f, const int32_t *tokens,
+				    uint32_t n, strata_error *err)
+{
+	return embed(f, tokens, n, err);
+}
+
+strata_status strata__forward_mlp(strata_forward *f,
+				  const strata_infer_layer *w, uint32_t n,
+				  strata_error *err)
+{
+	return mlp_block(f, w, n, err);
+}
+
+strata_status strata__forward_download(const strata_forward *f, void *dst,
+				       const void *src, uint64_t bytes,
+				       strata_error *err)
+{
+	return download(f, dst, src, bytes, err);
+}
+
+strata_status strata__forward_upload(const strata_forward *f, void *dst,
+				     const void *src, uint64_t bytes,
+				     strata_error *err)
+{
+	return upload(f, dst, src, bytes, err);
+}
+
+strata_status strata__forward_finish(const strata_forward *f,
+				     strata_error *err)
+{
+	return finish(f, err);
+}
+
 /* ------------------------------------------------------------------------ */
+
+/* The shape fields of f, which the buffer list reads: prefill chunks of at
+ * most `batch` (the context at most), `sequences` KV caches, and activation
+ * rows for the larger of a chunk and one decode step of every sequence. */
+static strata_status set_shape(strata_forward *f,
+			       const strata_infer_hparams *hp,
+			       uint32_t context, uint32_t batch,
+			       uint32_t sequences, strata_error *err)
+{
+	if (!hp || !context || !batch || !sequences)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "forward pass: NULL argument or zero "
+				   "context/batch/sequences");
+	if (sequences > STRATA_FORWARD_MAX_SEQUENCES)
+		return strata_fail(err, STRATA_E_INVALID_ARG, "lower --batch",
+				   "forward pass: %u sequences, at most %u",
+				   sequences, STRATA_FORWARD_MAX_SEQUENCES);
+	f->hp = hp;
+	f->context = context;
+	f->batch = batch > context ? context : batch;
+	f->sequences = sequences;
+	f->rows = f->batch > sequences ? f->batch : sequences;
+	f->q_dim = hp->heads * hp->head_dim;
+	f->kv_dim = hp->kv_heads * hp->head_dim;
+	return STRATA_OK;
+}
 
 /* A forward pass with its fields set and no buffers yet. */
 static strata_status start(const strata_infer_hparams *hp,
 			   strata_compute *compute,
 			   const strata_infer_source *src, uint32_t context,
-			   uint32_t batch, strata_forward **out,
-			   strata_error *err)
+			   uint32_t batch, uint32_t sequences,
+			   strata_forward **out, strata_error *err)
 {
-	if (!hp || !compute || !src || !out || !context || !batch)
+	strata_forward shape = {0};
+	strata_status st = set_shape(&shape, hp, context, batch, sequences,
+				     err);
+	if (st)
+		return st;
+	if (!compute || !src || !out)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
-				   "forward pass: NULL argument or zero "
-				   "context/batch");
+				   "forward pass: NULL argument");
 	strata_forward *f = strata_calloc_or_error(1, sizeof *f,
 						   "forward pass", err);
 	if (!f)
 		return STRATA_E_NOMEM;
-	f->hp = hp;
+	*f = shape;
 	f->c = compute;
 	f->src = src;
-	f->context = context;
-	f->batch = batch > context ? context : batch;
-	f->q_dim = hp->heads * hp->head_dim;
-	f->kv_dim = hp->kv_heads * hp->head_dim;
 	*out = f;
 	return STRATA_OK;
 }
@@ -466,8 +518,21 @@ strata_status strata_forward_create(const strata_infer_hparams *hp,
 				    uint32_t context, uint32_t batch,
 				    strata_forward **out, strata_error *err)
 {
+	return strata_forward_create_seqs(hp, compute, src, context, batch, 1,
+					  out, err);
+}
+
+strata_status strata_forward_create_seqs(const strata_infer_hparams *hp,
+					 strata_compute *compute,
+					 const strata_infer_source *src,
+					 uint32_t context, uint32_t batch,
+					 uint32_t sequences,
+					 strata_forward **out,
+					 strata_error *err)
+{
 	strata_forward *f;
-	strata_status st = start(hp, compute, src, context, batch, &f, err);
+	strata_status st = start(hp, compute, src, context, batch, sequences,
+				 &f, err);
 	if (st)
 		return st;
 	buf_spec b[MAX_BUFFERS];
@@ -532,12 +597,23 @@ strata_status strata_forward_create_device(const strata_infer_hparams *hp,
 					   strata_forward **out,
 					   strata_error *err)
 {
+	return strata_forward_create_device_seqs(hp, b, compute, src, context,
+						 batch, 1, out, err);
+}
+
+strata_status strata_forward_create_device_seqs(
+	const strata_infer_hparams *hp, strata_backend *b,
+	strata_compute *compute, const strata_infer_source *src,
+	uint32_t context, uint32_t batch, uint32_t sequences,
+	strata_forward **out, strata_error *err)
+{
 	strata_forward *f;
 	if (!b)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "forward pass: no backend for device mode");
-	strata_status st = start(hp, compute, src, context, batch, &f, err);
+	strata_status st = start(hp, compute, src, context, batch, sequences,
+				 &f, err);
 	if (st)
 		return st;
 	f->b = b;
@@ -573,15 +649,23 @@ strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
 					  uint32_t context, uint32_t batch,
 					  uint64_t *out, strata_error *err)
 {
-	if (!hp || !out || !context || !batch)
+	return strata_forward_device_bytes_seqs(hp, context, batch, 1, out,
+						err);
+}
+
+strata_status strata_forward_device_bytes_seqs(const strata_infer_hparams *hp,
+					       uint32_t context, uint32_t batch,
+					       uint32_t sequences,
+					       uint64_t *out, strata_error *err)
+{
+	strata_forward f = {0};
+	strata_status st = set_shape(&f, hp, context, batch, sequences, err);
+	if (st)
+		return st;
+	if (!out)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
-				   "forward device bytes: NULL argument or "
-				   "zero context/batch");
-	strata_forward f = {.hp = hp, .context = context,
-			    .batch = batch > context ? context : batch,
-			    .q_dim = hp->heads * hp->head_dim,
-			    .kv_dim = hp->kv_heads * hp->head_dim};
+				   "forward device bytes: NULL argument");
 	return device_total(&f, out, err);
 }
 
@@ -609,6 +693,8 @@ void strata_forward_destroy(strata_forward *f)
 	strata_free(f->att);
 	strata_free(f->hb);
 	strata_free(f->hb2);
+	strata_free(f->k_new);
+	strata_free(f->v_new);
 	strata_free(f->k_cache);
 	strata_free(f->v_cache);
 	strata_free(f->inv_freq);
@@ -619,12 +705,12 @@ strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 				 uint32_t n, uint32_t pos, float *logits,
 				 float *last, strata_error *err)
 {
-	if (!f || !tokens || n == 0 || pos != f->pos)
+	if (!f || !tokens || n == 0 || pos != f->pos[f->seq])
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "forward pass: no tokens, or position %u "
 				   "is not the next one (%u)",
-				   pos, f ? f->pos : 0);
+				   pos, f ? f->pos[f->seq] : 0);
 	if ((uint64_t)pos + n > f->context)
 		return strata_fail(err, STRATA_E_INFER_CONTEXT,
 				   "give a shorter prompt or fewer tokens, or "
@@ -650,19 +736,41 @@ strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 		if (st)
 			return st;
 		done += m;
-		f->pos = pos + done;
+		f->pos[f->seq] = pos + done;
 	}
 	return STRATA_OK;
 }
 
 void strata_forward_reset(strata_forward *f)
 {
-	f->pos = 0;
+	f->pos[f->seq] = 0;
+}
+
+strata_status strata_forward_select(strata_forward *f, uint32_t seq,
+				   strata_error *err)
+{
+	if (seq >= f->sequences)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "forward pass: sequence %u of %u", seq,
+				   f->sequences);
+	f->seq = seq;
+	return STRATA_OK;
+}
+
+uint32_t strata_forward_sequences(const strata_forward *f)
+{
+	return f->sequences;
+}
+
+uint32_t strata_forward_position_of(const strata_forward *f, uint32_t seq)
+{
+	return seq < f->sequences ? f->pos[seq] : 0;
 }
 
 uint32_t strata_forward_position(const strata_forward *f)
 {
-	return f->pos;
+	return f->pos[f->seq];
 }
 
 uint32_t strata_forward_context(const strata_forward *f)
@@ -673,89 +781,4 @@ uint32_t strata_forward_context(const strata_forward *f)
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f)
 {
 	return f->hp;
-}
-
-/* ------------------------------------------------------------------------ */
-/* KV save and restore (issue 9: a replica's prefix cache)                  */
-/* ------------------------------------------------------------------------ */
-
-/* The layout of a saved prefix is, per layer in order, the key rows then the
- * value rows of positions [0, positions): (layers, 2, positions, kv_dim).
- * A host-memory cache is copied directly; a device one (device mode) goes
- * through the backend's copies (CUDA: device-to-host and host-to-device). */
-
-strata_status strata_forward_kv_bytes(const strata_forward *f,
-				      uint32_t positions, uint64_t *out,
-				      strata_error *err)
-{
-	uint64_t rows, floats;
-	if (strata_checked_mul((uint64_t)f->hp->layers * 2, positions, &rows,
-			       "saved KV rows", err) ||
-	    strata_checked_mul(rows, f->kv_dim, &floats, "saved KV floats",
-			       err) ||
-	    strata_checked_mul(floats, sizeof(float), out, "saved KV bytes",
-			       err))
-		return err ? err->code : STRATA_E_OVERFLOW;
-	return STRATA_OK;
-}
-
-strata_status strata_forward_kv_save(const strata_forward *f,
-				     uint32_t positions, float *dst,
-				     uint64_t dst_bytes, strata_error *err)
-{
-	uint64_t need;
-	strata_status st = strata_forward_kv_bytes(f, positions, &need, err);
-	if (st)
-		return st;
-	if (positions > f->pos || dst_bytes < need)
-		return strata_fail(err, STRATA_E_INVALID_ARG,
-				   "this is a bug in the caller",
-				   "KV save: %u positions asked, %u cached; "
-				   "%llu bytes given, %llu needed",
-				   positions, f->pos,
-				   (unsigned long long)dst_bytes,
-				   (unsigned long long)need);
-	size_t row = (size_t)positions * f->kv_dim;
-	/* device mode: the cache is device memory, read back by copies */
-	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
-		st = download(f, dst, k_at(f, l, 0), row * sizeof(float), err);
-		if (st == STRATA_OK)
-			st = download(f, dst + row, v_at(f, l, 0),
-				      row * sizeof(float), err);
-		dst += 2 * row;
-	}
-	return st ? st : finish(f, err);
-}
-
-strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
-					uint32_t saved, uint32_t positions,
-					strata_error *err)
-{
-	if (positions > saved)
-		return strata_fail(err, STRATA_E_INVALID_ARG,
-				   "this is a bug in the caller",
-				   "KV restore: %u positions asked of %u saved",
-				   positions, saved);
-	if (positions > f->context)
-		return strata_fail(err, STRATA_E_INFER_CONTEXT,
-				   "raise --context",
-				   "KV restore: %u positions do not fit the "
-				   "context of %u",
-				   positions, f->context);
-	size_t row = (size_t)positions * f->kv_dim;
-	size_t stride = (size_t)saved * f->kv_dim;
-	strata_status st = STRATA_OK;
-	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
-		st = upload(f, k_at(f, l, 0), src, row * sizeof(float), err);
-		if (st == STRATA_OK)
-			st = upload(f, v_at(f, l, 0), src + stride,
-				    row * sizeof(float), err);
-		src += 2 * stride;
-	}
-	if (st) {
-		f->pos = 0; /* part of the cache was overwritten */
-		return st;
-	}
-	f->pos = positions;
-	return STRATA_OK;
 }

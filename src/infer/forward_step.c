@@ -1,0 +1,233 @@
+/* forward_step.c - one decode step of several sequences at once: B rows,
+ * each its own token, position and KV cache (layer: infer).
+ *
+ * The weight products, which dominate a step and are what a streamed
+ * residency pays for, run once over all B rows, and each layer's weights are
+ * acquired and released once per step: in host:D or disk mode one pass of
+ * the weights serves B tokens (the FlexGen lesson, issue 9's --batch B).
+ * Attention is per sequence, one query against that sequence's own cache
+ * at its own position, through the same kernel a one-sequence decode uses.
+ *
+ * Only kernel-table calls and forward.c's helpers are used, so the step
+ * runs on every backend, host or device buffers alike. On the CPU the
+ * kernels compute each row the same whatever the row count, so a step's
+ * row is bit for bit the one-sequence decode of that token.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "infer/forward_internal.h"
+
+/* ------------------------------------------------------------------------ */
+
+static strata_status check_step(const strata_forward *f, const uint32_t *seqs,
+				const int32_t *tokens, uint32_t count,
+				strata_error *err)
+{
+	bool seen[STRATA_FORWARD_MAX_SEQUENCES] = {false};
+	if (!f || !seqs || !tokens || count == 0 || count > f->sequences)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller",
+				   "forward step: %u sequences given, between "
+				   "1 and %u wanted",
+				   count, f ? f->sequences : 0);
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t s = seqs[i];
+		if (s >= f->sequences || seen[s])
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "this is a bug in the caller",
+					   "forward step: sequence %u (row %u) "
+					   "is past the last (%u) or listed "
+					   "twice",
+					   s, i, f->sequences - 1);
+		seen[s] = true;
+		if (f->pos[s] >= f->context)
+			return strata_fail(err, STRATA_E_INFER_CONTEXT,
+					   "give fewer tokens, or raise "
+					   "--context",
+					   "sequence %u has used its whole "
+					   "context of %u",
+					   s, f->context);
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= f->hp->vocab)
+			return strata_fail(err, STRATA_E_INFER_TOKEN,
+					   "give token ids below the "
+					   "vocabulary size",
+					   "token %d (row %u) is outside the "
+					   "vocabulary of %u",
+					   tokens[i], i, f->hp->vocab);
+	}
+	return STRATA_OK;
+}
+
+/* Copies row `row` of src (rows, dim) to dst (dim) on the device: the
+ * embedding gather with one id is exactly a row copy, and it is in every
+ * backend's kernel table. */
+static strata_status copy_row(strata_forward *f, float *dst, const float *src,
+			      uint32_t rows, uint32_t row, uint32_t dim,
+			      strata_error *err)
+{
+	int32_t id = (int32_t)row;
+	return strata_kernel_embed(f->c, dst, src, rows, &id, 1, dim, err);
+}
+
+/* For each row i: rotate its query and new key at its sequence's position,
+ * put the new key and value into that sequence's cache (one row: the
+ * products wrote them there already), and attend over the cache. */
+static strata_status attend_rows(strata_forward *f, uint32_t layer,
+				 const uint32_t *seqs, uint32_t count,
+				 strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	strata_compute *c = f->c;
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < count; i++) {
+		uint32_t s = seqs[i], p = f->pos[s];
+		float *q = f->q + (uint64_t)i * f->q_dim;
+		float *k = strata__forward_k_at(f, s, layer, p);
+		float *v = strata__forward_v_at(f, s, layer, p);
+		strata_attention_shape shape = {
+			.n = 1, .pos0 = p, .heads = hp->heads,
+			.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
+			.window = hp->window,
+			.scale = 1.0f / sqrtf((float)hp->head_dim),
+		};
+		if (count > 1 &&
+		    ((st = copy_row(f, k, f->k_new, count, i, f->kv_dim,
+				    err)) ||
+		     (st = copy_row(f, v, f->v_new, count, i, f->kv_dim,
+				    err))))
+			break;
+		if ((st = strata_kernel_rope(c, q, 1, p, hp->heads,
+					     hp->head_dim, f->inv_freq,
+					     hp->rope_layout, err)) ||
+		    (st = strata_kernel_rope(c, k, 1, p, hp->kv_heads,
+					     hp->head_dim, f->inv_freq,
+					     hp->rope_layout, err)))
+			break;
+		st = strata_kernel_attention(
+			c, f->att + (uint64_t)i * f->q_dim, q,
+			strata__forward_k_at(f, s, layer, 0),
+			strata__forward_v_at(f, s, layer, 0), &shape, err);
+	}
+	return st;
+}
+
+/* x += attention(rmsnorm(x)) for the step's rows: q, k, v and the output
+ * projection over all rows at once. One row writes its key and value
+ * straight into its cache, as the one-sequence decode does; several go
+ * through k_new / v_new. */
+static strata_status attention_step(strata_forward *f,
+				    const strata_infer_layer *w,
+				    uint32_t layer, const uint32_t *seqs,
+				    uint32_t count, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const uint8_t *e = w->elem;
+	const float *norm, *bq, *bk, *bv;
+	float *bias = f->bias_f32;
+	float *k = count > 1 ? f->k_new
+			     : strata__forward_k_at(f, seqs[0], layer,
+						    f->pos[seqs[0]]);
+	float *v = count > 1 ? f->v_new
+			     : strata__forward_v_at(f, seqs[0], layer,
+						    f->pos[seqs[0]]);
+	strata_status st;
+	if ((st = strata__forward_as_f32(f, w->attn_norm,
+					 e[STRATA_SLOT_ATTN_NORM], hp->dim,
+					 f->norm_f32, &norm, err)) ||
+	    (st = strata__forward_as_f32(f, w->bq, e[STRATA_SLOT_BQ],
+					 f->q_dim, bias, &bq, err)) ||
+	    (st = strata__forward_as_f32(f, w->bk, e[STRATA_SLOT_BK],
+					 f->kv_dim,
+					 bias ? bias + f->q_dim : NULL, &bk,
+					 err)) ||
+	    (st = strata__forward_as_f32(
+		     f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
+		     bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
+	    (st = strata_kernel_rmsnorm(f->c, f->xb, f->x, norm, count,
+					hp->dim, hp->norm_eps, err)) ||
+	    (st = strata__forward_mm(f, f->q, f->xb, w->wq, e[STRATA_SLOT_WQ],
+				     bq, count, hp->dim, f->q_dim, err)) ||
+	    (st = strata__forward_mm(f, k, f->xb, w->wk, e[STRATA_SLOT_WK], bk,
+				     count, hp->dim, f->kv_dim, err)) ||
+	    (st = strata__forward_mm(f, v, f->xb, w->wv, e[STRATA_SLOT_WV], bv,
+				     count, hp->dim, f->kv_dim, err)) ||
+	    (st = attend_rows(f, layer, seqs, count, err)) ||
+	    (st = strata__forward_mm(f, f->xb, f->att, w->wo,
+				     e[STRATA_SLOT_WO], NULL, count, f->q_dim,
+				     hp->dim, err)))
+		return st;
+	return strata_kernel_add(f->c, f->x, f->xb, (uint64_t)count * hp->dim,
+				 err);
+}
+
+/* One layer for the step's rows, its weights held once for all of them. */
+static strata_status layer_step(strata_forward *f, uint32_t layer,
+				const uint32_t *seqs, uint32_t count,
+				strata_error *err)
+{
+	strata_infer_layer w;
+	strata_status st = f->src->ops->acquire(f->src->user, layer, &w, err);
+	if (st)
+		return strata_error_prefix(err, "layer %u", layer);
+	st = attention_step(f, &w, layer, seqs, count, err);
+	if (st == STRATA_OK)
+		st = strata__forward_mlp(f, &w, count, err);
+	/* the first failure is the one reported (forward.c's layer_pass) */
+	strata_error scratch;
+	strata_status rst = f->src->ops->release(f->src->user, layer,
+						 st ? &scratch : err);
+	return st ? st : rst;
+}
+
+/* Final norm and LM head over every row: straight into logits (count,
+ * vocab) on the host; in device mode into the logits rows, then copied
+ * back. */
+static strata_status head_step(strata_forward *f, uint32_t count,
+			       float *logits, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_infer_statics *s = &f->src->statics;
+	const float *norm;
+	float *out = f->arena ? f->logit_row : logits;
+	strata_status st = strata__forward_as_f32(f, s->final_norm,
+						  s->final_norm_elem, hp->dim,
+						  f->norm_f32, &norm, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_rmsnorm(f->c, f->xb, f->x, norm, count,
+					   hp->dim, hp->norm_eps, err);
+	if (st == STRATA_OK)
+		st = strata__forward_mm(f, out, f->xb, s->lm_head,
+					s->lm_head_elem, NULL, count, hp->dim,
+					hp->vocab, err);
+	if (st == STRATA_OK && f->arena)
+		st = strata__forward_download(f, logits, f->logit_row,
+					      (uint64_t)count * hp->vocab *
+						      sizeof(float),
+					      err);
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
+				  const int32_t *tokens, uint32_t count,
+				  float *logits, strata_error *err)
+{
+	strata_status st = check_step(f, seqs, tokens, count, err);
+	if (st)
+		return st;
+	st = strata__forward_embed(f, tokens, count, err);
+	for (uint32_t l = 0; st == STRATA_OK && l < f->hp->layers; l++)
+		st = layer_step(f, l, seqs, count, err);
+	if (st == STRATA_OK && logits)
+		st = head_step(f, count, logits, err);
+	if (st == STRATA_OK)
+		st = strata__forward_finish(f, err);
+	if (st)
+		return st;
+	for (uint32_t i = 0; i < count; i++)
+		f->pos[seqs[i]]++;
+	return STRATA_OK;
+}

@@ -1,0 +1,412 @@
+/* test_forward_step.c - one decode step of several sequences at once
+ * (issue 9's --batch B): on every reference model and stories260K, each
+ * row of a step is bit for bit the one-sequence decode of that token, for
+ * sequences at different positions, in any order and any subset, with host
+ * buffers and with device-mode buffers (CPU backend) under a streamed
+ * window; a step acquires each layer's weights once whatever the row count;
+ * the device bytes count every sequence's KV cache and fit the plan's
+ * batch; bad step lists are refused with nothing changed; OOM loop
+ * (layer: infer). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "infer/refmodel.h"
+
+#define GIB (1ull << 30)
+#define CONTEXT 48u
+#define BATCH 8u
+#define SEQS 4u
+#define DECODES 4u /* per sequence over the schedule below */
+
+/* Which sequences each step runs, in that row order: all, subsets,
+ * reversed; every sequence gets DECODES tokens in all. */
+static const uint32_t schedule[][SEQS + 1] = {
+	{4, 0, 1, 2, 3}, {2, 3, 1}, {1, 2}, {4, 3, 0, 2, 1},
+	{3, 1, 0, 3},	 {1, 0},    {1, 2},
+};
+#define STEPS (sizeof schedule / sizeof *schedule)
+
+/* Prompt k: the reference tokens rotated by k, 3 + 2k of them, so the
+ * sequences differ in content and in position. */
+static uint32_t prompt_of(const ref_data *r, uint32_t k, int32_t *out)
+{
+	uint32_t n = 3 + 2 * k;
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = r->tokens[(i + k) % r->n_tokens];
+	return n;
+}
+
+/* The token sequence k feeds at its j-th decode. */
+static int32_t token_of(const ref_data *r, uint32_t k, uint32_t j)
+{
+	return r->tokens[(5 * k + 3 * j + 1) % r->n_tokens];
+}
+
+/* want[k][j] (vocab): logits of sequence k's j-th decode, one sequence at
+ * a time through strata_forward_run. */
+static void one_at_a_time(const ref_open *m, const ref_data *r, float *want)
+{
+	strata_error err;
+	strata_compute *c;
+	strata_forward *f;
+	int32_t p[16];
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(&m->hp, c, &m->src, CONTEXT,
+					       BATCH, &f, &err),
+			 STRATA_OK);
+	for (uint32_t k = 0; k < SEQS; k++) {
+		uint32_t n = prompt_of(r, k, p);
+		strata_forward_reset(f);
+		assert_int_equal(strata_forward_run(f, p, n, 0, NULL, NULL,
+						    &err),
+				 STRATA_OK);
+		for (uint32_t j = 0; j < DECODES; j++) {
+			int32_t t = token_of(r, k, j);
+			float *row = want + ((uint64_t)k * DECODES + j) * r->vocab;
+			assert_int_equal(strata_forward_run(f, &t, 1, n + j,
+							    NULL, row, &err),
+					 STRATA_OK);
+		}
+	}
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+}
+
+/* Prefills each sequence of f, then runs the schedule through
+ * strata_forward_step and compares every row with want. */
+static void stepped(const char *name, strata_forward *f, const ref_data *r,
+		    const float *want)
+{
+	strata_error err;
+	int32_t p[16], toks[SEQS];
+	uint32_t done[SEQS] = {0}, n[SEQS];
+	float *got = strata_alloc((uint64_t)SEQS * r->vocab * sizeof *got);
+	assert_non_null(got);
+	for (uint32_t k = 0; k < SEQS; k++) {
+		n[k] = prompt_of(r, k, p);
+		assert_int_equal(strata_forward_select(f, k, &err), STRATA_OK);
+		assert_int_equal(strata_forward_run(f, p, n[k], 0, NULL, NULL,
+						    &err),
+				 STRATA_OK);
+	}
+	for (size_t s = 0; s < STEPS; s++) {
+		uint32_t count = schedule[s][0];
+		const uint32_t *seqs = &schedule[s][1];
+		for (uint32_t i = 0; i < count; i++)
+			toks[i] = token_of(r, seqs[i], done[seqs[i]]);
+		if (strata_forward_step(f, seqs, toks, count, got, &err))
+			fail_msg("%s step %zu: %s", name, s, err.message);
+		for (uint32_t i = 0; i < count; i++) {
+			uint32_t k = seqs[i];
+			const float *w = want + ((uint64_t)k * DECODES +
+						 done[k]) * r->vocab;
+			if (memcmp(got + (uint64_t)i * r->vocab, w,
+				   r->vocab * sizeof *got))
+				fail_msg("%s step %zu row %u (sequence %u): "
+					 "logits differ from its own decode",
+					 name, s, i, k);
+			done[k]++;
+			assert_int_equal(strata_forward_position_of(f, k),
+					 n[k] + done[k]);
+		}
+	}
+	for (uint32_t k = 0; k < SEQS; k++)
+		assert_int_equal(done[k], DECODES);
+	strata_free(got);
+}
+
+/* The plan's KV cache and workspace for SEQS sequences (the session plans
+ * --batch B this way). */
+static uint64_t planned_buffers(const strata_infer_hparams *hp)
+{
+	strata_plan_arch a = {
+		.known = true, .family = "llama", .layers = hp->layers,
+		.hidden = hp->dim, .intermediate = hp->ffn,
+		.heads = hp->heads, .kv_heads = hp->kv_heads,
+		.head_dim = hp->head_dim, .vocab = hp->vocab,
+		.max_context = hp->context,
+	};
+	strata_plan_shape sh = {.context = CONTEXT, .batch = SEQS,
+				.prefill_chunk = BATCH};
+	strata_plan_memory m;
+	strata_error err;
+	assert_int_equal(strata_plan_memory_compute(&a, &sh,
+						    STRATA_PLAN_DEVICE_CUDA,
+						    STRATA_DTYPE_F32, 0, 0, &m,
+						    &err),
+			 STRATA_OK);
+	return m.kv_cache_bytes + m.workspace_bytes;
+}
+
+/* Device-mode buffers on the CPU backend under a host:1 window (weights
+ * streamed one layer at a time): the same bits, and the arena is the
+ * computed size, every sequence's cache included, within the plan. */
+static void stepped_device(const char *name, ref_open *m, const ref_data *r,
+			   const float *want)
+{
+	strata_error err;
+	strata_infer_window_options o = {.mode = STRATA_RESIDENCY_HOST,
+					 .depth = 1,
+					 .device_budget_bytes = GIB,
+					 .host_budget_bytes = GIB};
+	strata_weight_store *ws;
+	strata_backend *b;
+	strata_infer_window *w;
+	strata_infer_source src;
+	strata_compute *c;
+	strata_forward *f;
+	uint64_t one, need;
+	assert_int_equal(strata_weight_store_create(m->cat, NULL, &ws, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	if (strata_infer_window_create(b, &m->t, ws, &o, &w, &src, &err))
+		fail_msg("%s: %s", name, err.message);
+	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
+	if (strata_forward_create_device_seqs(&m->hp, b, c, &src, CONTEXT,
+					      BATCH, SEQS, &f, &err))
+		fail_msg("%s: %s", name, err.message);
+	stepped(name, f, r, want);
+	assert_int_equal(strata_forward_device_bytes_seqs(&m->hp, CONTEXT,
+							  BATCH, SEQS, &need,
+							  &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_device_bytes(&m->hp, CONTEXT, BATCH,
+						     &one, &err),
+			 STRATA_OK);
+	uint64_t cache = 2ull * m->hp.layers * CONTEXT * m->hp.kv_heads *
+			 m->hp.head_dim * sizeof(float);
+	assert_true(need >= one + (SEQS - 1) * cache);
+	assert_true(need <= planned_buffers(&m->hp));
+	strata_arena_stats as;
+	strata_forward_arena_stats(f, &as);
+	assert_true(as.capacity_bytes == need);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	strata_infer_window_destroy(w);
+	strata_backend_destroy(b);
+	strata_weight_store_destroy(ws);
+}
+
+static void check_model(const char *name, const char *path, ref_data *rp)
+{
+	ref_data r = *rp;
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	float *want = strata_alloc((uint64_t)SEQS * DECODES * r.vocab *
+				   sizeof *want);
+	assert_non_null(want);
+	one_at_a_time(&m, &r, want);
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &m.src, CONTEXT,
+						    BATCH, SEQS, &f, &err),
+			 STRATA_OK);
+	stepped(name, f, &r, want);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	stepped_device(name, &m, &r, want);
+	strata_free(want);
+	ref_close_model(&m);
+}
+
+static void test_step_rows_are_one_sequence_decodes(void **state)
+{
+	(void)state;
+	char path[1024];
+	ref_data r;
+	for (int i = 0; i < REF_MODEL_COUNT; i++) {
+		ref_path(path, sizeof path, ref_models[i], NULL);
+		ref_load(ref_models[i], &r);
+		check_model(ref_models[i], path, &r);
+		ref_free(&r);
+	}
+	/* stories260K: tokens of "Once upon a time" and after */
+	static const int32_t story[] = {1, 403, 407, 261, 378, 1076 % 512,
+					 29, 442, 395, 263, 267, 312};
+	memset(&r, 0, sizeof r);
+	r.n_tokens = sizeof story / sizeof *story;
+	memcpy(r.tokens, story, sizeof story);
+	r.vocab = 512;
+	check_model("stories260K", STRATA_SOURCE_DIR "/models/stories260K", &r);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* The loaded source with a count of acquires. */
+typedef struct counting {
+	const strata_infer_source *inner;
+	uint64_t acquires;
+} counting;
+
+static strata_status count_acquire(void *user, uint32_t layer,
+				   strata_infer_layer *out, strata_error *err)
+{
+	counting *c = user;
+	c->acquires++;
+	return c->inner->ops->acquire(c->inner->user, layer, out, err);
+}
+
+static strata_status count_release(void *user, uint32_t layer,
+				   strata_error *err)
+{
+	counting *c = user;
+	return c->inner->ops->release(c->inner->user, layer, err);
+}
+
+static const strata_infer_source_ops counting_ops = {count_acquire,
+						     count_release};
+
+/* Four sequences in one step cost one pass of the weights, as one does;
+ * four one-sequence decodes cost four. */
+static void test_step_acquires_each_layer_once(void **state)
+{
+	(void)state;
+	ref_open m;
+	ref_open_model(STRATA_SOURCE_DIR "/models/stories260K", &m);
+	counting cnt = {.inner = &m.src};
+	strata_infer_source src = {.ops = &counting_ops, .user = &cnt,
+				   .statics = m.src.statics};
+	strata_error err;
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &src, 16, 4,
+						    SEQS, &f, &err),
+			 STRATA_OK);
+	uint32_t seqs[SEQS] = {0, 1, 2, 3};
+	int32_t toks[SEQS] = {1, 50, 100, 200};
+	float *logits = strata_alloc((uint64_t)SEQS * m.hp.vocab * 4);
+	assert_int_equal(strata_forward_step(f, seqs, toks, SEQS, logits,
+					     &err),
+			 STRATA_OK);
+	assert_int_equal(cnt.acquires, m.hp.layers);
+	for (uint32_t k = 0; k < SEQS; k++) {
+		assert_int_equal(strata_forward_select(f, k, &err), STRATA_OK);
+		assert_int_equal(strata_forward_run(f, &toks[k], 1, 1, NULL,
+						    logits, &err),
+				 STRATA_OK);
+	}
+	assert_int_equal(cnt.acquires, (1 + SEQS) * m.hp.layers);
+	strata_free(logits);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+}
+
+/* A bad list changes no position; one sequence's full context is its own
+ * error; the selection is checked. */
+static void test_step_refuses_bad_lists(void **state)
+{
+	(void)state;
+	ref_open m;
+	ref_open_model(STRATA_SOURCE_DIR "/models/stories260K", &m);
+	strata_error err;
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &m.src, 2, 4, 3,
+						    &f, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_sequences(f), 3);
+	float *logits = strata_alloc((uint64_t)3 * m.hp.vocab * 4);
+	uint32_t dup[2] = {1, 1}, past[2] = {0, 3}, ok[3] = {2, 0, 1};
+	int32_t toks[3] = {5, 6, 7}, bad[3] = {5, -1, 7};
+	assert_int_equal(strata_forward_step(f, dup, toks, 2, logits, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.message, "listed twice"));
+	assert_int_equal(strata_forward_step(f, past, toks, 2, logits, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_step(f, ok, toks, 0, logits, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_step(f, ok, toks, 4, logits, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_step(f, ok, bad, 3, logits, &err),
+			 STRATA_E_INFER_TOKEN);
+	for (uint32_t k = 0; k < 3; k++)
+		assert_int_equal(strata_forward_position_of(f, k), 0);
+	/* context 2: two steps fit, the third is refused for sequence 0 */
+	assert_int_equal(strata_forward_step(f, ok, toks, 3, logits, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_step(f, ok, toks, 1, logits, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_step(f, ok, toks, 3, logits, &err),
+			 STRATA_E_INFER_CONTEXT);
+	assert_non_null(strstr(err.message, "sequence 2"));
+	assert_int_equal(strata_forward_position_of(f, 0), 1);
+	assert_int_equal(strata_forward_position_of(f, 2), 2);
+	assert_int_equal(strata_forward_select(f, 3, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_select(f, 1, &err), STRATA_OK);
+	assert_int_equal(strata_forward_position(f), 1);
+	strata_forward_destroy(f);
+	/* too many sequences */
+	assert_int_equal(strata_forward_create_seqs(
+				 &m.hp, c, &m.src, 2, 4,
+				 STRATA_FORWARD_MAX_SEQUENCES + 1, &f, &err),
+			 STRATA_E_INVALID_ARG);
+	strata_free(logits);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+}
+
+/* Every allocation of a several-sequence forward pass fails cleanly. */
+static void test_step_allocation_failures(void **state)
+{
+	(void)state;
+	ref_open m;
+	ref_open_model(STRATA_SOURCE_DIR "/models/stories260K", &m);
+	strata_error err;
+	uint32_t seqs[2] = {1, 0};
+	int32_t toks[2] = {3, 4};
+	float *logits = strata_alloc((uint64_t)2 * m.hp.vocab * 4);
+	for (long n = 0;; n++) {
+		strata_compute *c = NULL;
+		strata_forward *f = NULL;
+		strata_alloc_fail_after(n);
+		strata_status st = strata_compute_create(&strata_cpu_kernel_ops,
+							 1, &c, &err);
+		if (!st)
+			st = strata_forward_create_seqs(&m.hp, c, &m.src, 8, 2,
+							2, &f, &err);
+		if (!st)
+			st = strata_forward_step(f, seqs, toks, 2, logits,
+						 &err);
+		strata_alloc_fail_after(-1);
+		strata_forward_destroy(f);
+		strata_compute_destroy(c);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && st != STRATA_E_THREAD)
+			fail_msg("allocation %ld: %s %s", n,
+				 strata_status_name(st), err.message);
+		assert_true(n < 10000);
+	}
+	strata_free(logits);
+	ref_close_model(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_step_rows_are_one_sequence_decodes),
+		cmocka_unit_test(test_step_acquires_each_layer_once),
+		cmocka_unit_test(test_step_refuses_bad_lists),
+		cmocka_unit_test(test_step_allocation_failures),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
