@@ -128,8 +128,9 @@ strata_status strata_shard_get_device_stats(const strata_shard *s,
 					    strata_error *err);
 
 /* Entries in a least-loaded heap (diagnostics for the seed's bound of
- * max(4n, 8)): always 0, since the allocator keeps the least-loaded device
- * as one cached index instead (src/shard/allocator.c says why). */
+ * max(4n, 8)): always 0, since the allocator keeps cached indexes of the
+ * least-loaded device overall and per group of devices instead
+ * (src/shard/allocator.c says why). */
 size_t strata_shard_heap_entries(const strata_shard *s);
 
 /* ------------------------------------------------------------------------ */

@@ -723,6 +723,68 @@ static void test_matches_model_with_releases(void **state)
 		run_stream(seed, 2, 2000);
 }
 
+/* Past 64 devices the allocator's groups grow past 8 devices and the last
+ * group can be partial (src/shard/allocator.c): the same rule as the
+ * model, with assignments, seed loads and releases, at device counts that
+ * give groups of 16, 16, 32, 64 and 128 devices with 1, 5, 12, 1 and 36
+ * left over in the last. */
+static void test_matches_model_past_64_devices(void **state)
+{
+	(void)state;
+	static const uint32_t ns[] = {65, 101, 300, 1025, 4132};
+	static uint64_t load[4132];
+	uint64_t x = 7;
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+		uint32_t n = ns[i];
+		uint64_t t = below(&x, 2) ? below(&x, 100) : 0;
+		strata_shard *s = make(n, t);
+		memset(load, 0, sizeof load);
+		for (int step = 0; step < 20000; step++) {
+			uint32_t d = (uint32_t)below(&x, n);
+			uint64_t r = below(&x, 100), cost = below(&x, 1000);
+			if (r < 5) {
+				assert_int_equal(strata_shard_seed_load(s, d, cost,
+									NULL),
+						 STRATA_OK);
+				load[d] += cost;
+			} else if (r < 15) {
+				cost = below(&x, load[d] + 1);
+				assert_int_equal(strata_shard_release(s, d, cost,
+								      NULL),
+						 STRATA_OK);
+				load[d] -= cost;
+			} else {
+				uint32_t least = 0, want = d, got = 0;
+				for (uint32_t k = 1; k < n; k++)
+					if (load[k] < load[least])
+						least = k;
+				if (load[d] > load[least] &&
+				    load[d] - load[least] > t)
+					want = least;
+				assert_int_equal(strata_shard_assign_home(s, d, cost,
+									  &got, NULL),
+						 STRATA_OK);
+				if (cost == 0)
+					want = STRATA_SHARD_NO_DEVICE;
+				else
+					load[want] += cost;
+				if (got != want)
+					fail_msg("n %u step %d: device %u, model %u",
+						 n, step, got, want);
+			}
+		}
+		assert_memory_equal(strata_shard_loads(s), load,
+				    n * sizeof(uint64_t));
+		uint64_t lo = UINT64_MAX;
+		for (uint32_t k = 0; k < n; k++)
+			lo = load[k] < lo ? load[k] : lo;
+		strata_shard_stats st;
+		strata_shard_get_stats(s, &st);
+		assert_int_equal(st.min_load, lo);
+		strata_shard_destroy(s);
+	}
+}
+
 /* The invariant from zero loads with the threshold and costs the CLI
  * would see, one device count at a time up to 64. */
 static void test_balance_invariant_every_step(void **state)
@@ -802,6 +864,7 @@ int main(void)
 		cmocka_unit_test(test_matches_linear_scan_model),
 		cmocka_unit_test(test_matches_model_with_seeded_loads),
 		cmocka_unit_test(test_matches_model_with_releases),
+		cmocka_unit_test(test_matches_model_past_64_devices),
 		cmocka_unit_test(test_balance_invariant_every_step),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
