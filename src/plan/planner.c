@@ -480,6 +480,11 @@ static strata_status nothing_fits_error(const strata_plan *p,
 	uint64_t lh_host = least_host->mode == STRATA_RESIDENCY_DISK
 				   ? 0
 				   : least_host->host_bytes;
+	/* --host-memory is the pool replicas split (budgets()) */
+	uint64_t n = p->budgets.shared_by ? p->budgets.shared_by : 1;
+	uint64_t ld_host = least_dev->host_bytes > UINT64_MAX / n
+				   ? UINT64_MAX : least_dev->host_bytes * n;
+	lh_host = lh_host > UINT64_MAX / n ? UINT64_MAX : lh_host * n;
 	if (least_dev == least_host)
 		strata_error_set_fix(err,
 			"it fits with --device-memory %llu --host-memory %llu (%s); or shorten --context, lower --batch",
@@ -490,7 +495,7 @@ static strata_status nothing_fits_error(const strata_plan *p,
 		strata_error_set_fix(err,
 			"it fits with --device-memory %llu --host-memory %llu (%s) or --device-memory %llu --host-memory %llu (%s); or shorten --context",
 			(unsigned long long)least_dev->device_bytes,
-			(unsigned long long)least_dev->host_bytes,
+			(unsigned long long)ld_host,
 			candidate_label(least_dev, a),
 			(unsigned long long)least_host->device_bytes,
 			(unsigned long long)lh_host,

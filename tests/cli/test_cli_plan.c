@@ -363,6 +363,212 @@ static void gpu_machine_peer_model_streams_at_2GiB(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* The keys of a single plan's document (docs/plan.md); --gpus must leave
+ * it as it is. */
+static const char *const single_keys[] = {
+	"model", "device", "shape", "budgets", "bandwidths", "layout",
+	"architecture", "memory", "candidates", "selected", "explanations",
+	"weight_store",
+};
+
+static void without_gpus_the_document_is_unchanged(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
+			      "--device-memory", "4MiB", "--host-memory",
+			      "3MiB", "--context", "256", NULL};
+	json_t *doc = run_json(argv);
+	assert_int_equal(json_object_size(doc),
+			 sizeof single_keys / sizeof *single_keys);
+	for (size_t i = 0; i < sizeof single_keys / sizeof *single_keys; i++)
+		assert_non_null(json_object_get(doc, single_keys[i]));
+	json_t *b = json_object_get(doc, "budgets");
+	assert_int_equal(json_object_size(b), 6);
+	assert_true(u(b, "host_bytes") == 3u << 20);
+	json_decref(doc);
+}
+
+/* --device cpu --gpus 3: three CPU replicas, each entry the single plan's
+ * object (its candidates those of the single plan given the replica's
+ * share of the host budget) plus replica, device_name, device_index and
+ * the prefix cache bound; a total over them. */
+static void gpus_plans_each_device_and_a_total(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
+			      "--gpus", "3", "--device-memory", "4MiB",
+			      "--host-memory", "3MiB", "--context", "256",
+			      NULL};
+	const char *share[] = {"plan", STORIES, "--json", "--device", "cpu",
+			       "--device-memory", "4MiB", "--host-memory",
+			       "1MiB", "--context", "256", NULL};
+	json_t *doc = run_json(argv), *one = run_json(share);
+	assert_string_equal(json_string_value(json_object_get(doc, "device")),
+			    "cpu");
+	json_t *devs = json_object_get(doc, "devices");
+	assert_int_equal(json_array_size(devs), 3);
+	uint64_t dev_sum = 0, host_sum = 0, spare_sum = 0;
+	for (size_t i = 0; i < 3; i++) {
+		json_t *e = json_array_get(devs, i);
+		char name[16];
+		snprintf(name, sizeof name, "cpu:%zu", i);
+		assert_string_equal(json_string_value(json_object_get(
+					    e, "device_name")), name);
+		assert_true(u(e, "replica") == i && u(e, "device_index") == i);
+		for (size_t k = 0; k + 1 < sizeof single_keys /
+						  sizeof *single_keys; k++)
+			assert_non_null(json_object_get(e, single_keys[k]));
+		/* the single plan's keys, the four above, no weight_store */
+		assert_int_equal(json_object_size(e),
+				 sizeof single_keys / sizeof *single_keys + 3);
+		json_t *b = json_object_get(e, "budgets");
+		assert_true(u(b, "device_bytes") == 4u << 20); /* each its own */
+		assert_true(u(b, "host_bytes") == 1u << 20);   /* a third */
+		assert_true(u(b, "shared_by") == 3);
+		assert_true(u(b, "host_pool_bytes") == 3u << 20);
+		assert_true(json_equal(json_object_get(e, "candidates"),
+				       json_object_get(one, "candidates")));
+		json_t *sel = json_object_get(e, "selected");
+		/* cpu: the spare host budget and the spare RAM arena */
+		uint64_t spare = (1u << 20) - u(sel, "host_bytes") +
+				 (4u << 20) - u(sel, "device_bytes");
+		assert_true(u(e, "prefix_cache_budget_bytes") == spare);
+		dev_sum += u(sel, "device_bytes");
+		host_sum += u(sel, "host_bytes");
+		spare_sum += spare;
+	}
+	json_t *t = json_object_get(doc, "total");
+	assert_true(u(t, "devices") == 3 && u(t, "selected") == 3);
+	assert_true(json_is_true(json_object_get(t, "fits")));
+	assert_true(u(t, "device_bytes") == dev_sum);
+	assert_true(u(t, "host_bytes") == host_sum);
+	assert_true(u(t, "host_budget_bytes") == 3u << 20);
+	assert_true(u(t, "prefix_cache_budget_bytes") == spare_sum);
+	/* CPU replicas share cores and bandwidth: no summed speed */
+	assert_true(json_is_null(json_object_get(t, "tokens_per_second")));
+	assert_true(u(json_object_get(doc, "weight_store"),
+		      "physical_reads") == 0);
+	json_decref(doc);
+	json_decref(one);
+}
+
+/* The table: one section per device, then the total. */
+static void gpus_table_has_a_section_per_device(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--device", "cpu", "--gpus",
+			      "0,1", "--device-memory", "4MiB",
+			      "--host-memory", "2MiB", NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 0);
+	const char *want[] = {
+		"host budget 2.00 MiB (--host-memory) split evenly",
+		"== cpu:0 (device 1 of 2) ==", "== cpu:1 (device 2 of 2) ==",
+		"host 1.00 MiB (1/2 of 2.00 MiB, --host-memory)",
+		"prefix cache bound (strata batch): ",
+		"== total: 2 devices ==", "selected on 2 of 2 devices",
+		"split between 2 replicas",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+		if (!strstr(r.out, want[i]))
+			fail_msg("'%s' missing from:\n%s", want[i], r.out);
+	cli_result_free(&r);
+}
+
+/* Where no GPU is visible, --gpus N plans GPUs of --device-memory each
+ * (cuda assumed), and refuses with a fix when nothing gives their memory.
+ * (On a GPU machine these plan the visible GPUs instead: skipped.) */
+static void gpus_without_a_gpu(void **state)
+{
+	(void)state;
+	if (strata_backend_cuda_device_count() > 0)
+		skip();
+	const char *argv[] = {"plan", QWEN, "--json", "--gpus", "0,2",
+			      "--device-memory", "64MiB", "--host-memory",
+			      "2GiB", NULL};
+	json_t *doc = run_json(argv);
+	assert_string_equal(json_string_value(json_object_get(doc, "device")),
+			    "cuda");
+	json_t *devs = json_object_get(doc, "devices");
+	assert_int_equal(json_array_size(devs), 2);
+	double tps = 0;
+	for (size_t i = 0; i < 2; i++) {
+		json_t *e = json_array_get(devs, i);
+		assert_string_equal(json_string_value(json_object_get(
+					    e, "device_name")),
+				    i ? "cuda:2" : "cuda:0");
+		assert_true(u(e, "device_index") == 2 * i);
+		assert_true(u(json_object_get(e, "memory"),
+			      "backend_reserved_bytes") ==
+			    STRATA_CUDA_COMPUTE_DEVICE_BYTES);
+		json_t *sel = json_object_get(e, "selected");
+		/* cuda: only host memory is spare for a host-side cache */
+		assert_true(u(e, "prefix_cache_budget_bytes") ==
+			    (1u << 30) - u(sel, "host_bytes"));
+		json_t *c = json_array_get(json_object_get(e, "candidates"),
+					   (size_t)u(sel, "index"));
+		tps += json_number_value(json_object_get(c,
+							 "tokens_per_second"));
+	}
+	json_t *t = json_object_get(doc, "total");
+	assert_true(json_number_value(json_object_get(
+			    t, "tokens_per_second")) == tps);
+	json_decref(doc);
+
+	const char *none[] = {"plan", STORIES, "--gpus", "2", NULL};
+	cli_result r = run(none);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "no CUDA device is visible"));
+	assert_non_null(strstr(r.err, "fix: give --device-memory SIZE"));
+	assert_non_null(strstr(r.err, "--device cpu"));
+	assert_int_equal(r.out_len, 0);
+	cli_result_free(&r);
+	const char *cuda[] = {"plan", STORIES, "--device", "cuda", "--gpus",
+			      "2", "--host-memory", "1GiB", NULL};
+	r = run(cuda);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "no CUDA device is visible"));
+	cli_result_free(&r);
+	const char *all[] = {"plan", STORIES, "--gpus", "all",
+			     "--device-memory", "1GiB", NULL};
+	r = run(all);
+	assert_int_equal(r.exit_code, 2);
+	assert_non_null(strstr(r.err, "fix: give a count instead"));
+	cli_result_free(&r);
+}
+
+/* Nothing fits on the devices: every section is printed, exit 1, the
+ * error names a device, and its fix (in the pool's units) does fit. */
+static void gpus_nothing_fits_names_the_device(void **state)
+{
+	(void)state;
+	const char *argv[] = {"plan", STORIES, "--device", "cpu", "--gpus",
+			      "2", "--device-memory", "256KiB",
+			      "--host-memory", "1KiB", NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "strata: error: cpu:0 (and the other "
+				      "devices): nothing fits"));
+	assert_non_null(strstr(r.out, "== cpu:1 (device 2 of 2) =="));
+	assert_non_null(strstr(r.out, "selected on 0 of 2 devices"));
+	unsigned long long dev, host;
+	const char *fix = strstr(r.err, "fix: it fits with --device-memory ");
+	assert_non_null(fix);
+	assert_int_equal(sscanf(fix, "fix: it fits with --device-memory %llu "
+				"--host-memory %llu", &dev, &host), 2);
+	cli_result_free(&r);
+	char d[32], h[32];
+	snprintf(d, sizeof d, "%llu", dev);
+	snprintf(h, sizeof h, "%llu", host);
+	const char *again[] = {"plan", STORIES, "--device", "cpu", "--gpus",
+			       "2", "--device-memory", d, "--host-memory", h,
+			       NULL};
+	r = run(again);
+	if (r.exit_code != 0)
+		fail_msg("the fix does not fit: %s", r.err);
+	cli_result_free(&r);
+}
+
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
@@ -378,6 +584,10 @@ static void usage_errors_exit_2(void **state)
 		{"plan", STORIES, STORIES, NULL},
 		{"plan", STORIES, "--h2d-bandwidth", "0GB/s", NULL},
 		{"plan", STORIES, "--queue", NULL},
+		{"plan", STORIES, "--device", "cpu", "--gpus", NULL},
+		{"plan", STORIES, "--device", "cpu", "--gpus", "0", NULL},
+		{"plan", STORIES, "--device", "cpu", "--gpus=1,1", NULL},
+		{"plan", STORIES, "--device", "cpu", "--gpus", "65", NULL},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		cli_result r = run(cases[i]);
@@ -430,6 +640,11 @@ int main(void)
 		cmocka_unit_test(exclude_removes_tensors_before_sizing),
 		cmocka_unit_test(unknown_architecture_still_sizes_weights),
 		cmocka_unit_test(gpu_machine_peer_model_streams_at_2GiB),
+		cmocka_unit_test(without_gpus_the_document_is_unchanged),
+		cmocka_unit_test(gpus_plans_each_device_and_a_total),
+		cmocka_unit_test(gpus_table_has_a_section_per_device),
+		cmocka_unit_test(gpus_without_a_gpu),
+		cmocka_unit_test(gpus_nothing_fits_names_the_device),
 		cmocka_unit_test(usage_errors_exit_2),
 		cmocka_unit_test(input_errors_exit_1),
 	};

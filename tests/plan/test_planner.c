@@ -526,6 +526,124 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 	fixture_free(f);
 }
 
+/* Replicas on one machine (host_shared_by) split its host budget evenly;
+ * on cpu the RAM of their device arenas too, unless --device-memory gives
+ * each its own; what a plan leaves spare is the prefix cache's bound. */
+static void replicas_share_the_host_budget(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_machine m = {.host_available_known = true,
+				 .host_available_bytes = 20 * GiB,
+				 .device_free_known = true,
+				 .device_free_bytes = 100 * GiB};
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CPU,
+				 .host_shared_by = 4};
+	strata_plan *p;
+	strata_error err;
+	/* cpu, nothing given: 18 GiB of RAM (2 GiB headroom) over 4 arenas */
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	const strata_plan_budgets *b = strata_plan_get_budgets(p);
+	assert_true(b->shared_by == 4);
+	assert_true(b->device_bytes == 18 * GiB / 4);
+	assert_true(b->host_pool_bytes == 0 && b->host_bytes == 0);
+	assert_true(strata_plan_host_spare_bytes(p) ==
+		    18 * GiB / 4 - strata_plan_device_total(p));
+	strata_plan_destroy(p);
+	/* cpu, 4 GiB per arena: 18 - 4 x 4 GiB left to the host pool */
+	o.has_device_budget = true;
+	o.device_budget = 4 * GiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	b = strata_plan_get_budgets(p);
+	assert_true(b->host_pool_bytes == 2 * GiB);
+	assert_true(b->host_bytes == GiB / 2);
+	strata_plan_destroy(p);
+	/* arenas past the RAM: no host pool, not an underflow */
+	o.device_budget = 5 * GiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_get_budgets(p)->host_bytes == 0);
+	strata_plan_destroy(p);
+	/* cpu, --host-memory 8 GiB: 2 GiB each; the arenas share the rest */
+	o.has_device_budget = false;
+	o.has_host_budget = true;
+	o.host_budget = 8 * GiB;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	b = strata_plan_get_budgets(p);
+	assert_true(b->host_bytes == 2 * GiB && b->host_pool_bytes == 8 * GiB);
+	assert_true(b->device_bytes == 10 * GiB / 4);
+	strata_plan_destroy(p);
+	/* cuda: each GPU's own free memory; the host pool (18 GiB) split,
+	 * and only host memory is spare for a host-side cache */
+	o = (strata_plan_options){.device = STRATA_PLAN_DEVICE_CUDA,
+				  .host_shared_by = 4};
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	b = strata_plan_get_budgets(p);
+	assert_true(b->device_bytes == 95 * GiB);
+	assert_true(b->host_bytes == 18 * GiB / 4);
+	assert_true(strata_plan_mode(p) == STRATA_RESIDENCY_RESIDENT);
+	assert_true(strata_plan_host_spare_bytes(p) == 18 * GiB / 4);
+	bool split = false;
+	for (size_t i = 0; i < strata_plan_explanation_count(p); i++)
+		split |= strstr(strata_plan_explanation_at(p, i)->text,
+				"split between 4 replicas") != NULL;
+	assert_true(split);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+/* The spare bytes at the exact edge, and the nothing-fits fix in the
+ * units a user gives: --host-memory is the pool, so n times a share. */
+static void spare_bytes_and_shared_nothing_fits_fix(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(RESIDENT_DEVICE, 3 * MiB);
+	strata_plan *p;
+	strata_error err;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	/* resident fills the device exactly: the host budget is spare */
+	assert_true(strata_plan_device_total(p) == RESIDENT_DEVICE);
+	assert_true(strata_plan_host_spare_bytes(p) == 3 * MiB);
+	strata_plan_destroy(p);
+	/* nothing fits: nothing spare */
+	o = opts(MiB, 0);
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_true(strata_plan_host_spare_bytes(p) == 0);
+	char alone[STRATA_ERROR_FIX_BYTES];
+	snprintf(alone, sizeof alone, "%s", err.fix);
+	strata_plan_destroy(p);
+	o.host_shared_by = 2;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_NOTHING_FITS);
+	strata_plan_destroy(p);
+	/* host:1 needs every unit (32 MiB) + one staging slot on the host */
+	unsigned long long h1 = 32 * MiB + 4 * MiB;
+	char want[64];
+	snprintf(want, sizeof want, "--host-memory %llu (host:1)", h1);
+	assert_non_null(strstr(alone, want));
+	snprintf(want, sizeof want, "--host-memory %llu (host:1)", 2 * h1);
+	assert_non_null(strstr(err.fix, want));
+	fixture_free(f);
+}
+
 static void predictions_follow_bytes_and_bandwidths(void **state)
 {
 	(void)state;
@@ -635,6 +753,10 @@ static void json_has_the_documented_shape(void **state)
 		assert_true(json_is_integer(json_object_get(c, "kv_cache_bytes")));
 		assert_true(json_is_boolean(json_object_get(c, "fits")));
 	}
+	/* a plan alone has exactly the six budget keys scripts know */
+	assert_int_equal(json_object_size(json_object_get(doc, "budgets")), 6);
+	assert_null(json_object_get(json_object_get(doc, "budgets"),
+				    "shared_by"));
 	json_t *sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "name")),
 			    "host:2");
@@ -750,6 +872,8 @@ int main(void)
 		cmocka_unit_test(nothing_fits_names_shortfalls_and_the_smallest_budget),
 		cmocka_unit_test(forced_modes_select_only_themselves),
 		cmocka_unit_test(budgets_come_from_the_machine_with_headroom),
+		cmocka_unit_test(replicas_share_the_host_budget),
+		cmocka_unit_test(spare_bytes_and_shared_nothing_fits_fix),
 		cmocka_unit_test(predictions_follow_bytes_and_bandwidths),
 		cmocka_unit_test(unknown_architecture_sizes_weights_only),
 		cmocka_unit_test(json_has_the_documented_shape),
