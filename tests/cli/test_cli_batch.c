@@ -373,6 +373,118 @@ static void test_batch_prefix_cache_hits_change_nothing(void **state)
 	json_decref(miss);
 }
 
+/* Runs `strata plan MODEL --json` with extra args; the document. */
+static json_t *plan_json(const char *const *extra)
+{
+	const char *argv[32] = {"plan", MODEL, "--json"};
+	size_t n = 3;
+	for (size_t i = 0; extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	cli_result r;
+	assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
+	if (r.exit_code != 0)
+		fail_msg("plan exit %d: %s", r.exit_code, r.err);
+	json_error_t je;
+	json_t *doc = json_loads(r.out, 0, &je);
+	if (!doc)
+		fail_msg("plan output is not JSON: %s", je.text);
+	cli_result_free(&r);
+	return doc;
+}
+
+/* Telemetry's per-replica prefix cache objects after a batch of 24
+ * distinct prompts on 2 replicas with extra options. */
+static json_t *cache_figures(const char *const *extra, const char *name)
+{
+	char in[16384] = "", path[512];
+	static const char *const who[] = {"girl", "dog", "bird", "cat",
+					  "bear", "fox"};
+	for (int i = 0; i < 24; i++) {
+		char id[16], p[256];
+		snprintf(id, sizeof id, "c%d", i);
+		snprintf(p, sizeof p, "%d. Once upon a time a little %s "
+			 "found %d red apples in the park", i, who[i % 6], i);
+		add_line(in, sizeof in, id, p, 4, 0.0, 0, NULL);
+	}
+	cli_tmpdir(path, sizeof path, name);
+	strcat(path, "/t.json");
+	const char *argv[24];
+	size_t n = 0;
+	for (; extra[n]; n++)
+		argv[n] = extra[n];
+	argv[n++] = "--telemetry";
+	argv[n++] = path;
+	argv[n] = NULL;
+	json_decref(batch(in, argv));
+	json_error_t je;
+	json_t *t = json_load_file(path, 0, &je);
+	assert_non_null(t);
+	json_t *per = json_incref(json_object_get(json_object_get(t, "router"),
+						  "per_device"));
+	json_decref(t);
+	assert_int_equal(json_array_size(per), 2);
+	return per;
+}
+
+/* By default each replica's prefix cache is bounded by what its plan
+ * leaves spare (host budget, split between replicas, less the plan's host
+ * total; on cpu plus the RAM arena's spare): the bound `strata plan
+ * --gpus` shows, never exceeded; --prefix-cache SIZE overrides it. */
+static void test_batch_prefix_cache_bounded_by_plan(void **state)
+{
+	(void)state;
+	const char *shape[] = {"--device", "cpu", "--residency", "resident",
+			       "--context", "64", "--prefill-chunk", "32",
+			       "--device-memory", "1GiB", "--host-memory",
+			       "0", NULL};
+	json_t *alone = plan_json(shape);
+	uint64_t total = (uint64_t)field_i(json_object_get(alone, "selected"),
+					   "device_bytes");
+	json_decref(alone);
+	/* each arena 100 KiB over the plan; a 64 KiB host pool, 32 each */
+	char dev[32];
+	snprintf(dev, sizeof dev, "%llu",
+		 (unsigned long long)(total + 100 * 1024));
+	const char *opts[] = {"--device", "cpu", "--gpus", "2",
+			      "--residency", "resident", "--context", "64",
+			      "--prefill-chunk", "32", "--device-memory", dev,
+			      "--host-memory", "64KiB", NULL};
+	const long long bound = 132 * 1024;
+	json_t *plan = plan_json(opts);
+	json_t *per = cache_figures(opts, "batch_cache_plan");
+	long long evictions = 0;
+	for (size_t i = 0; i < 2; i++) {
+		json_t *e = json_array_get(json_object_get(plan, "devices"), i);
+		assert_int_equal(field_i(e, "prefix_cache_budget_bytes"),
+				 bound);
+		json_t *c = json_object_get(json_array_get(per, i),
+					    "prefix_cache");
+		assert_string_equal(field_s(c, "budget_source"), "plan");
+		assert_int_equal(field_i(c, "budget_bytes"), bound);
+		assert_true(field_i(c, "saved") > 0);
+		assert_true(field_i(c, "peak_bytes") <= bound);
+		assert_true(field_i(c, "bytes") <= field_i(c, "peak_bytes"));
+		evictions += field_i(c, "evictions");
+	}
+	assert_true(evictions > 0); /* the bound was what held it */
+	json_decref(per);
+	json_decref(plan);
+
+	const char *small[] = {"--device", "cpu", "--gpus", "2",
+			       "--prefix-cache", "40KiB", NULL};
+	per = cache_figures(small, "batch_cache_option");
+	for (size_t i = 0; i < 2; i++) {
+		json_t *c = json_object_get(json_array_get(per, i),
+					    "prefix_cache");
+		assert_string_equal(field_s(c, "budget_source"), "option");
+		assert_int_equal(field_i(c, "budget_bytes"), 40 * 1024);
+		assert_true(field_i(c, "peak_bytes") <= 40 * 1024);
+		assert_true(field_i(c, "evictions") > 0);
+	}
+	json_decref(per);
+}
+
 /* A bad line anywhere fails the whole batch: exit 1, "line N" named with a
  * fix, and nothing on stdout. */
 static void test_batch_bad_lines_run_nothing(void **state)
@@ -456,6 +568,7 @@ int main(void)
 		cmocka_unit_test(test_batch_round_robin),
 		cmocka_unit_test(test_batch_spills_keep_outputs),
 		cmocka_unit_test(test_batch_prefix_cache_hits_change_nothing),
+		cmocka_unit_test(test_batch_prefix_cache_bounded_by_plan),
 		cmocka_unit_test(test_batch_bad_lines_run_nothing),
 		cmocka_unit_test(test_batch_usage_errors),
 	};
