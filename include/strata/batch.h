@@ -20,7 +20,9 @@
 
 /* Requests in flight per replica before the dispatcher waits for one to
  * finish: the allocator's loads are then the work queued now, released as
- * requests finish, not the cumulative total. */
+ * requests finish, not the cumulative total. With --batch B the bound is
+ * max(this, 2 B): B running and as many waiting to join as one step can
+ * free. */
 #define STRATA_BATCH_INFLIGHT_PER_REPLICA 4u
 
 /* The most replicas one batch opens. */
@@ -47,7 +49,9 @@ const char *strata_batch_route_name(strata_batch_route r); /* or "unknown" */
 
 typedef struct strata_batch_options {
 	/* The session every replica opens (positions and prefill are the
-	 * largest any request needs; plan.device names the kind). The
+	 * largest any request needs; plan.device names the kind;
+	 * plan.shape.batch is --batch B, the requests each replica runs
+	 * together, one forward-pass sequence each; 0 is 1). The
 	 * replicas share one host: unless session.plan.host_shared_by is
 	 * set, each replica's plan gets 1/replicas of the host budget. */
 	strata_session_options session;
@@ -99,6 +103,8 @@ typedef struct strata_batch_replica_stats {
 	uint64_t routed;	       /* requests placed here */
 	uint64_t routed_home;	       /* ... whose home this is */
 	uint64_t routed_away;	       /* homed here, placed elsewhere */
+	uint64_t decode_steps;	       /* forward steps of running requests */
+	uint64_t decode_rows;	       /* their rows: sequences per step, summed */
 	uint64_t failures;	       /* requests that failed here */
 	uint64_t moved_away;	       /* requests moved off after a failure */
 } strata_batch_replica_stats;
@@ -120,16 +126,21 @@ void strata_batch_destroy(strata_batch *b);
  * dispatched in input order: each is assigned through the allocator (cost
  * = n_prompt + max_tokens, home = BLAKE3 of its key), queued to its
  * replica, and its cost released when it finishes; the dispatcher keeps at
- * most STRATA_BATCH_INFLIGHT_PER_REPLICA per replica in flight.
+ * most max(STRATA_BATCH_INFLIGHT_PER_REPLICA, 2 B) per replica in flight.
+ * A replica runs up to B requests together: each prefilled alone, then
+ * all decoded one token per forward step; a finished one leaves and a
+ * queued one joins at the next step. A request's tokens do not depend on
+ * B or on what runs beside it (its own sampler and seed).
  *
  * A replica whose request fails takes no more work in this run: that
- * request (its partial tokens dropped) and everything queued there move to
- * the least-loaded live replicas, and the run goes on (the replica stats
- * count failures and moves). A request that fails a second time, or a
- * failure with no live replica left, fails the run: E_INFER_REPLICA naming
- * the replica and request with the cause, results all freed (nothing is
- * answered twice or partly); strata_batch_failed_request gives the
- * request's index. Every replica is live again at the next run. */
+ * request (its partial tokens dropped), the others running beside it and
+ * everything queued there move to the least-loaded live replicas, and the
+ * run goes on (the replica stats count failures and moves). A request
+ * that fails a second time, or a failure with no live replica left, fails
+ * the run: E_INFER_REPLICA naming the replica and request with the cause,
+ * results all freed (nothing is answered twice or partly);
+ * strata_batch_failed_request gives the request's index. Every replica is
+ * live again at the next run. */
 strata_status strata_batch_run(strata_batch *b,
 			       const strata_batch_request *reqs, size_t n,
 			       strata_batch_result *results, uint64_t *wall_ns,
@@ -146,6 +157,8 @@ void strata_batch_inject_failure(strata_batch *b, uint32_t replica,
 size_t strata_batch_failed_request(const strata_batch *b);
 
 uint32_t strata_batch_replicas(const strata_batch *b);
+/* --batch B: the requests each replica runs together. */
+uint32_t strata_batch_sequences(const strata_batch *b);
 strata_batch_route strata_batch_route_of(const strata_batch *b);
 /* The replica's session (its engine, store and plan for telemetry). */
 strata_session *strata_batch_session(strata_batch *b, uint32_t replica);

@@ -465,7 +465,8 @@ typedef struct strata_session {
 	strata_compute *compute;
 	strata_forward *forward;
 	const char *model_path; /* borrowed from the options */
-	uint32_t context, batch;
+	uint32_t context, batch; /* positions per sequence, prefill chunk */
+	uint32_t sequences;	 /* the plan's --batch: KV caches */
 	uint64_t load_ns; /* opening through the first loads */
 } strata_session;
 
@@ -473,8 +474,10 @@ typedef struct strata_session {
  * forced one), loads the static tensors and starts the window. The context
  * is --context when given, else o->positions; a run needing more positions
  * than the model was trained for is E_INFER_CONTEXT. The prefill pass is
- * --prefill-chunk when given, else o->prefill (capped at 512), and the
- * plan is made for exactly that shape. Errors as they come from each step,
+ * --prefill-chunk when given, else o->prefill (capped at 512); the forward
+ * pass holds --batch sequences (o->plan.shape.batch, 0 or 1: one; above
+ * STRATA_FORWARD_MAX_SEQUENCES is E_INVALID_ARG), and the plan is made for
+ * exactly that shape. Errors as they come from each step,
  * E_PLAN_NOTHING_FITS naming the shortfalls. The caller owns *out
  * (strata_session_close). */
 strata_status strata_session_open(const strata_session_options *o,

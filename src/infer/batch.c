@@ -4,14 +4,15 @@
  *
  * Threads: the caller's thread dispatches; each replica's worker opens its
  * own session (so a CUDA replica binds its device on the thread that runs
- * it), then takes requests from its queue. One mutex guards the queues, the
+ * it), then takes requests from its queue, up to --batch B at a time, and
+ * steps them together (batch_seqs.c). One mutex guards the queues, the
  * allocator (which is not thread-safe) and the run's bookkeeping; the
  * forward passes run outside it.
  */
 #include <pthread.h>
 #include <string.h>
 
-#include "strata/batch.h"
+#include "infer/batch_internal.h"
 
 typedef struct replica {
 	strata_batch *b;
@@ -22,6 +23,7 @@ typedef struct replica {
 	strata_error open_err;
 	strata_session *session;
 	strata_prefix_cache *cache;
+	strata__batch_seqs seqs; /* its running requests (this thread's) */
 	size_t *queue; /* ring of request indices, queue_cap */
 	size_t head, count;
 	bool dead;   /* failed in this run: takes no more of its work */
@@ -50,63 +52,6 @@ struct strata_batch {
 };
 
 /* ------------------------------------------------------------------------ */
-
-static strata_status collect(void *user, int32_t token, strata_error *err)
-{
-	strata_batch_result *res = user;
-	(void)err;
-	res->tokens[res->n_tokens++] = token; /* sized for max_tokens */
-	return STRATA_OK;
-}
-
-/* Runs one request on replica r; fills res (tokens allocated here). */
-static strata_status run_one(replica *r, const strata_batch_request *q,
-			     strata_batch_result *res, strata_error *err)
-{
-	strata_forward *f = r->session->forward;
-	strata_sampler *smp = NULL;
-	res->tokens = strata_alloc_or_error(
-		(q->max_tokens ? q->max_tokens : 1) * sizeof(int32_t),
-		"generated ids", err);
-	if (!res->tokens)
-		return STRATA_E_NOMEM;
-	strata_status st = strata_sampler_create(&q->sampler,
-						 r->session->hp.vocab, &smp,
-						 err);
-	uint32_t reused = 0;
-	/* The sampler sees the prompt as history; only with no repeat
-	 * penalty is a suffix-only history the same choice. */
-	bool cache = r->cache && q->sampler.repeat_penalty == 1.0f;
-	if (st == STRATA_OK && cache)
-		st = strata_prefix_cache_apply(r->cache, f, q->prompt,
-					       q->n_prompt, &reused, err);
-	else if (st == STRATA_OK)
-		strata_forward_reset(f);
-	uint64_t t0 = strata_now_ns();
-	if (st == STRATA_OK)
-		st = strata_generate(f, smp, q->prompt + reused,
-				     q->n_prompt - reused, q->max_tokens,
-				     r->b->o.eos >= 0 ? r->b->o.eos
-						      : r->session->hp.eos,
-				     collect, res, &res->gen,
-				     err);
-	/* A request spilled here from its home is saved as a guest: kept
-	 * while there is room (its key may spill here again), but evicted
-	 * before any prefix of this replica's own keys. Round-robin has no
-	 * homes to protect. */
-	bool guest = r->b->o.route == STRATA_BATCH_ROUTE_AFFINITY &&
-		     res->device != res->home_device;
-	if (st == STRATA_OK && cache)
-		st = strata_prefix_cache_save(r->cache, f, q->prompt,
-					      q->n_prompt, guest, err);
-	strata_sampler_destroy(smp);
-	res->prefix_tokens = reused;
-	res->gen.prompt_tokens = q->n_prompt;
-	r->stats.busy_ns += strata_now_ns() - t0;
-	r->stats.requests++;
-	r->stats.tokens += q->n_prompt - reused + res->n_tokens;
-	return st;
-}
 
 /* Records the first failure of the run; b->mu is held. */
 static void fail_locked(strata_batch *b, const strata_error *e,
@@ -157,16 +102,22 @@ static void requeue_locked(strata_batch *b, size_t i, uint32_t from,
 		r->stats.peak_load = load;
 }
 
-/* Replica r failed request i: r takes no more work in this run, and i with
- * everything queued on r moves to the least-loaded live replicas. False
- * (the batch then fails) when i had failed before, when no replica is
- * left, or when the run is already failing. b->mu is held. */
-static bool move_off_locked(strata_batch *b, replica *r, size_t i)
+/* Request i leaves replica r, finished or dropped: its load released, one
+ * fewer in flight; b->mu is held. */
+static void release_locked(strata_batch *b, replica *r, size_t i)
 {
-	r->dead = true;
-	r->stats.failures++;
-	if (b->failed || b->failures[i]++ || least_live(b) == UINT32_MAX)
-		return false;
+	const strata_batch_request *q = &b->reqs[i];
+	strata_error ignored;
+	(void)strata_shard_release(b->shard, r->index,
+				   (uint64_t)q->n_prompt + q->max_tokens,
+				   &ignored);
+	b->in_flight--;
+}
+
+/* Request i leaves a failed replica for the least-loaded live one, its
+ * partial result dropped; b->mu is held. */
+static void move_one_locked(strata_batch *b, replica *r, size_t i)
+{
 	strata_batch_result *res = &b->results[i];
 	strata_free(res->tokens);
 	uint32_t home = res->home_device;
@@ -174,6 +125,33 @@ static bool move_off_locked(strata_batch *b, replica *r, size_t i)
 	res->home_device = home;
 	requeue_locked(b, i, r->index, least_live(b));
 	r->stats.moved_away++;
+}
+
+/* Replica r failed requests failed[0..nf) (nf >= 1) while beside[0..nb)
+ * ran with them: r takes no more work in this run, and all of them with
+ * everything queued on r move to the least-loaded live replicas. False
+ * (the batch then fails, *culprit naming the request) when one of the
+ * failed had failed before, when no replica is left, or when the run is
+ * already failing. b->mu is held. */
+static bool move_off_locked(strata_batch *b, replica *r, const size_t *failed,
+			    uint32_t nf, const size_t *beside, uint32_t nb,
+			    size_t *culprit)
+{
+	bool again = false;
+	r->dead = true;
+	r->stats.failures += nf;
+	*culprit = failed[0];
+	for (uint32_t k = 0; k < nf; k++)
+		if (b->failures[failed[k]]++ && !again) {
+			again = true;
+			*culprit = failed[k];
+		}
+	if (b->failed || again || least_live(b) == UINT32_MAX)
+		return false;
+	for (uint32_t k = 0; k < nf; k++)
+		move_one_locked(b, r, failed[k]);
+	for (uint32_t k = 0; k < nb; k++)
+		move_one_locked(b, r, beside[k]);
 	while (r->count) {
 		size_t j = r->queue[r->head];
 		r->head = (r->head + 1) % b->queue_cap;
@@ -185,52 +163,146 @@ static bool move_off_locked(strata_batch *b, replica *r, size_t i)
 	return true;
 }
 
-static void *worker(void *arg)
+/* After a round: finished requests leave; on a failure (rs) the failed
+ * ones and those beside them move off r, or the batch fails and they are
+ * dropped. b->mu is held. */
+static void settle_locked(strata_batch *b, replica *r, strata_status rs,
+			  const strata_error *e)
 {
-	replica *r = arg;
+	strata__batch_seqs *ss = &r->seqs;
+	size_t failed[STRATA_FORWARD_MAX_SEQUENCES];
+	size_t beside[STRATA_FORWARD_MAX_SEQUENCES];
+	uint32_t nf = 0, nb = 0;
+	for (uint32_t slot = 0; slot < ss->count; slot++) {
+		strata__batch_seq *s = &ss->seq[slot];
+		size_t i = s->req;
+		if (i == SIZE_MAX || (!s->done && rs == STRATA_OK))
+			continue;
+		if (s->done)
+			release_locked(b, r, i);
+		else if (s->failed)
+			failed[nf++] = i;
+		else
+			beside[nb++] = i;
+		strata__batch_seq_end(ss, slot);
+	}
+	size_t culprit;
+	if (rs == STRATA_OK || nf == 0 ||
+	    move_off_locked(b, r, failed, nf, beside, nb, &culprit))
+		return;
+	fail_locked(b, e, r->index, culprit);
+	for (uint32_t k = 0; k < nf; k++)
+		release_locked(b, r, failed[k]);
+	for (uint32_t k = 0; k < nb; k++)
+		release_locked(b, r, beside[k]);
+}
+
+/* The batch is failing (or r never opened): queued and running requests
+ * leave r without running. b->mu is held. */
+static void drop_all_locked(strata_batch *b, replica *r)
+{
+	while (r->count) {
+		size_t i = r->queue[r->head];
+		r->head = (r->head + 1) % b->queue_cap;
+		r->count--;
+		release_locked(b, r, i);
+	}
+	for (uint32_t slot = 0; slot < r->seqs.count; slot++) {
+		size_t i = r->seqs.seq[slot].req;
+		if (i == SIZE_MAX)
+			continue;
+		strata__batch_seq_end(&r->seqs, slot);
+		release_locked(b, r, i);
+	}
+}
+
+/* Outside the mutex: starts the joiners join[0..n) (each already given a
+ * slot), then one decode step of every running request. The first failure
+ * stops the round; the slots say which requests it touched. */
+static strata_status run_round(replica *r, const uint32_t *slots,
+			       const bool *inject, uint32_t n, strata_error *e)
+{
+	strata_batch *b = r->b;
+	for (uint32_t k = 0; k < n; k++) {
+		strata__batch_seq *s = &r->seqs.seq[slots[k]];
+		size_t i = s->req;
+		if (inject[k]) {
+			s->failed = true;
+			return strata_fail(e, STRATA_E_DEVICE,
+					   "none: a test injected it",
+					   "injected replica failure");
+		}
+		strata_status st = strata__batch_seq_start(
+			&r->seqs, slots[k], i, &b->reqs[i], &b->results[i],
+			r->cache, e);
+		if (st)
+			return st;
+	}
+	return strata__batch_seqs_step(&r->seqs, e);
+}
+
+/* Opens the replica's session and its sequence slots (on this thread). */
+static strata_status open_replica(replica *r)
+{
 	strata_batch *b = r->b;
 	strata_session_options so = b->o.session;
 	if (b->o.device_indices)
 		so.device_index = b->o.device_indices[r->index];
 	strata_status st = strata_session_open(&so, &r->session,
 					       &r->open_err);
+	if (st == STRATA_OK)
+		st = strata__batch_seqs_init(
+			&r->seqs, r->session,
+			b->o.eos >= 0 ? b->o.eos : r->session->hp.eos,
+			b->o.route == STRATA_BATCH_ROUTE_AFFINITY, &r->stats,
+			&r->open_err);
+	return st;
+}
+
+/* Each round: queued requests join free slots (at a step boundary), the
+ * joiners are prefilled, every running request decodes one token in one
+ * forward step, and finished requests leave. */
+static void *worker(void *arg)
+{
+	replica *r = arg;
+	strata_batch *b = r->b;
+	strata_status st = open_replica(r);
+	uint32_t slots[STRATA_FORWARD_MAX_SEQUENCES];
+	bool inject[STRATA_FORWARD_MAX_SEQUENCES];
 	pthread_mutex_lock(&b->mu);
 	r->open_status = st;
 	r->ready = true;
 	pthread_cond_broadcast(&b->done_cv);
 	for (;;) {
-		while (!b->stop && r->count == 0)
+		uint32_t running = strata__batch_seqs_taken(&r->seqs);
+		while (!b->stop && r->count == 0 && running == 0)
 			pthread_cond_wait(&b->work_cv, &b->mu);
-		if (r->count == 0)
+		if (r->count == 0 && running == 0)
 			break; /* stopping with nothing queued */
-		size_t i = r->queue[r->head];
-		r->head = (r->head + 1) % b->queue_cap;
-		r->count--;
-		const strata_batch_request *q = &b->reqs[i];
-		strata_batch_result *res = &b->results[i];
-		bool skip = b->failed || st != STRATA_OK;
-		bool inject = r->inject == 0;
-		r->inject -= r->inject >= 0;
-		res->queue_ns = strata_now_ns() - b->dispatched_ns[i];
+		if (b->failed || st != STRATA_OK) {
+			drop_all_locked(b, r);
+			pthread_cond_broadcast(&b->done_cv);
+			continue;
+		}
+		uint32_t n = 0, slot;
+		while (r->count &&
+		       (slot = strata__batch_seqs_free_slot(&r->seqs)) !=
+			       UINT32_MAX) {
+			size_t i = r->queue[r->head];
+			r->head = (r->head + 1) % b->queue_cap;
+			r->count--;
+			r->seqs.seq[slot].req = i; /* taken; started below */
+			b->results[i].queue_ns =
+				strata_now_ns() - b->dispatched_ns[i];
+			inject[n] = r->inject == 0;
+			r->inject -= r->inject >= 0;
+			slots[n++] = slot;
+		}
 		pthread_mutex_unlock(&b->mu);
 		strata_error e;
-		strata_status rs = skip ? STRATA_OK
-				   : inject ? strata_fail(&e, STRATA_E_DEVICE,
-						"none: a test injected it",
-						"injected replica failure")
-					    : run_one(r, q, res, &e);
+		strata_status rs = run_round(r, slots, inject, n, &e);
 		pthread_mutex_lock(&b->mu);
-		bool moved = rs != STRATA_OK && move_off_locked(b, r, i);
-		if (rs != STRATA_OK && !moved)
-			fail_locked(b, &e, r->index, i);
-		if (!moved) {
-			strata_error ignored;
-			(void)strata_shard_release(
-				b->shard, r->index,
-				(uint64_t)q->n_prompt + q->max_tokens,
-				&ignored);
-			b->in_flight--;
-		}
+		settle_locked(b, r, rs, &e);
 		pthread_cond_broadcast(&b->done_cv);
 	}
 	pthread_mutex_unlock(&b->mu);
@@ -270,6 +342,7 @@ void strata_batch_destroy(strata_batch *b)
 	if (b->r) {
 		stop_workers(b);
 		for (uint32_t i = 0; i < b->o.replicas; i++) {
+			strata__batch_seqs_fini(&b->r[i].seqs);
 			strata_session_close(b->r[i].session);
 			strata_prefix_cache_destroy(b->r[i].cache);
 			strata_free(b->r[i].queue);
@@ -290,6 +363,27 @@ static uint64_t cache_budget(const strata_batch *b, uint32_t i)
 	if (b->o.prefix_cache_bytes != STRATA_BATCH_PREFIX_CACHE_FROM_PLAN)
 		return b->o.prefix_cache_bytes;
 	return strata_plan_host_spare_bytes(b->r[i].session->plan);
+}
+
+/* --batch B, 0 being 1 (a B past the forward pass's cap fails the
+ * sessions' opening, with its own error). */
+static uint32_t sequences_of(const strata_batch_options *o)
+{
+	uint64_t n = o->session.plan.shape.batch;
+	return n == 0 ? 1
+	       : n > STRATA_FORWARD_MAX_SEQUENCES
+		       ? STRATA_FORWARD_MAX_SEQUENCES
+		       : (uint32_t)n;
+}
+
+/* B running and as many waiting to join as one step can free, so a slot
+ * that frees at a step boundary finds a request queued. */
+static size_t inflight_per_replica(const strata_batch_options *o)
+{
+	size_t two_b = 2 * (size_t)sequences_of(o);
+	return two_b > STRATA_BATCH_INFLIGHT_PER_REPLICA
+		       ? two_b
+		       : STRATA_BATCH_INFLIGHT_PER_REPLICA;
 }
 
 /* Starts the workers and waits until each has opened its session. */
@@ -345,7 +439,7 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->work_cv, NULL);
 	pthread_cond_init(&b->done_cv, NULL);
-	b->queue_cap = (size_t)o->replicas * STRATA_BATCH_INFLIGHT_PER_REPLICA;
+	b->queue_cap = (size_t)o->replicas * inflight_per_replica(o);
 	strata_status st = strata_shard_create(o->replicas, o->spill_threshold,
 					       &b->shard, err);
 	if (st == STRATA_OK && !(b->r = strata_calloc_or_error(
@@ -505,6 +599,11 @@ size_t strata_batch_failed_request(const strata_batch *b)
 uint32_t strata_batch_replicas(const strata_batch *b)
 {
 	return b->o.replicas;
+}
+
+uint32_t strata_batch_sequences(const strata_batch *b)
+{
+	return sequences_of(&b->o);
 }
 
 strata_batch_route strata_batch_route_of(const strata_batch *b)

@@ -42,12 +42,14 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		po.shape.prefill_chunk = p < DEFAULT_PREFILL_CAP
 						 ? p : DEFAULT_PREFILL_CAP;
 	}
-	if (po.shape.batch > 1)
-		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "leave --batch at 1",
-				   "batched decoding (--batch %llu) is not "
-				   "supported by the CPU forward pass",
-				   (unsigned long long)po.shape.batch);
+	if (!po.shape.batch)
+		po.shape.batch = 1;
+	if (po.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
+		return strata_fail(err, STRATA_E_INVALID_ARG, "lower --batch",
+				   "--batch %llu: a forward pass holds at most "
+				   "%u sequences",
+				   (unsigned long long)po.shape.batch,
+				   STRATA_FORWARD_MAX_SEQUENCES);
 	strata_plan_arch arch = {
 		.known = true, .family = strata_infer_family_name(hp->family),
 		.layers = hp->layers, .hidden = hp->dim,
@@ -83,6 +85,7 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		return st;
 	s->context = (uint32_t)po.shape.context;
 	s->batch = (uint32_t)po.shape.prefill_chunk;
+	s->sequences = (uint32_t)po.shape.batch;
 	return STRATA_OK;
 }
 
@@ -106,8 +109,8 @@ static strata_status open_backend(strata_session *s,
 static strata_status check_forward_bytes(strata_session *s, strata_error *err)
 {
 	uint64_t need;
-	strata_status st = strata_forward_device_bytes(&s->hp, s->context,
-						       s->batch, &need, err);
+	strata_status st = strata_forward_device_bytes_seqs(
+		&s->hp, s->context, s->batch, s->sequences, &need, err);
 	if (st)
 		return st;
 	const strata_plan_memory *m = strata_plan_get_memory(s->plan);
@@ -154,14 +157,15 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 					     err)))
 		return st;
 	if (!cuda)
-		return strata_forward_create(&s->hp, s->compute, &s->source,
-					     s->context, s->batch, &s->forward,
-					     err);
+		return strata_forward_create_seqs(&s->hp, s->compute,
+						  &s->source, s->context,
+						  s->batch, s->sequences,
+						  &s->forward, err);
 	if ((st = check_forward_bytes(s, err)))
 		return st;
-	return strata_forward_create_device(&s->hp, s->backend, s->compute,
-					    &s->source, s->context, s->batch,
-					    &s->forward, err);
+	return strata_forward_create_device_seqs(
+		&s->hp, s->backend, s->compute, &s->source, s->context,
+		s->batch, s->sequences, &s->forward, err);
 }
 
 /* ------------------------------------------------------------------------ */

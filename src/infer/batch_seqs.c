@@ -1,0 +1,231 @@
+/* batch_seqs.c - one replica's running requests, up to --batch B of them:
+ * each prefilled on its own sequence of the forward pass, then all decoded
+ * together one token per step (strata_forward_step), so in a streamed
+ * residency one pass of the weights serves every running request (layer:
+ * infer).
+ *
+ * Each request keeps its own sampler (its seed), history and sequence, and
+ * draws its samples in the order strata_generate does, so its tokens do
+ * not depend on what runs beside it: greedy or sampled, --batch B gives
+ * --batch 1's tokens (tests/infer/test_batch.c).
+ */
+#include <string.h>
+
+#include "infer/batch_internal.h"
+
+/* ------------------------------------------------------------------------ */
+
+static void slot_clear(strata__batch_seq *s)
+{
+	memset(s, 0, sizeof *s);
+	s->req = SIZE_MAX;
+}
+
+/* What strata_generate does after a forward pass gave `logits` for the
+ * slot: draw the next token, stop at EOS, the budget or the context's
+ * end, else leave the token for the next step. */
+static void advance(strata__batch_seqs *ss, uint32_t slot, float *logits)
+{
+	strata__batch_seq *s = &ss->seq[slot];
+	strata_batch_result *res = s->res;
+	uint32_t max_new = s->q->max_tokens;
+	if (s->sampled == max_new) {
+		s->done = true;
+		return;
+	}
+	int32_t tok = strata_sampler_sample(s->smp, logits, s->hist,
+					    s->n_hist);
+	if (s->sampled++ == 0) {
+		s->t_first = strata_now_ns();
+		res->gen.first_token_ns = s->t_first - s->t0;
+	}
+	if (tok == ss->eos && ss->eos >= 0) {
+		res->gen.stopped_at_eos = true;
+		s->done = true;
+		return;
+	}
+	s->hist[s->n_hist++] = tok;
+	res->gen.generated_tokens++;
+	res->tokens[res->n_tokens++] = tok; /* sized for max_tokens */
+	uint32_t pos = strata_forward_position_of(ss->session->forward, slot);
+	if (s->sampled == max_new ||
+	    pos >= strata_forward_context(ss->session->forward))
+		s->done = true; /* the context is full: stop, not fail */
+	else
+		s->next = tok;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
+				      strata_session *s, int32_t eos,
+				      bool affinity,
+				      strata_batch_replica_stats *stats,
+				      strata_error *err)
+{
+	memset(ss, 0, sizeof *ss);
+	uint32_t n = strata_forward_sequences(s->forward);
+	ss->session = s;
+	ss->eos = eos;
+	ss->affinity = affinity;
+	ss->count = n;
+	ss->stats = stats;
+	ss->seq = strata_calloc_or_error(n, sizeof *ss->seq, "sequence slots",
+					 err);
+	ss->logits = ss->seq ? strata_calloc_or_error(
+				       (size_t)n * s->hp.vocab,
+				       sizeof *ss->logits, "step logits", err)
+			     : NULL;
+	ss->ids = ss->logits ? strata_calloc_or_error(n, sizeof *ss->ids,
+						      "step sequences", err)
+			     : NULL;
+	ss->tokens = ss->ids ? strata_calloc_or_error(n, sizeof *ss->tokens,
+						      "step tokens", err)
+			     : NULL;
+	if (!ss->tokens) {
+		strata__batch_seqs_fini(ss);
+		return STRATA_E_NOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		slot_clear(&ss->seq[i]);
+	return STRATA_OK;
+}
+
+void strata__batch_seqs_fini(strata__batch_seqs *ss)
+{
+	for (uint32_t i = 0; ss->seq && i < ss->count; i++)
+		if (ss->seq[i].req != SIZE_MAX)
+			strata__batch_seq_end(ss, i);
+	strata_free(ss->seq);
+	strata_free(ss->logits);
+	strata_free(ss->ids);
+	strata_free(ss->tokens);
+	memset(ss, 0, sizeof *ss);
+}
+
+uint32_t strata__batch_seqs_free_slot(const strata__batch_seqs *ss)
+{
+	for (uint32_t i = 0; i < ss->count; i++)
+		if (ss->seq[i].req == SIZE_MAX)
+			return i;
+	return UINT32_MAX;
+}
+
+uint32_t strata__batch_seqs_taken(const strata__batch_seqs *ss)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < ss->count; i++)
+		n += ss->seq[i].req != SIZE_MAX;
+	return n;
+}
+
+strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
+				      size_t req,
+				      const strata_batch_request *q,
+				      strata_batch_result *res,
+				      strata_prefix_cache *cache,
+				      strata_error *err)
+{
+	strata_forward *f = ss->session->forward;
+	strata__batch_seq *s = &ss->seq[slot];
+	slot_clear(s);
+	s->req = req;
+	s->q = q;
+	s->res = res;
+	s->failed = true; /* until it has started */
+	uint64_t t_start = strata_now_ns();
+	uint64_t hist_cap = (uint64_t)q->n_prompt + q->max_tokens;
+	res->tokens = strata_alloc_or_error(
+		(q->max_tokens ? q->max_tokens : 1) * sizeof(int32_t),
+		"generated ids", err);
+	s->hist = res->tokens ? strata_alloc_or_error(
+					hist_cap * sizeof *s->hist,
+					"token history", err)
+			      : NULL;
+	if (!s->hist)
+		return STRATA_E_NOMEM;
+	memcpy(s->hist, q->prompt, q->n_prompt * sizeof *s->hist);
+	s->n_hist = q->n_prompt;
+	uint32_t reused = 0;
+	/* The sampler sees the prompt as history; only with no repeat
+	 * penalty is a suffix-only history the same choice. */
+	bool use_cache = cache && q->sampler.repeat_penalty == 1.0f;
+	float *logits = ss->logits + (uint64_t)slot * ss->session->hp.vocab;
+	strata_status st = strata_sampler_create(&q->sampler,
+						 ss->session->hp.vocab,
+						 &s->smp, err);
+	if (st == STRATA_OK)
+		st = strata_forward_select(f, slot, err);
+	if (st == STRATA_OK && use_cache)
+		st = strata_prefix_cache_apply(cache, f, q->prompt,
+					       q->n_prompt, &reused, err);
+	else if (st == STRATA_OK)
+		strata_forward_reset(f);
+	s->t0 = strata_now_ns(); /* strata_generate's: after the cache */
+	if (st == STRATA_OK)
+		st = strata_forward_run(f, q->prompt + reused,
+					q->n_prompt - reused, reused, NULL,
+					logits, err);
+	res->gen.prompt_ns = strata_now_ns() - s->t0;
+	/* Saved as soon as its prompt is computed (the positions of the
+	 * prompt do not change while it decodes), so the apply and save of
+	 * one request are never split by another's. A request spilled here
+	 * from its home is a guest: kept while there is room, evicted before
+	 * this replica's own keys. Round-robin has no homes to protect. */
+	bool guest = ss->affinity && res->device != res->home_device;
+	if (st == STRATA_OK && use_cache)
+		st = strata_prefix_cache_save(cache, f, q->prompt, q->n_prompt,
+					      guest, err);
+	res->prefix_tokens = reused;
+	res->gen.prompt_tokens = q->n_prompt;
+	ss->stats->tokens += q->n_prompt - reused;
+	ss->stats->busy_ns += strata_now_ns() - t_start;
+	if (st)
+		return st;
+	s->failed = false;
+	advance(ss, slot, logits);
+	return STRATA_OK;
+}
+
+strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
+				      strata_error *err)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < ss->count; i++) {
+		strata__batch_seq *s = &ss->seq[i];
+		if (s->req == SIZE_MAX || s->done || s->failed)
+			continue;
+		ss->ids[n] = i;
+		ss->tokens[n++] = s->next;
+	}
+	if (n == 0)
+		return STRATA_OK;
+	uint64_t t0 = strata_now_ns();
+	strata_status st = strata_forward_step(ss->session->forward, ss->ids,
+					       ss->tokens, n, ss->logits, err);
+	ss->stats->busy_ns += strata_now_ns() - t0;
+	if (st) {
+		for (uint32_t i = 0; i < n; i++)
+			ss->seq[ss->ids[i]].failed = true;
+		return st;
+	}
+	ss->stats->decode_steps++;
+	ss->stats->decode_rows += n;
+	ss->stats->tokens += n;
+	for (uint32_t i = 0; i < n; i++)
+		advance(ss, ss->ids[i],
+			ss->logits + (uint64_t)i * ss->session->hp.vocab);
+	return STRATA_OK;
+}
+
+void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot)
+{
+	strata__batch_seq *s = &ss->seq[slot];
+	if (s->done && s->t_first)
+		s->res->gen.generate_ns = strata_now_ns() - s->t_first;
+	if (s->done)
+		ss->stats->requests++;
+	strata_sampler_destroy(s->smp);
+	strata_free(s->hist);
+	slot_clear(s);
+}
