@@ -125,6 +125,7 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	assert_int_equal(st.evictions, 1);
 	assert_int_equal(st.entries, 1);
 	assert_int_equal(st.bytes, one);
+	assert_int_equal(st.peak_bytes, one); /* never two at once */
 	uint32_t reused;
 	memcpy(q, b, sizeof b);
 	ids(q + 10, 3, 7);
@@ -462,6 +463,47 @@ static void test_batch_failed_replica_moves_work(void **state)
 	strata_batch_destroy(b);
 }
 
+/* STRATA_BATCH_PREFIX_CACHE_FROM_PLAN: replicas share the host budget
+ * (each plans with a third here) and each cache's bound is what its own
+ * plan leaves spare. */
+static void test_batch_prefix_cache_from_plan(void **state)
+{
+	(void)state;
+	strata_batch_options o = {
+		.replicas = 3, .spill_threshold = 1000, .eos = -1,
+		.prefix_cache_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN};
+	o.session.model_path = MODEL;
+	o.session.threads = 1;
+	o.session.positions = 64;
+	o.session.prefill = 32;
+	plan_defaults(&o.session.plan);
+	o.session.plan.has_device_budget = true;
+	o.session.plan.device_budget = 8u << 20;
+	o.session.plan.has_host_budget = true;
+	o.session.plan.host_budget = 3u << 20;
+	strata_batch *b = NULL;
+	strata_error err;
+	if (strata_batch_create(&o, &b, &err))
+		fail_msg("%s / %s", err.message, err.fix);
+	for (uint32_t i = 0; i < 3; i++) {
+		const strata_plan *p = strata_batch_session(b, i)->plan;
+		const strata_plan_budgets *pb = strata_plan_get_budgets(p);
+		assert_int_equal(pb->shared_by, 3);
+		assert_int_equal(pb->host_bytes, 1u << 20);
+		strata_batch_replica_stats st;
+		strata_batch_replica_get_stats(b, i, &st);
+		assert_true(st.prefix_budget_from_plan);
+		assert_int_equal(st.prefix_budget_bytes,
+				 strata_plan_host_spare_bytes(p));
+		/* cpu: the spare host share and the spare RAM arena */
+		assert_int_equal(st.prefix_budget_bytes,
+				 (1u << 20) - strata_plan_host_total(p) +
+					 (8u << 20) -
+					 strata_plan_device_total(p));
+	}
+	strata_batch_destroy(b);
+}
+
 /* Bad options are refused before anything opens. */
 static void test_batch_create_bad_options(void **state)
 {
@@ -496,6 +538,7 @@ int main(void)
 		cmocka_unit_test(test_batch_failed_replica_moves_work),
 		cmocka_unit_test(test_batch_run_oom),
 		cmocka_unit_test(test_batch_create_bad_options),
+		cmocka_unit_test(test_batch_prefix_cache_from_plan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
