@@ -145,8 +145,14 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 		wo.queue_depth = 1;
 		wo.host_budget_bytes = 0;
 	}
+	/* Disk mode reads every weight from the files on every pass: around
+	 * the page cache (O_DIRECT, where the filesystem allows), which would
+	 * otherwise fill with what is read once and evict the host's memory. */
+	strata_weight_store_options so = {
+		.direct_io = wo.mode == STRATA_RESIDENCY_DISK,
+	};
 	strata_status st;
-	if ((st = strata_weight_store_create(s->catalog, NULL, &s->store,
+	if ((st = strata_weight_store_create(s->catalog, &so, &s->store,
 					     err)) ||
 	    (st = strata_compute_create_on(s->backend, threads, &s->compute,
 					   err)))
