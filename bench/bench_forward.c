@@ -33,13 +33,15 @@ typedef struct cfg {
 	uint32_t tokens[MAX_SHAPES];
 	size_t n_tokens;
 	uint32_t passes, decode;
+	bool cold; /* time the first pass too: nothing read before it */
 } cfg;
 
 static int usage(void)
 {
 	fprintf(stderr,
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
-		"                     [--passes K] [--decode D] [--quick]\n%s",
+		"                     [--passes K] [--decode D] [--cold] [--quick]\n"
+		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n%s",
 		strata_cli_residency_help);
 	return 2;
 }
@@ -84,6 +86,7 @@ typedef struct figures {
 	uint64_t pass_ns, decode_ns; /* medians */
 	uint64_t h2d_bytes_per_pass;
 	uint64_t weight_bytes, plan_device, device_used;
+	uint64_t used_at_open, used_first_pass; /* device memory by stage */
 	uint64_t stalls, stall_ns;
 } figures;
 
@@ -121,15 +124,18 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	last = calloc(s->hp.vocab, sizeof *last);
 	if (!last)
 		goto fail;
+	uint64_t free_open = device_free(s->backend);
 	for (uint32_t i = 0; i < n; i++)
 		tok[i] = (int32_t)((i * 7919u + 13u) % s->hp.vocab);
 	uint64_t min_free = UINT64_MAX;
 	strata_telemetry *t =
 		strata_residency_telemetry(strata_infer_window_engine(s->window));
 	strata_telemetry_snapshot a, b;
-	for (uint32_t p = 0; p <= c->passes; p++) {
+	uint32_t first = c->cold ? 0 : 1; /* pass 0 warms up unless cold */
+	strata_telemetry_get(t, &a);
+	for (uint32_t p = 0; p < first + c->passes; p++) {
 		strata_forward_reset(s->forward);
-		if (p == 1)
+		if (p == first)
 			strata_telemetry_get(t, &a);
 		uint64_t t0 = strata_now_ns();
 		if (strata_forward_run(s->forward, tok, n, 0, NULL, last, &err))
@@ -138,9 +144,12 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		uint64_t f = device_free(s->backend);
 		if (f && f < min_free)
 			min_free = f;
+		if (p == 0 && free0 > f)
+			out->used_first_pass = free0 - f;
 	}
+	out->used_at_open = free0 > free_open ? free0 - free_open : 0;
 	strata_telemetry_get(t, &b);
-	out->pass_ns = median(ns + 1, c->passes);
+	out->pass_ns = median(ns + first, c->passes);
 	const strata_transfer_stats *ha = &a.transfers[STRATA_DIR_HOST_TO_DEVICE],
 				    *hb = &b.transfers[STRATA_DIR_HOST_TO_DEVICE];
 	out->h2d_bytes_per_pass = (hb->bytes - ha->bytes) / c->passes;
@@ -183,18 +192,22 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 {
 	double ms = f->pass_ns / 1e6;
 	double gbs = f->weight_bytes / (double)f->pass_ns;
-	printf("%u-token pass: %.2f ms median of %u (weights %.3f GB: %.1f GB/s;"
-	       " host->device %.3f GB per pass; %" PRIu64 " stalls, %.2f ms)\n",
-	       n, ms, c->passes, f->weight_bytes / 1e9, gbs,
-	       f->h2d_bytes_per_pass / 1e9, f->stalls,
+	printf("%u-token pass: %.2f ms median of %u%s (weights %.3f GB: %.1f "
+	       "GB/s; host->device %.3f GB per pass, %.1f GB/s; %" PRIu64
+	       " stalls, %.2f ms)\n",
+	       n, ms, c->passes, c->cold ? ", cold" : "",
+	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
+	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
 	       f->stall_ns / 1e6 / c->passes);
 	if (c->decode)
 		printf("  decode: %.3f ms/token median of %u (%.1f GB/s of "
 		       "weights)\n", f->decode_ns / 1e6, c->decode,
 		       f->weight_bytes / (double)f->decode_ns);
 	if (f->device_used)
-		printf("  device memory: %" PRIu64 " bytes used, plan %" PRIu64
-		       " (used/plan %.4f)\n", f->device_used, f->plan_device,
+		printf("  device memory: %" PRIu64 " bytes used (%" PRIu64
+		       " once open, %" PRIu64 " after the first pass), plan %"
+		       PRIu64 " (used/plan %.4f)\n", f->device_used,
+		       f->used_at_open, f->used_first_pass, f->plan_device,
 		       (double)f->device_used / (double)f->plan_device);
 	printf("json {\"tokens\": %u, \"pass_ms\": %.4f, \"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
@@ -236,6 +249,8 @@ int main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--quick"))
 			quick = true;
+		else if (!strcmp(a, "--cold"))
+			c.cold = true;
 		else if (!strcmp(a, "--tokens") && v && !parse_tokens(&c, v))
 			i++;
 		else if (!strcmp(a, "--passes") && v && atoi(v) > 0)
