@@ -37,8 +37,10 @@ static void help(FILE *f)
 		"                        replica's plan leaves spare\n"
 		"  --route affinity|round-robin  how requests pick a replica\n"
 		"                        (default affinity: home by key)\n"
-		"  --batch B             sequences per forward pass: only 1 for\n"
-		"                        now\n"
+		"  --batch B             requests each replica decodes together,\n"
+		"                        one token each per forward pass (one\n"
+		"                        pass of streamed weights serves B);\n"
+		"                        1 to %u (default 1)\n"
 		"  -n TOKENS             default max_tokens (default %d)\n"
 		"  --temperature T       default temperature (default 0.8)\n"
 		"  --seed S              default seed (default 0)\n"
@@ -46,7 +48,8 @@ static void help(FILE *f)
 		"                        processors / replicas)\n"
 		"  --telemetry FILE      write the telemetry document with one\n"
 		"                        devices[] entry per replica and the router\n%s",
-		DEFAULT_NEW_TOKENS, strata_cli_residency_help);
+		STRATA_FORWARD_MAX_SEQUENCES, DEFAULT_NEW_TOKENS,
+		strata_cli_residency_help);
 }
 
 typedef struct batch_args {
@@ -147,16 +150,11 @@ static int parse_args(int argc, char **argv, batch_args *a,
 	}
 	if (!a->model)
 		return strata_cli_usage("batch", "MODEL is missing");
-	if (r->plan.shape.batch > 1) {
-		strata_error e;
-		strata_fail(&e, STRATA_E_USAGE,
-			    "leave --batch at 1; replicas (--gpus) are how a "
-			    "batch runs in parallel for now",
-			    "--batch %llu: several sequences per forward pass "
-			    "are not implemented yet (only 1)",
-			    (unsigned long long)r->plan.shape.batch);
-		return strata_cli_fail(&e);
-	}
+	if (r->plan.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
+		return strata_cli_usage("batch", "--batch %llu: at most %u "
+					"sequences per forward pass",
+					(unsigned long long)r->plan.shape.batch,
+					STRATA_FORWARD_MAX_SEQUENCES);
 	return 0;
 }
 
@@ -322,6 +320,7 @@ static void print_summary(const strata_batch *b, size_t requests,
 			  const strata_batch_result *res, uint64_t wall_ns)
 {
 	uint64_t gen = 0, lookups = 0, hits = 0, routed = 0, home = 0;
+	uint64_t steps = 0, rows = 0;
 	for (size_t i = 0; i < requests; i++)
 		gen += res[i].n_tokens;
 	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
@@ -331,17 +330,21 @@ static void print_summary(const strata_batch *b, size_t requests,
 		hits += r.prefix_hits;
 		routed += r.routed;
 		home += r.routed_home;
+		steps += r.decode_steps;
+		rows += r.decode_rows;
 	}
 	double t = wall_ns / 1e9;
 	fprintf(stderr,
 		"strata: batch of %zu requests on %u replicas (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
-		"%llu; prefix cache hits %llu of %llu\n",
+		"%llu; prefix cache hits %llu of %llu; --batch %u, %.2f "
+		"sequences per decode step\n",
 		requests, strata_batch_replicas(b),
 		strata_batch_route_name(strata_batch_route_of(b)), t,
 		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,
 		(unsigned long long)home, (unsigned long long)routed,
-		(unsigned long long)hits, (unsigned long long)lookups);
+		(unsigned long long)hits, (unsigned long long)lookups,
+		strata_batch_sequences(b), steps ? (double)rows / steps : 0.0);
 }
 
 /* ------------------------------------------------------------------------ */

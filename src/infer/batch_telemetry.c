@@ -5,6 +5,27 @@
 
 #include "strata/batch.h"
 
+/* Sequences per decode step: B when every step was full, 1 at --batch 1. */
+static double per_step(uint64_t rows, uint64_t steps)
+{
+	return steps ? (double)rows / (double)steps : 0;
+}
+
+/* --batch B and how full the replicas' decode steps were, over all. */
+static void write_batching(strata_json *j, const strata_batch *b)
+{
+	uint64_t steps = 0, rows = 0;
+	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
+		strata_batch_replica_stats r;
+		strata_batch_replica_get_stats(b, i, &r);
+		steps += r.decode_steps;
+		rows += r.decode_rows;
+	}
+	strata_json_kv_u64(j, "batch", strata_batch_sequences(b));
+	strata_json_kv_u64(j, "decode_steps", steps);
+	strata_json_kv_double(j, "sequences_per_step", per_step(rows, steps));
+}
+
 /* The `router` object: allocator figures, load per replica (peak while the
  * batch ran, since in-flight loads are all released at its end, and the
  * total cost each received) and each replica's prefix cache. */
@@ -64,6 +85,9 @@ static void write_router(strata_json *j, strata_batch *b,
 		strata_json_kv_u64(j, "failures", r.failures);
 		strata_json_kv_u64(j, "moved_away", r.moved_away);
 		strata_json_kv_double(j, "busy_seconds", r.busy_ns / 1e9);
+		strata_json_kv_u64(j, "decode_steps", r.decode_steps);
+		strata_json_kv_double(j, "sequences_per_step",
+				      per_step(r.decode_rows, r.decode_steps));
 		strata_json_key(j, "prefix_cache");
 		strata_json_object_begin(j);
 		strata_json_kv_u64(j, "lookups", r.prefix_lookups);
@@ -87,6 +111,7 @@ static void write_router(strata_json *j, strata_batch *b,
 	strata_json_kv_u64(j, "prefix_hits", hits);
 	strata_json_kv_double(j, "prefix_hit_rate",
 			      lookups ? (double)hits / lookups : 0);
+	write_batching(j, b);
 	strata_json_object_end(j);
 }
 

@@ -223,6 +223,58 @@ static void test_batch_every_residency_mode(void **state)
 	json_decref(ref);
 }
 
+/* --batch B: replicas decode several requests per forward step, streamed
+ * or not, with --batch 1's tokens and text (greedy and seeded requests of
+ * different lengths); the telemetry says the batch and how full the steps
+ * were. */
+static void test_batch_several_sequences_same_output(void **state)
+{
+	(void)state;
+	char in[8192] = "", path[512];
+	for (size_t i = 0; i < PROMPTS; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "b%zu", i);
+		add_line(in, sizeof in, id, prompts[i], 8 + 5 * (int)i,
+			 i % 2 ? 0.8 : 0.0, (int)i + 3, NULL);
+	}
+	cli_tmpdir(path, sizeof path, "batch_b");
+	strcat(path, "/t.json");
+	const char *const runs[][16] = {
+		{"--device", "cpu", "--batch", "1", NULL},
+		{"--device", "cpu", "--batch", "4", NULL},
+		{"--device", "cpu", "--batch", "3", "--gpus", "2",
+		 "--residency", "host:1", "--device-memory", "64MiB",
+		 "--host-memory", "64MiB", NULL},
+		{"--device", "cpu", "--batch", "8", "--residency", "disk",
+		 "--device-memory", "64MiB", "--host-memory", "0",
+		 "--telemetry", path, NULL},
+	};
+	json_t *ref = batch(in, runs[0]);
+	for (size_t r = 1; r < sizeof runs / sizeof *runs; r++) {
+		json_t *all = batch(in, runs[r]);
+		for (size_t i = 0; i < PROMPTS; i++) {
+			json_t *a = json_array_get(ref, i);
+			json_t *b = json_array_get(all, i);
+			assert_true(json_equal(json_object_get(a, "tokens"),
+					       json_object_get(b, "tokens")));
+			assert_string_equal(field_s(a, "text"),
+					    field_s(b, "text"));
+		}
+		json_decref(all);
+	}
+	json_decref(ref);
+	json_error_t je;
+	json_t *t = json_load_file(path, 0, &je);
+	assert_non_null(t);
+	json_t *router = json_object_get(t, "router");
+	assert_int_equal(field_i(router, "batch"), 8);
+	assert_true(field_i(router, "decode_steps") > 0);
+	double per = json_real_value(json_object_get(router,
+						     "sequences_per_step"));
+	assert_true(per > 1.0 && per <= 8.0);
+	json_decref(t);
+}
+
 /* With no spilling, a key always lands on its home, the same replica. */
 static void test_batch_same_key_same_device(void **state)
 {
@@ -526,13 +578,13 @@ static void test_batch_bad_lines_run_nothing(void **state)
 	}
 }
 
-/* Usage errors exit 2: --batch above 1, CPU replicas without --device cpu,
- * a bad --gpus. */
+/* Usage errors exit 2: --batch past the forward pass's cap, CPU replicas
+ * without --device cpu, a bad --gpus. */
 static void test_batch_usage_errors(void **state)
 {
 	(void)state;
 	static const char *const cases[][8] = {
-		{"batch", MODEL, "--batch", "2", NULL},
+		{"batch", MODEL, "--batch", "257", NULL},
 		{"batch", MODEL, "--gpus", "2", NULL},
 		{"batch", MODEL, "--device", "cpu", "--gpus", "0", NULL},
 		{"batch", MODEL, "--device", "cpu", "--gpus", "1,1", NULL},
@@ -550,10 +602,10 @@ static void test_batch_usage_errors(void **state)
 				 r.exit_code, r.err);
 		cli_result_free(&r);
 	}
-	const char *argv[] = {"batch", MODEL, "--batch", "4", NULL};
+	const char *argv[] = {"batch", MODEL, "--batch", "300", NULL};
 	cli_result r;
 	assert_int_equal(cli_run(argv, in, strlen(in), NULL, &r), 0);
-	assert_non_null(strstr(r.err, "only 1"));
+	assert_non_null(strstr(r.err, "at most 256"));
 	cli_result_free(&r);
 }
 
@@ -564,6 +616,7 @@ int main(void)
 		cmocka_unit_test(test_batch_greedy_equals_run),
 		cmocka_unit_test(test_batch_same_output_any_replica_count),
 		cmocka_unit_test(test_batch_every_residency_mode),
+		cmocka_unit_test(test_batch_several_sequences_same_output),
 		cmocka_unit_test(test_batch_same_key_same_device),
 		cmocka_unit_test(test_batch_round_robin),
 		cmocka_unit_test(test_batch_spills_keep_outputs),
