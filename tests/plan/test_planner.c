@@ -526,6 +526,18 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 	fixture_free(f);
 }
 
+/* A plan that must succeed; the caller destroys it. */
+static strata_plan *plan_ok(const fixture *f, const strata_plan_options *o,
+			    const strata_plan_machine *m)
+{
+	strata_plan *p = NULL;
+	strata_error err;
+	if (strata_plan_create(f->layout, &f->arch, STRATA_DTYPE_BF16, o, m,
+			       &p, &err))
+		fail_msg("%s / %s", err.message, err.fix);
+	return p;
+}
+
 /* Replicas on one machine (host_shared_by) split its host budget evenly;
  * on cpu the RAM of their device arenas too, unless --device-memory gives
  * each its own; what a plan leaves spare is the prefix cache's bound. */
@@ -539,12 +551,8 @@ static void replicas_share_the_host_budget(void **state)
 				 .device_free_bytes = 100 * GiB};
 	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CPU,
 				 .host_shared_by = 4};
-	strata_plan *p;
-	strata_error err;
 	/* cpu, nothing given: 18 GiB of RAM (2 GiB headroom) over 4 arenas */
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
-			 STRATA_OK);
+	strata_plan *p = plan_ok(f, &o, &m);
 	const strata_plan_budgets *b = strata_plan_get_budgets(p);
 	assert_true(b->shared_by == 4);
 	assert_true(b->device_bytes == 18 * GiB / 4);
@@ -555,27 +563,21 @@ static void replicas_share_the_host_budget(void **state)
 	/* cpu, 4 GiB per arena: 18 - 4 x 4 GiB left to the host pool */
 	o.has_device_budget = true;
 	o.device_budget = 4 * GiB;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
-			 STRATA_OK);
+	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
 	assert_true(b->host_pool_bytes == 2 * GiB);
 	assert_true(b->host_bytes == GiB / 2);
 	strata_plan_destroy(p);
 	/* arenas past the RAM: no host pool, not an underflow */
 	o.device_budget = 5 * GiB;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
-			 STRATA_OK);
+	p = plan_ok(f, &o, &m);
 	assert_true(strata_plan_get_budgets(p)->host_bytes == 0);
 	strata_plan_destroy(p);
 	/* cpu, --host-memory 8 GiB: 2 GiB each; the arenas share the rest */
 	o.has_device_budget = false;
 	o.has_host_budget = true;
 	o.host_budget = 8 * GiB;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
-			 STRATA_OK);
+	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
 	assert_true(b->host_bytes == 2 * GiB && b->host_pool_bytes == 8 * GiB);
 	assert_true(b->device_bytes == 10 * GiB / 4);
@@ -584,9 +586,7 @@ static void replicas_share_the_host_budget(void **state)
 	 * and only host memory is spare for a host-side cache */
 	o = (strata_plan_options){.device = STRATA_PLAN_DEVICE_CUDA,
 				  .host_shared_by = 4};
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
-			 STRATA_OK);
+	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
 	assert_true(b->device_bytes == 95 * GiB);
 	assert_true(b->host_bytes == 18 * GiB / 4);
@@ -608,12 +608,8 @@ static void spare_bytes_and_shared_nothing_fits_fix(void **state)
 	(void)state;
 	fixture *f = fixture_make(8);
 	strata_plan_options o = opts(RESIDENT_DEVICE, 3 * MiB);
-	strata_plan *p;
+	strata_plan *p = plan_ok(f, &o, &no_machine);
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
 	/* resident fills the device exactly: the host budget is spare */
 	assert_true(strata_plan_device_total(p) == RESIDENT_DEVICE);
 	assert_true(strata_plan_host_spare_bytes(p) == 3 * MiB);
