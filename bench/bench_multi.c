@@ -10,6 +10,12 @@
  * entries (default 1.25 x P, all of them); affinity keeps each prefix on
  * one replica, round-robin makes every replica see (and miss) every
  * prefix. Spilling is past --spill-requests whole requests of load.
+ *
+ * --batch B runs the three at --batch B (each replica decoding up to B
+ * requests per forward step) and adds one replica at --batch 1, so one
+ * invocation shows what B buys; --residency, --device-memory and
+ * --host-memory force a streamed mode, where one pass of the weights then
+ * serves B tokens.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +26,11 @@
 typedef struct cfg {
 	const char *model, *device;
 	uint32_t requests, prefixes, prefix_len, tail, max_tokens, gpus;
-	uint32_t threads, spill_requests, cache_prefixes;
+	uint32_t threads, spill_requests, cache_prefixes, batch;
+	strata_residency_mode mode;
+	uint64_t depth, device_memory, host_memory;
+	bool has_device_memory, has_host_memory; /* else the planner's */
+	const char *residency;
 } cfg;
 
 typedef struct figures {
@@ -34,6 +44,52 @@ static uint64_t rng(uint64_t *s)
 	*s ^= *s >> 7;
 	*s ^= *s << 17;
 	return *s;
+}
+
+/* resident | host[:D] | disk | auto into c; false when it is none. */
+static bool parse_residency(const char *v, cfg *c)
+{
+	c->residency = v;
+	c->depth = 0;
+	if (!strcmp(v, "auto"))
+		c->mode = STRATA_RESIDENCY_AUTO;
+	else if (!strcmp(v, "resident"))
+		c->mode = STRATA_RESIDENCY_RESIDENT;
+	else if (!strcmp(v, "disk"))
+		c->mode = STRATA_RESIDENCY_DISK;
+	else if (!strncmp(v, "host", 4) && (!v[4] || v[4] == ':')) {
+		c->mode = STRATA_RESIDENCY_HOST;
+		c->depth = v[4] ? strtoull(v + 5, NULL, 10) : 0;
+		return !v[4] || c->depth > 0;
+	} else
+		return false;
+	return true;
+}
+
+/* The size and residency options; 0 when handled, 1 not one, 2 bad. */
+static int parse_memory(const char *a, const char *v, cfg *c)
+{
+	strata_error err;
+	uint64_t *dst = !strcmp(a, "--device-memory") ? &c->device_memory
+			: !strcmp(a, "--host-memory")  ? &c->host_memory
+						       : NULL;
+	if (!strcmp(a, "--residency")) {
+		if (parse_residency(v, c))
+			return 0;
+		fprintf(stderr, "bench_multi: --residency %s: not auto, "
+			"resident, host[:D] or disk\n", v);
+		return 2;
+	}
+	if (!dst)
+		return 1;
+	if (strata_size_parse(v, dst, &err) == STRATA_OK) {
+		/* host 0: disk mode reads straight to the device */
+		*(dst == &c->device_memory ? &c->has_device_memory
+					   : &c->has_host_memory) = true;
+		return 0;
+	}
+	fprintf(stderr, "bench_multi: %s %s: not a size\n", a, v);
+	return 2;
 }
 
 static int parse(int argc, char **argv, cfg *c)
@@ -52,6 +108,11 @@ static int parse(int argc, char **argv, cfg *c)
 			return 2;
 		}
 		i++;
+		int m = parse_memory(a, v, c);
+		if (m == 0)
+			continue;
+		if (m == 2)
+			return 2;
 		if (!strcmp(a, "--model"))
 			c->model = v;
 		else if (!strcmp(a, "--device"))
@@ -74,23 +135,27 @@ static int parse(int argc, char **argv, cfg *c)
 			c->spill_requests = (uint32_t)strtoul(v, NULL, 10);
 		else if (!strcmp(a, "--threads"))
 			c->threads = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--batch"))
+			c->batch = (uint32_t)strtoul(v, NULL, 10);
 		else {
 			fprintf(stderr, "bench_multi: unknown option %s\n", a);
 			return 2;
 		}
 	}
 	if (!c->requests || !c->prefixes || !c->prefix_len || !c->gpus ||
-	    c->gpus > STRATA_BATCH_MAX_REPLICAS) {
+	    c->gpus > STRATA_BATCH_MAX_REPLICAS || !c->batch ||
+	    c->batch > STRATA_FORWARD_MAX_SEQUENCES) {
 		fprintf(stderr, "bench_multi: counts must be positive\n");
 		return 2;
 	}
 	return 0;
 }
 
-/* Runs the requests once on `replicas` replicas routed by `route`. */
+/* Runs the requests once on `replicas` replicas routed by `route`, each
+ * decoding up to `batch` of them per forward step. */
 static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
-		   uint64_t cache_bytes, const strata_batch_request *q,
-		   figures *out)
+		   uint32_t batch, uint64_t cache_bytes,
+		   const strata_batch_request *q, figures *out)
 {
 	strata_batch_options o = {.replicas = replicas,
 				  .spill_threshold = 0,
@@ -101,7 +166,13 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 	o.session.threads = c->threads;
 	o.session.positions = c->prefix_len + c->tail + c->max_tokens;
 	o.session.prefill = c->prefix_len + c->tail;
-	o.session.plan.mode = STRATA_RESIDENCY_AUTO;
+	o.session.plan.mode = c->mode;
+	o.session.plan.host_depth = c->depth;
+	o.session.plan.has_device_budget = c->has_device_memory;
+	o.session.plan.device_budget = c->device_memory;
+	o.session.plan.has_host_budget = c->has_host_memory;
+	o.session.plan.host_budget = c->host_memory;
+	o.session.plan.shape.batch = batch;
 	o.session.plan.device = strcmp(c->device, "cpu")
 					? STRATA_PLAN_DEVICE_CUDA
 					: STRATA_PLAN_DEVICE_CPU;
@@ -148,10 +219,50 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 
 static void print(const char *name, const figures *f)
 {
-	printf("%-24s %8.3f s %9.1f req/s %10.1f tok/s  prefix hits "
+	printf("%-32s %8.3f s %9.1f req/s %10.1f tok/s  prefix hits "
 	       "%5.1f %%  max/mean %.3f\n",
 	       name, f->seconds, f->requests_s, f->tokens_s,
 	       100 * f->hit_rate, f->max_over_mean);
+}
+
+/* The runs: 1 replica, G with affinity and G round-robin (G > 1) at
+ * --batch B, then 1 replica at --batch 1 when B > 1; each cache holds
+ * `cache` bytes (the single replica G times that). */
+static int run_all(const cfg *c, uint64_t cache, const strata_batch_request *q)
+{
+	figures one, aff, rr, single;
+	char name[64];
+	if (measure(c, 1, STRATA_BATCH_ROUTE_AFFINITY, c->batch,
+		    cache * c->gpus, q, &one))
+		return 1;
+	snprintf(name, sizeof name, "1 replica, batch %u", c->batch);
+	print(name, &one);
+	if (c->gpus > 1) {
+		if (measure(c, c->gpus, STRATA_BATCH_ROUTE_AFFINITY, c->batch,
+			    cache, q, &aff) ||
+		    measure(c, c->gpus, STRATA_BATCH_ROUTE_ROUND_ROBIN,
+			    c->batch, cache, q, &rr))
+			return 1;
+		snprintf(name, sizeof name, "%u replicas, affinity, batch %u",
+			 c->gpus, c->batch);
+		print(name, &aff);
+		snprintf(name, sizeof name, "%u replicas, round-robin, batch %u",
+			 c->gpus, c->batch);
+		print(name, &rr);
+		printf("affinity vs 1 replica: %.2fx requests/s; affinity vs "
+		       "round-robin: %.2fx\n",
+		       aff.requests_s / one.requests_s,
+		       aff.requests_s / rr.requests_s);
+	}
+	if (c->batch == 1)
+		return 0;
+	if (measure(c, 1, STRATA_BATCH_ROUTE_AFFINITY, 1, cache * c->gpus, q,
+		    &single))
+		return 1;
+	print("1 replica, batch 1", &single);
+	printf("batch %u vs batch 1 (1 replica): %.2fx tokens/s\n", c->batch,
+	       one.tokens_s / single.tokens_s);
+	return 0;
 }
 
 /* R requests: prefix k (random) then a random tail, greedy; keyed by k. */
@@ -185,7 +296,8 @@ int main(int argc, char **argv)
 	cfg c = {.model = STRATA_SOURCE_DIR "/models/stories260K",
 		 .device = "cpu", .requests = 1000, .prefixes = 16,
 		 .prefix_len = 448, .tail = 8, .max_tokens = 16, .gpus = 2,
-		 .threads = 1, .spill_requests = 4};
+		 .threads = 1, .spill_requests = 4, .batch = 1,
+		 .mode = STRATA_RESIDENCY_AUTO, .residency = "auto"};
 	int rc = parse(argc, argv, &c);
 	if (rc)
 		return rc;
@@ -201,7 +313,6 @@ int main(int argc, char **argv)
 	 * shared part); each replica gets room for --cache-prefixes of them
 	 * (default 1.25 x P: every prefix fits, as on a large GPU), the
 	 * single replica the same total. */
-	figures one, aff, rr;
 	uint64_t per_entry = 0;
 	{
 		/* bytes of one prefix entry from the model's geometry */
@@ -225,27 +336,14 @@ int main(int argc, char **argv)
 					: (c.prefixes * 5 + 3) / 4;
 	uint64_t cache = fit * per_entry;
 	printf("bench_multi: %u requests, %u prefixes x %u tokens + %u-token "
-	       "tails, %u new tokens, %s, %u threads per replica, prefix "
-	       "cache %llu entries per replica, spill past %u requests\n",
+	       "tails, %u new tokens, %s, residency %s, %u threads per "
+	       "replica, prefix cache %llu entries per replica, spill past %u "
+	       "requests\n",
 	       c.requests, c.prefixes, c.prefix_len, c.tail, c.max_tokens,
-	       c.device, c.threads, (unsigned long long)fit,
+	       c.device, c.residency, c.threads, (unsigned long long)fit,
 	       c.spill_requests);
-	char name[64];
-	if (measure(&c, 1, STRATA_BATCH_ROUTE_AFFINITY, cache * c.gpus, q,
-		    &one))
+	if (run_all(&c, cache, q))
 		return 1;
-	print("1 replica", &one);
-	if (measure(&c, c.gpus, STRATA_BATCH_ROUTE_AFFINITY, cache, q, &aff))
-		return 1;
-	snprintf(name, sizeof name, "%u replicas, affinity", c.gpus);
-	print(name, &aff);
-	if (measure(&c, c.gpus, STRATA_BATCH_ROUTE_ROUND_ROBIN, cache, q, &rr))
-		return 1;
-	snprintf(name, sizeof name, "%u replicas, round-robin", c.gpus);
-	print(name, &rr);
-	printf("affinity vs 1 replica: %.2fx requests/s; affinity vs "
-	       "round-robin: %.2fx\n",
-	       aff.requests_s / one.requests_s, aff.requests_s / rr.requests_s);
 	free(prefix);
 	free(prompts);
 	free(q);
