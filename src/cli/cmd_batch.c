@@ -397,7 +397,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		st = strata_batch_run(b, reqs, in->count, res, &wall, err);
 		size_t bad = strata_batch_failed_request(b);
 		if (st == STRATA_E_INFER_REPLICA && bad < in->count)
-			strata_error_prefix(err, "line %llu: ",
+			strata_error_prefix(err, "line %llu",
 					    (unsigned long long)in->items[bad]
 						    .line);
 	}

@@ -185,7 +185,7 @@ static strata_status parse_line(const batch_input_options *bo,
 	st = strata_tokenizer_encode(bo->tok, text, len, true, &q->ids, &count,
 				     err);
 	if (st)
-		return strata_error_prefix(err, "line %llu: ",
+		return strata_error_prefix(err, "line %llu",
 					   (unsigned long long)line);
 	if (count == 0 || count > UINT32_MAX - MAX_TOKENS_CAP)
 		return bad(err, line,

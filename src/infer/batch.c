@@ -407,7 +407,7 @@ static strata_status start_workers(strata_batch *b, strata_error *err)
 			st = b->r[i].open_status;
 			if (err) {
 				*err = b->r[i].open_err;
-				strata_error_prefix(err, "replica %u: ", i);
+				strata_error_prefix(err, "replica %u", i);
 			}
 		}
 	}

@@ -523,6 +523,7 @@ static void test_batch_create_bad_options(void **state)
 	o.session.prefill = 8;
 	assert_int_not_equal(strata_batch_create(&o, &b, &err), STRATA_OK);
 	assert_non_null(strstr(err.message, "replica 0: "));
+	assert_null(strstr(err.message, ": :")); /* the prefix adds ": " */
 	assert_null(b);
 }
 
