@@ -257,6 +257,28 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      uint32_t n, uint32_t in, uint32_t out,
 				      strata_error *err);
 
+/* One product of strata_cuda_matmul_half_parts (device pointers). */
+typedef struct strata_cuda_half_part {
+	float *y;	   /* (n, out) */
+	const void *w;	   /* (out, in), the call's type */
+	const float *bias; /* (out), or NULL */
+	uint32_t out;
+} strata_cuda_half_part;
+#define STRATA_CUDA_HALF_PARTS_MAX 3u
+
+/* y_i = x (n, in) . w_i^T (+ bias_i) for up to STRATA_CUDA_HALF_PARTS_MAX
+ * products that share x and the weights' type (q, k and v; gate and up),
+ * or y_i += that when `accumulate` (a residual add folded into the
+ * product). One row is one GEMV launch for every part; several rows split
+ * x once and run strata_cuda_matmul_half's cuBLAS path for each part. No
+ * y_i may alias x or its weights. */
+strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    strata_cuda_half type, uint32_t n,
+					    uint32_t in,
+					    const strata_cuda_half_part *parts,
+					    uint32_t count, bool accumulate,
+					    strata_error *err);
+
 /* The k (1 .. STRATA_CUDA_TOPK_MAX) largest of logits (vocab, device),
  * computed on the device, best first, ties to the lower id, NaN counted
  * as -inf; vocab below 2^31. Waits for the compute stream, then fills

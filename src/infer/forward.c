@@ -198,6 +198,64 @@ static strata_status mm(strata_forward *f, float *y, const float *x,
 				       err);
 }
 
+/* Products sharing their input x (n, in): q, k and v; gate and up. Half
+ * weights of one type go to the device in one call, which decodes them in
+ * one launch; anything else one product at a time. */
+typedef struct product {
+	float *y;
+	const float *w;
+	uint8_t elem;
+	const float *bias;
+	uint32_t out;
+} product;
+
+static strata_status mm_shared(strata_forward *f, const float *x, uint32_t n,
+			       uint32_t in, const product *p, uint32_t count,
+			       strata_error *err)
+{
+	bool together = p[0].elem != STRATA_ELEM_F32 &&
+			count <= STRATA_CUDA_HALF_PARTS_MAX;
+	for (uint32_t i = 1; i < count; i++)
+		together = together && p[i].elem == p[0].elem;
+	if (!together) {
+		strata_status st = STRATA_OK;
+		for (uint32_t i = 0; st == STRATA_OK && i < count; i++)
+			st = mm(f, p[i].y, x, p[i].w, p[i].elem, p[i].bias, n,
+				in, p[i].out, err);
+		return st;
+	}
+	strata_cuda_half_part parts[STRATA_CUDA_HALF_PARTS_MAX];
+	for (uint32_t i = 0; i < count; i++)
+		parts[i] = (strata_cuda_half_part){p[i].y, p[i].w, p[i].bias,
+						   p[i].out};
+	return strata_cuda_matmul_half_parts(
+		f->c, x, p[0].elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+						       : STRATA_CUDA_F16,
+		n, in, parts, count, false, err);
+}
+
+/* y (n, out) += x (n, in) . w^T, the residual add: on the device with half
+ * weights folded into the product; otherwise the product into `scratch`
+ * (n, out), then the add. */
+static strata_status mm_add(strata_forward *f, float *y, const float *x,
+			    const float *w, uint8_t elem, uint32_t n,
+			    uint32_t in, uint32_t out, float *scratch,
+			    strata_error *err)
+{
+	if (elem != STRATA_ELEM_F32) {
+		strata_cuda_half_part part = {y, w, NULL, out};
+		return strata_cuda_matmul_half_parts(
+			f->c, x, elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+							  : STRATA_CUDA_F16,
+			n, in, &part, 1, true, err);
+	}
+	strata_status st = mm(f, scratch, x, w, elem, NULL, n, in, out, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_add(f->c, y, scratch, (uint64_t)n * out,
+				       err);
+	return st;
+}
+
 /* x += attention(rmsnorm(x)) for rows at positions pos .. pos+n-1. */
 static strata_status attention_block(strata_forward *f,
 				     const strata_infer_layer *w,
@@ -227,23 +285,23 @@ static strata_status attention_block(strata_forward *f,
 			 bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
 	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
 					hp->norm_eps, err)) ||
-	    (st = mm(f, f->q, f->xb, w->wq, e[STRATA_SLOT_WQ], bq, n, hp->dim,
-		     f->q_dim, err)) ||
-	    (st = mm(f, k, f->xb, w->wk, e[STRATA_SLOT_WK], bk, n, hp->dim,
-		     f->kv_dim, err)) ||
-	    (st = mm(f, v, f->xb, w->wv, e[STRATA_SLOT_WV], bv, n, hp->dim,
-		     f->kv_dim, err)) ||
+	    (st = mm_shared(f, f->xb, n, hp->dim,
+			    (const product[]){
+				    {f->q, w->wq, e[STRATA_SLOT_WQ], bq, f->q_dim},
+				    {k, w->wk, e[STRATA_SLOT_WK], bk, f->kv_dim},
+				    {v, w->wv, e[STRATA_SLOT_WV], bv, f->kv_dim},
+			    },
+			    3, err)) ||
 	    (st = strata_kernel_rope(c, f->q, n, pos, hp->heads, hp->head_dim,
 				     f->inv_freq, hp->rope_layout, err)) ||
 	    (st = strata_kernel_rope(c, k, n, pos, hp->kv_heads,
 				     hp->head_dim, f->inv_freq,
 				     hp->rope_layout, err)) ||
 	    (st = strata_kernel_attention(c, f->att, f->q, k_at(f, layer, 0),
-					  v_at(f, layer, 0), &shape, err)) ||
-	    (st = mm(f, f->xb, f->att, w->wo, e[STRATA_SLOT_WO], NULL, n,
-		     f->q_dim, hp->dim, err)))
+					  v_at(f, layer, 0), &shape, err)))
 		return st;
-	return strata_kernel_add(c, f->x, f->xb, (uint64_t)n * hp->dim, err);
+	return mm_add(f, f->x, f->att, w->wo, e[STRATA_SLOT_WO], n, f->q_dim,
+		      hp->dim, f->xb, err);
 }
 
 /* x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))). */
@@ -259,16 +317,19 @@ static strata_status mlp_block(strata_forward *f, const strata_infer_layer *w,
 			 f->norm_f32, &norm, err)) ||
 	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
 					hp->norm_eps, err)) ||
-	    (st = mm(f, f->hb, f->xb, w->w_gate, e[STRATA_SLOT_W_GATE], NULL,
-		     n, hp->dim, hp->ffn, err)) ||
-	    (st = mm(f, f->hb2, f->xb, w->w_up, e[STRATA_SLOT_W_UP], NULL, n,
-		     hp->dim, hp->ffn, err)) ||
+	    (st = mm_shared(f, f->xb, n, hp->dim,
+			    (const product[]){
+				    {f->hb, w->w_gate, e[STRATA_SLOT_W_GATE],
+				     NULL, hp->ffn},
+				    {f->hb2, w->w_up, e[STRATA_SLOT_W_UP], NULL,
+				     hp->ffn},
+			    },
+			    2, err)) ||
 	    (st = strata_kernel_swiglu(c, f->hb, f->hb2,
-				       (uint64_t)n * hp->ffn, err)) ||
-	    (st = mm(f, f->xb, f->hb, w->w_down, e[STRATA_SLOT_W_DOWN], NULL,
-		     n, hp->ffn, hp->dim, err)))
+				       (uint64_t)n * hp->ffn, err)))
 		return st;
-	return strata_kernel_add(c, f->x, f->xb, (uint64_t)n * hp->dim, err);
+	return mm_add(f, f->x, f->hb, w->w_down, e[STRATA_SLOT_W_DOWN], n,
+		      hp->ffn, hp->dim, f->xb, err);
 }
 
 /* One layer with its weights held only for the duration. */

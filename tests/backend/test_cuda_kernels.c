@@ -250,6 +250,74 @@ static void test_matmul_half_gemm_matches_cpu(void **state)
 			  SPLIT_TOL, 34);
 }
 
+/* Three products sharing x in one call (q, k, v shapes), the second with a
+ * bias, against the CPU product of each; with accumulate, y starts random
+ * and the product is added to it. */
+static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
+				    bool accumulate, uint64_t seed)
+{
+	const uint32_t in = 1024, outs[3] = {1024, 256, 256};
+	float *x = host_floats((size_t)n * in), *b = host_floats(256);
+	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
+	cuda_test_fill(b, 256, seed + 1, 1.0f);
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	float *db = upload(b, 256 * 4);
+	strata_cuda_half_part parts[3];
+	float *want[3], *got[3];
+	for (int i = 0; i < 3; i++) {
+		size_t wn = (size_t)outs[i] * in, yn = (size_t)n * outs[i];
+		float *w = host_floats(wn), *y0 = host_floats(yn);
+		uint16_t *wh = calloc(wn, 2);
+		assert_non_null(wh);
+		fill_sixty_fourths(w, wn, seed + 10 + i);
+		for (size_t j = 0; j < wn; j++)
+			wh[j] = type == STRATA_CUDA_BF16 ? bf16_bits(w[j])
+							 : f16_bits(w[j]);
+		cuda_test_fill(y0, yn, seed + 20 + i, accumulate ? 1.0f : 0.0f);
+		want[i] = host_floats(yn), got[i] = host_floats(yn);
+		OK(strata_kernel_matmul(F.cpu, want[i], x, w, i == 1 ? b : NULL,
+					n, in, outs[i], ERR));
+		for (size_t j = 0; accumulate && j < yn; j++)
+			want[i][j] += y0[j];
+		parts[i] = (strata_cuda_half_part){
+			.y = upload(y0, yn * 4), .w = upload(wh, wn * 2),
+			.bias = i == 1 ? db : NULL, .out = outs[i]};
+		free(w), free(y0), free(wh);
+	}
+	OK(strata_cuda_matmul_half_parts(F.gpu, dx, type, n, in, parts, 3,
+					 accumulate, ERR));
+	for (int i = 0; i < 3; i++) {
+		download(got[i], parts[i].y, (uint64_t)n * outs[i] * 4);
+		char what[96];
+		snprintf(what, sizeof what, "matmul parts %s n=%u part %d%s",
+			 type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i,
+			 accumulate ? " +=" : "");
+		expect_close(what, want[i], got[i], (size_t)n * outs[i],
+			     n == 1 ? F32_TOL : SPLIT_TOL);
+		free(want[i]), free(got[i]);
+	}
+	dev_free_all();
+	free(x), free(b);
+}
+
+static void test_matmul_half_parts_matches_cpu(void **state)
+{
+	(void)state;
+	check_matmul_half_parts(STRATA_CUDA_BF16, 1, false, 50);
+	check_matmul_half_parts(STRATA_CUDA_BF16, 1, true, 51);
+	check_matmul_half_parts(STRATA_CUDA_F16, 1, true, 52);
+	check_matmul_half_parts(STRATA_CUDA_BF16, 7, false, 53);
+	check_matmul_half_parts(STRATA_CUDA_F16, 7, true, 54);
+	/* one output aliasing the input is refused, not computed */
+	strata_error err;
+	float *d = dev_alloc(4096);
+	strata_cuda_half_part p = {.y = d, .w = d + 512, .out = 4};
+	assert_int_equal(strata_cuda_matmul_half_parts(F.gpu, d, STRATA_CUDA_BF16,
+						       1, 4, &p, 1, false, &err),
+			 STRATA_E_INVALID_ARG);
+	dev_free_all();
+}
+
 /* ------------------------------------------------------------------------ */
 /* Normalisation, rotation, element-wise                                    */
 /* ------------------------------------------------------------------------ */
@@ -719,6 +787,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_refuses_dimensions_cublas_cannot_take),
 		cmocka_unit_test(test_matmul_half_gemv_matches_cpu),
 		cmocka_unit_test(test_matmul_half_gemm_matches_cpu),
+		cmocka_unit_test(test_matmul_half_parts_matches_cpu),
 		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),
 		cmocka_unit_test(test_rope_matches_cpu_both_layouts_llama3),
 		cmocka_unit_test(test_swiglu_add_embed_match_cpu),

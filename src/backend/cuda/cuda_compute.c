@@ -351,6 +351,59 @@ static strata_status reserve_half_ws(strata__cuda_compute *k, uint64_t bytes,
 	return STRATA_OK;
 }
 
+/* x (n, in) split into two half terms in the workspace: hi, then lo.
+ * cuBLAS on tensor cores takes inputs of the weights' type only; rounding
+ * the f32 activations to bf16 once moves small models' logits by up to
+ * 0.3, while hi + lo keeps ~16 bits, and the second product this costs is
+ * hidden many times over by the weights' transfer in streamed modes. */
+static strata_status split_input(strata__cuda_compute *k, const float *x,
+				 strata_cuda_half type, uint32_t n,
+				 uint32_t in, uint32_t out, strata_error *err)
+{
+	uint64_t elems, bytes;
+	strata_status s = blas_dims(n, in, out, err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(n, in, &elems, "matmul input elements",
+				       err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
+	if (s == STRATA_OK)
+		s = reserve_half_ws(k, bytes, err);
+	if (s != STRATA_OK)
+		return s;
+	return launched(strata__cuda_to_half_split(k->stream.cuda, k->half_ws,
+						   x, elems, (int)type),
+			"matmul input conversion", err);
+}
+
+/* y (n, out) (+)= the split input . w^T (+ bias) with cuBLAS: one product
+ * per term, the second adding to the first. */
+static strata_status gemm_split(strata__cuda_compute *k, float *y,
+				const void *w, strata_cuda_half type,
+				const float *bias, uint32_t n, uint32_t in,
+				uint32_t out, bool accumulate,
+				strata_error *err)
+{
+	cudaDataType_t dt = type == STRATA_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	const float one = 1.0f, zero = 0.0f;
+	uint64_t term_bytes = (uint64_t)n * in * 2;
+	for (int term = 0; term < 2; term++) {
+		const char *x_term = (const char *)k->half_ws + term * term_bytes;
+		cublasStatus_t bs = cublasGemmEx(
+			k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n,
+			(int)in, &one, w, dt, (int)in, x_term, dt, (int)in,
+			term || accumulate ? &one : &zero, y, CUDA_R_32F,
+			(int)out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (bs != CUBLAS_STATUS_SUCCESS)
+			return strata__cublas_fail(err, bs,
+						   "matmul (cublasGemmEx)");
+	}
+	if (!bias)
+		return STRATA_OK;
+	return launched(strata__cuda_bias_add(k->stream.cuda, y, bias, n, out),
+			"bias add", err);
+}
+
 strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      const float *x, const void *w,
 				      strata_cuda_half type, const float *bias,
@@ -367,44 +420,49 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 						       (int)type, bias, n, in,
 						       out),
 				"half-precision matmul (GEMV)", err);
-	/* Several rows: cuBLAS on tensor cores, which takes inputs of the
-	 * weights' type only. Rounding the f32 activations to bf16 once moves
-	 * small models' logits by up to 0.3; split in two half terms (x = hi +
-	 * lo) they keep ~16 bits, and y = W hi + W lo costs a second product
-	 * that the weights' transfer hides many times over. */
-	uint64_t elems, bytes;
-	strata_status s = blas_dims(n, in, out, err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(n, in, &elems, "matmul input elements",
-				       err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
-	if (s == STRATA_OK)
-		s = reserve_half_ws(k, bytes, err);
+	strata_status s = split_input(k, x, type, n, in, out, err);
 	if (s != STRATA_OK)
 		return s;
-	s = launched(strata__cuda_to_half_split(k->stream.cuda, k->half_ws, x,
-						elems, (int)type),
-		     "matmul input conversion", err);
-	if (s != STRATA_OK)
-		return s;
-	cudaDataType_t dt = type == STRATA_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-	const float one = 1.0f, zero = 0.0f;
-	for (int term = 0; term < 2; term++) {
-		const char *x_term = (const char *)k->half_ws + term * elems * 2;
-		cublasStatus_t bs = cublasGemmEx(
-			k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n,
-			(int)in, &one, w, dt, (int)in, x_term, dt, (int)in,
-			term ? &one : &zero, y, CUDA_R_32F, (int)out,
-			CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-		if (bs != CUBLAS_STATUS_SUCCESS)
-			return strata__cublas_fail(err, bs,
-						   "matmul (cublasGemmEx)");
+	return gemm_split(k, y, w, type, bias, n, in, out, false, err);
+}
+
+strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    strata_cuda_half type, uint32_t n,
+					    uint32_t in,
+					    const strata_cuda_half_part *parts,
+					    uint32_t count, bool accumulate,
+					    strata_error *err)
+{
+	strata__cuda_compute *k = strata__cuda_compute_of(c);
+	bool ok = k && x && n && in && parts && count &&
+		  count <= STRATA_CUDA_HALF_PARTS_MAX &&
+		  (type == STRATA_CUDA_BF16 || type == STRATA_CUDA_F16);
+	uint32_t widest = 0;
+	for (uint32_t i = 0; ok && i < count; i++) {
+		const strata_cuda_half_part *p = &parts[i];
+		ok = p->y && p->w && p->out && (const void *)p->y != x &&
+		     (const void *)p->y != p->w;
+		widest = ok && p->out > widest ? p->out : widest;
 	}
-	if (!bias)
-		return STRATA_OK;
-	return launched(strata__cuda_bias_add(k->stream.cuda, y, bias, n, out),
-			"bias add", err);
+	if (!ok)
+		return not_cuda_compute(err, "strata_cuda_matmul_half_parts");
+	if (n == 1 && strata__cuda_gemv_rows_max >= 1) {
+		strata__cuda_gemv_parts g = {.count = (int)count,
+					     .accumulate = accumulate};
+		for (uint32_t i = 0; i < count; i++)
+			g.part[i] = (strata__cuda_gemv_part){
+				parts[i].y, parts[i].w, parts[i].bias,
+				parts[i].out};
+		return launched(strata__cuda_gemv_half_parts(k->stream.cuda,
+							     &g, x, (int)type,
+							     in),
+				"half-precision matmul (GEMV, parts)", err);
+	}
+	strata_status s = split_input(k, x, type, n, in, widest, err);
+	for (uint32_t i = 0; s == STRATA_OK && i < count; i++)
+		s = gemm_split(k, parts[i].y, parts[i].w, type, parts[i].bias,
+			       n, in, parts[i].out, accumulate, err);
+	return s;
 }
 
 strata_status strata_cuda_topk(strata_compute *c, const float *logits,

@@ -74,6 +74,24 @@ cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y, const float *x,
 				   const void *w, int type, const float *bias,
 				   uint32_t n, uint32_t in, uint32_t out);
 
+/* y_i (out_i) (+)= x (in) . w_i (out_i, in)^T (+ bias_i) for the parts of
+ * one launch: one row of x, f32 accumulation, weights of one type. */
+#define STRATA__CUDA_GEMV_PARTS 3
+typedef struct strata__cuda_gemv_part {
+	float *y;
+	const void *w;
+	const float *bias; /* or NULL */
+	uint32_t out;
+} strata__cuda_gemv_part;
+typedef struct strata__cuda_gemv_parts {
+	strata__cuda_gemv_part part[STRATA__CUDA_GEMV_PARTS];
+	int count;
+	int accumulate; /* y_i += instead of y_i = */
+} strata__cuda_gemv_parts;
+cudaError_t strata__cuda_gemv_half_parts(cudaStream_t s,
+					 const strata__cuda_gemv_parts *p,
+					 const float *x, int type, uint32_t in);
+
 /* Top-k of logits (vocab) by value, ties to the lower index, NaN ranked
  * below -inf: k pairs into out_values / out_ids (device, k each), best
  * first; ids of -1 pad when vocab < k. `partials` is scratch of

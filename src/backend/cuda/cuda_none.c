@@ -153,6 +153,24 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	return unavailable(err);
 }
 
+strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    strata_cuda_half type, uint32_t n,
+					    uint32_t in,
+					    const strata_cuda_half_part *parts,
+					    uint32_t count, bool accumulate,
+					    strata_error *err)
+{
+	(void)c;
+	(void)x;
+	(void)type;
+	(void)n;
+	(void)in;
+	(void)parts;
+	(void)count;
+	(void)accumulate;
+	return unavailable(err);
+}
+
 strata_status strata_cuda_topk(strata_compute *c, const float *logits,
 			       uint32_t vocab, uint32_t k, float *values,
 			       int32_t *ids, strata_error *err)

@@ -35,21 +35,12 @@ template <> __device__ __forceinline__ float to_float(__half v)
 	return __half2float(v);
 }
 
+/* acc[r] += w's row wr . x's row r over `in`, this lane's share of it. */
 template <typename T, int NR>
-__global__ void gemv_kernel(float *y, const float *x, const T *w,
-			    const float *bias, uint32_t in, uint32_t out,
-			    int vec)
+__device__ __forceinline__ void row_dot(float *acc, const T *wr,
+					const float *x, uint32_t in,
+					uint32_t lane, int vec)
 {
-	const uint32_t lane = threadIdx.x & 31;
-	const uint64_t row =
-		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (row >= out)
-		return; /* whole warps leave together: shuffles stay full */
-	const T *wr = w + row * in;
-	float acc[NR];
-#pragma unroll
-	for (int r = 0; r < NR; r++)
-		acc[r] = 0.0f;
 	if (vec) {
 		/* in % 8 == 0 and 16-byte aligned rows: 8 weights a load. */
 #pragma unroll 4
@@ -82,11 +73,53 @@ __global__ void gemv_kernel(float *y, const float *x, const T *w,
 #pragma unroll
 	for (int r = 0; r < NR; r++)
 		acc[r] = strata__warp_sum(acc[r]);
+}
+
+template <typename T, int NR>
+__global__ void gemv_kernel(float *y, const float *x, const T *w,
+			    const float *bias, uint32_t in, uint32_t out,
+			    int vec)
+{
+	const uint32_t lane = threadIdx.x & 31;
+	const uint64_t row =
+		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= out)
+		return; /* whole warps leave together: shuffles stay full */
+	float acc[NR];
+#pragma unroll
+	for (int r = 0; r < NR; r++)
+		acc[r] = 0.0f;
+	row_dot<T, NR>(acc, w + row * in, x, in, lane, vec);
 	if (lane == 0) {
 		float b = bias ? bias[row] : 0.0f;
 #pragma unroll
 		for (int r = 0; r < NR; r++)
 			y[(uint64_t)r * out + row] = acc[r] + b;
+	}
+}
+
+/* One row of x against several matrices at once (q, k and v; gate and
+ * up): one launch instead of one each, and the small matrices' rows share
+ * the grid with the large ones' instead of leaving most of the device idle.
+ * Rows are numbered across the parts in order. */
+template <typename T>
+__global__ void gemv_parts_kernel(strata__cuda_gemv_parts p, const float *x,
+				  uint32_t in, int vec)
+{
+	const uint32_t lane = threadIdx.x & 31;
+	uint64_t row =
+		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	int i = 0;
+	while (i < p.count && row >= p.part[i].out)
+		row -= p.part[i++].out;
+	if (i == p.count)
+		return;
+	const strata__cuda_gemv_part *q = &p.part[i];
+	float acc[1] = {0.0f};
+	row_dot<T, 1>(acc, (const T *)q->w + row * in, x, in, lane, vec);
+	if (lane == 0) {
+		float v = acc[0] + (q->bias ? q->bias[row] : 0.0f);
+		q->y[row] = p.accumulate ? q->y[row] + v : v;
 	}
 }
 
@@ -128,6 +161,28 @@ extern "C" cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y,
 		gemv_launch(s, y, x, (const __nv_bfloat16 *)w, bias, n, in, out);
 	else
 		gemv_launch(s, y, x, (const __half *)w, bias, n, in, out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_gemv_half_parts(
+	cudaStream_t s, const strata__cuda_gemv_parts *p, const float *x,
+	int type, uint32_t in)
+{
+	uint64_t rows = 0;
+	int vec = in % 8 == 0 && ((uintptr_t)x % 16) == 0;
+	if (p->count < 1 || p->count > STRATA__CUDA_GEMV_PARTS)
+		return cudaErrorInvalidValue;
+	for (int i = 0; i < p->count; i++) {
+		rows += p->part[i].out;
+		vec = vec && ((uintptr_t)p->part[i].w % 16) == 0;
+	}
+	unsigned grid = (unsigned)((rows + 7) / 8);
+	if (type == STRATA__CUDA_BF16)
+		gemv_parts_kernel<__nv_bfloat16>
+			<<<grid, GEMV_THREADS, 0, s>>>(*p, x, in, vec);
+	else
+		gemv_parts_kernel<__half><<<grid, GEMV_THREADS, 0, s>>>(*p, x,
+									in, vec);
 	return cudaGetLastError();
 }
 
