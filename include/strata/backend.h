@@ -279,6 +279,15 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    uint32_t count, bool accumulate,
 					    strata_error *err);
 
+/* The kernel table's rmsnorm with its weights (dim) in bf16 or f16, read
+ * as stored: y (n, dim) = x / rms(x) * w, the same floats as converting w
+ * first. y may equal x. */
+strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
+				       const float *x, const void *w,
+				       strata_cuda_half type, uint32_t n,
+				       uint32_t dim, float eps,
+				       strata_error *err);
+
 /* The k (1 .. STRATA_CUDA_TOPK_MAX) largest of logits (vocab, device),
  * computed on the device, best first, ties to the lower id, NaN counted
  * as -inf; vocab below 2^31. Waits for the compute stream, then fills

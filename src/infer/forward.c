@@ -198,6 +198,23 @@ static strata_status mm(strata_forward *f, float *y, const float *x,
 				       err);
 }
 
+/* y (n, dim) = rmsnorm(x) * w, w as stored (f32 through the kernel table,
+ * half on the device without a conversion of its own). */
+static strata_status rmsnorm(strata_forward *f, float *y, const float *x,
+			     const float *w, uint8_t elem, uint32_t n,
+			     strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	if (elem == STRATA_ELEM_F32)
+		return strata_kernel_rmsnorm(f->c, y, x, w, n, hp->dim,
+					     hp->norm_eps, err);
+	return strata_cuda_rmsnorm_half(f->c, y, x, w,
+					elem == STRATA_ELEM_BF16
+						? STRATA_CUDA_BF16
+						: STRATA_CUDA_F16,
+					n, hp->dim, hp->norm_eps, err);
+}
+
 /* Products sharing their input x (n, in): q, k and v; gate and up. Half
  * weights of one type go to the device in one call, which decodes them in
  * one launch; anything else one product at a time. */
@@ -272,19 +289,17 @@ static strata_status attention_block(strata_forward *f,
 		.scale = 1.0f / sqrtf((float)hp->head_dim),
 	};
 	const uint8_t *e = w->elem;
-	const float *norm, *bq, *bk, *bv;
+	const float *bq, *bk, *bv;
 	float *bias = f->bias_f32;
 	strata_status st;
-	if ((st = as_f32(f, w->attn_norm, e[STRATA_SLOT_ATTN_NORM], hp->dim,
-			 f->norm_f32, &norm, err)) ||
-	    (st = as_f32(f, w->bq, e[STRATA_SLOT_BQ], f->q_dim, bias, &bq,
+	if ((st = as_f32(f, w->bq, e[STRATA_SLOT_BQ], f->q_dim, bias, &bq,
 			 err)) ||
 	    (st = as_f32(f, w->bk, e[STRATA_SLOT_BK], f->kv_dim,
 			 bias ? bias + f->q_dim : NULL, &bk, err)) ||
 	    (st = as_f32(f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
 			 bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
-	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
-					hp->norm_eps, err)) ||
+	    (st = rmsnorm(f, f->xb, f->x, w->attn_norm,
+			  e[STRATA_SLOT_ATTN_NORM], n, err)) ||
 	    (st = mm_shared(f, f->xb, n, hp->dim,
 			    (const product[]){
 				    {f->q, w->wq, e[STRATA_SLOT_WQ], bq, f->q_dim},
@@ -311,12 +326,9 @@ static strata_status mlp_block(strata_forward *f, const strata_infer_layer *w,
 	const strata_infer_hparams *hp = f->hp;
 	strata_compute *c = f->c;
 	const uint8_t *e = w->elem;
-	const float *norm;
 	strata_status st;
-	if ((st = as_f32(f, w->ffn_norm, e[STRATA_SLOT_FFN_NORM], hp->dim,
-			 f->norm_f32, &norm, err)) ||
-	    (st = strata_kernel_rmsnorm(c, f->xb, f->x, norm, n, hp->dim,
-					hp->norm_eps, err)) ||
+	if ((st = rmsnorm(f, f->xb, f->x, w->ffn_norm,
+			  e[STRATA_SLOT_FFN_NORM], n, err)) ||
 	    (st = mm_shared(f, f->xb, n, hp->dim,
 			    (const product[]){
 				    {f->hb, w->w_gate, e[STRATA_SLOT_W_GATE],
@@ -390,14 +402,9 @@ static strata_status head_device(strata_forward *f, uint32_t n, float *logits,
 	const strata_infer_statics *s = &f->src->statics;
 	uint32_t first = logits ? 0 : n - 1, rows = n - first;
 	uint64_t row_bytes = (uint64_t)hp->vocab * sizeof(float);
-	const float *norm;
-	strata_status st = as_f32(f, s->final_norm, s->final_norm_elem,
-				  hp->dim, f->norm_f32, &norm, err);
-	if (st == STRATA_OK)
-		st = strata_kernel_rmsnorm(f->c, f->xb,
-					   f->x + (uint64_t)first * hp->dim,
-					   norm, rows, hp->dim, hp->norm_eps,
-					   err);
+	strata_status st = rmsnorm(f, f->xb, f->x + (uint64_t)first * hp->dim,
+				   s->final_norm, s->final_norm_elem, rows,
+				   err);
 	for (uint32_t r = 0; st == STRATA_OK && r < rows; r++) {
 		float *dst = logits ? logits + (uint64_t)r * hp->vocab : last;
 		st = mm(f, f->logit_row, f->xb + (uint64_t)r * hp->dim,

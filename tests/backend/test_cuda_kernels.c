@@ -340,6 +340,27 @@ static void test_rmsnorm_matches_cpu_in_and_out_of_place(void **state)
 	download(got, dx, n * dim * 4);
 	expect_close("rmsnorm in place", want, got, n * dim, 1e-5);
 	dev_free_all();
+	/* half weights read as stored: the same as the f32 kernel on their
+	 * values (w in sixty-fourths is exact in both types) */
+	fill_sixty_fourths(w, dim, 42);
+	OK(strata_kernel_rmsnorm(F.cpu, want, x, w, n, dim, 1e-5f, ERR));
+	uint16_t *wh = calloc(dim, 2);
+	assert_non_null(wh);
+	for (int t = 0; t < 2; t++) {
+		for (uint32_t i = 0; i < dim; i++)
+			wh[i] = t ? f16_bits(w[i]) : bf16_bits(w[i]);
+		dx = upload(x, n * dim * 4);
+		void *dwh = upload(wh, dim * 2);
+		dy = dev_alloc(n * dim * 4);
+		OK(strata_cuda_rmsnorm_half(F.gpu, dy, dx, dwh,
+					    t ? STRATA_CUDA_F16 : STRATA_CUDA_BF16,
+					    n, dim, 1e-5f, ERR));
+		download(got, dy, n * dim * 4);
+		expect_close(t ? "rmsnorm f16 weights" : "rmsnorm bf16 weights",
+			     want, got, n * dim, 1e-5);
+		dev_free_all();
+	}
+	free(wh);
 	free(x), free(w), free(want), free(got);
 }
 

@@ -465,6 +465,21 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 	return s;
 }
 
+strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
+				       const float *x, const void *w,
+				       strata_cuda_half type, uint32_t n,
+				       uint32_t dim, float eps,
+				       strata_error *err)
+{
+	strata__cuda_compute *k = strata__cuda_compute_of(c);
+	if (!k || !y || !x || !w || !n || !dim ||
+	    (type != STRATA_CUDA_BF16 && type != STRATA_CUDA_F16))
+		return not_cuda_compute(err, "strata_cuda_rmsnorm_half");
+	return launched(strata__cuda_rmsnorm_half(k->stream.cuda, y, x, w,
+						  (int)type, n, dim, eps),
+			"rmsnorm (half weights)", err);
+}
+
 strata_status strata_cuda_topk(strata_compute *c, const float *logits,
 			       uint32_t vocab, uint32_t k, float *values,
 			       int32_t *ids, strata_error *err)

@@ -31,6 +31,10 @@ enum { STRATA__CUDA_BF16 = 0, STRATA__CUDA_F16 = 1 };
 cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y, const float *x,
 				 const float *w, uint32_t n, uint32_t dim,
 				 float eps);
+/* The same with weights (dim) in bf16 or f16. */
+cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y, const float *x,
+				      const void *w, int type, uint32_t n,
+				      uint32_t dim, float eps);
 /* x (n, heads, head_dim) rotated in place; layout 0 rotate-half, 1
  * interleaved (strata_rope_layout). */
 cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t n,

@@ -153,6 +153,23 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	return unavailable(err);
 }
 
+strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
+				       const float *x, const void *w,
+				       strata_cuda_half type, uint32_t n,
+				       uint32_t dim, float eps,
+				       strata_error *err)
+{
+	(void)c;
+	(void)y;
+	(void)x;
+	(void)w;
+	(void)type;
+	(void)n;
+	(void)dim;
+	(void)eps;
+	return unavailable(err);
+}
+
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    strata_cuda_half type, uint32_t n,
 					    uint32_t in,

@@ -16,8 +16,18 @@
 
 /* ------------------------------------------------------------------------ */
 
-/* One block per row (grid stride over rows). */
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w,
+__device__ __forceinline__ float weight_of(float v) { return v; }
+__device__ __forceinline__ float weight_of(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+__device__ __forceinline__ float weight_of(__half v) { return __half2float(v); }
+
+/* One block per row (grid stride over rows). Weights f32, or half ones
+ * read as they are stored (exactly their f32 values), which spares decode
+ * a conversion launch per norm. */
+template <typename W>
+__global__ void rmsnorm_kernel(float *y, const float *x, const W *w,
 			       uint32_t n, uint32_t dim, float eps)
 {
 	__shared__ double red[NORM_THREADS / 32];
@@ -33,7 +43,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w,
 		/* Every thread holds the same sum, so the same r. */
 		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
 		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x)
-			yr[e] = (xr[e] * r) * w[e];
+			yr[e] = (xr[e] * r) * weight_of(w[e]);
 	}
 }
 
@@ -128,6 +138,21 @@ extern "C" cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y,
 {
 	rmsnorm_kernel<<<strata__grid(n, 1), NORM_THREADS, 0, s>>>(y, x, w, n,
 								    dim, eps);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y,
+						 const float *x, const void *w,
+						 int type, uint32_t n,
+						 uint32_t dim, float eps)
+{
+	unsigned grid = strata__grid(n, 1);
+	if (type == STRATA__CUDA_BF16)
+		rmsnorm_kernel<<<grid, NORM_THREADS, 0, s>>>(
+			y, x, (const __nv_bfloat16 *)w, n, dim, eps);
+	else
+		rmsnorm_kernel<<<grid, NORM_THREADS, 0, s>>>(
+			y, x, (const __half *)w, n, dim, eps);
 	return cudaGetLastError();
 }
 
