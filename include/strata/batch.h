@@ -91,6 +91,11 @@ typedef struct strata_batch_result {
 /* Per-replica prefix cache and work figures. */
 typedef struct strata_batch_replica_stats {
 	uint64_t requests, tokens;     /* requests run, positions computed */
+	/* The load the requests finished here brought: their cost, prompt
+	 * + max tokens each, charged whole even when the prefix cache
+	 * supplies most of the prompt or a request stops early at EOS
+	 * (tokens is the work that was done). */
+	uint64_t load_charged;
 	uint64_t busy_ns;	       /* generating */
 	uint64_t prefix_lookups, prefix_hits, prefix_reused_tokens;
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;

@@ -178,9 +178,11 @@ static void settle_locked(strata_batch *b, replica *r, strata_status rs,
 		size_t i = s->req;
 		if (i == SIZE_MAX || (!s->done && rs == STRATA_OK))
 			continue;
-		if (s->done)
+		if (s->done) {
+			r->stats.load_charged += (uint64_t)b->reqs[i].n_prompt +
+						 b->reqs[i].max_tokens;
 			release_locked(b, r, i);
-		else if (s->failed)
+		} else if (s->failed)
 			failed[nf++] = i;
 		else
 			beside[nb++] = i;

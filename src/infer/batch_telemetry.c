@@ -26,30 +26,108 @@ static void write_batching(strata_json *j, const strata_batch *b)
 	strata_json_kv_double(j, "sequences_per_step", per_step(rows, steps));
 }
 
-/* The `router` object: allocator figures, load per replica (peak while the
- * batch ran, since in-flight loads are all released at its end, and the
- * total cost each received) and each replica's prefix cache. */
+/* Largest, mean and their ratio of one figure over the replicas. */
+static void write_spread(strata_json *j, const char *max_key,
+			 const char *mean_key, const char *ratio_key,
+			 const uint64_t *v, uint32_t n)
+{
+	uint64_t max = 0, sum = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		max = v[i] > max ? v[i] : max;
+		sum += v[i];
+	}
+	double mean = n ? (double)sum / n : 0;
+	strata_json_kv_u64(j, max_key, max);
+	strata_json_kv_double(j, mean_key, mean);
+	strata_json_kv_double(j, ratio_key, mean > 0 ? max / mean : 0);
+}
+
+/* How evenly the replicas were used, two ways: the load charged (the
+ * routing cost, prompt + max tokens of each request run there, whole even
+ * when the prefix cache supplies most of the prompt) and the positions
+ * computed (the work done: prompt positions past the cache, generated
+ * tokens). Affinity routing balances the first; prefix hits make the
+ * second smaller and less even. */
+static void write_balance(strata_json *j, const strata_batch *b)
+{
+	uint64_t charged[STRATA_BATCH_MAX_REPLICAS];
+	uint64_t positions[STRATA_BATCH_MAX_REPLICAS];
+	uint32_t n = strata_batch_replicas(b);
+	for (uint32_t i = 0; i < n; i++) {
+		strata_batch_replica_stats r;
+		strata_batch_replica_get_stats(b, i, &r);
+		charged[i] = r.load_charged;
+		positions[i] = r.tokens;
+	}
+	write_spread(j, "max_load", "mean_load", "max_over_mean", charged, n);
+	write_spread(j, "max_positions", "mean_positions",
+		     "positions_max_over_mean", positions, n);
+}
+
+static void write_prefix_cache(strata_json *j,
+			       const strata_batch_replica_stats *r)
+{
+	strata_json_key(j, "prefix_cache");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "lookups", r->prefix_lookups);
+	strata_json_kv_u64(j, "hits", r->prefix_hits);
+	strata_json_kv_u64(j, "reused_tokens", r->prefix_reused_tokens);
+	strata_json_kv_u64(j, "saved", r->prefix_saved);
+	strata_json_kv_u64(j, "evictions", r->prefix_evictions);
+	strata_json_kv_u64(j, "skipped", r->prefix_skipped);
+	strata_json_kv_u64(j, "truncated", r->prefix_truncated);
+	strata_json_kv_u64(j, "bytes", r->prefix_bytes);
+	strata_json_kv_u64(j, "peak_bytes", r->prefix_peak_bytes);
+	strata_json_kv_u64(j, "budget_bytes", r->prefix_budget_bytes);
+	strata_json_kv_string(j, "budget_source",
+			      r->prefix_budget_from_plan ? "plan" : "option");
+	strata_json_object_end(j);
+}
+
+/* One per_device[] entry: placements, load (charged in all, the largest
+ * in flight, in flight now: 0 after a run), work and the prefix cache. */
+static void write_device(strata_json *j, const strata_batch *b, uint32_t i,
+			 const strata_batch_replica_stats *r)
+{
+	strata_shard_device_stats d;
+	strata_error ignored;
+	(void)strata_batch_router_device_stats(b, i, &d, &ignored);
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "device", i);
+	strata_json_kv_u64(j, "requests", r->routed);
+	strata_json_kv_u64(j, "spilled_in", r->routed - r->routed_home);
+	strata_json_kv_u64(j, "spilled_away", r->routed_away);
+	strata_json_kv_u64(j, "load_total", r->load_charged);
+	strata_json_kv_u64(j, "load_peak", r->peak_load);
+	strata_json_kv_u64(j, "load_now", d.load);
+	strata_json_kv_u64(j, "positions_computed", r->tokens);
+	strata_json_kv_u64(j, "failures", r->failures);
+	strata_json_kv_u64(j, "moved_away", r->moved_away);
+	strata_json_kv_double(j, "busy_seconds", r->busy_ns / 1e9);
+	strata_json_kv_u64(j, "decode_steps", r->decode_steps);
+	strata_json_kv_double(j, "sequences_per_step",
+			      per_step(r->decode_rows, r->decode_steps));
+	write_prefix_cache(j, r);
+	strata_json_object_end(j);
+}
+
+/* The `router` object: placements, how evenly the replicas were loaded,
+ * each replica's figures and prefix cache, the batching. */
 static void write_router(strata_json *j, strata_batch *b,
 			 strata_batch_route route)
 {
 	strata_shard_stats s;
 	strata_batch_router_stats(b, &s);
 	uint32_t n = strata_batch_replicas(b);
-	uint64_t max = 0, sum = 0, lookups = 0, hits = 0, routed = 0, home = 0;
+	uint64_t lookups = 0, hits = 0, routed = 0, home = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		strata_shard_device_stats d;
 		strata_batch_replica_stats r;
-		strata_error ignored;
-		(void)strata_batch_router_device_stats(b, i, &d, &ignored);
 		strata_batch_replica_get_stats(b, i, &r);
-		/* affinity: assigned; round-robin: seeded (never both) */
-		uint64_t total = d.released_load + d.load;
-		max = total > max ? total : max;
-		sum += total;
 		routed += r.routed;
 		home += r.routed_home;
+		lookups += r.prefix_lookups;
+		hits += r.prefix_hits;
 	}
-	double mean = n ? (double)sum / n : 0;
 	strata_json_key(j, "router");
 	strata_json_object_begin(j);
 	strata_json_kv_string(j, "route", strata_batch_route_name(route));
@@ -60,51 +138,13 @@ static void write_router(strata_json *j, strata_batch *b,
 	strata_json_kv_u64(j, "spills", routed - home);
 	strata_json_kv_double(j, "home_hit_rate",
 			      routed ? (double)home / routed : 0);
-	strata_json_kv_u64(j, "max_load", max);
-	strata_json_kv_double(j, "mean_load", mean);
-	strata_json_kv_double(j, "max_over_mean", mean > 0 ? max / mean : 0);
+	write_balance(j, b);
 	strata_json_key(j, "per_device");
 	strata_json_array_begin(j);
 	for (uint32_t i = 0; i < n; i++) {
-		strata_shard_device_stats d;
 		strata_batch_replica_stats r;
-		strata_error ignored;
-		(void)strata_batch_router_device_stats(b, i, &d, &ignored);
 		strata_batch_replica_get_stats(b, i, &r);
-		lookups += r.prefix_lookups;
-		hits += r.prefix_hits;
-		strata_json_object_begin(j);
-		strata_json_kv_u64(j, "device", i);
-		strata_json_kv_u64(j, "requests", r.routed);
-		strata_json_kv_u64(j, "spilled_in", r.routed - r.routed_home);
-		strata_json_kv_u64(j, "spilled_away", r.routed_away);
-		strata_json_kv_u64(j, "load_total", d.released_load + d.load);
-		strata_json_kv_u64(j, "load_peak", r.peak_load);
-		strata_json_kv_u64(j, "load_now", d.load);
-		strata_json_kv_u64(j, "positions_computed", r.tokens);
-		strata_json_kv_u64(j, "failures", r.failures);
-		strata_json_kv_u64(j, "moved_away", r.moved_away);
-		strata_json_kv_double(j, "busy_seconds", r.busy_ns / 1e9);
-		strata_json_kv_u64(j, "decode_steps", r.decode_steps);
-		strata_json_kv_double(j, "sequences_per_step",
-				      per_step(r.decode_rows, r.decode_steps));
-		strata_json_key(j, "prefix_cache");
-		strata_json_object_begin(j);
-		strata_json_kv_u64(j, "lookups", r.prefix_lookups);
-		strata_json_kv_u64(j, "hits", r.prefix_hits);
-		strata_json_kv_u64(j, "reused_tokens", r.prefix_reused_tokens);
-		strata_json_kv_u64(j, "saved", r.prefix_saved);
-		strata_json_kv_u64(j, "evictions", r.prefix_evictions);
-		strata_json_kv_u64(j, "skipped", r.prefix_skipped);
-		strata_json_kv_u64(j, "truncated", r.prefix_truncated);
-		strata_json_kv_u64(j, "bytes", r.prefix_bytes);
-		strata_json_kv_u64(j, "peak_bytes", r.prefix_peak_bytes);
-		strata_json_kv_u64(j, "budget_bytes", r.prefix_budget_bytes);
-		strata_json_kv_string(j, "budget_source",
-				      r.prefix_budget_from_plan ? "plan"
-								: "option");
-		strata_json_object_end(j);
-		strata_json_object_end(j);
+		write_device(j, b, i, &r);
 	}
 	strata_json_array_end(j);
 	strata_json_kv_u64(j, "prefix_lookups", lookups);

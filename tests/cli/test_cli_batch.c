@@ -537,6 +537,71 @@ static void test_batch_prefix_cache_bounded_by_plan(void **state)
 	json_decref(per);
 }
 
+/* The router's load figures: load_total is the cost charged for the
+ * requests run on a replica, prompt + max tokens each, whole even when
+ * the prefix cache supplies most of the prompt; positions_computed is the
+ * work done, which prefix hits make smaller; max/mean of each. */
+static void test_batch_load_figures_say_what_they_mean(void **state)
+{
+	(void)state;
+	char in[8192] = "", path[512];
+	const char *base = "Once upon a time, there was a little girl named";
+	const char *tails[] = {" Lily", " Sue", " Amy", " Mia"};
+	for (size_t i = 0; i < 12; i++) {
+		char id[16], p[256];
+		snprintf(id, sizeof id, "l%zu", i);
+		snprintf(p, sizeof p, "%s%s", base, tails[i % 4]);
+		add_line(in, sizeof in, id, p, 6, 0.0, 0,
+			 i % 3 ? "story-a" : "story-b");
+	}
+	cli_tmpdir(path, sizeof path, "batch_load");
+	strcat(path, "/t.json");
+	const char *extra[] = {"--device", "cpu", "--gpus", "3",
+			       "--spill-threshold", "1000000", "--telemetry",
+			       path, NULL};
+	json_t *res = batch(in, extra);
+	long long cost = 0, fresh = 0, generated = 0;
+	for (size_t i = 0; i < 12; i++) {
+		json_t *o = json_array_get(res, i);
+		long long prompt = field_i(o, "prompt_tokens");
+		cost += prompt + 6;
+		fresh += prompt - field_i(o, "prefix_tokens");
+		generated += (long long)json_array_size(
+			json_object_get(o, "tokens"));
+	}
+	json_decref(res);
+	json_error_t je;
+	json_t *t = json_load_file(path, 0, &je);
+	assert_non_null(t);
+	json_t *router = json_object_get(t, "router");
+	json_t *per = json_object_get(router, "per_device");
+	long long load = 0, work = 0, max_load = 0, max_work = 0;
+	for (size_t i = 0; i < json_array_size(per); i++) {
+		json_t *d = json_array_get(per, i);
+		long long l = field_i(d, "load_total");
+		long long w = field_i(d, "positions_computed");
+		assert_int_equal(field_i(d, "load_now"), 0);
+		load += l;
+		work += w;
+		max_load = l > max_load ? l : max_load;
+		max_work = w > max_work ? w : max_work;
+	}
+	assert_int_equal(load, cost); /* charged whole, each once */
+	assert_true(work >= fresh && work <= fresh + generated);
+	assert_true(work < load); /* the hits saved work, not charge */
+	assert_int_equal(field_i(router, "max_load"), max_load);
+	assert_int_equal(field_i(router, "max_positions"), max_work);
+	double mean = json_number_value(json_object_get(router, "mean_load"));
+	assert_true(mean * 3 == (double)load);
+	assert_true(json_number_value(json_object_get(router,
+						      "max_over_mean")) ==
+		    max_load / mean);
+	double wmean = json_number_value(json_object_get(router,
+							 "mean_positions"));
+	assert_true(wmean * 3 == (double)work);
+	json_decref(t);
+}
+
 /* A bad line anywhere fails the whole batch: exit 1, "line N" named with a
  * fix, and nothing on stdout. */
 static void test_batch_bad_lines_run_nothing(void **state)
@@ -622,6 +687,7 @@ int main(void)
 		cmocka_unit_test(test_batch_spills_keep_outputs),
 		cmocka_unit_test(test_batch_prefix_cache_hits_change_nothing),
 		cmocka_unit_test(test_batch_prefix_cache_bounded_by_plan),
+		cmocka_unit_test(test_batch_load_figures_say_what_they_mean),
 		cmocka_unit_test(test_batch_bad_lines_run_nothing),
 		cmocka_unit_test(test_batch_usage_errors),
 	};
