@@ -430,8 +430,10 @@ static void test_batch_failed_replica_moves_work(void **state)
 		count[want[i].device]++;
 	for (uint32_t d = 1; d < 3; d++)
 		victim = count[d] > count[victim] ? d : victim;
-	strata_batch_replica_stats before;
-	strata_batch_replica_get_stats(b, victim, &before);
+	strata_batch_replica_stats before, was[3];
+	for (uint32_t d = 0; d < 3; d++)
+		strata_batch_replica_get_stats(b, d, &was[d]);
+	before = was[victim];
 	strata_batch_inject_failure(b, victim, 1);
 	assert_int_equal(strata_batch_run(b, q, 12, got, NULL, &err), 0);
 	for (int i = 0; i < 12; i++) {
@@ -444,6 +446,15 @@ static void test_batch_failed_replica_moves_work(void **state)
 	assert_int_equal(st.failures, 1);
 	assert_true(st.moved_away >= 1);
 	assert_true(st.requests - before.requests <= 1); /* then no more */
+	/* each request's cost (6 + 5) is charged once, where it finished */
+	assert_true(st.load_charged - before.load_charged <= 11);
+	uint64_t charged = 0;
+	for (uint32_t d = 0; d < 3; d++) {
+		strata_batch_replica_stats now;
+		strata_batch_replica_get_stats(b, d, &now);
+		charged += now.load_charged - was[d].load_charged;
+	}
+	assert_int_equal(charged, 12 * 11);
 	for (uint32_t d = 0; d < 3; d++) {
 		strata_shard_device_stats ds;
 		assert_int_equal(
