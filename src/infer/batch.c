@@ -188,6 +188,12 @@ static void settle_locked(strata_batch *b, replica *r, strata_status rs,
 			beside[nb++] = i;
 		strata__batch_seq_end(ss, slot);
 	}
+	if (rs != STRATA_OK && nf == 0) {
+		/* a failure no slot took: it counts against all of them */
+		memcpy(failed, beside, nb * sizeof *failed);
+		nf = nb;
+		nb = 0;
+	}
 	size_t culprit;
 	if (rs == STRATA_OK || nf == 0 ||
 	    move_off_locked(b, r, failed, nf, beside, nb, &culprit))

@@ -9,6 +9,11 @@
  * residency window can stream them. Everything is allocated at create: a
  * token costs no allocation.
  *
+ * A forward pass may hold several sequences, each its own KV cache and
+ * position (strata_forward_create_seqs): the calls here act on the selected
+ * one, forward_step.c decodes a token of several at once, forward_kv.c
+ * saves and restores a sequence's keys and values.
+ *
  * Two homes for the buffers: host memory (strata_forward_create: the CPU
  * path, logits written straight into the caller's array), or one arena of
  * backend device memory (strata_forward_create_device: CUDA, where kernels
