@@ -470,6 +470,38 @@ strata_status strata__forward_mm(strata_forward *f, float *y, const float *x,
 	return mm(f, y, x, w, elem, bias, n, in, out, err);
 }
 
+strata_status strata__forward_rmsnorm(strata_forward *f, float *y,
+				     const float *x, const float *w,
+				     uint8_t elem, uint32_t n,
+				     strata_error *err)
+{
+	return rmsnorm(f, y, x, w, elem, n, err);
+}
+
+strata_status strata__forward_qkv(strata_forward *f,
+				  const strata_infer_layer *w, uint32_t n,
+				  float *k, float *v, const float *bq,
+				  const float *bk, const float *bv,
+				  strata_error *err)
+{
+	const uint8_t *e = w->elem;
+	const product p[] = {
+		{f->q, w->wq, e[STRATA_SLOT_WQ], bq, f->q_dim},
+		{k, w->wk, e[STRATA_SLOT_WK], bk, f->kv_dim},
+		{v, w->wv, e[STRATA_SLOT_WV], bv, f->kv_dim},
+	};
+	return mm_shared(f, f->xb, n, f->hp->dim, p, 3, err);
+}
+
+strata_status strata__forward_mm_add(strata_forward *f, float *y,
+				     const float *x, const float *w,
+				     uint8_t elem, uint32_t n, uint32_t in,
+				     uint32_t out, float *scratch,
+				     strata_error *err)
+{
+	return mm_add(f, y, x, w, elem, n, in, out, scratch, err);
+}
+
 strata_status strata__forward_as_f32(strata_forward *f, const float *w,
 				     uint8_t elem, uint32_t count,
 				     float *scratch, const float **out,

@@ -65,13 +65,30 @@ static inline float *strata__forward_v_at(const strata_forward *f,
 }
 
 /* forward.c's helpers, for forward_step.c: the weight product (f32 or
- * half weights), a norm or bias as f32, the embedding of n tokens into x,
- * the MLP block over n rows of x, and the copies (device to host, host to
- * device) and the wait of device mode (plain copies on the CPU backend). */
+ * half weights), RMSNorm with the weight as stored, q/k/v of n rows of xb
+ * (into f->q, k and v; one launch for half weights on the device), a
+ * product added into y (the residual), a bias as f32, the embedding of n
+ * tokens into x, the MLP block over n rows of x, and the copies (device to
+ * host, host to device) and the wait of device mode (plain copies on the
+ * CPU backend). */
 strata_status strata__forward_mm(strata_forward *f, float *y, const float *x,
 				 const float *w, uint8_t elem,
 				 const float *bias, uint32_t n, uint32_t in,
 				 uint32_t out, strata_error *err);
+strata_status strata__forward_rmsnorm(strata_forward *f, float *y,
+				     const float *x, const float *w,
+				     uint8_t elem, uint32_t n,
+				     strata_error *err);
+strata_status strata__forward_qkv(strata_forward *f,
+				  const strata_infer_layer *w, uint32_t n,
+				  float *k, float *v, const float *bq,
+				  const float *bk, const float *bv,
+				  strata_error *err);
+strata_status strata__forward_mm_add(strata_forward *f, float *y,
+				     const float *x, const float *w,
+				     uint8_t elem, uint32_t n, uint32_t in,
+				     uint32_t out, float *scratch,
+				     strata_error *err);
 strata_status strata__forward_as_f32(strata_forward *f, const float *w,
 				     uint8_t elem, uint32_t count,
 				     float *scratch, const float **out,

@@ -114,9 +114,10 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 }
 
 /* x += attention(rmsnorm(x)) for the step's rows: q, k, v and the output
- * projection over all rows at once. One row writes its key and value
- * straight into its cache, as the one-sequence decode does; several go
- * through k_new / v_new. */
+ * projection over all rows at once, through forward.c's own helpers (so
+ * the step gets whatever a one-sequence decode's products get). One row
+ * writes its key and value straight into its cache, as the one-sequence
+ * decode does; several go through k_new / v_new. */
 static strata_status attention_step(strata_forward *f,
 				    const strata_infer_layer *w,
 				    uint32_t layer, const uint32_t *seqs,
@@ -124,7 +125,7 @@ static strata_status attention_step(strata_forward *f,
 {
 	const strata_infer_hparams *hp = f->hp;
 	const uint8_t *e = w->elem;
-	const float *norm, *bq, *bk, *bv;
+	const float *bq, *bk, *bv;
 	float *bias = f->bias_f32;
 	float *k = count > 1 ? f->k_new
 			     : strata__forward_k_at(f, seqs[0], layer,
@@ -133,10 +134,7 @@ static strata_status attention_step(strata_forward *f,
 			     : strata__forward_v_at(f, seqs[0], layer,
 						    f->pos[seqs[0]]);
 	strata_status st;
-	if ((st = strata__forward_as_f32(f, w->attn_norm,
-					 e[STRATA_SLOT_ATTN_NORM], hp->dim,
-					 f->norm_f32, &norm, err)) ||
-	    (st = strata__forward_as_f32(f, w->bq, e[STRATA_SLOT_BQ],
+	if ((st = strata__forward_as_f32(f, w->bq, e[STRATA_SLOT_BQ],
 					 f->q_dim, bias, &bq, err)) ||
 	    (st = strata__forward_as_f32(f, w->bk, e[STRATA_SLOT_BK],
 					 f->kv_dim,
@@ -145,21 +143,15 @@ static strata_status attention_step(strata_forward *f,
 	    (st = strata__forward_as_f32(
 		     f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
 		     bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
-	    (st = strata_kernel_rmsnorm(f->c, f->xb, f->x, norm, count,
-					hp->dim, hp->norm_eps, err)) ||
-	    (st = strata__forward_mm(f, f->q, f->xb, w->wq, e[STRATA_SLOT_WQ],
-				     bq, count, hp->dim, f->q_dim, err)) ||
-	    (st = strata__forward_mm(f, k, f->xb, w->wk, e[STRATA_SLOT_WK], bk,
-				     count, hp->dim, f->kv_dim, err)) ||
-	    (st = strata__forward_mm(f, v, f->xb, w->wv, e[STRATA_SLOT_WV], bv,
-				     count, hp->dim, f->kv_dim, err)) ||
-	    (st = attend_rows(f, layer, seqs, count, err)) ||
-	    (st = strata__forward_mm(f, f->xb, f->att, w->wo,
-				     e[STRATA_SLOT_WO], NULL, count, f->q_dim,
-				     hp->dim, err)))
+	    (st = strata__forward_rmsnorm(f, f->xb, f->x, w->attn_norm,
+					  e[STRATA_SLOT_ATTN_NORM], count,
+					  err)) ||
+	    (st = strata__forward_qkv(f, w, count, k, v, bq, bk, bv, err)) ||
+	    (st = attend_rows(f, layer, seqs, count, err)))
 		return st;
-	return strata_kernel_add(f->c, f->x, f->xb, (uint64_t)count * hp->dim,
-				 err);
+	return strata__forward_mm_add(f, f->x, f->att, w->wo,
+				      e[STRATA_SLOT_WO], count, f->q_dim,
+				      hp->dim, f->xb, err);
 }
 
 /* One layer for the step's rows, its weights held once for all of them. */
@@ -189,14 +181,11 @@ static strata_status head_step(strata_forward *f, uint32_t count,
 {
 	const strata_infer_hparams *hp = f->hp;
 	const strata_infer_statics *s = &f->src->statics;
-	const float *norm;
 	float *out = f->arena ? f->logit_row : logits;
-	strata_status st = strata__forward_as_f32(f, s->final_norm,
-						  s->final_norm_elem, hp->dim,
-						  f->norm_f32, &norm, err);
-	if (st == STRATA_OK)
-		st = strata_kernel_rmsnorm(f->c, f->xb, f->x, norm, count,
-					   hp->dim, hp->norm_eps, err);
+	strata_status st = strata__forward_rmsnorm(f, f->xb, f->x,
+						   s->final_norm,
+						   s->final_norm_elem, count,
+						   err);
 	if (st == STRATA_OK)
 		st = strata__forward_mm(f, out, f->xb, s->lm_head,
 					s->lm_head_elem, NULL, count, hp->dim,
