@@ -288,6 +288,43 @@ strata_status strata_shard_assign(strata_shard *s, const void *key,
 	return strata_shard_assign_home(s, home, cost, device, err);
 }
 
+/* Keys hashed ahead of their placement in a batch: measured with
+ * bench/shard, 4 already gives the whole gain over one at a time. */
+#define HASH_AHEAD 8
+
+strata_status strata_shard_assign_batch(strata_shard *s,
+					strata_shard_item *items, size_t count,
+					size_t *placed, strata_error *err)
+{
+	strata_status st = STRATA_OK;
+	size_t done = 0;
+	while (done < count && st == STRATA_OK) {
+		size_t k = count - done < HASH_AHEAD ? count - done : HASH_AHEAD;
+		uint32_t home[HASH_AHEAD];
+		/* The hashes first: none waits for a placement. Zero-cost
+		 * items go nowhere and are not hashed (strata_shard_assign). */
+		for (size_t i = 0; i < k; i++) {
+			const strata_shard_item *it = &items[done + i];
+			home[i] = it->cost == 0
+					  ? 0
+					  : strata__fastmod(strata__shard_hash_word(
+								    it->key,
+								    it->key_bytes),
+							    s->mod_magic, s->n);
+		}
+		for (size_t i = 0; i < k; i++, done++) {
+			strata_shard_item *it = &items[done];
+			st = strata_shard_assign_home(s, home[i], it->cost,
+						      &it->device, err);
+			if (st != STRATA_OK)
+				break;
+		}
+	}
+	if (placed)
+		*placed = done;
+	return st;
+}
+
 strata_status strata_shard_release(strata_shard *s, uint32_t device,
 				   uint64_t cost, strata_error *err)
 {

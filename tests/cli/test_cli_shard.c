@@ -270,6 +270,78 @@ static void test_load_overflow_names_the_line(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Batches                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The command places lines in batches (up to 32 lines whose keys share a
+ * 4 KiB buffer; a longer key alone). Streams that cross every kind of
+ * batch boundary must give exactly one library call per line's output,
+ * and errors must still name their line with everything before written. */
+
+/* Appends line i of a stream whose key lengths and costs cross batch
+ * boundaries in every way: short keys, 1500-byte keys (the key buffer
+ * fills before 32 lines), 5000-byte keys (placed alone), zero costs. */
+static size_t batch_line(char *o, int i)
+{
+	size_t len = 0;
+	int klen = i % 37 == 5 ? 5000 : i % 13 == 0 ? 1500 : 0;
+	for (int k = 0; k < klen; k++)
+		o[len++] = (char)('a' + (i + k) % 26);
+	len += (size_t)sprintf(o + len, "k%d\t%d\n", i, i % 11 == 0 ? 0 : 1 + i % 50);
+	return len;
+}
+
+static void test_batches_keep_order_and_line_numbers(void **state)
+{
+	(void)state;
+	char *in = malloc(1000 * 5100);
+	size_t len = 0, len69 = 0;
+	for (int i = 1; i <= 1000; i++) {
+		len += batch_line(in + len, i);
+		if (i == 69)
+			len69 = len;
+	}
+	const char *argv[] = {"shard", "--gpus", "5", "--spill-threshold", "20",
+			      NULL};
+	cli_result r = run(argv, in, len);
+	assert_int_equal(r.exit_code, 0);
+	char *want = expected(in, len, 5, 20, NULL, NULL, 0);
+	assert_int_equal(r.out_len, strlen(want));
+	assert_memory_equal(r.out, want, r.out_len);
+	free(want);
+	cli_result_free(&r);
+
+	/* Line 70 malformed: lines 1 to 69 (three batches' worth, with long
+	 * keys among them) are placed and written, nothing after. */
+	memcpy(in + len69, "no tab here\n", 12);
+	r = run(argv, in, len);
+	assert_error_shape(&r, 1, "line 70: no tab");
+	assert_non_null(strstr(r.err, "lines 1 to 69 were already placed"));
+	want = expected(in, len69, 5, 20, NULL, NULL, 0);
+	assert_string_equal(r.out, want);
+	free(want);
+	cli_result_free(&r);
+	free(in);
+
+	/* A load overflow in the middle of a batch names its line: line 1
+	 * leaves room for 43 more units, lines 2 to 44 fill it. */
+	char small[1024];
+	len = (size_t)sprintf(small, "a\t%" PRIu64 "\n", UINT64_MAX - 43);
+	for (int i = 2; i <= 50; i++)
+		len += (size_t)sprintf(small + len, "k%d\t1\n", i);
+	const char *one[] = {"shard", "--gpus", "1", "--spill-threshold", "0",
+			     NULL};
+	r = run(one, small, len);
+	assert_error_shape(&r, 1, "line 45: assign: device 0 load overflowed");
+	assert_non_null(strstr(r.err, "lines 1 to 44 were already placed"));
+	char *end44 = strstr(small, "k45\t");
+	want = expected(small, (size_t)(end44 - small), 1, 0, NULL, NULL, 0);
+	assert_string_equal(r.out, want);
+	free(want);
+	cli_result_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Usage errors                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -511,6 +583,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_line_stops_with_its_number),
 		cmocka_unit_test(test_bad_first_line_and_old_stats_kept),
 		cmocka_unit_test(test_load_overflow_names_the_line),
+		cmocka_unit_test(test_batches_keep_order_and_line_numbers),
 		cmocka_unit_test(test_usage_errors_exit_2),
 		cmocka_unit_test(test_help_prints_usage),
 		cmocka_unit_test(test_stats_json_matches_library),
