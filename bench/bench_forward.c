@@ -82,8 +82,41 @@ static uint64_t free_before_open(const cfg *c)
 	return f;
 }
 
+/* Where the host is during a decode step: the source's acquire and release
+ * wrapped to note when the last layer was handed back, i.e. when the host
+ * had queued every layer's work. Queueing that ends long before the step
+ * does means the device is the bound; ending with it, the host is. */
+typedef struct spy {
+	const strata_infer_source_ops *ops;
+	void *user;
+	uint32_t last_layer;
+	uint64_t released_last_ns;
+} spy;
+
+static spy the_spy;
+
+static strata_status spy_acquire(void *user, uint32_t layer,
+				 strata_infer_layer *out, strata_error *err)
+{
+	(void)user;
+	return the_spy.ops->acquire(the_spy.user, layer, out, err);
+}
+
+static strata_status spy_release(void *user, uint32_t layer,
+				 strata_error *err)
+{
+	(void)user;
+	strata_status st = the_spy.ops->release(the_spy.user, layer, err);
+	if (layer == the_spy.last_layer)
+		the_spy.released_last_ns = strata_now_ns();
+	return st;
+}
+
+static const strata_infer_source_ops spy_ops = {spy_acquire, spy_release};
+
 typedef struct figures {
 	uint64_t pass_ns, decode_ns; /* medians */
+	uint64_t decode_queued_ns;   /* median: step start to last release */
 	uint64_t h2d_bytes_per_pass;
 	uint64_t weight_bytes, plan_device, device_used;
 	uint64_t used_at_open, used_first_pass; /* device memory by stage */
@@ -156,6 +189,12 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	out->stalls = b.stalls - a.stalls;
 	out->stall_ns = b.stall_ns - a.stall_ns;
 	if (c->decode) {
+		the_spy = (spy){.ops = s->source.ops, .user = s->source.user,
+				.last_layer = s->hp.layers - 1};
+		s->source.ops = &spy_ops;
+		uint64_t *queued = calloc(c->decode, sizeof *queued);
+		if (!queued)
+			goto fail;
 		strata_forward_reset(s->forward);
 		if (strata_forward_run(s->forward, tok, 1, 0, NULL, last, &err))
 			goto fail;
@@ -166,8 +205,12 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 					       last, &err))
 				goto fail;
 			ns[d] = strata_now_ns() - t0;
+			queued[d] = the_spy.released_last_ns - t0;
 		}
 		out->decode_ns = median(ns, c->decode);
+		out->decode_queued_ns = median(queued, c->decode);
+		free(queued);
+		s->source.ops = the_spy.ops;
 	}
 	uint64_t f = device_free(s->backend);
 	if (f && f < min_free)
@@ -201,8 +244,10 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 	       f->stall_ns / 1e6 / c->passes);
 	if (c->decode)
 		printf("  decode: %.3f ms/token median of %u (%.1f GB/s of "
-		       "weights)\n", f->decode_ns / 1e6, c->decode,
-		       f->weight_bytes / (double)f->decode_ns);
+		       "weights; every layer queued by the host after %.3f ms)\n",
+		       f->decode_ns / 1e6, c->decode,
+		       f->weight_bytes / (double)f->decode_ns,
+		       f->decode_queued_ns / 1e6);
 	if (f->device_used)
 		printf("  device memory: %" PRIu64 " bytes used (%" PRIu64
 		       " once open, %" PRIu64 " after the first pass), plan %"
