@@ -130,6 +130,11 @@ static int parse_args(int argc, char **argv, logits_args *a,
 	}
 	if (!a->model)
 		return strata_cli_usage("logits", "MODEL is missing");
+	if (r->plan.shape.batch > 1)
+		return strata_cli_usage("logits", "--batch %llu: strata logits runs one "
+					"sequence (several per forward pass "
+					"are strata batch's --batch)",
+					(unsigned long long)r->plan.shape.batch);
 	if (!a->tokens)
 		return strata_cli_usage("logits", "--tokens is missing");
 	if (!a->out)

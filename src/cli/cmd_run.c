@@ -133,6 +133,11 @@ static int parse_args(int argc, char **argv, run_args *a,
 	}
 	if (!a->model)
 		return strata_cli_usage("run", "MODEL is missing");
+	if (r->plan.shape.batch > 1)
+		return strata_cli_usage("run", "--batch %llu: strata run runs one "
+					"sequence (several per forward pass "
+					"are strata batch's --batch)",
+					(unsigned long long)r->plan.shape.batch);
 	if (!a->prompt == !a->prompt_file)
 		return strata_cli_usage("run", "give exactly one of -p PROMPT "
 					"and -f FILE");

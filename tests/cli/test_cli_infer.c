@@ -265,7 +265,9 @@ static void test_run_usage_errors(void **state)
 			      NULL};
 	const char *unknown[] = {"run", STORIES, "-p", "a", "--frobnicate",
 				 "1", NULL};
-	const char *const *cases[] = {both, none, temp, topp, unknown};
+	const char *batch[] = {"run", STORIES, "-p", "a", "--batch", "2",
+			       NULL};
+	const char *const *cases[] = {both, none, temp, topp, unknown, batch};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		cli_result r = run(cases[i]);
 		if (r.exit_code != 2)
