@@ -468,6 +468,10 @@ typedef struct strata_session {
 	uint32_t context, batch; /* positions per sequence, prefill chunk */
 	uint32_t sequences;	 /* the plan's --batch: KV caches */
 	uint64_t load_ns; /* opening through the first loads */
+	/* CUDA: device bytes the compute context took when it was made
+	 * (cuBLAS and the runtime's own included), measured; the plan
+	 * reserves this, not an estimate */
+	uint64_t compute_device_bytes;
 } strata_session;
 
 /* Opens o->model_path, plans it with o->plan (the selected mode, or the

@@ -19,6 +19,23 @@
 
 /* ------------------------------------------------------------------------ */
 
+/* The widest input of any weight product: what the several-row half
+ * product's workspace holds per row. */
+static uint32_t widest_input(const strata_infer_hparams *hp)
+{
+	uint32_t q_dim = hp->heads * hp->head_dim;
+	uint32_t w = hp->dim > hp->ffn ? hp->dim : hp->ffn;
+	return w > q_dim ? w : q_dim;
+}
+
+/* Whether the weights stay half on the device (and prefill products need
+ * the half product's workspace). */
+static bool half_weights(const strata_session *s)
+{
+	strata_dtype dt = strata_plan_source_weight_dtype(s->plan_source);
+	return dt == STRATA_DTYPE_BF16 || dt == STRATA_DTYPE_F16;
+}
+
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
 {
@@ -67,16 +84,28 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		m.device_free_known = m.host_available_known;
 		m.device_free_bytes = m.host_available_bytes;
 	} else {
+		/* Free memory as if the compute context were not there yet:
+		 * the plan counts it among its own bytes below. */
 		m.device_free_known = strata_backend_memory_info(
 			s->backend, &mem, &ignored) == STRATA_OK;
-		m.device_free_bytes = mem.free_bytes;
-		po.backend_reserved_bytes = STRATA_CUDA_COMPUTE_DEVICE_BYTES;
+		m.device_free_bytes = mem.free_bytes + s->compute_device_bytes;
 	}
 	strata_status st = strata_plan_source_create(
 		s->catalog, po.device, o->exclude, o->exclude_count,
 		&s->plan_source, err);
 	if (st)
 		return st;
+	if (po.device == STRATA_PLAN_DEVICE_CUDA) {
+		uint64_t ctx = s->compute_device_bytes;
+		po.backend_reserved_bytes =
+			ctx > STRATA_CUDA_COMPUTE_DEVICE_BYTES
+				? ctx : STRATA_CUDA_COMPUTE_DEVICE_BYTES;
+		if (half_weights(s))
+			po.backend_reserved_bytes +=
+				strata_cuda_matmul_half_workspace_bytes(
+					(uint32_t)po.shape.prefill_chunk,
+					widest_input(hp));
+	}
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch,
 				strata_plan_source_weight_dtype(s->plan_source),
@@ -89,8 +118,10 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	return STRATA_OK;
 }
 
-/* Creates the backend the options name (CUDA before planning: the plan
- * reads its free memory). */
+/* Creates the backend the options name, and on CUDA the compute context
+ * too, both before planning: the plan reads the free memory, and reserves
+ * what the compute context took as measured here (its cuBLAS handle, the
+ * runtime's own allocations), which no constant could say. */
 static strata_status open_backend(strata_session *s,
 				  const strata_session_options *o,
 				  strata_error *err)
@@ -98,7 +129,21 @@ static strata_status open_backend(strata_session *s,
 	if (o->plan.device == STRATA_PLAN_DEVICE_CPU)
 		return strata_backend_cpu_create(NULL, &s->backend, err);
 	strata_backend_cuda_options co = {.device = o->device_index};
-	return strata_backend_cuda_create(&co, &s->backend, err);
+	strata_status st = strata_backend_cuda_create(&co, &s->backend, err);
+	strata_backend_memory before = {0}, after = {0};
+	strata_error ignored;
+	bool known = st == STRATA_OK &&
+		     strata_backend_memory_info(s->backend, &before,
+						&ignored) == STRATA_OK;
+	if (st == STRATA_OK)
+		st = strata_compute_create_on(s->backend, o->threads,
+					      &s->compute, err);
+	known = known && st == STRATA_OK &&
+		strata_backend_memory_info(s->backend, &after, &ignored) ==
+			STRATA_OK;
+	if (known && before.free_bytes > after.free_bytes)
+		s->compute_device_bytes = before.free_bytes - after.free_bytes;
+	return st;
 }
 
 /* The forward pass's device arena holds the plan's activation buffers and
@@ -154,8 +199,8 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 	strata_status st;
 	if ((st = strata_weight_store_create(s->catalog, &so, &s->store,
 					     err)) ||
-	    (st = strata_compute_create_on(s->backend, threads, &s->compute,
-					   err)))
+	    (!s->compute && (st = strata_compute_create_on(s->backend, threads,
+							   &s->compute, err))))
 		return st;
 	wo.compute_stream = strata_cuda_compute_stream(s->compute);
 	if ((st = strata_infer_window_create(s->backend, &s->tensors, s->store,
@@ -169,9 +214,15 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 						  &s->forward, err);
 	if ((st = check_forward_bytes(s, err)))
 		return st;
-	return strata_forward_create_device_seqs(
-		&s->hp, s->backend, s->compute, &s->source, s->context,
-		s->batch, s->sequences, &s->forward, err);
+	if ((st = strata_forward_create_device_seqs(
+		     &s->hp, s->backend, s->compute, &s->source, s->context,
+		     s->batch, s->sequences, &s->forward, err)))
+		return st;
+	/* The prefill's product workspace now, as planned, not mid-run. */
+	if (!half_weights(s))
+		return STRATA_OK;
+	return strata_cuda_matmul_half_reserve(s->compute, s->batch,
+					       widest_input(&s->hp), err);
 }
 
 /* ------------------------------------------------------------------------ */
