@@ -50,8 +50,8 @@ static void write_spread(strata_json *j, const char *max_key,
  * second smaller and less even. */
 static void write_balance(strata_json *j, const strata_batch *b)
 {
-	uint64_t charged[STRATA_BATCH_MAX_REPLICAS];
-	uint64_t positions[STRATA_BATCH_MAX_REPLICAS];
+	uint64_t charged[STRATA_BATCH_MAX_REPLICAS] = {0};
+	uint64_t positions[STRATA_BATCH_MAX_REPLICAS] = {0};
 	uint32_t n = strata_batch_replicas(b);
 	for (uint32_t i = 0; i < n; i++) {
 		strata_batch_replica_stats r;
