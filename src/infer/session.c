@@ -28,6 +28,14 @@ static uint32_t widest_input(const strata_infer_hparams *hp)
 	return w > q_dim ? w : q_dim;
 }
 
+/* Rows of the largest product: a prefill chunk, or a decode step of every
+ * sequence (--batch). */
+static uint32_t product_rows(uint64_t prefill_chunk, uint64_t sequences)
+{
+	uint64_t r = prefill_chunk > sequences ? prefill_chunk : sequences;
+	return r < 1 ? 1 : (uint32_t)r;
+}
+
 /* Whether the weights stay half on the device (and prefill products need
  * the half product's workspace). */
 static bool half_weights(const strata_session *s)
@@ -103,7 +111,8 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		if (half_weights(s))
 			po.backend_reserved_bytes +=
 				strata_cuda_matmul_half_workspace_bytes(
-					(uint32_t)po.shape.prefill_chunk,
+					product_rows(po.shape.prefill_chunk,
+						     po.shape.batch),
 					widest_input(hp));
 	}
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
@@ -221,8 +230,9 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 	/* The prefill's product workspace now, as planned, not mid-run. */
 	if (!half_weights(s))
 		return STRATA_OK;
-	return strata_cuda_matmul_half_reserve(s->compute, s->batch,
-					       widest_input(&s->hp), err);
+	return strata_cuda_matmul_half_reserve(
+		s->compute, product_rows(s->batch, s->sequences),
+		widest_input(&s->hp), err);
 }
 
 /* ------------------------------------------------------------------------ */
