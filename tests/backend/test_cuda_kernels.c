@@ -645,6 +645,117 @@ static void run_att(void *p)
 	OK(strata_kernel_attention(F.gpu, a->out, a->q, a->k, a->v, &a->s, ERR));
 }
 
+/* A figure only: each step of one decode layer of the 7.5 GB llama of
+ * bench/gpu (dim 4096, ffn 14336, 32/8 heads of 128, bf16), timed alone,
+ * and the layer's sum against its weights: where a decode token's time
+ * goes besides reading the weights. */
+typedef struct layer_arg {
+	int step;
+	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *inv_freq;
+	void *wq, *wk, *wv, *wo, *wg, *wu, *wd, *norm;
+	strata_attention_shape s;
+} layer_arg;
+
+static void run_layer_step(void *p)
+{
+	layer_arg *a = p;
+	const uint32_t dim = 4096, ffn = 14336, kvd = 1024;
+	switch (a->step) {
+	case 0:
+		OK(strata_cuda_rmsnorm_half(F.gpu, a->xb, a->x, a->norm,
+					    STRATA_CUDA_BF16, 1, dim, 1e-5f, ERR));
+		break;
+	case 1: {
+		strata_cuda_half_part p[3] = {{a->q, a->wq, NULL, dim},
+					      {a->k, a->wk, NULL, kvd},
+					      {a->v, a->wv, NULL, kvd}};
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->xb, STRATA_CUDA_BF16,
+						 1, dim, p, 3, false, ERR));
+		break;
+	}
+	case 2:
+		OK(strata_kernel_rope(F.gpu, a->q, 1, a->s.pos0, 32, 128,
+				      a->inv_freq, STRATA_ROPE_HALF, ERR));
+		break;
+	case 3:
+		OK(strata_kernel_attention(F.gpu, a->att, a->q, a->k, a->v,
+					   &a->s, ERR));
+		break;
+	case 4: {
+		strata_cuda_half_part p = {a->x, a->wo, NULL, dim};
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->att, STRATA_CUDA_BF16,
+						 1, dim, &p, 1, true, ERR));
+		break;
+	}
+	case 5: {
+		strata_cuda_half_part p[2] = {{a->hb, a->wg, NULL, ffn},
+					      {a->hb2, a->wu, NULL, ffn}};
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->xb, STRATA_CUDA_BF16,
+						 1, dim, p, 2, false, ERR));
+		break;
+	}
+	case 6:
+		OK(strata_kernel_swiglu(F.gpu, a->hb, a->hb2, ffn, ERR));
+		break;
+	case 7: {
+		strata_cuda_half_part p = {a->x, a->wd, NULL, dim};
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->hb, STRATA_CUDA_BF16,
+						 1, ffn, &p, 1, true, ERR));
+		break;
+	}
+	}
+}
+
+static void test_decode_layer_figure(void **state)
+{
+	(void)state;
+	if (getenv("STRATA_CUDA_NO_TIMING"))
+		skip();
+	const uint32_t dim = 4096, ffn = 14336, kvd = 1024, pos = 64;
+	const char *names[8] = {"rmsnorm", "q,k,v product", "rope (q)",
+				"attention", "o product +=", "gate,up product",
+				"swiglu", "down product +="};
+	const uint64_t bytes[8] = {0, (uint64_t)(dim + 2 * kvd) * dim * 2, 0, 0,
+				   (uint64_t)dim * dim * 2,
+				   (uint64_t)2 * ffn * dim * 2, 0,
+				   (uint64_t)dim * ffn * 2};
+	layer_arg a = {
+		.x = dev_alloc(dim * 4), .xb = dev_alloc(dim * 4),
+		.q = dev_alloc(dim * 4), .att = dev_alloc(dim * 4),
+		.k = dev_alloc((uint64_t)(pos + 1) * kvd * 4),
+		.v = dev_alloc((uint64_t)(pos + 1) * kvd * 4),
+		.hb = dev_alloc(ffn * 4), .hb2 = dev_alloc(ffn * 4),
+		.inv_freq = dev_alloc(64 * 4), .norm = dev_alloc(dim * 2),
+		.wq = dev_alloc((uint64_t)dim * dim * 2),
+		.wk = dev_alloc((uint64_t)kvd * dim * 2),
+		.wv = dev_alloc((uint64_t)kvd * dim * 2),
+		.wo = dev_alloc((uint64_t)dim * dim * 2),
+		.wg = dev_alloc((uint64_t)ffn * dim * 2),
+		.wu = dev_alloc((uint64_t)ffn * dim * 2),
+		.wd = dev_alloc((uint64_t)dim * ffn * 2),
+		.s = {.n = 1, .pos0 = pos, .heads = 32, .kv_heads = 8,
+		      .head_dim = 128, .scale = 0.088f},
+	};
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	double total = 0;
+	uint64_t weights = 0;
+	for (int i = 0; i < 8; i++) {
+		a.step = i;
+		double t = time_on_stream(run_layer_step, &a, 50);
+		total += t, weights += bytes[i];
+		if (bytes[i])
+			printf("  decode layer: %-16s %6.1f us, %4.0f GB/s\n",
+			       names[i], t * 1e6, bytes[i] / t / 1e9);
+		else
+			printf("  decode layer: %-16s %6.1f us\n", names[i],
+			       t * 1e6);
+	}
+	printf("  decode layer: the steps alone %.1f us (rope twice: +k), %.0f "
+	       "MB of weights at %.0f GB/s over the sum\n", total * 1e6,
+	       weights / 1e6, weights / total / 1e9);
+	dev_free_all();
+}
+
 /* A figure only: decode attention time over a long cache (llama-8B heads). */
 static void test_decode_attention_figure(void **state)
 {
@@ -817,6 +928,7 @@ int main(void)
 		cmocka_unit_test(test_attention_sliding_window_matches_cpu),
 		cmocka_unit_test(test_decode_products_reach_memory_bandwidth),
 		cmocka_unit_test(test_decode_attention_figure),
+		cmocka_unit_test(test_decode_layer_figure),
 		cmocka_unit_test(test_topk_matches_sorted_reference),
 		cmocka_unit_test(test_topk_refuses_k_out_of_range),
 	};

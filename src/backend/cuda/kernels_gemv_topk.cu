@@ -109,17 +109,30 @@ __global__ void gemv_parts_kernel(strata__cuda_gemv_parts p, const float *x,
 	const uint32_t lane = threadIdx.x & 31;
 	uint64_t row =
 		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	int i = 0;
-	while (i < p.count && row >= p.part[i].out)
-		row -= p.part[i++].out;
-	if (i == p.count)
-		return;
-	const strata__cuda_gemv_part *q = &p.part[i];
+	/* Parts picked with constant indices only: a dynamic index into the
+	 * parameter struct would copy it to local memory in every thread. */
+	float *y = NULL;
+	const T *w = NULL;
+	const float *bias = NULL;
+#pragma unroll
+	for (int i = 0; i < STRATA__CUDA_GEMV_PARTS; i++) {
+		if (y || i >= p.count)
+			continue;
+		if (row < p.part[i].out) {
+			y = p.part[i].y;
+			w = (const T *)p.part[i].w;
+			bias = p.part[i].bias;
+		} else {
+			row -= p.part[i].out;
+		}
+	}
+	if (!y)
+		return; /* whole warps leave together */
 	float acc[1] = {0.0f};
-	row_dot<T, 1>(acc, (const T *)q->w + row * in, x, in, lane, vec);
+	row_dot<T, 1>(acc, w + row * in, x, in, lane, vec);
 	if (lane == 0) {
-		float v = acc[0] + (q->bias ? q->bias[row] : 0.0f);
-		q->y[row] = p.accumulate ? q->y[row] + v : v;
+		float v = acc[0] + (bias ? bias[row] : 0.0f);
+		y[row] = p.accumulate ? y[row] + v : v;
 	}
 }
 
