@@ -290,7 +290,8 @@ static void print_devices_table(FILE *f, const char *model,
 	}
 	plan_total t;
 	total_of(plans, g->count, &t);
-	fprintf(f, "\n== total: %u devices ==\n", g->count);
+	fprintf(f, "\n== total: %u device%s ==\n", g->count,
+		g->count == 1 ? "" : "s");
 	fprintf(f, "selected on %u of %u devices\n", t.selected, g->count);
 	fprintf(f, "device memory: %s over the devices\n",
 		strata_size_format(t.device_bytes, s1, 32));
@@ -359,10 +360,11 @@ static int print_devices_json(const char *model, strata_plan *const *plans,
 }
 
 /* --gpus for planning (docs/plan.md): GPUs visible here, each measured;
- * with none visible, GPUs of another machine when --device-memory gives
- * each one's memory (cuda assumed unless --device says otherwise); CPU
- * replicas with --device cpu. Anything else is refused: nothing would
- * give a GPU's budget. Sets the device kind. 0 or an exit code. */
+ * with --device-memory, GPUs of that memory each, visible or not (cuda
+ * assumed unless --device says otherwise: planning for another machine
+ * needs no device); CPU replicas with --device cpu. Anything else is
+ * refused: nothing would give a GPU's budget. Sets the device kind. 0 or
+ * an exit code. */
 static int plan_gpus(const char *spec, strata_cli_residency *r,
 		     strata_cli_gpus *g)
 {
@@ -383,8 +385,9 @@ static int plan_gpus(const char *spec, strata_cli_residency *r,
 			    "nothing gives each GPU's memory", shown);
 		return strata_cli_fail(&err);
 	}
-	if (strata_cli_gpus_parse(spec, cuda, cuda ? visible : 1, visible > 0,
-				  g, &err))
+	bool measured = visible > 0 && !r->plan.has_device_budget;
+	if (strata_cli_gpus_parse(spec, cuda, cuda ? visible : 1, measured, g,
+				  &err))
 		return strata_cli_fail(&err);
 	return 0;
 }
