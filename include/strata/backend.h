@@ -257,6 +257,15 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      uint32_t n, uint32_t in, uint32_t out,
 				      strata_error *err);
 
+/* What the CUDA driver takes of device memory beyond what is asked for:
+ * each allocation is a whole number of granules, and host memory pinned
+ * for the device costs page tables on the device, measured on an H200
+ * (CUDA 13) at 16 MiB for 7 GB pinned and 2 MiB for each further GB: one
+ * 8-byte entry per 4 KiB page, in whole granules, and one granule more. Planning counts both, so
+ * a run's device memory stays within its plan. */
+#define STRATA_CUDA_ALLOC_GRANULE ((uint64_t)2 << 20)
+uint64_t strata_cuda_pinned_device_bytes(uint64_t pinned_bytes);
+
 /* The device bytes of strata_cuda_matmul_half's input workspace for n rows
  * of `in` (0 for one row), and taking it now, at load, instead of at the
  * first product that needs it. */
@@ -285,6 +294,16 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    const strata_cuda_half_part *parts,
 					    uint32_t count, bool accumulate,
 					    strata_error *err);
+
+/* y (out) = silu(x (in) . gate^T) * (x . up^T) for one row of x: the MLP's
+ * two products and its SwiGLU in one launch, the same floats as
+ * strata_cuda_matmul_half_parts then the kernel table's swiglu. gate and
+ * up (out, in) of one half type; y may not alias x. */
+strata_status strata_cuda_gated_half(strata_compute *c, float *y,
+				     const float *x, const void *gate,
+				     const void *up, strata_cuda_half type,
+				     uint32_t in, uint32_t out,
+				     strata_error *err);
 
 /* The kernel table's rmsnorm with its weights (dim) in bf16 or f16, read
  * as stored: y (n, dim) = x / rms(x) * w, the same floats as converting w

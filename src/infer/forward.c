@@ -333,17 +333,28 @@ static strata_status mlp_block(strata_forward *f, const strata_infer_layer *w,
 	const uint8_t *e = w->elem;
 	strata_status st;
 	if ((st = rmsnorm(f, f->xb, f->x, w->ffn_norm,
-			  e[STRATA_SLOT_FFN_NORM], n, err)) ||
-	    (st = mm_shared(f, f->xb, n, hp->dim,
-			    (const product[]){
-				    {f->hb, w->w_gate, e[STRATA_SLOT_W_GATE],
-				     NULL, hp->ffn},
-				    {f->hb2, w->w_up, e[STRATA_SLOT_W_UP], NULL,
-				     hp->ffn},
-			    },
-			    2, err)) ||
-	    (st = strata_kernel_swiglu(c, f->hb, f->hb2,
-				       (uint64_t)n * hp->ffn, err)))
+			  e[STRATA_SLOT_FFN_NORM], n, err)))
+		return st;
+	uint8_t g = e[STRATA_SLOT_W_GATE];
+	if (n == 1 && g != STRATA_ELEM_F32 && g == e[STRATA_SLOT_W_UP]) {
+		/* decode on the device: both products and the SwiGLU in one */
+		st = strata_cuda_gated_half(
+			c, f->hb, f->xb, w->w_gate, w->w_up,
+			g == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16 : STRATA_CUDA_F16,
+			hp->dim, hp->ffn, err);
+	} else {
+		st = mm_shared(f, f->xb, n, hp->dim,
+			       (const product[]){
+				       {f->hb, w->w_gate, g, NULL, hp->ffn},
+				       {f->hb2, w->w_up, e[STRATA_SLOT_W_UP],
+					NULL, hp->ffn},
+			       },
+			       2, err);
+		if (st == STRATA_OK)
+			st = strata_kernel_swiglu(c, f->hb, f->hb2,
+						  (uint64_t)n * hp->ffn, err);
+	}
+	if (st)
 		return st;
 	return mm_add(f, f->x, f->hb, w->w_down, e[STRATA_SLOT_W_DOWN], n,
 		      hp->ffn, hp->dim, f->xb, err);

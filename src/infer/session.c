@@ -36,6 +36,17 @@ static uint32_t product_rows(uint64_t prefill_chunk, uint64_t sequences)
 	return r < 1 ? 1 : (uint32_t)r;
 }
 
+/* Device memory the CUDA driver takes for a plan beyond the bytes it asked
+ * for: page tables for the host memory it pins (strata_cuda_pinned_device
+ * _bytes), and allocation granules at the end of each of the three device
+ * allocations (the window's arena, the forward pass's, the product
+ * workspace). */
+static uint64_t cuda_driver_bytes(const strata_plan *p)
+{
+	return strata_cuda_pinned_device_bytes(strata_plan_host_total(p)) +
+	       3 * STRATA_CUDA_ALLOC_GRANULE;
+}
+
 /* Whether the weights stay half on the device (and prefill products need
  * the half product's workspace). */
 static bool half_weights(const strata_session *s)
@@ -115,10 +126,28 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 						     po.shape.batch),
 					widest_input(hp));
 	}
+	const uint64_t reserved_base = po.backend_reserved_bytes;
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch,
 				strata_plan_source_weight_dtype(s->plan_source),
 				&po, &m, &s->plan, err);
+	/* The driver's own device bytes depend on the plan (how much host
+	 * memory it pins), so the plan is made again with them counted, until
+	 * what it pins no longer grows them (once, in practice). */
+	for (int round = 0; st == STRATA_OK &&
+			    po.device == STRATA_PLAN_DEVICE_CUDA && round < 3;
+	     round++) {
+		uint64_t need = cuda_driver_bytes(s->plan);
+		if (need <= po.backend_reserved_bytes - reserved_base)
+			break;
+		po.backend_reserved_bytes = reserved_base + need;
+		strata_plan_destroy(s->plan);
+		s->plan = NULL;
+		st = strata_plan_create(
+			strata_plan_source_layout(s->plan_source), &arch,
+			strata_plan_source_weight_dtype(s->plan_source), &po, &m,
+			&s->plan, err);
+	}
 	if (st)
 		return st;
 	s->context = (uint32_t)po.shape.context;

@@ -480,6 +480,22 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 	return s;
 }
 
+strata_status strata_cuda_gated_half(strata_compute *c, float *y,
+				     const float *x, const void *gate,
+				     const void *up, strata_cuda_half type,
+				     uint32_t in, uint32_t out,
+				     strata_error *err)
+{
+	strata__cuda_compute *k = strata__cuda_compute_of(c);
+	if (!k || !y || !x || !gate || !up || !in || !out ||
+	    (type != STRATA_CUDA_BF16 && type != STRATA_CUDA_F16) ||
+	    (const void *)y == (const void *)x)
+		return not_cuda_compute(err, "strata_cuda_gated_half");
+	return launched(strata__cuda_gemv_half_glu(k->stream.cuda, y, x, gate,
+						   up, (int)type, in, out),
+			"gated product (GEMV)", err);
+}
+
 strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
 				       const float *x, const void *w,
 				       strata_cuda_half type, uint32_t n,

@@ -96,6 +96,13 @@ cudaError_t strata__cuda_gemv_half_parts(cudaStream_t s,
 					 const strata__cuda_gemv_parts *p,
 					 const float *x, int type, uint32_t in);
 
+/* y (out) = silu(x (in) . gate^T) * (x . up^T): one row, f32 accumulation,
+ * gate and up (out, in) of one half type. */
+cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
+				       const float *x, const void *gate,
+				       const void *up, int type, uint32_t in,
+				       uint32_t out);
+
 /* Top-k of logits (vocab) by value, ties to the lower index, NaN ranked
  * below -inf: k pairs into out_values / out_ids (device, k each), best
  * first; ids of -1 pad when vocab < k. `partials` is scratch of

@@ -153,6 +153,23 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	return unavailable(err);
 }
 
+strata_status strata_cuda_gated_half(strata_compute *c, float *y,
+				     const float *x, const void *gate,
+				     const void *up, strata_cuda_half type,
+				     uint32_t in, uint32_t out,
+				     strata_error *err)
+{
+	(void)c;
+	(void)y;
+	(void)x;
+	(void)gate;
+	(void)up;
+	(void)type;
+	(void)in;
+	(void)out;
+	return unavailable(err);
+}
+
 strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
 				       const float *x, const void *w,
 				       strata_cuda_half type, uint32_t n,

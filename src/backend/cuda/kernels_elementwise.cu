@@ -12,7 +12,9 @@
 #include "backend/cuda/cuda_launch.h"
 
 #define EW_THREADS 256u
-#define NORM_THREADS 256u
+/* 1024: a decode row (n = 1) is one block, so its threads are all the
+ * norm gets; 256 took 7.8 us for 4096 elements on an H200. */
+#define NORM_THREADS 1024u
 
 /* ------------------------------------------------------------------------ */
 

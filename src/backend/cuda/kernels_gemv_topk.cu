@@ -177,6 +177,46 @@ extern "C" cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y,
 	return cudaGetLastError();
 }
 
+/* y (out) = silu(x . gate^T) * (x . up^T), one row: each warp reads its
+ * row of both matrices, and the SwiGLU that would follow as a kernel of
+ * its own happens as the row is written (the same formula as
+ * swiglu_kernel, so the same floats). */
+template <typename T>
+__global__ void gemv_glu_kernel(float *y, const float *x, const T *gate,
+				const T *up, uint32_t in, uint32_t out, int vec)
+{
+	const uint32_t lane = threadIdx.x & 31;
+	const uint64_t row =
+		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= out)
+		return;
+	float g[1] = {0.0f}, u[1] = {0.0f};
+	row_dot<T, 1>(g, gate + row * in, x, in, lane, vec);
+	row_dot<T, 1>(u, up + row * in, x, in, lane, vec);
+	if (lane == 0)
+		y[row] = g[0] / (1.0f + expf(-g[0])) * u[0];
+}
+
+extern "C" cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
+						  const float *x,
+						  const void *gate,
+						  const void *up, int type,
+						  uint32_t in, uint32_t out)
+{
+	unsigned grid = (unsigned)(((uint64_t)out + 7) / 8);
+	int vec = in % 8 == 0 && ((uintptr_t)x % 16) == 0 &&
+		  ((uintptr_t)gate % 16) == 0 && ((uintptr_t)up % 16) == 0;
+	if (type == STRATA__CUDA_BF16)
+		gemv_glu_kernel<<<grid, GEMV_THREADS, 0, s>>>(
+			y, x, (const __nv_bfloat16 *)gate,
+			(const __nv_bfloat16 *)up, in, out, vec);
+	else
+		gemv_glu_kernel<<<grid, GEMV_THREADS, 0, s>>>(
+			y, x, (const __half *)gate, (const __half *)up, in, out,
+			vec);
+	return cudaGetLastError();
+}
+
 extern "C" cudaError_t strata__cuda_gemv_half_parts(
 	cudaStream_t s, const strata__cuda_gemv_parts *p, const float *x,
 	int type, uint32_t in)
