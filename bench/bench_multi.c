@@ -36,7 +36,23 @@ typedef struct cfg {
 typedef struct figures {
 	double seconds, requests_s, tokens_s, hit_rate, max_over_mean;
 	uint64_t hits, lookups;
+	uint32_t differ; /* requests whose tokens differ from the first run's */
 } figures;
+
+/* Each request's tokens as one FNV-1a digest: the first run's are kept and
+ * every later run's compared with them (greedy requests must not depend on
+ * where or with whom they ran). */
+static uint64_t *first_tokens;
+
+static uint64_t token_digest(const strata_batch_result *r)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (uint32_t t = 0; t < r->n_tokens; t++) {
+		h ^= (uint32_t)r->tokens[t];
+		h *= 0x100000001b3ull;
+	}
+	return h ^ r->n_tokens;
+}
 
 static uint64_t rng(uint64_t *s)
 {
@@ -210,6 +226,15 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 	out->requests_s = c->requests / out->seconds;
 	out->tokens_s = tokens / out->seconds;
 	out->hit_rate = out->lookups ? (double)out->hits / out->lookups : 0;
+	for (uint32_t i = 0; first_tokens && i < c->requests; i++) {
+		uint64_t d = token_digest(&r[i]);
+		if (first_tokens[c->requests])
+			out->differ += d != first_tokens[i];
+		else
+			first_tokens[i] = d;
+	}
+	if (first_tokens)
+		first_tokens[c->requests] = 1; /* the first run is kept */
 	out->max_over_mean = sum ? max / ((double)sum / replicas) : 0;
 	strata_batch_results_free(r, c->requests);
 	free(r);
@@ -220,9 +245,10 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 static void print(const char *name, const figures *f)
 {
 	printf("%-32s %8.3f s %9.1f req/s %10.1f tok/s  prefix hits "
-	       "%5.1f %%  max/mean %.3f\n",
+	       "%5.1f %%  max/mean %.3f  outputs differing from the first "
+	       "run: %u\n",
 	       name, f->seconds, f->requests_s, f->tokens_s,
-	       100 * f->hit_rate, f->max_over_mean);
+	       100 * f->hit_rate, f->max_over_mean, f->differ);
 }
 
 /* The runs: 1 replica, G with affinity and G round-robin (G > 1) at
@@ -342,8 +368,10 @@ int main(int argc, char **argv)
 	       c.requests, c.prefixes, c.prefix_len, c.tail, c.max_tokens,
 	       c.device, c.residency, c.threads, (unsigned long long)fit,
 	       c.spill_requests);
-	if (run_all(&c, cache, q))
+	first_tokens = calloc((size_t)c.requests + 1, sizeof *first_tokens);
+	if (!first_tokens || run_all(&c, cache, q))
 		return 1;
+	free(first_tokens);
 	free(prefix);
 	free(prompts);
 	free(q);

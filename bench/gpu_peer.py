@@ -2,8 +2,10 @@
 """gpu_peer.py - the peers of bench/gpu, measured with Hugging Face
 transformers and accelerate on the same model and budget as strata.
 
-  gpu_peer.py make DIR              write the 7.5 GB llama of GPU-MACHINE.md
-                                    (random bf16 weights, 4 safetensors shards)
+  gpu_peer.py make DIR [mid]        write the 7.5 GB llama of GPU-MACHINE.md
+                                    (random bf16 weights, 4 safetensors
+                                    shards), or with `mid` a 1.2 GB one of
+                                    the same family (bench_multi's GPUs)
   gpu_peer.py accelerate DIR BUDGET one forward pass of 1 and of 128 tokens
                                     with accelerate offload, max_memory BUDGET
                                     on GPU 0 and the rest in host memory
@@ -24,6 +26,9 @@ SHAPE = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=16,
              num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
              max_position_embeddings=4096, rms_norm_eps=1e-5,
              rope_theta=10000.0, tie_word_embeddings=False)
+MID = dict(SHAPE, hidden_size=2048, intermediate_size=5632,
+           num_hidden_layers=12, num_attention_heads=16,
+           num_key_value_heads=4)
 PASSES = 5
 
 
@@ -31,11 +36,11 @@ def emit(**kv):
     print("json " + json.dumps(kv), flush=True)
 
 
-def make(d):
+def make(d, shape=SHAPE):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
-    cfg = LlamaConfig(**SHAPE)
+    cfg = LlamaConfig(**shape)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg)
@@ -137,7 +142,7 @@ def main():
         sys.exit(__doc__)
     cmd, d = sys.argv[1], sys.argv[2]
     if cmd == "make":
-        make(d)
+        make(d, MID if sys.argv[3:] == ["mid"] else SHAPE)
     elif cmd == "accelerate" and len(sys.argv) == 4:
         accelerate(d, sys.argv[3])
     elif cmd == "resident":
