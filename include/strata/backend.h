@@ -295,6 +295,14 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    uint32_t count, bool accumulate,
 					    strata_error *err);
 
+/* The kernel table's rope on queries q (n, heads, head_dim) and keys k (n,
+ * kv_heads, head_dim) in one launch: the same floats as two calls. */
+strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
+				  uint32_t n, uint32_t pos0, uint32_t heads,
+				  uint32_t kv_heads, uint32_t head_dim,
+				  const float *inv_freq,
+				  strata_rope_layout layout, strata_error *err);
+
 /* y (out) = silu(x (in) . gate^T) * (x . up^T) for one row of x: the MLP's
  * two products and its SwiGLU in one launch, the same floats as
  * strata_cuda_matmul_half_parts then the kernel table's swiglu. gate and

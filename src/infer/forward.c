@@ -220,6 +220,26 @@ static strata_status rmsnorm(strata_forward *f, float *y, const float *x,
 					n, hp->dim, hp->norm_eps, err);
 }
 
+/* The rotation of n rows of queries and keys at positions pos..: one
+ * launch on CUDA, the kernel table's two calls elsewhere. */
+static strata_status rope(strata_forward *f, float *q, float *k, uint32_t n,
+			  uint32_t pos, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	if (f->stream)
+		return strata_cuda_rope_qk(f->c, q, k, n, pos, hp->heads,
+					   hp->kv_heads, hp->head_dim,
+					   f->inv_freq, hp->rope_layout, err);
+	strata_status st = strata_kernel_rope(f->c, q, n, pos, hp->heads,
+					      hp->head_dim, f->inv_freq,
+					      hp->rope_layout, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_rope(f->c, k, n, pos, hp->kv_heads,
+					hp->head_dim, f->inv_freq,
+					hp->rope_layout, err);
+	return st;
+}
+
 /* Products sharing their input x (n, in): q, k and v; gate and up. Half
  * weights of one type go to the device in one call, which decodes them in
  * one launch; anything else one product at a time. */
@@ -312,11 +332,7 @@ static strata_status attention_block(strata_forward *f,
 				    {v, w->wv, e[STRATA_SLOT_WV], bv, f->kv_dim},
 			    },
 			    3, err)) ||
-	    (st = strata_kernel_rope(c, f->q, n, pos, hp->heads, hp->head_dim,
-				     f->inv_freq, hp->rope_layout, err)) ||
-	    (st = strata_kernel_rope(c, k, n, pos, hp->kv_heads,
-				     hp->head_dim, f->inv_freq,
-				     hp->rope_layout, err)) ||
+	    (st = rope(f, f->q, k, n, pos, err)) ||
 	    (st = strata_kernel_attention(c, f->att, f->q, k_at(f, layer, 0),
 					  v_at(f, layer, 0), &shape, err)))
 		return st;

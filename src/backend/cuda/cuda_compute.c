@@ -196,8 +196,8 @@ static strata_status cuda_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,
 			       strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
-	return launched(strata__cuda_rope(k->stream.cuda, x, n, pos0, heads,
-					  head_dim, inv_freq,
+	return launched(strata__cuda_rope(k->stream.cuda, x, heads, NULL, 0, n,
+					  pos0, head_dim, inv_freq,
 					  layout == STRATA_ROPE_INTERLEAVED),
 			"rope", err);
 }
@@ -478,6 +478,23 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 		s = gemm_split(k, parts[i].y, parts[i].w, type, parts[i].bias,
 			       n, in, parts[i].out, accumulate, err);
 	return s;
+}
+
+strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
+				  uint32_t n, uint32_t pos0, uint32_t heads,
+				  uint32_t kv_heads, uint32_t head_dim,
+				  const float *inv_freq,
+				  strata_rope_layout layout, strata_error *err)
+{
+	strata__cuda_compute *x = strata__cuda_compute_of(c);
+	if (!x || !q || !k || !n || !heads || !kv_heads || !head_dim ||
+	    head_dim % 2 || !inv_freq)
+		return not_cuda_compute(err, "strata_cuda_rope_qk");
+	return launched(strata__cuda_rope(x->stream.cuda, q, heads, k,
+					  kv_heads, n, pos0, head_dim,
+					  inv_freq,
+					  layout == STRATA_ROPE_INTERLEAVED),
+			"rope (queries and keys)", err);
 }
 
 strata_status strata_cuda_gated_half(strata_compute *c, float *y,

@@ -35,10 +35,12 @@ cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y, const float *x,
 cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y, const float *x,
 				      const void *w, int type, uint32_t n,
 				      uint32_t dim, float eps);
-/* x (n, heads, head_dim) rotated in place; layout 0 rotate-half, 1
- * interleaved (strata_rope_layout). */
-cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t n,
-			      uint32_t pos0, uint32_t heads, uint32_t head_dim,
+/* x (n, heads, head_dim) and x2 (n, heads2, head_dim) rotated in place in
+ * one launch (heads2 0: x alone); layout 0 rotate-half, 1 interleaved
+ * (strata_rope_layout). */
+cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t heads,
+			      float *x2, uint32_t heads2, uint32_t n,
+			      uint32_t pos0, uint32_t head_dim,
 			      const float *inv_freq, int layout);
 /* out (n, heads, hd) = softmax(q k^T * scale, causal, window) v over the
  * caches k, v (positions, kv_heads, hd). The keys of each (query, head)

@@ -153,6 +153,25 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	return unavailable(err);
 }
 
+strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
+				  uint32_t n, uint32_t pos0, uint32_t heads,
+				  uint32_t kv_heads, uint32_t head_dim,
+				  const float *inv_freq,
+				  strata_rope_layout layout, strata_error *err)
+{
+	(void)c;
+	(void)q;
+	(void)k;
+	(void)n;
+	(void)pos0;
+	(void)heads;
+	(void)kv_heads;
+	(void)head_dim;
+	(void)inv_freq;
+	(void)layout;
+	return unavailable(err);
+}
+
 strata_status strata_cuda_gated_half(strata_compute *c, float *y,
 				     const float *x, const void *gate,
 				     const void *up, strata_cuda_half type,

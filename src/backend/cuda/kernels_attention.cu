@@ -20,28 +20,35 @@
 #define ATT_TILE 128u /* one key per thread: equal to ATT_THREADS */
 static_assert(ATT_TILE == ATT_THREADS, "a tile is one key per thread");
 #define ROPE_THREADS 256u
-#define ATT_MIN_SPLIT_KEYS 32u /* keys per split, at least */
+/* Keys per split, at least: a tile, so no split leaves threads without a
+ * key (at 65 keys, 32 made 3 splits and a combine: 13 us on an H200). */
+#define ATT_MIN_SPLIT_KEYS ATT_TILE
 
 /* ------------------------------------------------------------------------ */
 
 /* One thread per (row, head, pair); the angle is one float product, as the
- * CPU kernel and transformers form it. */
-__global__ void rope_kernel(float *x, uint32_t n, uint32_t pos0,
-			    uint32_t heads, uint32_t head_dim,
-			    const float *inv_freq, int interleaved)
+ * CPU kernel and transformers form it. A row's heads are x's `heads`
+ * then x2's `heads2` (queries and keys in one launch; heads2 0: x only). */
+__global__ void rope_kernel(float *x, uint32_t heads, float *x2,
+			    uint32_t heads2, uint32_t n, uint32_t pos0,
+			    uint32_t head_dim, const float *inv_freq,
+			    int interleaved)
 {
-	const uint32_t half = head_dim / 2;
-	const uint64_t count = (uint64_t)n * heads * half;
+	const uint32_t half = head_dim / 2, all = heads + heads2;
+	const uint64_t count = (uint64_t)n * all * half;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t idx = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     idx < count; idx += stride) {
 		uint32_t f = (uint32_t)(idx % half);
-		uint64_t rh = idx / half; /* row * heads + head */
-		uint32_t i = (uint32_t)(rh / heads);
+		uint64_t rh = idx / half; /* row * all + head */
+		uint32_t i = (uint32_t)(rh / all), head = (uint32_t)(rh % all);
 		float pos = (float)((uint64_t)pos0 + i);
 		float angle = pos * inv_freq[f];
 		float c = cosf(angle), sn = sinf(angle);
-		float *h = x + rh * head_dim;
+		float *h = head < heads
+				   ? x + ((uint64_t)i * heads + head) * head_dim
+				   : x2 + ((uint64_t)i * heads2 + head - heads) *
+						  head_dim;
 		float *a = interleaved ? &h[2 * f] : &h[f];
 		float *b = interleaved ? &h[2 * f + 1] : &h[f + half];
 		float x0 = *a, x1 = *b;
@@ -198,14 +205,15 @@ __global__ void attention_combine(att_args a)
 
 /* ------------------------------------------------------------------------ */
 
-extern "C" cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t n,
-					 uint32_t pos0, uint32_t heads,
-					 uint32_t head_dim,
+extern "C" cudaError_t strata__cuda_rope(cudaStream_t s, float *x,
+					 uint32_t heads, float *x2,
+					 uint32_t heads2, uint32_t n,
+					 uint32_t pos0, uint32_t head_dim,
 					 const float *inv_freq, int layout)
 {
-	uint64_t count = (uint64_t)n * heads * (head_dim / 2);
+	uint64_t count = (uint64_t)n * (heads + heads2) * (head_dim / 2);
 	rope_kernel<<<strata__grid(count, ROPE_THREADS), ROPE_THREADS, 0, s>>>(
-		x, n, pos0, heads, head_dim, inv_freq, layout);
+		x, heads, x2, heads2, n, pos0, head_dim, inv_freq, layout);
 	return cudaGetLastError();
 }
 

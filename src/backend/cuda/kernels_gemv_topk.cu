@@ -45,7 +45,9 @@ __device__ __forceinline__ void row_dot(float *acc, const T *wr,
 		/* in % 8 == 0 and 16-byte aligned rows: 8 weights a load. */
 #pragma unroll 4
 		for (uint32_t k = lane * 8; k < in; k += 256) {
-			uint4 raw = *(const uint4 *)(wr + k);
+			/* streamed (evict-first): weights are read once,
+			 * and must not push x out of the caches */
+			uint4 raw = __ldcs((const uint4 *)(wr + k));
 			const T *wv = (const T *)&raw;
 			float wf[8];
 #pragma unroll
