@@ -157,7 +157,15 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 {
 	const strata_plan_options *o = &p->options;
 	uint64_t host = p->budgets.host_bytes, largest = p->info.largest_unit_bytes;
-	if (host == 0) {
+	/* A GPU cannot read a file: on CUDA each unit passes through pinned
+	 * host memory (no GPUDirect Storage here), so the disk mode needs a
+	 * lookahead of at least one unit and never reads "straight" through. */
+	bool staged = o->device == STRATA_PLAN_DEVICE_CUDA;
+	if (staged && ((o->has_lookahead && o->lookahead == 0) ||
+		       (o->has_queue && o->queue == 0)))
+		return options_error(err, "give --lookahead and --queue of at least 1, and --host-memory for at least one unit",
+				     "on CUDA the disk mode reads each unit into pinned host memory first, so lookahead and queue must be at least 1");
+	if (host == 0 && !staged) {
 		if ((o->has_lookahead && o->lookahead) ||
 		    (o->has_queue && o->queue))
 			return options_error(err, "give --lookahead 0 --queue 0, or a --host-memory above 0",
@@ -169,7 +177,7 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 	    (o->has_queue && o->queue == 0))
 		return options_error(err, "give --lookahead and --queue of at least 1, or --host-memory 0",
 				     "with host memory above 0 the disk mode needs a lookahead and a queue of at least 1");
-	if (!o->has_lookahead && !o->has_queue && largest &&
+	if (!staged && !o->has_lookahead && !o->has_queue && largest &&
 	    host / largest == 0) {
 		/* not one unit fits the host budget: read straight to the
 		 * device, using less host memory than allowed */
@@ -434,6 +442,18 @@ static const char *candidate_label(const strata_plan_candidate *c,
  * window; deeper host windows only need more) and the smallest budgets
  * that fit: the least device memory, and the least host memory, which
  * differ because host windows trade device bytes for host bytes. */
+/* The least host memory a candidate can run with: its own, except that
+ * host 0 turns disk into direct reads where the device can read a file's
+ * bytes itself (not on CUDA, where units pass through pinned host memory). */
+static uint64_t least_host_need(const strata_plan *p,
+				const strata_plan_candidate *c)
+{
+	if (c->mode == STRATA_RESIDENCY_DISK &&
+	    p->options.device != STRATA_PLAN_DEVICE_CUDA)
+		return 0;
+	return c->host_bytes;
+}
+
 static strata_status nothing_fits_error(const strata_plan *p,
 					strata_error *err)
 {
@@ -458,12 +478,8 @@ static strata_status nothing_fits_error(const strata_plan *p,
 		    (c->device_bytes == least_dev->device_bytes &&
 		     c->host_bytes < least_dev->host_bytes))
 			least_dev = c;
-		/* host 0 turns disk into direct reads: its least host need */
-		uint64_t h = c->mode == STRATA_RESIDENCY_DISK ? 0 : c->host_bytes;
-		uint64_t lh = !least_host ? 0
-			      : least_host->mode == STRATA_RESIDENCY_DISK
-				      ? 0
-				      : least_host->host_bytes;
+		uint64_t h = least_host_need(p, c);
+		uint64_t lh = least_host ? least_host_need(p, least_host) : 0;
 		if (!least_host || h < lh ||
 		    (h == lh && c->device_bytes < least_host->device_bytes))
 			least_host = c;
@@ -477,9 +493,7 @@ static strata_status nothing_fits_error(const strata_plan *p,
 	if (!err)
 		return STRATA_E_PLAN_NOTHING_FITS;
 	char a[32], b[32];
-	uint64_t lh_host = least_host->mode == STRATA_RESIDENCY_DISK
-				   ? 0
-				   : least_host->host_bytes;
+	uint64_t lh_host = least_host_need(p, least_host);
 	/* --host-memory is the pool replicas split (budgets()) */
 	uint64_t n = p->budgets.shared_by ? p->budgets.shared_by : 1;
 	uint64_t ld_host = least_dev->host_bytes > UINT64_MAX / n

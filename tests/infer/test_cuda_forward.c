@@ -304,8 +304,8 @@ static void test_stories_greedy_text(void **state)
 
 /* Disk mode with host memory 0 reads straight into device memory, which
  * the residency engine does only where the host can address the device
- * (src/residency/engine.c): on CUDA the run is refused with a fix, not run
- * differently. Change this test when the engine learns it. */
+ * (src/residency/engine.c); on CUDA the planner never offers it, so the
+ * run is refused at planning with the host memory that fits. */
 static void test_disk_direct_is_refused_with_a_fix(void **state)
 {
 	(void)state;
@@ -318,10 +318,15 @@ static void test_disk_direct_is_refused_with_a_fix(void **state)
 		.has_host_budget = true, .host_budget = 0};
 	strata_session *s = NULL;
 	strata_error err;
+	/* the planner itself says so: on CUDA units pass through pinned host
+	 * memory, so disk with host 0 does not fit, and the fix names the
+	 * host memory that does */
 	assert_int_equal(strata_session_open(&so, &s, &err),
-			 STRATA_E_UNSUPPORTED);
+			 STRATA_E_PLAN_NOTHING_FITS);
 	assert_null(s);
+	assert_non_null(strstr(err.message, "host bytes short"));
 	assert_non_null(strstr(err.fix, "--host-memory"));
+	assert_null(strstr(err.fix, "--host-memory 0 "));
 }
 
 /* --device cuda:N past the visible devices is a clear error. */

@@ -297,6 +297,51 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	fixture_free(f);
 }
 
+/* On CUDA every unit passes through pinned host memory: with host 0 the
+ * disk mode does not fit (it names the host shortfall) instead of
+ * planning reads straight to the device that no run can make; one unit of
+ * host memory makes it fit, with a lookahead of 1; lookahead 0 is refused. */
+static void cuda_disk_mode_stages_through_host_memory(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = opts(GiB, 0);
+	o.device = STRATA_PLAN_DEVICE_CUDA;
+	o.mode = STRATA_RESIDENCY_DISK;
+	strata_plan *p = NULL;
+	strata_error err;
+	strata_status st = strata_plan_create(f->layout, &f->arch,
+					      STRATA_DTYPE_BF16, &o,
+					      &no_machine, &p, &err);
+	if (st == STRATA_OK) {
+		assert_false(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
+		assert_true(has_code(p, STRATA_EXPLAIN_DISK_EXCEEDS_HOST_BUDGET));
+		assert_true(strata_plan_selected(p) == NULL);
+		strata_plan_destroy(p);
+	} else {
+		assert_int_equal(st, STRATA_E_PLAN_NOTHING_FITS);
+		assert_non_null(strstr(err.message, "host"));
+	}
+	o.host_budget = 64 * MiB; /* units of this fixture are 4 MiB */
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_lookahead(p) >= 1 && strata_plan_queue(p) >= 1);
+	assert_false(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
+	strata_plan_destroy(p);
+	o.has_lookahead = true;
+	o.lookahead = 0;
+	p = (strata_plan *)&o;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &no_machine,
+					    &p, &err),
+			 STRATA_E_PLAN_OPTIONS);
+	assert_null(p);
+	assert_non_null(strstr(err.message, "pinned host memory"));
+	fixture_free(f);
+}
+
 static void disk_options_follow_the_host_budget(void **state)
 {
 	(void)state;
@@ -865,6 +910,7 @@ int main(void)
 		cmocka_unit_test(resident_is_chosen_when_it_fits),
 		cmocka_unit_test(host_window_is_the_fastest_fitting_depth),
 		cmocka_unit_test(disk_options_follow_the_host_budget),
+		cmocka_unit_test(cuda_disk_mode_stages_through_host_memory),
 		cmocka_unit_test(nothing_fits_names_shortfalls_and_the_smallest_budget),
 		cmocka_unit_test(forced_modes_select_only_themselves),
 		cmocka_unit_test(budgets_come_from_the_machine_with_headroom),
