@@ -257,15 +257,6 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      uint32_t n, uint32_t in, uint32_t out,
 				      strata_error *err);
 
-/* What the CUDA driver takes of device memory beyond what is asked for:
- * each allocation is a whole number of granules, and host memory pinned
- * for the device costs page tables on the device, measured on an H200
- * (CUDA 13) at 16 MiB for 7 GB pinned and 2 MiB for each further GB: one
- * 8-byte entry per 4 KiB page, in whole granules, and one granule more. Planning counts both, so
- * a run's device memory stays within its plan. */
-#define STRATA_CUDA_ALLOC_GRANULE ((uint64_t)2 << 20)
-uint64_t strata_cuda_pinned_device_bytes(uint64_t pinned_bytes);
-
 /* The device bytes of strata_cuda_matmul_half's input workspace for n rows
  * of `in` (0 for one row), and taking it now, at load, instead of at the
  * first product that needs it. */

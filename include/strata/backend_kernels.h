@@ -120,6 +120,16 @@ struct strata_backend;
 strata_status strata_compute_create_on(struct strata_backend *b,
 				       uint32_t threads, strata_compute **out,
 				       strata_error *err);
+/* The same, saying how many bytes of the backend's device memory making
+ * the context took (its free memory before less after, cuBLAS's handle and
+ * the runtime's own allocations included; 0 where the backend cannot tell
+ * or its device memory is the host's, as on the CPU backend). Plans
+ * reserve this much beside their buffers on CUDA. */
+strata_status strata_compute_create_measured(struct strata_backend *b,
+					     uint32_t threads,
+					     strata_compute **out,
+					     uint64_t *device_bytes,
+					     strata_error *err);
 uint32_t strata_compute_threads(const strata_compute *c);
 
 /* Wrappers: check shapes once (zero sizes, overflow of the buffer sizes,

@@ -248,13 +248,18 @@ typedef struct strata_plan_memory {
 	STRATA_PLAN_ACTIVATION_MAP(STRATA_PLAN_ACT_FIELD)
 #undef STRATA_PLAN_ACT_FIELD
 	uint64_t workspace_bytes; /* sum of the activation buffers above */
+	/* CUDA with bf16/f16 weights: the several-row products' input, x
+	 * split in two half terms, for max(prefill chunk, batch) rows of the
+	 * widest input (hidden, intermediate, heads x head_dim); else 0. */
+	uint64_t product_workspace_bytes;
 	/* Pinned host staging ring: slots x slot bytes (largest unit). */
 	uint64_t staging_slots, staging_slot_bytes, staging_bytes;
 } strata_plan_memory;
 
 /* The one function that sizes every non-weight buffer (formulas above).
- * weight_dtype is the dominant floating dtype of the weights (no longer
- * used: the KV cache is f32 on every backend). largest_unit_bytes and staging_slots size the ring.
+ * weight_dtype is the dominant floating dtype of the weights (on CUDA, half
+ * weights need the product workspace; the KV cache is f32 on every
+ * backend). largest_unit_bytes and staging_slots size the ring.
  * E_OVERFLOW names the buffer whose size overflowed. */
 strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 					 const strata_plan_shape *shape,
@@ -371,6 +376,17 @@ typedef struct strata_plan_budgets {
 	uint64_t host_pool_bytes; /* the host budget before the split */
 } strata_plan_budgets;
 
+/* What the CUDA driver takes of device memory beyond what is asked for,
+ * for a run that pins `pinned_bytes` of host memory: page tables for the
+ * pinned memory (measured on an H200, CUDA 13: 16 MiB for 7 GB pinned, 2
+ * MiB for each further GB; one 8-byte entry per 4 KiB page in whole 2 MiB
+ * granules, and one granule more) and the last granule of each of a run's
+ * three device allocations (the window's arena, the forward pass's, the
+ * product workspace). Every CUDA candidate counts it. */
+#define STRATA_PLAN_CUDA_GRANULE ((uint64_t)2 << 20)
+uint64_t strata_plan_cuda_pinned_bytes(uint64_t pinned_bytes);
+uint64_t strata_plan_cuda_driver_bytes(uint64_t pinned_bytes);
+
 /* One way of running the model, fully sized. */
 typedef struct strata_plan_candidate {
 	strata_residency_mode mode;	/* RESIDENT, HOST or DISK */
@@ -378,8 +394,11 @@ typedef struct strata_plan_candidate {
 	uint64_t lookahead, queue;	/* DISK only (0, 0: direct) */
 	uint64_t static_device_bytes;	/* static weights, aligned region */
 	uint64_t window_device_bytes;	/* window weights, aligned region */
+	uint64_t driver_bytes;		/* cuda: strata_plan_cuda_driver_bytes
+					   of host_bytes; else 0 */
 	uint64_t device_bytes;		/* static + window + KV + workspace
-					   + backend reserved */
+					   + product workspace + backend
+					   reserved + driver */
 	uint64_t host_weight_bytes;	/* HOST: every unit; DISK: lookahead */
 	uint64_t staging_bytes;		/* pinned ring */
 	uint64_t host_bytes;		/* host weights + staging */

@@ -142,14 +142,3 @@ strata_status strata_backend_bind_thread(strata_backend *b, strata_error *err)
 	CHECK(b, "a NULL backend");
 	return b->ops->bind_thread ? b->ops->bind_thread(b->ctx, err) : STRATA_OK;
 }
-
-uint64_t strata_cuda_pinned_device_bytes(uint64_t pinned_bytes)
-{
-	/* 8 bytes per 4 KiB page in whole granules, and one granule more:
-	 * 7 GB pinned measured 16 MiB where its entries fill 13.7 */
-	uint64_t entries = pinned_bytes / 512;
-	uint64_t g = STRATA_CUDA_ALLOC_GRANULE;
-	if (!pinned_bytes)
-		return 0;
-	return entries / g * g + (entries % g ? g : 0) + g;
-}

@@ -64,6 +64,32 @@ strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
 	return strata_compute_create(b->ops->kernels, threads, out, err);
 }
 
+strata_status strata_compute_create_measured(strata_backend *b,
+					     uint32_t threads,
+					     strata_compute **out,
+					     uint64_t *device_bytes,
+					     strata_error *err)
+{
+	strata_backend_memory before = {0}, after = {0};
+	strata_backend_caps caps = {0};
+	strata_error ignored;
+	*device_bytes = 0;
+	/* Only a device of its own says anything: where host code addresses
+	 * the device memory (the CPU backend), it is RAM, which moves with
+	 * everything else the machine does. */
+	bool own = b && strata_backend_get_caps(b, &caps, &ignored) ==
+				STRATA_OK &&
+		   !caps.device_addressable;
+	bool known = own && strata_backend_memory_info(b, &before,
+						      &ignored) == STRATA_OK;
+	strata_status st = strata_compute_create_on(b, threads, out, err);
+	known = known && st == STRATA_OK &&
+		strata_backend_memory_info(b, &after, &ignored) == STRATA_OK;
+	if (known && before.free_bytes > after.free_bytes)
+		*device_bytes = before.free_bytes - after.free_bytes;
+	return st;
+}
+
 void strata_compute_destroy(strata_compute *c)
 {
 	if (!c)

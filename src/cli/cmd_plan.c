@@ -56,29 +56,42 @@ static void describe_arch(const char *model, const strata_catalog *c,
 	};
 }
 
-/* Budget facts from the machine: MemAvailable always; on cuda the
- * device's free memory through the CUDA backend (a context is made and
- * dropped; no payload is involved). Failures leave a fact unknown, and the
- * planner then asks for the option. */
+/* Budget facts from the machine: MemAvailable always; on cuda, where the
+ * device is visible, its free memory and the bytes a compute context takes
+ * on it (*reserved, at least the options' own), through the CUDA backend (a
+ * context is made and dropped; no payload is involved). Failures leave a
+ * fact unknown, and the planner then asks for the option. */
 static void machine_facts(const strata_cli_residency *r, uint32_t index,
-			  strata_plan_machine *m)
+			  strata_plan_machine *m, uint64_t *reserved)
 {
 	memset(m, 0, sizeof *m);
 	strata_error ignored;
 	m->host_available_known =
 		strata_plan_host_available(&m->host_available_bytes,
 					   &ignored) == STRATA_OK;
+	*reserved = r->plan.backend_reserved_bytes;
 	if (r->plan.device != STRATA_PLAN_DEVICE_CUDA ||
-	    r->plan.has_device_budget)
+	    index >= strata_backend_cuda_device_count())
 		return;
+	/* The device is here: its free memory, and what a compute context
+	 * takes on it, measured as `strata run` measures it, so both plan
+	 * alike. */
 	strata_backend_cuda_options co = {.device = index};
 	strata_backend *b = NULL;
+	strata_compute *c = NULL;
 	strata_backend_memory mem;
+	uint64_t ctx = 0;
 	if (strata_backend_cuda_create(&co, &b, &ignored) == STRATA_OK &&
-	    strata_backend_memory_info(b, &mem, &ignored) == STRATA_OK) {
+	    strata_backend_memory_info(b, &mem, &ignored) == STRATA_OK &&
+	    !r->plan.has_device_budget) {
 		m->device_free_known = true;
 		m->device_free_bytes = mem.free_bytes;
 	}
+	if (b && strata_compute_create_measured(b, 1, &c, &ctx, &ignored) ==
+			 STRATA_OK &&
+	    ctx > *reserved)
+		*reserved = ctx;
+	strata_compute_destroy(c);
 	strata_backend_destroy(b);
 }
 
@@ -430,7 +443,7 @@ static strata_status plan_devices(plan_run *r, const char *model,
 	for (uint32_t i = 0; i < n; i++) {
 		strata_plan_machine machine;
 		machine_facts(opts, g ? g->index[i] : opts->device_index,
-			      &machine);
+			      &machine, &po.backend_reserved_bytes);
 		strata_error e;
 		strata_status s = strata_plan_create(
 			strata_plan_source_layout(r->source), &arch,

@@ -19,8 +19,9 @@
 
 /* ------------------------------------------------------------------------ */
 
-/* The widest input of any weight product: what the several-row half
- * product's workspace holds per row. */
+/* The widest input of any weight product, and the rows of the largest
+ * (a prefill chunk, or a batched decode step): the half products'
+ * workspace, as the plan's memory model sizes it (product_workspace). */
 static uint32_t widest_input(const strata_infer_hparams *hp)
 {
 	uint32_t q_dim = hp->heads * hp->head_dim;
@@ -28,31 +29,10 @@ static uint32_t widest_input(const strata_infer_hparams *hp)
 	return w > q_dim ? w : q_dim;
 }
 
-/* Rows of the largest product: a prefill chunk, or a decode step of every
- * sequence (--batch). */
 static uint32_t product_rows(uint64_t prefill_chunk, uint64_t sequences)
 {
 	uint64_t r = prefill_chunk > sequences ? prefill_chunk : sequences;
 	return r < 1 ? 1 : (uint32_t)r;
-}
-
-/* Device memory the CUDA driver takes for a plan beyond the bytes it asked
- * for: page tables for the host memory it pins (strata_cuda_pinned_device
- * _bytes), and allocation granules at the end of each of the three device
- * allocations (the window's arena, the forward pass's, the product
- * workspace). */
-static uint64_t cuda_driver_bytes(const strata_plan *p)
-{
-	return strata_cuda_pinned_device_bytes(strata_plan_host_total(p)) +
-	       3 * STRATA_CUDA_ALLOC_GRANULE;
-}
-
-/* Whether the weights stay half on the device (and prefill products need
- * the half product's workspace). */
-static bool half_weights(const strata_session *s)
-{
-	strata_dtype dt = strata_plan_source_weight_dtype(s->plan_source);
-	return dt == STRATA_DTYPE_BF16 || dt == STRATA_DTYPE_F16;
 }
 
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
@@ -114,40 +94,18 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		&s->plan_source, err);
 	if (st)
 		return st;
+	/* The compute context as measured; the planner adds the products'
+	 * workspace and the driver's own bytes for each way of running. */
 	if (po.device == STRATA_PLAN_DEVICE_CUDA) {
 		uint64_t ctx = s->compute_device_bytes;
 		po.backend_reserved_bytes =
 			ctx > STRATA_CUDA_COMPUTE_DEVICE_BYTES
 				? ctx : STRATA_CUDA_COMPUTE_DEVICE_BYTES;
-		if (half_weights(s))
-			po.backend_reserved_bytes +=
-				strata_cuda_matmul_half_workspace_bytes(
-					product_rows(po.shape.prefill_chunk,
-						     po.shape.batch),
-					widest_input(hp));
 	}
-	const uint64_t reserved_base = po.backend_reserved_bytes;
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch,
 				strata_plan_source_weight_dtype(s->plan_source),
 				&po, &m, &s->plan, err);
-	/* The driver's own device bytes depend on the plan (how much host
-	 * memory it pins), so the plan is made again with them counted, until
-	 * what it pins no longer grows them (once, in practice). */
-	for (int round = 0; st == STRATA_OK &&
-			    po.device == STRATA_PLAN_DEVICE_CUDA && round < 3;
-	     round++) {
-		uint64_t need = cuda_driver_bytes(s->plan);
-		if (need <= po.backend_reserved_bytes - reserved_base)
-			break;
-		po.backend_reserved_bytes = reserved_base + need;
-		strata_plan_destroy(s->plan);
-		s->plan = NULL;
-		st = strata_plan_create(
-			strata_plan_source_layout(s->plan_source), &arch,
-			strata_plan_source_weight_dtype(s->plan_source), &po, &m,
-			&s->plan, err);
-	}
 	if (st)
 		return st;
 	s->context = (uint32_t)po.shape.context;
@@ -168,19 +126,11 @@ static strata_status open_backend(strata_session *s,
 		return strata_backend_cpu_create(NULL, &s->backend, err);
 	strata_backend_cuda_options co = {.device = o->device_index};
 	strata_status st = strata_backend_cuda_create(&co, &s->backend, err);
-	strata_backend_memory before = {0}, after = {0};
-	strata_error ignored;
-	bool known = st == STRATA_OK &&
-		     strata_backend_memory_info(s->backend, &before,
-						&ignored) == STRATA_OK;
 	if (st == STRATA_OK)
-		st = strata_compute_create_on(s->backend, o->threads,
-					      &s->compute, err);
-	known = known && st == STRATA_OK &&
-		strata_backend_memory_info(s->backend, &after, &ignored) ==
-			STRATA_OK;
-	if (known && before.free_bytes > after.free_bytes)
-		s->compute_device_bytes = before.free_bytes - after.free_bytes;
+		st = strata_compute_create_measured(s->backend, o->threads,
+						    &s->compute,
+						    &s->compute_device_bytes,
+						    err);
 	return st;
 }
 
@@ -256,8 +206,8 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 		     &s->hp, s->backend, s->compute, &s->source, s->context,
 		     s->batch, s->sequences, &s->forward, err)))
 		return st;
-	/* The prefill's product workspace now, as planned, not mid-run. */
-	if (!half_weights(s))
+	/* The products' workspace now, as planned, not mid-run. */
+	if (!strata_plan_get_memory(s->plan)->product_workspace_bytes)
 		return STRATA_OK;
 	return strata_cuda_matmul_half_reserve(
 		s->compute, product_rows(s->batch, s->sequences),

@@ -170,6 +170,47 @@ static strata_status activations(const strata_plan_arch *a,
 	return STRATA_OK;
 }
 
+/* The CUDA half products' input for several rows: x split in two half
+ * terms (2 x 2 bytes an element) for the most rows a pass multiplies, a
+ * prefill chunk or a batched decode step, of the widest input. One row is
+ * a GEMV on f32 x and needs none. */
+static strata_status product_workspace(const strata_plan_arch *a,
+				       const strata_plan_shape *sh,
+				       strata_plan_memory *m,
+				       strata_error *err)
+{
+	uint64_t rows = sh->prefill_chunk > sh->batch ? sh->prefill_chunk
+						      : sh->batch;
+	uint64_t widest = a->hidden > a->intermediate ? a->hidden
+						      : a->intermediate, hd;
+	strata_status s = strata_checked_mul(a->heads, a->head_dim, &hd,
+					     "heads x head_dim", err);
+	if (s != STRATA_OK)
+		return s;
+	widest = hd > widest ? hd : widest;
+	if (rows < 2) {
+		m->product_workspace_bytes = 0;
+		return STRATA_OK;
+	}
+	BUFFER(&m->product_workspace_bytes, "product workspace", rows, widest,
+	       4);
+	return STRATA_OK;
+}
+
+uint64_t strata_plan_cuda_pinned_bytes(uint64_t pinned_bytes)
+{
+	uint64_t entries = pinned_bytes / 512, g = STRATA_PLAN_CUDA_GRANULE;
+	if (!pinned_bytes)
+		return 0;
+	return entries / g * g + (entries % g ? g : 0) + g;
+}
+
+uint64_t strata_plan_cuda_driver_bytes(uint64_t pinned_bytes)
+{
+	return strata_plan_cuda_pinned_bytes(pinned_bytes) +
+	       3 * STRATA_PLAN_CUDA_GRANULE;
+}
+
 strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 					 const strata_plan_shape *shape,
 					 strata_plan_device device,
@@ -197,8 +238,6 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 	/* The KV cache is f32 on both backends: the CPU computes in f32 and
 	 * the CUDA attention kernel reads an f32 cache, whatever the weights
 	 * (half weights change only the weight bytes). */
-	(void)weight_dtype;
-	(void)device;
 	m.kv_element_bytes = 4;
 	uint64_t T;
 	s = strata_checked_mul(shape->prefill_chunk, shape->batch, &T,
@@ -210,6 +249,10 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 	BUFFER(&m.kv_cache_bytes, "KV cache", arch->layers, 2,
 	       m.kv_buffer_bytes);
 	s = activations(arch, shape, T, &m, err);
+	if (s == STRATA_OK && device == STRATA_PLAN_DEVICE_CUDA &&
+	    (weight_dtype == STRATA_DTYPE_BF16 ||
+	     weight_dtype == STRATA_DTYPE_F16))
+		s = product_workspace(arch, shape, &m, err);
 	if (s != STRATA_OK)
 		return s;
 	*out = m;

@@ -213,14 +213,6 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 		s = strata_plan_align(c->weights.window_bytes,
 				      &c->window_device_bytes,
 				      "window device bytes", err);
-	uint64_t d = 0;
-	const uint64_t parts[] = {c->static_device_bytes,
-				  c->window_device_bytes, m->kv_cache_bytes,
-				  m->workspace_bytes,
-				  p->options.backend_reserved_bytes};
-	for (size_t i = 0; s == STRATA_OK && i < 5; i++)
-		s = strata_checked_add(d, parts[i], &d, "device total bytes",
-				       err);
 	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1
 			 : c->mode == STRATA_RESIDENCY_DISK ? c->lookahead
 							    : 0;
@@ -233,6 +225,20 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	if (s == STRATA_OK)
 		s = strata_checked_add(c->host_weight_bytes, c->staging_bytes,
 				       &c->host_bytes, "host total bytes", err);
+	/* on CUDA the host bytes are pinned, which costs device memory too */
+	c->driver_bytes = p->options.device == STRATA_PLAN_DEVICE_CUDA
+				  ? strata_plan_cuda_driver_bytes(c->host_bytes)
+				  : 0;
+	uint64_t d = 0;
+	const uint64_t parts[] = {c->static_device_bytes,
+				  c->window_device_bytes, m->kv_cache_bytes,
+				  m->workspace_bytes, m->product_workspace_bytes,
+				  p->options.backend_reserved_bytes,
+				  c->driver_bytes};
+	for (size_t i = 0; s == STRATA_OK && i < sizeof parts / sizeof *parts;
+	     i++)
+		s = strata_checked_add(d, parts[i], &d, "device total bytes",
+				       err);
 	if (s != STRATA_OK)
 		return s;
 	c->device_bytes = d;

@@ -115,6 +115,8 @@ static void write_memory(const strata_plan *p, strata_json *j)
 #undef STRATA_PLAN_ACT_JSON
 	strata_json_object_end(j);
 	kv_arch_u64(j, "workspace_bytes", k, m->workspace_bytes);
+	kv_arch_u64(j, "product_workspace_bytes", k,
+		    m->product_workspace_bytes);
 	strata_json_kv_u64(j, "backend_reserved_bytes",
 			   p->options.backend_reserved_bytes);
 	strata_json_kv_u64(j, "staging_slots", m->staging_slots);
@@ -143,6 +145,7 @@ static void write_candidate(const strata_plan *p,
 	strata_json_kv_u64(j, "queue", c->queue);
 	kv_arch_u64(j, "kv_cache_bytes", k, p->memory.kv_cache_bytes);
 	kv_arch_u64(j, "workspace_bytes", k, p->memory.workspace_bytes);
+	strata_json_kv_u64(j, "driver_bytes", c->driver_bytes);
 	strata_json_kv_u64(j, "device_bytes", c->device_bytes);
 	strata_json_kv_u64(j, "host_weight_bytes", c->host_weight_bytes);
 	strata_json_kv_u64(j, "staging_bytes", c->staging_bytes);

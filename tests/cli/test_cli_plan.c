@@ -498,8 +498,10 @@ static void gpus_without_a_gpu(void **state)
 					    e, "device_name")),
 				    i ? "cuda:2" : "cuda:0");
 		assert_true(u(e, "device_index") == 2 * i);
+		/* the constant, or more where the GPU is here and its
+		 * compute context was measured */
 		assert_true(u(json_object_get(e, "memory"),
-			      "backend_reserved_bytes") ==
+			      "backend_reserved_bytes") >=
 			    STRATA_CUDA_COMPUTE_DEVICE_BYTES);
 		json_t *sel = json_object_get(e, "selected");
 		/* cuda: only host memory is spare for a host-side cache */
