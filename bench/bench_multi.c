@@ -221,6 +221,17 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 		sum += load;
 		out->hits += s.prefix_hits;
 		out->lookups += s.prefix_lookups;
+		if (replicas > 1)
+			printf("  replica %u: %llu requests (%llu at home, %llu "
+			       "of its own sent away), prefix hits %llu of "
+			       "%llu, %llu saved, %llu evicted\n", d,
+			       (unsigned long long)s.requests,
+			       (unsigned long long)s.routed_home,
+			       (unsigned long long)s.routed_away,
+			       (unsigned long long)s.prefix_hits,
+			       (unsigned long long)s.prefix_lookups,
+			       (unsigned long long)s.prefix_saved,
+			       (unsigned long long)s.prefix_evictions);
 	}
 	out->seconds = wall / 1e9;
 	out->requests_s = c->requests / out->seconds;
