@@ -1,5 +1,6 @@
 /* bench_multi.c - the batch runner on one replica, on G replicas with
- * affinity routing and on G replicas round-robin, in one invocation, over
+ * affinity routing, with affinity that follows spilled keys, and on G
+ * replicas round-robin, in one invocation, over
  * the same requests: R requests over P shared prefixes of L tokens, each
  * with its own S-token tail and M new greedy tokens (issue 9's evidence
  * shape). Prints requests/s, tokens/s, prefix hit rate and max/mean load of
@@ -267,7 +268,7 @@ static void print(const char *name, const figures *f)
  * `cache` bytes (the single replica G times that). */
 static int run_all(const cfg *c, uint64_t cache, const strata_batch_request *q)
 {
-	figures one, aff, rr, single;
+	figures one, aff, fol, rr, single;
 	char name[64];
 	if (measure(c, 1, STRATA_BATCH_ROUTE_AFFINITY, c->batch,
 		    cache * c->gpus, q, &one))
@@ -277,12 +278,17 @@ static int run_all(const cfg *c, uint64_t cache, const strata_batch_request *q)
 	if (c->gpus > 1) {
 		if (measure(c, c->gpus, STRATA_BATCH_ROUTE_AFFINITY, c->batch,
 			    cache, q, &aff) ||
+		    measure(c, c->gpus, STRATA_BATCH_ROUTE_FOLLOW, c->batch,
+			    cache, q, &fol) ||
 		    measure(c, c->gpus, STRATA_BATCH_ROUTE_ROUND_ROBIN,
 			    c->batch, cache, q, &rr))
 			return 1;
 		snprintf(name, sizeof name, "%u replicas, affinity, batch %u",
 			 c->gpus, c->batch);
 		print(name, &aff);
+		snprintf(name, sizeof name, "%u replicas, follow, batch %u",
+			 c->gpus, c->batch);
+		print(name, &fol);
 		snprintf(name, sizeof name, "%u replicas, round-robin, batch %u",
 			 c->gpus, c->batch);
 		print(name, &rr);
@@ -290,6 +296,10 @@ static int run_all(const cfg *c, uint64_t cache, const strata_batch_request *q)
 		       "round-robin: %.2fx\n",
 		       aff.requests_s / one.requests_s,
 		       aff.requests_s / rr.requests_s);
+		printf("follow vs 1 replica: %.2fx requests/s; follow vs "
+		       "round-robin: %.2fx\n",
+		       fol.requests_s / one.requests_s,
+		       fol.requests_s / rr.requests_s);
 	}
 	if (c->batch == 1)
 		return 0;

@@ -33,11 +33,16 @@
 #define STRATA_BATCH_PREFIX_CACHE_FROM_PLAN UINT64_MAX
 
 /* How requests pick a replica. AFFINITY is the allocator's (home by key,
- * spill past the threshold); ROUND_ROBIN ignores keys and loads (request i
- * on replica i mod n), the peer routing is measured against. */
+ * spill past the threshold); FOLLOW is the same allocator with a key's home
+ * following its state: BLAKE3's until a spill places the key elsewhere,
+ * then the replica it last ran on, so a hot key moves whole to where there
+ * is room instead of splitting its prefix over every replica; ROUND_ROBIN
+ * ignores keys and loads (request i on replica i mod n), the peer routing
+ * is measured against. */
 #define STRATA_BATCH_ROUTE_MAP(X)                                              \
 	X(AFFINITY, "affinity")                                                \
-	X(ROUND_ROBIN, "round-robin")
+	X(ROUND_ROBIN, "round-robin")                                          \
+	X(FOLLOW, "follow")
 
 typedef enum strata_batch_route {
 #define STRATA_BATCH_ROUTE_ENUM(name, text) STRATA_BATCH_ROUTE_##name,
@@ -83,6 +88,9 @@ typedef struct strata_batch_result {
 	int32_t *tokens;
 	uint32_t n_tokens;
 	uint32_t device, home_device; /* replica indices */
+	/* the replica routing took as the key's home: home_device, or with
+	 * the follow route where the key last ran */
+	uint32_t resident_device;
 	uint32_t prefix_tokens;	      /* prompt positions taken from the cache */
 	uint64_t queue_ns;	      /* dispatch to the start of its work */
 	strata_generate_stats gen;

@@ -35,7 +35,7 @@ static void help(FILE *f)
 		"                        replica for reuse, at most SIZE (0 off)\n"
 		"                        or (default: plan) the host memory the\n"
 		"                        replica's plan leaves spare\n"
-		"  --route affinity|round-robin  how requests pick a replica\n"
+		"  --route affinity|follow|round-robin  how requests pick a replica\n"
 		"                        (default affinity: home by key)\n"
 		"  --batch B             requests each replica decodes together,\n"
 		"                        one token each per forward pass (one\n"
@@ -76,9 +76,12 @@ static int value_option(batch_args *a, const char *opt, const char *v,
 			a->route = STRATA_BATCH_ROUTE_AFFINITY;
 		else if (!strcmp(v, "round-robin"))
 			a->route = STRATA_BATCH_ROUTE_ROUND_ROBIN;
+		else if (!strcmp(v, "follow"))
+			a->route = STRATA_BATCH_ROUTE_FOLLOW;
 		else
 			return strata_cli_usage("batch", "--route: '%s' is not "
-						"affinity or round-robin", v);
+						"affinity, follow or "
+						"round-robin", v);
 	} else if (!strcmp(opt, "--prefix-cache")) {
 		if (!strcmp(v, "plan"))
 			a->prefix_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN;

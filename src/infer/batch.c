@@ -49,6 +49,7 @@ struct strata_batch {
 	bool failed;
 	size_t failed_request;
 	strata_error fail_err;
+	strata__residence residence; /* the follow route's; across runs */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -120,9 +121,10 @@ static void move_one_locked(strata_batch *b, replica *r, size_t i)
 {
 	strata_batch_result *res = &b->results[i];
 	strata_free(res->tokens);
-	uint32_t home = res->home_device;
+	uint32_t home = res->home_device, resident = res->resident_device;
 	memset(res, 0, sizeof *res);
 	res->home_device = home;
+	res->resident_device = resident;
 	requeue_locked(b, i, r->index, least_live(b));
 	r->stats.moved_away++;
 }
@@ -262,7 +264,7 @@ static strata_status open_replica(replica *r)
 		st = strata__batch_seqs_init(
 			&r->seqs, r->session,
 			b->o.eos >= 0 ? b->o.eos : r->session->hp.eos,
-			b->o.route == STRATA_BATCH_ROUTE_AFFINITY, &r->stats,
+			b->o.route != STRATA_BATCH_ROUTE_ROUND_ROBIN, &r->stats,
 			&r->open_err);
 	return st;
 }
@@ -357,6 +359,7 @@ void strata_batch_destroy(strata_batch *b)
 		}
 	}
 	strata_free(b->r);
+	strata__residence_fini(&b->residence);
 	strata_shard_destroy(b->shard);
 	pthread_mutex_destroy(&b->mu);
 	pthread_cond_destroy(&b->work_cv);
@@ -486,13 +489,20 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 {
 	const strata_batch_request *q = &b->reqs[i];
 	uint32_t home, dev = (uint32_t)(i % b->o.replicas);
-	uint64_t cost = (uint64_t)q->n_prompt + q->max_tokens;
+	uint64_t cost = (uint64_t)q->n_prompt + q->max_tokens, tag = 0;
 	strata_status st = strata_shard_home(q->key, q->key_bytes,
 					     b->o.replicas, &home, err);
+	uint32_t resident = home;
+	bool follow = b->o.route == STRATA_BATCH_ROUTE_FOLLOW;
+	if (st == STRATA_OK && follow) {
+		tag = strata__residence_tag(q->key, q->key_bytes);
+		resident = strata__residence_home(&b->residence, tag, home);
+	}
 	if (st == STRATA_OK && b->o.route == STRATA_BATCH_ROUTE_ROUND_ROBIN)
 		st = strata_shard_seed_load(b->shard, dev, cost, err);
 	else if (st == STRATA_OK)
-		st = strata_shard_assign_home(b->shard, home, cost, &dev, err);
+		st = strata_shard_assign_home(b->shard, resident, cost, &dev,
+					      err);
 	if (st)
 		return st;
 	if (b->r[dev].dead) {
@@ -517,8 +527,15 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 	uint64_t load = strata_shard_loads(b->shard)[dev];
 	if (load > r->stats.peak_load)
 		r->stats.peak_load = load;
+	if (follow && (st = strata__residence_note(&b->residence, tag,
+						   resident, dev, err))) {
+		strata_error ignored;
+		(void)strata_shard_release(b->shard, dev, cost, &ignored);
+		return st;
+	}
 	b->results[i].device = dev;
 	b->results[i].home_device = home;
+	b->results[i].resident_device = resident;
 	b->dispatched_ns[i] = strata_now_ns();
 	r->queue[(r->head + r->count) % b->queue_cap] = i;
 	r->count++;

@@ -26,7 +26,8 @@ typedef struct strata__batch_seq {
 typedef struct strata__batch_seqs {
 	strata_session *session;	 /* borrowed */
 	int32_t eos;			 /* -1: none */
-	bool affinity;			 /* spilled requests are cache guests */
+	bool affinity;			 /* requests away from their resident
+					    device are cache guests */
 	uint32_t count;			 /* the session's sequences: --batch */
 	strata__batch_seq *seq;		 /* (count) */
 	float *logits;			 /* (count, vocab) */
@@ -70,5 +71,26 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 /* Frees the slot's sampler and history and the slot; the result keeps its
  * tokens and gets its final timings. */
 void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot);
+
+/* Where routing keys' prefix state lives (batch_residence.c): 64 bits of
+ * each key's BLAKE3 digest to the replica it lives on, and how many of its
+ * requests in a row ran elsewhere (a key moves on the second). */
+#define STRATA__RESIDENCE_MOVE_AFTER 2u
+typedef struct strata__residence {
+	uint64_t *tag; /* 0: empty */
+	uint32_t *device;
+	uint8_t *strikes;
+	size_t cap, count;
+} strata__residence;
+
+uint64_t strata__residence_tag(const void *key, size_t key_bytes);
+/* Where the key lives: `home` until it has moved. */
+uint32_t strata__residence_home(const strata__residence *t, uint64_t tag,
+				uint32_t home);
+/* A request of the key, living on `resident`, ran on `device`. E_NOMEM. */
+strata_status strata__residence_note(strata__residence *t, uint64_t tag,
+				     uint32_t resident, uint32_t device,
+				     strata_error *err);
+void strata__residence_fini(strata__residence *t);
 
 #endif

@@ -170,9 +170,10 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 	/* Saved as soon as its prompt is computed (the positions of the
 	 * prompt do not change while it decodes), so the apply and save of
 	 * one request are never split by another's. A request spilled here
-	 * from its home is a guest: kept while there is room, evicted before
-	 * this replica's own keys. Round-robin has no homes to protect. */
-	bool guest = ss->affinity && res->device != res->home_device;
+	 * from where its key lives is a guest: kept while there is room,
+	 * evicted before this replica's own keys. Round-robin has no homes
+	 * to protect. */
+	bool guest = ss->affinity && res->device != res->resident_device;
 	if (st == STRATA_OK && use_cache)
 		st = strata_prefix_cache_save(cache, f, q->prompt, q->n_prompt,
 					      guest, err);
