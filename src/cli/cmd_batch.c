@@ -221,6 +221,8 @@ static json_t *result_json(const batch_item *it, const strata_batch_result *r,
 				   json_string(d->names[r->device]));
 	bad |= json_object_set_new(o, "home_device",
 				   json_integer(r->home_device));
+	bad |= json_object_set_new(o, "resident_device",
+				   json_integer(r->resident_device));
 	bad |= json_object_set_new(o, "prompt_tokens",
 				   json_integer(it->req.n_prompt));
 	bad |= json_object_set_new(o, "prefix_tokens",
