@@ -1,7 +1,7 @@
-/* forward_internal.h - the forward pass's state and the helpers its two
- * files share: forward.c (one sequence, prefill and decode),
- * forward_step.c (one decode step for several sequences at once) and
- * forward_kv.c (KV save and restore)
+/* forward_internal.h - the forward pass's state and the helpers its files
+ * share: forward.c (one sequence, prefill and decode), forward_create.c
+ * (making it and its buffers), forward_step.c (one decode step for several
+ * sequences at once) and forward_kv.c (KV save and restore)
  * (layer: infer). Not a public header: nothing outside src/infer uses it. */
 #ifndef STRATA_INFER_FORWARD_INTERNAL_H
 #define STRATA_INFER_FORWARD_INTERNAL_H
@@ -64,7 +64,7 @@ static inline float *strata__forward_v_at(const strata_forward *f,
 		       f->kv_dim;
 }
 
-/* forward.c's helpers, for forward_step.c: the weight product (f32 or
+/* forward.c's helpers, for the other files: the weight product (f32 or
  * half weights), RMSNorm with the weight as stored, q/k/v of n rows of xb
  * (into f->q, k and v; one launch for half weights on the device), a
  * product added into y (the residual), a bias as f32, the embedding of n
