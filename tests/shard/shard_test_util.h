@@ -1,7 +1,8 @@
 /* shard_test_util.h - what the allocator's test files share: a snapshot of
  * everything observable about an allocator (to prove a call changed
  * nothing, or that two allocators agree) and a small deterministic random
- * stream. Include after cmocka.h and strata/shard.h, with MAX_N defined. */
+ * stream, an allocator made or a home found with the outcome asserted.
+ * Include after cmocka.h and strata/shard.h, with MAX_N defined. */
 #ifndef STRATA_TESTS_SHARD_TEST_UTIL_H
 #define STRATA_TESTS_SHARD_TEST_UTIL_H
 
@@ -45,6 +46,22 @@ static inline uint64_t next_u64(uint64_t *x)
 static inline uint64_t below(uint64_t *x, uint64_t n)
 {
 	return n ? next_u64(x) % n : 0;
+}
+
+static inline strata_shard *make(uint32_t n, uint64_t t)
+{
+	strata_shard *s = NULL;
+	strata_error e;
+	assert_int_equal(strata_shard_create(n, t, &s, &e), STRATA_OK);
+	assert_non_null(s);
+	return s;
+}
+
+static inline uint32_t home_of(const void *key, size_t len, uint32_t n)
+{
+	uint32_t d;
+	assert_int_equal(strata_shard_home(key, len, n, &d, NULL), STRATA_OK);
+	return d;
 }
 
 #endif

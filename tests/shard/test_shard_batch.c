@@ -20,12 +20,6 @@
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static strata_shard *make(uint32_t n, uint64_t t)
-{
-	strata_shard *s = NULL;
-	assert_int_equal(strata_shard_create(n, t, &s, NULL), STRATA_OK);
-	return s;
-}
 
 
 /* ------------------------------------------------------------------------ */
