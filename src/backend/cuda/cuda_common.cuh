@@ -1,13 +1,39 @@
-/* cuda_common.cuh - device helpers the CUDA kernel files share: warp and
- * block reductions and launch sizing (layer: backend). */
+/* cuda_common.cuh - device helpers the CUDA kernel files share: weight
+ * element conversion, warp and block reductions and launch sizing
+ * (layer: backend). */
 #ifndef STRATA_BACKEND_CUDA_COMMON_CUH
 #define STRATA_BACKEND_CUDA_COMMON_CUH
 
 #include <stdint.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #define STRATA__FULL_MASK 0xffffffffu
+
+/* A weight element as f32 (exact for every type), and f32 rounded to a
+ * half type, nearest even. */
+__device__ __forceinline__ float strata__to_float(float v) { return v; }
+__device__ __forceinline__ float strata__to_float(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+__device__ __forceinline__ float strata__to_float(__half v)
+{
+	return __half2float(v);
+}
+
+template <typename T> __device__ __forceinline__ T strata__from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 strata__from_float(float v)
+{
+	return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half strata__from_float(float v)
+{
+	return __float2half_rn(v);
+}
 
 template <typename T> __device__ __forceinline__ T strata__warp_sum(T v)
 {

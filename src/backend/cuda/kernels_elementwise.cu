@@ -18,13 +18,6 @@
 
 /* ------------------------------------------------------------------------ */
 
-__device__ __forceinline__ float weight_of(float v) { return v; }
-__device__ __forceinline__ float weight_of(__nv_bfloat16 v)
-{
-	return __bfloat162float(v);
-}
-__device__ __forceinline__ float weight_of(__half v) { return __half2float(v); }
-
 /* One block per row (grid stride over rows). Weights f32, or half ones
  * read as they are stored (exactly their f32 values), which spares decode
  * a conversion launch per norm. */
@@ -45,7 +38,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const W *w,
 		/* Every thread holds the same sum, so the same r. */
 		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
 		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x)
-			yr[e] = (xr[e] * r) * weight_of(w[e]);
+			yr[e] = (xr[e] * r) * strata__to_float(w[e]);
 	}
 }
 
@@ -89,33 +82,13 @@ __global__ void bias_add_kernel(float *y, const float *bias, uint32_t n,
 		y[i] += bias[i % out];
 }
 
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v)
-{
-	return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half from_float(float v)
-{
-	return __float2half_rn(v);
-}
-
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v)
-{
-	return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float to_float(__half v)
-{
-	return __half2float(v);
-}
-
 template <typename T>
 __global__ void to_half_kernel(T *dst, const float *src, uint64_t count)
 {
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride)
-		dst[i] = from_float<T>(src[i]);
+		dst[i] = strata__from_float<T>(src[i]);
 }
 
 /* hi[i] + lo[i] == src[i] to about twice the half type's precision: hi is
@@ -126,9 +99,9 @@ __global__ void to_half_split_kernel(T *dst, const float *src, uint64_t count)
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride) {
-		T hi = from_float<T>(src[i]);
+		T hi = strata__from_float<T>(src[i]);
 		dst[i] = hi;
-		dst[count + i] = from_float<T>(src[i] - to_float<T>(hi));
+		dst[count + i] = strata__from_float<T>(src[i] - strata__to_float(hi));
 	}
 }
 

@@ -25,16 +25,6 @@
 /* GEMV                                                                     */
 /* ------------------------------------------------------------------------ */
 
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v)
-{
-	return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float to_float(__half v)
-{
-	return __half2float(v);
-}
-
 /* acc[r] += w's row wr . x's row r over `in`, this lane's share of it. */
 template <typename T, int NR>
 __device__ __forceinline__ void row_dot(float *acc, const T *wr,
@@ -52,7 +42,7 @@ __device__ __forceinline__ void row_dot(float *acc, const T *wr,
 			float wf[8];
 #pragma unroll
 			for (int t = 0; t < 8; t++)
-				wf[t] = to_float(wv[t]);
+				wf[t] = strata__to_float(wv[t]);
 #pragma unroll
 			for (int r = 0; r < NR; r++) {
 				const float4 *xp =
@@ -66,7 +56,7 @@ __device__ __forceinline__ void row_dot(float *acc, const T *wr,
 		}
 	} else {
 		for (uint32_t k = lane; k < in; k += 32) {
-			float wf = to_float(wr[k]);
+			float wf = strata__to_float(wr[k]);
 #pragma unroll
 			for (int r = 0; r < NR; r++)
 				acc[r] += wf * x[(uint64_t)r * in + k];
