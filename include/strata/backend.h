@@ -257,12 +257,12 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 				      uint32_t n, uint32_t in, uint32_t out,
 				      strata_error *err);
 
-/* The device bytes of strata_cuda_matmul_half's input workspace for n rows
- * of `in` (0 for one row), and taking it now, at load, instead of at the
- * first product that needs it. */
-uint64_t strata_cuda_matmul_half_workspace_bytes(uint32_t n, uint32_t in);
-strata_status strata_cuda_matmul_half_reserve(strata_compute *c, uint32_t n,
-					      uint32_t in, strata_error *err);
+/* Takes `bytes` of strata_cuda_matmul_half's input workspace now, at load,
+ * instead of at the first several-row product that needs them (n rows of
+ * `in` take n x in x 4 bytes: the plan's product_workspace_bytes). */
+strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
+					      uint64_t bytes,
+					      strata_error *err);
 
 /* One product of strata_cuda_matmul_half_parts (device pointers). */
 typedef struct strata_cuda_half_part {

@@ -19,22 +19,6 @@
 
 /* ------------------------------------------------------------------------ */
 
-/* The widest input of any weight product, and the rows of the largest
- * (a prefill chunk, or a batched decode step): the half products'
- * workspace, as the plan's memory model sizes it (product_workspace). */
-static uint32_t widest_input(const strata_infer_hparams *hp)
-{
-	uint32_t q_dim = hp->heads * hp->head_dim;
-	uint32_t w = hp->dim > hp->ffn ? hp->dim : hp->ffn;
-	return w > q_dim ? w : q_dim;
-}
-
-static uint32_t product_rows(uint64_t prefill_chunk, uint64_t sequences)
-{
-	uint64_t r = prefill_chunk > sequences ? prefill_chunk : sequences;
-	return r < 1 ? 1 : (uint32_t)r;
-}
-
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
 {
@@ -207,11 +191,9 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 		     s->batch, s->sequences, &s->forward, err)))
 		return st;
 	/* The products' workspace now, as planned, not mid-run. */
-	if (!strata_plan_get_memory(s->plan)->product_workspace_bytes)
-		return STRATA_OK;
-	return strata_cuda_matmul_half_reserve(
-		s->compute, product_rows(s->batch, s->sequences),
-		widest_input(&s->hp), err);
+	uint64_t ws = strata_plan_get_memory(s->plan)->product_workspace_bytes;
+	return ws ? strata_cuda_matmul_half_reserve(s->compute, ws, err)
+		  : STRATA_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -404,18 +404,13 @@ static strata_status gemm_split(strata__cuda_compute *k, float *y,
 			"bias add", err);
 }
 
-uint64_t strata_cuda_matmul_half_workspace_bytes(uint32_t n, uint32_t in)
-{
-	return n > 1 ? (uint64_t)n * in * 4 : 0; /* two half terms */
-}
-
-strata_status strata_cuda_matmul_half_reserve(strata_compute *c, uint32_t n,
-					      uint32_t in, strata_error *err)
+strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
+					      uint64_t bytes,
+					      strata_error *err)
 {
 	strata__cuda_compute *k = strata__cuda_compute_of(c);
 	if (!k)
 		return not_cuda_compute(err, "strata_cuda_matmul_half_reserve");
-	uint64_t bytes = strata_cuda_matmul_half_workspace_bytes(n, in);
 	return bytes ? reserve_half_ws(k, bytes, err) : STRATA_OK;
 }
 

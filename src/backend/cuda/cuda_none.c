@@ -206,17 +206,12 @@ strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
 	return unavailable(err);
 }
 
-uint64_t strata_cuda_matmul_half_workspace_bytes(uint32_t n, uint32_t in)
-{
-	return n > 1 ? (uint64_t)n * in * 4 : 0;
-}
-
-strata_status strata_cuda_matmul_half_reserve(strata_compute *c, uint32_t n,
-					      uint32_t in, strata_error *err)
+strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
+					      uint64_t bytes,
+					      strata_error *err)
 {
 	(void)c;
-	(void)n;
-	(void)in;
+	(void)bytes;
 	return unavailable(err);
 }
 
