@@ -152,6 +152,19 @@ static uint16_t f16_bits(float f) /* exact for normal values f16 can hold */
 	return (uint16_t)(sign | (exp << 10) | ((u >> 13) & 0x3ffu));
 }
 
+/* w (n) on the device as `type`'s bits (w's values must be exact in it). */
+static void *upload_half(strata_cuda_half type, const float *w, size_t n)
+{
+	uint16_t *h = calloc(n, 2);
+	assert_non_null(h);
+	for (size_t i = 0; i < n; i++)
+		h[i] = type == STRATA_CUDA_BF16 ? bf16_bits(w[i]) : f16_bits(w[i]);
+	void *d = upload(h, (uint64_t)n * 2);
+	OK(strata_backend_synchronize(F.b, F.gs, ERR)); /* h read: free it */
+	free(h);
+	return d;
+}
+
 /* k/64 with |k| <= 64: exact in f32, bf16 and f16 alike. */
 static void fill_sixty_fourths(float *x, size_t n, uint64_t seed)
 {
@@ -169,20 +182,16 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 	float *x = host_floats((size_t)n * in), *w = host_floats((size_t)out * in);
 	float *b = host_floats(out), *want = host_floats((size_t)n * out);
 	float *got = host_floats((size_t)n * out);
-	uint16_t *wh = calloc((size_t)out * in, 2);
-	assert_non_null(wh);
 	if (exact_x)
 		fill_sixty_fourths(x, (size_t)n * in, seed);
 	else
 		cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
 	fill_sixty_fourths(w, (size_t)out * in, seed + 1);
-	for (size_t i = 0; i < (size_t)out * in; i++)
-		wh[i] = type == STRATA_CUDA_BF16 ? bf16_bits(w[i]) : f16_bits(w[i]);
 	cuda_test_fill(b, out, seed + 2, 1.0f);
 	OK(strata_kernel_matmul(F.cpu, want, x, w, bias ? b : NULL, n, in, out,
 				ERR));
 	float *dx = upload(x, (uint64_t)n * in * 4);
-	void *dw = upload(wh, (uint64_t)out * in * 2);
+	void *dw = upload_half(type, w, (size_t)out * in);
 	float *db = upload(b, (uint64_t)out * 4);
 	float *dy = dev_alloc((uint64_t)n * out * 4);
 	OK(strata_cuda_matmul_half(F.gpu, dy, dx, dw, type, bias ? db : NULL, n,
@@ -196,7 +205,7 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 		 : n > strata__cuda_gemv_rows_max ? " (x split)" : " (x f32)");
 	expect_close(what, want, got, (size_t)n * out, tol);
 	dev_free_all();
-	free(x), free(w), free(b), free(want), free(got), free(wh);
+	free(x), free(w), free(b), free(want), free(got);
 }
 
 static void test_matmul_refuses_dimensions_cublas_cannot_take(void **state)
@@ -267,12 +276,7 @@ static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
 	for (int i = 0; i < 3; i++) {
 		size_t wn = (size_t)outs[i] * in, yn = (size_t)n * outs[i];
 		float *w = host_floats(wn), *y0 = host_floats(yn);
-		uint16_t *wh = calloc(wn, 2);
-		assert_non_null(wh);
 		fill_sixty_fourths(w, wn, seed + 10 + i);
-		for (size_t j = 0; j < wn; j++)
-			wh[j] = type == STRATA_CUDA_BF16 ? bf16_bits(w[j])
-							 : f16_bits(w[j]);
 		cuda_test_fill(y0, yn, seed + 20 + i, accumulate ? 1.0f : 0.0f);
 		want[i] = host_floats(yn), got[i] = host_floats(yn);
 		OK(strata_kernel_matmul(F.cpu, want[i], x, w, i == 1 ? b : NULL,
@@ -280,9 +284,9 @@ static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
 		for (size_t j = 0; accumulate && j < yn; j++)
 			want[i][j] += y0[j];
 		parts[i] = (strata_cuda_half_part){
-			.y = upload(y0, yn * 4), .w = upload(wh, wn * 2),
+			.y = upload(y0, yn * 4), .w = upload_half(type, w, wn),
 			.bias = i == 1 ? db : NULL, .out = outs[i]};
-		free(w), free(y0), free(wh);
+		free(w), free(y0);
 	}
 	OK(strata_cuda_matmul_half_parts(F.gpu, dx, type, n, in, parts, 3,
 					 accumulate, ERR));
@@ -308,30 +312,22 @@ static void check_gated_half(strata_cuda_half type, uint32_t in, uint32_t out,
 	float *x = host_floats(in), *wg = host_floats((size_t)out * in);
 	float *wu = host_floats((size_t)out * in), *want = host_floats(out);
 	float *up = host_floats(out), *got = host_floats(out);
-	uint16_t *hg = calloc((size_t)out * in, 2), *hu = calloc((size_t)out * in, 2);
-	assert_non_null(hg);
-	assert_non_null(hu);
 	cuda_test_fill(x, in, seed, 1.0f);
 	fill_sixty_fourths(wg, (size_t)out * in, seed + 1);
 	fill_sixty_fourths(wu, (size_t)out * in, seed + 2);
-	for (size_t i = 0; i < (size_t)out * in; i++) {
-		hg[i] = type == STRATA_CUDA_BF16 ? bf16_bits(wg[i]) : f16_bits(wg[i]);
-		hu[i] = type == STRATA_CUDA_BF16 ? bf16_bits(wu[i]) : f16_bits(wu[i]);
-	}
 	OK(strata_kernel_matmul(F.cpu, want, x, wg, NULL, 1, in, out, ERR));
 	OK(strata_kernel_matmul(F.cpu, up, x, wu, NULL, 1, in, out, ERR));
 	OK(strata_kernel_swiglu(F.cpu, want, up, out, ERR));
 	float *dy = dev_alloc((uint64_t)out * 4);
 	OK(strata_cuda_gated_half(F.gpu, dy, upload(x, (uint64_t)in * 4),
-				  upload(hg, (uint64_t)out * in * 2),
-				  upload(hu, (uint64_t)out * in * 2), type, in,
+				  upload_half(type, wg, (size_t)out * in),
+				  upload_half(type, wu, (size_t)out * in), type, in,
 				  out, ERR));
 	download(got, dy, (uint64_t)out * 4);
 	expect_close(type == STRATA_CUDA_BF16 ? "gated bf16" : "gated f16", want,
 		     got, out, F32_TOL);
 	dev_free_all();
 	free(x), free(wg), free(wu), free(want), free(up), free(got);
-	free(hg), free(hu);
 }
 
 static void test_matmul_half_parts_matches_cpu(void **state)
@@ -380,13 +376,10 @@ static void test_rmsnorm_matches_cpu_in_and_out_of_place(void **state)
 	 * values (w in sixty-fourths is exact in both types) */
 	fill_sixty_fourths(w, dim, 42);
 	OK(strata_kernel_rmsnorm(F.cpu, want, x, w, n, dim, 1e-5f, ERR));
-	uint16_t *wh = calloc(dim, 2);
-	assert_non_null(wh);
 	for (int t = 0; t < 2; t++) {
-		for (uint32_t i = 0; i < dim; i++)
-			wh[i] = t ? f16_bits(w[i]) : bf16_bits(w[i]);
 		dx = upload(x, n * dim * 4);
-		void *dwh = upload(wh, dim * 2);
+		void *dwh = upload_half(t ? STRATA_CUDA_F16 : STRATA_CUDA_BF16,
+					w, dim);
 		dy = dev_alloc(n * dim * 4);
 		OK(strata_cuda_rmsnorm_half(F.gpu, dy, dx, dwh,
 					    t ? STRATA_CUDA_F16 : STRATA_CUDA_BF16,
@@ -396,7 +389,6 @@ static void test_rmsnorm_matches_cpu_in_and_out_of_place(void **state)
 			     want, got, n * dim, 1e-5);
 		dev_free_all();
 	}
-	free(wh);
 	free(x), free(w), free(want), free(got);
 }
 
