@@ -61,9 +61,10 @@ typedef struct batch_args {
 } batch_args;
 
 /* Options with a value; 0 when handled, else an exit code. */
-static int value_option(batch_args *a, const char *opt, const char *v,
+static int value_option(void *ctx, const char *opt, const char *v,
 			bool *known)
 {
+	batch_args *a = ctx;
 	strata_error err;
 	uint64_t u;
 	*known = true;
@@ -118,41 +119,10 @@ static int value_option(batch_args *a, const char *opt, const char *v,
 static int parse_args(int argc, char **argv, batch_args *a,
 		      strata_cli_residency *r)
 {
-	strata_error err;
-	for (int i = 1; i < argc; i++) {
-		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
-		if (used < 0)
-			return strata_cli_fail(&err);
-		if (used)
-			continue;
-		const char *arg = argv[i];
-		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-			help(stdout);
-			return -1;
-		}
-		if (arg[0] == '-' && arg[1]) {
-			bool known;
-			int rc = value_option(a, arg, i + 1 < argc ? argv[i + 1]
-								   : "0",
-					      &known);
-			if (!known)
-				return strata_cli_usage(
-					"batch", "unknown option '%s'", arg);
-			if (i + 1 >= argc)
-				return strata_cli_usage(
-					"batch", "%s needs a value", arg);
-			if (rc)
-				return rc;
-			i++;
-		} else if (a->model) {
-			return strata_cli_usage("batch",
-						"more than one MODEL ('%s')", arg);
-		} else {
-			a->model = arg;
-		}
-	}
-	if (!a->model)
-		return strata_cli_usage("batch", "MODEL is missing");
+	int rc = strata_cli_model_args("batch", argc, argv, r, help,
+				       value_option, a, &a->model);
+	if (rc)
+		return rc;
 	if (r->plan.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
 		return strata_cli_usage("batch", "--batch %llu: at most %u "
 					"sequences per forward pass",

@@ -87,53 +87,38 @@ typedef struct logits_args {
 	uint64_t threads;
 } logits_args;
 
-/* 0: parsed; else the exit code to return. */
+/* Options with a value; 0 when handled, else an exit code. */
+static int value_option(void *ctx, const char *opt, const char *v,
+			bool *known)
+{
+	logits_args *a = ctx;
+	const char **slot = !strcmp(opt, "--tokens")	  ? &a->tokens
+			    : !strcmp(opt, "--out")	  ? &a->out
+			    : !strcmp(opt, "--telemetry") ? &a->telemetry
+							  : NULL;
+	strata_error err;
+	*known = slot || !strcmp(opt, "--threads");
+	if (slot)
+		*slot = v;
+	else if (*known && (strata_cli_parse_u64(opt, v, &a->threads, &err) ||
+			    a->threads > 4096))
+		return strata_cli_usage("logits", "--threads: give 0 to 4096");
+	return 0;
+}
+
+/* 0: parsed; -1: help shown; else the exit code. */
 static int parse_args(int argc, char **argv, logits_args *a,
 		      strata_cli_residency *r)
 {
-	strata_error err;
-	for (int i = 1; i < argc; i++) {
-		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
-		if (used < 0)
-			return strata_cli_fail(&err);
-		if (used)
-			continue;
-		const char *arg = argv[i];
-		const char **slot = !strcmp(arg, "--tokens")	  ? &a->tokens
-				    : !strcmp(arg, "--out")	  ? &a->out
-				    : !strcmp(arg, "--telemetry") ? &a->telemetry
-								  : NULL;
-		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-			help(stdout);
-			return -1;
-		} else if (slot || !strcmp(arg, "--threads")) {
-			if (i + 1 >= argc)
-				return strata_cli_usage("logits",
-							"%s needs a value", arg);
-			if (slot)
-				*slot = argv[++i];
-			else if (strata_cli_parse_u64(arg, argv[++i],
-						      &a->threads, &err) ||
-				 a->threads > 4096)
-				return strata_cli_usage(
-					"logits", "--threads: give 0 to 4096");
-		} else if (arg[0] == '-' && arg[1]) {
-			return strata_cli_usage("logits", "unknown option '%s'",
-						arg);
-		} else if (a->model) {
-			return strata_cli_usage("logits",
-						"more than one MODEL ('%s')",
-						arg);
-		} else {
-			a->model = arg;
-		}
-	}
-	if (!a->model)
-		return strata_cli_usage("logits", "MODEL is missing");
+	int rc = strata_cli_model_args("logits", argc, argv, r, help,
+				       value_option, a, &a->model);
+	if (rc)
+		return rc;
 	if (r->plan.shape.batch > 1)
-		return strata_cli_usage("logits", "--batch %llu: strata logits runs one "
-					"sequence (several per forward pass "
-					"are strata batch's --batch)",
+		return strata_cli_usage("logits", "--batch %llu: strata logits "
+					"runs one sequence (several per "
+					"forward pass are strata batch's "
+					"--batch)",
 					(unsigned long long)r->plan.shape.batch);
 	if (!a->tokens)
 		return strata_cli_usage("logits", "--tokens is missing");

@@ -43,9 +43,10 @@ typedef struct run_args {
 } run_args;
 
 /* Options with a value; 0 when handled, else an exit code. */
-static int value_option(run_args *a, const char *opt, const char *v,
+static int value_option(void *ctx, const char *opt, const char *v,
 			bool *known)
 {
+	run_args *a = ctx;
 	strata_error err;
 	uint64_t u;
 	*known = true;
@@ -92,47 +93,10 @@ static int value_option(run_args *a, const char *opt, const char *v,
 static int parse_args(int argc, char **argv, run_args *a,
 		      strata_cli_residency *r)
 {
-	strata_error err;
-	for (int i = 1; i < argc; i++) {
-		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
-		if (used < 0)
-			return strata_cli_fail(&err);
-		if (used)
-			continue;
-		const char *arg = argv[i];
-		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-			help(stdout);
-			return -1;
-		}
-		if (arg[0] == '-' && arg[1]) {
-			bool known;
-			if (i + 1 >= argc) {
-				int rc = value_option(a, arg, "0", &known);
-				(void)rc;
-				return known ? strata_cli_usage(
-						       "run", "%s needs a value",
-						       arg)
-					     : strata_cli_usage(
-						       "run",
-						       "unknown option '%s'",
-						       arg);
-			}
-			int rc = value_option(a, arg, argv[i + 1], &known);
-			if (!known)
-				return strata_cli_usage(
-					"run", "unknown option '%s'", arg);
-			if (rc)
-				return rc;
-			i++;
-		} else if (a->model) {
-			return strata_cli_usage("run",
-						"more than one MODEL ('%s')", arg);
-		} else {
-			a->model = arg;
-		}
-	}
-	if (!a->model)
-		return strata_cli_usage("run", "MODEL is missing");
+	int rc = strata_cli_model_args("run", argc, argv, r, help,
+				       value_option, a, &a->model);
+	if (rc)
+		return rc;
 	if (r->plan.shape.batch > 1)
 		return strata_cli_usage("run", "--batch %llu: strata run runs one "
 					"sequence (several per forward pass "

@@ -73,4 +73,17 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
 /* The option lines for a command's --help. */
 extern const char strata_cli_residency_help[];
 
+/* The argument loop of the commands that run a model (run, logits,
+ * batch): residency options into r; --help / -h (help(stdout), returns
+ * -1); every other option takes a value, handed to option(ctx, name,
+ * value, &known), which returns 0 or an exit code and sets known false for
+ * a name it does not take; one MODEL into *model. Returns 0, -1 or the
+ * exit code of a usage error naming command `cmd`. */
+typedef int (*strata_cli_option_fn)(void *ctx, const char *opt,
+				    const char *value, bool *known);
+int strata_cli_model_args(const char *cmd, int argc, char **argv,
+			  strata_cli_residency *r, void (*help)(FILE *),
+			  strata_cli_option_fn option, void *ctx,
+			  const char **model);
+
 #endif

@@ -222,3 +222,47 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
 	}
 	return 0;
 }
+
+int strata_cli_model_args(const char *cmd, int argc, char **argv,
+			  strata_cli_residency *r, void (*help)(FILE *),
+			  strata_cli_option_fn option, void *ctx,
+			  const char **model)
+{
+	strata_error err;
+	for (int i = 1; i < argc; i++) {
+		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
+		if (used < 0)
+			return strata_cli_fail(&err);
+		if (used)
+			continue;
+		const char *arg = argv[i];
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			help(stdout);
+			return -1;
+		}
+		if (arg[0] == '-' && arg[1]) {
+			/* a last option is asked with a stand-in value only
+			 * to learn whether it is known */
+			bool known, last = i + 1 >= argc;
+			int rc = option(ctx, arg, last ? "0" : argv[i + 1],
+					&known);
+			if (!known)
+				return strata_cli_usage(cmd, "unknown option '%s'",
+							arg);
+			if (last)
+				return strata_cli_usage(cmd, "%s needs a value",
+							arg);
+			if (rc)
+				return rc;
+			i++;
+		} else if (*model) {
+			return strata_cli_usage(cmd, "more than one MODEL ('%s')",
+						arg);
+		} else {
+			*model = arg;
+		}
+	}
+	if (!*model)
+		return strata_cli_usage(cmd, "MODEL is missing");
+	return 0;
+}
