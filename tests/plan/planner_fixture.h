@@ -89,6 +89,15 @@ static inline bool has_code(const strata_plan *p, strata_explain code)
 	return false;
 }
 
+/* Plans the fixture's bf16 model with options o on no machine facts. */
+static inline strata_status plan_bf16(const fixture *f,
+				      const strata_plan_options *o,
+				      strata_plan **p, strata_error *err)
+{
+	return strata_plan_create(f->layout, &f->arch, STRATA_DTYPE_BF16, o,
+				  &no_machine, p, err);
+}
+
 /* KV: 8 layers x 2 x [1, 256, 2*16] f32 = 8 x 2 x 32768; workspace 7168
  * (computed by hand in memory_model_formulas_are_exact). */
 #define KV_CPU (UINT64_C(8) * 2 * 32768)

@@ -116,10 +116,7 @@ static void resident_is_chosen_when_it_fits(void **state)
 	strata_plan_options o = opts(RESIDENT_DEVICE, 0);
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_RESIDENT);
 	assert_true(strata_plan_device_total(p) == RESIDENT_DEVICE);
 	assert_true(strata_plan_host_total(p) == 0);
@@ -132,10 +129,7 @@ static void resident_is_chosen_when_it_fits(void **state)
 	strata_plan_destroy(p);
 	/* the backend's own device bytes count: now it is one byte short */
 	o.backend_reserved_bytes = 1;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_candidate_at(p, 0)->device_bytes ==
 		    RESIDENT_DEVICE + 1);
 	assert_false(strata_plan_candidate_at(p, 0)->fits);
@@ -145,10 +139,7 @@ static void resident_is_chosen_when_it_fits(void **state)
 	/* one byte less and resident no longer fits: the exact edge */
 	o.device_budget = RESIDENT_DEVICE - 1;
 	o.host_budget = 64 * MiB;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
 	assert_true(has_code(p, STRATA_EXPLAIN_RESIDENT_EXCEEDS_DEVICE_BUDGET));
 	assert_true(strata_plan_candidate_at(p, 0)->device_shortfall_bytes == 1);
@@ -165,10 +156,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	strata_plan_options o = opts(dev, 64 * MiB);
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	/* resident, host:1..4 (4 is the first that does not fit), disk */
 	assert_int_equal(strata_plan_candidate_count(p), 6);
 	for (size_t d = 1; d <= 4; d++) {
@@ -192,10 +180,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	strata_plan_destroy(p);
 	/* the host tier too small for every unit: disk, two units ahead */
 	o.host_budget = 8 * MiB;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_HOST_BUDGET));
 	assert_true(has_code(p, STRATA_EXPLAIN_DISK_SELECTED));
@@ -217,10 +202,7 @@ static void disk_options_follow_the_host_budget(void **state)
 	strata_plan *p;
 	strata_error err;
 	/* host 0: straight from disk to the device */
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) == 0 && strata_plan_queue(p) == 0);
 	assert_true(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
 	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_BY_OPTION));
@@ -253,10 +235,7 @@ static void disk_options_follow_the_host_budget(void **state)
 	/* a host budget smaller than one unit: direct reads, not a misfit */
 	o.host_budget = MiB;
 	o.has_lookahead = o.has_queue = false;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) == 0 && strata_plan_host_total(p) == 0);
 	assert_true(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
 	strata_plan_destroy(p);
@@ -265,19 +244,13 @@ static void disk_options_follow_the_host_budget(void **state)
 	o.lookahead = 3;
 	o.queue = 2;
 	o.has_lookahead = o.has_queue = true;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) == 3 && strata_plan_queue(p) == 2);
 	assert_true(strata_plan_host_total(p) == 12 * MiB);
 	strata_plan_destroy(p);
 	/* lookahead/queue with a non-disk forced mode */
 	o.mode = STRATA_RESIDENCY_RESIDENT;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_OPTIONS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_OPTIONS);
 	fixture_free(f);
 }
 
@@ -288,10 +261,7 @@ static void nothing_fits_names_shortfalls_and_the_smallest_budget(void **state)
 	strata_plan_options o = opts(MiB, 0);
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	assert_non_null(p); /* the candidates stay available to show */
 	assert_null(strata_plan_selected(p));
 	assert_true(has_code(p, STRATA_EXPLAIN_NOTHING_FITS));
@@ -349,30 +319,21 @@ static void forced_modes_select_only_themselves(void **state)
 	o.host_depth = 3;
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
 	assert_true(strata_plan_depth(p) == 3);
 	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_BY_OPTION));
 	strata_plan_destroy(p);
 	/* a depth deeper than the model is sized as asked (not clamped) */
 	o.host_depth = 100;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_depth(p) == 100);
 	assert_true(strata_plan_selected(p)->weights.window_bytes == 32 * MiB);
 	strata_plan_destroy(p);
 	/* forced resident that does not fit is an error, not a fallback */
 	o = opts(RESIDENT_DEVICE - 256, GiB);
 	o.mode = STRATA_RESIDENCY_RESIDENT;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT));
 	strata_plan_destroy(p);
 	fixture_free(f);
@@ -526,19 +487,13 @@ static void spare_bytes_and_shared_nothing_fits_fix(void **state)
 	strata_plan_destroy(p);
 	/* nothing fits: nothing spare */
 	o = opts(MiB, 0);
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	assert_true(strata_plan_host_spare_bytes(p) == 0);
 	char alone[STRATA_ERROR_FIX_BYTES];
 	snprintf(alone, sizeof alone, "%s", err.fix);
 	strata_plan_destroy(p);
 	o.host_shared_by = 2;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	strata_plan_destroy(p);
 	/* host:1 needs every unit (32 MiB) + one staging slot on the host */
 	unsigned long long h1 = 32 * MiB + 4 * MiB;
@@ -565,10 +520,7 @@ static void predictions_follow_bytes_and_bandwidths(void **state)
 	o.disk_bandwidth = 1e8;
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	const strata_plan_memory *m = strata_plan_get_memory(p);
 	double compute =
 		(double)(33 * MiB + m->kv_cache_bytes) / 1e12; /* seconds */
@@ -631,10 +583,7 @@ static void json_has_the_documented_shape(void **state)
 	strata_plan_options o = opts(MiB + 12 * MiB + KV_CPU + WS, 64 * MiB);
 	strata_plan *p;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	strata_json j;
 	strata_json_init(&j, true);
 	strata_plan_write_json(p, "model-dir", &j);

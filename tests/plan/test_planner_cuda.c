@@ -90,10 +90,7 @@ static void cuda_disk_mode_stages_through_host_memory(void **state)
 	o.mode = STRATA_RESIDENCY_DISK;
 	strata_plan *p = NULL;
 	strata_error err;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_NOTHING_FITS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	/* the plan comes back for its table and reasons */
 	assert_non_null(p);
 	assert_false(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
@@ -103,20 +100,14 @@ static void cuda_disk_mode_stages_through_host_memory(void **state)
 	assert_non_null(strstr(err.message, "0 device bytes short"));
 	assert_null(strstr(err.fix, "--host-memory 0 "));
 	o.host_budget = 64 * MiB; /* units of this fixture are 4 MiB */
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_OK);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) >= 1 && strata_plan_queue(p) >= 1);
 	assert_false(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
 	strata_plan_destroy(p);
 	o.has_lookahead = true;
 	o.lookahead = 0;
 	p = (strata_plan *)&o;
-	assert_int_equal(strata_plan_create(f->layout, &f->arch,
-					    STRATA_DTYPE_BF16, &o, &no_machine,
-					    &p, &err),
-			 STRATA_E_PLAN_OPTIONS);
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_OPTIONS);
 	assert_null(p);
 	assert_non_null(strstr(err.message, "pinned host memory"));
 	fixture_free(f);
