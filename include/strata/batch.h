@@ -201,9 +201,18 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 
 typedef struct strata_prefix_cache strata_prefix_cache;
 
+/* Host memory is taken this many bytes at a time (or one entry's KV when
+ * that is larger), kept and reused until the cache is destroyed. */
+#define STRATA_PREFIX_CACHE_CHUNK_BYTES ((uint64_t)64 << 20)
+
 /* A cache holding at most budget_bytes of saved KV (and the token ids that
- * key it). E_NOMEM. */
-strata_status strata_prefix_cache_create(uint64_t budget_bytes,
+ * key it). Its KV lives in chunks of host memory from `b` (pinned where
+ * the backend can pin, so restores and saves are direct copies; NULL:
+ * plain memory), taken as entries need them, never more than budget_bytes
+ * of chunks in all, and kept until strata_prefix_cache_destroy, which must
+ * come before b's destruction. E_NOMEM. */
+strata_status strata_prefix_cache_create(strata_backend *b,
+					 uint64_t budget_bytes,
 					 strata_prefix_cache **out,
 					 strata_error *err);
 void strata_prefix_cache_destroy(strata_prefix_cache *c);
@@ -221,25 +230,37 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 /* After a request: when the last apply hit an entry and reused at least
  * half of it, that entry is cut down to the reused positions (the part
  * proven shared) and nothing else is saved. Otherwise saves f's positions
- * [0, n_prompt) keyed by prompt (f must hold at least that many), evicting
- * the least recently used entries to stay within the budget; a prompt
- * already held, or one larger than the whole budget, is not saved (the
- * latter counted as skipped). A `guest` entry (a request spilled here
- * from its home) is stored as the least recently used, so it goes first
- * when room is needed unless a hit warms it. E_NOMEM leaves the cache as
- * it was. */
+ * [0, n_prompt) keyed by prompt (f must hold at least that many): its KV
+ * goes to free blocks of the chunks, else to a new chunk while the chunks
+ * stay within the budget, else to the room the least recently used
+ * entries leave, evicted one at a time until it fits; then entries are
+ * evicted while the entries' bytes pass the budget. A prompt already
+ * held, or one larger than the whole budget, is not saved (the latter
+ * counted as skipped). A `guest` entry (a request spilled here from its
+ * home) is stored as the least recently used, so it goes first when room
+ * is needed unless a hit warms it. E_NOMEM from the entry's records
+ * leaves the cache as it was; an error from taking a chunk or from the
+ * copy leaves the entries evicted to make room evicted, and nothing else
+ * changed. */
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       const strata_forward *f,
 				       const int32_t *prompt,
 				       uint32_t n_prompt, bool guest,
 				       strata_error *err);
 
+/* `bytes` are the entries' (KV blocks, rounded up to 256 bytes each, token
+ * ids and records), at most budget_bytes. `pool_bytes` are the chunks
+ * held, free room and rounding included, also at most budget_bytes; the
+ * host memory the cache holds is pool_bytes plus the records' part of
+ * `bytes` (4 bytes a position and ~250 an entry, against 2 x layers x
+ * kv_dim x 4 bytes a position of KV). */
 typedef struct strata_prefix_cache_stats {
 	uint64_t lookups, hits, reused_tokens;
 	uint64_t saved, evictions, skipped;
 	uint64_t truncated; /* entries cut down to the part a hit shared */
 	uint64_t bytes, entries, budget_bytes;
 	uint64_t peak_bytes; /* the most bytes held at once */
+	uint64_t pool_bytes, pool_chunks;
 } strata_prefix_cache_stats;
 
 void strata_prefix_cache_get_stats(const strata_prefix_cache *c,

@@ -356,24 +356,38 @@ const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 /* KV save and restore, for a prefix cache (issue 9; src/infer/batch.c).
  * The keys and values of positions [0, positions) depend on those tokens
  * only, so a later sequence starting with the same tokens can start from
- * them instead of recomputing. kv_bytes: the bytes of a saved prefix of
- * `positions` (E_OVERFLOW naming the sum). kv_save copies the cached
- * positions [0, positions) into dst (dst_bytes >= kv_bytes; positions at
- * most the cached count, else E_INVALID_ARG); f is unchanged. kv_restore
- * copies the first `positions` of the `saved` positions held in src (as
- * kv_save wrote them) back and sets the position to `positions`, so the
- * next run starts there (E_INFER_CONTEXT past the context). A device-mode
- * cache (strata_forward_create_device) is copied through the backend; if a
- * restore's copy fails the position is reset to 0. */
+ * them instead of recomputing. A saved prefix is `count` = 2 x layers
+ * parts, each its own block of memory: parts[2 l] the keys of layer l,
+ * parts[2 l + 1] its values, each (positions, kv_dim) f32 rows from
+ * position 0. kv_part_bytes: the bytes of one part of `positions`;
+ * kv_bytes: of all of them (E_OVERFLOW naming the sum). kv_save copies the
+ * cached positions [0, positions) into the parts (each part_bytes >=
+ * kv_part_bytes; count 2 x layers; positions at most the cached count;
+ * else E_INVALID_ARG); f is unchanged. kv_restore copies the first
+ * `positions` rows of parts holding `saved` rows each (as kv_save wrote
+ * them) back and sets the position to `positions`, so the next run starts
+ * there (E_INVALID_ARG for positions past saved or a wrong count,
+ * E_INFER_CONTEXT past the context). A device-mode cache
+ * (strata_forward_create_device) is copied through the backend: every
+ * part's copy is queued on the compute stream and both calls wait once, at
+ * the end, so the parts must stay valid until the call returns (nothing
+ * after it); pinned host parts (strata_backend_host_alloc) make the copies
+ * direct DMA on CUDA. If a restore's copy fails the position is reset to
+ * 0. */
+strata_status strata_forward_kv_part_bytes(const strata_forward *f,
+					   uint32_t positions, uint64_t *out,
+					   strata_error *err);
 strata_status strata_forward_kv_bytes(const strata_forward *f,
 				      uint32_t positions, uint64_t *out,
 				      strata_error *err);
 strata_status strata_forward_kv_save(const strata_forward *f,
-				     uint32_t positions, float *dst,
-				     uint64_t dst_bytes, strata_error *err);
-strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
-					uint32_t saved, uint32_t positions,
-					strata_error *err);
+				     uint32_t positions, float *const *parts,
+				     uint32_t count, uint64_t part_bytes,
+				     strata_error *err);
+strata_status strata_forward_kv_restore(strata_forward *f,
+					const float *const *parts,
+					uint32_t count, uint32_t saved,
+					uint32_t positions, strata_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */

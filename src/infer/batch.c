@@ -353,8 +353,9 @@ void strata_batch_destroy(strata_batch *b)
 		stop_workers(b);
 		for (uint32_t i = 0; i < b->o.replicas; i++) {
 			strata__batch_seqs_fini(&b->r[i].seqs);
-			strata_session_close(b->r[i].session);
+			/* before the session: its chunks are the backend's */
 			strata_prefix_cache_destroy(b->r[i].cache);
+			strata_session_close(b->r[i].session);
 			strata_free(b->r[i].queue);
 		}
 	}
@@ -473,7 +474,8 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	 * under the mutex. */
 	for (uint32_t i = 0; st == STRATA_OK && o->prefix_cache_bytes &&
 			     i < o->replicas; i++)
-		st = strata_prefix_cache_create(cache_budget(b, i),
+		st = strata_prefix_cache_create(b->r[i].session->backend,
+						cache_budget(b, i),
 						&b->r[i].cache, err);
 	if (st) {
 		strata_batch_destroy(b);

@@ -72,10 +72,16 @@ strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
 	ss->stats = stats;
 	ss->seq = strata_calloc_or_error(n, sizeof *ss->seq, "sequence slots",
 					 err);
-	ss->logits = ss->seq ? strata_calloc_or_error(
-				       (size_t)n * s->hp.vocab,
-				       sizeof *ss->logits, "step logits", err)
-			     : NULL;
+	/* Pinned where the backend pins: every step copies its logits rows
+	 * back from the device, and a pageable destination would take the
+	 * driver's staging path each time. */
+	void *logits = NULL;
+	uint64_t logits_bytes = (uint64_t)n * s->hp.vocab * sizeof(float);
+	strata_status st =
+		ss->seq ? strata_backend_host_alloc(s->backend, logits_bytes,
+						    true, &logits, err)
+			: STRATA_E_NOMEM;
+	ss->logits = logits;
 	ss->ids = ss->logits ? strata_calloc_or_error(n, sizeof *ss->ids,
 						      "step sequences", err)
 			     : NULL;
@@ -84,8 +90,9 @@ strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
 			     : NULL;
 	if (!ss->tokens) {
 		strata__batch_seqs_fini(ss);
-		return STRATA_E_NOMEM;
+		return st ? st : STRATA_E_NOMEM;
 	}
+	memset(ss->logits, 0, (size_t)logits_bytes);
 	for (uint32_t i = 0; i < n; i++)
 		slot_clear(&ss->seq[i]);
 	return STRATA_OK;
@@ -97,7 +104,8 @@ void strata__batch_seqs_fini(strata__batch_seqs *ss)
 		if (ss->seq[i].req != SIZE_MAX)
 			strata__batch_seq_end(ss, i);
 	strata_free(ss->seq);
-	strata_free(ss->logits);
+	if (ss->logits)
+		strata_backend_host_free(ss->session->backend, ss->logits);
 	strata_free(ss->ids);
 	strata_free(ss->tokens);
 	memset(ss, 0, sizeof *ss);

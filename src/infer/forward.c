@@ -37,8 +37,9 @@ static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 	return strata__forward_v_at(f, f->seq, layer, pos);
 }
 
-/* Host to device (device mode): queued on the compute stream and waited
- * for on CUDA; a copy where the CPU backend's memory is plain RAM. */
+/* Host to device (device mode): queued on the compute stream on CUDA, so
+ * src must stay as it is until finish() (the caller waits once for all its
+ * copies); a copy where the CPU backend's memory is plain RAM. */
 static strata_status upload(const strata_forward *f, void *dst, const void *src,
 			    uint64_t bytes, strata_error *err)
 {
@@ -46,11 +47,8 @@ static strata_status upload(const strata_forward *f, void *dst, const void *src,
 		memcpy(dst, src, bytes);
 		return STRATA_OK;
 	}
-	strata_status st = strata_backend_copy_h2d_async(f->b, f->stream, dst,
-							 src, bytes, err);
-	if (st == STRATA_OK)
-		st = strata_backend_synchronize(f->b, f->stream, err);
-	return st;
+	return strata_backend_copy_h2d_async(f->b, f->stream, dst, src, bytes,
+					     err);
 }
 
 /* Device to host, queued after the kernels that produce src (CUDA: valid

@@ -3,10 +3,13 @@
  * (layer: infer). */
 #include "infer/forward_internal.h"
 
-/* The layout of a saved prefix is, per layer in order, the key rows then the
- * value rows of positions [0, positions): (layers, 2, positions, kv_dim).
- * A host-memory cache is copied directly; a device one (device mode) goes
- * through the backend's copies (CUDA: device-to-host and host-to-device). */
+/* A saved prefix is 2 x layers parts, one per layer's keys and one per its
+ * values, each (positions, kv_dim) from position 0: the very rows of the
+ * sequence's cache, so each part is one copy. A host-memory cache is
+ * copied directly; a device one (device mode) through the backend's
+ * copies (CUDA: device-to-host and host-to-device), all of them queued on
+ * the compute stream before the one wait at the end: a wait per copy
+ * would idle the copy engine between them. */
 
 static float *k_at(const strata_forward *f, uint32_t layer)
 {
@@ -18,56 +21,86 @@ static float *v_at(const strata_forward *f, uint32_t layer)
 	return strata__forward_v_at(f, f->seq, layer, 0);
 }
 
+static float *part_at(const strata_forward *f, uint32_t part)
+{
+	return part % 2 ? v_at(f, part / 2) : k_at(f, part / 2);
+}
+
+static strata_status check_count(const strata_forward *f, uint32_t count,
+				 const char *what, strata_error *err)
+{
+	if (count == 2 * f->hp->layers)
+		return STRATA_OK;
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "this is a bug in the caller",
+			   "KV %s: %u parts given, %u needed (keys and values "
+			   "of %u layers)",
+			   what, count, 2 * f->hp->layers, f->hp->layers);
+}
+
 /* ------------------------------------------------------------------------ */
+
+strata_status strata_forward_kv_part_bytes(const strata_forward *f,
+					   uint32_t positions, uint64_t *out,
+					   strata_error *err)
+{
+	uint64_t floats;
+	if (strata_checked_mul(positions, f->kv_dim, &floats,
+			       "saved KV part floats", err) ||
+	    strata_checked_mul(floats, sizeof(float), out,
+			       "saved KV part bytes", err))
+		return err ? err->code : STRATA_E_OVERFLOW;
+	return STRATA_OK;
+}
 
 strata_status strata_forward_kv_bytes(const strata_forward *f,
 				      uint32_t positions, uint64_t *out,
 				      strata_error *err)
 {
-	uint64_t rows, floats;
-	if (strata_checked_mul((uint64_t)f->hp->layers * 2, positions, &rows,
-			       "saved KV rows", err) ||
-	    strata_checked_mul(rows, f->kv_dim, &floats, "saved KV floats",
-			       err) ||
-	    strata_checked_mul(floats, sizeof(float), out, "saved KV bytes",
-			       err))
-		return err ? err->code : STRATA_E_OVERFLOW;
-	return STRATA_OK;
+	uint64_t part;
+	strata_status st = strata_forward_kv_part_bytes(f, positions, &part,
+							err);
+	if (st == STRATA_OK)
+		st = strata_checked_mul((uint64_t)f->hp->layers * 2, part, out,
+					"saved KV bytes", err);
+	return st;
 }
 
 strata_status strata_forward_kv_save(const strata_forward *f,
-				     uint32_t positions, float *dst,
-				     uint64_t dst_bytes, strata_error *err)
+				     uint32_t positions, float *const *parts,
+				     uint32_t count, uint64_t part_bytes,
+				     strata_error *err)
 {
 	uint64_t need;
-	strata_status st = strata_forward_kv_bytes(f, positions, &need, err);
-	if (st)
+	strata_status st = strata_forward_kv_part_bytes(f, positions, &need,
+							err);
+	if (st || (st = check_count(f, count, "save", err)))
 		return st;
-	if (positions > f->pos[f->seq] || dst_bytes < need)
+	if (positions > f->pos[f->seq] || part_bytes < need)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "KV save: %u positions asked, %u cached; "
-				   "%llu bytes given, %llu needed",
+				   "%llu bytes a part given, %llu needed",
 				   positions, f->pos[f->seq],
-				   (unsigned long long)dst_bytes,
+				   (unsigned long long)part_bytes,
 				   (unsigned long long)need);
-	size_t row = (size_t)positions * f->kv_dim;
-	/* device mode: the cache is device memory, read back by copies */
-	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
-		st = strata__forward_download(f, dst, k_at(f, l),
-					      row * sizeof(float), err);
-		if (st == STRATA_OK)
-			st = strata__forward_download(f, dst + row, v_at(f, l),
-						      row * sizeof(float), err);
-		dst += 2 * row;
-	}
-	return st ? st : strata__forward_finish(f, err);
+	for (uint32_t i = 0; need && st == STRATA_OK && i < count; i++)
+		st = strata__forward_download(f, parts[i], part_at(f, i), need,
+					      err);
+	/* Waited for even after a failed queueing: what is queued writes
+	 * into the parts, which the caller may free once this returns. */
+	strata_status fin = strata__forward_finish(f, st ? NULL : err);
+	return st ? st : fin;
 }
 
-strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
-					uint32_t saved, uint32_t positions,
-					strata_error *err)
+strata_status strata_forward_kv_restore(strata_forward *f,
+					const float *const *parts,
+					uint32_t count, uint32_t saved,
+					uint32_t positions, strata_error *err)
 {
+	strata_status st = check_count(f, count, "restore", err);
+	if (st)
+		return st;
 	if (positions > saved)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
@@ -79,17 +112,13 @@ strata_status strata_forward_kv_restore(strata_forward *f, const float *src,
 				   "KV restore: %u positions do not fit the "
 				   "context of %u",
 				   positions, f->context);
-	size_t row = (size_t)positions * f->kv_dim;
-	size_t stride = (size_t)saved * f->kv_dim;
-	strata_status st = STRATA_OK;
-	for (uint32_t l = 0; row && st == STRATA_OK && l < f->hp->layers; l++) {
-		st = strata__forward_upload(f, k_at(f, l), src,
-					    row * sizeof(float), err);
-		if (st == STRATA_OK)
-			st = strata__forward_upload(f, v_at(f, l), src + stride,
-						    row * sizeof(float), err);
-		src += 2 * stride;
-	}
+	uint64_t bytes = (uint64_t)positions * f->kv_dim * sizeof(float);
+	for (uint32_t i = 0; bytes && st == STRATA_OK && i < count; i++)
+		st = strata__forward_upload(f, part_at(f, i), parts[i], bytes,
+					    err);
+	strata_status fin = strata__forward_finish(f, st ? NULL : err);
+	if (st == STRATA_OK)
+		st = fin;
 	if (st) {
 		f->pos[f->seq] = 0; /* part of the cache was overwritten */
 		return st;

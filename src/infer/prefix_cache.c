@@ -14,15 +14,21 @@
  */
 #include <string.h>
 
+#include "infer/prefix_pool.h"
 #include "strata/batch.h"
 
 typedef struct entry {
 	struct entry *next;
-	int32_t *tokens; /* (n) */
-	float *kv;	 /* (layers, 2, n, kv_dim), strata_forward_kv_save */
-	uint32_t n;
-	uint64_t bytes; /* everything this entry holds */
+	int32_t *tokens; /* (ids) */
+	uint32_t n;	 /* positions held */
+	uint32_t ids;	 /* token ids allocated: n, or more after a cut */
+	uint32_t parts;	 /* 2 x layers */
+	uint64_t block;	 /* bytes of each part's block, rounded */
+	uint64_t bytes;	 /* everything this entry holds */
 	uint64_t last_used;
+	/* (parts) blocks of the pool, (n, kv_dim) f32 each: layer l's keys
+	 * at 2 l, its values at 2 l + 1 (strata_forward_kv_save) */
+	float *part[];
 } entry;
 
 struct strata_prefix_cache {
@@ -30,6 +36,7 @@ struct strata_prefix_cache {
 	entry *last_hit;   /* the entry the last apply restored from, or NULL */
 	uint32_t last_reused;
 	uint64_t clock;
+	strata__prefix_pool pool;
 	strata_prefix_cache_stats stats;
 };
 
@@ -44,12 +51,22 @@ static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b,
 	return i;
 }
 
-static void entry_free(entry *e)
+/* The bytes of an entry's records: itself, its block list, its ids. */
+static uint64_t record_bytes(uint32_t parts, uint32_t ids)
+{
+	return sizeof(entry) + (uint64_t)parts * sizeof(float *) +
+	       (uint64_t)ids * sizeof(int32_t);
+}
+
+/* Frees e and gives its blocks (those taken) back to the pool. */
+static void entry_free(strata_prefix_cache *c, entry *e)
 {
 	if (!e)
 		return;
+	for (uint32_t i = 0; i < e->parts; i++)
+		if (e->part[i])
+			strata__pool_give(&c->pool, e->part[i], e->block);
 	strata_free(e->tokens);
-	strata_free(e->kv);
 	strata_free(e);
 }
 
@@ -67,12 +84,69 @@ static void evict_one(strata_prefix_cache *c)
 	c->stats.evictions++;
 	if (c->last_hit == e)
 		c->last_hit = NULL;
-	entry_free(e);
+	entry_free(c, e);
+}
+
+/* Takes a block for every part of e, or none: false (and every block given
+ * back) when the pool's free runs cannot hold them all. */
+static bool take_all(strata_prefix_cache *c, entry *e)
+{
+	for (uint32_t i = 0; i < e->parts; i++)
+		if (!(e->part[i] = strata__pool_take(&c->pool, e->block))) {
+			while (i--) {
+				strata__pool_give(&c->pool, e->part[i],
+						  e->block);
+				e->part[i] = NULL;
+			}
+			return false;
+		}
+	return true;
+}
+
+/* Finds room for e's blocks (e not yet linked): free runs first, then a
+ * new chunk while the chunks stay within the budget, then the room evicted
+ * entries leave; with nothing left to evict, the empty chunks go (they may
+ * be too small for this entry's blocks) and a fresh one is taken. Ends:
+ * each turn adds a chunk (the room left shrinking by at least a block),
+ * evicts an entry, or frees chunks only when no entry is left, after
+ * which one chunk of up to the whole budget holds every block (the entry
+ * is within the budget). */
+static strata_status place(strata_prefix_cache *c, entry *e,
+			   strata_error *err)
+{
+	uint64_t budget = c->stats.budget_bytes & ~(uint64_t)(STRATA__POOL_ALIGN - 1);
+	uint64_t all = e->block * e->parts;
+	for (;;) {
+		if (take_all(c, e))
+			return STRATA_OK;
+		uint64_t room = budget > c->pool.held_bytes
+					? budget - c->pool.held_bytes
+					: 0;
+		if (room >= e->block) {
+			uint64_t chunk = all > STRATA_PREFIX_CACHE_CHUNK_BYTES
+						 ? all
+						 : STRATA_PREFIX_CACHE_CHUNK_BYTES;
+			strata_status st = strata__pool_grow(
+				&c->pool, chunk < room ? chunk : room, err);
+			if (st)
+				return st;
+		} else if (c->head) {
+			evict_one(c);
+		} else if (!strata__pool_release_empty(&c->pool)) {
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "this is a bug; report it",
+					   "prefix cache: %llu bytes of KV do "
+					   "not fit an empty budget of %llu",
+					   (unsigned long long)all,
+					   (unsigned long long)budget);
+		}
+	}
 }
 
 /* ------------------------------------------------------------------------ */
 
-strata_status strata_prefix_cache_create(uint64_t budget_bytes,
+strata_status strata_prefix_cache_create(strata_backend *b,
+					 uint64_t budget_bytes,
 					 strata_prefix_cache **out,
 					 strata_error *err)
 {
@@ -80,6 +154,7 @@ strata_status strata_prefix_cache_create(uint64_t budget_bytes,
 							"prefix cache", err);
 	if (!c)
 		return STRATA_E_NOMEM;
+	strata__pool_init(&c->pool, b);
 	c->stats.budget_bytes = budget_bytes;
 	*out = c;
 	return STRATA_OK;
@@ -92,8 +167,9 @@ void strata_prefix_cache_destroy(strata_prefix_cache *c)
 	while (c->head) {
 		entry *e = c->head;
 		c->head = e->next;
-		entry_free(e);
+		entry_free(c, e);
 	}
+	strata__pool_fini(&c->pool);
 	strata_free(c);
 }
 
@@ -121,8 +197,9 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 	}
 	if (!best)
 		return STRATA_OK;
-	strata_status st = strata_forward_kv_restore(f, best->kv, best->n,
-						     best_m, err);
+	strata_status st = strata_forward_kv_restore(
+		f, (const float *const *)best->part, best->parts, best->n,
+		best_m, err);
 	if (st) {
 		strata_forward_reset(f);
 		return st;
@@ -136,33 +213,51 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 	return STRATA_OK;
 }
 
-/* Cuts e down to its first m positions, in place: the layout
- * (layers, 2, n, kv_dim) becomes (layers, 2, m, kv_dim). Each block moves
- * to an offset no later than its own and past every block already moved. */
+/* Cuts e down to its first m positions: each block keeps its first m rows
+ * and gives the rest back to the pool; the ids shrink too where the
+ * allocator obliges (else the old ones stay, counted). */
 static void truncate_entry(strata_prefix_cache *c, const strata_forward *f,
 			   entry *e, uint32_t m)
 {
 	const strata_infer_hparams *hp = strata_forward_hparams(f);
-	size_t kv = (size_t)hp->kv_heads * hp->head_dim;
-	size_t old_row = (size_t)e->n * kv, row = (size_t)m * kv;
-	for (uint32_t l = 0; l < hp->layers; l++) {
-		memmove(e->kv + 2 * l * row, e->kv + 2 * l * old_row,
-			row * sizeof(float));
-		memmove(e->kv + (2 * l + 1) * row,
-			e->kv + (2 * l + 1) * old_row, row * sizeof(float));
+	uint64_t row = (uint64_t)hp->kv_heads * hp->head_dim * sizeof(float);
+	uint64_t block = 0;
+	(void)strata__pool_round(row * m, &block, "cut KV block", NULL);
+	for (uint32_t i = 0; i < e->parts; i++)
+		strata__pool_shrink(&c->pool, e->part[i], e->block, block);
+	int32_t *ids = strata_realloc(e->tokens, m * sizeof(int32_t));
+	if (ids) {
+		e->tokens = ids;
+		e->ids = m;
 	}
-	uint64_t freed = (uint64_t)(e->n - m) *
-			 (2 * hp->layers * kv * sizeof(float) + sizeof(int32_t));
-	/* Shrinking in place keeps the pointers valid if the allocator
-	 * declines; the bytes counted are the ones still needed. */
-	float *kv_small = strata_realloc(e->kv, 2 * hp->layers * row *
-						       sizeof(float));
-	if (kv_small)
-		e->kv = kv_small;
+	uint64_t bytes = block * e->parts + record_bytes(e->parts, e->ids);
+	c->stats.bytes -= e->bytes - bytes;
+	e->block = block;
+	e->bytes = bytes;
 	e->n = m;
-	e->bytes -= freed;
-	c->stats.bytes -= freed;
 	c->stats.truncated++;
+}
+
+/* A new entry for prompt, its blocks not yet taken; NULL on E_NOMEM. */
+static entry *entry_new(uint32_t parts, const int32_t *prompt,
+			uint32_t n_prompt, uint64_t block, strata_error *err)
+{
+	entry *e = strata_calloc_or_error(
+		1, sizeof *e + (size_t)parts * sizeof(float *),
+		"prefix cache entry", err);
+	if (!e)
+		return NULL;
+	if (!(e->tokens = strata_alloc_or_error(n_prompt * sizeof(int32_t),
+						"prefix cache ids", err))) {
+		strata_free(e);
+		return NULL;
+	}
+	memcpy(e->tokens, prompt, n_prompt * sizeof(int32_t));
+	e->n = e->ids = n_prompt;
+	e->parts = parts;
+	e->block = block;
+	e->bytes = block * parts + record_bytes(parts, n_prompt);
+	return e;
 }
 
 strata_status strata_prefix_cache_save(strata_prefix_cache *c,
@@ -188,37 +283,30 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 			e->last_used = ++c->clock;
 			return STRATA_OK; /* already held */
 		}
-	uint64_t kv_bytes, bytes;
-	strata_status st = strata_forward_kv_bytes(f, n_prompt, &kv_bytes,
-						   err);
-	if (st)
+	uint32_t parts = 2 * strata_forward_hparams(f)->layers;
+	uint64_t part_bytes, block, kv_bytes, bytes;
+	strata_status st = strata_forward_kv_part_bytes(f, n_prompt,
+							&part_bytes, err);
+	if (st || (st = strata__pool_round(part_bytes, &block,
+					   "saved KV block bytes", err)) ||
+	    (st = strata_checked_mul(block, parts, &kv_bytes,
+				     "saved KV bytes", err)) ||
+	    (st = strata_checked_add(kv_bytes, record_bytes(parts, n_prompt),
+				     &bytes, "prefix cache entry bytes", err)))
 		return st;
-	bytes = kv_bytes + (uint64_t)n_prompt * sizeof(int32_t) +
-		sizeof(entry);
-	if (bytes > c->stats.budget_bytes || kv_bytes > SIZE_MAX) {
+	if (bytes > c->stats.budget_bytes || block > SIZE_MAX || block == 0) {
 		c->stats.skipped++;
 		return STRATA_OK;
 	}
-	entry *e = strata_calloc_or_error(1, sizeof *e, "prefix cache entry",
-					  err);
+	entry *e = entry_new(parts, prompt, n_prompt, block, err);
 	if (!e)
 		return STRATA_E_NOMEM;
-	e->tokens = strata_alloc_or_error(n_prompt * sizeof(int32_t),
-					  "prefix cache ids", err);
-	e->kv = e->tokens ? strata_alloc_or_error((size_t)kv_bytes,
-						  "prefix cache KV", err)
-			  : NULL;
-	if (!e->kv) {
-		entry_free(e);
-		return STRATA_E_NOMEM;
-	}
-	if ((st = strata_forward_kv_save(f, n_prompt, e->kv, kv_bytes, err))) {
-		entry_free(e);
+	if ((st = place(c, e, err)) ||
+	    (st = strata_forward_kv_save(f, n_prompt, e->part, parts,
+					 part_bytes, err))) {
+		entry_free(c, e);
 		return st;
 	}
-	memcpy(e->tokens, prompt, n_prompt * sizeof(int32_t));
-	e->n = n_prompt;
-	e->bytes = bytes;
 	while (c->head && c->stats.bytes + bytes > c->stats.budget_bytes)
 		evict_one(c);
 	/* A guest's entry is the first evicted until a hit warms it. */
@@ -237,4 +325,6 @@ void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
 				   strata_prefix_cache_stats *out)
 {
 	*out = c->stats;
+	out->pool_bytes = c->pool.held_bytes;
+	out->pool_chunks = c->pool.chunk_count;
 }

@@ -63,28 +63,46 @@ static void test_kv_restore_same_logits(void **state)
 	assert_int_equal(strata_forward_run(f, p, 20, 0, NULL, want, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, p, 12, 0, NULL, NULL, &err), 0);
-	uint64_t bytes;
+	uint64_t bytes, part;
 	assert_int_equal(strata_forward_kv_bytes(f, 12, &bytes, &err), 0);
 	assert_int_equal(bytes, (uint64_t)s->hp.layers * 2 * 12 *
 					s->hp.kv_heads * s->hp.head_dim * 4);
+	assert_int_equal(strata_forward_kv_part_bytes(f, 12, &part, &err), 0);
+	assert_int_equal(part * 2 * s->hp.layers, bytes);
+	uint32_t count = 2 * s->hp.layers;
 	float *saved = test_malloc(bytes);
-	assert_int_equal(strata_forward_kv_save(f, 12, saved, bytes, &err), 0);
+	float **parts = test_calloc(count, sizeof *parts);
+	for (uint32_t i = 0; i < count; i++)
+		parts[i] = saved + i * (part / sizeof(float));
+	assert_int_equal(
+		strata_forward_kv_save(f, 12, parts, count, part, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, other, 5, 0, NULL, NULL, &err),
 			 0); /* overwrite the cache */
-	assert_int_equal(strata_forward_kv_restore(f, saved, 12, 8, &err), 0);
+	const float *const *in = (const float *const *)parts;
+	assert_int_equal(strata_forward_kv_restore(f, in, count, 12, 8, &err),
+			 0);
 	assert_int_equal(strata_forward_position(f), 8);
 	assert_int_equal(strata_forward_run(f, p + 8, 12, 8, NULL, got, &err),
 			 0);
 	assert_memory_equal(got, want, vocab * sizeof(float));
 	/* misuse is refused and changes nothing */
-	assert_int_equal(strata_forward_kv_save(f, 21, saved, bytes, &err),
+	assert_int_equal(
+		strata_forward_kv_save(f, 21, parts, count, part, &err),
+		STRATA_E_INVALID_ARG);
+	assert_int_equal(
+		strata_forward_kv_save(f, 12, parts, count, part - 1, &err),
+		STRATA_E_INVALID_ARG);
+	assert_int_equal(
+		strata_forward_kv_save(f, 12, parts, count - 1, part, &err),
+		STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_kv_restore(f, in, count, 12, 13, &err),
 			 STRATA_E_INVALID_ARG);
-	assert_int_equal(strata_forward_kv_save(f, 12, saved, bytes - 1, &err),
-			 STRATA_E_INVALID_ARG);
-	assert_int_equal(strata_forward_kv_restore(f, saved, 12, 13, &err),
-			 STRATA_E_INVALID_ARG);
+	assert_int_equal(
+		strata_forward_kv_restore(f, in, count + 1, 12, 8, &err),
+		STRATA_E_INVALID_ARG);
 	assert_int_equal(strata_forward_position(f), 20);
+	test_free(parts);
 	test_free(saved);
 	test_free(want);
 	test_free(got);
@@ -105,7 +123,7 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	ids(b, 10, 200);
 	/* learn one entry's size */
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
@@ -116,7 +134,7 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	uint64_t one = st.bytes;
 	strata_prefix_cache_destroy(c);
 
-	assert_int_equal(strata_prefix_cache_create(one, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, one, &c, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
@@ -148,7 +166,7 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	assert_int_equal(st.reused_tokens, 19);
 	strata_prefix_cache_destroy(c);
 
-	assert_int_equal(strata_prefix_cache_create(one - 1, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, one - 1, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_get_stats(c, &st);
@@ -177,7 +195,7 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 	ids(z + 9, 3, 444);
 	strata_prefix_cache *c;
 	uint32_t reused;
-	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
 	assert_int_equal(strata_prefix_cache_apply(c, f, x, 12, &reused, &err),
 			 0);
 	assert_int_equal(strata_forward_run(f, x, 12, 0, NULL, NULL, &err), 0);
@@ -224,14 +242,14 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 	ids(b, 10, 100);
 	ids(c3, 10, 200);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_stats st;
 	strata_prefix_cache_get_stats(c, &st);
 	uint64_t one = st.bytes;
 	strata_prefix_cache_destroy(c);
-	assert_int_equal(strata_prefix_cache_create(2 * one, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c, &err), 0);
 	const int32_t *order[3] = {a, b, c3};
 	for (int i = 0; i < 3; i++) {
 		strata_forward_reset(f);
@@ -253,6 +271,78 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 	strata_session_close(s);
 }
 
+/* The KV memory is reused, never above the budget: with room for two
+ * 10-token entries, a 20-token prompt (blocks twice their size) evicts
+ * entries until its blocks fit, both here (the first one's room alone is
+ * too small), without taking a second chunk; the restored KV is the
+ * prompt's own. */
+static void test_prefix_cache_evicts_until_blocks_fit(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	strata_error err;
+	int32_t a[10], b[10], big[21];
+	ids(a, 10, 1);
+	ids(b, 10, 100);
+	ids(big, 21, 300);
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
+						    &err),
+			 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	uint64_t one = st.bytes;
+	strata_prefix_cache_destroy(c);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c,
+						    &err),
+			 0);
+	const int32_t *order[2] = {a, b};
+	for (int i = 0; i < 2; i++) {
+		strata_forward_reset(f);
+		assert_int_equal(
+			strata_forward_run(f, order[i], 10, 0, NULL, NULL, &err),
+			0);
+		assert_int_equal(strata_prefix_cache_save(c, f, order[i], 10,
+							  false, &err),
+				 0);
+	}
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.entries, 2);
+	assert_int_equal(st.pool_chunks, 1);
+	assert_true(st.pool_bytes <= 2 * one);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, big, 20, 0, NULL, NULL, &err),
+			 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, big, 20, false, &err),
+			 0);
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.evictions, 2);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.pool_chunks, 1);
+	assert_true(st.pool_bytes <= 2 * one && st.bytes <= 2 * one);
+	uint32_t vocab = s->hp.vocab, reused;
+	float *want = test_calloc(vocab, sizeof(float));
+	float *got = test_calloc(vocab, sizeof(float));
+	assert_int_equal(strata_forward_run(f, big + 20, 1, 20, NULL, want,
+					    &err),
+			 0);
+	assert_int_equal(strata_prefix_cache_apply(c, f, big, 21, &reused,
+						   &err),
+			 0);
+	assert_int_equal(reused, 20);
+	assert_int_equal(strata_forward_run(f, big + 20, 1, 20, NULL, got,
+					    &err),
+			 0);
+	assert_memory_equal(got, want, vocab * sizeof(float));
+	test_free(want);
+	test_free(got);
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
 /* Every allocation of a save fails cleanly: E_NOMEM, the cache as before
  * (STYLE.md's OOM loop). */
 static void test_prefix_cache_save_oom(void **state)
@@ -265,7 +355,7 @@ static void test_prefix_cache_save_oom(void **state)
 	ids(a, 10, 1);
 	ids(b, 10, 300);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
@@ -284,9 +374,32 @@ static void test_prefix_cache_save_oom(void **state)
 		strata_prefix_cache_get_stats(c, &after);
 		assert_memory_equal(&after, &before, sizeof before);
 	}
-	assert_true(n >= 3); /* entry, ids, KV */
+	assert_true(n >= 2); /* entry, ids: the KV fits the chunk held */
 	strata_prefix_cache_get_stats(c, &after);
 	assert_int_equal(after.entries, 2);
+	assert_int_equal(after.pool_chunks, 1);
+	strata_prefix_cache_destroy(c);
+
+	/* the first save also takes the chunk: its record and its memory */
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
+						    &err),
+			 0);
+	strata_prefix_cache_get_stats(c, &before);
+	for (n = 0;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st =
+			strata_prefix_cache_save(c, f, b, 10, false, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		assert_int_equal(st, STRATA_E_NOMEM);
+		strata_prefix_cache_get_stats(c, &after);
+		assert_memory_equal(&after, &before, sizeof before);
+	}
+	assert_true(n >= 4);
+	strata_prefix_cache_get_stats(c, &after);
+	assert_int_equal(after.entries, 1);
+	assert_int_equal(after.pool_chunks, 1);
 	strata_prefix_cache_destroy(c);
 	strata_session_close(s);
 }
@@ -545,6 +658,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
 		cmocka_unit_test(test_prefix_cache_cuts_to_shared_part),
 		cmocka_unit_test(test_prefix_cache_guest_evicted_first),
+		cmocka_unit_test(test_prefix_cache_evicts_until_blocks_fit),
 		cmocka_unit_test(test_prefix_cache_save_oom),
 		cmocka_unit_test(test_batch_failed_request_fails_batch),
 		cmocka_unit_test(test_batch_failed_replica_moves_work),

@@ -288,29 +288,37 @@ static void test_device_kv_save_restore(void **state)
 					    &err),
 			 STRATA_OK);
 	strata_forward_reset(f);
-	uint64_t bytes;
-	assert_int_equal(strata_forward_kv_bytes(f, n - 1, &bytes, &err),
+	uint64_t part;
+	assert_int_equal(strata_forward_kv_part_bytes(f, n - 1, &part, &err),
 			 STRATA_OK);
-	float *saved = strata_alloc(bytes);
+	/* each part its own block, as the prefix cache keeps them */
+	uint32_t count = 2 * m.hp.layers;
+	float **parts = strata_calloc(count, sizeof *parts);
+	for (uint32_t i = 0; i < count; i++)
+		parts[i] = strata_alloc(part);
 	assert_int_equal(strata_forward_run(f, r.tokens, n - 1, 0, NULL, NULL,
 					    &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_kv_save(f, n - 1, saved, bytes, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_kv_save(f, n - 1, parts, count, part, &err),
+		STRATA_OK);
 	strata_forward_reset(f);
 	/* overwrite the cache, then restore */
 	assert_int_equal(strata_forward_run(f, r.tokens + 1, n - 1, 0, NULL,
 					    NULL, &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_kv_restore(f, saved, n - 1, n - 1,
-						   &err),
+	assert_int_equal(strata_forward_kv_restore(
+				 f, (const float *const *)parts, count, n - 1,
+				 n - 1, &err),
 			 STRATA_OK);
 	assert_int_equal(strata_forward_position(f), n - 1);
 	assert_int_equal(strata_forward_run(f, r.tokens + n - 1, 1, n - 1,
 					    NULL, cont, &err),
 			 STRATA_OK);
 	assert_memory_equal(cont, whole, (size_t)r.vocab * sizeof *cont);
-	strata_free(saved);
+	for (uint32_t i = 0; i < count; i++)
+		strata_free(parts[i]);
+	strata_free(parts);
 	strata_free(whole);
 	strata_free(cont);
 	strata_forward_destroy(f);
