@@ -264,6 +264,16 @@ strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
 					      uint64_t bytes,
 					      strata_error *err);
 
+/* RMSNorm folded into a one-row half product: the product reads x as
+ * stored and takes rmsnorm(x) * w in its place (w (in) of the product's
+ * half type, device), so the norm needs no launch of its own. Within
+ * rounding of strata_cuda_rmsnorm_half then the product: the norm's factor
+ * scales each finished dot product instead of each element of x. */
+typedef struct strata_cuda_half_norm {
+	const void *w;
+	float eps;
+} strata_cuda_half_norm;
+
 /* One product of strata_cuda_matmul_half_parts (device pointers). */
 typedef struct strata_cuda_half_part {
 	float *y;	   /* (n, out) */
@@ -278,8 +288,9 @@ typedef struct strata_cuda_half_part {
  * or y_i += that when `accumulate` (a residual add folded into the
  * product). One row is one GEMV launch for every part; several rows split
  * x once and run strata_cuda_matmul_half's cuBLAS path for each part. No
- * y_i may alias x or its weights. */
+ * y_i may alias x or its weights. `norm` (or NULL) takes one row only. */
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    const strata_cuda_half_norm *norm,
 					    strata_cuda_half type, uint32_t n,
 					    uint32_t in,
 					    const strata_cuda_half_part *parts,
@@ -297,9 +308,12 @@ strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
 /* y (out) = silu(x (in) . gate^T) * (x . up^T) for one row of x: the MLP's
  * two products and its SwiGLU in one launch, the same floats as
  * strata_cuda_matmul_half_parts then the kernel table's swiglu. gate and
- * up (out, in) of one half type; y may not alias x. */
+ * up (out, in) of one half type; y may not alias x. With `norm` (or NULL)
+ * x is taken as rmsnorm(x) * norm->w. */
 strata_status strata_cuda_gated_half(strata_compute *c, float *y,
-				     const float *x, const void *gate,
+				     const float *x,
+				     const strata_cuda_half_norm *norm,
+				     const void *gate,
 				     const void *up, strata_cuda_half type,
 				     uint32_t in, uint32_t out,
 				     strata_error *err);

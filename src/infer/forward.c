@@ -130,6 +130,26 @@ static strata_status rmsnorm(strata_forward *f, float *y, const float *x,
 					n, hp->dim, hp->norm_eps, err);
 }
 
+/* The norm before products whose weights share its half type folds into
+ * them when they take one row on the device (strata_cuda_half_norm): *fold
+ * is then set and the products read x as stored. Otherwise the norm runs
+ * into f->xb and *fold is NULL. */
+static strata_status norm_or_fold(strata_forward *f, const float *w,
+				  uint8_t elem, bool products_of_elem,
+				  uint32_t n, strata_cuda_half_norm *fold,
+				  const strata_cuda_half_norm **out,
+				  strata_error *err)
+{
+	*out = NULL;
+	if (f->stream && n == 1 && elem != STRATA_ELEM_F32 &&
+	    products_of_elem) {
+		*fold = (strata_cuda_half_norm){w, f->hp->norm_eps};
+		*out = fold;
+		return STRATA_OK;
+	}
+	return rmsnorm(f, f->xb, f->x, w, elem, n, err);
+}
+
 /* The rotation of n rows of queries and keys at positions pos..: one
  * launch on CUDA, the kernel table's two calls elsewhere. */
 static strata_status rope(strata_forward *f, float *q, float *k, uint32_t n,
@@ -161,7 +181,8 @@ typedef struct product {
 	uint32_t out;
 } product;
 
-static strata_status mm_shared(strata_forward *f, const float *x, uint32_t n,
+static strata_status mm_shared(strata_forward *f, const float *x,
+			       const strata_cuda_half_norm *norm, uint32_t n,
 			       uint32_t in, const product *p, uint32_t count,
 			       strata_error *err)
 {
@@ -181,8 +202,9 @@ static strata_status mm_shared(strata_forward *f, const float *x, uint32_t n,
 		parts[i] = (strata_cuda_half_part){p[i].y, p[i].w, p[i].bias,
 						   p[i].out};
 	return strata_cuda_matmul_half_parts(
-		f->c, x, p[0].elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
-						       : STRATA_CUDA_F16,
+		f->c, x, norm,
+		p[0].elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+					      : STRATA_CUDA_F16,
 		n, in, parts, count, false, err);
 }
 
@@ -197,8 +219,9 @@ static strata_status mm_add(strata_forward *f, float *y, const float *x,
 	if (elem != STRATA_ELEM_F32) {
 		strata_cuda_half_part part = {y, w, NULL, out};
 		return strata_cuda_matmul_half_parts(
-			f->c, x, elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
-							  : STRATA_CUDA_F16,
+			f->c, x, NULL,
+			elem == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16
+						 : STRATA_CUDA_F16,
 			n, in, &part, 1, true, err);
 	}
 	strata_status st = mm(f, scratch, x, w, elem, NULL, n, in, out, err);
@@ -226,6 +249,9 @@ static strata_status attention_block(strata_forward *f,
 	const uint8_t *e = w->elem;
 	const float *bq, *bk, *bv;
 	float *bias = f->bias_f32;
+	const uint8_t en = e[STRATA_SLOT_ATTN_NORM];
+	strata_cuda_half_norm fold;
+	const strata_cuda_half_norm *norm;
 	strata_status st;
 	if ((st = as_f32(f, w->bq, e[STRATA_SLOT_BQ], f->q_dim, bias, &bq,
 			 err)) ||
@@ -233,9 +259,12 @@ static strata_status attention_block(strata_forward *f,
 			 bias ? bias + f->q_dim : NULL, &bk, err)) ||
 	    (st = as_f32(f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
 			 bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
-	    (st = rmsnorm(f, f->xb, f->x, w->attn_norm,
-			  e[STRATA_SLOT_ATTN_NORM], n, err)) ||
-	    (st = mm_shared(f, f->xb, n, hp->dim,
+	    (st = norm_or_fold(f, w->attn_norm, en,
+			       e[STRATA_SLOT_WQ] == en &&
+				       e[STRATA_SLOT_WK] == en &&
+				       e[STRATA_SLOT_WV] == en,
+			       n, &fold, &norm, err)) ||
+	    (st = mm_shared(f, norm ? f->x : f->xb, norm, n, hp->dim,
 			    (const product[]){
 				    {f->q, w->wq, e[STRATA_SLOT_WQ], bq, f->q_dim},
 				    {k, w->wk, e[STRATA_SLOT_WK], bk, f->kv_dim},
@@ -257,19 +286,24 @@ static strata_status mlp_block(strata_forward *f, const strata_infer_layer *w,
 	const strata_infer_hparams *hp = f->hp;
 	strata_compute *c = f->c;
 	const uint8_t *e = w->elem;
-	strata_status st;
-	if ((st = rmsnorm(f, f->xb, f->x, w->ffn_norm,
-			  e[STRATA_SLOT_FFN_NORM], n, err)))
+	const uint8_t g = e[STRATA_SLOT_W_GATE];
+	/* decode on the device: both products and the SwiGLU in one */
+	const bool gated = f->stream && n == 1 && g != STRATA_ELEM_F32 &&
+			   g == e[STRATA_SLOT_W_UP];
+	strata_cuda_half_norm fold;
+	const strata_cuda_half_norm *norm;
+	strata_status st = norm_or_fold(f, w->ffn_norm, e[STRATA_SLOT_FFN_NORM],
+					gated && g == e[STRATA_SLOT_FFN_NORM],
+					n, &fold, &norm, err);
+	if (st)
 		return st;
-	uint8_t g = e[STRATA_SLOT_W_GATE];
-	if (n == 1 && g != STRATA_ELEM_F32 && g == e[STRATA_SLOT_W_UP]) {
-		/* decode on the device: both products and the SwiGLU in one */
+	if (gated) {
 		st = strata_cuda_gated_half(
-			c, f->hb, f->xb, w->w_gate, w->w_up,
+			c, f->hb, norm ? f->x : f->xb, norm, w->w_gate, w->w_up,
 			g == STRATA_ELEM_BF16 ? STRATA_CUDA_BF16 : STRATA_CUDA_F16,
 			hp->dim, hp->ffn, err);
 	} else {
-		st = mm_shared(f, f->xb, n, hp->dim,
+		st = mm_shared(f, f->xb, NULL, n, hp->dim,
 			       (const product[]){
 				       {f->hb, w->w_gate, g, NULL, hp->ffn},
 				       {f->hb2, w->w_up, e[STRATA_SLOT_W_UP],
@@ -427,7 +461,7 @@ strata_status strata__forward_qkv(strata_forward *f,
 		{k, w->wk, e[STRATA_SLOT_WK], bk, f->kv_dim},
 		{v, w->wv, e[STRATA_SLOT_WV], bv, f->kv_dim},
 	};
-	return mm_shared(f, f->xb, n, f->hp->dim, p, 3, err);
+	return mm_shared(f, f->xb, NULL, n, f->hp->dim, p, 3, err);
 }
 
 strata_status strata__forward_mm_add(strata_forward *f, float *y,

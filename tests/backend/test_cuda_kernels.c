@@ -259,17 +259,36 @@ static void test_matmul_half_gemm_matches_cpu(void **state)
 			  SPLIT_TOL, 34);
 }
 
+/* A folded norm's weights (in, of `type`, on the device) into *norm, and
+ * the reference's input xn = rmsnorm(x) * weights on the CPU. */
+static void fold_norm(strata_cuda_half type, const float *x, uint32_t in,
+		      float *xn, strata_cuda_half_norm *norm, uint64_t seed)
+{
+	float *g = host_floats(in);
+	fill_sixty_fourths(g, in, seed);
+	OK(strata_kernel_rmsnorm(F.cpu, xn, x, g, 1, in, 1e-5f, ERR));
+	*norm = (strata_cuda_half_norm){upload_half(type, g, in), 1e-5f};
+	free(g);
+}
+
 /* Three products sharing x in one call (q, k, v shapes), the second with a
  * bias, against the CPU product of each; with accumulate, y starts random
- * and the product is added to it. */
+ * and the product is added to it; with `normed` (one row) rmsnorm folds
+ * into the products. */
 static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
-				    bool accumulate, uint64_t seed)
+				    bool accumulate, bool normed, uint64_t seed)
 {
 	const uint32_t in = 1024, outs[3] = {1024, 256, 256};
 	float *x = host_floats((size_t)n * in), *b = host_floats(256);
+	float *xn = host_floats((size_t)n * in);
 	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
 	cuda_test_fill(b, 256, seed + 1, 1.0f);
 	float *dx = upload(x, (uint64_t)n * in * 4);
+	strata_cuda_half_norm norm;
+	if (normed)
+		fold_norm(type, x, in, xn, &norm, seed + 2);
+	else
+		memcpy(xn, x, (size_t)n * in * sizeof *x);
 	float *db = upload(b, 256 * 4);
 	strata_cuda_half_part parts[3];
 	float *want[3], *got[3];
@@ -279,7 +298,7 @@ static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
 		fill_sixty_fourths(w, wn, seed + 10 + i);
 		cuda_test_fill(y0, yn, seed + 20 + i, accumulate ? 1.0f : 0.0f);
 		want[i] = host_floats(yn), got[i] = host_floats(yn);
-		OK(strata_kernel_matmul(F.cpu, want[i], x, w, i == 1 ? b : NULL,
+		OK(strata_kernel_matmul(F.cpu, want[i], xn, w, i == 1 ? b : NULL,
 					n, in, outs[i], ERR));
 		for (size_t j = 0; accumulate && j < yn; j++)
 			want[i][j] += y0[j];
@@ -288,63 +307,107 @@ static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
 			.bias = i == 1 ? db : NULL, .out = outs[i]};
 		free(w), free(y0);
 	}
-	OK(strata_cuda_matmul_half_parts(F.gpu, dx, type, n, in, parts, 3,
-					 accumulate, ERR));
+	OK(strata_cuda_matmul_half_parts(F.gpu, dx, normed ? &norm : NULL, type,
+					 n, in, parts, 3, accumulate, ERR));
 	for (int i = 0; i < 3; i++) {
 		download(got[i], parts[i].y, (uint64_t)n * outs[i] * 4);
 		char what[96];
-		snprintf(what, sizeof what, "matmul parts %s n=%u part %d%s",
+		snprintf(what, sizeof what, "matmul parts %s n=%u part %d%s%s",
 			 type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i,
-			 accumulate ? " +=" : "");
+			 accumulate ? " +=" : "", normed ? " normed" : "");
 		expect_close(what, want[i], got[i], (size_t)n * outs[i],
 			     n == 1 ? F32_TOL : SPLIT_TOL);
 		free(want[i]), free(got[i]);
 	}
 	dev_free_all();
-	free(x), free(b);
+	free(x), free(xn), free(b);
 }
 
 /* silu(x . gate^T) * (x . up^T) in one launch against the CPU's two
- * products and swiglu. */
+ * products and swiglu; `normed`: with rmsnorm folded in. */
 static void check_gated_half(strata_cuda_half type, uint32_t in, uint32_t out,
-			     uint64_t seed)
+			     bool normed, uint64_t seed)
 {
 	float *x = host_floats(in), *wg = host_floats((size_t)out * in);
 	float *wu = host_floats((size_t)out * in), *want = host_floats(out);
 	float *up = host_floats(out), *got = host_floats(out);
+	float *xn = host_floats(in);
 	cuda_test_fill(x, in, seed, 1.0f);
 	fill_sixty_fourths(wg, (size_t)out * in, seed + 1);
 	fill_sixty_fourths(wu, (size_t)out * in, seed + 2);
-	OK(strata_kernel_matmul(F.cpu, want, x, wg, NULL, 1, in, out, ERR));
-	OK(strata_kernel_matmul(F.cpu, up, x, wu, NULL, 1, in, out, ERR));
+	strata_cuda_half_norm norm;
+	if (normed)
+		fold_norm(type, x, in, xn, &norm, seed + 3);
+	else
+		memcpy(xn, x, (size_t)in * sizeof *x);
+	OK(strata_kernel_matmul(F.cpu, want, xn, wg, NULL, 1, in, out, ERR));
+	OK(strata_kernel_matmul(F.cpu, up, xn, wu, NULL, 1, in, out, ERR));
 	OK(strata_kernel_swiglu(F.cpu, want, up, out, ERR));
 	float *dy = dev_alloc((uint64_t)out * 4);
 	OK(strata_cuda_gated_half(F.gpu, dy, upload(x, (uint64_t)in * 4),
+				  normed ? &norm : NULL,
 				  upload_half(type, wg, (size_t)out * in),
 				  upload_half(type, wu, (size_t)out * in), type, in,
 				  out, ERR));
 	download(got, dy, (uint64_t)out * 4);
-	expect_close(type == STRATA_CUDA_BF16 ? "gated bf16" : "gated f16", want,
-		     got, out, F32_TOL);
+	char what[64];
+	snprintf(what, sizeof what, "gated %s in=%u out=%u%s",
+		 type == STRATA_CUDA_BF16 ? "bf16" : "f16", in, out,
+		 normed ? " normed" : "");
+	expect_close(what, want, got, out, F32_TOL);
 	dev_free_all();
-	free(x), free(wg), free(wu), free(want), free(up), free(got);
+	free(x), free(xn), free(wg), free(wu), free(want), free(up), free(got);
+}
+
+/* Every GEMV tuning computes the same products: loads in flight per lane,
+ * and one, two or four warps per row (a row split's partial sums meet in
+ * shared memory). */
+static void test_gemv_tunings_match_cpu(void **state)
+{
+	(void)state;
+	const int unroll0 = strata__cuda_gemv_unroll;
+	const int split0 = strata__cuda_gemv_split;
+	strata__cuda_gemv_rows_max = STRATA__CUDA_GEMV_ROWS;
+	for (int u = 4; u <= 8; u += 4) {
+		for (int sp = 1; sp <= 4; sp *= 2) {
+			strata__cuda_gemv_unroll = u;
+			strata__cuda_gemv_split = sp;
+			printf("  GEMV tuning: %d loads in flight, %d warps a row\n",
+			       u, sp);
+			check_matmul_half(STRATA_CUDA_BF16, 1, 4096, 1000, true,
+					  false, F32_TOL, 60 + u + sp);
+			check_matmul_half(STRATA_CUDA_F16, 2, 2048, 77, false,
+					  false, F32_TOL, 70 + u + sp);
+			check_matmul_half_parts(STRATA_CUDA_BF16, 1, true,
+						sp == 2, 80 + u + sp);
+			check_gated_half(STRATA_CUDA_BF16, 1024, 999, sp != 2,
+					 90 + u + sp);
+		}
+	}
+	strata__cuda_gemv_unroll = unroll0;
+	strata__cuda_gemv_split = split0;
+	strata__cuda_gemv_rows_max = F.gemv_default;
 }
 
 static void test_matmul_half_parts_matches_cpu(void **state)
 {
 	(void)state;
-	check_matmul_half_parts(STRATA_CUDA_BF16, 1, false, 50);
-	check_matmul_half_parts(STRATA_CUDA_BF16, 1, true, 51);
-	check_matmul_half_parts(STRATA_CUDA_F16, 1, true, 52);
-	check_matmul_half_parts(STRATA_CUDA_BF16, 7, false, 53);
-	check_matmul_half_parts(STRATA_CUDA_F16, 7, true, 54);
-	check_gated_half(STRATA_CUDA_BF16, 1024, 2000, 55);
-	check_gated_half(STRATA_CUDA_F16, 1000, 300, 56); /* in % 8: scalar */
+	check_matmul_half_parts(STRATA_CUDA_BF16, 1, false, false, 50);
+	check_matmul_half_parts(STRATA_CUDA_BF16, 1, true, false, 51);
+	check_matmul_half_parts(STRATA_CUDA_F16, 1, true, false, 52);
+	check_matmul_half_parts(STRATA_CUDA_BF16, 7, false, false, 53);
+	check_matmul_half_parts(STRATA_CUDA_F16, 7, true, false, 54);
+	check_matmul_half_parts(STRATA_CUDA_BF16, 1, false, true, 57);
+	check_matmul_half_parts(STRATA_CUDA_F16, 1, true, true, 58);
+	check_gated_half(STRATA_CUDA_BF16, 1024, 2000, false, 55);
+	check_gated_half(STRATA_CUDA_F16, 1000, 300, false, 56); /* scalar */
+	check_gated_half(STRATA_CUDA_BF16, 1024, 2000, true, 59);
+	check_gated_half(STRATA_CUDA_F16, 1000, 300, true, 60); /* scalar */
 	/* one output aliasing the input is refused, not computed */
 	strata_error err;
 	float *d = dev_alloc(4096);
 	strata_cuda_half_part p = {.y = d, .w = d + 512, .out = 4};
-	assert_int_equal(strata_cuda_matmul_half_parts(F.gpu, d, STRATA_CUDA_BF16,
+	assert_int_equal(strata_cuda_matmul_half_parts(F.gpu, d, NULL, STRATA_CUDA_BF16,
 						       1, 4, &p, 1, false, &err),
 			 STRATA_E_INVALID_ARG);
 	dev_free_all();
@@ -555,6 +618,8 @@ static void test_attention_decode_matches_cpu(void **state)
 	check_attention(1, 99, 8, 8, 80, 0, 74);     /* head size not 2^k */
 	check_attention(1, 70, 2, 1, 30, 0, 75);     /* head size not 4k */
 	check_attention(1, 8191, 32, 8, 128, 0, 76); /* long cache, many splits */
+	check_attention(1, 700, 8, 2, 256, 0, 77);   /* gemma-style heads */
+	check_attention(1, 2, 16, 16, 128, 0, 78);   /* warps without keys */
 }
 
 static void test_attention_prefill_causal_matches_cpu(void **state)
@@ -700,58 +765,69 @@ static void run_att(void *p)
  * and the layer's sum against its weights: where a decode token's time
  * goes besides reading the weights. */
 typedef struct layer_arg {
-	int step;
-	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *inv_freq;
-	void *wq, *wk, *wv, *wo, *wg, *wu, *wd, *norm;
+	int step; /* one step, OUT_STEP, or WHOLE_LAYER */
+	float *x, *xb, *q, *k, *v, *att, *hb, *logits, *inv_freq;
+	void *wq, *wk, *wv, *wo, *wg, *wu, *wd, *wout, *norm;
 	strata_attention_shape s;
 } layer_arg;
+
+#define LAYER_STEPS 6 /* the norms fold into the products after them */
+#define OUT_STEP 6    /* the output product: vocab 32000 */
+#define WHOLE_LAYER 9
 
 static void run_layer_step(void *p)
 {
 	layer_arg *a = p;
 	const uint32_t dim = 4096, ffn = 14336, kvd = 1024;
+	const strata_cuda_half_norm norm = {a->norm, 1e-5f};
 	switch (a->step) {
-	case 0:
-		OK(strata_cuda_rmsnorm_half(F.gpu, a->xb, a->x, a->norm,
-					    STRATA_CUDA_BF16, 1, dim, 1e-5f, ERR));
-		break;
-	case 1: {
+	case 0: {
 		strata_cuda_half_part p[3] = {{a->q, a->wq, NULL, dim},
 					      {a->k, a->wk, NULL, kvd},
 					      {a->v, a->wv, NULL, kvd}};
-		OK(strata_cuda_matmul_half_parts(F.gpu, a->xb, STRATA_CUDA_BF16,
-						 1, dim, p, 3, false, ERR));
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->x, &norm,
+						 STRATA_CUDA_BF16, 1, dim, p, 3,
+						 false, ERR));
 		break;
 	}
-	case 2:
+	case 1:
 		OK(strata_cuda_rope_qk(F.gpu, a->q, a->k + 64 * 1024, 1,
 				       a->s.pos0, 32, 8, 128, a->inv_freq,
 				       STRATA_ROPE_HALF, ERR));
 		break;
-	case 3:
+	case 2:
 		OK(strata_kernel_attention(F.gpu, a->att, a->q, a->k, a->v,
 					   &a->s, ERR));
 		break;
-	case 4: {
+	case 3: {
 		strata_cuda_half_part p = {a->x, a->wo, NULL, dim};
-		OK(strata_cuda_matmul_half_parts(F.gpu, a->att, STRATA_CUDA_BF16,
-						 1, dim, &p, 1, true, ERR));
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->att, NULL,
+						 STRATA_CUDA_BF16, 1, dim, &p, 1,
+						 true, ERR));
 		break;
 	}
-	case 5:
-		OK(strata_cuda_gated_half(F.gpu, a->hb, a->xb, a->wg, a->wu,
-					  STRATA_CUDA_BF16, dim, ffn, ERR));
+	case 4:
+		OK(strata_cuda_gated_half(F.gpu, a->hb, a->x, &norm, a->wg,
+					  a->wu, STRATA_CUDA_BF16, dim, ffn,
+					  ERR));
 		break;
-	case 6: /* the MLP's norm */
-		OK(strata_cuda_rmsnorm_half(F.gpu, a->xb, a->x, a->norm,
-					    STRATA_CUDA_BF16, 1, dim, 1e-5f, ERR));
-		break;
-	case 7: {
+	case 5: {
 		strata_cuda_half_part p = {a->x, a->wd, NULL, dim};
-		OK(strata_cuda_matmul_half_parts(F.gpu, a->hb, STRATA_CUDA_BF16,
-						 1, ffn, &p, 1, true, ERR));
+		OK(strata_cuda_matmul_half_parts(F.gpu, a->hb, NULL,
+						 STRATA_CUDA_BF16, 1, ffn, &p, 1,
+						 true, ERR));
 		break;
 	}
+	case OUT_STEP:
+		OK(strata_cuda_matmul_half(F.gpu, a->logits, a->xb, a->wout,
+					   STRATA_CUDA_BF16, NULL, 1, dim,
+					   32000, ERR));
+		break;
+	case WHOLE_LAYER:
+		for (a->step = 0; a->step < LAYER_STEPS; a->step++)
+			run_layer_step(a);
+		a->step = WHOLE_LAYER;
+		break;
 	}
 }
 
@@ -761,20 +837,19 @@ static void test_decode_layer_figure(void **state)
 	if (getenv("STRATA_CUDA_NO_TIMING"))
 		skip();
 	const uint32_t dim = 4096, ffn = 14336, kvd = 1024, pos = 64;
-	const char *names[8] = {"rmsnorm", "q,k,v product", "rope (q, k)",
-				"attention", "o product +=",
-				"gate,up,swiglu", "rmsnorm",
-				"down product +="};
-	const uint64_t bytes[8] = {0, (uint64_t)(dim + 2 * kvd) * dim * 2, 0, 0,
-				   (uint64_t)dim * dim * 2,
-				   (uint64_t)2 * ffn * dim * 2, 0,
-				   (uint64_t)dim * ffn * 2};
+	const char *names[LAYER_STEPS + 1] = {
+		"norm+q,k,v", "rope (q, k)", "attention", "o product +=",
+		"norm+gate,up", "down product +=", "output product"};
+	const uint64_t bytes[LAYER_STEPS + 1] = {
+		(uint64_t)(dim + 2 * kvd) * dim * 2, 0, 0,
+		(uint64_t)dim * dim * 2, (uint64_t)2 * ffn * dim * 2,
+		(uint64_t)dim * ffn * 2, (uint64_t)32000 * dim * 2};
 	layer_arg a = {
 		.x = dev_alloc(dim * 4), .xb = dev_alloc(dim * 4),
 		.q = dev_alloc(dim * 4), .att = dev_alloc(dim * 4),
 		.k = dev_alloc((uint64_t)(pos + 1) * kvd * 4),
 		.v = dev_alloc((uint64_t)(pos + 1) * kvd * 4),
-		.hb = dev_alloc(ffn * 4), .hb2 = dev_alloc(ffn * 4),
+		.hb = dev_alloc(ffn * 4), .logits = dev_alloc(32000 * 4),
 		.inv_freq = dev_alloc(64 * 4), .norm = dev_alloc(dim * 2),
 		.wq = dev_alloc((uint64_t)dim * dim * 2),
 		.wk = dev_alloc((uint64_t)kvd * dim * 2),
@@ -783,16 +858,43 @@ static void test_decode_layer_figure(void **state)
 		.wg = dev_alloc((uint64_t)ffn * dim * 2),
 		.wu = dev_alloc((uint64_t)ffn * dim * 2),
 		.wd = dev_alloc((uint64_t)dim * ffn * 2),
+		.wout = dev_alloc((uint64_t)32000 * dim * 2),
 		.s = {.n = 1, .pos0 = pos, .heads = 32, .kv_heads = 8,
 		      .head_dim = 128, .scale = 0.088f},
 	};
 	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	/* the products under each GEMV tuning, the shipped one first */
+	const int unroll0 = strata__cuda_gemv_unroll;
+	const int split0 = strata__cuda_gemv_split;
+	const int tune[][2] = {{unroll0, split0}, {4, 1}, {8, 1}, {4, 2},
+			       {8, 2}, {8, 4}};
+	const int products[] = {0, 3, 4, 5, OUT_STEP};
+	for (size_t t = 0; t < sizeof tune / sizeof *tune; t++) {
+		strata__cuda_gemv_unroll = tune[t][0];
+		strata__cuda_gemv_split = tune[t][1];
+		char line[512];
+		int len = snprintf(line, sizeof line, "  GEMV %d in flight, %d warps/row%s:",
+				   tune[t][0], tune[t][1], t ? "" : " (default)");
+		for (size_t i = 0; i < sizeof products / sizeof *products; i++) {
+			a.step = products[i];
+			double sec = time_on_stream(run_layer_step, &a, 50);
+			len += snprintf(line + len, sizeof line - (size_t)len,
+					" %s %.1f us %.0f GB/s;", names[a.step],
+					sec * 1e6, bytes[a.step] / sec / 1e9);
+		}
+		a.step = WHOLE_LAYER;
+		printf("%s layer back to back %.1f us\n", line,
+		       time_on_stream(run_layer_step, &a, 50) * 1e6);
+	}
+	strata__cuda_gemv_unroll = unroll0;
+	strata__cuda_gemv_split = split0;
 	double total = 0;
 	uint64_t weights = 0;
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i <= OUT_STEP; i++) {
 		a.step = i;
 		double t = time_on_stream(run_layer_step, &a, 50);
-		total += t, weights += bytes[i];
+		if (i < LAYER_STEPS)
+			total += t, weights += bytes[i];
 		if (bytes[i])
 			printf("  decode layer: %-16s %6.1f us, %4.0f GB/s\n",
 			       names[i], t * 1e6, bytes[i] / t / 1e9);
@@ -803,6 +905,10 @@ static void test_decode_layer_figure(void **state)
 	printf("  decode layer: the steps alone %.1f us, %.0f MB of weights at "
 	       "%.0f GB/s over the sum\n", total * 1e6,
 	       weights / 1e6, weights / total / 1e9);
+	a.step = WHOLE_LAYER;
+	double layer = time_on_stream(run_layer_step, &a, 50);
+	printf("  decode layer: back to back %.1f us, %.0f GB/s of weights\n",
+	       layer * 1e6, weights / layer / 1e9);
 	dev_free_all();
 }
 
@@ -970,6 +1076,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_half_gemv_matches_cpu),
 		cmocka_unit_test(test_matmul_half_gemm_matches_cpu),
 		cmocka_unit_test(test_matmul_half_parts_matches_cpu),
+		cmocka_unit_test(test_gemv_tunings_match_cpu),
 		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),
 		cmocka_unit_test(test_rope_matches_cpu_both_layouts_llama3),
 		cmocka_unit_test(test_swiglu_add_embed_match_cpu),

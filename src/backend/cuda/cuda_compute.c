@@ -202,11 +202,12 @@ static strata_status cuda_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,
 			"rope", err);
 }
 
-/* Measured on an H200 (test_cuda_kernels, decode, 32/8 heads of 128): 8
- * blocks per multiprocessor reads the cache at 625 GB/s at 8192 positions
- * and 552 GB/s at 2048, against 232 and 378 with 2, and 560 and 428 with
- * 16; at 512 positions every choice from 2 up is within 2%. */
-uint32_t strata__cuda_attention_blocks_per_sm = 8;
+/* Measured on an H200 (test_cuda_kernels, decode, 32/8 heads of 128, the
+ * warp-per-key kernel): 4 blocks per multiprocessor reads the cache at
+ * 1334 GB/s at 8192 positions and 842 GB/s at 2048, against 971 and 758
+ * with 2 and 1172 and 718 with 8; at 512 positions every choice from 2 up
+ * is within 2%. */
+uint32_t strata__cuda_attention_blocks_per_sm = 4;
 
 /* Head sizes up to this run in the attention kernel (its shared memory is
  * a few head rows; llama-family heads are 64 .. 256). */
@@ -437,6 +438,7 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 }
 
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    const strata_cuda_half_norm *norm,
 					    strata_cuda_half type, uint32_t n,
 					    uint32_t in,
 					    const strata_cuda_half_part *parts,
@@ -446,7 +448,8 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 	strata__cuda_compute *k = strata__cuda_compute_of(c);
 	bool ok = k && x && n && in && parts && count &&
 		  count <= STRATA_CUDA_HALF_PARTS_MAX &&
-		  (type == STRATA_CUDA_BF16 || type == STRATA_CUDA_F16);
+		  (type == STRATA_CUDA_BF16 || type == STRATA_CUDA_F16) &&
+		  (!norm || (norm->w && n == 1));
 	uint32_t widest = 0;
 	for (uint32_t i = 0; ok && i < count; i++) {
 		const strata_cuda_half_part *p = &parts[i];
@@ -456,9 +459,11 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 	}
 	if (!ok)
 		return not_cuda_compute(err, "strata_cuda_matmul_half_parts");
-	if (n == 1 && strata__cuda_gemv_rows_max >= 1) {
+	if (n == 1 && (strata__cuda_gemv_rows_max >= 1 || norm)) {
 		strata__cuda_gemv_parts g = {.count = (int)count,
-					     .accumulate = accumulate};
+					     .accumulate = accumulate,
+					     .norm = norm ? norm->w : NULL,
+					     .eps = norm ? norm->eps : 0.0f};
 		for (uint32_t i = 0; i < count; i++)
 			g.part[i] = (strata__cuda_gemv_part){
 				parts[i].y, parts[i].w, parts[i].bias,
@@ -493,7 +498,9 @@ strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
 }
 
 strata_status strata_cuda_gated_half(strata_compute *c, float *y,
-				     const float *x, const void *gate,
+				     const float *x,
+				     const strata_cuda_half_norm *norm,
+				     const void *gate,
 				     const void *up, strata_cuda_half type,
 				     uint32_t in, uint32_t out,
 				     strata_error *err)
@@ -501,10 +508,12 @@ strata_status strata_cuda_gated_half(strata_compute *c, float *y,
 	strata__cuda_compute *k = strata__cuda_compute_of(c);
 	if (!k || !y || !x || !gate || !up || !in || !out ||
 	    (type != STRATA_CUDA_BF16 && type != STRATA_CUDA_F16) ||
-	    (const void *)y == (const void *)x)
+	    (const void *)y == (const void *)x || (norm && !norm->w))
 		return not_cuda_compute(err, "strata_cuda_gated_half");
 	return launched(strata__cuda_gemv_half_glu(k->stream.cuda, y, x, gate,
-						   up, (int)type, in, out),
+						   up, (int)type, in, out,
+						   norm ? norm->w : NULL,
+						   norm ? norm->eps : 0.0f),
 			"gated product (GEMV)", err);
 }
 

@@ -74,6 +74,12 @@ cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst, const float *src,
 cudaError_t strata__cuda_to_half_split(cudaStream_t s, void *dst,
 				       const float *src, uint64_t count,
 				       int type);
+/* GEMV tuning (kernels_gemv_topk.cu; tests set them to compare): 16-byte
+ * loads in flight per lane (4 or 8) and warps per output row (1, 2, 4; 0:
+ * picked from the row count). */
+extern int strata__cuda_gemv_unroll;
+extern int strata__cuda_gemv_split;
+
 /* y (n, out) = x (n, in) . w (out, in, bf16 or f16)^T (+ bias), f32
  * accumulation; n <= STRATA__CUDA_GEMV_ROWS. */
 cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y, const float *x,
@@ -81,7 +87,8 @@ cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y, const float *x,
 				   uint32_t n, uint32_t in, uint32_t out);
 
 /* y_i (out_i) (+)= x (in) . w_i (out_i, in)^T (+ bias_i) for the parts of
- * one launch: one row of x, f32 accumulation, weights of one type. */
+ * one launch: one row of x, f32 accumulation, weights of one type; with
+ * norm, x is taken as rmsnorm(x) * norm. */
 #define STRATA__CUDA_GEMV_PARTS 3
 typedef struct strata__cuda_gemv_part {
 	float *y;
@@ -92,18 +99,22 @@ typedef struct strata__cuda_gemv_part {
 typedef struct strata__cuda_gemv_parts {
 	strata__cuda_gemv_part part[STRATA__CUDA_GEMV_PARTS];
 	int count;
-	int accumulate; /* y_i += instead of y_i = */
+	int accumulate;	  /* y_i += instead of y_i = */
+	const void *norm; /* rmsnorm's weights (in), same type, or NULL */
+	float eps;
 } strata__cuda_gemv_parts;
 cudaError_t strata__cuda_gemv_half_parts(cudaStream_t s,
 					 const strata__cuda_gemv_parts *p,
 					 const float *x, int type, uint32_t in);
 
 /* y (out) = silu(x (in) . gate^T) * (x . up^T): one row, f32 accumulation,
- * gate and up (out, in) of one half type. */
+ * gate and up (out, in) of one half type; with norm (in, that type, or
+ * NULL) x is taken as rmsnorm(x) * norm. */
 cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
 				       const float *x, const void *gate,
 				       const void *up, int type, uint32_t in,
-				       uint32_t out);
+				       uint32_t out, const void *norm,
+				       float eps);
 
 /* Top-k of logits (vocab) by value, ties to the lower index, NaN ranked
  * below -inf: k pairs into out_values / out_ids (device, k each), best

@@ -173,7 +173,9 @@ strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
 }
 
 strata_status strata_cuda_gated_half(strata_compute *c, float *y,
-				     const float *x, const void *gate,
+				     const float *x,
+				     const strata_cuda_half_norm *norm,
+				     const void *gate,
 				     const void *up, strata_cuda_half type,
 				     uint32_t in, uint32_t out,
 				     strata_error *err)
@@ -181,6 +183,7 @@ strata_status strata_cuda_gated_half(strata_compute *c, float *y,
 	(void)c;
 	(void)y;
 	(void)x;
+	(void)norm;
 	(void)gate;
 	(void)up;
 	(void)type;
@@ -216,6 +219,7 @@ strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
 }
 
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
+					    const strata_cuda_half_norm *norm,
 					    strata_cuda_half type, uint32_t n,
 					    uint32_t in,
 					    const strata_cuda_half_part *parts,
@@ -224,6 +228,7 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 {
 	(void)c;
 	(void)x;
+	(void)norm;
 	(void)type;
 	(void)n;
 	(void)in;

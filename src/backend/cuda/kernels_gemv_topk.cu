@@ -3,9 +3,9 @@
  * sampling (layer: backend).
  *
  * Decode reads every weight once per token, so the GEMV is bound by memory
- * bandwidth: a warp owns one output row and streams it in 16-byte loads,
- * applying each weight to up to eight activation rows while it is in
- * registers. Top-k runs in two stages: each block finds its chunk's best k
+ * bandwidth: one or a few warps own an output row and stream it in 16-byte
+ * loads, several in flight per lane, applying each weight to up to eight
+ * activation rows while it is in registers. Top-k runs in two stages: each block finds its chunk's best k
  * by k rounds of "largest below the previous pick", then one block does the
  * same over the blocks' candidates. The order is total (value, then the
  * lower index), so every round's pick is unique and repeats never happen.
@@ -16,7 +16,8 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.h"
 
-#define GEMV_THREADS 256u /* 8 warps: 8 output rows per block */
+#define GEMV_THREADS 256u /* 8 warps */
+#define GEMV_WARPS (GEMV_THREADS / 32u)
 #define TOPK_THREADS 256u
 #define TOPK_CHUNK 1024u  /* logits per first-stage block, at least */
 #define NO_ID 0x7fffffff
@@ -25,68 +26,203 @@
 /* GEMV                                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* acc[r] += w's row wr . x's row r over `in`, this lane's share of it. */
-template <typename T, int NR>
-__device__ __forceinline__ void row_dot(float *acc, const T *wr,
-					const float *x, uint32_t in,
-					uint32_t lane, int vec)
+/* Tuning (test_cuda_kernels sets them to compare): 16-byte loads in
+ * flight per lane before any is used, and warps sharing one output row (0:
+ * by the product). Measured on an H200 over one decode layer of the 7.5 GB
+ * llama (4096 -> 6144 q,k,v, 4096 -> 4096, 4096 -> 2 x 14336, 14336 ->
+ * 4096), back to back: 4 loads and one warp a row 138 us, 8 loads 146 us,
+ * two warps a row for every product 143 us (slower o and down products,
+ * faster q,k,v and gate/up with the norm folded in), four 179 us. So: 4,
+ * and two warps a row only where a norm is folded in. */
+extern "C" {
+int strata__cuda_gemv_unroll = 4;
+int strata__cuda_gemv_split = 0;
+}
+
+/* The warps of a block share GEMV_WARPS / split rows, each warp one split
+ * of the row's columns (a row split needs columns of whole 16-byte loads
+ * per warp, and costs a shared-memory reduction). A folded norm adds work
+ * per element of x, which two warps a row share (see the tuning above). */
+static int gemv_split(uint32_t in, int vec, bool norm)
 {
-	if (vec) {
-		/* in % 8 == 0 and 16-byte aligned rows: 8 weights a load. */
-#pragma unroll 4
-		for (uint32_t k = lane * 8; k < in; k += 256) {
-			/* streamed (evict-first): weights are read once,
-			 * and must not push x out of the caches */
-			uint4 raw = __ldcs((const uint4 *)(wr + k));
-			const T *wv = (const T *)&raw;
-			float wf[8];
+	int split = strata__cuda_gemv_split;
+	if (split <= 0)
+		split = norm ? 2 : 1;
+	while (split > 1 && (!vec || in % (8u * split) != 0))
+		split /= 2;
+	return split;
+}
+
+/* acc[m][r] += w[m]'s row . x's row r over columns [k0, k1), this lane's
+ * share, for M matrices at once (their loads in flight together). vec: the
+ * rows and x are 16-byte aligned and k0, k1 multiples of 8, so each load
+ * is 8 weights; U of them per lane are issued before any is used. The
+ * weights are read once, streamed (evict-first) so they do not push x out
+ * of the caches. NORM (one row): x is taken times the norm's weights g,
+ * and ssq sums x's squares, for the caller to scale by rmsnorm's factor. */
+template <typename T, int M, int NR, int U, bool NORM>
+__device__ __forceinline__ void dot_rows(float (&acc)[M][NR],
+					 const T *const (&w)[M], const T *g,
+					 float &ssq, const float *x,
+					 uint32_t in, uint32_t k0, uint32_t k1,
+					 uint32_t lane, int vec)
+{
+	static_assert(!NORM || NR == 1, "the norm folds into one row");
+	if (!vec) {
+		for (uint32_t k = k0 + lane; k < k1; k += 32) {
+			float xg[NR];
 #pragma unroll
-			for (int t = 0; t < 8; t++)
-				wf[t] = strata__to_float(wv[t]);
+			for (int r = 0; r < NR; r++)
+				xg[r] = x[(uint64_t)r * in + k];
+			if (NORM) {
+				ssq += xg[0] * xg[0];
+				xg[0] *= strata__to_float(g[k]);
+			}
+#pragma unroll
+			for (int m = 0; m < M; m++) {
+				float wf = strata__to_float(w[m][k]);
+#pragma unroll
+				for (int r = 0; r < NR; r++)
+					acc[m][r] += wf * xg[r];
+			}
+		}
+		return;
+	}
+	for (uint32_t k = k0 + lane * 8; k < k1; k += 256 * U) {
+		uint4 raw[M][U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+#pragma unroll
+			for (int m = 0; m < M; m++)
+				raw[m][u] = k + u * 256 < k1
+						    ? __ldcs((const uint4 *)(w[m] + k +
+									 u * 256))
+						    : make_uint4(0, 0, 0, 0);
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const uint32_t kk = k + u * 256;
+			if (kk >= k1)
+				break;
 #pragma unroll
 			for (int r = 0; r < NR; r++) {
 				const float4 *xp =
-					(const float4 *)(x + (uint64_t)r * in + k);
-				float4 a = xp[0], b = xp[1];
-				acc[r] += wf[0] * a.x + wf[1] * a.y +
-					  wf[2] * a.z + wf[3] * a.w +
-					  wf[4] * b.x + wf[5] * b.y +
-					  wf[6] * b.z + wf[7] * b.w;
+					(const float4 *)(x + (uint64_t)r * in + kk);
+				const float4 a = xp[0], b = xp[1];
+				float xe[8] = {a.x, a.y, a.z, a.w,
+					       b.x, b.y, b.z, b.w};
+				if (NORM) {
+					const uint4 graw =
+						__ldg((const uint4 *)(g + kk));
+					const T *gv = (const T *)&graw;
+#pragma unroll
+					for (int t = 0; t < 8; t++) {
+						ssq += xe[t] * xe[t];
+						xe[t] *= strata__to_float(gv[t]);
+					}
+				}
+#pragma unroll
+				for (int m = 0; m < M; m++) {
+					const T *wv = (const T *)&raw[m][u];
+					float d = 0.0f;
+#pragma unroll
+					for (int t = 0; t < 8; t++)
+						d += strata__to_float(wv[t]) * xe[t];
+					acc[m][r] += d;
+				}
 			}
 		}
-	} else {
-		for (uint32_t k = lane; k < in; k += 32) {
-			float wf = strata__to_float(wr[k]);
-#pragma unroll
-			for (int r = 0; r < NR; r++)
-				acc[r] += wf * x[(uint64_t)r * in + k];
-		}
 	}
-#pragma unroll
-	for (int r = 0; r < NR; r++)
-		acc[r] = strata__warp_sum(acc[r]);
 }
 
-template <typename T, int NR>
+/* The block's rows of M matrices against x: warp `w` takes split
+ * (w % split) of the columns of the block's row w / split; the row's
+ * complete sums come back in every lane of the row's first warp, whose
+ * *first is then true (false in the others, and where !valid: past the
+ * last row, nothing read). NORM: the sums come back scaled by rmsnorm's
+ * factor over x (in columns, eps) with x times g. Every thread of the
+ * block must call it: a split's reduction has a barrier. */
+template <typename T, int M, int NR, int U, bool NORM>
+__device__ __forceinline__ void block_rows(float (&acc)[M][NR],
+					   const T *const (&w)[M], bool valid,
+					   const float *x, uint32_t in, int vec,
+					   int split, const T *g, float eps,
+					   bool *first)
+{
+	__shared__ float red[GEMV_WARPS][M * NR + 1];
+	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t part = warp % (uint32_t)split;
+	const uint32_t cols = in / (uint32_t)split;
+	float ssq = 0.0f;
+#pragma unroll
+	for (int m = 0; m < M; m++)
+#pragma unroll
+		for (int r = 0; r < NR; r++)
+			acc[m][r] = 0.0f;
+	if (valid)
+		dot_rows<T, M, NR, U, NORM>(acc, w, g, ssq, x, in, part * cols,
+					    part * cols + cols, lane, vec);
+#pragma unroll
+	for (int m = 0; m < M; m++)
+#pragma unroll
+		for (int r = 0; r < NR; r++)
+			acc[m][r] = strata__warp_sum(acc[m][r]);
+	if (NORM)
+		ssq = strata__warp_sum(ssq);
+	*first = valid && part == 0;
+	if (split > 1) {
+		if (lane == 0) {
+#pragma unroll
+			for (int m = 0; m < M; m++)
+#pragma unroll
+				for (int r = 0; r < NR; r++)
+					red[warp][m * NR + r] = acc[m][r];
+			red[warp][M * NR] = ssq;
+		}
+		__syncthreads();
+		if (*first)
+			for (uint32_t s = 1; s < (uint32_t)split; s++) {
+#pragma unroll
+				for (int m = 0; m < M; m++)
+#pragma unroll
+					for (int r = 0; r < NR; r++)
+						acc[m][r] +=
+							red[warp + s][m * NR + r];
+				ssq += red[warp + s][M * NR];
+			}
+	}
+	if (NORM && *first) {
+		/* rmsnorm_kernel's factor, over the same sum of squares */
+		const float f = 1.0f / sqrtf(ssq / (float)in + eps);
+#pragma unroll
+		for (int m = 0; m < M; m++)
+			acc[m][0] *= f;
+	}
+}
+
+/* This warp's row of the launch: rows per block are GEMV_WARPS / split. */
+__device__ __forceinline__ uint64_t warp_row(int split)
+{
+	return (uint64_t)blockIdx.x * (GEMV_WARPS / (uint32_t)split) +
+	       (threadIdx.x >> 5) / (uint32_t)split;
+}
+
+template <typename T, int NR, int U>
 __global__ void gemv_kernel(float *y, const float *x, const T *w,
 			    const float *bias, uint32_t in, uint32_t out,
-			    int vec)
+			    int vec, int split)
 {
-	const uint32_t lane = threadIdx.x & 31;
-	const uint64_t row =
-		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (row >= out)
-		return; /* whole warps leave together: shuffles stay full */
-	float acc[NR];
-#pragma unroll
-	for (int r = 0; r < NR; r++)
-		acc[r] = 0.0f;
-	row_dot<T, NR>(acc, w + row * in, x, in, lane, vec);
-	if (lane == 0) {
+	const uint64_t row = warp_row(split);
+	const bool valid = row < out;
+	const T *const wr[1] = {valid ? w + row * in : w};
+	float acc[1][NR];
+	bool first;
+	block_rows<T, 1, NR, U, false>(acc, wr, valid, x, in, vec, split, NULL,
+				       0.0f, &first);
+	if (first && (threadIdx.x & 31) == 0) {
 		float b = bias ? bias[row] : 0.0f;
 #pragma unroll
 		for (int r = 0; r < NR; r++)
-			y[(uint64_t)r * out + row] = acc[r] + b;
+			y[(uint64_t)r * out + row] = acc[0][r] + b;
 	}
 }
 
@@ -94,13 +230,11 @@ __global__ void gemv_kernel(float *y, const float *x, const T *w,
  * up): one launch instead of one each, and the small matrices' rows share
  * the grid with the large ones' instead of leaving most of the device idle.
  * Rows are numbered across the parts in order. */
-template <typename T>
+template <typename T, int U, bool NORM>
 __global__ void gemv_parts_kernel(strata__cuda_gemv_parts p, const float *x,
-				  uint32_t in, int vec)
+				  uint32_t in, int vec, int split)
 {
-	const uint32_t lane = threadIdx.x & 31;
-	uint64_t row =
-		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	uint64_t row = warp_row(split);
 	/* Parts picked with constant indices only: a dynamic index into the
 	 * parameter struct would copy it to local memory in every thread. */
 	float *y = NULL;
@@ -118,14 +252,44 @@ __global__ void gemv_parts_kernel(strata__cuda_gemv_parts p, const float *x,
 			row -= p.part[i].out;
 		}
 	}
-	if (!y)
-		return; /* whole warps leave together */
-	float acc[1] = {0.0f};
-	row_dot<T, 1>(acc, w + row * in, x, in, lane, vec);
-	if (lane == 0) {
-		float v = acc[0] + (bias ? bias[row] : 0.0f);
+	const T *const wr[1] = {y ? w + row * in : NULL};
+	float acc[1][1];
+	bool first;
+	block_rows<T, 1, 1, U, NORM>(acc, wr, y != NULL, x, in, vec, split,
+				     (const T *)p.norm, p.eps, &first);
+	if (first && (threadIdx.x & 31) == 0) {
+		float v = acc[0][0] + (bias ? bias[row] : 0.0f);
 		y[row] = p.accumulate ? y[row] + v : v;
 	}
+}
+
+/* y (out) = silu(x . gate^T) * (x . up^T), one row: each warp reads its
+ * row of both matrices (their loads in flight together), and the SwiGLU
+ * that would follow as a kernel of its own happens as the row is written
+ * (the same formula as swiglu_kernel, so the same floats). */
+template <typename T, int U, bool NORM>
+__global__ void gemv_glu_kernel(float *y, const float *x, const T *gate,
+				const T *up, uint32_t in, uint32_t out, int vec,
+				int split, const T *norm, float eps)
+{
+	const uint64_t row = warp_row(split);
+	const bool valid = row < out;
+	const T *const wr[2] = {valid ? gate + row * in : gate,
+				valid ? up + row * in : up};
+	float acc[2][1];
+	bool first;
+	block_rows<T, 2, 1, U, NORM>(acc, wr, valid, x, in, vec, split, norm,
+				     eps, &first);
+	if (first && (threadIdx.x & 31) == 0) {
+		const float g = acc[0][0], u = acc[1][0];
+		y[row] = g / (1.0f + expf(-g)) * u;
+	}
+}
+
+static unsigned gemv_grid(uint64_t rows, int split)
+{
+	const uint64_t per = GEMV_WARPS / (uint32_t)split;
+	return (unsigned)((rows + per - 1) / per);
 }
 
 template <typename T>
@@ -133,13 +297,19 @@ static void gemv_launch(cudaStream_t s, float *y, const float *x, const T *w,
 			const float *bias, uint32_t n, uint32_t in,
 			uint32_t out)
 {
-	unsigned grid = (unsigned)(((uint64_t)out + 7) / 8);
 	int vec = in % 8 == 0 && ((uintptr_t)w % 16) == 0 &&
 		  ((uintptr_t)x % 16) == 0;
+	int split = n == 1 ? gemv_split(in, vec, false) : 1;
+	unsigned grid = gemv_grid(out, split);
+	if (n == 1 && strata__cuda_gemv_unroll >= 8) {
+		gemv_kernel<T, 1, 8><<<grid, GEMV_THREADS, 0, s>>>(
+			y, x, w, bias, in, out, vec, split);
+		return;
+	}
 #define GEMV_CASE(R)                                                           \
 	case R:                                                                \
-		gemv_kernel<T, R><<<grid, GEMV_THREADS, 0, s>>>(y, x, w, bias, \
-								 in, out, vec); \
+		gemv_kernel<T, R, 4><<<grid, GEMV_THREADS, 0, s>>>(             \
+			y, x, w, bias, in, out, vec, split);                   \
 		break;
 	switch (n) {
 		GEMV_CASE(1)
@@ -169,44 +339,56 @@ extern "C" cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y,
 	return cudaGetLastError();
 }
 
-/* y (out) = silu(x . gate^T) * (x . up^T), one row: each warp reads its
- * row of both matrices, and the SwiGLU that would follow as a kernel of
- * its own happens as the row is written (the same formula as
- * swiglu_kernel, so the same floats). */
+/* Instances by loads in flight and norm: kernels K<T, U, NORM>. */
+#define GEMV_BY_TUNING(kernel, T, norm, ...)                                   \
+	do {                                                                   \
+		if (strata__cuda_gemv_unroll >= 8 && (norm))                   \
+			kernel<T, 8, true> __VA_ARGS__;                        \
+		else if (strata__cuda_gemv_unroll >= 8)                        \
+			kernel<T, 8, false> __VA_ARGS__;                       \
+		else if (norm)                                                 \
+			kernel<T, 4, true> __VA_ARGS__;                        \
+		else                                                           \
+			kernel<T, 4, false> __VA_ARGS__;                       \
+	} while (0)
+
 template <typename T>
-__global__ void gemv_glu_kernel(float *y, const float *x, const T *gate,
-				const T *up, uint32_t in, uint32_t out, int vec)
+static void glu_launch(cudaStream_t s, float *y, const float *x,
+		       const void *gate, const void *up, uint32_t in,
+		       uint32_t out, int vec, const void *norm, float eps)
 {
-	const uint32_t lane = threadIdx.x & 31;
-	const uint64_t row =
-		(uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (row >= out)
-		return;
-	float g[1] = {0.0f}, u[1] = {0.0f};
-	row_dot<T, 1>(g, gate + row * in, x, in, lane, vec);
-	row_dot<T, 1>(u, up + row * in, x, in, lane, vec);
-	if (lane == 0)
-		y[row] = g[0] / (1.0f + expf(-g[0])) * u[0];
+	const int split = gemv_split(in, vec, norm != NULL);
+	const unsigned grid = gemv_grid(out, split);
+	const T *g = (const T *)gate, *u = (const T *)up, *nw = (const T *)norm;
+	GEMV_BY_TUNING(gemv_glu_kernel, T, norm != NULL,
+		       <<<grid, GEMV_THREADS, 0, s>>>(y, x, g, u, in, out, vec,
+						      split, nw, eps));
 }
 
-extern "C" cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
-						  const float *x,
-						  const void *gate,
-						  const void *up, int type,
-						  uint32_t in, uint32_t out)
+extern "C" cudaError_t strata__cuda_gemv_half_glu(
+	cudaStream_t s, float *y, const float *x, const void *gate,
+	const void *up, int type, uint32_t in, uint32_t out,
+	const void *norm, float eps)
 {
-	unsigned grid = (unsigned)(((uint64_t)out + 7) / 8);
 	int vec = in % 8 == 0 && ((uintptr_t)x % 16) == 0 &&
-		  ((uintptr_t)gate % 16) == 0 && ((uintptr_t)up % 16) == 0;
+		  ((uintptr_t)gate % 16) == 0 && ((uintptr_t)up % 16) == 0 &&
+		  ((uintptr_t)norm % 16) == 0;
 	if (type == STRATA__CUDA_BF16)
-		gemv_glu_kernel<<<grid, GEMV_THREADS, 0, s>>>(
-			y, x, (const __nv_bfloat16 *)gate,
-			(const __nv_bfloat16 *)up, in, out, vec);
+		glu_launch<__nv_bfloat16>(s, y, x, gate, up, in, out, vec, norm,
+					  eps);
 	else
-		gemv_glu_kernel<<<grid, GEMV_THREADS, 0, s>>>(
-			y, x, (const __half *)gate, (const __half *)up, in, out,
-			vec);
+		glu_launch<__half>(s, y, x, gate, up, in, out, vec, norm, eps);
 	return cudaGetLastError();
+}
+
+template <typename T>
+static void parts_launch(cudaStream_t s, const strata__cuda_gemv_parts *p,
+			 const float *x, uint32_t in, uint64_t rows, int vec)
+{
+	const int split = gemv_split(in, vec, p->norm != NULL);
+	const unsigned grid = gemv_grid(rows, split);
+	GEMV_BY_TUNING(gemv_parts_kernel, T, p->norm != NULL,
+		       <<<grid, GEMV_THREADS, 0, s>>>(*p, x, in, vec, split));
 }
 
 extern "C" cudaError_t strata__cuda_gemv_half_parts(
@@ -214,20 +396,18 @@ extern "C" cudaError_t strata__cuda_gemv_half_parts(
 	int type, uint32_t in)
 {
 	uint64_t rows = 0;
-	int vec = in % 8 == 0 && ((uintptr_t)x % 16) == 0;
+	int vec = in % 8 == 0 && ((uintptr_t)x % 16) == 0 &&
+		  ((uintptr_t)p->norm % 16) == 0;
 	if (p->count < 1 || p->count > STRATA__CUDA_GEMV_PARTS)
 		return cudaErrorInvalidValue;
 	for (int i = 0; i < p->count; i++) {
 		rows += p->part[i].out;
 		vec = vec && ((uintptr_t)p->part[i].w % 16) == 0;
 	}
-	unsigned grid = (unsigned)((rows + 7) / 8);
 	if (type == STRATA__CUDA_BF16)
-		gemv_parts_kernel<__nv_bfloat16>
-			<<<grid, GEMV_THREADS, 0, s>>>(*p, x, in, vec);
+		parts_launch<__nv_bfloat16>(s, p, x, in, rows, vec);
 	else
-		gemv_parts_kernel<__half><<<grid, GEMV_THREADS, 0, s>>>(*p, x,
-									in, vec);
+		parts_launch<__half>(s, p, x, in, rows, vec);
 	return cudaGetLastError();
 }
 
