@@ -329,6 +329,11 @@ static void test_prefix_cache_evicts_until_blocks_fit(void **state)
 	assert_int_equal(strata_forward_run(f, big + 20, 1, 20, NULL, want,
 					    &err),
 			 0);
+	int32_t other[20]; /* the sequence's KV overwritten before the apply */
+	ids(other, 20, 77);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, other, 20, 0, NULL, NULL, &err),
+			 0);
 	assert_int_equal(strata_prefix_cache_apply(c, f, big, 21, &reused,
 						   &err),
 			 0);
