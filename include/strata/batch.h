@@ -33,12 +33,15 @@
 #define STRATA_BATCH_PREFIX_CACHE_FROM_PLAN UINT64_MAX
 
 /* How requests pick a replica. AFFINITY is the allocator's (home by key,
- * spill past the threshold); FOLLOW is the same allocator with a key's home
- * following its state: BLAKE3's until a spill places the key elsewhere,
- * then the replica it last ran on, so a hot key moves whole to where there
- * is room instead of splitting its prefix over every replica; ROUND_ROBIN
- * ignores keys and loads (request i on replica i mod n), the peer routing
- * is measured against. */
+ * spill past the threshold); FOLLOW is the same allocator with the home
+ * replaced by where the key lives: a new key lives on its BLAKE3 home
+ * unless that replica already carries more than its share of the keys'
+ * recent demand, then on the one carrying the least; a key whose requests
+ * spill twice in a row moves to where they ran when that evens the demand
+ * out; keys unseen for a while are forgotten (src/infer/batch_residence.c).
+ * Each key's prefix so stays warm on one replica instead of splitting over
+ * every replica; ROUND_ROBIN ignores keys and loads (request i on replica
+ * i mod n), the peer routing is measured against. */
 #define STRATA_BATCH_ROUTE_MAP(X)                                              \
 	X(AFFINITY, "affinity")                                                \
 	X(ROUND_ROBIN, "round-robin")                                          \
@@ -89,7 +92,7 @@ typedef struct strata_batch_result {
 	uint32_t n_tokens;
 	uint32_t device, home_device; /* replica indices */
 	/* the replica routing took as the key's home: home_device, or with
-	 * the follow route where the key last ran */
+	 * the follow route where the key lives */
 	uint32_t resident_device;
 	uint32_t prefix_tokens;	      /* prompt positions taken from the cache */
 	uint64_t queue_ns;	      /* dispatch to the start of its work */

@@ -440,6 +440,7 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	if (!b)
 		return STRATA_E_NOMEM;
 	b->o = *o;
+	strata__residence_init(&b->residence, o->replicas);
 	if (!b->o.session.plan.host_shared_by)
 		b->o.session.plan.host_shared_by = o->replicas;
 	b->o.device_indices = NULL; /* read by the workers before create ends */
@@ -498,7 +499,10 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 	bool follow = b->o.route == STRATA_BATCH_ROUTE_FOLLOW;
 	if (st == STRATA_OK && follow) {
 		tag = strata__residence_tag(q->key, q->key_bytes);
-		resident = strata__residence_home(&b->residence, tag, home);
+		st = strata__residence_reserve(&b->residence, err);
+		if (st == STRATA_OK)
+			resident = strata__residence_route(&b->residence, tag,
+							   home, cost);
 	}
 	if (st == STRATA_OK && b->o.route == STRATA_BATCH_ROUTE_ROUND_ROBIN)
 		st = strata_shard_seed_load(b->shard, dev, cost, err);
@@ -529,12 +533,8 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 	uint64_t load = strata_shard_loads(b->shard)[dev];
 	if (load > r->stats.peak_load)
 		r->stats.peak_load = load;
-	if (follow && (st = strata__residence_note(&b->residence, tag,
-						   resident, dev, err))) {
-		strata_error ignored;
-		(void)strata_shard_release(b->shard, dev, cost, &ignored);
-		return st;
-	}
+	if (follow)
+		strata__residence_ran(&b->residence, tag, dev);
 	b->results[i].device = dev;
 	b->results[i].home_device = home;
 	b->results[i].resident_device = resident;

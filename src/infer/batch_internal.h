@@ -72,25 +72,53 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
  * tokens and gets its final timings. */
 void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot);
 
-/* Where routing keys' prefix state lives (batch_residence.c): 64 bits of
- * each key's BLAKE3 digest to the replica it lives on, and how many of its
- * requests in a row ran elsewhere (a key moves on the second). */
-#define STRATA__RESIDENCE_MOVE_AFTER 2u
+/* Where routing keys' prefix state lives, for the follow route
+ * (batch_residence.c): 64 bits of each key's BLAKE3 digest to the replica
+ * it lives on, its recent demand (request cost, halved each epoch) and how
+ * many of its requests in a row ran elsewhere; each replica's demand is
+ * the sum of its keys'. */
+#define STRATA__RESIDENCE_MOVE_AFTER 2u	 /* spills in a row before a move */
+/* requests between halvings, per replica */
+#define STRATA__RESIDENCE_EPOCH_PER_REPLICA 128u
+#define STRATA__RESIDENCE_FORGET 4u	 /* epochs unseen before forgetting */
+typedef struct strata__residence_key {
+	uint64_t tag;	 /* 0: empty slot */
+	uint64_t demand; /* cost of its requests, halved each epoch */
+	uint32_t device; /* where it lives */
+	uint32_t seen;	 /* the epoch of its last request */
+	uint8_t strikes; /* its requests in a row run elsewhere */
+} strata__residence_key;
 typedef struct strata__residence {
-	uint64_t *tag; /* 0: empty */
-	uint32_t *device;
-	uint8_t *strikes;
+	strata__residence_key *slot;
 	size_t cap, count;
+	uint32_t replicas;
+	uint32_t epoch;
+	uint64_t placed; /* requests routed in this epoch */
+	uint64_t load[STRATA_BATCH_MAX_REPLICAS]; /* demand of its keys */
 } strata__residence;
 
+/* An empty table for `replicas` (1..STRATA_BATCH_MAX_REPLICAS) replicas;
+ * fini empties it again, keeping the count. */
+void strata__residence_init(strata__residence *t, uint32_t replicas);
+void strata__residence_fini(strata__residence *t);
 uint64_t strata__residence_tag(const void *key, size_t key_bytes);
-/* Where the key lives: `home` until it has moved. */
+/* Room for one more key, so the next route cannot fail. E_NOMEM leaves the
+ * table as it was. */
+strata_status strata__residence_reserve(strata__residence *t,
+					strata_error *err);
+/* A request of `cost` for the key whose BLAKE3 home is `home`: where the
+ * key lives (placing it when new), its demand counted there. Needs a
+ * reserve since the last route. */
+uint32_t strata__residence_route(strata__residence *t, uint64_t tag,
+				 uint32_t home, uint64_t cost);
+/* The key's request routed last ran on `device`: spilled requests count
+ * towards a move (batch_residence.c says when one is made). */
+void strata__residence_ran(strata__residence *t, uint64_t tag,
+			   uint32_t device);
+/* Where the key lives (`home` when unknown) and its demand (0); for tests
+ * and figures. */
 uint32_t strata__residence_home(const strata__residence *t, uint64_t tag,
 				uint32_t home);
-/* A request of the key, living on `resident`, ran on `device`. E_NOMEM. */
-strata_status strata__residence_note(strata__residence *t, uint64_t tag,
-				     uint32_t resident, uint32_t device,
-				     strata_error *err);
-void strata__residence_fini(strata__residence *t);
+uint64_t strata__residence_demand(const strata__residence *t, uint64_t tag);
 
 #endif

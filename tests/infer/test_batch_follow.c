@@ -1,9 +1,7 @@
-/* test_batch_follow.c - the follow route: the residence table on its own
- * (a key moves on its second spill in a row, not its first; a spill
- * between home runs resets the count; growth keeps every key; allocation
- * failures leave the table as it was), then a batch over two replicas of
- * stories260K routed that way answering every greedy request as one
- * replica does (layer: infer). */
+/* test_batch_follow.c - a batch over two replicas of stories260K routed by
+ * the follow route answering every greedy request as one replica does
+ * (the residence table's rules on their own: test_batch_residence.c)
+ * (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -17,74 +15,6 @@
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define OK(call) assert_int_equal((call), STRATA_OK)
-
-static void test_key_moves_on_its_second_spill_in_a_row(void **state)
-{
-	(void)state;
-	strata__residence t = {0};
-	strata_error err;
-	uint64_t k = strata__residence_tag("prefix-a", 8);
-	assert_int_equal(k, strata__residence_tag("prefix-a", 8));
-	assert_true(k != strata__residence_tag("prefix-b", 8));
-	assert_int_equal(strata__residence_home(&t, k, 3), 3); /* unknown */
-	OK(strata__residence_note(&t, k, 0, 0, &err));
-	assert_int_equal(strata__residence_home(&t, k, 3), 0);
-	OK(strata__residence_note(&t, k, 0, 1, &err)); /* one spill: stays */
-	assert_int_equal(strata__residence_home(&t, k, 3), 0);
-	OK(strata__residence_note(&t, k, 0, 0, &err)); /* home again: reset */
-	OK(strata__residence_note(&t, k, 0, 1, &err));
-	assert_int_equal(strata__residence_home(&t, k, 3), 0);
-	OK(strata__residence_note(&t, k, 0, 1, &err)); /* second in a row */
-	assert_int_equal(strata__residence_home(&t, k, 3), 1);
-	OK(strata__residence_note(&t, k, 1, 1, &err));
-	assert_int_equal(strata__residence_home(&t, k, 3), 1);
-	strata__residence_fini(&t);
-}
-
-/* 5000 keys through several doublings: each lands where its two spills
- * sent it; then growth fails at every allocation and leaves the table
- * answering as before. */
-static void test_table_grows_and_survives_oom(void **state)
-{
-	(void)state;
-	strata__residence t = {0};
-	strata_error err;
-	for (uint32_t i = 0; i < 5000; i++) {
-		uint64_t k = strata__residence_tag(&i, sizeof i);
-		OK(strata__residence_note(&t, k, 0, 1 + i % 7, &err));
-		OK(strata__residence_note(&t, k, 0, 1 + i % 7, &err));
-	}
-	assert_int_equal(t.count, 5000);
-	for (uint32_t i = 0; i < 5000; i++)
-		assert_int_equal(strata__residence_home(
-					 &t, strata__residence_tag(&i, sizeof i),
-					 99),
-				 1 + i % 7);
-	/* fill to the doubling edge, then fail the allocations it needs */
-	uint32_t i = 5000;
-	while (2 * (t.count + 1) <= t.cap) {
-		OK(strata__residence_note(&t, strata__residence_tag(&i, sizeof i),
-					  2, 2, &err));
-		i++;
-	}
-	size_t cap = t.cap, count = t.count;
-	for (long n = 0; n < 3; n++) {
-		strata_alloc_fail_after(n);
-		assert_int_equal(strata__residence_note(
-					 &t, strata__residence_tag(&i, sizeof i),
-					 2, 2, &err),
-				 STRATA_E_NOMEM);
-		strata_alloc_fail_after(-1);
-		assert_int_equal(t.cap, cap);
-		assert_int_equal(t.count, count);
-	}
-	uint32_t first = 0;
-	assert_int_equal(strata__residence_home(
-				 &t, strata__residence_tag(&first, sizeof first),
-				 99),
-			 1);
-	strata__residence_fini(&t);
-}
 
 static strata_batch *open_batch(uint32_t replicas, strata_batch_route route)
 {
@@ -165,8 +95,6 @@ static void test_follow_answers_as_one_replica(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_key_moves_on_its_second_spill_in_a_row),
-		cmocka_unit_test(test_table_grows_and_survives_oom),
 		cmocka_unit_test(test_follow_answers_as_one_replica),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
