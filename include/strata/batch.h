@@ -114,6 +114,9 @@ typedef struct strata_batch_replica_stats {
 	uint64_t prefix_truncated;     /* entries cut to a shared part */
 	uint64_t prefix_budget_bytes;  /* the cache's bound */
 	uint64_t prefix_peak_bytes;    /* most it held, <= the bound */
+	uint64_t prefix_pool_bytes;    /* host memory taken for its KV
+					  (chunks, free room included),
+					  <= the bound */
 	bool prefix_budget_from_plan;  /* bound from the plan, not a number */
 	uint64_t peak_load;	       /* allocator load, cost units */
 	uint64_t routed;	       /* requests placed here */

@@ -661,6 +661,7 @@ void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 		out->prefix_truncated = c.truncated;
 		out->prefix_budget_bytes = c.budget_bytes;
 		out->prefix_peak_bytes = c.peak_bytes;
+		out->prefix_pool_bytes = c.pool_bytes;
 		out->prefix_budget_from_plan =
 			b->o.prefix_cache_bytes ==
 			STRATA_BATCH_PREFIX_CACHE_FROM_PLAN;

@@ -78,6 +78,7 @@ static void write_prefix_cache(strata_json *j,
 	strata_json_kv_u64(j, "truncated", r->prefix_truncated);
 	strata_json_kv_u64(j, "bytes", r->prefix_bytes);
 	strata_json_kv_u64(j, "peak_bytes", r->prefix_peak_bytes);
+	strata_json_kv_u64(j, "pool_bytes", r->prefix_pool_bytes);
 	strata_json_kv_u64(j, "budget_bytes", r->prefix_budget_bytes);
 	strata_json_kv_string(j, "budget_source",
 			      r->prefix_budget_from_plan ? "plan" : "option");

@@ -517,6 +517,8 @@ static void test_batch_prefix_cache_bounded_by_plan(void **state)
 		assert_true(field_i(c, "saved") > 0);
 		assert_true(field_i(c, "peak_bytes") <= bound);
 		assert_true(field_i(c, "bytes") <= field_i(c, "peak_bytes"));
+		assert_true(field_i(c, "pool_bytes") > 0);
+		assert_true(field_i(c, "pool_bytes") <= bound);
 		evictions += field_i(c, "evictions");
 	}
 	assert_true(evictions > 0); /* the bound was what held it */
@@ -532,6 +534,7 @@ static void test_batch_prefix_cache_bounded_by_plan(void **state)
 		assert_string_equal(field_s(c, "budget_source"), "option");
 		assert_int_equal(field_i(c, "budget_bytes"), 40 * 1024);
 		assert_true(field_i(c, "peak_bytes") <= 40 * 1024);
+		assert_true(field_i(c, "pool_bytes") <= 40 * 1024);
 		assert_true(field_i(c, "evictions") > 0);
 	}
 	json_decref(per);
