@@ -164,17 +164,20 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 						 &s->smp, err);
 	if (st == STRATA_OK)
 		st = strata_forward_select(f, slot, err);
+	uint64_t t_cache = strata_now_ns();
 	if (st == STRATA_OK && use_cache)
 		st = strata_prefix_cache_apply(cache, f, q->prompt,
 					       q->n_prompt, &reused, err);
 	else if (st == STRATA_OK)
 		strata_forward_reset(f);
 	s->t0 = strata_now_ns(); /* strata_generate's: after the cache */
+	ss->stats->prefix_ns += s->t0 - t_cache;
 	if (st == STRATA_OK)
 		st = strata_forward_run(f, q->prompt + reused,
 					q->n_prompt - reused, reused, NULL,
 					logits, err);
 	res->gen.prompt_ns = strata_now_ns() - s->t0;
+	ss->stats->prefill_ns += res->gen.prompt_ns;
 	/* Saved as soon as its prompt is computed (the positions of the
 	 * prompt do not change while it decodes), so the apply and save of
 	 * one request are never split by another's. A request spilled here
@@ -182,9 +185,11 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 	 * evicted before this replica's own keys. Round-robin has no homes
 	 * to protect. */
 	bool guest = ss->affinity && res->device != res->resident_device;
+	t_cache = strata_now_ns();
 	if (st == STRATA_OK && use_cache)
 		st = strata_prefix_cache_save(cache, f, q->prompt, q->n_prompt,
 					      guest, err);
+	ss->stats->prefix_ns += strata_now_ns() - t_cache;
 	res->prefix_tokens = reused;
 	res->gen.prompt_tokens = q->n_prompt;
 	ss->stats->tokens += q->n_prompt - reused;
@@ -212,8 +217,9 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 	uint64_t t0 = strata_now_ns();
 	strata_status st = strata_forward_step(ss->session->forward, ss->ids,
 					       ss->tokens, n, ss->logits, err);
-	ss->stats->busy_ns += strata_now_ns() - t0;
+	ss->stats->step_ns += strata_now_ns() - t0;
 	if (st) {
+		ss->stats->busy_ns += strata_now_ns() - t0;
 		for (uint32_t i = 0; i < n; i++)
 			ss->seq[ss->ids[i]].failed = true;
 		return st;
@@ -224,6 +230,7 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 	for (uint32_t i = 0; i < n; i++)
 		advance(ss, ss->ids[i],
 			ss->logits + (uint64_t)i * ss->session->hp.vocab);
+	ss->stats->busy_ns += strata_now_ns() - t0; /* sampling included */
 	return STRATA_OK;
 }
 

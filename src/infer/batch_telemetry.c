@@ -105,6 +105,9 @@ static void write_device(strata_json *j, const strata_batch *b, uint32_t i,
 	strata_json_kv_u64(j, "failures", r->failures);
 	strata_json_kv_u64(j, "moved_away", r->moved_away);
 	strata_json_kv_double(j, "busy_seconds", r->busy_ns / 1e9);
+	strata_json_kv_double(j, "prefix_cache_seconds", r->prefix_ns / 1e9);
+	strata_json_kv_double(j, "prefill_seconds", r->prefill_ns / 1e9);
+	strata_json_kv_double(j, "decode_step_seconds", r->step_ns / 1e9);
 	strata_json_kv_u64(j, "decode_steps", r->decode_steps);
 	strata_json_kv_double(j, "sequences_per_step",
 			      per_step(r->decode_rows, r->decode_steps));

@@ -93,6 +93,9 @@ static double rows_per_step(const strata_batch *b, uint32_t d)
 	strata_batch_replica_stats s;
 	strata_batch_replica_get_stats(b, d, &s);
 	assert_true(s.decode_steps > 0);
+	/* the time split: each part measured, none more than the whole */
+	assert_true(s.step_ns > 0 && s.prefill_ns > 0);
+	assert_true(s.prefix_ns + s.prefill_ns + s.step_ns <= s.busy_ns);
 	return (double)s.decode_rows / (double)s.decode_steps;
 }
 
