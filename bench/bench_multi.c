@@ -1,8 +1,8 @@
 /* bench_multi.c - the batch runner on one replica, on G replicas with
- * affinity routing, with affinity that follows spilled keys, and on G
- * replicas round-robin, in one invocation, over
- * the same requests: R requests over P shared prefixes of L tokens, each
- * with its own S-token tail and M new greedy tokens (issue 9's evidence
+ * affinity routing, with the follow route (where keys live follows their
+ * demand), and on G replicas round-robin, in one invocation, over the
+ * same requests: R requests over P shared prefixes of L tokens, each with
+ * its own S-token tail and M new greedy tokens (issue 9's evidence
  * shape). Prints requests/s, tokens/s, prefix hit rate and max/mean load of
  * each, and the ratios the issue asks about (layer: bench).
  *
@@ -11,6 +11,8 @@
  * entries (default 1.25 x P, all of them); affinity keeps each prefix on
  * one replica, round-robin makes every replica see (and miss) every
  * prefix. Spilling is past --spill-requests whole requests of load.
+ * Prefixes are equally popular unless --skew S draws prefix k with weight
+ * 1 / (k + 1)^S (Zipf: at 1, the first of 16 takes 30% of the requests).
  *
  * --batch B runs the three at --batch B (each replica decoding up to B
  * requests per forward step) and adds one replica at --batch 1, so one
@@ -18,6 +20,7 @@
  * --host-memory force a streamed mode, where one pass of the weights then
  * serves B tokens.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,7 @@ typedef struct cfg {
 	const char *model, *device;
 	uint32_t requests, prefixes, prefix_len, tail, max_tokens, gpus;
 	uint32_t threads, spill_requests, cache_prefixes, batch;
+	double skew; /* prefix k drawn with weight 1 / (k + 1)^skew */
 	strata_residency_mode mode;
 	uint64_t depth, device_memory, host_memory;
 	bool has_device_memory, has_host_memory; /* else the planner's */
@@ -154,6 +158,8 @@ static int parse(int argc, char **argv, cfg *c)
 			c->threads = (uint32_t)strtoul(v, NULL, 10);
 		else if (!strcmp(a, "--batch"))
 			c->batch = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--skew"))
+			c->skew = strtod(v, NULL);
 		else {
 			fprintf(stderr, "bench_multi: unknown option %s\n", a);
 			return 2;
@@ -161,8 +167,10 @@ static int parse(int argc, char **argv, cfg *c)
 	}
 	if (!c->requests || !c->prefixes || !c->prefix_len || !c->gpus ||
 	    c->gpus > STRATA_BATCH_MAX_REPLICAS || !c->batch ||
-	    c->batch > STRATA_FORWARD_MAX_SEQUENCES) {
-		fprintf(stderr, "bench_multi: counts must be positive\n");
+	    c->batch > STRATA_FORWARD_MAX_SEQUENCES || !(c->skew >= 0) ||
+	    c->skew > 8) {
+		fprintf(stderr, "bench_multi: counts must be positive, "
+			"--skew within 0..8\n");
 		return 2;
 	}
 	return 0;
@@ -312,17 +320,35 @@ static int run_all(const cfg *c, uint64_t cache, const strata_batch_request *q)
 	return 0;
 }
 
-/* R requests: prefix k (random) then a random tail, greedy; keyed by k. */
+/* Prefix k with weight 1 / (k + 1)^skew (Zipf; uniform at 0), drawn by
+ * inverting the cumulative weights. */
+static uint32_t draw_prefix(const cfg *c, const double *cum, uint64_t *s)
+{
+	if (c->skew == 0)
+		return (uint32_t)(rng(s) % c->prefixes);
+	double u = (double)(rng(s) >> 11) / 9007199254740992.0 *
+		   cum[c->prefixes - 1];
+	uint32_t k = 0;
+	while (k + 1 < c->prefixes && cum[k] <= u)
+		k++;
+	return k;
+}
+
+/* R requests: prefix k (random, --skew) then a random tail, greedy; keyed
+ * by k. */
 static void make_requests(const cfg *c, int32_t *prefix, int32_t *prompts,
-			  uint32_t *keys, strata_batch_request *q)
+			  uint32_t *keys, strata_batch_request *q,
+			  double *cum)
 {
 	uint32_t n = c->prefix_len + c->tail;
 	uint64_t s = 0x9e3779b97f4a7c15ull;
 	const uint32_t vocab = 500; /* stories260K has 512 ids */
 	for (size_t i = 0; i < (size_t)c->prefixes * c->prefix_len; i++)
 		prefix[i] = (int32_t)(1 + rng(&s) % (vocab - 1));
+	for (uint32_t k = 0; k < c->prefixes; k++)
+		cum[k] = (k ? cum[k - 1] : 0) + pow(k + 1.0, -c->skew);
 	for (uint32_t i = 0; i < c->requests; i++) {
-		uint32_t k = (uint32_t)(rng(&s) % c->prefixes);
+		uint32_t k = draw_prefix(c, cum, &s);
 		int32_t *p = prompts + (size_t)i * n;
 		memcpy(p, prefix + (size_t)k * c->prefix_len,
 		       c->prefix_len * sizeof *p);
@@ -353,9 +379,11 @@ int main(int argc, char **argv)
 	int32_t *prompts = calloc((size_t)c.requests * n, 4);
 	strata_batch_request *q = calloc(c.requests, sizeof *q);
 	uint32_t *keys = calloc(c.requests, sizeof *keys);
-	if (!prefix || !prompts || !q || !keys)
+	double *cum = calloc(c.prefixes, sizeof *cum);
+	if (!prefix || !prompts || !q || !keys || !cum)
 		return 1;
-	make_requests(&c, prefix, prompts, keys, q);
+	make_requests(&c, prefix, prompts, keys, q, cum);
+	free(cum);
 	/* The cache holds one entry per prefix (entries are cut to the
 	 * shared part); each replica gets room for --cache-prefixes of them
 	 * (default 1.25 x P: every prefix fits, as on a large GPU), the
@@ -385,10 +413,10 @@ int main(int argc, char **argv)
 	printf("bench_multi: %u requests, %u prefixes x %u tokens + %u-token "
 	       "tails, %u new tokens, %s, residency %s, %u threads per "
 	       "replica, prefix cache %llu entries per replica, spill past %u "
-	       "requests\n",
+	       "requests, prefix popularity skew %g\n",
 	       c.requests, c.prefixes, c.prefix_len, c.tail, c.max_tokens,
 	       c.device, c.residency, c.threads, (unsigned long long)fit,
-	       c.spill_requests);
+	       c.spill_requests, c.skew);
 	first_tokens = calloc((size_t)c.requests + 1, sizeof *first_tokens);
 	if (!first_tokens || run_all(&c, cache, q))
 		return 1;
