@@ -36,7 +36,8 @@
  * spill past the threshold); FOLLOW is the same allocator with the home
  * replaced by where the key lives: a new key lives on its BLAKE3 home
  * unless that replica already carries more than its share of the keys'
- * recent demand, then on the one carrying the least; a key whose requests
+ * recent demand (or its prefix cache is full where another's is not),
+ * then on the one with room carrying the least; a key whose requests
  * spill twice in a row moves to where they ran when that evens the demand
  * out; keys unseen for a while are forgotten (src/infer/batch_residence.c).
  * Each key's prefix so stays warm on one replica instead of splitting over

@@ -377,6 +377,20 @@ static uint64_t cache_budget(const strata_batch *b, uint32_t i)
 	return strata_plan_host_spare_bytes(b->r[i].session->plan);
 }
 
+/* The follow route's room per replica: its prefix cache's bound, each
+ * cached prompt position taking its KV and its id. */
+static strata_status residence_rooms(strata_batch *b, strata_error *err)
+{
+	uint64_t per;
+	strata_status st = strata_forward_kv_bytes(b->r[0].session->forward, 1,
+						   &per, err);
+	for (uint32_t i = 0; st == STRATA_OK && i < b->o.replicas; i++)
+		strata__residence_set_room(&b->residence, i,
+					   cache_budget(b, i),
+					   per + sizeof(int32_t));
+	return st;
+}
+
 /* --batch B, 0 being 1 (a B past the forward pass's cap fails the
  * sessions' opening, with its own error). */
 static uint32_t sequences_of(const strata_batch_options *o)
@@ -478,6 +492,8 @@ strata_status strata_batch_create(const strata_batch_options *o,
 		st = strata_prefix_cache_create(b->r[i].session->backend,
 						cache_budget(b, i),
 						&b->r[i].cache, err);
+	if (st == STRATA_OK && o->prefix_cache_bytes)
+		st = residence_rooms(b, err);
 	if (st) {
 		strata_batch_destroy(b);
 		return st;
@@ -501,8 +517,8 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 		tag = strata__residence_tag(q->key, q->key_bytes);
 		st = strata__residence_reserve(&b->residence, err);
 		if (st == STRATA_OK)
-			resident = strata__residence_route(&b->residence, tag,
-							   home, cost);
+			resident = strata__residence_route(
+				&b->residence, tag, home, cost, q->n_prompt);
 	}
 	if (st == STRATA_OK && b->o.route == STRATA_BATCH_ROUTE_ROUND_ROBIN)
 		st = strata_shard_seed_load(b->shard, dev, cost, err);

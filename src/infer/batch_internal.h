@@ -74,9 +74,10 @@ void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot);
 
 /* Where routing keys' prefix state lives, for the follow route
  * (batch_residence.c): 64 bits of each key's BLAKE3 digest to the replica
- * it lives on, its recent demand (request cost, halved each epoch) and how
- * many of its requests in a row ran elsewhere; each replica's demand is
- * the sum of its keys'. */
+ * it lives on, its recent demand (request cost, halved each epoch), the
+ * prefix cache bytes its prompt takes and how many of its requests in a
+ * row ran elsewhere; each replica's demand and bytes are the sums of its
+ * keys', its room the bytes its prefix cache holds. */
 #define STRATA__RESIDENCE_MOVE_AFTER 2u	 /* spills in a row before a move */
 /* requests between halvings, per replica */
 #define STRATA__RESIDENCE_EPOCH_PER_REPLICA 128u
@@ -84,6 +85,7 @@ void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot);
 typedef struct strata__residence_key {
 	uint64_t tag;	 /* 0: empty slot */
 	uint64_t demand; /* cost of its requests, halved each epoch */
+	uint64_t bytes;	 /* cache bytes of its last request's prompt */
 	uint32_t device; /* where it lives */
 	uint32_t seen;	 /* the epoch of its last request */
 	uint8_t strikes; /* its requests in a row run elsewhere */
@@ -95,22 +97,31 @@ typedef struct strata__residence {
 	uint32_t epoch;
 	uint64_t placed; /* requests routed in this epoch */
 	uint64_t load[STRATA_BATCH_MAX_REPLICAS]; /* demand of its keys */
+	uint64_t held[STRATA_BATCH_MAX_REPLICAS]; /* bytes of its keys */
+	uint64_t room[STRATA_BATCH_MAX_REPLICAS]; /* its cache's bound */
+	uint64_t bytes_per_position; /* a cached prompt's, KV and id */
 } strata__residence;
 
-/* An empty table for `replicas` (1..STRATA_BATCH_MAX_REPLICAS) replicas;
- * fini empties it again, keeping the count. */
+/* An empty table for `replicas` (1..STRATA_BATCH_MAX_REPLICAS) replicas,
+ * each with unbounded room; fini empties it again, keeping the count, the
+ * rooms and the bytes per position (0 until set: keys take no room). */
 void strata__residence_init(strata__residence *t, uint32_t replicas);
+/* Replica `device`'s prefix cache holds `bytes`; every cached prompt
+ * position takes `per_position` (the same for every replica). */
+void strata__residence_set_room(strata__residence *t, uint32_t device,
+				uint64_t bytes, uint64_t per_position);
 void strata__residence_fini(strata__residence *t);
 uint64_t strata__residence_tag(const void *key, size_t key_bytes);
 /* Room for one more key, so the next route cannot fail. E_NOMEM leaves the
  * table as it was. */
 strata_status strata__residence_reserve(strata__residence *t,
 					strata_error *err);
-/* A request of `cost` for the key whose BLAKE3 home is `home`: where the
- * key lives (placing it when new), its demand counted there. Needs a
- * reserve since the last route. */
+/* A request of `cost` with an n_prompt-token prompt for the key whose
+ * BLAKE3 home is `home`: where the key lives (placing it when new), its
+ * demand and bytes counted there. Needs a reserve since the last route. */
 uint32_t strata__residence_route(strata__residence *t, uint64_t tag,
-				 uint32_t home, uint64_t cost);
+				 uint32_t home, uint64_t cost,
+				 uint32_t n_prompt);
 /* The key's request routed last ran on `device`: spilled requests count
  * towards a move (batch_residence.c says when one is made). */
 void strata__residence_ran(strata__residence *t, uint64_t tag,

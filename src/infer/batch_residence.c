@@ -8,17 +8,21 @@
  * per replica:
  *
  * - A key seen for the first time lives on its BLAKE3 home unless the home
- *   already carries more than its share (the mean) of the demand; then on
- *   the replica that carries the least. Waiting for spills to move keys
- *   off an overfull home (the first follow route) cost a miss per move and
- *   left keys moving back and forth.
+ *   already carries more than its share (the mean) of the demand, or its
+ *   prefix cache has no room left for the key's prompt (the bytes of the
+ *   keys living there, one prompt each, against the cache's bound) where
+ *   another's has; then on the replica with room that carries the least.
+ *   Waiting for spills to move keys off an overfull home (the first follow
+ *   route) cost a miss per move and left keys moving back and forth; a key
+ *   placed where its prefix does not fit pushes another key's out.
  * - A key moves after STRATA__RESIDENCE_MOVE_AFTER of its requests in a
  *   row were spilled away from where it lives (repeated spills mean its
  *   replica has more work than it can serve; one is a moment's
  *   imbalance), to where the last one ran, and only when that evens the
  *   demand out: its replica carries more than the other by more than the
- *   key's own demand. A move that would only shift the imbalance (a key
- *   hotter than the difference) is not made, so keys do not ping-pong.
+ *   key's own demand, and the other's cache has room for it. A move that
+ *   would only shift the imbalance (a key hotter than the difference) is
+ *   not made, so keys do not ping-pong.
  * - A key not seen for STRATA__RESIDENCE_FORGET epochs is forgotten: its
  *   demand leaves its replica's sum and its slot is freed. The table so
  *   holds at most the keys of the last FORGET + 1 epochs, however many
@@ -51,13 +55,25 @@ void strata__residence_init(strata__residence *t, uint32_t replicas)
 {
 	memset(t, 0, sizeof *t);
 	t->replicas = replicas;
+	for (uint32_t d = 0; d < STRATA_BATCH_MAX_REPLICAS; d++)
+		t->room[d] = UINT64_MAX;
 }
 
 void strata__residence_fini(strata__residence *t)
 {
-	uint32_t replicas = t->replicas;
+	strata__residence keep = *t;
 	strata_free(t->slot);
-	strata__residence_init(t, replicas);
+	strata__residence_init(t, keep.replicas);
+	memcpy(t->room, keep.room, sizeof t->room);
+	t->bytes_per_position = keep.bytes_per_position;
+}
+
+void strata__residence_set_room(strata__residence *t, uint32_t device,
+				uint64_t bytes, uint64_t per_position)
+{
+	if (device < t->replicas)
+		t->room[device] = bytes;
+	t->bytes_per_position = per_position;
 }
 
 uint64_t strata__residence_tag(const void *key, size_t key_bytes)
@@ -155,6 +171,7 @@ static void end_epoch(strata__residence *t)
 	t->epoch++;
 	t->placed = 0;
 	memset(t->load, 0, sizeof t->load);
+	memset(t->held, 0, sizeof t->held);
 	/* Deleting shifts keys back from later in their probe run, which a
 	 * wrapped run can bring from a slot already passed: the halving waits
 	 * for a second pass so that no key is halved twice. */
@@ -168,22 +185,54 @@ static void end_epoch(strata__residence *t)
 			continue;
 		k->demand /= 2;
 		t->load[k->device] += k->demand;
+		t->held[k->device] += k->bytes;
 	}
 }
 
-/* The replica carrying the least demand (lowest index on ties). */
-static uint32_t lightest(const strata__residence *t)
+/* Whether replica d's cache has room for `bytes` more of resident keys. */
+static bool fits(const strata__residence *t, uint32_t d, uint64_t bytes)
 {
-	uint32_t best = 0;
-	for (uint32_t d = 1; d < t->replicas; d++)
-		if (t->load[d] < t->load[best])
-			best = d;
+	return t->held[d] <= t->room[d] && bytes <= t->room[d] - t->held[d];
+}
+
+/* The replica carrying the least demand among those with room for bytes
+ * (all of them when none has; lowest index on ties). */
+static uint32_t lightest(const strata__residence *t, uint64_t bytes)
+{
+	uint32_t best = UINT32_MAX;
+	for (int pass = 0; pass < 2 && best == UINT32_MAX; pass++)
+		for (uint32_t d = 0; d < t->replicas; d++)
+			if ((pass || fits(t, d, bytes)) &&
+			    (best == UINT32_MAX || t->load[d] < t->load[best]))
+				best = d;
 	return best;
 }
 
-uint32_t strata__residence_route(strata__residence *t, uint64_t tag,
-				 uint32_t home, uint64_t cost)
+/* Where a new key goes: home unless home carries more than the mean
+ * demand or lacks the room another has. */
+static uint32_t place_new(const strata__residence *t, uint32_t home,
+			  uint64_t bytes)
 {
+	uint64_t total = 0;
+	bool room_elsewhere = false;
+	for (uint32_t d = 0; d < t->replicas; d++) {
+		total += t->load[d];
+		room_elsewhere |= d != home && fits(t, d, bytes);
+	}
+	if (t->load[home] * t->replicas > total ||
+	    (!fits(t, home, bytes) && room_elsewhere))
+		return lightest(t, bytes);
+	return home;
+}
+
+uint32_t strata__residence_route(strata__residence *t, uint64_t tag,
+				 uint32_t home, uint64_t cost,
+				 uint32_t n_prompt)
+{
+	/* capped where no cache could hold it, so that sums cannot wrap */
+	const uint64_t most = (uint64_t)1 << 40;
+	uint64_t per = t->bytes_per_position;
+	uint64_t bytes = per && n_prompt > most / per ? most : n_prompt * per;
 	if (t->placed >=
 	    (uint64_t)STRATA__RESIDENCE_EPOCH_PER_REPLICA * t->replicas)
 		end_epoch(t);
@@ -191,19 +240,15 @@ uint32_t strata__residence_route(strata__residence *t, uint64_t tag,
 	size_t i = slot_of(t, tag);
 	strata__residence_key *k = &t->slot[i];
 	if (!k->tag) {
-		/* new: home unless home carries more than the mean */
-		uint64_t total = 0;
-		for (uint32_t d = 0; d < t->replicas; d++)
-			total += t->load[d];
-		uint32_t at = home;
-		if (t->load[home] * t->replicas > total)
-			at = lightest(t);
-		*k = (strata__residence_key){.tag = tag, .device = at};
+		*k = (strata__residence_key){
+			.tag = tag, .device = place_new(t, home, bytes)};
 		t->count++;
 	}
 	k->seen = t->epoch;
 	k->demand += cost;
 	t->load[k->device] += cost;
+	t->held[k->device] += bytes - k->bytes; /* held includes k->bytes */
+	k->bytes = bytes;
 	return k->device;
 }
 
@@ -223,7 +268,11 @@ void strata__residence_ran(strata__residence *t, uint64_t tag,
 	uint64_t from = t->load[k->device], to = t->load[device];
 	if (from <= to || from - to <= k->demand)
 		return; /* moving would not even the demand out */
+	if (!fits(t, device, k->bytes))
+		return; /* it would push another key out of that cache */
 	t->load[k->device] -= k->demand;
 	t->load[device] += k->demand;
+	t->held[k->device] -= k->bytes;
+	t->held[device] += k->bytes;
 	k->device = device;
 }

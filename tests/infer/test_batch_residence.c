@@ -1,10 +1,11 @@
 /* test_batch_residence.c - the follow route's residence table on constructed
  * request sequences, no model and no timing: where new keys are placed
- * (their home unless it carries more than its share of the demand), when a
- * spilled key moves (the second spill in a row, and only when that evens
- * the demand out), over 2 and 5 replicas and under skewed demand; keys
- * that stop appearing are forgotten, so the table stays bounded; the
- * replicas' demand always equals the sum of their keys'; allocation
+ * (their home unless it carries more than its share of the demand or has
+ * no cache room where another has), when a spilled key moves (the second
+ * spill in a row, only when that evens the demand out, never into a full
+ * cache), over 2, 3 and 5 replicas and under skewed demand; keys that stop
+ * appearing are forgotten, so the table stays bounded; the replicas'
+ * demand and bytes always equal the sums of their keys'; allocation
  * failures leave the table as it was (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,35 +25,46 @@ static uint64_t tag_of(uint32_t key)
 	return strata__residence_tag(&key, sizeof key);
 }
 
-/* One request of `key` (BLAKE3 home `home`, cost `cost`) routed, then run
- * on `ran` (UINT32_MAX: where routing put it). Returns where it was
- * routed. */
-static uint32_t request(strata__residence *t, uint32_t key, uint32_t home,
-			uint64_t cost, uint32_t ran)
+/* One request of `key` (BLAKE3 home `home`, cost `cost`, a prompt of
+ * `positions`) routed, then run on `ran` (UINT32_MAX: where routing put
+ * it). Returns where it was routed. */
+static uint32_t request_of(strata__residence *t, uint32_t key, uint32_t home,
+			   uint64_t cost, uint32_t positions, uint32_t ran)
 {
 	strata_error err;
 	OK(strata__residence_reserve(t, &err));
-	uint32_t at = strata__residence_route(t, tag_of(key), home, cost);
+	uint32_t at = strata__residence_route(t, tag_of(key), home, cost,
+					      positions);
 	strata__residence_ran(t, tag_of(key), ran == UINT32_MAX ? at : ran);
 	return at;
 }
 
-/* Every replica's demand is the sum of its keys' and the count is the
- * number of keys held. */
+static uint32_t request(strata__residence *t, uint32_t key, uint32_t home,
+			uint64_t cost, uint32_t ran)
+{
+	return request_of(t, key, home, cost, 1, ran);
+}
+
+/* Every replica's demand and bytes are the sums of its keys' and the
+ * count is the number of keys held. */
 static void check_sums(const strata__residence *t)
 {
 	uint64_t load[STRATA_BATCH_MAX_REPLICAS] = {0};
+	uint64_t held[STRATA_BATCH_MAX_REPLICAS] = {0};
 	size_t count = 0;
 	for (size_t i = 0; i < t->cap; i++) {
 		if (!t->slot[i].tag)
 			continue;
 		assert_true(t->slot[i].device < t->replicas);
 		load[t->slot[i].device] += t->slot[i].demand;
+		held[t->slot[i].device] += t->slot[i].bytes;
 		count++;
 	}
 	assert_int_equal(count, t->count);
-	for (uint32_t d = 0; d < t->replicas; d++)
+	for (uint32_t d = 0; d < t->replicas; d++) {
 		assert_int_equal(load[d], t->load[d]);
+		assert_int_equal(held[d], t->held[d]);
+	}
 }
 
 /* Four keys all homed on replica 0 of 2: each new one goes home while home
@@ -90,6 +102,49 @@ static void test_new_keys_spread_over_five_replicas(void **state)
 	for (uint32_t d = 0; d < 5; d++)
 		assert_int_equal(keys_on[d], 5);
 	check_sums(&t);
+	strata__residence_fini(&t);
+}
+
+/* Caches with room for two 10-byte prompts each: a new key goes where
+ * there is room even when the demand rule says otherwise, and where none
+ * has room the demand rule alone decides; a spilled key does not move
+ * into a full cache, and moves once there is room. A key's bytes follow
+ * its last prompt. */
+static void test_keys_respect_cache_room(void **state)
+{
+	(void)state;
+	strata__residence t;
+	strata__residence_init(&t, 2);
+	strata__residence_set_room(&t, 0, 25, 10);
+	strata__residence_set_room(&t, 1, 25, 10);
+	assert_int_equal(request(&t, 1, 0, 100, UINT32_MAX), 0);
+	assert_int_equal(request(&t, 2, 0, 1, UINT32_MAX), 1);
+	assert_int_equal(request(&t, 3, 0, 1, UINT32_MAX), 1);
+	/* replica 0 carries more than the mean, but 1 is full */
+	assert_int_equal(request(&t, 4, 0, 1, UINT32_MAX), 0);
+	assert_int_equal(t.held[0], 20);
+	assert_int_equal(t.held[1], 20);
+	/* no room anywhere: the lighter */
+	assert_int_equal(request(&t, 5, 0, 1, UINT32_MAX), 1);
+	check_sums(&t);
+	/* key 4 (demand 1) on the far heavier 0, spilled twice to the full
+	 * 1: it stays */
+	request(&t, 4, 0, 1, 1);
+	request(&t, 4, 0, 1, 1);
+	assert_int_equal(strata__residence_home(&t, tag_of(4), 9), 0);
+	strata__residence_set_room(&t, 1, 1000, 10);
+	request(&t, 4, 0, 1, 1);
+	request(&t, 4, 0, 1, 1);
+	assert_int_equal(strata__residence_home(&t, tag_of(4), 9), 1);
+	/* a longer prompt: more bytes */
+	request_of(&t, 4, 0, 1, 3, UINT32_MAX);
+	assert_int_equal(t.held[1], 60);
+	check_sums(&t);
+	/* emptied, the table keeps its rooms */
+	strata__residence_fini(&t);
+	assert_int_equal(t.room[0], 25);
+	assert_int_equal(t.bytes_per_position, 10);
+	assert_int_equal(t.count, 0);
 	strata__residence_fini(&t);
 }
 
@@ -285,6 +340,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_new_keys_fill_the_lighter_replica),
 		cmocka_unit_test(test_new_keys_spread_over_five_replicas),
+		cmocka_unit_test(test_keys_respect_cache_room),
 		cmocka_unit_test(test_key_moves_on_its_second_spill_in_a_row),
 		cmocka_unit_test(test_hot_key_stays_cold_key_moves),
 		cmocka_unit_test(test_skewed_demand_three_replicas),
