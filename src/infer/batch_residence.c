@@ -30,14 +30,20 @@
  *
  * Measured with bench_multi on the CPU (1000 requests over 16 keys homed
  * 11/5 on 2 replicas, 9 cache entries each, --spill-requests 6; the
- * command is in docs/batch.md): 91.7-93.9% prefix hits over five runs at
- * max/mean load 1.00-1.02, where the first follow route (a key moved to
- * where its second spill in a row ran, with no demand) got 89.5-91.3%.
- * The keys split 8/8 on their first requests and none moved. The misses
- * left are the keys' first requests (1.6%), spilled requests, guests on
- * the other replica (2.5-3.4%), and as many again of resident keys whose
- * entries those guests' saves evicted (a guest's entry is its whole
- * prompt, larger than the cut-down entries the bench sizes the caches by).
+ * command is in docs/batch.md), on a shared 2-core machine: 92.6-93.3%
+ * prefix hits in three runs at max/mean load 1.01-1.02 (91.7-93.9% in a
+ * dozen more while the rules were measured), where the first follow route
+ * (a key moved to where its second spill in a row ran, no demand, no
+ * room) got 89.5-91.3% and affinity 72-74%. The keys split 8/8 on their
+ * first requests and none moved. The misses left are the keys' first
+ * requests (1.5%), spilled requests, guests on the other replica (2.5-
+ * 3.5%), and about as many of resident keys whose entries those guests'
+ * saves evicted: a guest's entry is its whole prompt, larger than the cut
+ * entries the caches are sized by, so it does not fit beside 8 of them.
+ * In a trial where a guest's save took only free or guest-held room, the
+ * same bench reached 96.0-96.5%. On 4 replicas with 5-entry caches: 87.8%
+ * (affinity 67.5%), and 88.8% at --skew 1, where the hot key's replica
+ * carries 1.44 x the mean load (affinity 76.8% at 1.83).
  *
  * Keys are remembered by 64 bits of their BLAKE3 digest (bytes 4..11, past
  * the 4 the home is taken from) in an open-addressing table with linear
