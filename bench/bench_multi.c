@@ -241,6 +241,15 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 			       (unsigned long long)s.prefix_lookups,
 			       (unsigned long long)s.prefix_saved,
 			       (unsigned long long)s.prefix_evictions);
+		/* where a replica's time went: idle is the wall less busy */
+		printf("  replica %u time: busy %.3f s of %.3f (prefix cache "
+		       "%.3f, prefills %.3f, %llu decode steps %.3f = %.3f "
+		       "ms each, sampling %.3f)\n", d, s.busy_ns / 1e9,
+		       wall / 1e9, s.prefix_ns / 1e9, s.prefill_ns / 1e9,
+		       (unsigned long long)s.decode_steps, s.step_ns / 1e9,
+		       s.decode_steps ? s.step_ns / 1e6 / s.decode_steps : 0.0,
+		       (s.busy_ns - s.prefix_ns - s.prefill_ns - s.step_ns) /
+			       1e9);
 	}
 	out->seconds = wall / 1e9;
 	out->requests_s = c->requests / out->seconds;
