@@ -342,7 +342,7 @@ uint32_t strata_forward_position_of(const strata_forward *f, uint32_t seq);
  * runs per sequence over its own cache. logits (count, vocab), row i for
  * seqs[i]. Each row's result is the bits strata_forward_run of that one
  * token on that sequence gives (the kernels' rows do not depend on the
- * row count), on the CPU backend. Errors: E_INVALID_ARG for a bad list,
+ * row count), on the CPU backend; one row is that run on every backend. Errors: E_INVALID_ARG for a bad list,
  * E_INFER_CONTEXT for a sequence whose context is full, E_INFER_TOKEN,
  * weight-source and kernel errors as they come (the listed sequences'
  * caches then hold an undefined suffix); on success each listed position

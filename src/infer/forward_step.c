@@ -207,6 +207,17 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 	strata_status st = check_step(f, seqs, tokens, count, err);
 	if (st)
 		return st;
+	if (count == 1) {
+		/* one row is a one-token run of its sequence, whose device
+		 * path folds the norms into the products and turns q and k
+		 * in one launch: fewer launches than the per-row code below */
+		const uint32_t keep = f->seq;
+		f->seq = seqs[0];
+		st = strata_forward_run(f, tokens, 1, f->pos[seqs[0]], NULL,
+					logits, err);
+		f->seq = keep;
+		return st;
+	}
 	st = strata__forward_embed(f, tokens, count, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < f->hp->layers; l++)
 		st = layer_step(f, l, seqs, count, err);
