@@ -116,6 +116,7 @@ typedef struct strata_batch_replica_stats {
 	uint64_t prefix_lookups, prefix_hits, prefix_reused_tokens;
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
 	uint64_t prefix_skipped;       /* prefixes larger than the budget */
+	uint64_t prefix_guests_declined; /* guests not saved (no free room) */
 	uint64_t prefix_truncated;     /* entries cut to a shared part */
 	uint64_t prefix_budget_bytes;  /* the cache's bound */
 	uint64_t prefix_peak_bytes;    /* most it held, <= the bound */
@@ -249,7 +250,9 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
  * held, or one larger than the whole budget, is not saved (the latter
  * counted as skipped). A `guest` entry (a request spilled here from its
  * home) is stored as the least recently used, so it goes first when room
- * is needed unless a hit warms it. E_NOMEM from the entry's records
+ * is needed unless a hit warms it, and is saved only into room that is
+ * free or held by other guests (else counted as guests_declined): a
+ * spilled prompt never evicts the entry of a key that lives here. E_NOMEM from the entry's records
  * leaves the cache as it was; an error from taking a chunk or from the
  * copy leaves the entries evicted to make room evicted, and nothing else
  * changed. */
@@ -268,6 +271,7 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 typedef struct strata_prefix_cache_stats {
 	uint64_t lookups, hits, reused_tokens;
 	uint64_t saved, evictions, skipped;
+	uint64_t guests_declined; /* guests' saves that would have evicted */
 	uint64_t truncated; /* entries cut down to the part a hit shared */
 	uint64_t bytes, entries, budget_bytes;
 	uint64_t peak_bytes; /* the most bytes held at once */

@@ -674,6 +674,7 @@ void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 		out->prefix_evictions = c.evictions;
 		out->prefix_bytes = c.bytes;
 		out->prefix_skipped = c.skipped;
+		out->prefix_guests_declined = c.guests_declined;
 		out->prefix_truncated = c.truncated;
 		out->prefix_budget_bytes = c.budget_bytes;
 		out->prefix_peak_bytes = c.peak_bytes;

@@ -75,6 +75,7 @@ static void write_prefix_cache(strata_json *j,
 	strata_json_kv_u64(j, "saved", r->prefix_saved);
 	strata_json_kv_u64(j, "evictions", r->prefix_evictions);
 	strata_json_kv_u64(j, "skipped", r->prefix_skipped);
+	strata_json_kv_u64(j, "guests_declined", r->prefix_guests_declined);
 	strata_json_kv_u64(j, "truncated", r->prefix_truncated);
 	strata_json_kv_u64(j, "bytes", r->prefix_bytes);
 	strata_json_kv_u64(j, "peak_bytes", r->prefix_peak_bytes);

@@ -271,6 +271,72 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 	strata_session_close(s);
 }
 
+/* A guest's prompt is saved only into free room or a guest's: with room
+ * for two entries held by two home keys, a guest is declined and both
+ * stay; with one home entry and one guest, a second guest replaces the
+ * first. */
+static void test_prefix_cache_guest_never_evicts_a_home_key(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = s->forward;
+	strata_error err;
+	int32_t a[10], b[10], g1[10], g2[10];
+	ids(a, 10, 1);
+	ids(b, 10, 100);
+	ids(g1, 10, 200);
+	ids(g2, 10, 300);
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
+	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	uint64_t one = st.bytes;
+	strata_prefix_cache_destroy(c);
+	typedef struct {
+		const int32_t *prompt;
+		bool guest;
+	} save_step;
+	const save_step first[] = {{a, false}, {b, false}, {g1, true}};
+	const save_step second[] = {{a, false}, {g1, true}, {g2, true}};
+	for (int round = 0; round < 2; round++) {
+		const save_step *order = round ? second : first;
+		assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one,
+							    &c, &err),
+				 0);
+		for (int i = 0; i < 3; i++) {
+			strata_forward_reset(f);
+			assert_int_equal(strata_forward_run(f, order[i].prompt,
+							    10, 0, NULL, NULL,
+							    &err),
+					 0);
+			assert_int_equal(
+				strata_prefix_cache_save(c, f, order[i].prompt,
+							 10, order[i].guest,
+							 &err),
+				0);
+		}
+		strata_prefix_cache_get_stats(c, &st);
+		assert_int_equal(st.entries, 2);
+		assert_int_equal(st.guests_declined, round ? 0 : 1);
+		assert_int_equal(st.evictions, round ? 1 : 0);
+		uint32_t reused;
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(strata_prefix_cache_apply(
+						 c, f, order[i].prompt, 10,
+						 &reused, &err),
+					 0);
+			/* kept: both home keys; or the home key and the
+			 * second guest */
+			bool kept = round ? i != 1 : i != 2;
+			assert_int_equal(reused, kept ? 9 : 0);
+		}
+		strata_prefix_cache_destroy(c);
+	}
+	strata_session_close(s);
+}
+
 /* The KV memory is reused, never above the budget: with room for two
  * 10-token entries, a 20-token prompt (blocks twice their size) evicts
  * entries until its blocks fit, both here (the first one's room alone is
@@ -663,6 +729,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
 		cmocka_unit_test(test_prefix_cache_cuts_to_shared_part),
 		cmocka_unit_test(test_prefix_cache_guest_evicted_first),
+		cmocka_unit_test(test_prefix_cache_guest_never_evicts_a_home_key),
 		cmocka_unit_test(test_prefix_cache_evicts_until_blocks_fit),
 		cmocka_unit_test(test_prefix_cache_save_oom),
 		cmocka_unit_test(test_batch_failed_request_fails_batch),
