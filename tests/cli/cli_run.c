@@ -39,6 +39,21 @@ static char *slurp(const char *path, size_t *len)
 	return b;
 }
 
+/* The test process's scratch folders, removed when it exits (they held
+ * one folder per run per test before, never removed). */
+static char made[32][4096];
+static int n_made;
+
+static void remove_made(void)
+{
+	char cmd[4200];
+	for (int i = 0; i < n_made; i++) {
+		snprintf(cmd, sizeof cmd, "rm -rf '%.4095s'", made[i]);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", made[i]);
+	}
+}
+
 void cli_tmpdir(char *out, size_t cap, const char *name)
 {
 	snprintf(out, cap, "%s/tests/tmp-%s-%ld", STRATA_BINARY_DIR, name,
@@ -49,6 +64,10 @@ void cli_tmpdir(char *out, size_t cap, const char *name)
 		fprintf(stderr, "cannot make %s\n", out);
 		exit(1);
 	}
+	if (n_made == 0)
+		atexit(remove_made);
+	if (n_made < (int)(sizeof made / sizeof *made))
+		snprintf(made[n_made++], sizeof *made, "%s", out);
 }
 
 int cli_run(const char *const *argv, const void *in, size_t in_len,
