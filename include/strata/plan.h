@@ -461,9 +461,11 @@ uint64_t strata_plan_device_total(const strata_plan *p);
 uint64_t strata_plan_host_total(const strata_plan *p);
 /* Host memory the budgets leave unused by the selected candidate: host
  * budget - host total, plus on cpu (where the device arena is the same
- * RAM) device budget - device total; 0 when nothing is selected. What a
- * replica may spend on memory the plan does not size: the batch prefix
- * cache's default bound (docs/batch.md). */
+ * RAM) device budget - device total; on cuda, where whoever takes it pins
+ * it, no more than the device budget left after the device total pays
+ * the page tables for (strata_plan_cuda_driver_bytes); 0 when nothing is
+ * selected. What a replica may spend on memory the plan does not size:
+ * the batch prefix cache's default bound (docs/batch.md). */
 uint64_t strata_plan_host_spare_bytes(const strata_plan *p);
 /* The weights' share of the device total (aligned static + window): what
  * strata_residency_config.device_budget_bytes bounds (the engine's device

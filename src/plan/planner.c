@@ -728,12 +728,35 @@ static uint64_t left(uint64_t budget, uint64_t used)
 	return budget > used ? budget - used : 0;
 }
 
+/* The most of `spare` more pinned host memory whose page tables (the
+ * driver's device memory, strata_plan_cuda_driver_bytes) the device
+ * budget's remainder pays for: the candidate's own pinned memory is
+ * already counted in its device bytes. */
+static uint64_t pinnable(const strata_plan *p, const strata_plan_candidate *c,
+			 uint64_t spare)
+{
+	const uint64_t room = left(p->budgets.device_bytes, c->device_bytes);
+	const uint64_t base = strata_plan_cuda_driver_bytes(c->host_bytes);
+	uint64_t lo = 0, hi = spare;
+	while (lo < hi) { /* the cost only grows with the bytes pinned */
+		uint64_t mid = lo + (hi - lo) / 2 + 1;
+		if (strata_plan_cuda_driver_bytes(c->host_bytes + mid) - base <=
+		    room)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
 uint64_t strata_plan_host_spare_bytes(const strata_plan *p)
 {
 	const strata_plan_candidate *c = strata_plan_selected(p);
 	if (!c)
 		return 0;
 	uint64_t spare = left(p->budgets.host_bytes, c->host_bytes);
+	if (p->options.device == STRATA_PLAN_DEVICE_CUDA)
+		return pinnable(p, c, spare);
 	if (p->options.device == STRATA_PLAN_DEVICE_CPU) {
 		/* the device arena is the same RAM */
 		uint64_t dev = left(p->budgets.device_bytes, c->device_bytes);

@@ -472,6 +472,43 @@ static void replicas_share_the_host_budget(void **state)
 	fixture_free(f);
 }
 
+/* On cuda the spare host memory is pinned by whoever takes it (the batch
+ * prefix cache), so it is bounded by the page tables the device budget's
+ * remainder pays for: all of it with room, the exact edge of the driver's
+ * formula with 4 MiB of room, nothing with none. */
+static void cuda_spare_is_what_the_device_can_pin(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA,
+				 .has_device_budget = true,
+				 .device_budget = 64 * GiB,
+				 .has_host_budget = true,
+				 .host_budget = 64 * GiB,
+				 .shape = {.context = 256, .batch = 1}};
+	strata_plan *p = plan_ok(f, &o, &no_machine);
+	assert_true(strata_plan_mode(p) == STRATA_RESIDENCY_RESIDENT);
+	const uint64_t total = strata_plan_device_total(p);
+	const uint64_t h = strata_plan_host_total(p);
+	assert_true(strata_plan_host_spare_bytes(p) == 64 * GiB - h);
+	strata_plan_destroy(p);
+	o.device_budget = total + 4 * MiB;
+	p = plan_ok(f, &o, &no_machine);
+	assert_true(strata_plan_device_total(p) == total);
+	const uint64_t spare = strata_plan_host_spare_bytes(p);
+	const uint64_t base = strata_plan_cuda_driver_bytes(h);
+	assert_true(spare > 0 && spare < 64 * GiB - h);
+	assert_true(strata_plan_cuda_driver_bytes(h + spare) - base <= 4 * MiB);
+	assert_true(strata_plan_cuda_driver_bytes(h + spare + 1) - base >
+		    4 * MiB);
+	strata_plan_destroy(p);
+	o.device_budget = total;
+	p = plan_ok(f, &o, &no_machine);
+	assert_true(strata_plan_host_spare_bytes(p) == 0);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 /* The spare bytes at the exact edge, and the nothing-fits fix in the
  * units a user gives: --host-memory is the pool, so n times a share. */
 static void spare_bytes_and_shared_nothing_fits_fix(void **state)
@@ -733,6 +770,7 @@ int main(void)
 		cmocka_unit_test(budgets_come_from_the_machine_with_headroom),
 		cmocka_unit_test(replicas_share_the_host_budget),
 		cmocka_unit_test(spare_bytes_and_shared_nothing_fits_fix),
+		cmocka_unit_test(cuda_spare_is_what_the_device_can_pin),
 		cmocka_unit_test(predictions_follow_bytes_and_bandwidths),
 		cmocka_unit_test(unknown_architecture_sizes_weights_only),
 		cmocka_unit_test(json_has_the_documented_shape),
