@@ -44,6 +44,34 @@ static void ids(int32_t *out, uint32_t n, int32_t first)
 		out[i] = 1 + (first + (int32_t)i * 7) % 500;
 }
 
+/* Runs prompt (n tokens) from position 0 and saves it into c. */
+static void run_and_save(strata_prefix_cache *c, strata_forward *f,
+			 const int32_t *prompt, uint32_t n, bool guest)
+{
+	strata_error err;
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, prompt, n, 0, NULL, NULL, &err),
+			 0);
+	assert_int_equal(strata_prefix_cache_save(c, f, prompt, n, guest, &err),
+			 0);
+}
+
+/* The bytes one saved entry of prompt (n tokens) takes in a cache of s. */
+static uint64_t entry_bytes(strata_session *s, const int32_t *prompt,
+			    uint32_t n)
+{
+	strata_prefix_cache *c;
+	strata_error err;
+	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
+						    &err),
+			 0);
+	run_and_save(c, s->forward, prompt, n, false);
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	strata_prefix_cache_destroy(c);
+	return st.bytes;
+}
+
 /* ------------------------------------------------------------------------ */
 
 /* Restoring a saved prefix then running the rest gives the bits of running
@@ -242,24 +270,11 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 	ids(b, 10, 100);
 	ids(c3, 10, 200);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
-	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
-	strata_prefix_cache_stats st;
-	strata_prefix_cache_get_stats(c, &st);
-	uint64_t one = st.bytes;
-	strata_prefix_cache_destroy(c);
+	uint64_t one = entry_bytes(s, a, 10);
 	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c, &err), 0);
 	const int32_t *order[3] = {a, b, c3};
-	for (int i = 0; i < 3; i++) {
-		strata_forward_reset(f);
-		assert_int_equal(
-			strata_forward_run(f, order[i], 10, 0, NULL, NULL, &err),
-			0);
-		assert_int_equal(strata_prefix_cache_save(c, f, order[i], 10,
-							  i == 1, &err),
-				 0);
-	}
+	for (int i = 0; i < 3; i++)
+		run_and_save(c, f, order[i], 10, i == 1);
 	uint32_t reused;
 	assert_int_equal(strata_prefix_cache_apply(c, f, a, 10, &reused, &err),
 			 0);
@@ -287,13 +302,8 @@ static void test_prefix_cache_guest_never_evicts_a_home_key(void **state)
 	ids(g1, 10, 200);
 	ids(g2, 10, 300);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
-	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_stats st;
-	strata_prefix_cache_get_stats(c, &st);
-	uint64_t one = st.bytes;
-	strata_prefix_cache_destroy(c);
+	uint64_t one = entry_bytes(s, a, 10);
 	typedef struct {
 		const int32_t *prompt;
 		bool guest;
@@ -305,18 +315,8 @@ static void test_prefix_cache_guest_never_evicts_a_home_key(void **state)
 		assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one,
 							    &c, &err),
 				 0);
-		for (int i = 0; i < 3; i++) {
-			strata_forward_reset(f);
-			assert_int_equal(strata_forward_run(f, order[i].prompt,
-							    10, 0, NULL, NULL,
-							    &err),
-					 0);
-			assert_int_equal(
-				strata_prefix_cache_save(c, f, order[i].prompt,
-							 10, order[i].guest,
-							 &err),
-				0);
-		}
+		for (int i = 0; i < 3; i++)
+			run_and_save(c, f, order[i].prompt, 10, order[i].guest);
 		strata_prefix_cache_get_stats(c, &st);
 		assert_int_equal(st.entries, 2);
 		assert_int_equal(st.guests_declined, round ? 0 : 1);
@@ -353,28 +353,13 @@ static void test_prefix_cache_evicts_until_blocks_fit(void **state)
 	ids(b, 10, 100);
 	ids(big, 21, 300);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
-						    &err),
-			 0);
-	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
-	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
-	strata_prefix_cache_stats st;
-	strata_prefix_cache_get_stats(c, &st);
-	uint64_t one = st.bytes;
-	strata_prefix_cache_destroy(c);
+	uint64_t one = entry_bytes(s, a, 10);
 	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c,
 						    &err),
 			 0);
-	const int32_t *order[2] = {a, b};
-	for (int i = 0; i < 2; i++) {
-		strata_forward_reset(f);
-		assert_int_equal(
-			strata_forward_run(f, order[i], 10, 0, NULL, NULL, &err),
-			0);
-		assert_int_equal(strata_prefix_cache_save(c, f, order[i], 10,
-							  false, &err),
-				 0);
-	}
+	strata_prefix_cache_stats st;
+	run_and_save(c, f, a, 10, false);
+	run_and_save(c, f, b, 10, false);
 	strata_prefix_cache_get_stats(c, &st);
 	assert_int_equal(st.entries, 2);
 	assert_int_equal(st.pool_chunks, 1);
