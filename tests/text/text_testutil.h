@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "strata/text.h"
 
@@ -71,6 +72,28 @@ static inline void tt_print_ids(const char *label, const int32_t *ids,
 	for (size_t i = 0; i < n; i++)
 		fprintf(stderr, " %d", ids[i]);
 	fprintf(stderr, "\n");
+}
+
+/* tests/data/tokenizers/tiny/WHICH.json, parsed. */
+static inline json_t *tiny(const char *which)
+{
+	char rel[256];
+	snprintf(rel, sizeof rel, "tests/data/tokenizers/tiny/%s.json", which);
+	size_t n = 0;
+	char *s = tt_read(rel, &n);
+	assert_non_null(s);
+	json_t *j = json_loadb(s, n, 0, NULL);
+	free(s);
+	assert_non_null(j);
+	return j;
+}
+
+/* text parsed as JSON (any value). */
+static inline json_t *obj(const char *text)
+{
+	json_t *j = json_loads(text, JSON_DECODE_ANY, NULL);
+	assert_non_null(j);
+	return j;
 }
 
 #endif
