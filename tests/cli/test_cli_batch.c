@@ -79,6 +79,14 @@ static json_t *batch(const char *in, const char *const *extra)
 	return all;
 }
 
+/* Whether result i of two batch runs (batch()'s arrays) has the same
+ * tokens. */
+static bool same_tokens(json_t *a, json_t *b, size_t i)
+{
+	return json_equal(json_object_get(json_array_get(a, i), "tokens"),
+			  json_object_get(json_array_get(b, i), "tokens"));
+}
+
 static const char *field_s(json_t *o, const char *k)
 {
 	json_t *v = json_object_get(o, k);
@@ -184,11 +192,7 @@ static void test_batch_same_output_any_replica_count(void **state)
 			continue;
 		}
 		for (size_t i = 0; i < PROMPTS; i++)
-			assert_true(json_equal(
-				json_object_get(json_array_get(ref, i),
-						"tokens"),
-				json_object_get(json_array_get(all, i),
-						"tokens")));
+			assert_true(same_tokens(ref, all, i));
 		json_decref(all);
 	}
 	json_decref(ref);
@@ -213,11 +217,7 @@ static void test_batch_every_residency_mode(void **state)
 	for (size_t m = 1; m < 3; m++) {
 		json_t *all = batch(in, modes[m]);
 		for (size_t i = 0; i < PROMPTS; i++)
-			assert_true(json_equal(
-				json_object_get(json_array_get(ref, i),
-						"tokens"),
-				json_object_get(json_array_get(all, i),
-						"tokens")));
+			assert_true(same_tokens(ref, all, i));
 		json_decref(all);
 	}
 	json_decref(ref);
@@ -316,9 +316,7 @@ static void test_batch_round_robin(void **state)
 	for (size_t i = 0; i < PROMPTS; i++) {
 		json_t *o = json_array_get(a, i);
 		assert_int_equal(field_i(o, "device"), (long long)(i % 3));
-		assert_true(json_equal(
-			json_object_get(o, "tokens"),
-			json_object_get(json_array_get(b, i), "tokens")));
+		assert_true(same_tokens(a, b, i));
 	}
 	json_decref(a);
 	json_decref(b);
@@ -346,9 +344,7 @@ static void test_batch_spills_keep_outputs(void **state)
 	for (size_t i = 0; i < 12; i++) {
 		json_t *o = json_array_get(spilled, i);
 		away += field_i(o, "device") != field_i(o, "home_device");
-		assert_true(json_equal(
-			json_object_get(o, "tokens"),
-			json_object_get(json_array_get(single, i), "tokens")));
+		assert_true(same_tokens(spilled, single, i));
 	}
 	assert_true(away > 0);
 	json_error_t je;
