@@ -201,6 +201,12 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 	o.session.plan.device = strcmp(c->device, "cpu")
 					? STRATA_PLAN_DEVICE_CUDA
 					: STRATA_PLAN_DEVICE_CPU;
+	/* Replica i on cuda:i: without the list every replica would share
+	 * the session's one device (cuda:0). */
+	uint32_t devices[STRATA_BATCH_MAX_REPLICAS];
+	for (uint32_t i = 0; i < replicas; i++)
+		devices[i] = i;
+	o.device_indices = devices;
 	/* The threshold in whole requests: spill only past real imbalance. */
 	o.spill_threshold = (uint64_t)c->spill_requests *
 			    (o.session.prefill + c->max_tokens);
@@ -230,10 +236,14 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 		sum += load;
 		out->hits += s.prefix_hits;
 		out->lookups += s.prefix_lookups;
+		char where[24] = "cpu";
+		if (strcmp(c->device, "cpu"))
+			snprintf(where, sizeof where, "cuda:%u", d);
 		if (replicas > 1)
-			printf("  replica %u: %llu requests (%llu at home, %llu "
-			       "of its own sent away), prefix hits %llu of "
-			       "%llu, %llu saved, %llu evicted\n", d,
+			printf("  replica %u (%s): %llu requests (%llu at "
+			       "home, %llu of its own sent away), prefix hits "
+			       "%llu of %llu, %llu saved, %llu evicted\n", d,
+			       where,
 			       (unsigned long long)s.requests,
 			       (unsigned long long)s.routed_home,
 			       (unsigned long long)s.routed_away,
