@@ -310,11 +310,12 @@ static void print_summary(const strata_batch *b, size_t requests,
 	}
 	double t = wall_ns / 1e9;
 	fprintf(stderr,
-		"strata: batch of %zu requests on %u replicas (%s) in %.3f s "
+		"strata: batch of %zu requests on %u replica%s (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
 		"%llu; prefix cache hits %llu of %llu; --batch %u, %.2f "
 		"sequences per decode step\n",
 		requests, strata_batch_replicas(b),
+		strata_batch_replicas(b) == 1 ? "" : "s",
 		strata_batch_route_name(strata_batch_route_of(b)), t,
 		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,
 		(unsigned long long)home, (unsigned long long)routed,
