@@ -77,11 +77,13 @@ static subset test_subset(void)
 	subset s = {MODE_COUNT, 0, 1};
 	const char *m = getenv("STRATA_TEST_MODES");
 	const char *sh = getenv("STRATA_TEST_SHARD");
-	if (m && atoi(m) >= 1 && (size_t)atoi(m) < MODE_COUNT)
+	if (m && (atoi(m) < 1 || (size_t)atoi(m) > MODE_COUNT))
+		s.modes = 0; /* refused by main */
+	else if (m)
 		s.modes = (size_t)atoi(m);
 	if (sh && (sscanf(sh, "%u/%u", &s.shard, &s.shards) != 2 ||
 		   s.shards == 0 || s.shard >= s.shards))
-		s.shards = 0; /* refused by main */
+		s.shards = 0;
 	return s;
 }
 
@@ -395,10 +397,14 @@ int main(void)
 		return 77;
 	}
 	subset sub = test_subset();
-	if (sub.shards == 0) {
-		fprintf(stderr, "STRATA_TEST_SHARD=%s: I/N with I < N "
-				"wanted\n",
-			getenv("STRATA_TEST_SHARD"));
+	if (sub.shards == 0 || sub.modes == 0) {
+		fprintf(stderr, "STRATA_TEST_SHARD=%s, STRATA_TEST_MODES=%s: "
+				"I/N with I < N, and 1 to %zu, wanted\n",
+			getenv("STRATA_TEST_SHARD") ? getenv("STRATA_TEST_SHARD")
+						    : "(unset)",
+			getenv("STRATA_TEST_MODES") ? getenv("STRATA_TEST_MODES")
+						    : "(unset)",
+			MODE_COUNT);
 		return 1;
 	}
 	if (sub.modes < MODE_COUNT || sub.shards > 1)
