@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "infer/refmodel.h"
+#include "strata/plan.h"
 
 const char *const ref_models[REF_MODEL_COUNT] = {
 	"llama_gqa1_f32",      "llama_gqa2_tied_bf16", "llama_gqa4_f16",
@@ -102,4 +103,26 @@ double ref_max_diff(const float *a, const float *b, uint64_t n)
 			m = d; /* NaN propagates as the max */
 	}
 	return m;
+}
+
+uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
+			     uint32_t batch, uint32_t prefill_chunk)
+{
+	strata_plan_arch a = {
+		.known = true, .family = "llama", .layers = hp->layers,
+		.hidden = hp->dim, .intermediate = hp->ffn,
+		.heads = hp->heads, .kv_heads = hp->kv_heads,
+		.head_dim = hp->head_dim, .vocab = hp->vocab,
+		.max_context = hp->context,
+	};
+	strata_plan_shape sh = {.context = context, .batch = batch,
+				.prefill_chunk = prefill_chunk};
+	strata_plan_memory m;
+	strata_error err;
+	assert_int_equal(strata_plan_memory_compute(&a, &sh,
+						    STRATA_PLAN_DEVICE_CUDA,
+						    STRATA_DTYPE_F32, 0, 0, &m,
+						    &err),
+			 STRATA_OK);
+	return m.kv_cache_bytes + m.workspace_bytes;
 }

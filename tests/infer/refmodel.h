@@ -36,6 +36,12 @@ typedef struct ref_open {
 void ref_open_model(const char *model_path, ref_open *m);
 void ref_close_model(ref_open *m);
 
+/* The plan's KV cache and workspace, on CUDA with an f32 cache (what a
+ * session plans there), for a llama of hp's shape at this context, batch
+ * (sequences) and prefill chunk: the bound a forward pass's buffers keep. */
+uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
+			     uint32_t batch, uint32_t prefill_chunk);
+
 /* max |a - b| over n floats. */
 double ref_max_diff(const float *a, const float *b, uint64_t n);
 

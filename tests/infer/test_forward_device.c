@@ -60,29 +60,6 @@ static void run(strata_forward *f, const ref_data *r, float *logits,
 	strata_sampler_destroy(s);
 }
 
-/* The plan's KV cache and workspace for this shape with an f32 cache (what
- * the session plans on CUDA). */
-static uint64_t planned_buffers(const strata_infer_hparams *hp)
-{
-	strata_plan_arch a = {
-		.known = true, .family = "llama", .layers = hp->layers,
-		.hidden = hp->dim, .intermediate = hp->ffn,
-		.heads = hp->heads, .kv_heads = hp->kv_heads,
-		.head_dim = hp->head_dim, .vocab = hp->vocab,
-		.max_context = hp->context,
-	};
-	strata_plan_shape sh = {.context = CONTEXT, .batch = 1,
-				.prefill_chunk = BATCH};
-	strata_plan_memory m;
-	strata_error err;
-	assert_int_equal(strata_plan_memory_compute(&a, &sh,
-						    STRATA_PLAN_DEVICE_CUDA,
-						    STRATA_DTYPE_F32, 0, 0, &m,
-						    &err),
-			 STRATA_OK);
-	return m.kv_cache_bytes + m.workspace_bytes;
-}
-
 static void check_model(const char *name)
 {
 	char path[1024];
@@ -113,10 +90,10 @@ static void check_model(const char *name)
 	assert_int_equal(strata_forward_device_bytes(&m.hp, CONTEXT, BATCH,
 						     &need, &err),
 			 STRATA_OK);
-	if (need > planned_buffers(&m.hp))
+	uint64_t planned = ref_planned_buffers(&m.hp, CONTEXT, 1, BATCH);
+	if (need > planned)
 		fail_msg("%s: forward buffers %llu > planned %llu", name,
-			 (unsigned long long)need,
-			 (unsigned long long)planned_buffers(&m.hp));
+			 (unsigned long long)need, (unsigned long long)planned);
 	strata_weight_store *ws;
 	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
 			 STRATA_OK);

@@ -122,29 +122,6 @@ static void stepped(const char *name, strata_forward *f, const ref_data *r,
 	strata_free(got);
 }
 
-/* The plan's KV cache and workspace for SEQS sequences (the session plans
- * --batch B this way). */
-static uint64_t planned_buffers(const strata_infer_hparams *hp)
-{
-	strata_plan_arch a = {
-		.known = true, .family = "llama", .layers = hp->layers,
-		.hidden = hp->dim, .intermediate = hp->ffn,
-		.heads = hp->heads, .kv_heads = hp->kv_heads,
-		.head_dim = hp->head_dim, .vocab = hp->vocab,
-		.max_context = hp->context,
-	};
-	strata_plan_shape sh = {.context = CONTEXT, .batch = SEQS,
-				.prefill_chunk = BATCH};
-	strata_plan_memory m;
-	strata_error err;
-	assert_int_equal(strata_plan_memory_compute(&a, &sh,
-						    STRATA_PLAN_DEVICE_CUDA,
-						    STRATA_DTYPE_F32, 0, 0, &m,
-						    &err),
-			 STRATA_OK);
-	return m.kv_cache_bytes + m.workspace_bytes;
-}
-
 /* Device-mode buffers on the CPU backend under a host:1 window (weights
  * streamed one layer at a time): the same bits, and the arena is the
  * computed size, every sequence's cache included, within the plan. */
@@ -183,7 +160,8 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	uint64_t cache = 2ull * m->hp.layers * CONTEXT * m->hp.kv_heads *
 			 m->hp.head_dim * sizeof(float);
 	assert_true(need >= one + (SEQS - 1) * cache);
-	assert_true(need <= planned_buffers(&m->hp));
+	assert_true(need <=
+		    ref_planned_buffers(&m->hp, CONTEXT, SEQS, BATCH));
 	strata_arena_stats as;
 	strata_forward_arena_stats(f, &as);
 	assert_true(as.capacity_bytes == need);
