@@ -112,14 +112,8 @@ static int parse_args(int argc, char **argv, logits_args *a,
 {
 	int rc = strata_cli_model_args("logits", argc, argv, r, help,
 				       value_option, a, &a->model);
-	if (rc)
+	if (rc || (rc = strata_cli_one_sequence("logits", r)))
 		return rc;
-	if (r->plan.shape.batch > 1)
-		return strata_cli_usage("logits", "--batch %llu: strata logits "
-					"runs one sequence (several per "
-					"forward pass are strata batch's "
-					"--batch)",
-					(unsigned long long)r->plan.shape.batch);
 	if (!a->tokens)
 		return strata_cli_usage("logits", "--tokens is missing");
 	if (!a->out)

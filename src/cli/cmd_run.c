@@ -95,13 +95,8 @@ static int parse_args(int argc, char **argv, run_args *a,
 {
 	int rc = strata_cli_model_args("run", argc, argv, r, help,
 				       value_option, a, &a->model);
-	if (rc)
+	if (rc || (rc = strata_cli_one_sequence("run", r)))
 		return rc;
-	if (r->plan.shape.batch > 1)
-		return strata_cli_usage("run", "--batch %llu: strata run runs one "
-					"sequence (several per forward pass "
-					"are strata batch's --batch)",
-					(unsigned long long)r->plan.shape.batch);
 	if (!a->prompt == !a->prompt_file)
 		return strata_cli_usage("run", "give exactly one of -p PROMPT "
 					"and -f FILE");

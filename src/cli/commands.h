@@ -86,4 +86,8 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 			  strata_cli_option_fn option, void *ctx,
 			  const char **model);
 
+/* For the commands that run one sequence (run, logits): --batch above 1
+ * is a usage error pointing at strata batch. Returns 0 or the exit code. */
+int strata_cli_one_sequence(const char *cmd, const strata_cli_residency *r);
+
 #endif

@@ -266,3 +266,13 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 		return strata_cli_usage(cmd, "MODEL is missing");
 	return 0;
 }
+
+int strata_cli_one_sequence(const char *cmd, const strata_cli_residency *r)
+{
+	if (r->plan.shape.batch <= 1)
+		return 0;
+	return strata_cli_usage(cmd, "--batch %llu: strata %s runs one "
+				"sequence (several per forward pass are "
+				"strata batch's --batch)",
+				(unsigned long long)r->plan.shape.batch, cmd);
+}

@@ -246,6 +246,12 @@ static void test_logits_errors_leave_no_file(void **state)
 	r = run(no_out);
 	assert_int_equal(r.exit_code, 2);
 	cli_result_free(&r);
+	const char *batch[] = {"logits", model, "--tokens", "1", "--out", out,
+			       "--batch", "2", NULL};
+	r = run(batch);
+	assert_int_equal(r.exit_code, 2);
+	assert_non_null(strstr(r.err, "strata batch's --batch"));
+	cli_result_free(&r);
 	const char *cuda[] = {"logits", model, "--tokens", "1", "--out", out,
 			      "--device", "cuda", NULL};
 	r = run(cuda);
