@@ -189,6 +189,14 @@ strata_batch_route strata_batch_route_of(const strata_batch *b);
 strata_session *strata_batch_session(strata_batch *b, uint32_t replica);
 void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 				    strata_batch_replica_stats *out);
+/* The counts of every replica's statistics added up: what the summary and
+ * the telemetry's totals report. */
+typedef struct strata_batch_totals {
+	uint64_t routed, routed_home;	      /* placements, those at home */
+	uint64_t prefix_lookups, prefix_hits;
+	uint64_t decode_steps, decode_rows;
+} strata_batch_totals;
+void strata_batch_get_totals(const strata_batch *b, strata_batch_totals *out);
 /* The allocator's statistics after the last run (in ROUND_ROBIN mode its
  * loads come from seed_load, so items and home hits stay 0: the replica
  * stats' routed counters hold them in both modes). */

@@ -294,20 +294,11 @@ static void warn_failures(const strata_batch *b, const strata_cli_gpus *d)
 static void print_summary(const strata_batch *b, size_t requests,
 			  const strata_batch_result *res, uint64_t wall_ns)
 {
-	uint64_t gen = 0, lookups = 0, hits = 0, routed = 0, home = 0;
-	uint64_t steps = 0, rows = 0;
+	uint64_t gen = 0;
 	for (size_t i = 0; i < requests; i++)
 		gen += res[i].n_tokens;
-	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
-		strata_batch_replica_stats r;
-		strata_batch_replica_get_stats(b, i, &r);
-		lookups += r.prefix_lookups;
-		hits += r.prefix_hits;
-		routed += r.routed;
-		home += r.routed_home;
-		steps += r.decode_steps;
-		rows += r.decode_rows;
-	}
+	strata_batch_totals s;
+	strata_batch_get_totals(b, &s);
 	double t = wall_ns / 1e9;
 	fprintf(stderr,
 		"strata: batch of %zu requests on %u replica%s (%s) in %.3f s "
@@ -318,9 +309,10 @@ static void print_summary(const strata_batch *b, size_t requests,
 		strata_batch_replicas(b) == 1 ? "" : "s",
 		strata_batch_route_name(strata_batch_route_of(b)), t,
 		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,
-		(unsigned long long)home, (unsigned long long)routed,
-		(unsigned long long)hits, (unsigned long long)lookups,
-		strata_batch_sequences(b), steps ? (double)rows / steps : 0.0);
+		(unsigned long long)s.routed_home, (unsigned long long)s.routed,
+		(unsigned long long)s.prefix_hits,
+		(unsigned long long)s.prefix_lookups, strata_batch_sequences(b),
+		s.decode_steps ? (double)s.decode_rows / s.decode_steps : 0.0);
 }
 
 /* ------------------------------------------------------------------------ */

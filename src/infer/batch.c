@@ -685,6 +685,21 @@ void strata_batch_replica_get_stats(const strata_batch *b, uint32_t replica,
 	}
 }
 
+void strata_batch_get_totals(const strata_batch *b, strata_batch_totals *out)
+{
+	memset(out, 0, sizeof *out);
+	for (uint32_t i = 0; i < b->o.replicas; i++) {
+		strata_batch_replica_stats r;
+		strata_batch_replica_get_stats(b, i, &r);
+		out->routed += r.routed;
+		out->routed_home += r.routed_home;
+		out->prefix_lookups += r.prefix_lookups;
+		out->prefix_hits += r.prefix_hits;
+		out->decode_steps += r.decode_steps;
+		out->decode_rows += r.decode_rows;
+	}
+}
+
 void strata_batch_router_stats(const strata_batch *b, strata_shard_stats *out)
 {
 	strata_shard_get_stats(b->shard, out);

@@ -14,16 +14,12 @@ static double per_step(uint64_t rows, uint64_t steps)
 /* --batch B and how full the replicas' decode steps were, over all. */
 static void write_batching(strata_json *j, const strata_batch *b)
 {
-	uint64_t steps = 0, rows = 0;
-	for (uint32_t i = 0; i < strata_batch_replicas(b); i++) {
-		strata_batch_replica_stats r;
-		strata_batch_replica_get_stats(b, i, &r);
-		steps += r.decode_steps;
-		rows += r.decode_rows;
-	}
+	strata_batch_totals t;
+	strata_batch_get_totals(b, &t);
 	strata_json_kv_u64(j, "batch", strata_batch_sequences(b));
-	strata_json_kv_u64(j, "decode_steps", steps);
-	strata_json_kv_double(j, "sequences_per_step", per_step(rows, steps));
+	strata_json_kv_u64(j, "decode_steps", t.decode_steps);
+	strata_json_kv_double(j, "sequences_per_step",
+			      per_step(t.decode_rows, t.decode_steps));
 }
 
 /* Largest, mean and their ratio of one figure over the replicas. */
@@ -124,25 +120,18 @@ static void write_router(strata_json *j, strata_batch *b,
 	strata_shard_stats s;
 	strata_batch_router_stats(b, &s);
 	uint32_t n = strata_batch_replicas(b);
-	uint64_t lookups = 0, hits = 0, routed = 0, home = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		strata_batch_replica_stats r;
-		strata_batch_replica_get_stats(b, i, &r);
-		routed += r.routed;
-		home += r.routed_home;
-		lookups += r.prefix_lookups;
-		hits += r.prefix_hits;
-	}
+	strata_batch_totals t;
+	strata_batch_get_totals(b, &t);
 	strata_json_key(j, "router");
 	strata_json_object_begin(j);
 	strata_json_kv_string(j, "route", strata_batch_route_name(route));
 	strata_json_kv_u64(j, "devices", n);
 	strata_json_kv_u64(j, "spill_threshold", s.spill_threshold);
-	strata_json_kv_u64(j, "requests", routed);
-	strata_json_kv_u64(j, "home_hits", home);
-	strata_json_kv_u64(j, "spills", routed - home);
+	strata_json_kv_u64(j, "requests", t.routed);
+	strata_json_kv_u64(j, "home_hits", t.routed_home);
+	strata_json_kv_u64(j, "spills", t.routed - t.routed_home);
 	strata_json_kv_double(j, "home_hit_rate",
-			      routed ? (double)home / routed : 0);
+			      t.routed ? (double)t.routed_home / t.routed : 0);
 	write_balance(j, b);
 	strata_json_key(j, "per_device");
 	strata_json_array_begin(j);
@@ -152,10 +141,12 @@ static void write_router(strata_json *j, strata_batch *b,
 		write_device(j, b, i, &r);
 	}
 	strata_json_array_end(j);
-	strata_json_kv_u64(j, "prefix_lookups", lookups);
-	strata_json_kv_u64(j, "prefix_hits", hits);
+	strata_json_kv_u64(j, "prefix_lookups", t.prefix_lookups);
+	strata_json_kv_u64(j, "prefix_hits", t.prefix_hits);
 	strata_json_kv_double(j, "prefix_hit_rate",
-			      lookups ? (double)hits / lookups : 0);
+			      t.prefix_lookups ? (double)t.prefix_hits /
+							 t.prefix_lookups
+					       : 0);
 	write_batching(j, b);
 	strata_json_object_end(j);
 }

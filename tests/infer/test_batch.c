@@ -592,6 +592,12 @@ static void test_batch_failed_replica_moves_work(void **state)
 	}
 	strata_error err;
 	assert_int_equal(strata_batch_run(b, q, 12, want, NULL, &err), 0);
+	/* the totals add up the replicas' counts */
+	strata_batch_totals t;
+	strata_batch_get_totals(b, &t);
+	assert_int_equal(t.routed, 12);
+	assert_true(t.routed_home <= t.routed);
+	assert_true(t.decode_steps > 0 && t.decode_rows >= t.decode_steps);
 	/* fail the busiest replica (keys are addresses, so homes vary from
 	 * run to run) on its second request: it has at least 4 of 12 */
 	uint32_t count[3] = {0, 0, 0}, victim = 0;
