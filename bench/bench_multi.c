@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 typedef struct cfg {
 	const char *model, *device;

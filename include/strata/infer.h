@@ -353,7 +353,7 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 uint32_t strata_forward_context(const strata_forward *f);
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 
-/* KV save and restore, for a prefix cache (issue 9; src/infer/batch.c).
+/* KV save and restore, for a prefix cache (issue 9; src/serve/prefix_cache.c).
  * The keys and values of positions [0, positions) depend on those tokens
  * only, so a later sequence starting with the same tokens can start from
  * them instead of recomputing. A saved prefix is `count` = 2 x layers

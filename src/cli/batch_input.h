@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 #include "strata/text.h"
 
 /* One request line: its parsed object (for echoing the id), its encoded

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "strata/base.h"
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 /* Batch and plan take the same lists, so the cap is the batch runner's. */
 #define STRATA_CLI_MAX_DEVICES STRATA_BATCH_MAX_REPLICAS

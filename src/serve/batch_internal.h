@@ -1,10 +1,10 @@
 /* batch_internal.h - one replica's running sequences, shared by batch.c
  * (threads, routing, failover) and batch_seqs.c (prefill each request,
- * decode all of them together) (layer: infer). Not a public header. */
-#ifndef STRATA_INFER_BATCH_INTERNAL_H
-#define STRATA_INFER_BATCH_INTERNAL_H
+ * decode all of them together) (layer: serve). Not a public header. */
+#ifndef STRATA_SERVE_BATCH_INTERNAL_H
+#define STRATA_SERVE_BATCH_INTERNAL_H
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 /* One sequence slot of a replica: the forward pass's sequence of the same
  * index. Free when req is SIZE_MAX. */

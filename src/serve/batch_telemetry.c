@@ -1,9 +1,9 @@
 /* batch_telemetry.c - the telemetry document of a batch: one devices[]
  * entry per replica, totals over them, and the router's statistics
- * (layer: infer). */
+ * (layer: serve). */
 #include <string.h>
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 /* Sequences per decode step: B when every step was full, 1 at --batch 1. */
 static double per_step(uint64_t rows, uint64_t steps)

@@ -1,8 +1,8 @@
 /* prefix_pool.h - the host memory of one prefix cache's saved KV: chunks
  * taken once from the backend (pinned on CUDA, so the copies to and from
  * the device are real DMA) and handed out again and again as blocks, so a
- * save neither maps, pins nor frees memory (layer: infer). Not a public
- * header: src/infer/prefix_cache.c and its tests use it.
+ * save neither maps, pins nor frees memory (layer: serve). Not a public
+ * header: src/serve/prefix_cache.c and its tests use it.
  *
  * Blocks are first fit over each chunk's free runs, which are kept in
  * address order and merged with their neighbours when a block comes back.
@@ -12,8 +12,8 @@
  * backend's pinned host memory, or strata_alloc memory without a backend.
  * One thread at a time (a cache belongs to one replica).
  */
-#ifndef STRATA_INFER_PREFIX_POOL_H
-#define STRATA_INFER_PREFIX_POOL_H
+#ifndef STRATA_SERVE_PREFIX_POOL_H
+#define STRATA_SERVE_PREFIX_POOL_H
 
 #include "strata/backend.h"
 

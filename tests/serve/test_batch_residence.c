@@ -6,7 +6,7 @@
  * cache), over 2, 3 and 5 replicas and under skewed demand; keys that stop
  * appearing are forgotten, so the table stays bounded; the replicas'
  * demand and bytes always equal the sums of their keys'; allocation
- * failures leave the table as it was (layer: infer). */
+ * failures leave the table as it was (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "infer/batch_internal.h"
+#include "serve/batch_internal.h"
 
 #define OK(call) assert_int_equal((call), STRATA_OK)
 

@@ -1,15 +1,16 @@
-/* batch.h - the batch runner: one replica of the model per device, each
- * with its own worker thread, session and prefix cache; requests routed by
- * the shard allocator in its in-flight mode (layer: infer).
+/* serve.h - many requests over one model: the batch runner (one replica of
+ * the model per device, each with its own worker thread, session and prefix
+ * cache; requests routed by the shard allocator in its in-flight mode) and
+ * the prefix cache (layer: serve).
  *
- * A separate header rather than a section of infer.h because the runner is
- * the one part of infer that uses the shard layer and threads; callers of
- * the forward pass need neither. It works on token ids: encoding prompts
- * and decoding results belong to the caller (the text layer comes after
- * infer), which is `strata batch` (src/cli/cmd_batch.c, docs/batch.md).
+ * Its own layer above infer because serving is the one part of the runtime
+ * that uses the shard layer and threads; callers of the forward pass need
+ * neither. It works on token ids: encoding prompts and decoding results
+ * belong to the caller, which is `strata batch` (src/cli/cmd_batch.c,
+ * docs/batch.md).
  */
-#ifndef STRATA_BATCH_H
-#define STRATA_BATCH_H
+#ifndef STRATA_SERVE_H
+#define STRATA_SERVE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,7 +40,7 @@
  * recent demand (or its prefix cache is full where another's is not),
  * then on the one with room carrying the least; a key whose requests
  * spill twice in a row moves to where they ran when that evens the demand
- * out; keys unseen for a while are forgotten (src/infer/batch_residence.c).
+ * out; keys unseen for a while are forgotten (src/serve/batch_residence.c).
  * Each key's prefix so stays warm on one replica instead of splitting over
  * every replica; ROUND_ROBIN ignores keys and loads (request i on replica
  * i mod n), the peer routing is measured against. */
@@ -216,7 +217,7 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 					   strata_error *err);
 
 /* ------------------------------------------------------------------------ */
-/* The prefix cache of one replica (src/infer/prefix_cache.c)               */
+/* The prefix cache of one replica (src/serve/prefix_cache.c)               */
 /* ------------------------------------------------------------------------ */
 
 typedef struct strata_prefix_cache strata_prefix_cache;

@@ -1,5 +1,5 @@
 /* batch_residence.c - where each routing key's prefix state lives, for the
- * `follow` route, and how much work each key brings (layer: infer).
+ * `follow` route, and how much work each key brings (layer: serve).
  *
  * A key lives on one replica, so its requests find their prefix cache warm
  * there instead of splitting the key over every replica. Three rules decide
@@ -53,7 +53,7 @@
  */
 #include <string.h>
 
-#include "batch_internal.h"
+#include "serve/batch_internal.h"
 
 #define FIRST_CAPACITY 64u
 

@@ -1,5 +1,5 @@
 /* prefix_cache.c - one replica's prefix cache: saved KV of earlier prompts,
- * reused by a later prompt that starts with the same tokens (layer: infer).
+ * reused by a later prompt that starts with the same tokens (layer: serve).
  *
  * Entries are prompts; a later prompt reuses the longest token-exact
  * common prefix with any entry, since the keys and values of positions
@@ -14,8 +14,8 @@
  */
 #include <string.h>
 
-#include "infer/prefix_pool.h"
-#include "strata/batch.h"
+#include "serve/prefix_pool.h"
+#include "strata/serve.h"
 
 typedef struct entry {
 	struct entry *next;

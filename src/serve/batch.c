@@ -1,6 +1,6 @@
 /* batch.c - the batch runner: replicas with one worker thread each, requests
  * routed by the shard allocator in its in-flight mode, results kept in input
- * order (layer: infer).
+ * order (layer: serve).
  *
  * Threads: the caller's thread dispatches; each replica's worker opens its
  * own session (so a CUDA replica binds its device on the thread that runs
@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "infer/batch_internal.h"
+#include "serve/batch_internal.h"
 
 typedef struct replica {
 	strata_batch *b;

@@ -5,7 +5,7 @@
  * the entry was cut to the part a hit shared) continues within 1e-4 (f32
  * weights) or 2e-2 (half weights) of running the same tokens with no cache
  * in between, though the sequence's device KV was overwritten first.
- * Exits 77 (skipped) where no CUDA device is visible (layer: infer). */
+ * Exits 77 (skipped) where no CUDA device is visible (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "infer/refmodel.h"
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 #define MIB (1ull << 20)
 #define POSITIONS 32u

@@ -1,6 +1,6 @@
 /* prefix_pool.c - the prefix cache's KV memory: chunks taken once (pinned
  * on CUDA) and reused as first-fit blocks with merged free runs
- * (layer: infer; see prefix_pool.h).
+ * (layer: serve; see prefix_pool.h).
  *
  * Why not one allocation per saved prefix: a fresh 25 MB malloc maps pages
  * (page faults under the process's memory lock, contended by every
@@ -9,7 +9,7 @@
  * paid for once and pinned once (~0.7 s/GiB), then reused until the cache
  * goes.
  */
-#include "infer/prefix_pool.h"
+#include "serve/prefix_pool.h"
 
 /* A free run, written in the first bytes of the free memory it describes
  * (every run is at least STRATA__POOL_ALIGN bytes, far more than this). */

@@ -2,7 +2,7 @@
  * save/restore gives the same logits as recomputing, the prefix cache's
  * longest match, budget and eviction at the exact edge, its allocation
  * failures, and a failing request failing the whole batch with nothing
- * answered (layer: infer). */
+ * answered (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 

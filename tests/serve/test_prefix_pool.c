@@ -2,7 +2,7 @@
  * chunks' free runs, runs merged when blocks come back, shrinking, empty
  * chunks released, chunk growth under injected allocation failures, and a
  * random take/give/shrink sequence whose blocks never overlap
- * (layer: infer). */
+ * (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "infer/prefix_pool.h"
+#include "serve/prefix_pool.h"
 
 #define A STRATA__POOL_ALIGN
 

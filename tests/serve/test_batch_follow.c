@@ -1,7 +1,7 @@
 /* test_batch_follow.c - a batch over two replicas of stories260K routed by
  * the follow route answering every greedy request as one replica does
  * (the residence table's rules on their own: test_batch_residence.c)
- * (layer: infer). */
+ * (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "infer/batch_internal.h"
+#include "serve/batch_internal.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define OK(call) assert_int_equal((call), STRATA_OK)

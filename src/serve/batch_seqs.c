@@ -2,16 +2,16 @@
  * each prefilled on its own sequence of the forward pass, then all decoded
  * together one token per step (strata_forward_step), so in a streamed
  * residency one pass of the weights serves every running request (layer:
- * infer).
+ * serve).
  *
  * Each request keeps its own sampler (its seed), history and sequence, and
  * draws its samples in the order strata_generate does, so its tokens do
  * not depend on what runs beside it: greedy or sampled, --batch B gives
- * --batch 1's tokens (tests/infer/test_batch.c).
+ * --batch 1's tokens (tests/serve/test_batch.c).
  */
 #include <string.h>
 
-#include "infer/batch_internal.h"
+#include "serve/batch_internal.h"
 
 /* ------------------------------------------------------------------------ */
 

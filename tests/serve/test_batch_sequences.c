@@ -3,7 +3,7 @@
  * (and, on one replica, the same prefix-cache hits) whatever B and the
  * replicas; steps carry several sequences; a replica failing with several
  * requests running hands them all on; every allocation of a B > 1 run fails
- * cleanly; a B past the forward pass's cap is refused (layer: infer). */
+ * cleanly; a B past the forward pass's cap is refused (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "strata/batch.h"
+#include "strata/serve.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define REQUESTS 14
