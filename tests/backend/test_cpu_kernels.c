@@ -1,6 +1,6 @@
-/* test_kernels.c - the CPU kernels against plain reference loops in double,
- * and their determinism across thread counts and batch sizes (layer:
- * backend, tested with the infer work). */
+/* test_cpu_kernels.c - the CPU kernels against plain reference loops in
+ * double, and their determinism across thread counts and batch sizes
+ * (layer: backend). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
