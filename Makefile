@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure check demo asan fuzz clean
+.PHONY: all setup configure check demo asan fuzz install clean
 
 all: configure
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
@@ -32,6 +32,13 @@ asan: setup
 # libFuzzer targets (clang); run them with scripts/fuzz.
 fuzz: setup
 	@$(MAKE) --no-print-directory all BUILD=build-fuzz CMAKE_FLAGS="-DSTRATA_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
+# The library, headers, strata.pc and the tool under PREFIX (default
+# /usr/local): lib/libstrata.so and .a, include/strata/*.h,
+# lib/pkgconfig/strata.pc, bin/strata.
+PREFIX ?= /usr/local
+install: all
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf build build-asan build-fuzz
