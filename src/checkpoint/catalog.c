@@ -1,15 +1,13 @@
 /* catalog.c - the tensor catalog both readers fill: tensors in file order,
- * O(1) lookup by name through an open-addressing table, range checks, and
- * strata_catalog_open choosing the reader (layer: checkpoint). */
-#include <errno.h>
-#include <fcntl.h>
+ * O(1) lookup by name through an open-addressing table, range checks
+ * (layer: checkpoint). It knows no reader: catalog_open.c picks one. */
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/catalog.h"
+#include "checkpoint/gguf_internal.h"
 
 struct strata__arena_chunk {
 	strata__arena_chunk *next;
@@ -358,85 +356,4 @@ void strata_catalog_destroy(strata_catalog *c)
 	strata_free(c->files);
 	strata_free(c->slots);
 	strata_free(c);
-}
-
-/* GGUF files are recognised by their magic, whatever their name. */
-static strata_status sniff_gguf(const char *path, int *fd_out, uint64_t *size,
-				bool *is_gguf, strata_error *err)
-{
-	int fd = strata_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return strata_fail(err,
-				   errno == ENOENT ? STRATA_E_NOT_FOUND : STRATA_E_IO,
-				   "check the model path",
-				   "cannot open '%s': %s", path, strerror(errno));
-	struct stat st;
-	if (strata_sys.fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		strata_sys.close(fd);
-		return strata_fail(err, STRATA_E_CKPT_FORMAT,
-				   "give a .gguf or .safetensors file, or a model directory",
-				   "'%s' is not a regular file", path);
-	}
-	unsigned char magic[4] = {0};
-	*is_gguf = false;
-	if (st.st_size >= 4) {
-		strata_status s = strata_pread_full(fd, magic, 4, 0, path, err);
-		if (s) {
-			strata_sys.close(fd);
-			return s;
-		}
-		*is_gguf = !memcmp(magic, "GGUF", 4);
-	}
-	/* a .gguf without the magic goes to the GGUF reader, which says so */
-	size_t n = strlen(path);
-	if (n >= 5 && !strcmp(path + n - 5, ".gguf"))
-		*is_gguf = true;
-	*fd_out = fd;
-	*size = (uint64_t)st.st_size;
-	return STRATA_OK;
-}
-
-strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
-				  strata_error *err)
-{
-	struct stat st;
-	if (stat(model_path, &st) != 0)
-		return strata_fail(err, STRATA_E_NOT_FOUND,
-				   "give a model directory or a .gguf/.safetensors file",
-				   "cannot open model '%s': %s", model_path,
-				   strerror(errno));
-	/* refuse FIFOs and devices before opening: a FIFO would block */
-	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-		return strata_fail(err, STRATA_E_CKPT_FORMAT,
-				   "give a model directory or a .gguf/.safetensors file",
-				   "'%s' is neither a directory nor a regular file",
-				   model_path);
-	strata_catalog *c = NULL;
-	strata_status s;
-	if (S_ISDIR(st.st_mode)) {
-		s = strata__catalog_create(STRATA_FORMAT_SAFETENSORS, &c, err);
-		if (!s)
-			s = strata__safetensors_open_dir(c, model_path, err);
-	} else {
-		int fd = -1;
-		uint64_t size = 0;
-		bool gguf = false;
-		s = sniff_gguf(model_path, &fd, &size, &gguf, err);
-		if (s)
-			return s;
-		s = strata__catalog_create(gguf ? STRATA_FORMAT_GGUF
-						: STRATA_FORMAT_SAFETENSORS,
-					   &c, err);
-		if (!s && gguf)
-			s = strata__gguf_read_fd(c, fd, size, model_path, err);
-		strata_sys.close(fd);
-		if (!s && !gguf)
-			s = strata__safetensors_open_file(c, model_path, err);
-	}
-	if (s) {
-		strata_catalog_destroy(c);
-		return s;
-	}
-	*out = c;
-	return STRATA_OK;
 }

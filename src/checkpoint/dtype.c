@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "checkpoint/internal.h"
+#include "strata/checkpoint.h"
 
 typedef struct dtype_row {
 	strata_dtype_info info;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "checkpoint/gguf_internal.h"
+#include "checkpoint/readers.h"
 
 #define READ_AHEAD_BYTES (256u * 1024u)
 #define FIRST_WINDOW_BYTES 4096u
@@ -608,11 +609,3 @@ strata_status strata__gguf_read_mem(strata_catalog *c, const void *data,
 	return read_all(&r);
 }
 
-void strata__gguf_destroy(strata_gguf *g)
-{
-	if (!g)
-		return;
-	strata_free(g->slots);
-	strata__arena_fini(&g->arena);
-	strata_free(g);
-}

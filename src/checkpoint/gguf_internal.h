@@ -3,7 +3,7 @@
 #ifndef STRATA_CHECKPOINT_GGUF_INTERNAL_H
 #define STRATA_CHECKPOINT_GGUF_INTERNAL_H
 
-#include "checkpoint/internal.h"
+#include "checkpoint/catalog.h"
 
 typedef struct gguf_str {
 	const char *s; /* NUL-terminated copy; may hold NULs itself */
@@ -50,5 +50,7 @@ const char *strata__gguf_type_name(strata_gguf_type t);
 /* Index of key in g->kv or -1 (hash lookup). */
 long strata__gguf_lookup(const strata_gguf *g, const char *key);
 uint64_t strata__gguf_key_hash(const char *s);
+/* Frees the metadata (the catalog that holds it calls this); NULL is fine. */
+void strata__gguf_destroy(strata_gguf *g);
 
 #endif

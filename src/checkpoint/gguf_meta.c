@@ -259,3 +259,12 @@ int64_t strata_gguf_array_i64(const strata_gguf *g, long kv, uint64_t i)
 	double fv = 0;
 	return element(&g->kv[kv].v, i, &iv, &fv) ? iv : 0;
 }
+
+void strata__gguf_destroy(strata_gguf *g)
+{
+	if (!g)
+		return;
+	strata_free(g->slots);
+	strata__arena_fini(&g->arena);
+	strata_free(g);
+}

@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 
 #define MAX_HEADER_BYTES (100ull * 1000 * 1000) /* the format's own cap */
 #define MAX_SHARD_NAME 255

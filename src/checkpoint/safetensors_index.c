@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/catalog.h"
 
 #define DEFAULT_MAX_OPEN 4
 #define DIRECT_ALIGN 4096u		 /* covers common logical block sizes */

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 
 #define CORPUS STRATA_SOURCE_DIR "/tests/fuzz/corpus/"
 

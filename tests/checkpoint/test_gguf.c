@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "bytes.h"
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/gguf/"

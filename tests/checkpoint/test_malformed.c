@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "bytes.h"
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
 
 /* X(NAME, expected status, fragment the message must contain) */

@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "bytes.h"
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/"

@@ -15,7 +15,6 @@
 #include <jansson.h>
 
 #include "bytes.h"
-#include "checkpoint/internal.h"
 #include "strata/checkpoint.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/"

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 
 static void walk(const strata_gguf *g, const strata_catalog *c)
 {

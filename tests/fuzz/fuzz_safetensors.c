@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checkpoint/internal.h"
+#include "checkpoint/readers.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

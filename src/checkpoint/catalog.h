@@ -1,9 +1,9 @@
-/* internal.h - what the checkpoint layer's files share: an arena for the
- * many small strings a header holds, the catalog builder the readers fill,
- * and the reader entry points the fuzzers call (layer: checkpoint).
- * Not a public API: names are strata__ and may change. */
-#ifndef STRATA_CHECKPOINT_INTERNAL_H
-#define STRATA_CHECKPOINT_INTERNAL_H
+/* catalog.h - building a tensor catalog: an arena for the many small
+ * strings a header holds and the catalog builder the readers fill
+ * (layer: checkpoint). The builder knows no reader; readers.h is the other
+ * side of the seam. Not a public API: names are strata__ and may change. */
+#ifndef STRATA_CHECKPOINT_CATALOG_H
+#define STRATA_CHECKPOINT_CATALOG_H
 
 #include "strata/checkpoint.h"
 
@@ -56,39 +56,9 @@ strata_status strata__catalog_check_ranges(strata_catalog *c, uint32_t f,
 					   size_t first, bool cover,
 					   strata_error *err);
 
-/* ------------------------------------------------------------------------ */
-/* Readers                                                                  */
-/* ------------------------------------------------------------------------ */
-
-/* GGUF from an open file or from memory (fuzzers); `name` names the file in
- * messages and in the catalog. Appends to a fresh catalog c. */
-strata_status strata__gguf_read_fd(strata_catalog *c, int fd, uint64_t size,
-				   const char *name, strata_error *err);
-strata_status strata__gguf_read_mem(strata_catalog *c, const void *data,
-				    size_t size, const char *name,
-				    strata_error *err);
-void strata__gguf_destroy(strata_gguf *g);
-
-/* One safetensors header (the JSON text, header_len bytes) of a file of
- * file_size bytes: adds file and tensors to c. */
-strata_status strata__safetensors_parse_header(strata_catalog *c,
-					       const char *json,
-					       size_t header_len,
-					       uint64_t file_size,
-					       const char *name,
-					       strata_error *err);
-strata_status strata__safetensors_read_mem(strata_catalog *c,
-					   const void *data, size_t size,
-					   const char *name, strata_error *err);
-strata_status strata__safetensors_open_file(strata_catalog *c,
-					    const char *path,
-					    strata_error *err);
-strata_status strata__safetensors_open_dir(strata_catalog *c, const char *dir,
-					   strata_error *err);
-
 /* Valid UTF-8 without NUL bytes and without overlong forms or surrogates. */
 bool strata__utf8_valid(const char *s, size_t n);
 
 #define STRATA__MAX_NAME_BYTES 1024
 
-#endif
+#endif /* STRATA_CHECKPOINT_CATALOG_H */
