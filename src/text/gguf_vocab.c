@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "strata/checkpoint.h"
-#include "text/internal.h"
+#include "text/tokenizer_build.h"
 
 /* GGUF token types (llama.cpp's llama_token_type). */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4,

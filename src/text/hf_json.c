@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "text/internal.h"
+#include "text/tokenizer_build.h"
 
 typedef struct hf {
 	strata_tokenizer *t;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -271,34 +272,19 @@ struct strata_tokenizer {
 	strata_tokenizer_specials specials;
 };
 
-/* Builds an empty tokenizer with every field at its sentinel. */
-strata_tokenizer *strata__tokenizer_new(strata_error *err);
-/* Sizes the id tables for n ids (all holes). */
-strata_status strata__tokenizer_alloc_ids(strata_tokenizer *t, uint32_t n,
-					  strata_error *err);
-/* Sets id's piece (copied). in_model: the piece belongs to the model's
- * vocabulary (merges can reach it), else it is only an added token. */
-strata_status strata__tokenizer_set_piece(strata_tokenizer *t, int32_t id,
-					  const char *p, size_t n,
-					  bool in_model, strata_error *err);
-/* After every piece is set: the model maps, byte tokens, byte-level
- * mapping. */
-strata_status strata__tokenizer_finish_vocab(strata_tokenizer *t,
-					     strata_error *err);
-/* Adds merge "left right" (pieces) with rank. */
-strata_status strata__tokenizer_add_merge(strata_tokenizer *t,
-					  const char *l, size_t ln,
-					  const char *r, size_t rn,
-					  int32_t rank, const char *what,
-					  strata_error *err);
-/* Appends an added token (content copied). */
-strata_status strata__tokenizer_add_added(strata_tokenizer *t,
-					  const text_added *a,
-					  strata_error *err);
-/* After normalizers are known: normalizes `normalized` added contents and
- * sorts the added tokens for matching. */
-strata_status strata__tokenizer_finish_added(strata_tokenizer *t,
-					     strata_error *err);
+#define STRATA__TEXT_META "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* Whether s[i] starts a "▁" that follows a character other than "▁": where
+ * the encoder may cut a long SentencePiece word, and what the builder
+ * checks no vocabulary piece holds before allowing it. */
+static inline bool strata__text_meta_cut_at(const char *s, size_t n, size_t i)
+{
+	return i >= 1 && i + 3 <= n && !memcmp(s + i, STRATA__TEXT_META, 3) &&
+	       !(i >= 3 && !memcmp(s + i - 3, STRATA__TEXT_META, 3));
+}
+
+/* Unicode White_Space, as HF's strip and single_word matching read it. */
+bool strata__text_is_ws(uint32_t c);
 
 /* Compiles a pattern for splitting (UTF, UCP, JIT where available). */
 strata_status strata__text_regex(const char *pat, size_t len, bool literal,

@@ -141,7 +141,6 @@ static bool is_ws(uint32_t c)
 	       c == 0x3000;
 }
 
-bool strata__text_is_ws(uint32_t c);
 bool strata__text_is_ws(uint32_t c)
 {
 	return is_ws(c);
