@@ -126,8 +126,7 @@ typedef struct figures {
 static strata_status weight_bytes(const strata_session *s, uint64_t *out)
 {
 	strata_residency_sizes z;
-	strata_residency_get_sizes(
-		strata_infer_window_engine(s->window), &z);
+	strata_residency_get_sizes(strata_session_residency(s), &z);
 	*out = z.unit_bytes + z.static_bytes;
 	return STRATA_OK;
 }
@@ -154,27 +153,29 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	int rc = 1;
 	if (!tok || !ns || strata_session_open(&so, &s, &err) != STRATA_OK)
 		goto fail;
-	last = calloc(s->hp.vocab, sizeof *last);
+	last = calloc(strata_session_hparams(s)->vocab, sizeof *last);
 	if (!last)
 		goto fail;
-	uint64_t free_open = device_free(s->backend);
+	uint64_t free_open = device_free(strata_session_backend(s));
 	for (uint32_t i = 0; i < n; i++)
-		tok[i] = (int32_t)((i * 7919u + 13u) % s->hp.vocab);
+		tok[i] = (int32_t)((i * 7919u + 13u) %
+				   strata_session_hparams(s)->vocab);
 	uint64_t min_free = UINT64_MAX;
-	strata_telemetry *t =
-		strata_residency_telemetry(strata_infer_window_engine(s->window));
+	strata_telemetry *t = strata_residency_telemetry(
+		strata_session_residency(s));
 	strata_telemetry_snapshot a, b;
 	uint32_t first = c->cold ? 0 : 1; /* pass 0 warms up unless cold */
 	strata_telemetry_get(t, &a);
 	for (uint32_t p = 0; p < first + c->passes; p++) {
-		strata_forward_reset(s->forward);
+		strata_forward_reset(strata_session_forward(s));
 		if (p == first)
 			strata_telemetry_get(t, &a);
 		uint64_t t0 = strata_now_ns();
-		if (strata_forward_run(s->forward, tok, n, 0, NULL, last, &err))
+		if (strata_forward_run(strata_session_forward(s), tok, n, 0,
+				       NULL, last, &err))
 			goto fail;
 		ns[p] = strata_now_ns() - t0;
-		uint64_t f = device_free(s->backend);
+		uint64_t f = device_free(strata_session_backend(s));
 		if (f && f < min_free)
 			min_free = f;
 		if (p == 0 && free0 > f)
@@ -189,20 +190,23 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	out->stalls = b.stalls - a.stalls;
 	out->stall_ns = b.stall_ns - a.stall_ns;
 	if (c->decode) {
-		the_spy = (spy){.ops = s->source.ops, .user = s->source.user,
-				.last_layer = s->hp.layers - 1};
-		s->source.ops = &spy_ops;
+		the_spy = (spy){
+			.ops = strata_session_source(s)->ops,
+			.user = strata_session_source(s)->user,
+			.last_layer = strata_session_hparams(s)->layers - 1};
+		strata_session_source(s)->ops = &spy_ops;
 		uint64_t *queued = calloc(c->decode, sizeof *queued);
 		if (!queued)
 			goto fail;
-		strata_forward_reset(s->forward);
-		if (strata_forward_run(s->forward, tok, 1, 0, NULL, last, &err))
+		strata_forward_reset(strata_session_forward(s));
+		if (strata_forward_run(strata_session_forward(s), tok, 1, 0,
+				       NULL, last, &err))
 			goto fail;
 		for (uint32_t d = 0; d < c->decode; d++) {
 			int32_t next = tok[(d + 1) % n];
 			uint64_t t0 = strata_now_ns();
-			if (strata_forward_run(s->forward, &next, 1, d + 1, NULL,
-					       last, &err))
+			if (strata_forward_run(strata_session_forward(s), &next,
+					       1, d + 1, NULL, last, &err))
 				goto fail;
 			ns[d] = strata_now_ns() - t0;
 			queued[d] = the_spy.released_last_ns - t0;
@@ -210,13 +214,13 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		out->decode_ns = median(ns, c->decode);
 		out->decode_queued_ns = median(queued, c->decode);
 		free(queued);
-		s->source.ops = the_spy.ops;
+		strata_session_source(s)->ops = the_spy.ops;
 	}
-	uint64_t f = device_free(s->backend);
+	uint64_t f = device_free(strata_session_backend(s));
 	if (f && f < min_free)
 		min_free = f;
 	weight_bytes(s, &out->weight_bytes);
-	out->plan_device = strata_plan_device_total(s->plan);
+	out->plan_device = strata_plan_device_total(strata_session_plan(s));
 	out->device_used = free0 && min_free != UINT64_MAX && free0 > min_free
 				   ? free0 - min_free : 0;
 	if (strata_session_finish(s, &err))

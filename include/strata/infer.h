@@ -463,30 +463,11 @@ typedef struct strata_session_options {
 	uint32_t prefill;		/* longest pass wanted (prompt length) */
 } strata_session_options;
 
-/* Everything one run holds, opened in order: catalog, hyper-parameters,
- * tensors, plan, weight store, backend, residency window, compute, forward
- * pass. Read-only for callers. */
-typedef struct strata_session {
-	strata_catalog *catalog;
-	strata_infer_hparams hp;
-	strata_infer_tensors tensors;
-	strata_plan_source *plan_source;
-	strata_plan *plan;
-	strata_weight_store *store;
-	strata_backend *backend;
-	strata_infer_window *window;
-	strata_infer_source source;
-	strata_compute *compute;
-	strata_forward *forward;
-	const char *model_path; /* borrowed from the options */
-	uint32_t context, batch; /* positions per sequence, prefill chunk */
-	uint32_t sequences;	 /* the plan's --batch: KV caches */
-	uint64_t load_ns; /* opening through the first loads */
-	/* CUDA: device bytes the compute context took when it was made
-	 * (cuBLAS and the runtime's own included), measured; the plan
-	 * reserves this, not an estimate */
-	uint64_t compute_device_bytes;
-} strata_session;
+/* A model opened for running: catalog, hyper-parameters, tensors, plan,
+ * weight store, backend, residency window, compute context and forward
+ * pass, opened in that order. Opaque: callers reach its parts through the
+ * strata_session_* accessors below. */
+typedef struct strata_session strata_session;
 
 /* Opens o->model_path, plans it with o->plan (the selected mode, or the
  * forced one), loads the static tensors and starts the window. The context
@@ -518,5 +499,35 @@ strata_status strata_session_write_telemetry(strata_session *s,
 					     const char *path, uint64_t run_ns,
 					     uint64_t tokens,
 					     strata_error *err);
+
+/* The session's parts, for the commands and the serve layer. Each returns
+ * what the session owns: valid until strata_session_close, never NULL for
+ * an open session (the weight source's statics and ops included), and not
+ * to be destroyed by the caller. */
+/* The forward pass, with the session's --batch sequences. */
+strata_forward *strata_session_forward(const strata_session *s);
+/* The model's hyper-parameters (vocab, eos, layers ...). */
+const strata_infer_hparams *strata_session_hparams(const strata_session *s);
+/* The backend the forward pass runs on (its memory, its pinned host
+ * allocations). */
+strata_backend *strata_session_backend(const strata_session *s);
+/* The plan the session runs: the selected mode, budgets and memory. */
+const strata_plan *strata_session_plan(const strata_session *s);
+/* The residency engine behind the window: telemetry and sizes. */
+strata_residency *strata_session_residency(const strata_session *s);
+/* The weight store the window reads through: its statistics. */
+const strata_weight_store *
+strata_session_weight_store(const strata_session *s);
+/* The weight source the forward pass reads through, borrowed by it: the
+ * statics' element types say where weights stay half; a caller that wraps
+ * its ops (a bench timing the layers) changes what the forward pass calls,
+ * and must put them back before the next forward pass it does not mean to
+ * wrap. */
+strata_infer_source *strata_session_source(strata_session *s);
+/* The model path given to strata_session_open (borrowed from its
+ * options). */
+const char *strata_session_model_path(const strata_session *s);
+/* Nanoseconds strata_session_open took, through the first loads. */
+uint64_t strata_session_load_ns(const strata_session *s);
 
 #endif

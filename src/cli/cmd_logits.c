@@ -127,8 +127,8 @@ static strata_status compute_and_write(strata_session *s, const int32_t *ids,
 {
 	uint64_t cells, bytes;
 	strata_status st;
-	if ((st = strata_checked_mul(n, s->hp.vocab, &cells, "logits cells",
-				     err)) ||
+	if ((st = strata_checked_mul(n, strata_session_hparams(s)->vocab,
+				     &cells, "logits cells", err)) ||
 	    (st = strata_checked_mul(cells, sizeof(float), &bytes,
 				     "logits bytes", err)))
 		return st;
@@ -136,7 +136,8 @@ static strata_status compute_and_write(strata_session *s, const int32_t *ids,
 	if (!logits)
 		return STRATA_E_NOMEM;
 	uint64_t t0 = strata_now_ns();
-	st = strata_forward_run(s->forward, ids, n, 0, logits, NULL, err);
+	st = strata_forward_run(strata_session_forward(s), ids, n, 0, logits,
+				NULL, err);
 	uint64_t run_ns = strata_now_ns() - t0;
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 	for (uint64_t i = 0; st == STRATA_OK && i < cells; i++) {

@@ -188,16 +188,17 @@ static strata_status generate(const run_args *a, strata_session *s,
 	strata_generate_stats g = {0};
 	strata_tokenizer_specials sp;
 	strata_tokenizer_get_specials(tok, &sp);
-	int32_t eos = sp.eos >= 0 ? sp.eos : s->hp.eos;
-	strata_status st = strata_sampler_create(&a->sp, s->hp.vocab, &smp,
-						 err);
+	int32_t eos = sp.eos >= 0 ? sp.eos : strata_session_hparams(s)->eos;
+	strata_status st = strata_sampler_create(
+		&a->sp, strata_session_hparams(s)->vocab, &smp, err);
 	if (st == STRATA_OK)
 		st = strata_detokenizer_create(tok, true, &out.detok, err);
 	out.show_progress = !isatty(STDOUT_FILENO);
 	strata_progress_init(&out.progress, stderr, "generating", a->n);
 	if (st == STRATA_OK)
-		st = strata_generate(s->forward, smp, ids, (uint32_t)n,
-				     (uint32_t)a->n, eos, emit, &out, &g, err);
+		st = strata_generate(strata_session_forward(s), smp, ids,
+				     (uint32_t)n, (uint32_t)a->n, eos, emit,
+				     &out, &g, err);
 	if (st == STRATA_OK) {
 		const char *text;
 		size_t len;

@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "strata/infer.h"
+#include "infer/session_internal.h"
 
 #define DEFAULT_PREFILL_CAP 512u
 
@@ -292,4 +292,54 @@ strata_status strata_session_write_telemetry(strata_session *s,
 		st = strata_file_write_atomic(path, j.buf, j.len, err);
 	strata_json_fini(&j);
 	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accessors                                                                */
+/* ------------------------------------------------------------------------ */
+
+strata_forward *strata_session_forward(const strata_session *s)
+{
+	return s->forward;
+}
+
+const strata_infer_hparams *strata_session_hparams(const strata_session *s)
+{
+	return &s->hp;
+}
+
+strata_backend *strata_session_backend(const strata_session *s)
+{
+	return s->backend;
+}
+
+const strata_plan *strata_session_plan(const strata_session *s)
+{
+	return s->plan;
+}
+
+strata_residency *strata_session_residency(const strata_session *s)
+{
+	return strata_infer_window_engine(s->window);
+}
+
+const strata_weight_store *
+strata_session_weight_store(const strata_session *s)
+{
+	return s->store;
+}
+
+strata_infer_source *strata_session_source(strata_session *s)
+{
+	return &s->source;
+}
+
+const char *strata_session_model_path(const strata_session *s)
+{
+	return s->model_path;
+}
+
+uint64_t strata_session_load_ns(const strata_session *s)
+{
+	return s->load_ns;
 }

@@ -263,7 +263,8 @@ static strata_status open_replica(replica *r)
 	if (st == STRATA_OK)
 		st = strata__batch_seqs_init(
 			&r->seqs, r->session,
-			b->o.eos >= 0 ? b->o.eos : r->session->hp.eos,
+			b->o.eos >= 0 ? b->o.eos
+				      : strata_session_hparams(r->session)->eos,
 			b->o.route != STRATA_BATCH_ROUTE_ROUND_ROBIN, &r->stats,
 			&r->open_err);
 	return st;
@@ -374,7 +375,8 @@ static uint64_t cache_budget(const strata_batch *b, uint32_t i)
 {
 	if (b->o.prefix_cache_bytes != STRATA_BATCH_PREFIX_CACHE_FROM_PLAN)
 		return b->o.prefix_cache_bytes;
-	return strata_plan_host_spare_bytes(b->r[i].session->plan);
+	return strata_plan_host_spare_bytes(
+		strata_session_plan(b->r[i].session));
 }
 
 /* The follow route's room per replica: its prefix cache's bound, each
@@ -382,8 +384,8 @@ static uint64_t cache_budget(const strata_batch *b, uint32_t i)
 static strata_status residence_rooms(strata_batch *b, strata_error *err)
 {
 	uint64_t per;
-	strata_status st = strata_forward_kv_bytes(b->r[0].session->forward, 1,
-						   &per, err);
+	strata_status st = strata_forward_kv_bytes(
+		strata_session_forward(b->r[0].session), 1, &per, err);
 	for (uint32_t i = 0; st == STRATA_OK && i < b->o.replicas; i++)
 		strata__residence_set_room(&b->residence, i,
 					   cache_budget(b, i),
@@ -489,9 +491,9 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	 * under the mutex. */
 	for (uint32_t i = 0; st == STRATA_OK && o->prefix_cache_bytes &&
 			     i < o->replicas; i++)
-		st = strata_prefix_cache_create(b->r[i].session->backend,
-						cache_budget(b, i),
-						&b->r[i].cache, err);
+		st = strata_prefix_cache_create(
+			strata_session_backend(b->r[i].session),
+			cache_budget(b, i), &b->r[i].cache, err);
 	if (st == STRATA_OK && o->prefix_cache_bytes)
 		st = residence_rooms(b, err);
 	if (st) {

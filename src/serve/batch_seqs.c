@@ -47,9 +47,9 @@ static void advance(strata__batch_seqs *ss, uint32_t slot, float *logits)
 	s->hist[s->n_hist++] = tok;
 	res->gen.generated_tokens++;
 	res->tokens[res->n_tokens++] = tok; /* sized for max_tokens */
-	uint32_t pos = strata_forward_position_of(ss->session->forward, slot);
-	if (s->sampled == max_new ||
-	    pos >= strata_forward_context(ss->session->forward))
+	strata_forward *f = strata_session_forward(ss->session);
+	uint32_t pos = strata_forward_position_of(f, slot);
+	if (s->sampled == max_new || pos >= strata_forward_context(f))
 		s->done = true; /* the context is full: stop, not fail */
 	else
 		s->next = tok;
@@ -64,7 +64,7 @@ strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
 				      strata_error *err)
 {
 	memset(ss, 0, sizeof *ss);
-	uint32_t n = strata_forward_sequences(s->forward);
+	uint32_t n = strata_forward_sequences(strata_session_forward(s));
 	ss->session = s;
 	ss->eos = eos;
 	ss->affinity = affinity;
@@ -76,11 +76,12 @@ strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
 	 * back from the device, and a pageable destination would take the
 	 * driver's staging path each time. */
 	void *logits = NULL;
-	uint64_t logits_bytes = (uint64_t)n * s->hp.vocab * sizeof(float);
-	strata_status st =
-		ss->seq ? strata_backend_host_alloc(s->backend, logits_bytes,
-						    true, &logits, err)
-			: STRATA_E_NOMEM;
+	uint64_t logits_bytes = (uint64_t)n * strata_session_hparams(s)->vocab *
+				sizeof(float);
+	strata_status st = ss->seq ? strata_backend_host_alloc(
+					     strata_session_backend(s),
+					     logits_bytes, true, &logits, err)
+				   : STRATA_E_NOMEM;
 	ss->logits = logits;
 	ss->ids = ss->logits ? strata_calloc_or_error(n, sizeof *ss->ids,
 						      "step sequences", err)
@@ -105,7 +106,8 @@ void strata__batch_seqs_fini(strata__batch_seqs *ss)
 			strata__batch_seq_end(ss, i);
 	strata_free(ss->seq);
 	if (ss->logits)
-		strata_backend_host_free(ss->session->backend, ss->logits);
+		strata_backend_host_free(strata_session_backend(ss->session),
+					 ss->logits);
 	strata_free(ss->ids);
 	strata_free(ss->tokens);
 	memset(ss, 0, sizeof *ss);
@@ -134,7 +136,7 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 				      strata_prefix_cache *cache,
 				      strata_error *err)
 {
-	strata_forward *f = ss->session->forward;
+	strata_forward *f = strata_session_forward(ss->session);
 	strata__batch_seq *s = &ss->seq[slot];
 	slot_clear(s);
 	s->req = req;
@@ -158,10 +160,10 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 	/* The sampler sees the prompt as history; only with no repeat
 	 * penalty is a suffix-only history the same choice. */
 	bool use_cache = cache && q->sampler.repeat_penalty == 1.0f;
-	float *logits = ss->logits + (uint64_t)slot * ss->session->hp.vocab;
-	strata_status st = strata_sampler_create(&q->sampler,
-						 ss->session->hp.vocab,
-						 &s->smp, err);
+	uint32_t vocab = strata_session_hparams(ss->session)->vocab;
+	float *logits = ss->logits + (uint64_t)slot * vocab;
+	strata_status st = strata_sampler_create(&q->sampler, vocab, &s->smp,
+						 err);
 	if (st == STRATA_OK)
 		st = strata_forward_select(f, slot, err);
 	uint64_t t_cache = strata_now_ns();
@@ -214,9 +216,11 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 	}
 	if (n == 0)
 		return STRATA_OK;
+	strata_forward *f = strata_session_forward(ss->session);
+	uint32_t vocab = strata_session_hparams(ss->session)->vocab;
 	uint64_t t0 = strata_now_ns();
-	strata_status st = strata_forward_step(ss->session->forward, ss->ids,
-					       ss->tokens, n, ss->logits, err);
+	strata_status st = strata_forward_step(f, ss->ids, ss->tokens, n,
+					       ss->logits, err);
 	ss->stats->step_ns += strata_now_ns() - t0;
 	if (st) {
 		ss->stats->busy_ns += strata_now_ns() - t0;
@@ -228,8 +232,7 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 	ss->stats->decode_rows += n;
 	ss->stats->tokens += n;
 	for (uint32_t i = 0; i < n; i++)
-		advance(ss, ss->ids[i],
-			ss->logits + (uint64_t)i * ss->session->hp.vocab);
+		advance(ss, ss->ids[i], ss->logits + (uint64_t)i * vocab);
 	ss->stats->busy_ns += strata_now_ns() - t0; /* sampling included */
 	return STRATA_OK;
 }

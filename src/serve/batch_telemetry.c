@@ -210,31 +210,33 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 		strata_status st = strata_session_finish(s, err);
 		if (st)
 			return st;
-		strata_residency *e = strata_infer_window_engine(s->window);
+		strata_residency *e = strata_session_residency(s);
 		strata_telemetry_get(strata_residency_telemetry(e), &snaps[i]);
 		strata_telemetry_snapshot_add(&total, &snaps[i]);
 		devs[i].name = device_names[i];
 		devs[i].snapshot = &snaps[i];
 		strata_weight_store_stats one;
-		strata_weight_store_get_stats(s->store, i ? &one : &ws);
+		strata_weight_store_get_stats(strata_session_weight_store(s),
+					      i ? &one : &ws);
 		if (i)
 			add_store(&ws, &one);
 	}
 	strata_session *s0 = strata_batch_session(b, 0);
-	strata_residency *e0 = strata_infer_window_engine(s0->window);
+	const strata_plan *p0 = strata_session_plan(s0);
+	strata_residency *e0 = strata_session_residency(s0);
 	strata_residency_sizes sizes;
 	strata_residency_get_sizes(e0, &sizes);
 	uint64_t load_ns = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t l = strata_batch_session(b, i)->load_ns;
+		uint64_t l = strata_session_load_ns(strata_batch_session(b, i));
 		load_ns = l > load_ns ? l : load_ns;
 	}
 	strata_telemetry_report r = {
-		.model = s0->model_path,
-		.mode = strata_residency_mode_name(strata_plan_mode(s0->plan)),
+		.model = strata_session_model_path(s0),
+		.mode = strata_residency_mode_name(strata_plan_mode(p0)),
 		.depth = sizes.depth,
-		.lookahead_units = strata_plan_lookahead(s0->plan),
-		.queue_depth = strata_plan_queue(s0->plan),
+		.lookahead_units = strata_plan_lookahead(p0),
+		.queue_depth = strata_plan_queue(p0),
 		.static_bytes = sizes.static_bytes,
 		.window_bytes = sizes.window_bytes,
 		.load_seconds = load_ns / 1e9,

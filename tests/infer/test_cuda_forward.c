@@ -127,8 +127,9 @@ static uint64_t device_free(strata_session *s)
 {
 	strata_backend_memory m;
 	strata_error err;
-	assert_int_equal(strata_backend_memory_info(s->backend, &m, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_backend_memory_info(strata_session_backend(s), &m, &err),
+		STRATA_OK);
 	return m.free_bytes;
 }
 
@@ -139,12 +140,14 @@ static void greedy(strata_session *s, const int32_t *prompt, uint32_t n,
 	strata_error err;
 	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
 				    .repeat_penalty = 1};
-	assert_int_equal(strata_sampler_create(&sp, s->hp.vocab, &smp, &err),
+	assert_int_equal(strata_sampler_create(&sp,
+					       strata_session_hparams(s)->vocab,
+					       &smp, &err),
 			 STRATA_OK);
-	strata_forward_reset(s->forward);
+	strata_forward_reset(strata_session_forward(s));
 	out->n = 0;
-	if (strata_generate(s->forward, smp, prompt, n, count, eos, collect,
-			    out, NULL, &err))
+	if (strata_generate(strata_session_forward(s), smp, prompt, n, count,
+			    eos, collect, out, NULL, &err))
 		fail_msg("generate: %s", err.message);
 	strata_sampler_destroy(smp);
 }
@@ -154,18 +157,20 @@ static void greedy(strata_session *s, const int32_t *prompt, uint32_t n,
  * workspace; streamed modes moved bytes with CUDA-timed copies. */
 static void check_memory(strata_session *s, const char *what)
 {
-	strata_residency *e = strata_infer_window_engine(s->window);
+	strata_residency *e = strata_session_residency(s);
 	strata_arena_stats wa, fa;
 	strata_residency_device_arena_stats(e, &wa);
-	strata_forward_arena_stats(s->forward, &fa);
-	const strata_plan_memory *pm = strata_plan_get_memory(s->plan);
-	if (wa.high_water_bytes > strata_plan_weight_device_bytes(s->plan) ||
+	strata_forward_arena_stats(strata_session_forward(s), &fa);
+	const strata_plan_memory *pm = strata_plan_get_memory(
+		strata_session_plan(s));
+	if (wa.high_water_bytes >
+		    strata_plan_weight_device_bytes(strata_session_plan(s)) ||
 	    fa.high_water_bytes > pm->kv_cache_bytes + pm->workspace_bytes)
 		fail_msg("%s: weights %llu of %llu planned, buffers %llu of "
 			 "%llu",
 			 what, (unsigned long long)wa.high_water_bytes,
 			 (unsigned long long)strata_plan_weight_device_bytes(
-				 s->plan),
+				 strata_session_plan(s)),
 			 (unsigned long long)fa.high_water_bytes,
 			 (unsigned long long)(pm->kv_cache_bytes +
 					      pm->workspace_bytes));
@@ -173,23 +178,23 @@ static void check_memory(strata_session *s, const char *what)
 	assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 	strata_telemetry_snapshot snap;
 	strata_telemetry_get(strata_residency_telemetry(e), &snap);
-	if (strata_plan_mode(s->plan) == STRATA_RESIDENCY_HOST) {
+	if (strata_plan_mode(strata_session_plan(s)) == STRATA_RESIDENCY_HOST) {
 		assert_true(snap.transfers[STRATA_DIR_HOST_TO_DEVICE].bytes > 0);
 		assert_true(snap.transfers[STRATA_DIR_HOST_TO_DEVICE].ns > 0);
 	}
-	if (strata_plan_mode(s->plan) == STRATA_RESIDENCY_DISK)
+	if (strata_plan_mode(strata_session_plan(s)) == STRATA_RESIDENCY_DISK)
 		assert_true(snap.transfers[STRATA_DIR_DISK_TO_DEVICE].bytes +
 				    snap.transfers[STRATA_DIR_DISK_TO_HOST].bytes >
 			    0);
-	print_message("  %s: device peak weights %llu B (plan %llu), buffers "
-		      "%llu B (plan %llu), stalls %llu (%.3f ms)\n",
-		      what, (unsigned long long)wa.high_water_bytes,
-		      (unsigned long long)strata_plan_weight_device_bytes(
-			      s->plan),
-		      (unsigned long long)fa.high_water_bytes,
-		      (unsigned long long)(pm->kv_cache_bytes +
-					   pm->workspace_bytes),
-		      (unsigned long long)snap.stalls, snap.stall_ns / 1e6);
+	print_message(
+		"  %s: device peak weights %llu B (plan %llu), buffers "
+		"%llu B (plan %llu), stalls %llu (%.3f ms)\n",
+		what, (unsigned long long)wa.high_water_bytes,
+		(unsigned long long)strata_plan_weight_device_bytes(
+			strata_session_plan(s)),
+		(unsigned long long)fa.high_water_bytes,
+		(unsigned long long)(pm->kv_cache_bytes + pm->workspace_bytes),
+		(unsigned long long)snap.stalls, snap.stall_ns / 1e6);
 }
 
 static void check_model(const char *name, const subset *sub)
@@ -222,9 +227,10 @@ static void check_model(const char *name, const subset *sub)
 				 STRATA_OK);
 		s = open_session(path, STRATA_PLAN_DEVICE_CUDA, &modes[m].o,
 				 r.n_tokens, positions);
-		assert_int_equal(strata_plan_mode(s->plan), modes[m].o.mode);
-		if (strata_forward_run(s->forward, r.tokens, r.n_tokens, 0,
-				       logits, NULL, &err))
+		assert_int_equal(strata_plan_mode(strata_session_plan(s)),
+				 modes[m].o.mode);
+		if (strata_forward_run(strata_session_forward(s), r.tokens,
+				       r.n_tokens, 0, logits, NULL, &err))
 			fail_msg("%s %s: %s", name, modes[m].name, err.message);
 		double d = ref_max_diff(logits, r.logits, cells);
 		print_message("%s %s: max |dlogit| %.3g (tolerance %g)\n", name,
@@ -256,7 +262,7 @@ static void check_model(const char *name, const subset *sub)
 			      modes[m].name,
 			      (long long)(before.free_bytes - after.free_bytes),
 			      (unsigned long long)strata_plan_device_total(
-				      s->plan));
+				      strata_session_plan(s)));
 		strata_session_close(s);
 	}
 	strata_backend_destroy(probe);
@@ -294,8 +300,8 @@ static void stories_text(const char *path, const mode_case *m,
 	strata_session *s = open_session(path, STRATA_PLAN_DEVICE_CUDA, &m->o,
 					 (uint32_t)n, (uint32_t)n + 200);
 	ids out;
-	greedy(s, prompt, (uint32_t)n, 200, sp.eos >= 0 ? sp.eos : s->hp.eos,
-	       &out);
+	greedy(s, prompt, (uint32_t)n, 200,
+	       sp.eos >= 0 ? sp.eos : strata_session_hparams(s)->eos, &out);
 	assert_int_equal(strata_detokenizer_create(tok, true, &d, &err),
 			 STRATA_OK);
 	char *text = strata_alloc(64 * 1024);

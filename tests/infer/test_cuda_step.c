@@ -81,30 +81,34 @@ static void check_model(const char *name, const strata_plan_options *mode)
 	strata_session *s = open_session(path, mode, 1);
 	for (uint32_t k = 0; k < SEQS; k++) {
 		uint32_t n = prompt_of(&r, k, p);
-		strata_forward_reset(s->forward);
-		assert_int_equal(strata_forward_run(s->forward, p, n, 0, NULL,
-						    NULL, &err),
+		strata_forward_reset(strata_session_forward(s));
+		assert_int_equal(strata_forward_run(strata_session_forward(s),
+						    p, n, 0, NULL, NULL, &err),
 				 STRATA_OK);
 		for (uint32_t j = 0; j < DECODES; j++) {
 			int32_t t = token_of(&r, k, j);
 			assert_int_equal(strata_forward_run(
-						 s->forward, &t, 1, n + j, NULL,
+						 strata_session_forward(s), &t,
+						 1, n + j, NULL,
 						 want + (k * DECODES + j) * row,
 						 &err),
 					 STRATA_OK);
 		}
 	}
-	bool half = s->source.statics.lm_head_elem != STRATA_ELEM_F32;
+	bool half = strata_session_source(s)->statics.lm_head_elem !=
+		    STRATA_ELEM_F32;
 	strata_session_close(s);
 	/* all of them, stepped together */
 	s = open_session(path, mode, SEQS);
-	assert_int_equal(strata_forward_sequences(s->forward), SEQS);
+	assert_int_equal(strata_forward_sequences(strata_session_forward(s)),
+			 SEQS);
 	for (uint32_t k = 0; k < SEQS; k++) {
 		uint32_t n = prompt_of(&r, k, p);
-		assert_int_equal(strata_forward_select(s->forward, k, &err),
+		assert_int_equal(strata_forward_select(
+					 strata_session_forward(s), k, &err),
 				 STRATA_OK);
-		assert_int_equal(strata_forward_run(s->forward, p, n, 0, NULL,
-						    NULL, &err),
+		assert_int_equal(strata_forward_run(strata_session_forward(s),
+						    p, n, 0, NULL, NULL, &err),
 				 STRATA_OK);
 	}
 	uint32_t done[SEQS] = {0};
@@ -114,8 +118,8 @@ static void check_model(const char *name, const strata_plan_options *mode)
 		const uint32_t *seqs = &schedule[st][1];
 		for (uint32_t i = 0; i < count; i++)
 			toks[i] = token_of(&r, seqs[i], done[seqs[i]]);
-		if (strata_forward_step(s->forward, seqs, toks, count, got,
-					&err))
+		if (strata_forward_step(strata_session_forward(s), seqs, toks,
+					count, got, &err))
 			fail_msg("%s step %zu: %s", name, st, err.message);
 		for (uint32_t i = 0; i < count; i++) {
 			uint32_t k = seqs[i];

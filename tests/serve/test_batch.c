@@ -62,10 +62,10 @@ static uint64_t entry_bytes(strata_session *s, const int32_t *prompt,
 {
 	strata_prefix_cache *c;
 	strata_error err;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
-						    &err),
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    1u << 20, &c, &err),
 			 0);
-	run_and_save(c, s->forward, prompt, n, false);
+	run_and_save(c, strata_session_forward(s), prompt, n, false);
 	strata_prefix_cache_stats st;
 	strata_prefix_cache_get_stats(c, &st);
 	strata_prefix_cache_destroy(c);
@@ -80,8 +80,9 @@ static void test_kv_restore_same_logits(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
-	uint32_t vocab = s->hp.vocab;
+	strata_forward *f = strata_session_forward(s);
+	const strata_infer_hparams *hp = strata_session_hparams(s);
+	uint32_t vocab = hp->vocab;
 	int32_t p[20], other[5];
 	ids(p, 20, 3);
 	ids(other, 5, 99);
@@ -93,11 +94,11 @@ static void test_kv_restore_same_logits(void **state)
 	assert_int_equal(strata_forward_run(f, p, 12, 0, NULL, NULL, &err), 0);
 	uint64_t bytes, part;
 	assert_int_equal(strata_forward_kv_bytes(f, 12, &bytes, &err), 0);
-	assert_int_equal(bytes, (uint64_t)s->hp.layers * 2 * 12 *
-					s->hp.kv_heads * s->hp.head_dim * 4);
+	assert_int_equal(bytes, (uint64_t)hp->layers * 2 * 12 * hp->kv_heads *
+					hp->head_dim * 4);
 	assert_int_equal(strata_forward_kv_part_bytes(f, 12, &part, &err), 0);
-	assert_int_equal(part * 2 * s->hp.layers, bytes);
-	uint32_t count = 2 * s->hp.layers;
+	assert_int_equal(part * 2 * hp->layers, bytes);
+	uint32_t count = 2 * hp->layers;
 	float *saved = test_malloc(bytes);
 	float **parts = test_calloc(count, sizeof *parts);
 	for (uint32_t i = 0; i < count; i++)
@@ -144,14 +145,16 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
+	strata_forward *f = strata_session_forward(s);
 	strata_error err;
 	int32_t a[10], b[10], q[13];
 	ids(a, 10, 1);
 	ids(b, 10, 200);
 	/* learn one entry's size */
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    1u << 20, &c, &err),
+			 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
@@ -162,7 +165,9 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	uint64_t one = st.bytes;
 	strata_prefix_cache_destroy(c);
 
-	assert_int_equal(strata_prefix_cache_create(s->backend, one, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    one, &c, &err),
+			 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, b, 10, 0, NULL, NULL, &err), 0);
@@ -194,7 +199,9 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	assert_int_equal(st.reused_tokens, 19);
 	strata_prefix_cache_destroy(c);
 
-	assert_int_equal(strata_prefix_cache_create(s->backend, one - 1, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    one - 1, &c, &err),
+			 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_prefix_cache_get_stats(c, &st);
@@ -212,8 +219,8 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
-	uint32_t vocab = s->hp.vocab;
+	strata_forward *f = strata_session_forward(s);
+	uint32_t vocab = strata_session_hparams(s)->vocab;
 	strata_error err;
 	int32_t x[12], y[12], z[12];
 	ids(x, 12, 1);
@@ -223,7 +230,9 @@ static void test_prefix_cache_cuts_to_shared_part(void **state)
 	ids(z + 9, 3, 444);
 	strata_prefix_cache *c;
 	uint32_t reused;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    1u << 20, &c, &err),
+			 0);
 	assert_int_equal(strata_prefix_cache_apply(c, f, x, 12, &reused, &err),
 			 0);
 	assert_int_equal(strata_forward_run(f, x, 12, 0, NULL, NULL, &err), 0);
@@ -263,7 +272,7 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
+	strata_forward *f = strata_session_forward(s);
 	strata_error err;
 	int32_t a[10], b[10], c3[10];
 	ids(a, 10, 1);
@@ -271,7 +280,9 @@ static void test_prefix_cache_guest_evicted_first(void **state)
 	ids(c3, 10, 200);
 	strata_prefix_cache *c;
 	uint64_t one = entry_bytes(s, a, 10);
-	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    2 * one, &c, &err),
+			 0);
 	const int32_t *order[3] = {a, b, c3};
 	for (int i = 0; i < 3; i++)
 		run_and_save(c, f, order[i], 10, i == 1);
@@ -294,7 +305,7 @@ static void test_prefix_cache_guest_never_evicts_a_home_key(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
+	strata_forward *f = strata_session_forward(s);
 	strata_error err;
 	int32_t a[10], b[10], g1[10], g2[10];
 	ids(a, 10, 1);
@@ -312,9 +323,10 @@ static void test_prefix_cache_guest_never_evicts_a_home_key(void **state)
 	const save_step second[] = {{a, false}, {g1, true}, {g2, true}};
 	for (int round = 0; round < 2; round++) {
 		const save_step *order = round ? second : first;
-		assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one,
-							    &c, &err),
-				 0);
+		assert_int_equal(
+			strata_prefix_cache_create(strata_session_backend(s),
+						   2 * one, &c, &err),
+			0);
 		for (int i = 0; i < 3; i++)
 			run_and_save(c, f, order[i].prompt, 10, order[i].guest);
 		strata_prefix_cache_get_stats(c, &st);
@@ -346,7 +358,7 @@ static void test_prefix_cache_evicts_until_blocks_fit(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
+	strata_forward *f = strata_session_forward(s);
 	strata_error err;
 	int32_t a[10], b[10], big[21];
 	ids(a, 10, 1);
@@ -354,8 +366,8 @@ static void test_prefix_cache_evicts_until_blocks_fit(void **state)
 	ids(big, 21, 300);
 	strata_prefix_cache *c;
 	uint64_t one = entry_bytes(s, a, 10);
-	assert_int_equal(strata_prefix_cache_create(s->backend, 2 * one, &c,
-						    &err),
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    2 * one, &c, &err),
 			 0);
 	strata_prefix_cache_stats st;
 	run_and_save(c, f, a, 10, false);
@@ -374,7 +386,7 @@ static void test_prefix_cache_evicts_until_blocks_fit(void **state)
 	assert_int_equal(st.entries, 1);
 	assert_int_equal(st.pool_chunks, 1);
 	assert_true(st.pool_bytes <= 2 * one && st.bytes <= 2 * one);
-	uint32_t vocab = s->hp.vocab, reused;
+	uint32_t vocab = strata_session_hparams(s)->vocab, reused;
 	float *want = test_calloc(vocab, sizeof(float));
 	float *got = test_calloc(vocab, sizeof(float));
 	assert_int_equal(strata_forward_run(f, big + 20, 1, 20, NULL, want,
@@ -405,13 +417,15 @@ static void test_prefix_cache_save_oom(void **state)
 {
 	(void)state;
 	strata_session *s = open_session(64);
-	strata_forward *f = s->forward;
+	strata_forward *f = strata_session_forward(s);
 	strata_error err;
 	int32_t a[10], b[10];
 	ids(a, 10, 1);
 	ids(b, 10, 300);
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c, &err), 0);
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    1u << 20, &c, &err),
+			 0);
 	assert_int_equal(strata_forward_run(f, a, 10, 0, NULL, NULL, &err), 0);
 	assert_int_equal(strata_prefix_cache_save(c, f, a, 10, false, &err), 0);
 	strata_forward_reset(f);
@@ -437,8 +451,8 @@ static void test_prefix_cache_save_oom(void **state)
 	strata_prefix_cache_destroy(c);
 
 	/* the first save also takes the chunk: its record and its memory */
-	assert_int_equal(strata_prefix_cache_create(s->backend, 1u << 20, &c,
-						    &err),
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    1u << 20, &c, &err),
 			 0);
 	strata_prefix_cache_get_stats(c, &before);
 	for (n = 0;; n++) {
@@ -672,7 +686,8 @@ static void test_batch_prefix_cache_from_plan(void **state)
 	if (strata_batch_create(&o, &b, &err))
 		fail_msg("%s / %s", err.message, err.fix);
 	for (uint32_t i = 0; i < 3; i++) {
-		const strata_plan *p = strata_batch_session(b, i)->plan;
+		const strata_plan *p = strata_session_plan(
+			strata_batch_session(b, i));
 		const strata_plan_budgets *pb = strata_plan_get_budgets(p);
 		assert_int_equal(pb->shared_by, 3);
 		assert_int_equal(pb->host_bytes, 1u << 20);

@@ -94,12 +94,13 @@ static void check_model(const char *name, const strata_plan_options *mode)
 	float *got = strata_alloc(r.vocab * sizeof(float));
 	assert_true(want && got);
 	strata_session *s = open_session(path, mode);
-	strata_forward *f = s->forward;
-	bool half = s->source.statics.lm_head_elem != STRATA_ELEM_F32;
+	strata_forward *f = strata_session_forward(s);
+	bool half = strata_session_source(s)->statics.lm_head_elem !=
+		    STRATA_ELEM_F32;
 	double tol = half ? 2e-2 : 1e-4;
 	strata_prefix_cache *c;
-	assert_int_equal(strata_prefix_cache_create(s->backend, 64 * MIB, &c,
-						    &err),
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    64 * MIB, &c, &err),
 			 STRATA_OK);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, p, PROMPT, 0, NULL, NULL, &err),
