@@ -421,7 +421,7 @@ int strata_cmd_inspect(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--tensors")) {
 			tensors = true;
 		} else if (argv[i][0] == '-' && argv[i][1]) {
-			return strata_cli_usage("inspect", "unknown option '%s'", argv[i]);
+			return strata_cli_unknown_option("inspect", argv[i], help);
 		} else if (model) {
 			return strata_cli_usage("inspect", "more than one MODEL given");
 		} else {

@@ -490,8 +490,7 @@ static int parse_args(int argc, char **argv, strata_cli_residency *opts,
 							"a value");
 			*gpus = argv[++i];
 		} else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-			return strata_cli_usage("plan", "unknown option '%s'",
-						argv[i]);
+			return strata_cli_unknown_option("plan", argv[i], help);
 		} else if (*model) {
 			return strata_cli_usage("plan", "more than one MODEL ('%s')",
 						argv[i]);

@@ -21,7 +21,7 @@ static void help(FILE *f)
 		"and generation speed and time to first token go to stderr.\n\n"
 		"options:\n"
 		"  -p PROMPT             the prompt text (may be empty)\n"
-		"  -f FILE               read the prompt from FILE\n"
+		"  -f FILE               read the prompt from FILE (- reads stdin)\n"
 		"  -n TOKENS             tokens to generate at most (default %d)\n"
 		"  --temperature T       0 is greedy (default 0.8)\n"
 		"  --top-k K             keep the K likeliest (default 40, 0 off)\n"
@@ -142,8 +142,12 @@ static strata_status encode_prompt(const run_args *a,
 	size_t len = 0;
 	const char *text = a->prompt;
 	if (a->prompt_file) {
-		strata_status st = strata_file_read_all(
-			a->prompt_file, MAX_PROMPT_BYTES, &file, &len, err);
+		strata_status st = strcmp(a->prompt_file, "-")
+			? strata_file_read_all(a->prompt_file,
+					       MAX_PROMPT_BYTES, &file, &len,
+					       err)
+			: strata_cli_read_stdin(MAX_PROMPT_BYTES, &file, &len,
+						err);
 		if (st)
 			return st;
 		text = file;

@@ -77,8 +77,7 @@ int strata_cmd_tokenize(int argc, char **argv)
 		} else if (!strcmp(a, "--no-special")) {
 			special = false;
 		} else if (a[0] == '-' && a[1]) {
-			return strata_cli_usage("tokenize", "unknown option '%s'",
-						a);
+			return strata_cli_unknown_option("tokenize", a, help);
 		} else if (!model) {
 			model = a;
 		} else {

@@ -32,6 +32,16 @@ int strata_cli_usage(const char *cmd, const char *fmt, ...)
 
 /* Parses a finite decimal number option value in [lo, hi] into *out;
  * returns 0, or prints a usage error for command `cmd` and returns 2. */
+/* An unknown option: a usage error (exit 2) that names the likeliest option
+ * of the command's help text, when one is close ("did you mean"). */
+int strata_cli_unknown_option(const char *cmd, const char *opt,
+			      void (*help)(FILE *));
+
+/* Reads all of stdin (at most cap bytes, else E_USAGE) into *text
+ * (NUL-terminated, strata_free), *len bytes; on failure nothing is kept. */
+strata_status strata_cli_read_stdin(size_t cap, char **text, size_t *len,
+				    strata_error *err);
+
 int strata_cli_parse_float(const char *cmd, const char *option,
 			   const char *text, float lo, float hi, float *out);
 

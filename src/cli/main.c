@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "strata_commit.h"
 
 const strata_command strata_commands[] = {
 	{"shard", "place keyed work items on devices (stdin -> stdout)", strata_cmd_shard},
@@ -24,6 +25,32 @@ static void usage(FILE *f)
 	fprintf(f, "\n'strata COMMAND --help' describes a command.\n");
 }
 
+/* The version, the commit it was built from, what the build holds and what
+ * this processor offers the CPU kernels (asked of the processor, not of the
+ * CUDA driver, so --version stays instant). */
+static void print_version(void)
+{
+	printf("strata %s (commit %s)\n", STRATA_VERSION, STRATA_COMMIT);
+#ifdef STRATA_BUILT_WITH_CUDA
+	printf("backends: cpu cuda\n");
+#else
+	printf("backends: cpu (built without CUDA)\n");
+#endif
+	printf("this processor:");
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2"))
+		printf(" avx2");
+	if (__builtin_cpu_supports("fma"))
+		printf(" fma");
+	if (__builtin_cpu_supports("avx512f"))
+		printf(" avx512f");
+	if (__builtin_cpu_supports("avx512vnni"))
+		printf(" avx512vnni");
+#endif
+	printf("\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -36,7 +63,7 @@ int main(int argc, char **argv)
 		return STRATA_EXIT_OK;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("strata %s\n", STRATA_VERSION);
+		print_version();
 		return STRATA_EXIT_OK;
 	}
 	for (const strata_command *c = strata_commands; c->name; c++)

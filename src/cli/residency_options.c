@@ -247,8 +247,7 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 			int rc = option(ctx, arg, last ? "0" : argv[i + 1],
 					&known);
 			if (!known)
-				return strata_cli_usage(cmd, "unknown option '%s'",
-							arg);
+				return strata_cli_unknown_option(cmd, arg, help);
 			if (last)
 				return strata_cli_usage(cmd, "%s needs a value",
 							arg);
