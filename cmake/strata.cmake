@@ -21,15 +21,40 @@ function(strata_add_layer name)
   set_property(GLOBAL APPEND PROPERTY STRATA_LAYER_LINK ${L_LIBS})
 endfunction()
 
-# strata_add_test(NAME SOURCES f.c ... LAYERS layer ... [LABELS l ...])
+# strata_add_support(NAME SOURCES f.c ... [LAYERS layer ...] [LIBS t ...])
+# One file of tests/support/ as a static archive, strata_support_NAME, that
+# any test names with SUPPORT NAME.
+function(strata_add_support name)
+  cmake_parse_arguments(S "" "" "SOURCES;LAYERS;LIBS" ${ARGN})
+  add_library(strata_support_${name} STATIC ${S_SOURCES})
+  set(libs)
+  foreach(l IN LISTS S_LAYERS)
+    list(APPEND libs strata_${l})
+  endforeach()
+  target_link_libraries(strata_support_${name} PUBLIC ${libs} ${S_LIBS}
+                        PkgConfig::CMOCKA)
+  target_include_directories(strata_support_${name} PUBLIC
+    ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
+    ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(strata_support_${name} PRIVATE
+    STRATA_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    STRATA_BINARY_DIR="${CMAKE_BINARY_DIR}")
+endfunction()
+
+# strata_add_test(NAME SOURCES f.c ... LAYERS layer ... [SUPPORT s ...]
+#                 [LABELS l ...])
 # One cmocka executable registered with CTest. Tests find committed data
 # through STRATA_SOURCE_DIR. Exit code 77 reports the test as skipped.
+# SUPPORT links tests/support/ files (strata_add_support).
 function(strata_add_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LAYERS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LAYERS;SUPPORT;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   set(libs)
   foreach(l IN LISTS T_LAYERS)
     list(APPEND libs strata_${l})
+  endforeach()
+  foreach(s IN LISTS T_SUPPORT)
+    list(APPEND libs strata_support_${s})
   endforeach()
   target_link_libraries(${name} PRIVATE ${libs} PkgConfig::CMOCKA)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src

@@ -1,7 +1,7 @@
-/* cuda_test_util.h - what the CUDA tests share: a skip when no device is
- * present, device buffers from one arena, uploads and downloads, seeded
- * random data and a tolerance check that reports its worst element (layer:
- * backend tests). */
+/* cuda_test_util.h - what the CUDA tests share: device buffers from one
+ * arena, uploads and downloads, seeded random data and a tolerance check
+ * that reports its worst element (layer: backend tests; the skip without a
+ * device is support/gpu_skip.h). */
 #ifndef STRATA_TESTS_CUDA_TEST_UTIL_H
 #define STRATA_TESTS_CUDA_TEST_UTIL_H
 
@@ -11,17 +11,7 @@
 #include <string.h>
 
 #include "strata/backend.h"
-
-/* CTest reads exit code 77 as "skipped". */
-#define CUDA_TEST_SKIP 77
-
-static inline int cuda_test_skip_without_device(const char *test)
-{
-	if (strata_backend_cuda_device_count() > 0)
-		return 0;
-	printf("%s: no CUDA device here: skipped\n", test);
-	return 1;
-}
+#include "support/gpu_skip.h"
 
 /* xorshift64*: the same numbers on every machine. */
 static inline float cuda_test_rand(uint64_t *s)

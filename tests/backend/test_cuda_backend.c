@@ -568,8 +568,8 @@ static void test_missing_device_is_unavailable_with_fix(void **state)
 
 int main(void)
 {
-	if (cuda_test_skip_without_device("test_cuda_backend"))
-		return CUDA_TEST_SKIP;
+	if (gpu_skip_without_device("test_cuda_backend"))
+		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_caps_and_memory_info_report_the_device),
 		cmocka_unit_test(test_device_arena_is_one_region_and_frees),

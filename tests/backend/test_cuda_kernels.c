@@ -1068,8 +1068,8 @@ static int teardown(void **state)
 
 int main(void)
 {
-	if (cuda_test_skip_without_device("test_cuda_kernels"))
-		return CUDA_TEST_SKIP;
+	if (gpu_skip_without_device("test_cuda_kernels"))
+		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul_f32_matches_cpu),
 		cmocka_unit_test(test_matmul_refuses_dimensions_cublas_cannot_take),

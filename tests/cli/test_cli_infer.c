@@ -13,8 +13,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "cli_run.h"
-#include "infer/refmodel.h"
+#include "support/cli_runner.h"
+#include "support/refmodel.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data"
 #define STORIES DATA "/gguf/stories260K.gguf"

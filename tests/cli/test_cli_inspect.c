@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "cli_run.h"
+#include "support/cli_runner.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/"
 

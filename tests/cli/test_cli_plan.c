@@ -13,7 +13,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "cli_run.h"
+#include "support/cli_runner.h"
+#include "support/gpu_skip.h"
 #include "strata/backend.h"
 #include "strata/checkpoint.h"
 
@@ -481,7 +482,7 @@ static void gpus_table_has_a_section_per_device(void **state)
 static void gpus_without_a_gpu(void **state)
 {
 	(void)state;
-	if (strata_backend_cuda_device_count() > 0)
+	if (gpu_skip_with_device())
 		skip();
 	const char *argv[] = {"plan", QWEN, "--json", "--gpus", "0,2",
 			      "--device-memory", "64MiB", "--host-memory",
@@ -619,7 +620,7 @@ static void input_errors_exit_1(void **state)
 		 NULL},
 	};
 	size_t n = sizeof cases / sizeof *cases;
-	if (strata_backend_cuda_device_count() > 0)
+	if (gpu_skip_with_device())
 		n--;
 	for (size_t i = 0; i < n; i++) {
 		cli_result r = run(cases[i]);

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "cli_run.h"
+#include "support/cli_runner.h"
 #include "strata/shard.h"
 
 static char tmp[4096];

@@ -18,7 +18,8 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
+#include "support/gpu_skip.h"
 #include "strata/text.h"
 
 #define MIB (1ull << 20)
@@ -398,10 +399,8 @@ static void test_missing_device_is_refused(void **state)
 
 int main(void)
 {
-	if (strata_backend_cuda_device_count() == 0) {
-		printf("no CUDA device visible: skipped\n");
-		return 77;
-	}
+	if (gpu_skip_without_device("test_cuda_forward"))
+		return GPU_SKIP_EXIT;
 	subset sub = test_subset();
 	if (sub.shards == 0 || sub.modes == 0) {
 		fprintf(stderr, "STRATA_TEST_SHARD=%s, STRATA_TEST_MODES=%s: "

@@ -15,7 +15,8 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
+#include "support/gpu_skip.h"
 
 #define MIB (1ull << 20)
 #define SEQS 4u
@@ -151,10 +152,8 @@ static void test_step_rows_match_one_sequence_decodes(void **state)
 
 int main(void)
 {
-	if (strata_backend_cuda_device_count() == 0) {
-		printf("no CUDA device visible: skipped\n");
-		return 77;
-	}
+	if (gpu_skip_without_device("test_cuda_step"))
+		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_step_rows_match_one_sequence_decodes),
 	};

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define GIB (1ull << 30)
 #define CONTEXT 64u

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define GIB (1ull << 30)
 #define CONTEXT 48u

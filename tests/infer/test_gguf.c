@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define MODEL "llama_gqa4_f16" /* dim 64, ffn 96, 3 layers, 8/2 heads */
 

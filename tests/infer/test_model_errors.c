@@ -13,7 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define BASE_MODEL "llama_gqa2_f32" /* 2 layers, dim 32, 4/2 heads */
 

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 typedef struct mode_case {
 	const char *name;

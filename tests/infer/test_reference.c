@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define TOLERANCE 1e-3
 

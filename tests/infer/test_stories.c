@@ -13,7 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 
 #define GGUF_PATH STRATA_SOURCE_DIR "/tests/data/gguf/stories260K.gguf"
 #define HF_PATH STRATA_SOURCE_DIR "/models/stories260K"

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "residency/workload.h"
+#include "support/gpu_skip.h"
 
 static const wl_spec spec = {.text_units = {0, 1, 2, 3, 5, 6}, .text_count = 6,
 			     .vision_count = 2, .bf16 = true};
@@ -106,8 +107,8 @@ static void test_every_mode_on_cuda(void **state)
 
 int main(void)
 {
-	if (strata_backend_cuda_device_count() == 0)
-		return 77; /* no CUDA device: skipped */
+	if (gpu_skip_without_device("test_engine_cuda"))
+		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_mode_on_cuda),
 	};

@@ -14,7 +14,8 @@
 
 #include <cmocka.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
+#include "support/gpu_skip.h"
 #include "strata/serve.h"
 
 #define MIB (1ull << 20)
@@ -152,10 +153,8 @@ static void test_restored_prefix_continues_as_computed(void **state)
 
 int main(void)
 {
-	if (strata_backend_cuda_device_count() == 0) {
-		printf("no CUDA device visible: skipped\n");
-		return 77;
-	}
+	if (gpu_skip_without_device("test_cuda_prefix"))
+		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_restored_prefix_continues_as_computed),
 	};

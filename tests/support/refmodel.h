@@ -1,7 +1,8 @@
-/* refmodel.h - shared helpers of the infer tests: the committed reference
- * models (tests/data/reference) and a model opened with the plain loader. */
-#ifndef STRATA_TESTS_INFER_REFMODEL_H
-#define STRATA_TESTS_INFER_REFMODEL_H
+/* refmodel.h - the reference-model fixture: the committed reference models
+ * (tests/data/reference) and a model opened with the plain loader (support
+ * for every test folder, layer: infer; prefix ref). */
+#ifndef STRATA_TESTS_SUPPORT_REFMODEL_H
+#define STRATA_TESTS_SUPPORT_REFMODEL_H
 
 #include "strata/infer.h"
 

@@ -1,7 +1,8 @@
-/* cli_run.h - run the built strata binary with given stdin, capture its
- * stdout, stderr and exit code (tests, layer: cli). */
-#ifndef STRATA_TESTS_CLI_RUN_H
-#define STRATA_TESTS_CLI_RUN_H
+/* cli_runner.h - run the built strata binary with given stdin, capture its
+ * stdout, stderr and exit code (support for every test folder, layer: cli;
+ * prefix cli). */
+#ifndef STRATA_TESTS_SUPPORT_CLI_RUNNER_H
+#define STRATA_TESTS_SUPPORT_CLI_RUNNER_H
 
 #include <stddef.h>
 

@@ -1,6 +1,7 @@
-/* cli_run.c - run the built strata binary with files as stdin, stdout and
- * stderr, so tests see exactly what a shell would (tests, layer: cli). */
-#include "cli_run.h"
+/* cli_runner.c - run the built strata binary with files as stdin, stdout
+ * and stderr, so tests see exactly what a shell would (support for every
+ * test folder, layer: cli; prefix cli). */
+#include "support/cli_runner.h"
 
 #include <fcntl.h>
 #include <stdio.h>

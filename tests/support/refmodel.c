@@ -1,4 +1,7 @@
-/* refmodel.c - loading the committed reference data for the infer tests. */
+/* refmodel.c - the reference-model fixture: the committed reference models
+ * of tests/data/reference, their transformers data and a model opened with
+ * the plain loader (support for every test folder, layer: infer; prefix
+ * ref). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +12,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "infer/refmodel.h"
+#include "support/refmodel.h"
 #include "strata/plan.h"
 
 const char *const ref_models[REF_MODEL_COUNT] = {
