@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "cli_run.h"
+#include "support/cli_runner.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 
