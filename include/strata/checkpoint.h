@@ -147,6 +147,15 @@ strata_format strata_catalog_format(const strata_catalog *c);
 /* Opens MODEL: a directory (model.safetensors, or model.safetensors.index.json
  * and its shards) or a .gguf file. Reads headers only. On success the caller
  * owns *out and frees it with strata_catalog_destroy. */
+/* Looks at what a MODEL path that could not be opened holds instead (by
+ * names only): a Hugging Face hub id, a folder of PyTorch pickles (for the
+ * weights, the tokenizer too), a tokenizer.model without tokenizer.json
+ * (tokenizer true). Returns E_NOT_FOUND with an error that says what
+ * strata reads and how to get it, or STRATA_OK (err untouched) when it
+ * knows nothing better to say than the caller's own error. */
+strata_status strata_model_path_explain(const char *path, bool tokenizer,
+					strata_error *err);
+
 strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
 				  strata_error *err);
 void strata_catalog_destroy(strata_catalog *c); /* NULL is fine */

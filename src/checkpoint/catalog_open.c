@@ -49,6 +49,9 @@ strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
 				  strata_error *err)
 {
 	struct stat st;
+	strata_status why = strata_model_path_explain(model_path, false, err);
+	if (why)
+		return why;
 	if (stat(model_path, &st) != 0)
 		return strata_fail(err, STRATA_E_NOT_FOUND,
 				   "give a model directory or a .gguf/.safetensors file",

@@ -72,15 +72,38 @@ static void read_config(strata_tokenizer *t, const char *dir)
 	strata__text_buf_fini(&path);
 }
 
+/* MODEL given as one .safetensors file: its tokenizer is the folder's, as
+ * its config.json is. */
+static strata_status load_beside(const char *file, strata_tokenizer **out,
+				 strata_error *err)
+{
+	const char *slash = strrchr(file, '/');
+	text_buf dir = {0};
+	strata_status st = slash
+		? strata__text_buf_add(&dir, file, (size_t)(slash - file) + 1,
+				       err)
+		: strata__text_buf_add(&dir, ".", 1, err);
+	if (!st)
+		st = strata_tokenizer_load(dir.data, out, err);
+	strata__text_buf_fini(&dir);
+	return st;
+}
+
 strata_status strata_tokenizer_load(const char *model_path,
 				    strata_tokenizer **out, strata_error *err)
 {
 	struct stat sb;
+	strata_status why = model_path
+		? strata_model_path_explain(model_path, true, err) : STRATA_OK;
+	if (why)
+		return why;
 	if (!model_path || stat(model_path, &sb) != 0)
 		return strata_fail(err, STRATA_E_NOT_FOUND,
 				   "give a directory holding tokenizer.json or "
 				   "a .gguf file", "model '%s' does not exist",
 				   model_path ? model_path : "(null)");
+	if (!S_ISDIR(sb.st_mode) && ends_with(model_path, ".safetensors"))
+		return load_beside(model_path, out, err);
 	if (!S_ISDIR(sb.st_mode) && !ends_with(model_path, ".json"))
 		return load_gguf(model_path, out, err);
 	text_buf path = {0};

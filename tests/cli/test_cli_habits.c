@@ -96,6 +96,79 @@ static void test_cli_run_prompt_from_stdin_equals_prompt_option(void **state)
 	cli_result_free(&b);
 }
 
+static void test_cli_single_safetensors_file_is_its_folder(void **state)
+{
+	(void)state;
+	const char *dir[] = {"run", MODEL, "-p", "Once upon a", "-n", "8",
+			     "--temperature", "0", "--device", "cpu", NULL};
+	const char *file[] = {"run", MODEL "/model.safetensors", "-p",
+			      "Once upon a", "-n", "8", "--temperature", "0",
+			      "--device", "cpu", NULL};
+	cli_result a = run_in(dir, NULL), b = run_in(file, NULL);
+	assert_int_equal(b.exit_code, 0);
+	assert_string_equal(a.out, b.out);
+	cli_result_free(&a);
+	cli_result_free(&b);
+	const char *tok_dir[] = {"tokenize", MODEL, "-p", "Hello", NULL};
+	const char *tok_file[] = {"tokenize", MODEL "/model.safetensors", "-p",
+				  "Hello", NULL};
+	a = run_in(tok_dir, NULL);
+	b = run_in(tok_file, NULL);
+	assert_int_equal(b.exit_code, 0);
+	assert_string_equal(a.out, b.out);
+	cli_result_free(&a);
+	cli_result_free(&b);
+}
+
+/* Writes an empty file `name` into dir. */
+static void touch(const char *dir, const char *name)
+{
+	char path[8192];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+}
+
+/* cmd fails with exit 1, and stderr holds both pieces. */
+static void expect_error(const char *const *argv, const char *what,
+			 const char *fix)
+{
+	cli_result r = run_in(argv, NULL);
+	assert_int_equal(r.exit_code, 1);
+	if (!strstr(r.err, what) || !strstr(r.err, fix))
+		fail_msg("wanted '%s' and '%s' in: %s", what, fix, r.err);
+	cli_result_free(&r);
+}
+
+static void test_cli_foreign_model_folders_say_what_to_do(void **state)
+{
+	(void)state;
+	char pt[4096], spm[4096];
+	cli_tmpdir(pt, sizeof pt, "habits-pytorch");
+	touch(pt, "pytorch_model.bin");
+	touch(pt, "config.json");
+	for (int i = 0; i < 3; i++) {
+		const char *cmd = (const char *[]){"run", "plan", "inspect"}[i];
+		const char *argv[] = {cmd, pt, "-p", "x", NULL};
+		if (i > 0)
+			argv[2] = NULL;
+		expect_error(argv, "holds PyTorch pickle weights",
+			     "save_pretrained");
+	}
+	cli_tmpdir(spm, sizeof spm, "habits-spm");
+	touch(spm, "tokenizer.model");
+	const char *tok[] = {"tokenize", spm, "-p", "x", NULL};
+	expect_error(tok, "has tokenizer.model (SentencePiece) but no "
+		     "tokenizer.json", "AutoTokenizer");
+	const char *hub[] = {"run", "someone/some-model-7B", "-p", "x", NULL};
+	expect_error(hub, "looks like a Hugging Face hub id",
+		     "hf download someone/some-model-7B");
+	const char *hub_plan[] = {"plan", "someone/some-model-7B", NULL};
+	expect_error(hub_plan, "looks like a Hugging Face hub id",
+		     "--local-dir");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -103,6 +176,8 @@ int main(void)
 		cmocka_unit_test(test_cli_unknown_option_far_from_all_names_none),
 		cmocka_unit_test(test_cli_version_names_commit_and_backends),
 		cmocka_unit_test(test_cli_run_prompt_from_stdin_equals_prompt_option),
+		cmocka_unit_test(test_cli_single_safetensors_file_is_its_folder),
+		cmocka_unit_test(test_cli_foreign_model_folders_say_what_to_do),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
