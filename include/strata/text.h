@@ -1,6 +1,6 @@
 /* text.h - tokenizers: Hugging Face tokenizer.json (BPE, byte-level and
  * SentencePiece-style) and GGUF vocabularies (llama / gpt2), encoding,
- * decoding and streaming detokenization (layer: text).
+ * decoding and streaming decoding of continuations (layer: text).
  *
  * Trust: tokenizer.json and GGUF metadata are hostile input. Every count,
  * id and string is checked; a component strata does not implement is
@@ -106,33 +106,61 @@ void strata_tokenizer_get_specials(const strata_tokenizer *t,
 				   strata_tokenizer_specials *out);
 
 /* ------------------------------------------------------------------------ */
-/* Streaming detokenizer                                                    */
+/* Streaming decoder                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* Turns ids into text one at a time for display during generation. It never
- * emits part of a UTF-8 character: bytes of an incomplete character wait
- * for the next token; a sequence that can no longer become valid is emitted
- * as U+FFFD. The concatenation of every push and the final flush equals
- * strata_tokenizer_decode of the same ids except where the tokenizer's
- * decoder treats invalid byte runs differently. Holds a borrowed pointer to
- * t, which must outlive it. */
-typedef struct strata_detokenizer strata_detokenizer;
+/* The text that ids generated after a prompt add to the prompt's text,
+ * token by token: what run, batch and the server print. Over a stream the
+ * pushes and the finish together give exactly
+ *     decode(prompt + generated) with decode(prompt) removed,
+ * decode being strata_tokenizer_decode with the same skip_special, so a
+ * continuation keeps the space its first token starts with (SentencePiece
+ * decoders strip one leading space at the start of a text, not of a
+ * continuation). A push returns the text that no later token can change;
+ * it holds back only what still depends on the tokens after it: an
+ * incomplete UTF-8 character, a run of <0xNN> byte tokens until the run
+ * ends (HF gives a run that is not valid UTF-8 as one U+FFFD per token),
+ * the start of a decoder's Replace pattern, trailing characters a Strip
+ * step may remove at the end of the text.
+ *
+ * Where the generated tokens change the end of the prompt's own text (a
+ * prompt ending in half a character or in a byte run that the next byte
+ * tokens complete or spoil), decode(prompt) is not a prefix of the whole:
+ * the stream then gives the whole text from the first character that
+ * differs from the prompt's text (so the completed character appears).
+ *
+ * Not thread-safe; one stream per sequence. Holds a borrowed pointer to t,
+ * which must outlive it. */
+typedef struct strata_text_stream strata_text_stream;
 
-strata_status strata_detokenizer_create(const strata_tokenizer *t,
+/* Creates a stream continuing prompt (n_prompt ids, NULL when 0; with no
+ * prompt the text is the whole decode of what is pushed). The prompt is
+ * decoded once here, O(n_prompt); each push then costs O(its token).
+ * skip_special drops special tokens as strata_tokenizer_decode does. On
+ * success the caller owns *out (strata_text_stream_destroy); on failure
+ * *out is untouched. Errors: E_INVALID_ARG (missing argument, a prompt id
+ * outside the vocabulary), E_NOMEM. */
+strata_status strata_text_stream_create(const strata_tokenizer *t,
+					const int32_t *prompt, size_t n_prompt,
 					bool skip_special,
-					strata_detokenizer **out,
+					strata_text_stream **out,
 					strata_error *err);
-void strata_detokenizer_destroy(strata_detokenizer *d);
+void strata_text_stream_destroy(strata_text_stream *s); /* NULL is fine */
 
-/* Adds one id; *text and *len (owned by d, valid until the next call) are the
- * complete characters now ready, possibly none. */
-strata_status strata_detokenizer_push(strata_detokenizer *d, int32_t id,
+/* Adds one generated id. *text and *len (owned by s, valid until its next
+ * call, NUL-terminated, complete UTF-8 characters) are the text now
+ * settled, possibly none. On failure *len is 0 and the stream is as
+ * before the call (the push may be retried). Errors: E_INVALID_ARG (id
+ * outside the vocabulary, stream finished), E_NOMEM. */
+strata_status strata_text_stream_push(strata_text_stream *s, int32_t id,
 				      const char **text, size_t *len,
 				      strata_error *err);
-/* Ends the stream: whatever bytes are still held come out (as U+FFFD when
- * they are an incomplete character). */
-strata_status strata_detokenizer_flush(strata_detokenizer *d,
-				       const char **text, size_t *len,
-				       strata_error *err);
+
+/* Ends the stream: what was held back comes out as the whole decode gives
+ * it (an unfinished character as U+FFFD). Later pushes are E_INVALID_ARG;
+ * a second finish gives no text. Output and failure as for push. */
+strata_status strata_text_stream_finish(strata_text_stream *s,
+					const char **text, size_t *len,
+					strata_error *err);
 
 #endif

@@ -29,6 +29,8 @@
 static char *join(const char *dir, const char *name, strata_error *err)
 {
 	size_t a = strlen(dir), b = strlen(name);
+	while (a > 1 && dir[a - 1] == '/') /* models/x/ joins as models/x/name */
+		a--;
 	char *p = strata_alloc_or_error(a + b + 2, "path", err);
 	if (!p)
 		return NULL;

@@ -207,21 +207,24 @@ static json_t *result_json(const batch_item *it, const strata_batch_result *r,
 	return o;
 }
 
-/* Text of one result through the streaming detokenizer, the way `strata
- * run` prints it, into *buf (grown as needed). */
+/* Text of one result through the streaming decoder, the way `strata run`
+ * prints it (the continuation of the prompt's text), into *buf (grown as
+ * needed). */
 static strata_status detok(const strata_tokenizer *tok,
+			   const strata_batch_request *q,
 			   const strata_batch_result *r, char **buf,
 			   size_t *len, size_t *cap, strata_error *err)
 {
-	strata_detokenizer *d = NULL;
-	strata_status st = strata_detokenizer_create(tok, true, &d, err);
+	strata_text_stream *d = NULL;
+	strata_status st = strata_text_stream_create(tok, q->prompt, q->n_prompt,
+						     true, &d, err);
 	*len = 0;
 	for (uint32_t i = 0; st == STRATA_OK && i <= r->n_tokens; i++) {
 		const char *t;
 		size_t n;
 		st = i < r->n_tokens
-			     ? strata_detokenizer_push(d, r->tokens[i], &t, &n, err)
-			     : strata_detokenizer_flush(d, &t, &n, err);
+			     ? strata_text_stream_push(d, r->tokens[i], &t, &n, err)
+			     : strata_text_stream_finish(d, &t, &n, err);
 		if (st == STRATA_OK && *len + n + 1 > *cap) {
 			size_t ncap = (*len + n + 1) * 2;
 			char *nb = strata_realloc(*buf, ncap);
@@ -237,7 +240,7 @@ static strata_status detok(const strata_tokenizer *tok,
 			*len += n;
 		}
 	}
-	strata_detokenizer_destroy(d);
+	strata_text_stream_destroy(d);
 	return st;
 }
 
@@ -250,7 +253,8 @@ static strata_status write_results(const batch_input *in,
 	size_t len = 0, cap = 0;
 	strata_status st = STRATA_OK;
 	for (size_t i = 0; st == STRATA_OK && i < in->count; i++) {
-		st = detok(tok, &res[i], &text, &len, &cap, err);
+		st = detok(tok, &in->items[i].req, &res[i], &text, &len, &cap,
+			   err);
 		json_t *o = st ? NULL
 			       : result_json(&in->items[i], &res[i],
 					     text ? text : "", len, d);
@@ -301,11 +305,11 @@ static void print_summary(const strata_batch *b, size_t requests,
 	strata_batch_get_totals(b, &s);
 	double t = wall_ns / 1e9;
 	fprintf(stderr,
-		"strata: batch of %zu requests on %u replica%s (%s) in %.3f s "
+		"strata: batch of %zu request%s on %u replica%s (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
 		"%llu; prefix cache hits %llu of %llu; --batch %u, %.2f "
 		"sequences per decode step\n",
-		requests, strata_batch_replicas(b),
+		requests, requests == 1 ? "" : "s", strata_batch_replicas(b),
 		strata_batch_replicas(b) == 1 ? "" : "s",
 		strata_batch_route_name(strata_batch_route_of(b)), t,
 		t > 0 ? requests / t : 0.0, t > 0 ? gen / t : 0.0,

@@ -106,7 +106,7 @@ static int parse_args(int argc, char **argv, run_args *a,
 /* ------------------------------------------------------------------------ */
 
 typedef struct stream {
-	strata_detokenizer *detok;
+	strata_text_stream *text; /* the continuation of the prompt's text */
 	bool wrote;
 	/* Tokens generated so far, drawn on stderr only when stdout is not
 	 * the same terminal (the text would tear the bar apart). */
@@ -120,8 +120,8 @@ static strata_status emit(void *user, int32_t token, strata_error *err)
 	stream *s = user;
 	const char *text;
 	size_t len;
-	strata_status st = strata_detokenizer_push(s->detok, token, &text,
-						   &len, err);
+	strata_status st = strata_text_stream_push(s->text, token, &text, &len,
+						   err);
 	if (st)
 		return st;
 	if (len && fwrite(text, 1, len, stdout) != len)
@@ -196,7 +196,8 @@ static strata_status generate(const run_args *a, strata_session *s,
 	strata_status st = strata_sampler_create(
 		&a->sp, strata_session_hparams(s)->vocab, &smp, err);
 	if (st == STRATA_OK)
-		st = strata_detokenizer_create(tok, true, &out.detok, err);
+		st = strata_text_stream_create(tok, ids, n, true, &out.text,
+					       err);
 	out.show_progress = !isatty(STDOUT_FILENO);
 	strata_progress_init(&out.progress, stderr, "generating", a->n);
 	if (st == STRATA_OK)
@@ -206,7 +207,7 @@ static strata_status generate(const run_args *a, strata_session *s,
 	if (st == STRATA_OK) {
 		const char *text;
 		size_t len;
-		st = strata_detokenizer_flush(out.detok, &text, &len, err);
+		st = strata_text_stream_finish(out.text, &text, &len, err);
 		if (st == STRATA_OK && len)
 			fwrite(text, 1, len, stdout);
 		fflush(stdout);
@@ -225,7 +226,7 @@ static strata_status generate(const run_args *a, strata_session *s,
 		st = strata_session_write_telemetry(
 			s, a->telemetry, g.prompt_ns + g.generate_ns,
 			g.prompt_tokens + g.generated_tokens, err);
-	strata_detokenizer_destroy(out.detok);
+	strata_text_stream_destroy(out.text);
 	strata_sampler_destroy(smp);
 	return st;
 }

@@ -321,7 +321,10 @@ strata_status strata_model_describe(const char *model_path,
 	char path[4096];
 	struct stat st;
 	if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		snprintf(path, sizeof path, "%s/config.json", model_path);
+		int n = (int)strlen(model_path); /* models/x/ as models/x */
+		while (n > 1 && model_path[n - 1] == '/')
+			n--;
+		snprintf(path, sizeof path, "%.*s/config.json", n, model_path);
 	} else {
 		const char *slash = strrchr(model_path, '/');
 		int dir = slash ? (int)(slash - model_path) : 1;

@@ -163,10 +163,16 @@ void strata_telemetry_print_summary(FILE *f, const strata_telemetry_snapshot *s)
 				strata_size_format(s->budget_bytes[t], c, sizeof c));
 		fprintf(f, "\n");
 	}
-	fprintf(f, "  prefetch: %" PRIu64 " requests, %" PRIu64 " hits, %" PRIu64
-		   " misses; %" PRIu64 " stalls, %.3f s waiting\n",
-		s->prefetch_requests, s->prefetch_hits, s->prefetch_misses,
-		s->stalls, seconds(s->stall_ns));
+	/* Each acquire either found its unit ready or waited (a stall); a
+	 * miss is a stall whose load had not even started. The loads
+	 * started ahead are a separate count, not a sum of these. */
+	fprintf(f, "  units acquired: %" PRIu64 "; %" PRIu64 " found ready, %" PRIu64
+		   " waited %.3f s in all (%" PRIu64 " of them before their load "
+		   "had started)\n",
+		strata_sat_add_u64(s->prefetch_hits, s->stalls), s->prefetch_hits,
+		s->stalls, seconds(s->stall_ns), s->prefetch_misses);
+	fprintf(f, "  prefetch: %" PRIu64 " unit loads started ahead of need\n",
+		s->prefetch_requests);
 	if (s->evictions)
 		fprintf(f, "  evictions: %" PRIu64 " (%s)\n", s->evictions,
 			strata_size_format(s->evicted_bytes, a, sizeof a));

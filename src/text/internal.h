@@ -325,4 +325,28 @@ void strata__text_norms_free(text_norm *n, size_t count);
 void strata__text_pres_free(text_pre *p, size_t count);
 void strata__text_decs_free(text_dec *d, size_t count);
 
+/* ------------------------------------------------------------------------ */
+/* Decoder steps shared by the whole decoder and the stream (decode.c)      */
+/* ------------------------------------------------------------------------ */
+
+/* The byte a "<0xNN>" piece stands for, or -1 for any other piece. */
+int strata__text_byte_token(const char *p, size_t n);
+/* Whether all n bytes of p are complete, valid UTF-8 (true for n = 0). */
+bool strata__utf8_all_valid(const char *p, size_t n);
+/* ByteLevel on one token: appends the bytes its code points stand for, or
+ * the token's own bytes when one code point is unmapped (HF). */
+strata_status strata__text_bytelevel(const char *p, size_t n, text_buf *out,
+				     strata_error *err);
+/* Appends p with each occurrence of a (an bytes, found left to right, not
+ * overlapping) replaced by b; an = 0 copies p. */
+strata_status strata__text_replace(const char *p, size_t n, const char *a,
+				   size_t an, const char *b, size_t bn,
+				   text_buf *out, strata_error *err);
+/* The string decoding starts from for id (its piece, or a normalized added
+ * token's content), borrowed from t; *p = NULL when skip_special drops it.
+ * An id outside the vocabulary is E_INVALID_ARG. */
+strata_status strata__text_token_text(const strata_tokenizer *t, int32_t id,
+				      bool skip_special, const char **p,
+				      size_t *n, strata_error *err);
+
 #endif

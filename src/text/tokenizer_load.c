@@ -36,6 +36,16 @@ static strata_status load_gguf(const char *path, strata_tokenizer **out,
 	return st;
 }
 
+/* Length of dir without its trailing slashes ("/" stays), so a joined path
+ * reads models/x/tokenizer.json for models/x/. */
+static size_t dir_len(const char *dir)
+{
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	return n;
+}
+
 /* tokenizer_config.json's bos/eos/unk/pad names (a string, or an object
  * with "content"), when the directory has one and they name tokens. A
  * missing or unreadable config changes nothing: it is optional. */
@@ -44,7 +54,7 @@ static void read_config(strata_tokenizer *t, const char *dir)
 	text_buf path = {0};
 	char *text = NULL;
 	size_t len = 0;
-	if (strata__text_buf_add(&path, dir, strlen(dir), NULL) ||
+	if (strata__text_buf_add(&path, dir, dir_len(dir), NULL) ||
 	    strata__text_buf_add(&path, "/tokenizer_config.json", 22, NULL) ||
 	    strata_file_read_all(path.data, 16u << 20, &text, &len, NULL)) {
 		strata__text_buf_fini(&path);
@@ -107,8 +117,10 @@ strata_status strata_tokenizer_load(const char *model_path,
 	if (!S_ISDIR(sb.st_mode) && !ends_with(model_path, ".json"))
 		return load_gguf(model_path, out, err);
 	text_buf path = {0};
-	strata_status st = strata__text_buf_add(&path, model_path,
-						strlen(model_path), err);
+	strata_status st = strata__text_buf_add(
+		&path, model_path,
+		S_ISDIR(sb.st_mode) ? dir_len(model_path) : strlen(model_path),
+		err);
 	if (!st && S_ISDIR(sb.st_mode))
 		st = strata__text_buf_add(&path, "/tokenizer.json", 15, err);
 	char *json = NULL;

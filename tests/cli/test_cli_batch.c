@@ -170,6 +170,25 @@ static void test_batch_greedy_equals_run(void **state)
 	json_decref(all);
 }
 
+/* Issue 24: a result's text continues its prompt's text (the first
+ * token's space kept), and the summary counts one request as one. */
+static void test_batch_text_continues_the_prompt(void **state)
+{
+	(void)state;
+	char in[512] = "";
+	add_line(in, sizeof in, "a", "Once upon a", 6, 0, 0, NULL);
+	const char *argv[] = {"batch", MODEL, "--device", "cpu", NULL};
+	cli_result r;
+	assert_int_equal(cli_run(argv, in, strlen(in), NULL, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	json_t *o = json_loads(r.out, 0, NULL);
+	assert_non_null(o);
+	assert_string_equal(field_s(o, "text"), " time, there was a little");
+	assert_non_null(strstr(r.err, "batch of 1 request on"));
+	json_decref(o);
+	cli_result_free(&r);
+}
+
 /* Tokens are the same on 1, 2 and 3 replicas, greedy and seeded. */
 static void test_batch_same_output_any_replica_count(void **state)
 {
@@ -678,6 +697,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_batch_results_in_input_order),
 		cmocka_unit_test(test_batch_greedy_equals_run),
+		cmocka_unit_test(test_batch_text_continues_the_prompt),
 		cmocka_unit_test(test_batch_same_output_any_replica_count),
 		cmocka_unit_test(test_batch_every_residency_mode),
 		cmocka_unit_test(test_batch_several_sequences_same_output),

@@ -99,6 +99,22 @@ static void test_run_stories_greedy_matches_llama2c(void **state)
 	expect_stories_text(copy);
 }
 
+/* Issue 24: the printed text continues the prompt's text, so the first
+ * token's space is kept ("Once upon a" + "▁time" is " time"), from
+ * tokenizer.json and from the GGUF. */
+static void test_run_continuation_keeps_its_space(void **state)
+{
+	(void)state;
+	for (size_t f = 0; f < 2; f++) {
+		const char *argv[] = {"run", shipped_models[f], "-p", "Once upon a",
+				      "-n", "6", "--temperature", "0", NULL};
+		cli_result r = run(argv);
+		assert_int_equal(r.exit_code, 0);
+		assert_string_equal(r.out, " time, there was a little");
+		cli_result_free(&r);
+	}
+}
+
 static void test_run_same_seed_same_text(void **state)
 {
 	(void)state;
@@ -298,6 +314,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_run_stories_greedy_matches_llama2c),
+		cmocka_unit_test(test_run_continuation_keeps_its_space),
 		cmocka_unit_test(test_run_same_seed_same_text),
 		cmocka_unit_test(test_logits_every_mode_match_transformers),
 		cmocka_unit_test(test_logits_errors_leave_no_file),

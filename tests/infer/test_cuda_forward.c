@@ -280,14 +280,15 @@ static void test_reference_models_every_mode(void **state)
 			check_model(ref_models[i], &sub);
 }
 
-/* Greedy from BOS (an empty prompt) for 200 tokens, detokenized as
- * `strata run` does, is llama2.c's text; both layouts, every mode. */
+/* Greedy from BOS (an empty prompt) for 200 tokens, decoded as `strata
+ * run` does (the continuation of the prompt's text), is llama2.c's text;
+ * both layouts, every mode. */
 static void stories_text(const char *path, const mode_case *m,
 			 const char *expect, size_t expect_len)
 {
 	strata_error err;
 	strata_tokenizer *tok;
-	strata_detokenizer *d;
+	strata_text_stream *d;
 	int32_t *prompt;
 	size_t n;
 	if (strata_tokenizer_load(path, &tok, &err))
@@ -303,7 +304,8 @@ static void stories_text(const char *path, const mode_case *m,
 	ids out;
 	greedy(s, prompt, (uint32_t)n, 200,
 	       sp.eos >= 0 ? sp.eos : strata_session_hparams(s)->eos, &out);
-	assert_int_equal(strata_detokenizer_create(tok, true, &d, &err),
+	assert_int_equal(strata_text_stream_create(tok, prompt, n, true, &d,
+						   &err),
 			 STRATA_OK);
 	char *text = strata_alloc(64 * 1024);
 	size_t len = 0;
@@ -311,10 +313,10 @@ static void stories_text(const char *path, const mode_case *m,
 		const char *piece;
 		size_t plen;
 		strata_status st =
-			i < out.n ? strata_detokenizer_push(d, out.v[i], &piece,
+			i < out.n ? strata_text_stream_push(d, out.v[i], &piece,
 							    &plen, &err)
-				  : strata_detokenizer_flush(d, &piece, &plen,
-							     &err);
+				  : strata_text_stream_finish(d, &piece, &plen,
+							      &err);
 		assert_int_equal(st, STRATA_OK);
 		assert_true(len + plen < 64 * 1024);
 		memcpy(text + len, piece, plen);
@@ -325,7 +327,7 @@ static void stories_text(const char *path, const mode_case *m,
 			 "bytes, expected %zu)",
 			 path, m->name, len, expect_len);
 	strata_free(text);
-	strata_detokenizer_destroy(d);
+	strata_text_stream_destroy(d);
 	strata_session_close(s);
 	strata_free(prompt);
 	strata_tokenizer_destroy(tok);

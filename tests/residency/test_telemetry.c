@@ -168,6 +168,9 @@ static void test_summary_shows_rates_peaks_and_stalls(void **state)
 	s.budget_bytes[STRATA_TIER_DEVICE] = 4 << 20;
 	s.stalls = 3;
 	s.stall_ns = 250000000;
+	s.prefetch_hits = 5;
+	s.prefetch_misses = 2;
+	s.prefetch_requests = 9;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -178,7 +181,12 @@ static void test_summary_shows_rates_peaks_and_stalls(void **state)
 	assert_non_null(strstr(buf, "(2.00 GB/s)"));
 	assert_null(strstr(buf, "disk_to_host")); /* nothing moved that way */
 	assert_non_null(strstr(buf, "peak device   1.00 MiB of 2.00 MiB planned, budget 4.00 MiB"));
-	assert_non_null(strstr(buf, "3 stalls, 0.250 s waiting"));
+	/* Each figure says what it counts; acquires = ready + waited. */
+	assert_non_null(strstr(buf, "units acquired: 8; 5 found ready, 3 waited "
+				    "0.250 s in all (2 of them before their load "
+				    "had started)"));
+	assert_non_null(strstr(buf, "prefetch: 9 unit loads started ahead of "
+				    "need"));
 	free(buf);
 }
 

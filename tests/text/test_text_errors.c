@@ -1,7 +1,7 @@
 /* test_text_errors.c - hostile tokenizer files (a catalogue of faults, one
  * per enum entry, each expecting its code and words) and allocation
- * failure at every site (layer: text); the streaming detokenizer's UTF-8
- * guarantee and the small API promises are test_text_promises.c. */
+ * failure at every site (layer: text); the streaming decoder is
+ * test_text_stream.c, the small API promises test_text_promises.c. */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -441,7 +441,7 @@ static strata_status oom_once(const char *json, size_t len, const char *gguf,
 	int32_t *ids = NULL;
 	size_t count;
 	char *text = NULL;
-	strata_detokenizer *d = NULL;
+	strata_text_stream *d = NULL;
 	static const char in[] = "The cat and the hat's 123 <|eot|> \xe2\x82\xac ab";
 	strata_alloc_fail_after(n);
 	strata_status st = gguf ? strata_tokenizer_load(gguf, &t, &err)
@@ -454,16 +454,17 @@ static strata_status oom_once(const char *json, size_t len, const char *gguf,
 		st = strata_tokenizer_decode(t, ids, count, false, &text, NULL,
 					     &err);
 	if (!st)
-		st = strata_detokenizer_create(t, true, &d, &err);
-	for (size_t i = 0; !st && i < count; i++) {
+		st = strata_text_stream_create(t, ids, count / 2, true, &d, &err);
+	for (size_t i = count / 2; !st && i <= count; i++) {
 		const char *p;
 		size_t k;
-		st = strata_detokenizer_push(d, ids[i], &p, &k, &err);
+		st = i < count ? strata_text_stream_push(d, ids[i], &p, &k, &err)
+			       : strata_text_stream_finish(d, &p, &k, &err);
 	}
 	strata_alloc_fail_after(-1);
 	if (st && st != STRATA_E_NOMEM)
 		fprintf(stderr, "oom at %ld: %s\n", n, err.message);
-	strata_detokenizer_destroy(d);
+	strata_text_stream_destroy(d);
 	strata_free(text);
 	strata_free(ids);
 	strata_tokenizer_destroy(t);

@@ -37,21 +37,22 @@ static void print_want(const json_t *want)
 	fprintf(stderr, "\n");
 }
 
-/* Concatenation of a streaming decode of ids. */
+/* Concatenation of a streaming decode of ids (no prompt). */
 static char *stream_decode(const strata_tokenizer *t, const int32_t *ids,
 			   size_t n, bool skip)
 {
-	strata_detokenizer *d;
+	strata_text_stream *d;
 	strata_error err;
-	assert_int_equal(strata_detokenizer_create(t, skip, &d, &err), STRATA_OK);
+	assert_int_equal(strata_text_stream_create(t, NULL, 0, skip, &d, &err),
+			 STRATA_OK);
 	size_t cap = 64, len = 0;
 	char *out = malloc(cap);
 	for (size_t i = 0; i <= n; i++) {
 		const char *p;
 		size_t k;
-		assert_int_equal(i < n ? strata_detokenizer_push(d, ids[i], &p, &k,
+		assert_int_equal(i < n ? strata_text_stream_push(d, ids[i], &p, &k,
 								 &err)
-				       : strata_detokenizer_flush(d, &p, &k, &err),
+				       : strata_text_stream_finish(d, &p, &k, &err),
 				 STRATA_OK);
 		while (len + k + 1 > cap)
 			out = realloc(out, cap *= 2);
@@ -59,7 +60,7 @@ static char *stream_decode(const strata_tokenizer *t, const int32_t *ids,
 		len += k;
 	}
 	out[len] = '\0';
-	strata_detokenizer_destroy(d);
+	strata_text_stream_destroy(d);
 	return out;
 }
 

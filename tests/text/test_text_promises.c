@@ -1,6 +1,5 @@
 /* test_text_promises.c - what the tokenizer promises besides refusing bad
- * files (test_text_errors.c): the streaming detokenizer never emits half a
- * character, ids and specials as the tokenizer defines them, HF's
+ * files (test_text_errors.c): bad ids are refused, ids and specials as the tokenizer defines them, HF's
  * post-processors and split behaviours, thread-safe encoding, and the
  * fuzzers' finds (layer: text). */
 #include <jansson.h>
@@ -15,46 +14,6 @@
 /* Streaming and API promises                                               */
 /* ------------------------------------------------------------------------ */
 
-static void test_stream_never_emits_half_a_character(void **state)
-{
-	(void)state;
-	strata_tokenizer *t = tt_load("tests/data/tokenizers/tiny/spm.json");
-	assert_non_null(t);
-	int32_t euro[] = {3 + 0xE2, 3 + 0x82, 3 + 0xAC, 3 + 0xFF, 3 + 0xE2};
-	strata_detokenizer *d;
-	strata_error err;
-	assert_int_equal(strata_detokenizer_create(t, true, &d, &err), STRATA_OK);
-	const char *p;
-	size_t k;
-	assert_int_equal(strata_detokenizer_push(d, euro[0], &p, &k, &err), 0);
-	assert_int_equal(k, 0);
-	assert_int_equal(strata_detokenizer_push(d, euro[1], &p, &k, &err), 0);
-	assert_int_equal(k, 0);
-	assert_int_equal(strata_detokenizer_push(d, euro[2], &p, &k, &err), 0);
-	assert_int_equal(k, 3);
-	assert_memory_equal(p, "\xe2\x82\xac", 3);
-	/* 0xFF can never start a character: replaced at once. */
-	assert_int_equal(strata_detokenizer_push(d, euro[3], &p, &k, &err), 0);
-	assert_int_equal(k, 3);
-	assert_memory_equal(p, "\xef\xbf\xbd", 3);
-	/* A started character left at the end comes out as U+FFFD. */
-	assert_int_equal(strata_detokenizer_push(d, euro[4], &p, &k, &err), 0);
-	assert_int_equal(k, 0);
-	assert_int_equal(strata_detokenizer_flush(d, &p, &k, &err), 0);
-	assert_int_equal(k, 3);
-	assert_memory_equal(p, "\xef\xbf\xbd", 3);
-	/* Whole decode treats the same run as HF does: one U+FFFD per byte
-	 * token of an invalid run. */
-	char *s;
-	size_t sl;
-	assert_int_equal(strata_tokenizer_decode(t, euro + 3, 2, true, &s, &sl,
-						 &err), STRATA_OK);
-	assert_string_equal(s, "\xef\xbf\xbd\xef\xbf\xbd");
-	strata_free(s);
-	strata_detokenizer_destroy(d);
-	strata_tokenizer_destroy(t);
-}
-
 static void test_decode_rejects_out_of_range_id(void **state)
 {
 	(void)state;
@@ -66,13 +25,21 @@ static void test_decode_rejects_out_of_range_id(void **state)
 						 &err), STRATA_E_INVALID_ARG);
 	assert_ptr_equal(s, (char *)0x1);
 	assert_non_null(strstr(err.message, "100000"));
-	strata_detokenizer *d;
+	strata_text_stream *d;
 	const char *p;
 	size_t k;
-	assert_int_equal(strata_detokenizer_create(t, false, &d, &err), 0);
-	assert_int_equal(strata_detokenizer_push(d, -1, &p, &k, &err),
+	assert_int_equal(strata_text_stream_create(t, NULL, 0, false, &d, &err),
+			 0);
+	assert_int_equal(strata_text_stream_push(d, -1, &p, &k, &err),
 			 STRATA_E_INVALID_ARG);
-	strata_detokenizer_destroy(d);
+	assert_int_equal(k, 0);
+	strata_text_stream_destroy(d);
+	/* A prompt id outside the vocabulary is refused at creation. */
+	d = (strata_text_stream *)0x1;
+	assert_int_equal(strata_text_stream_create(t, bad, 2, false, &d, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_ptr_equal(d, (strata_text_stream *)0x1);
+	assert_non_null(strstr(err.message, "100000"));
 	strata_tokenizer_destroy(t);
 }
 
@@ -436,12 +403,19 @@ static void test_load_reports_missing_model(void **state)
 	assert_int_not_equal(strata_tokenizer_load(dir, &t, &err), STRATA_OK);
 	assert_non_null(strstr(err.fix, "tokenizer.json"));
 	assert_null(t);
+	/* issue 24: "dir/" names dir/tokenizer.json, not dir//tokenizer.json */
+	strcat(dir, "//");
+	assert_int_not_equal(strata_tokenizer_load(dir, &t, &err), STRATA_OK);
+	assert_non_null(strstr(err.message, "tests/data/tokenizer.json"));
+	assert_null(strstr(err.message, "//"));
+	snprintf(dir, sizeof dir, "%s/models/stories260K/", STRATA_SOURCE_DIR);
+	assert_int_equal(strata_tokenizer_load(dir, &t, &err), STRATA_OK);
+	strata_tokenizer_destroy(t);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_stream_never_emits_half_a_character),
 		cmocka_unit_test(test_decode_rejects_out_of_range_id),
 		cmocka_unit_test(test_specials_follow_the_tokenizer),
 		cmocka_unit_test(test_config_names_specials),
