@@ -13,12 +13,13 @@
 #include <strata/plan.h>
 #include <strata/text.h>
 
-/* Called for every generated token: turn ids into text as they come. */
+/* Called for every generated token: turn ids into text as they come (the
+ * continuation of the prompt's text, as strata run prints it). */
 static strata_status print_token(void *user, int32_t token, strata_error *err)
 {
 	const char *text;
 	size_t len;
-	strata_status st = strata_detokenizer_push(user, token, &text, &len,
+	strata_status st = strata_text_stream_push(user, token, &text, &len,
 						   err);
 	if (st == STRATA_OK && len) {
 		fwrite(text, 1, len, stdout);
@@ -40,26 +41,26 @@ static strata_status generate(strata_session *s, strata_tokenizer *tok,
 	int32_t eos = specials.eos >= 0 ? specials.eos : hp->eos;
 
 	strata_sampler *smp = NULL;
-	strata_detokenizer *detok = NULL;
+	strata_text_stream *text = NULL;
 	strata_generate_stats stats;
 	strata_status st = strata_sampler_create(&sp, hp->vocab, &smp, err);
 	if (st == STRATA_OK)
-		st = strata_detokenizer_create(tok, true, &detok, err);
+		st = strata_text_stream_create(tok, ids, n, true, &text, err);
 	if (st == STRATA_OK)
 		st = strata_generate(strata_session_forward(s), smp, ids,
 				     (uint32_t)n, max_new, eos, print_token,
-				     detok, &stats, err);
+				     text, &stats, err);
 	if (st == STRATA_OK) {
-		const char *text;
+		const char *rest;
 		size_t len;
-		st = strata_detokenizer_flush(detok, &text, &len, err);
+		st = strata_text_stream_finish(text, &rest, &len, err);
 		if (st == STRATA_OK)
-			printf("%.*s\n", (int)len, text);
+			printf("%.*s\n", (int)len, rest);
 		fprintf(stderr, "generate: %llu tokens, %.3f s after the "
 			"first\n", (unsigned long long)stats.generated_tokens,
 			stats.generate_ns / 1e9);
 	}
-	strata_detokenizer_destroy(detok);
+	strata_text_stream_destroy(text);
 	strata_sampler_destroy(smp);
 	return st;
 }
