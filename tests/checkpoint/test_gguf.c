@@ -4,12 +4,16 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
-#include "bytes.h"
 #include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
+#include "support/ckpt_writer.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/gguf/"
 
@@ -167,7 +171,7 @@ static void vocab_only_file_opens(void **state)
 /* Generated files                                                          */
 /* ------------------------------------------------------------------------ */
 
-static strata_status parse(bytes *b, strata_catalog **out, strata_error *e)
+static strata_status parse(ckw_buf *b, strata_catalog **out, strata_error *e)
 {
 	strata_catalog *c = NULL;
 	strata_status s = strata__catalog_create(STRATA_FORMAT_GGUF, &c, e);
@@ -183,24 +187,24 @@ static strata_status parse(bytes *b, strata_catalog **out, strata_error *e)
 static void nested_arrays_and_every_scalar_type(void **state)
 {
 	(void)state;
-	bytes b = {0};
-	b_put(&b, "GGUF", 4);
-	b_u32(&b, 2);	/* version 2 */
-	b_u64(&b, 0);	/* tensors */
-	b_u64(&b, 5);	/* pairs */
-	b_str(&b, "a.i8"); b_u32(&b, STRATA_GGUF_I8); b_u8(&b, 0xfe);
-	b_str(&b, "a.f64"); b_u32(&b, STRATA_GGUF_F64);
-	double d = 2.5; uint64_t bits; memcpy(&bits, &d, 8); b_u64(&b, bits);
-	b_str(&b, "a.bool"); b_u32(&b, STRATA_GGUF_BOOL); b_u8(&b, 1);
+	ckw_buf b = {0};
+	ckw_put(&b, "GGUF", 4);
+	ckw_u32(&b, 2);	/* version 2 */
+	ckw_u64(&b, 0);	/* tensors */
+	ckw_u64(&b, 5);	/* pairs */
+	ckw_str(&b, "a.i8"); ckw_u32(&b, STRATA_GGUF_I8); ckw_u8(&b, 0xfe);
+	ckw_str(&b, "a.f64"); ckw_u32(&b, STRATA_GGUF_F64);
+	double d = 2.5; uint64_t bits; memcpy(&bits, &d, 8); ckw_u64(&b, bits);
+	ckw_str(&b, "a.bool"); ckw_u32(&b, STRATA_GGUF_BOOL); ckw_u8(&b, 1);
 	/* [[1,2],[3]] as arrays of i16 */
-	b_str(&b, "a.nested"); b_u32(&b, STRATA_GGUF_ARRAY);
-	b_u32(&b, STRATA_GGUF_ARRAY); b_u64(&b, 2);
-	b_u32(&b, STRATA_GGUF_I16); b_u64(&b, 2); b_u8(&b, 1); b_u8(&b, 0);
-	b_u8(&b, 0xff); b_u8(&b, 0xff);
-	b_u32(&b, STRATA_GGUF_I16); b_u64(&b, 1); b_u8(&b, 3); b_u8(&b, 0);
-	b_str(&b, "a.strs"); b_u32(&b, STRATA_GGUF_ARRAY);
-	b_u32(&b, STRATA_GGUF_STRING); b_u64(&b, 2); b_str(&b, "x");
-	b_u64(&b, 3); b_put(&b, "a\0b", 3); /* a NUL inside a string value */
+	ckw_str(&b, "a.nested"); ckw_u32(&b, STRATA_GGUF_ARRAY);
+	ckw_u32(&b, STRATA_GGUF_ARRAY); ckw_u64(&b, 2);
+	ckw_u32(&b, STRATA_GGUF_I16); ckw_u64(&b, 2); ckw_u8(&b, 1); ckw_u8(&b, 0);
+	ckw_u8(&b, 0xff); ckw_u8(&b, 0xff);
+	ckw_u32(&b, STRATA_GGUF_I16); ckw_u64(&b, 1); ckw_u8(&b, 3); ckw_u8(&b, 0);
+	ckw_str(&b, "a.strs"); ckw_u32(&b, STRATA_GGUF_ARRAY);
+	ckw_u32(&b, STRATA_GGUF_STRING); ckw_u64(&b, 2); ckw_str(&b, "x");
+	ckw_u64(&b, 3); ckw_put(&b, "a\0b", 3); /* a NUL inside a string value */
 	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
@@ -229,18 +233,18 @@ static void nested_arrays_and_every_scalar_type(void **state)
 	assert_int_equal(len, 3);
 	assert_memory_equal(s, "a\0b", 3);
 	strata_catalog_destroy(c);
-	b_free(&b);
+	ckw_free(&b);
 }
 
 static void scalar_array_elements(void **state)
 {
 	(void)state;
-	bytes b = {0};
-	b_put(&b, "GGUF", 4);
-	b_u32(&b, 3); b_u64(&b, 0); b_u64(&b, 1);
-	b_str(&b, "ids"); b_u32(&b, STRATA_GGUF_ARRAY);
-	b_u32(&b, STRATA_GGUF_I32); b_u64(&b, 2);
-	b_u32(&b, 7); b_u32(&b, 0xffffffffu);
+	ckw_buf b = {0};
+	ckw_put(&b, "GGUF", 4);
+	ckw_u32(&b, 3); ckw_u64(&b, 0); ckw_u64(&b, 1);
+	ckw_str(&b, "ids"); ckw_u32(&b, STRATA_GGUF_ARRAY);
+	ckw_u32(&b, STRATA_GGUF_I32); ckw_u64(&b, 2);
+	ckw_u32(&b, 7); ckw_u32(&b, 0xffffffffu);
 	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
@@ -250,38 +254,38 @@ static void scalar_array_elements(void **state)
 	assert_int_equal(strata_gguf_array_i64(g, kv, 1), -1);
 	assert_true(strata_gguf_array_f64(g, kv, 1) == -1.0);
 	strata_catalog_destroy(c);
-	b_free(&b);
+	ckw_free(&b);
 }
 
 static void version_one_and_big_endian_are_refused(void **state)
 {
 	(void)state;
-	bytes b = {0};
+	ckw_buf b = {0};
 	strata_error e;
-	b_put(&b, "GGUF", 4);
-	b_u32(&b, 1);
-	b_zero(&b, 16);
+	ckw_put(&b, "GGUF", 4);
+	ckw_u32(&b, 1);
+	ckw_zero(&b, 16);
 	assert_int_equal(parse(&b, NULL, &e), STRATA_E_CKPT_VERSION);
 	assert_non_null(strstr(e.message, "version 1"));
 	b.len = 4;
-	b_u32(&b, 0x03000000u); /* 3 written big-endian */
-	b_zero(&b, 16);
+	ckw_u32(&b, 0x03000000u); /* 3 written big-endian */
+	ckw_zero(&b, 16);
 	assert_int_equal(parse(&b, NULL, &e), STRATA_E_CKPT_VERSION);
 	assert_non_null(strstr(e.message, "big-endian"));
-	b_free(&b);
+	ckw_free(&b);
 }
 
 static void quantised_sizes_are_exact(void **state)
 {
 	(void)state;
 	/* one tensor of every ggml type, 256 x 2 elements */
-	bytes b = {0};
+	ckw_buf b = {0};
 	int types = 0;
 	for (int t = 0; t < STRATA_DTYPE_COUNT; t++)
 		types += strata_dtype_ggml_id((strata_dtype)t) >= 0;
 	assert_int_equal(types, 32); /* ggml ids 0..39 less 4, 5, 31-33, 36-38 */
-	b_put(&b, "GGUF", 4);
-	b_u32(&b, 3); b_u64(&b, (uint64_t)types); b_u64(&b, 0);
+	ckw_put(&b, "GGUF", 4);
+	ckw_u32(&b, 3); ckw_u64(&b, (uint64_t)types); ckw_u64(&b, 0);
 	uint64_t off = 0;
 	for (int t = 0; t < STRATA_DTYPE_COUNT; t++) {
 		int id = strata_dtype_ggml_id((strata_dtype)t);
@@ -289,14 +293,14 @@ static void quantised_sizes_are_exact(void **state)
 			continue;
 		char name[32];
 		snprintf(name, sizeof name, "t.%d", id);
-		b_str(&b, name); b_u32(&b, 2); b_u64(&b, 256); b_u64(&b, 2);
-		b_u32(&b, (uint32_t)id); b_u64(&b, off);
+		ckw_str(&b, name); ckw_u32(&b, 2); ckw_u64(&b, 256); ckw_u64(&b, 2);
+		ckw_u32(&b, (uint32_t)id); ckw_u64(&b, off);
 		const strata_dtype_info *d = strata_dtype_get((strata_dtype)t);
 		uint64_t bytes_ = 512 / d->block_elements * d->block_bytes;
 		off += (bytes_ + 31) / 32 * 32;
 	}
-	b_pad(&b, 32);
-	b_zero(&b, off);
+	ckw_pad(&b, 32);
+	ckw_zero(&b, off);
 	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(parse(&b, &c, &e), STRATA_OK);
@@ -309,7 +313,7 @@ static void quantised_sizes_are_exact(void **state)
 	const strata_tensor *tq1 = strata_catalog_find(c, "t.34");
 	assert_int_equal(tq1->bytes, 2 * 54);
 	strata_catalog_destroy(c);
-	b_free(&b);
+	ckw_free(&b);
 }
 
 int main(void)

@@ -7,13 +7,17 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "bytes.h"
 #include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
+#include "support/ckpt_writer.h"
 
 /* X(NAME, expected status, fragment the message must contain) */
 #define GGUF_FAULTS(X)                                                         \
@@ -112,84 +116,84 @@ typedef struct marks {
 	size_t version, counts, key0, value1, name0, info1_end, array_elems;
 } marks;
 
-static void tensor_info(bytes *b, fault f, const char *name, uint32_t nd,
+static void tensor_info(ckw_buf *b, fault f, const char *name, uint32_t nd,
 			const uint64_t *dims, uint32_t type, uint64_t off)
 {
 	if (f == G_TENSOR_NAME_LEN_LIES && !strcmp(name, "a")) {
-		b_u64(b, 1u << 20);
+		ckw_u64(b, 1u << 20);
 	} else if (f == G_TENSOR_NAME_TOO_LONG && !strcmp(name, "a")) {
-		b_u64(b, 2000);
+		ckw_u64(b, 2000);
 		for (int i = 0; i < 2000; i++)
-			b_u8(b, 'n');
+			ckw_u8(b, 'n');
 	} else {
-		b_str(b, name);
+		ckw_str(b, name);
 	}
-	b_u32(b, nd);
+	ckw_u32(b, nd);
 	for (uint32_t d = 0; d < nd; d++)
-		b_u64(b, dims[d]);
-	b_u32(b, type);
-	b_u64(b, off);
+		ckw_u64(b, dims[d]);
+	ckw_u32(b, type);
+	ckw_u64(b, off);
 }
 
-static void gguf_kvs(bytes *b, fault f, marks *m)
+static void gguf_kvs(ckw_buf *b, fault f, marks *m)
 {
 	m->key0 = b->len;
 	const char *k0 = f == G_EMPTY_KEY ? "" : f == G_KEY_BAD_UTF8 ? "gen\xff" : "general.architecture";
-	b_str(b, k0);
-	b_u32(b, f == G_BAD_VALUE_TYPE ? 13 : STRATA_GGUF_STRING);
+	ckw_str(b, k0);
+	ckw_u32(b, f == G_BAD_VALUE_TYPE ? 13 : STRATA_GGUF_STRING);
 	if (f == G_STRING_LEN_LIES)
-		b_u64(b, 1ull << 60);
+		ckw_u64(b, 1ull << 60);
 	else
-		b_str(b, "llama");
+		ckw_str(b, "llama");
 	if (f == G_KEY_LEN_LIES) { /* key 1 claims more than the file has */
-		b_u64(b, 1u << 30);
+		ckw_u64(b, 1u << 30);
 		return;
 	}
-	b_str(b, "general.alignment");
-	b_u32(b, f == G_ALIGN_WRONG_TYPE ? STRATA_GGUF_U64 : STRATA_GGUF_U32);
+	ckw_str(b, "general.alignment");
+	ckw_u32(b, f == G_ALIGN_WRONG_TYPE ? STRATA_GGUF_U64 : STRATA_GGUF_U32);
 	m->value1 = b->len + 2;
 	uint32_t a = f == G_ALIGN_NOT_POW2 ? 48 : f == G_ALIGN_ZERO ? 0 : 32;
 	if (f == G_ALIGN_WRONG_TYPE)
-		b_u64(b, a);
+		ckw_u64(b, a);
 	else
-		b_u32(b, a);
-	b_str(b, f == G_DUP_KEY ? "general.architecture" : "x.extra");
+		ckw_u32(b, a);
+	ckw_str(b, f == G_DUP_KEY ? "general.architecture" : "x.extra");
 	switch (f) {
 	case G_BAD_BOOL:
-		b_u32(b, STRATA_GGUF_BOOL);
-		b_u8(b, 2);
+		ckw_u32(b, STRATA_GGUF_BOOL);
+		ckw_u8(b, 2);
 		break;
 	case G_ARRAY_HUGE_COUNT:
-		b_u32(b, STRATA_GGUF_ARRAY);
-		b_u32(b, STRATA_GGUF_U32);
-		b_u64(b, 1ull << 40);
+		ckw_u32(b, STRATA_GGUF_ARRAY);
+		ckw_u32(b, STRATA_GGUF_U32);
+		ckw_u64(b, 1ull << 40);
 		break;
 	case G_ARRAY_BAD_ELEM_TYPE:
-		b_u32(b, STRATA_GGUF_ARRAY);
-		b_u32(b, 77);
-		b_u64(b, 1);
+		ckw_u32(b, STRATA_GGUF_ARRAY);
+		ckw_u32(b, 77);
+		ckw_u64(b, 1);
 		break;
 	case G_ARRAY_TOO_DEEP:
-		b_u32(b, STRATA_GGUF_ARRAY);
+		ckw_u32(b, STRATA_GGUF_ARRAY);
 		for (int i = 0; i < 10; i++) {
-			b_u32(b, STRATA_GGUF_ARRAY);
-			b_u64(b, 1);
+			ckw_u32(b, STRATA_GGUF_ARRAY);
+			ckw_u64(b, 1);
 		}
-		b_zero(b, 64);
+		ckw_zero(b, 64);
 		break;
 	default: /* [[1, 2]] of u8 */
-		b_u32(b, STRATA_GGUF_ARRAY);
-		b_u32(b, STRATA_GGUF_ARRAY);
-		b_u64(b, 1);
-		b_u32(b, STRATA_GGUF_U8);
+		ckw_u32(b, STRATA_GGUF_ARRAY);
+		ckw_u32(b, STRATA_GGUF_ARRAY);
+		ckw_u64(b, 1);
+		ckw_u32(b, STRATA_GGUF_U8);
 		m->array_elems = b->len + 8;
-		b_u64(b, 2);
-		b_u8(b, 1);
-		b_u8(b, 2);
+		ckw_u64(b, 2);
+		ckw_u8(b, 1);
+		ckw_u8(b, 2);
 	}
 }
 
-static void gguf_tensors(bytes *b, fault f, marks *m)
+static void gguf_tensors(ckw_buf *b, fault f, marks *m)
 {
 	uint64_t dims[5] = {32, 2, 1, 1, 1};
 	uint32_t nd = f == G_TOO_MANY_DIMS ? 5 : f == G_ZERO_DIMS ? 0 : 2;
@@ -215,21 +219,21 @@ static void gguf_tensors(bytes *b, fault f, marks *m)
 	m->info1_end = b->len - 3;
 }
 
-static void build_gguf(fault f, bytes *b)
+static void build_gguf(fault f, ckw_buf *b)
 {
 	marks m = {0};
-	b_put(b, f == G_BAD_MAGIC ? "GGUX" : "GGUF", 4);
+	ckw_put(b, f == G_BAD_MAGIC ? "GGUX" : "GGUF", 4);
 	m.version = b->len + 2;
-	b_u32(b, f == G_VERSION_0 ? 0 : f == G_VERSION_4 ? 4
+	ckw_u32(b, f == G_VERSION_0 ? 0 : f == G_VERSION_4 ? 4
 		 : f == G_BIG_ENDIAN ? 0x03000000u : 3);
 	m.counts = b->len + 5;
-	b_u64(b, f == G_HUGE_TENSOR_COUNT ? 1ull << 40 : 2);
-	b_u64(b, f == G_HUGE_KV_COUNT ? 1ull << 40 : 3);
+	ckw_u64(b, f == G_HUGE_TENSOR_COUNT ? 1ull << 40 : 2);
+	ckw_u64(b, f == G_HUGE_KV_COUNT ? 1ull << 40 : 3);
 	gguf_kvs(b, f, &m);
 	gguf_tensors(b, f, &m);
-	b_pad(b, 32);
+	ckw_pad(b, 32);
 	for (int i = 0; i < 320; i++)
-		b_u8(b, (uint8_t)i);
+		ckw_u8(b, (uint8_t)i);
 	size_t cut = f == G_TRUNC_MAGIC ? 2 : f == G_TRUNC_VERSION ? m.version
 		   : f == G_TRUNC_COUNTS ? m.counts : f == G_TRUNC_KEY_LEN ? m.key0 + 3
 		   : f == G_TRUNC_VALUE ? m.value1 : f == G_TRUNC_TENSOR_NAME ? m.name0
@@ -246,21 +250,21 @@ static void build_gguf(fault f, bytes *b)
 #define A_OK "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}"
 #define B_OK "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}"
 
-static void st_file(bytes *b, const char *hdr, size_t hdr_len, size_t data)
+static void st_file(ckw_buf *b, const char *hdr, size_t hdr_len, size_t data)
 {
-	b_u64(b, hdr_len);
-	b_put(b, hdr, hdr_len);
-	b_zero(b, data);
+	ckw_u64(b, hdr_len);
+	ckw_put(b, hdr, hdr_len);
+	ckw_zero(b, data);
 }
 
-static void build_st(fault f, bytes *b)
+static void build_st(fault f, ckw_buf *b)
 {
 	const char *h = NULL;
 	size_t data = 32;
 	switch (f) {
-	case S_SHORT_FILE: b_put(b, "\x10\0\0\0\0", 5); return;
-	case S_LEN_PAST_EOF: b_u64(b, 4096); b_put(b, "{}", 2); return;
-	case S_LEN_OVER_CAP: b_u64(b, 200000000); b_put(b, "{}", 2); return;
+	case S_SHORT_FILE: ckw_put(b, "\x10\0\0\0\0", 5); return;
+	case S_LEN_PAST_EOF: ckw_u64(b, 4096); ckw_put(b, "{}", 2); return;
+	case S_LEN_OVER_CAP: ckw_u64(b, 200000000); ckw_put(b, "{}", 2); return;
 	case S_NOT_JSON: h = "{\"a\":"; break;
 	case S_NOT_OBJECT: h = "[1,2]"; break;
 	case S_DUP_KEYS: h = "{" A_OK "," A_OK "}"; break;
@@ -293,13 +297,13 @@ static void build_st(fault f, bytes *b)
 static void each_fault_gives_its_error(void **state)
 {
 	(void)state;
-	char *dir = temp_dir();
+	char *dir = ckw_temp_dir();
 	int checked = 0, bad = 0;
 	for (int f = 0; f < FAULT_COUNT; f++) {
 		if (f == G_COUNT_)
 			continue;
 		const expect *x = &expected[f];
-		bytes b = {0};
+		ckw_buf b = {0};
 		char path[512];
 		if (f < G_COUNT_)
 			build_gguf((fault)f, &b);
@@ -307,8 +311,8 @@ static void each_fault_gives_its_error(void **state)
 			build_st((fault)f, &b);
 		snprintf(path, sizeof path, "%s/%s.%s", dir, x->name,
 			 f < G_COUNT_ ? "gguf" : "safetensors");
-		assert_int_equal(write_file(path, b.p, b.len), 0);
-		b_free(&b);
+		assert_int_equal(ckw_write_file(path, b.p, b.len), 0);
+		ckw_free(&b);
 		strata_catalog *c = NULL;
 		strata_error e;
 		strata_status s = strata_catalog_open(path, &c, &e);
@@ -334,7 +338,7 @@ static void each_fault_gives_its_error(void **state)
 static void the_base_files_are_valid(void **state)
 {
 	(void)state;
-	bytes b = {0};
+	ckw_buf b = {0};
 	strata_catalog *c = NULL;
 	strata_error e;
 	build_gguf(FAULT_COUNT, &b);
@@ -343,7 +347,7 @@ static void the_base_files_are_valid(void **state)
 		fail_msg("%s", e.message);
 	assert_int_equal(strata_catalog_count(c), 2);
 	strata_catalog_destroy(c);
-	b_free(&b);
+	ckw_free(&b);
 	const char *h = "{\"__metadata__\":{\"n\":\"1\"}," A_OK "," B_OK "}";
 	st_file(&b, h, strlen(h), 32);
 	assert_int_equal(strata__catalog_create(STRATA_FORMAT_SAFETENSORS, &c, &e), 0);
@@ -351,7 +355,7 @@ static void the_base_files_are_valid(void **state)
 		fail_msg("%s", e.message);
 	assert_int_equal(strata_catalog_count(c), 2);
 	strata_catalog_destroy(c);
-	b_free(&b);
+	ckw_free(&b);
 }
 
 /* SQLite faultsim: fail the n-th allocation for n = 0, 1, ... until the

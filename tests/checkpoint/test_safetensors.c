@@ -5,14 +5,18 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <sys/stat.h>
 #include <jansson.h>
 
-#include "bytes.h"
 #include "checkpoint/readers.h"
 #include "strata/checkpoint.h"
+#include "support/ckpt_writer.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/"
 
@@ -143,27 +147,17 @@ static void real_file_null_metadata_and_unordered_offsets(void **s)
 /* Generated sharded directories                                            */
 /* ------------------------------------------------------------------------ */
 
-/* A shard with one F32 tensor per name, 4 elements each. */
+/* A shard with one F32 tensor per name, 4 elements each (zeros). */
 static void write_shard(const char *dir, const char *file, const char *a,
 			const char *b)
 {
-	char hdr[512], path[512];
-	if (b)
-		snprintf(hdr, sizeof hdr,
-			 "{\"%s\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-			 "\"%s\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}",
-			 a, b);
-	else
-		snprintf(hdr, sizeof hdr,
-			 "{\"%s\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
-			 a);
-	bytes f = {0};
-	b_u64(&f, strlen(hdr));
-	b_put(&f, hdr, strlen(hdr));
-	b_zero(&f, b ? 32 : 16);
+	char path[512];
+	const ckw_tensor t[2] = {
+		{.name = a, .type = CKW_F32, .n_dims = 1, .shape = {4}},
+		{.name = b, .type = CKW_F32, .n_dims = 1, .shape = {4}},
+	};
 	snprintf(path, sizeof path, "%s/%s", dir, file);
-	assert_int_equal(write_file(path, f.p, f.len), 0);
-	b_free(&f);
+	ckw_safetensors_file(path, t, b ? 2 : 1, NULL);
 }
 
 static void write_index(const char *dir, const char *map)
@@ -171,7 +165,7 @@ static void write_index(const char *dir, const char *map)
 	char text[1024], path[512];
 	snprintf(text, sizeof text, "{\"metadata\":{},\"weight_map\":{%s}}", map);
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-	assert_int_equal(write_file(path, text, strlen(text)), 0);
+	assert_int_equal(ckw_write_file(path, text, strlen(text)), 0);
 }
 
 static strata_status open_dir(const char *dir, strata_error *e)
@@ -185,7 +179,7 @@ static strata_status open_dir(const char *dir, strata_error *e)
 static void index_faults_are_named(void **s)
 {
 	(void)s;
-	char *d = temp_dir();
+	char *d = ckw_temp_dir();
 	strata_error e;
 	write_shard(d, "a.safetensors", "x", "y");
 	write_shard(d, "b.safetensors", "z", NULL);
@@ -238,10 +232,10 @@ static void index_faults_are_named(void **s)
 	write_index(d, "");
 	char path[512];
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", d);
-	write_file(path, "{\"metadata\":{}}", 15);
+	ckw_write_file(path, "{\"metadata\":{}}", 15);
 	assert_int_equal(open_dir(d, &e), STRATA_E_CKPT_INDEX);
 	assert_non_null(strstr(e.message, "weight_map"));
-	write_file(path, "{\"weight_map\":", 14);
+	ckw_write_file(path, "{\"weight_map\":", 14);
 	assert_int_equal(open_dir(d, &e), STRATA_E_CKPT_INDEX);
 	assert_non_null(strstr(e.message, "not valid JSON"));
 	char cmd[600];
@@ -253,7 +247,7 @@ static void index_faults_are_named(void **s)
 static void empty_directory_says_what_is_missing(void **s)
 {
 	(void)s;
-	char *d = temp_dir();
+	char *d = ckw_temp_dir();
 	strata_error e;
 	assert_int_equal(open_dir(d, &e), STRATA_E_NOT_FOUND);
 	assert_non_null(strstr(e.message, "model.safetensors"));
@@ -269,15 +263,18 @@ static void empty_directory_says_what_is_missing(void **s)
 static void newer_dtypes_size_exactly(void **s)
 {
 	(void)s;
-	const char *h =
-		"{\"a\":{\"dtype\":\"F4\",\"shape\":[2,4],\"data_offsets\":[0,4]},"
-		"\"b\":{\"dtype\":\"F6_E3M2\",\"shape\":[8],\"data_offsets\":[4,10]},"
-		"\"c\":{\"dtype\":\"F8_E8M0\",\"shape\":[3],\"data_offsets\":[10,13]},"
-		"\"d\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[13,21]}}";
-	bytes f = {0};
-	b_u64(&f, strlen(h));
-	b_put(&f, h, strlen(h));
-	b_zero(&f, 21);
+	const ckw_tensor t[] = {
+		{.name = "a", .dtype = "F4", .n_dims = 2, .shape = {2, 4},
+		 .bytes = 4},
+		{.name = "b", .dtype = "F6_E3M2", .n_dims = 1, .shape = {8},
+		 .bytes = 6},
+		{.name = "c", .dtype = "F8_E8M0", .n_dims = 1, .shape = {3},
+		 .bytes = 3},
+		{.name = "d", .dtype = "C64", .n_dims = 1, .shape = {1},
+		 .bytes = 8},
+	};
+	ckw_buf f = {0};
+	ckw_safetensors(&f, t, 4, NULL);
 	strata_catalog *c = NULL;
 	strata_error e;
 	assert_int_equal(strata__catalog_create(STRATA_FORMAT_SAFETENSORS, &c, &e), 0);
@@ -289,7 +286,7 @@ static void newer_dtypes_size_exactly(void **s)
 	assert_int_equal(strata_catalog_find(c, "c")->dtype, STRATA_DTYPE_F8_E8M0);
 	assert_int_equal(strata_catalog_find(c, "d")->bytes, 8);
 	strata_catalog_destroy(c);
-	b_free(&f);
+	ckw_free(&f);
 }
 
 int main(void)

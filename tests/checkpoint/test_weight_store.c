@@ -10,12 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "bytes.h"
 #include "strata/checkpoint.h"
+#include "support/ckpt_writer.h"
 
 #define DATA STRATA_SOURCE_DIR "/tests/data/"
 #define QWEN DATA "checkpoints/tiny-qwen2-sharded"
