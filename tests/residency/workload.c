@@ -1,6 +1,5 @@
-/* workload.c - see workload.h. The safetensors writer here is the test's
- * own: an 8-byte little-endian header length, the JSON header padded with
- * spaces to 8 bytes, then the payloads back to back. */
+/* workload.c - see workload.h. The file is written by the tests' one
+ * checkpoint writer (support/ckpt_writer.h) (layer: residency tests). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +11,7 @@
 #include <cmocka.h>
 
 #include "residency/workload.h"
+#include "support/ckpt_writer.h"
 #include "strata/topology.h"
 
 /* Value j of tensor id k: small integers, exact in f32 and bf16. */
@@ -56,46 +56,35 @@ static size_t plan_tensors(const wl_spec *s, wl_tensor *t)
 	return n;
 }
 
+/* The tensors as one safetensors file, each value from value(). */
 static void write_file(const char *path, const wl_tensor *t, size_t n)
 {
-	char *hdr = malloc(65536);
-	assert_non_null(hdr);
-	size_t len = 0;
-	uint64_t off = 0;
-	len += (size_t)snprintf(hdr + len, 65536 - len, "{");
+	ckw_tensor *ct = calloc(n, sizeof *ct);
+	void **data = calloc(n, sizeof *data);
+	assert_non_null(ct);
+	assert_non_null(data);
 	for (size_t i = 0; i < n; i++) {
-		uint64_t bytes = t[i].elements * (t[i].bf16 ? 2 : 4);
-		len += (size_t)snprintf(hdr + len, 65536 - len,
-					"%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
-					i ? "," : "", t[i].name, t[i].bf16 ? "BF16" : "F32",
-					(unsigned long long)t[i].elements,
-					(unsigned long long)off, (unsigned long long)(off + bytes));
-		off += bytes;
-	}
-	len += (size_t)snprintf(hdr + len, 65536 - len, "}");
-	while (len % 8)
-		hdr[len++] = ' ';
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	unsigned char l8[8];
-	for (int i = 0; i < 8; i++)
-		l8[i] = (unsigned char)((uint64_t)len >> (8 * i));
-	assert_int_equal(fwrite(l8, 1, 8, f), 8);
-	assert_int_equal(fwrite(hdr, 1, len, f), len);
-	for (size_t i = 0; i < n; i++)
+		data[i] = malloc(t[i].elements * (t[i].bf16 ? 2 : 4));
+		assert_non_null(data[i]);
 		for (uint64_t j = 0; j < t[i].elements; j++) {
 			float v = value(i, j);
 			uint32_t bits;
 			memcpy(&bits, &v, 4);
-			if (t[i].bf16) {
-				uint16_t h = (uint16_t)(bits >> 16);
-				assert_int_equal(fwrite(&h, 2, 1, f), 1);
-			} else {
-				assert_int_equal(fwrite(&v, 4, 1, f), 1);
-			}
+			if (t[i].bf16)
+				((uint16_t *)data[i])[j] = (uint16_t)(bits >> 16);
+			else
+				((float *)data[i])[j] = v;
 		}
-	assert_int_equal(fclose(f), 0);
-	free(hdr);
+		ct[i] = (ckw_tensor){.name = t[i].name,
+				     .type = t[i].bf16 ? CKW_BF16 : CKW_F32,
+				     .n_dims = 1, .shape = {t[i].elements},
+				     .data = data[i]};
+	}
+	ckw_safetensors_file(path, ct, n, NULL);
+	for (size_t i = 0; i < n; i++)
+		free(data[i]);
+	free(data);
+	free(ct);
 }
 
 static size_t group_index(workload *w, const char *g, size_t len)
