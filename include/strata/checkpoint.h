@@ -45,26 +45,26 @@
 	X(F6_E2M3, "F6_E2M3", -1, 4, 3, false)                                 \
 	X(F6_E3M2, "F6_E3M2", -1, 4, 3, false)                                 \
 	X(C64, "C64", -1, 1, 8, false)                                         \
-	X(Q4_0, NULL, 2, 32, 18, false)                                        \
-	X(Q4_1, NULL, 3, 32, 20, false)                                        \
-	X(Q5_0, NULL, 6, 32, 22, false)                                        \
-	X(Q5_1, NULL, 7, 32, 24, false)                                        \
+	X(Q4_0, NULL, 2, 32, 18, true)                                         \
+	X(Q4_1, NULL, 3, 32, 20, true)                                         \
+	X(Q5_0, NULL, 6, 32, 22, true)                                         \
+	X(Q5_1, NULL, 7, 32, 24, true)                                         \
 	X(Q8_0, NULL, 8, 32, 34, true)                                         \
 	X(Q8_1, NULL, 9, 32, 36, false)                                        \
-	X(Q2_K, NULL, 10, 256, 84, false)                                      \
-	X(Q3_K, NULL, 11, 256, 110, false)                                     \
-	X(Q4_K, NULL, 12, 256, 144, false)                                     \
-	X(Q5_K, NULL, 13, 256, 176, false)                                     \
-	X(Q6_K, NULL, 14, 256, 210, false)                                     \
+	X(Q2_K, NULL, 10, 256, 84, true)                                       \
+	X(Q3_K, NULL, 11, 256, 110, true)                                      \
+	X(Q4_K, NULL, 12, 256, 144, true)                                      \
+	X(Q5_K, NULL, 13, 256, 176, true)                                      \
+	X(Q6_K, NULL, 14, 256, 210, true)                                      \
 	X(Q8_K, NULL, 15, 256, 292, false)                                     \
 	X(IQ2_XXS, NULL, 16, 256, 66, false)                                   \
 	X(IQ2_XS, NULL, 17, 256, 74, false)                                    \
 	X(IQ3_XXS, NULL, 18, 256, 98, false)                                   \
 	X(IQ1_S, NULL, 19, 256, 50, false)                                     \
-	X(IQ4_NL, NULL, 20, 32, 18, false)                                     \
+	X(IQ4_NL, NULL, 20, 32, 18, true)                                      \
 	X(IQ3_S, NULL, 21, 256, 110, false)                                    \
 	X(IQ2_S, NULL, 22, 256, 82, false)                                     \
-	X(IQ4_XS, NULL, 23, 256, 136, false)                                   \
+	X(IQ4_XS, NULL, 23, 256, 136, true)                                    \
 	X(IQ1_M, NULL, 29, 256, 56, false)                                     \
 	X(TQ1_0, NULL, 34, 256, 54, false)                                     \
 	X(TQ2_0, NULL, 35, 256, 66, false)                                     \
@@ -215,8 +215,12 @@ strata_status strata_weight_store_reserve(strata_weight_store *ws,
 void strata_weight_store_get_stats(const strata_weight_store *ws,
 				   strata_weight_store_stats *out);
 
-/* Converts n elements of type t at src to f32 at dst (F32, F16, BF16, Q8_0
- * now; others are E_UNSUPPORTED naming the type). */
+/* Converts n elements of type t at src to f32 at dst, bit-exact against
+ * gguf-py's dequantizer: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q2_K-Q6_K, IQ4_NL, IQ4_XS (the types whose is_float is true). Another type
+ * is E_UNSUPPORTED naming it and the `strata quantize` command; a count that
+ * is not whole blocks E_CKPT_SHAPE; a NaN or infinite value or block scale
+ * E_CKPT_VALUE naming the block (callers prefix the tensor's name). */
 strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 				  uint64_t elements, float *dst,
 				  strata_error *err);

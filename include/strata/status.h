@@ -43,6 +43,7 @@
 	X(E_CKPT_NAME, 311, "invalid tensor or key name")                      \
 	X(E_CKPT_METADATA, 312, "malformed metadata")                          \
 	X(E_CKPT_READ, 313, "payload read failed")                             \
+	X(E_CKPT_VALUE, 314, "tensor holds NaN or infinite values")            \
 	/* model: 400-499 */                                                   \
 	X(E_MODEL_CONFIG, 400, "malformed model configuration")                \
 	X(E_MODEL_ARCH, 401, "unsupported architecture")                       \

@@ -1,11 +1,12 @@
 /* dtype.c - the table of tensor types both formats declare, exact sizing of
  * element counts (quantised blocks included) and conversion to f32 for the
- * types strata computes with (layer: checkpoint). */
+ * types strata computes with, through quant.c (layer: checkpoint). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "strata/checkpoint.h"
+#include "checkpoint/quant.h"
 
 typedef struct dtype_row {
 	strata_dtype_info info;
@@ -108,11 +109,6 @@ static float half_to_f32(uint16_t h)
 	return f;
 }
 
-static uint16_t load_u16le(const unsigned char *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
 float strata_f16_to_f32(uint16_t h)
 {
 	return half_to_f32(h);
@@ -122,48 +118,25 @@ strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 				  uint64_t elements, float *dst,
 				  strata_error *err)
 {
-	const unsigned char *p = src;
-	switch (t) {
-	case STRATA_DTYPE_F32:
-		for (uint64_t i = 0; i < elements; i++) {
-			uint32_t b = (uint32_t)p[4 * i] |
-				     (uint32_t)p[4 * i + 1] << 8 |
-				     (uint32_t)p[4 * i + 2] << 16 |
-				     (uint32_t)p[4 * i + 3] << 24;
-			memcpy(&dst[i], &b, sizeof b);
-		}
-		return STRATA_OK;
-	case STRATA_DTYPE_F16:
-		for (uint64_t i = 0; i < elements; i++)
-			dst[i] = half_to_f32(load_u16le(p + 2 * i));
-		return STRATA_OK;
-	case STRATA_DTYPE_BF16:
-		for (uint64_t i = 0; i < elements; i++) {
-			uint32_t b = (uint32_t)load_u16le(p + 2 * i) << 16;
-			memcpy(&dst[i], &b, sizeof b);
-		}
-		return STRATA_OK;
-	case STRATA_DTYPE_Q8_0:
-		/* block: f16 scale d, then 32 int8 q; x = d * q */
-		if (elements % 32)
-			return strata_fail(err, STRATA_E_CKPT_SHAPE,
-					   "Q8_0 data comes in blocks of 32 elements",
-					   "%" PRIu64 " elements are not whole Q8_0 blocks",
-					   elements);
-		for (uint64_t b = 0; b < elements / 32; b++) {
-			const unsigned char *blk = p + 34 * b;
-			float d = half_to_f32(load_u16le(blk));
-			for (int j = 0; j < 32; j++)
-				dst[32 * b + j] =
-					d * (float)(int8_t)blk[2 + j];
-		}
-		return STRATA_OK;
-	default: {
-		const strata_dtype_info *d = strata_dtype_get(t);
+	const strata_dtype_info *d = strata_dtype_get(t);
+	if (!d || !strata__quant_supported(t))
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "convert the checkpoint to F32, F16, BF16 or Q8_0",
-				   "converting %s tensors to f32 is not supported yet",
+				   "convert the file with `strata quantize IN OUT.gguf --type Q8_0` "
+				   "(or F16, BF16, F32, Q4_K_M, ...)",
+				   "strata cannot compute with %s tensors",
 				   d ? d->name : "unknown");
-	}
-	}
+	if (elements % d->block_elements)
+		return strata_fail(err, STRATA_E_CKPT_SHAPE,
+				   "the tensor's element count must be a whole number of blocks; the file is malformed",
+				   "%" PRIu64 " elements are not whole %s blocks of %" PRIu32,
+				   elements, d->name, d->block_elements);
+	uint64_t bad = strata__quant_dequant(t, src, dst, elements);
+	if (bad != STRATA_QUANT_ALL_FINITE)
+		return strata_fail(err, STRATA_E_CKPT_VALUE,
+				   "the file is damaged or was written from a diverged model; "
+				   "re-download or re-convert it",
+				   "%s %s %" PRIu64 " of %" PRIu64 " holds NaN or infinity",
+				   d->name, d->block_elements > 1 ? "block" : "element",
+				   bad, elements / d->block_elements);
+	return STRATA_OK;
 }

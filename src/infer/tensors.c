@@ -54,8 +54,9 @@ static strata_status check_shape(const strata_tensor *t, uint64_t rows,
 	const strata_dtype_info *info = strata_dtype_get(t->dtype);
 	if (!info || !info->is_float)
 		return strata_fail(err, STRATA_E_CKPT_DTYPE,
-				   "convert the model to F32, F16, BF16 or "
-				   "Q8_0",
+				   "convert the model: strata quantize MODEL "
+				   "OUT.gguf --type Q8_0 (or F16, BF16, Q4_K_M, "
+				   "...)",
 				   "tensor '%s' has type %s, which strata cannot "
 				   "compute with",
 				   t->name, info ? info->name : "unknown");
