@@ -216,16 +216,41 @@ void strata_sys_reset(void);
 strata_status strata_pread_full(int fd, void *buf, size_t count, off_t offset,
 				const char *path, strata_error *err);
 
+/* Opens path for reading (O_RDONLY | O_CLOEXEC | flags) only if it is a
+ * regular file, with *st its fstat. The open itself never blocks: a FIFO,
+ * device, socket or folder is E_IO naming what it is, and a FIFO with no
+ * writer is refused at once instead of waiting for one. E_NOT_FOUND for a
+ * missing file. The caller closes *fd. */
+strata_status strata_file_open_regular(const char *path, int flags, int *fd,
+				       struct stat *st, strata_error *err);
+
 /* Reads a whole file (at most max_bytes) into a NUL-terminated buffer that
  * the caller frees with strata_free. */
 strata_status strata_file_read_all(const char *path, uint64_t max_bytes,
 				   char **out, size_t *out_len,
 				   strata_error *err);
 
-/* Writes data to path through a temporary file and rename, so the path holds
- * either the old content or all of the new: never a partial write. */
+/* Writes data to path. A new or regular file is written through a
+ * temporary file (unnamed while written where the file system allows,
+ * fsynced) and renamed over it, so the path holds either the old content or
+ * all of the new: never a partial write, and no temporary file left by a
+ * signal (see strata_file_abandon_pending). What the path names decides the
+ * rest: a symbolic link stays and the file it names is replaced; a FIFO or
+ * character device (/dev/null) is opened and written, never replaced (a FIFO
+ * nobody reads is E_IO, not a wait); a path naming the process's own stdout
+ * or stderr (/dev/stdout) is written through that stream; a socket, block
+ * device, folder or link to a missing file is E_INVALID_ARG. */
 strata_status strata_file_write_atomic(const char *path, const void *data,
 				       size_t len, strata_error *err);
+
+/* The checks strata_file_write_atomic makes of path before it writes, so a
+ * command can refuse an output it could never write before it runs. */
+strata_status strata_file_check_output(const char *path, strata_error *err);
+
+/* Removes the temporary file of a strata_file_write_atomic in progress, if
+ * it has a name yet. Async-signal-safe: for a signal handler that then ends
+ * the process (the CLI's, for SIGINT, SIGTERM and SIGHUP). */
+void strata_file_abandon_pending(void);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t strata_now_ns(void);

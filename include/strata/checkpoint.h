@@ -129,6 +129,12 @@ typedef struct strata_catalog_file {
 	const char *path;   /* as opened */
 	uint64_t size;	    /* bytes, from fstat at open */
 	uint64_t data_offset; /* start of the tensor data section */
+	/* The file's identity when its header was read (fstat): every later
+	 * open (strata_catalog_file_open) must find the same. False for a
+	 * catalog parsed from memory. */
+	bool identity_known;
+	uint64_t dev, ino;
+	int64_t mtime_ns;
 } strata_catalog_file;
 
 /* The tensors of one checkpoint, in file order. Name lookup is O(1). */
@@ -143,6 +149,17 @@ size_t strata_catalog_file_count(const strata_catalog *c);
 const strata_catalog_file *strata_catalog_file_at(const strata_catalog *c,
 						  size_t i);
 strata_format strata_catalog_format(const strata_catalog *c);
+
+/* Opens file i of c for reading its payload (O_RDONLY | O_CLOEXEC | flags,
+ * never blocking on a FIFO) and checks it is the file whose header was
+ * read: a regular file with the same device, inode, size and modification
+ * time. A file replaced (renamed over, even by one of the same size),
+ * truncated, grown or rewritten with a new mtime since is E_CKPT_READ
+ * naming what changed. It cannot see an edit in place that keeps size and
+ * mtime (a writer that resets the mtime), nor an edit to a file that is
+ * already open (docs/checkpoint.md). The caller closes *fd. */
+strata_status strata_catalog_file_open(const strata_catalog *c, size_t i,
+				       int flags, int *fd, strata_error *err);
 
 /* Opens MODEL: a directory (model.safetensors, or model.safetensors.index.json
  * and its shards) or a .gguf file. Reads headers only. On success the caller

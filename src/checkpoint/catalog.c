@@ -1,10 +1,13 @@
 /* catalog.c - the tensor catalog both readers fill: tensors in file order,
  * O(1) lookup by name through an open-addressing table, range checks
  * (layer: checkpoint). It knows no reader: catalog_open.c picks one. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/gguf_internal.h"
@@ -189,7 +192,8 @@ strata_status strata__catalog_add_file(strata_catalog *c, const char *path,
 	if (!p)
 		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 				   "out of memory copying path '%s'", path);
-	c->files[c->file_count] = (strata_catalog_file){p, size, data_offset};
+	c->files[c->file_count] = (strata_catalog_file){
+		.path = p, .size = size, .data_offset = data_offset};
 	*index = (uint32_t)c->file_count++;
 	return STRATA_OK;
 }
@@ -334,6 +338,63 @@ const strata_catalog_file *strata_catalog_file_at(const strata_catalog *c,
 						  size_t i)
 {
 	return i < c->file_count ? &c->files[i] : NULL;
+}
+
+void strata__catalog_set_identity(strata_catalog *c, const struct stat *st)
+{
+	if (!c->file_count)
+		return;
+	strata_catalog_file *f = &c->files[c->file_count - 1];
+	f->identity_known = true;
+	f->dev = (uint64_t)st->st_dev;
+	f->ino = (uint64_t)st->st_ino;
+	f->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 +
+		      st->st_mtim.tv_nsec;
+}
+
+strata_status strata_catalog_file_open(const strata_catalog *c, size_t i,
+				       int flags, int *fd_out,
+				       strata_error *err)
+{
+	const strata_catalog_file *f = strata_catalog_file_at(c, i);
+	if (!f)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "pass a file index of the catalog",
+				   "no checkpoint file %zu", i);
+	int fd;
+	struct stat st;
+	strata_status s = strata_file_open_regular(f->path, flags, &fd, &st, err);
+	if (s) {
+		int e = errno;
+		if (err) {
+			err->code = STRATA_E_CKPT_READ;
+			snprintf(err->fix, sizeof err->fix, "%s",
+				 "check the checkpoint files are still there "
+				 "and readable");
+		}
+		errno = e;
+		return STRATA_E_CKPT_READ;
+	}
+	int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+			st.st_mtim.tv_nsec;
+	const char *what = (uint64_t)st.st_size != f->size ? "its size"
+			   : !f->identity_known		    ? NULL
+			   : (uint64_t)st.st_dev != f->dev ||
+				   (uint64_t)st.st_ino != f->ino
+				   ? "the file (another inode)"
+			   : mtime != f->mtime_ns ? "its modification time"
+						  : NULL;
+	if (what) {
+		strata_sys.close(fd);
+		return strata_fail(err, STRATA_E_CKPT_READ,
+				   "the checkpoint changed while strata used it; "
+				   "run again once it is complete",
+				   "'%s' changed since its header was read: %s "
+				   "(%" PRIu64 " bytes then, %" PRIu64 " now)",
+				   f->path, what, f->size, (uint64_t)st.st_size);
+	}
+	*fd_out = fd;
+	return STRATA_OK;
 }
 
 strata_format strata_catalog_format(const strata_catalog *c)

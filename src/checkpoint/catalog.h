@@ -44,6 +44,9 @@ strata_status strata__catalog_create(strata_format f, strata_catalog **out,
 strata_status strata__catalog_add_file(strata_catalog *c, const char *path,
 				       uint64_t size, uint64_t data_offset,
 				       uint32_t *index, strata_error *err);
+/* Records st as the identity of the file added last (its opener's fstat):
+ * strata_catalog_file_open checks it at every later open. */
+void strata__catalog_set_identity(strata_catalog *c, const struct stat *st);
 /* Adds t (name copied, `elements`/`shape_hf` filled in here). A name already
  * present is E_CKPT_DUPLICATE naming both files. */
 strata_status strata__catalog_add_tensor(strata_catalog *c,

@@ -10,25 +10,17 @@
 #include "checkpoint/readers.h"
 
 /* GGUF files are recognised by their magic, whatever their name. */
-static strata_status sniff_gguf(const char *path, int *fd_out, uint64_t *size,
-				bool *is_gguf, strata_error *err)
+static strata_status sniff_gguf(const char *path, int *fd_out,
+				struct stat *st, bool *is_gguf,
+				strata_error *err)
 {
-	int fd = strata_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return strata_fail(err,
-				   errno == ENOENT ? STRATA_E_NOT_FOUND : STRATA_E_IO,
-				   "check the model path",
-				   "cannot open '%s': %s", path, strerror(errno));
-	struct stat st;
-	if (strata_sys.fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		strata_sys.close(fd);
-		return strata_fail(err, STRATA_E_CKPT_FORMAT,
-				   "give a .gguf or .safetensors file, or a model directory",
-				   "'%s' is not a regular file", path);
-	}
+	int fd;
+	strata_status open_s = strata_file_open_regular(path, 0, &fd, st, err);
+	if (open_s)
+		return open_s;
 	unsigned char magic[4] = {0};
 	*is_gguf = false;
-	if (st.st_size >= 4) {
+	if (st->st_size >= 4) {
 		strata_status s = strata_pread_full(fd, magic, 4, 0, path, err);
 		if (s) {
 			strata_sys.close(fd);
@@ -41,7 +33,6 @@ static strata_status sniff_gguf(const char *path, int *fd_out, uint64_t *size,
 	if (n >= 5 && !strcmp(path + n - 5, ".gguf"))
 		*is_gguf = true;
 	*fd_out = fd;
-	*size = (uint64_t)st.st_size;
 	return STRATA_OK;
 }
 
@@ -71,16 +62,19 @@ strata_status strata_catalog_open(const char *model_path, strata_catalog **out,
 			s = strata__safetensors_open_dir(c, model_path, err);
 	} else {
 		int fd = -1;
-		uint64_t size = 0;
+		struct stat fst;
 		bool gguf = false;
-		s = sniff_gguf(model_path, &fd, &size, &gguf, err);
+		s = sniff_gguf(model_path, &fd, &fst, &gguf, err);
 		if (s)
 			return s;
 		s = strata__catalog_create(gguf ? STRATA_FORMAT_GGUF
 						: STRATA_FORMAT_SAFETENSORS,
 					   &c, err);
 		if (!s && gguf)
-			s = strata__gguf_read_fd(c, fd, size, model_path, err);
+			s = strata__gguf_read_fd(c, fd, (uint64_t)fst.st_size,
+						 model_path, err);
+		if (!s && gguf)
+			strata__catalog_set_identity(c, &fst);
 		strata_sys.close(fd);
 		if (!s && !gguf)
 			s = strata__safetensors_open_file(c, model_path, err);

@@ -287,21 +287,13 @@ strata_status strata__safetensors_open_file(strata_catalog *c,
 					    const char *path,
 					    strata_error *err)
 {
-	int fd = strata_sys.open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return strata_fail(err,
-				   errno == ENOENT ? STRATA_E_NOT_FOUND : STRATA_E_IO,
-				   "check the file exists and is readable",
-				   "cannot open '%s': %s", path, strerror(errno));
+	int fd;
 	struct stat st;
+	strata_status s = strata_file_open_regular(path, 0, &fd, &st, err);
+	if (s)
+		return s;
 	unsigned char len8[8];
 	char *hdr = NULL;
-	strata_status s = STRATA_OK;
-	if (strata_sys.fstat(fd, &st) != 0) {
-		s = strata_fail(err, STRATA_E_IO, "check the file",
-				"cannot stat '%s': %s", path, strerror(errno));
-		goto done;
-	}
 	uint64_t size = (uint64_t)st.st_size, n = 0;
 	if (size >= 8 && (s = strata_pread_full(fd, len8, 8, 0, path, err)))
 		goto done;
@@ -318,6 +310,8 @@ strata_status strata__safetensors_open_file(strata_catalog *c,
 		goto done;
 	s = strata__safetensors_parse_header(c, hdr, (size_t)n, size, path,
 					     err);
+	if (!s)
+		strata__catalog_set_identity(c, &st);
 done:
 	strata_free(hdr);
 	strata_sys.close(fd);

@@ -79,28 +79,20 @@ static strata_status open_file(strata_weight_store *ws, uint32_t f, shard *sh,
 	const strata_catalog_file *cf = &ws->c->files[f];
 	int fd = -1;
 	sh->direct = false;
+	strata_status s = STRATA_E_IO;
 	if (ws->want_direct && !ws->direct_refused) {
-		fd = strata_sys.open(cf->path, O_RDONLY | O_CLOEXEC | O_DIRECT, 0);
-		if (fd >= 0)
+		int e = 0;
+		s = strata_catalog_file_open(ws->c, f, O_DIRECT, &fd, err);
+		if (s == STRATA_OK)
 			sh->direct = true;
-		else if (errno == EINVAL)
-			note_refusal(ws, cf->path, errno);
+		else if ((e = errno) == EINVAL)
+			note_refusal(ws, cf->path, e);
 	}
-	if (fd < 0)
-		fd = strata_sys.open(cf->path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return strata_fail(err, STRATA_E_CKPT_READ,
-				   "check the checkpoint files are still there and readable",
-				   "cannot open shard '%s': %s", cf->path,
-				   strerror(errno));
-	struct stat st;
-	if (strata_sys.fstat(fd, &st) != 0 || (uint64_t)st.st_size != cf->size) {
-		strata_sys.close(fd);
-		return strata_fail(err, STRATA_E_CKPT_READ,
-				   "the file changed after the model was opened; open it again",
-				   "shard '%s' is no longer %" PRIu64 " bytes long",
-				   cf->path, cf->size);
-	}
+	/* the plain open, or the same again: its error is the one to tell */
+	if (s != STRATA_OK)
+		s = strata_catalog_file_open(ws->c, f, 0, &fd, err);
+	if (s)
+		return s;
 	sh->fd = fd;
 	sh->file = f;
 	sh->users = 0;

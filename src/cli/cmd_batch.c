@@ -72,6 +72,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 		a->gpus = v;
 	} else if (!strcmp(opt, "--telemetry")) {
 		a->telemetry = v;
+		return strata_cli_output(opt, v);
 	} else if (!strcmp(opt, "--route")) {
 		if (!strcmp(v, "affinity"))
 			a->route = STRATA_BATCH_ROUTE_AFFINITY;

@@ -98,9 +98,11 @@ static int value_option(void *ctx, const char *opt, const char *v,
 							  : NULL;
 	strata_error err;
 	*known = slot || !strcmp(opt, "--threads");
-	if (slot)
+	if (slot) {
 		*slot = v;
-	else if (*known && (strata_cli_parse_u64(opt, v, &a->threads, &err) ||
+		if (slot != &a->tokens)
+			return strata_cli_output(opt, v);
+	} else if (*known && (strata_cli_parse_u64(opt, v, &a->threads, &err) ||
 			    a->threads > 4096))
 		return strata_cli_usage("logits", "--threads: give 0 to 4096");
 	return 0;

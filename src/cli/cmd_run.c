@@ -55,7 +55,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 	else if (!strcmp(opt, "-f"))
 		a->prompt_file = v;
 	else if (!strcmp(opt, "--telemetry"))
-		a->telemetry = v;
+		return (a->telemetry = v, strata_cli_output(opt, v));
 	else if (!strcmp(opt, "--temperature"))
 		return strata_cli_parse_float("run", opt, v, 0, 1e6f,
 					      &a->sp.temperature);

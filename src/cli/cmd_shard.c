@@ -135,6 +135,8 @@ static int parse_options(int argc, char **argv, options *o)
 			if (!*v)
 				return strata_cli_usage("shard", "--stats needs a file name");
 			o->stats_path = v;
+			if ((rc = strata_cli_output("--stats", v)))
+				return rc;
 		} else {
 			char shown[64];
 			strata_escape(shown, sizeof shown, argv[i], strlen(argv[i]));

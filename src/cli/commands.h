@@ -26,6 +26,12 @@ extern const strata_command strata_commands[];
  * code that goes with it (2 for usage errors, else 1). */
 int strata_cli_fail(const strata_error *err);
 
+/* An output file option's path (--telemetry, --out, --stats) that could
+ * never be written (a socket, a folder, a link to nothing:
+ * strata_file_check_output) is refused before anything runs: returns 0, or
+ * prints the error naming the option and returns 1. */
+int strata_cli_output(const char *option, const char *path);
+
 /* Prints a usage error for command `cmd` and returns 2. */
 int strata_cli_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

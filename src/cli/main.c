@@ -1,7 +1,11 @@
 /* main.c - the strata command-line tool: dispatch to one command
  * (layer: cli). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "strata_commit.h"
@@ -51,8 +55,68 @@ static void print_version(void)
 	printf("\n");
 }
 
+/* SIGINT, SIGTERM, SIGHUP: the default action (the process ends at once,
+ * with the signal's status), after removing the temporary file of an
+ * atomic write in progress, so a signal never leaves a partial file. */
+static void on_signal(int sig)
+{
+	strata_file_abandon_pending();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		struct sigaction sa, old;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_signal;
+		sigemptyset(&sa.sa_mask);
+		/* a signal ignored by whoever started us stays ignored */
+		if (sigaction(sigs[i], NULL, &old) == 0 &&
+		    old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+/* A closed stdin, stdout or stderr would be taken by the next open(), and
+ * a model file or the telemetry's temporary file would then receive what
+ * was printed: each gets /dev/null opened read-only instead, where writes
+ * fail (EBADF) and so still count as lost output. */
+static void hold_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int n = open("/dev/null", O_RDONLY);
+			if (n >= 0 && n != fd) {
+				dup2(n, fd);
+				close(n);
+			}
+		}
+}
+
+/* Output the command wrote to stdout that did not all arrive (a full
+ * disk, /dev/full, a closed stdout) fails the command: exit 1. */
+static int check_stdout(int rc)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return rc;
+	if (rc == STRATA_EXIT_OK) {
+		int e = errno;
+		fprintf(stderr, "strata: error: writing to stdout failed%s%s\n",
+			e ? ": " : "", e ? strerror(e) : "");
+		fprintf(stderr, "  fix: check where stdout goes (a full disk, "
+				"a closed pipe)\n");
+	}
+	return rc == STRATA_EXIT_OK ? STRATA_EXIT_ERROR : rc;
+}
+
 int main(int argc, char **argv)
 {
+	hold_std_fds();
+	catch_signals();
 	if (argc < 2) {
 		usage(stderr);
 		return STRATA_EXIT_USAGE;
@@ -60,15 +124,15 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "help")) {
 		usage(stdout);
-		return STRATA_EXIT_OK;
+		return check_stdout(STRATA_EXIT_OK);
 	}
 	if (!strcmp(argv[1], "--version")) {
 		print_version();
-		return STRATA_EXIT_OK;
+		return check_stdout(STRATA_EXIT_OK);
 	}
 	for (const strata_command *c = strata_commands; c->name; c++)
 		if (!strcmp(argv[1], c->name))
-			return c->main(argc - 1, argv + 1);
+			return check_stdout(c->main(argc - 1, argv + 1));
 	fprintf(stderr, "strata: error: unknown command '%s'\n", argv[1]);
 	fprintf(stderr, "  fix: run 'strata --help' for the list of commands\n");
 	return STRATA_EXIT_USAGE;

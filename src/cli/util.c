@@ -16,6 +16,15 @@ int strata_cli_fail(const strata_error *err)
 					   : STRATA_EXIT_ERROR;
 }
 
+int strata_cli_output(const char *option, const char *path)
+{
+	strata_error e;
+	if (strata_file_check_output(path, &e) == STRATA_OK)
+		return 0;
+	strata_error_prefix(&e, "%s", option);
+	return strata_cli_fail(&e);
+}
+
 int strata_cli_usage(const char *cmd, const char *fmt, ...)
 {
 	strata_error e;

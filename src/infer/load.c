@@ -42,11 +42,9 @@ static strata_status read_tensor(const strata_catalog *c,
 		return STRATA_E_NOMEM;
 	}
 	const strata_catalog_file *f = strata_catalog_file_at(c, t->file);
-	int fd = strata_sys.open(f->path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0) {
-		st = strata_fail(err, STRATA_E_IO, "check the model's files",
-				 "cannot open '%s'", f->path);
-	} else {
+	int fd = -1;
+	st = strata_catalog_file_open(c, t->file, 0, &fd, err);
+	if (st == STRATA_OK) {
 		st = strata_pread_full(fd, raw, (size_t)t->bytes,
 				       (off_t)t->offset, f->path, err);
 		strata_sys.close(fd);

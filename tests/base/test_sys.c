@@ -10,7 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -218,11 +222,161 @@ static void test_write_atomic_failure_keeps_old_content(void **state)
 	strata_free(got);
 	assert_true(entries());
 
-	/* An unwritable folder: nothing created. */
+	/* A missing folder: refused, nothing created. */
 	assert_int_equal(strata_file_write_atomic("/nonexistent-dir/x", "a", 1, &e),
-			 STRATA_E_IO);
-	assert_non_null(strstr(e.message, "cannot create"));
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "there is no folder"));
 	unlink(p);
+}
+
+/* A symbolic link stays a link (the file it names gets the content, made if
+ * missing); a FIFO stays a FIFO and its reader gets the bytes; /dev/null
+ * stays a device; a socket, a folder and a file in a missing folder are
+ * refused, before and at the write (issue 20, defect 1: as root, rename
+ * replaced /dev/null). */
+static void test_write_atomic_keeps_what_the_path_names(void **state)
+{
+	(void)state;
+	reset();
+	char real[4200], link_[4200], fifo[4200], sock[4200], dangling[4200];
+	snprintf(real, sizeof real, "%s", path_of("real.json"));
+	snprintf(link_, sizeof link_, "%s", path_of("link.json"));
+	snprintf(fifo, sizeof fifo, "%s", path_of("fifo"));
+	snprintf(sock, sizeof sock, "%s", path_of("sock"));
+	snprintf(dangling, sizeof dangling, "%s", path_of("dangling"));
+	strata_error e;
+	assert_int_equal(strata_file_write_atomic(real, "old", 3, &e), STRATA_OK);
+	assert_int_equal(symlink("real.json", link_), 0);
+	assert_int_equal(strata_file_write_atomic(link_, "new\n", 4, &e),
+			 STRATA_OK);
+	struct stat st;
+	assert_int_equal(lstat(link_, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	char *got = read_text(real);
+	assert_string_equal(got, "new\n");
+	strata_free(got);
+
+	assert_int_equal(strata_file_write_atomic("/dev/null", "x", 1, &e),
+			 STRATA_OK);
+	assert_int_equal(stat("/dev/null", &st), 0);
+	assert_true(S_ISCHR(st.st_mode));
+
+	assert_int_equal(mkfifo(fifo, 0644), 0);
+	/* nobody reads it: an error at once, not a wait */
+	alarm(20);
+	assert_int_equal(strata_file_write_atomic(fifo, "x", 1, &e), STRATA_E_IO);
+	assert_non_null(strstr(e.message, "no process reads it"));
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char buf[64] = {0};
+		int fd = open(fifo, O_RDONLY);
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		_exit(n == 6 && !memcmp(buf, "fifo!\n", 6) ? 0 : 1);
+	}
+	int status = 0, tries = 0;
+	strata_status ws;
+	/* the reader opens when it gets to it: retry until it has */
+	while ((ws = strata_file_write_atomic(fifo, "fifo!\n", 6, &e)) ==
+		       STRATA_E_IO &&
+	       tries++ < 2000)
+		usleep(1000);
+	assert_int_equal(ws, STRATA_OK);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	alarm(0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(lstat(fifo, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+
+	/* bound by a relative name: sun_path holds 108 bytes */
+	int sfd = socket(AF_UNIX, SOCK_STREAM, 0), cwd = open(".", O_RDONLY);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = "sock"};
+	assert_int_equal(chdir(dir), 0);
+	assert_int_equal(bind(sfd, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(fchdir(cwd), 0);
+	close(cwd);
+	assert_int_equal(strata_file_check_output(sock, &e), STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "a socket"));
+	assert_int_equal(strata_file_write_atomic(sock, "x", 1, &e),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(lstat(sock, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	close(sfd);
+	assert_int_equal(strata_file_check_output(dir, &e), STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "a folder"));
+	/* a link to a file still to be made: the file is made */
+	assert_int_equal(symlink("made", dangling), 0);
+	assert_int_equal(strata_file_write_atomic(dangling, "x", 1, &e),
+			 STRATA_OK);
+	assert_int_equal(lstat(dangling, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	got = read_text(path_of("made"));
+	assert_string_equal(got, "x");
+	strata_free(got);
+	unlink(path_of("made"));
+	assert_int_equal(strata_file_check_output(path_of("no/such/x"), &e),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "there is no folder"));
+	assert_int_equal(strata_file_check_output(real, &e), STRATA_OK);
+	assert_true(entries());
+	unlink(real), unlink(link_), unlink(fifo), unlink(sock);
+	unlink(dangling);
+}
+
+/* What the CLI does on SIGTERM: remove the temporary file, then die. */
+static void die_cleanly(int sig)
+{
+	strata_file_abandon_pending();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static ssize_t write_then_signal(int fd, const void *b, size_t n)
+{
+	ssize_t w = write(fd, b, n > 3 ? 3 : n);
+	raise(SIGTERM);
+	return w;
+}
+
+static int no_tmpfile_open(const char *path, int flags, mode_t mode)
+{
+	if (flags & O_TMPFILE) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	return open(path, flags, mode);
+}
+
+/* A signal in the middle of the write (with an unnamed temporary file, and
+ * with a named one where O_TMPFILE is missing) leaves the old content and
+ * no temporary file. */
+static void test_write_atomic_signal_leaves_no_temp_file(void **state)
+{
+	(void)state;
+	for (int named = 0; named < 2; named++) {
+		reset();
+		char *p = path_of("sig.json");
+		assert_int_equal(strata_file_write_atomic(p, "old\n", 4, NULL),
+				 STRATA_OK);
+		fflush(NULL);
+		pid_t pid = fork();
+		if (pid == 0) {
+			signal(SIGTERM, die_cleanly);
+			strata_sys.write = write_then_signal;
+			if (named)
+				strata_sys.open = no_tmpfile_open;
+			strata_file_write_atomic(p, "new content", 11, NULL);
+			_exit(0);
+		}
+		int status = 0;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+		char *got = read_text(p);
+		assert_string_equal(got, "old\n");
+		strata_free(got);
+		assert_true(entries());
+		unlink(p);
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -287,6 +441,8 @@ int main(void)
 		cmocka_unit_test(test_pread_full_reports_early_end),
 		cmocka_unit_test(test_write_atomic_survives_eintr_and_short_writes),
 		cmocka_unit_test(test_write_atomic_failure_keeps_old_content),
+		cmocka_unit_test(test_write_atomic_keeps_what_the_path_names),
+		cmocka_unit_test(test_write_atomic_signal_leaves_no_temp_file),
 		cmocka_unit_test(test_read_all_limits_and_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -522,13 +522,26 @@ static void test_stats_empty_stream_and_exact_u64(void **state)
 static void test_stats_write_failure_is_an_error(void **state)
 {
 	(void)state;
+	/* a missing folder is refused before the stream runs */
 	const char *argv[] = {"shard", "--gpus", "2", "--spill-threshold", "0",
 			      "--stats", "no/such/folder/s.json", NULL};
 	cli_result r;
 	assert_int_equal(cli_run(argv, "a\t1\n", 4, tmp, &r), 0);
-	assert_error_shape(&r, 1, "--stats: cannot create");
+	assert_error_shape(&r, 1, "--stats: output 'no/such/folder/s.json': "
+				  "there is no folder");
+	assert_int_equal(r.out_len, 0);
+	cli_result_free(&r);
+	/* a FIFO nobody reads fails at the write, after the stream */
+	char fifo[4200];
+	snprintf(fifo, sizeof fifo, "%s/stats.fifo", tmp);
+	unlink(fifo);
+	assert_int_equal(mkfifo(fifo, 0644), 0);
+	argv[6] = fifo;
+	assert_int_equal(cli_run(argv, "a\t1\n", 4, tmp, &r), 0);
+	assert_error_shape(&r, 1, "--stats: cannot open output");
 	assert_int_equal(strncmp(r.out, "a\t", 2), 0); /* the stream was done */
 	cli_result_free(&r);
+	unlink(fifo);
 }
 
 /* stdout that cannot take the output (a full disk): exit 1, no stats. */
