@@ -256,9 +256,13 @@ static strata_status load(const char *dir, const shape *s, uint32_t threads,
 	    (st = strata_compute_create(&strata_cpu_kernel_ops, threads, &m->c,
 					err)))
 		return st;
-	return strata_forward_create(&m->hp, m->c, &m->src,
-				     s->prompt + s->decode + 1, s->prompt,
-				     &m->f, err);
+	return strata_forward_create(
+		&(strata_forward_options){.hp = &m->hp,
+					  .compute = m->c,
+					  .src = &m->src,
+					  .context = s->prompt + s->decode + 1,
+					  .batch = s->prompt},
+		&m->f, err);
 }
 
 static void unload(loaded *m, const char *dir)

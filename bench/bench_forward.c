@@ -73,9 +73,9 @@ static uint64_t free_before_open(const cfg *c)
 	if (c->r.plan.device != STRATA_PLAN_DEVICE_CUDA)
 		return 0;
 	strata_backend *b = NULL;
-	strata_backend_cuda_options co = {.device = c->r.device_index};
 	strata_error ignored;
-	if (strata_backend_cuda_create(&co, &b, &ignored) != STRATA_OK)
+	if (strata_backend_create("cuda", c->r.device_index, NULL, &b,
+				  &ignored) != STRATA_OK)
 		return 0;
 	uint64_t f = device_free(b);
 	strata_backend_destroy(b);
@@ -322,7 +322,7 @@ int main(int argc, char **argv)
 	if (!c.model)
 		return usage();
 	if (!c.r.device_given && !quick)
-		c.r.plan.device = strata_backend_cuda_device_count() > 0
+		c.r.plan.device = strata_backend_device_count("cuda") > 0
 					  ? STRATA_PLAN_DEVICE_CUDA
 					  : STRATA_PLAN_DEVICE_CPU;
 	int rc = 0;

@@ -193,7 +193,7 @@ static void run_cuda(bench *b)
 {
 	strata_backend *be = NULL;
 	strata_error err;
-	if (strata_backend_cuda_create(NULL, &be, &err) != STRATA_OK) {
+	if (strata_backend_create("cuda", 0, NULL, &be, &err) != STRATA_OK) {
 		strata_error_print(stderr, &err);
 		exit(1);
 	}

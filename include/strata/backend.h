@@ -2,10 +2,13 @@
  * copies, streams and events, then compute kernels (layer: backend).
  *
  * A backend is an object {ops, ctx}: `ops` is one const table per kind of
- * backend (cpu, later cuda), `ctx` its private state. Every slot returns
+ * backend (cpu, cuda), `ctx` its private state. Every slot returns
  * strata_status. Callers use the strata_backend_* wrappers below, never the
  * slots directly: the wrappers check arguments once, so implementations can
- * trust them, and supply defaults for optional slots.
+ * trust them, and supply defaults for optional slots. These tables are the
+ * only door to a device: code outside this layer names a kind of backend
+ * by its text ("cpu", "cuda") and never calls one backend's own functions
+ * (backend_cuda.h is for the backend's own tests and benches).
  *
  * Memory model. The "device" tier is one planned arena per run: a single
  * region of a fixed byte budget (one cudaMalloc on CUDA; a separate bounded
@@ -79,6 +82,11 @@ typedef struct strata_backend_ops {
 	strata_status (*copy_h2d_async)(void *ctx, strata_stream *s, void *dst,
 					const void *src, uint64_t bytes,
 					strata_error *err);
+	/* Queues a device-to-host copy; `dst` holds the bytes once an event
+	 * recorded after it completes. */
+	strata_status (*copy_d2h_async)(void *ctx, strata_stream *s, void *dst,
+					const void *src, uint64_t bytes,
+					strata_error *err);
 	strata_status (*event_create)(void *ctx, strata_event **out,
 				      strata_error *err);
 	strata_status (*event_destroy)(void *ctx, strata_event *e,
@@ -101,6 +109,12 @@ typedef struct strata_backend_ops {
 	 * done. */
 	strata_status (*synchronize)(void *ctx, strata_stream *s,
 				     strata_error *err);
+	/* Optional (NULL: the wrapper waits for `e` on the host, which
+	 * orders the same work without overlapping it): makes later work
+	 * queued on `s` wait until `e` completes, without blocking the
+	 * host. How compute waits for a unit's copy. */
+	strata_status (*stream_wait_event)(void *ctx, strata_stream *s,
+					   strata_event *e, strata_error *err);
 	/* Optional (NULL: nothing to do): makes the calling thread able to
 	 * use this backend's streams and events (CUDA: cudaSetDevice), for
 	 * background threads that queue copies. */
@@ -152,188 +166,36 @@ extern strata_backend_cpu_sys_table strata_backend_cpu_sys;
 void strata_backend_cpu_sys_reset(void);
 
 /* ------------------------------------------------------------------------ */
-/* The CUDA backend                                                         */
+/* Kinds of backend                                                         */
 /* ------------------------------------------------------------------------ */
 
-/* Every function of this section exists in every build; where strata was
- * built without CUDA they return E_BACKEND_UNAVAILABLE (and the device count
- * is 0), so callers need no #ifdef. */
+/* Devices of a kind usable now: "cpu" is 1; "cuda" the CUDA devices (0
+ * without a driver or a GPU, or where strata was built without CUDA); 0
+ * for any other text. */
+uint32_t strata_backend_device_count(const char *kind);
 
-typedef struct strata_backend_cuda_options {
-	uint32_t device; /* CUDA device index, N of --device cuda:N */
-} strata_backend_cuda_options;
+/* The device memory a compute context takes at least on a device of this
+ * kind (CUDA: its cuBLAS workspace and scratch), for plans made before any
+ * context exists, also where the kind is not built (planning for another
+ * machine); 0 for the CPU and unknown text. */
+uint64_t strata_backend_compute_bytes(const char *kind);
 
-/* CUDA devices usable now: 0 without a driver, a GPU, or CUDA support. */
-uint32_t strata_backend_cuda_device_count(void);
-
-/* Creates the CUDA backend on one device (opt may be NULL: device 0) and
- * makes that device current on the calling thread. device_alloc is one
- * cudaMalloc per arena; host_alloc with `pinned` is cudaHostAlloc (pinning
- * costs ~0.7 s/GiB: do it once at load); streams are non-blocking CUDA
- * streams, events are CUDA events with timing; copy_h2d_async is
- * cudaMemcpyAsync. E_BACKEND_UNAVAILABLE for a missing device, E_DEVICE for
- * other CUDA failures, each with a fix. The caller owns *out. */
-strata_status strata_backend_cuda_create(const strata_backend_cuda_options *opt,
-					 strata_backend **out,
-					 strata_error *err);
+/* Creates the backend of `kind` ("cpu" or "cuda") on device `device` (cuda
+ * only; the CPU has one), with cpu_opt for the CPU (may be NULL). E_USAGE
+ * naming the text for an unknown kind; E_BACKEND_UNAVAILABLE with a fix
+ * where the kind was not built or the device is missing; otherwise what
+ * that backend's creation returns. The caller owns *out. */
+strata_status strata_backend_create(const char *kind, uint32_t device,
+				    const strata_backend_cpu_options *cpu_opt,
+				    strata_backend **out, strata_error *err);
 
 /* The backend named by --device: "cpu" (with cpu_opt, which may be NULL),
  * "cuda" (device 0) or "cuda:N". E_USAGE naming the text for anything else;
- * otherwise what the chosen backend's create returns. */
+ * otherwise what strata_backend_create returns. */
 strata_status strata_backend_create_named(const char *device,
 					  const strata_backend_cpu_options *cpu_opt,
 					  strata_backend **out,
 					  strata_error *err);
-
-/* The CUDA calls that allocate and copy, replaceable so tests can inject
- * device OOM and copy failures (STYLE.md). Each returns a cudaError_t value
- * (0 success, 2 cudaErrorMemoryAllocation); `kind` is a cudaMemcpyKind and
- * `stream` a cudaStream_t. Not to be changed while a backend is working;
- * strata_backend_cuda_sys_reset restores the real calls. */
-typedef struct strata_backend_cuda_sys_table {
-	int (*device_malloc)(void **ptr, size_t bytes);
-	int (*device_free)(void *ptr);
-	int (*host_alloc)(void **ptr, size_t bytes, unsigned int flags);
-	int (*host_free)(void *ptr);
-	int (*memcpy_async)(void *dst, const void *src, size_t bytes, int kind,
-			    void *stream);
-	int (*mem_get_info)(size_t *free_bytes, size_t *total_bytes);
-} strata_backend_cuda_sys_table;
-
-extern strata_backend_cuda_sys_table strata_backend_cuda_sys;
-void strata_backend_cuda_sys_reset(void);
-
-/* The CUDA kernel table: the slots and shapes of backend_kernels.h on
- * device pointers, except embed's `tokens`, which stay in host memory (the
- * wrapper reads them). compute_create ignores `threads` and binds the
- * context to the device current on the calling thread: its own compute
- * stream, a cuBLAS handle with a fixed workspace, and a small scratch block
- * (STRATA_CUDA_COMPUTE_DEVICE_BYTES of device memory in all, taken once).
- * Kernels are queued on that stream and return before they run: order work
- * against copies with events (strata_cuda_compute_stream and
- * strata_cuda_stream_wait_event) and read results after a synchronize.
- * matmul on f32 weights is cuBLAS SGEMM in full f32 (TF32 never enabled). */
-extern const strata_kernel_ops strata_cuda_kernel_ops;
-
-#define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
-#define STRATA_CUDA_TOPK_MAX 256u
-#define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \
-	(STRATA_CUDA_BLAS_WORKSPACE_BYTES + ((uint64_t)4 << 20))
-
-/* The compute context's stream, usable with the CUDA backend's
- * event_record / synchronize / copies (it belongs to the context: never
- * destroy it). NULL when c is not a CUDA compute context. */
-strata_stream *strata_cuda_compute_stream(strata_compute *c);
-
-/* Makes later work on `s` wait until `e` completes, without blocking the
- * host (cudaStreamWaitEvent): how compute waits for a unit's copy. */
-strata_status strata_cuda_stream_wait_event(strata_backend *b,
-					    strata_stream *s, strata_event *e,
-					    strata_error *err);
-
-/* Queues a device-to-host copy on `s` (logits back to the host); `dst`
- * holds the bytes once an event recorded after it completes. Nothing is
- * queued on error. */
-strata_status strata_cuda_copy_d2h_async(strata_backend *b, strata_stream *s,
-					 void *dst, const void *src,
-					 uint64_t bytes, strata_error *err);
-
-/* Weight types of strata_cuda_matmul_half. */
-typedef enum strata_cuda_half {
-	STRATA_CUDA_BF16 = 0,
-	STRATA_CUDA_F16 = 1,
-} strata_cuda_half;
-
-/* y (n, out, f32) = x (n, in, f32) . w (out, in, bf16 or f16)^T (+ bias
- * (out, f32) when not NULL), f32 accumulation. One row (decode) runs as a
- * GEMV kernel on f32 x; more rows split x into two terms of w's type
- * (x = hi + lo, ~16 bits for bf16) in a workspace of the context (grown
- * with one cudaMalloc when a larger n first appears: call once with the
- * largest prefill at load to keep allocation out of the token loop) and
- * run cublasGemmEx on each. All pointers on the device. */
-strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
-				      const float *x, const void *w,
-				      strata_cuda_half type, const float *bias,
-				      uint32_t n, uint32_t in, uint32_t out,
-				      strata_error *err);
-
-/* Takes `bytes` of strata_cuda_matmul_half's input workspace now, at load,
- * instead of at the first several-row product that needs them (n rows of
- * `in` take n x in x 4 bytes: the plan's product_workspace_bytes). */
-strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
-					      uint64_t bytes,
-					      strata_error *err);
-
-/* RMSNorm folded into a one-row half product: the product reads x as
- * stored and takes rmsnorm(x) * w in its place (w (in) of the product's
- * half type, device), so the norm needs no launch of its own. Within
- * rounding of strata_cuda_rmsnorm_half then the product: the norm's factor
- * scales each finished dot product instead of each element of x. */
-typedef struct strata_cuda_half_norm {
-	const void *w;
-	float eps;
-} strata_cuda_half_norm;
-
-/* One product of strata_cuda_matmul_half_parts (device pointers). */
-typedef struct strata_cuda_half_part {
-	float *y;	   /* (n, out) */
-	const void *w;	   /* (out, in), the call's type */
-	const float *bias; /* (out), or NULL */
-	uint32_t out;
-} strata_cuda_half_part;
-#define STRATA_CUDA_HALF_PARTS_MAX 3u
-
-/* y_i = x (n, in) . w_i^T (+ bias_i) for up to STRATA_CUDA_HALF_PARTS_MAX
- * products that share x and the weights' type (q, k and v; gate and up),
- * or y_i += that when `accumulate` (a residual add folded into the
- * product). One row is one GEMV launch for every part; several rows split
- * x once and run strata_cuda_matmul_half's cuBLAS path for each part. No
- * y_i may alias x or its weights. `norm` (or NULL) takes one row only. */
-strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
-					    const strata_cuda_half_norm *norm,
-					    strata_cuda_half type, uint32_t n,
-					    uint32_t in,
-					    const strata_cuda_half_part *parts,
-					    uint32_t count, bool accumulate,
-					    strata_error *err);
-
-/* The kernel table's rope on queries q (n, heads, head_dim) and keys k (n,
- * kv_heads, head_dim) in one launch: the same floats as two calls. */
-strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
-				  uint32_t n, uint32_t pos0, uint32_t heads,
-				  uint32_t kv_heads, uint32_t head_dim,
-				  const float *inv_freq,
-				  strata_rope_layout layout, strata_error *err);
-
-/* y (out) = silu(x (in) . gate^T) * (x . up^T) for one row of x: the MLP's
- * two products and its SwiGLU in one launch, the same floats as
- * strata_cuda_matmul_half_parts then the kernel table's swiglu. gate and
- * up (out, in) of one half type; y may not alias x. With `norm` (or NULL)
- * x is taken as rmsnorm(x) * norm->w. */
-strata_status strata_cuda_gated_half(strata_compute *c, float *y,
-				     const float *x,
-				     const strata_cuda_half_norm *norm,
-				     const void *gate,
-				     const void *up, strata_cuda_half type,
-				     uint32_t in, uint32_t out,
-				     strata_error *err);
-
-/* The kernel table's rmsnorm with its weights (dim) in bf16 or f16, read
- * as stored: y (n, dim) = x / rms(x) * w, the same floats as converting w
- * first. y may equal x. */
-strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
-				       const float *x, const void *w,
-				       strata_cuda_half type, uint32_t n,
-				       uint32_t dim, float eps,
-				       strata_error *err);
-
-/* The k (1 .. STRATA_CUDA_TOPK_MAX) largest of logits (vocab, device),
- * computed on the device, best first, ties to the lower id, NaN counted
- * as -inf; vocab below 2^31. Waits for the compute stream, then fills
- * values[k] and ids[k] (host memory; ids -1 past vocab). argmax is k = 1. */
-strata_status strata_cuda_topk(strata_compute *c, const float *logits,
-			       uint32_t vocab, uint32_t k, float *values,
-			       int32_t *ids, strata_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Wrappers (use these)                                                     */
@@ -368,6 +230,15 @@ strata_status strata_backend_copy_h2d_async(strata_backend *b,
 					    strata_stream *s, void *dst,
 					    const void *src, uint64_t bytes,
 					    strata_error *err);
+/* The same from device `src` to host `dst` (logits, saved KV). */
+strata_status strata_backend_copy_d2h_async(strata_backend *b,
+					    strata_stream *s, void *dst,
+					    const void *src, uint64_t bytes,
+					    strata_error *err);
+/* Later work on `s` waits until `e` completes (a never-recorded event is
+ * complete); the host is not blocked where the backend can avoid it. */
+strata_status strata_stream_wait_event(strata_backend *b, strata_stream *s,
+				       strata_event *e, strata_error *err);
 
 strata_status strata_event_create(strata_backend *b, strata_event **out,
 				  strata_error *err);

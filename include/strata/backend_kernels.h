@@ -6,9 +6,17 @@
  * strata_kernel_ops (backend.h, slot `kernels`). Kernels run on a
  * strata_compute: the backend's execution context (the CPU backend's is a
  * persistent thread pool, so no thread is created and nothing is allocated
- * per token). Buffers are f32 in the backend's device memory (host RAM for
- * the CPU backend); shapes are given on every pointer below, row-major,
- * outermost first.
+ * per token; the CUDA backend's owns the compute stream its kernels queue
+ * on). Activations are f32 in the backend's device memory (host RAM for
+ * the CPU backend); weights are strata_weight, in their stored type, which
+ * each kernel table lists among the types it takes. Shapes are given on
+ * every pointer below, row-major, outermost first.
+ *
+ * Fused slots (a norm folded into the products that read it, products
+ * sharing their input, gate and up with their SwiGLU, rope on queries and
+ * keys at once) are optional: the wrappers ask the table whether it takes a
+ * call and otherwise run the default composition of plain kernels, so a
+ * caller writes each step once for every backend.
  *
  * Results are deterministic: each output element is computed by one thread
  * in a fixed order, so the thread count and the batch size (prefill n > 1
@@ -50,26 +58,81 @@ typedef struct strata_attention_shape {
 	float scale;	     /* score multiplier, usually 1/sqrt(head_dim) */
 } strata_attention_shape;
 
+/* The stored type of a weight (X(NAME, "text")). The values are those of
+ * infer's STRATA_INFER_ELEM_MAP. Block types (Q4_K ...) join this list
+ * with the tables that compute on them (issue 18). */
+#define STRATA_WEIGHT_TYPE_MAP(X)                                              \
+	X(F32, "f32")                                                          \
+	X(BF16, "bf16")                                                        \
+	X(F16, "f16")
+
+typedef enum strata_weight_type {
+#define STRATA_WEIGHT_TYPE_ENUM(name, text) STRATA_WEIGHT_##name,
+	STRATA_WEIGHT_TYPE_MAP(STRATA_WEIGHT_TYPE_ENUM)
+#undef STRATA_WEIGHT_TYPE_ENUM
+	STRATA_WEIGHT_TYPE_COUNT
+} strata_weight_type;
+
+/* "f32", "bf16", "f16"; "unknown" outside the enum. */
+const char *strata_weight_type_name(strata_weight_type t);
+/* One bit per type, for strata_kernel_ops.weight_types. */
+#define STRATA_WEIGHT_BIT(t) (1u << (unsigned)(t))
+
+/* A weight as stored: rows x cols elements of `type`, row-major, in the
+ * backend's device memory. A product's weight is (out, in); a norm's, a
+ * bias's or a rope divisor's is one row. */
+typedef struct strata_weight {
+	strata_weight_type type;
+	const void *data;
+	uint32_t rows, cols;
+} strata_weight;
+
+/* RMSNorm folded into what reads its output: rmsnorm(x) * w, w (1, dim). */
+typedef struct strata_kernel_norm {
+	strata_weight w;
+	float eps;
+} strata_kernel_norm;
+
+/* One product of strata_kernel_products: y (n, w.rows) = x . w^T (+ bias
+ * (w.rows, f32) when not NULL). */
+typedef struct strata_kernel_product {
+	float *y;
+	strata_weight w;
+	const float *bias;
+} strata_kernel_product;
+#define STRATA_KERNEL_PRODUCTS_MAX 3u
+
+struct strata_stream;
+struct strata_backend;
 typedef struct strata_compute strata_compute;
 
 /* The kernel slots. `ctx` is the compute context's own state. Arguments are
- * checked by the strata_kernel_* wrappers, so slots trust them. */
+ * checked by the strata_kernel_* wrappers (shapes, and weight types against
+ * `weight_types`), so slots trust them. Slots marked optional may be NULL;
+ * the wrappers then compose plain kernels. */
 typedef struct strata_kernel_ops {
-	const char *name; /* "cpu" */
+	const char *name; /* "cpu", "cuda" */
+	/* STRATA_WEIGHT_BIT of each type matmul, rmsnorm and embed take */
+	uint32_t weight_types;
 	/* threads: 0 picks the machine's online processor count. */
 	strata_status (*compute_create)(uint32_t threads, void **ctx,
 					strata_error *err);
 	void (*compute_destroy)(void *ctx);
 	uint32_t (*compute_threads)(void *ctx);
-	/* y (n, out) = x (n, in) . w (out, in)^T (+ bias (out) when not
+	/* Optional: the context's own stream, which its kernels queue on
+	 * (it belongs to the context). NULL: each kernel has finished when
+	 * it returns, and the context computes on memory the host
+	 * addresses, so copies around it are plain memcpy. */
+	struct strata_stream *(*compute_stream)(void *ctx);
+	/* y (n, w.rows) = x (n, w.cols) . w^T (+ bias (w.rows) when not
 	 * NULL). y must not alias x or w. */
 	strata_status (*matmul)(void *ctx, float *y, const float *x,
-				const float *w, const float *bias, uint32_t n,
-				uint32_t in, uint32_t out, strata_error *err);
-	/* y (n, dim) = x / sqrt(mean(x^2) + eps) * w (dim); y may be x. */
+				const strata_weight *w, const float *bias,
+				uint32_t n, strata_error *err);
+	/* y (n, w.cols) = x / sqrt(mean(x^2) + eps) * w; y may be x. */
 	strata_status (*rmsnorm)(void *ctx, float *y, const float *x,
-				 const float *w, uint32_t n, uint32_t dim,
-				 float eps, strata_error *err);
+				 const strata_weight *w, uint32_t n, float eps,
+				 strata_error *err);
 	/* Rotates x (n, heads, head_dim) in place; row i is at position
 	 * pos0 + i; inv_freq (head_dim / 2) are the per-pair frequencies. */
 	strata_status (*rope)(void *ctx, float *x, uint32_t n, uint32_t pos0,
@@ -90,20 +153,62 @@ typedef struct strata_kernel_ops {
 	/* y (count) += x (count). */
 	strata_status (*add)(void *ctx, float *y, const float *x,
 			     uint64_t count, strata_error *err);
-	/* x (n, dim) = table (vocab, dim) rows tokens[0..n); ids are checked
-	 * against vocab by the wrapper. */
-	strata_status (*embed)(void *ctx, float *x, const float *table,
-			       const int32_t *tokens, uint32_t n, uint32_t dim,
+	/* x (n, table.cols) = table rows tokens[0..n); tokens are host
+	 * memory, checked against table.rows by the wrapper. */
+	strata_status (*embed)(void *ctx, float *x, const strata_weight *table,
+			       const int32_t *tokens, uint32_t n,
 			       strata_error *err);
+	/* Optional (needed for tables that take more than f32): dst
+	 * (w.rows x w.cols, f32) = w's elements, w not f32. */
+	strata_status (*to_f32)(void *ctx, float *dst, const strata_weight *w,
+				strata_error *err);
+	/* Optional, with products: whether products takes this call (norm
+	 * NULL: the products alone). */
+	bool (*products_take)(void *ctx, const strata_kernel_norm *norm,
+			      uint32_t n, const strata_kernel_product *p,
+			      uint32_t count);
+	/* y_i (n, w_i.rows) = x' . w_i^T (+ bias_i) for products sharing x
+	 * (n, in), or y_i += that when `accumulate`; x' is x, or
+	 * rmsnorm(x) * norm->w when norm is not NULL. */
+	strata_status (*products)(void *ctx, const float *x,
+				  const strata_kernel_norm *norm, uint32_t n,
+				  const strata_kernel_product *p,
+				  uint32_t count, bool accumulate,
+				  strata_error *err);
+	/* Optional, with gated: whether gated takes this call. */
+	bool (*gated_take)(void *ctx, const strata_kernel_norm *norm,
+			   uint32_t n, const strata_weight *gate,
+			   const strata_weight *up);
+	/* y (n, gate.rows) = silu(x' . gate^T) * (x' . up^T), x' as for
+	 * products; y does not alias x. */
+	strata_status (*gated)(void *ctx, float *y, const float *x,
+			       const strata_kernel_norm *norm,
+			       const strata_weight *gate,
+			       const strata_weight *up, uint32_t n,
+			       strata_error *err);
+	/* Optional: rope on queries q (n, heads, head_dim) and keys k (n,
+	 * kv_heads, head_dim) at once, the same floats as two rope calls. */
+	strata_status (*rope_qk)(void *ctx, float *q, float *k, uint32_t n,
+				 uint32_t pos0, uint32_t heads,
+				 uint32_t kv_heads, uint32_t head_dim,
+				 const float *inv_freq,
+				 strata_rope_layout layout, strata_error *err);
+	/* Optional: takes `bytes` of the products' input workspace now
+	 * (the plan's product_workspace_bytes) instead of at the first
+	 * product that needs them. */
+	strata_status (*reserve)(void *ctx, uint64_t bytes, strata_error *err);
 } strata_kernel_ops;
 
-/* The CPU kernels (src/backend/cpu/kernels_*.c). */
+/* The CPU kernels (src/backend/cpu/kernels_*.c): f32 weights. */
 extern const strata_kernel_ops strata_cpu_kernel_ops;
 
-/* A compute context: {ops, ctx}. */
+/* A compute context: {ops, ctx}, and the backend it was made on (NULL for
+ * one made with strata_compute_create), whose copies and waits its stream
+ * goes through. */
 struct strata_compute {
 	const strata_kernel_ops *ops;
 	void *ctx;
+	struct strata_backend *backend;
 };
 
 /* Creates a compute context on `ops` (e.g. &strata_cpu_kernel_ops) with
@@ -114,9 +219,8 @@ strata_status strata_compute_create(const strata_kernel_ops *ops,
 				    strata_error *err);
 void strata_compute_destroy(strata_compute *c); /* NULL is fine */
 
-struct strata_backend;
 /* The same on a backend's own kernel table; E_BACKEND_UNAVAILABLE naming
- * the backend when it has none. */
+ * the backend when it has none. b must outlive the context. */
 strata_status strata_compute_create_on(struct strata_backend *b,
 				       uint32_t threads, strata_compute **out,
 				       strata_error *err);
@@ -132,15 +236,39 @@ strata_status strata_compute_create_measured(struct strata_backend *b,
 					     strata_error *err);
 uint32_t strata_compute_threads(const strata_compute *c);
 
+/* The context's stream (it belongs to the context: never destroy it), for
+ * the backend's event_record, stream_wait_event and synchronize; NULL
+ * where kernels finish before they return (the CPU's). */
+struct strata_stream *strata_compute_stream(const strata_compute *c);
+
+/* Copies ordered after the kernels queued before them: host to device
+ * (src must stay unchanged until strata_compute_finish) and device to host
+ * (dst holds the bytes after strata_compute_finish). A memcpy where the
+ * context has no stream; through the context's backend otherwise
+ * (E_INVALID_ARG when it was made without one). Nothing is queued on
+ * error. */
+strata_status strata_compute_upload(strata_compute *c, void *dst,
+				    const void *src, uint64_t bytes,
+				    strata_error *err);
+strata_status strata_compute_download(strata_compute *c, void *dst,
+				      const void *src, uint64_t bytes,
+				      strata_error *err);
+/* Waits until everything queued on the context has run; a kernel's fault
+ * shows here at the latest. */
+strata_status strata_compute_finish(strata_compute *c, strata_error *err);
+/* The reserve slot; nothing to do where the table has none. */
+strata_status strata_compute_reserve(strata_compute *c, uint64_t bytes,
+				     strata_error *err);
+
 /* Wrappers: check shapes once (zero sizes, overflow of the buffer sizes,
- * GQA divisibility, token ids) and call the slot. */
+ * GQA divisibility, token ids, weight types the table takes: E_UNSUPPORTED
+ * naming the type and the table) and call the slot. */
 strata_status strata_kernel_matmul(strata_compute *c, float *y, const float *x,
-				   const float *w, const float *bias,
-				   uint32_t n, uint32_t in, uint32_t out,
-				   strata_error *err);
+				   const strata_weight *w, const float *bias,
+				   uint32_t n, strata_error *err);
 strata_status strata_kernel_rmsnorm(strata_compute *c, float *y,
-				    const float *x, const float *w, uint32_t n,
-				    uint32_t dim, float eps, strata_error *err);
+				    const float *x, const strata_weight *w,
+				    uint32_t n, float eps, strata_error *err);
 strata_status strata_kernel_rope(strata_compute *c, float *x, uint32_t n,
 				 uint32_t pos0, uint32_t heads,
 				 uint32_t head_dim, const float *inv_freq,
@@ -156,8 +284,54 @@ strata_status strata_kernel_swiglu(strata_compute *c, float *gate,
 strata_status strata_kernel_add(strata_compute *c, float *y, const float *x,
 				uint64_t count, strata_error *err);
 strata_status strata_kernel_embed(strata_compute *c, float *x,
-				  const float *table, uint32_t vocab,
+				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,
-				  uint32_t dim, strata_error *err);
+				  strata_error *err);
+
+/* f32 weights as strata_weight: the usual case on the CPU. */
+static inline strata_weight strata_weight_f32(const float *data,
+					      uint32_t rows, uint32_t cols)
+{
+	return (strata_weight){STRATA_WEIGHT_F32, data, rows, cols};
+}
+
+/* w's elements as f32 for the kernels that take f32 only (biases, rope
+ * divisors): *out is w->data itself when w is f32 (or NULL when w->data
+ * is), else w converted into `scratch` (w->rows x w->cols floats). */
+strata_status strata_kernel_as_f32(strata_compute *c, const strata_weight *w,
+				   float *scratch, const float **out,
+				   strata_error *err);
+
+/* Products sharing x (n, in): y_i = x' . w_i^T (+ bias_i), or y_i += that
+ * when `accumulate`, with x' = x, or rmsnorm(x) * norm->w when norm is not
+ * NULL. One fused call where the table takes it; else the norm into
+ * `normed` (n, in; needed when norm is given), then one matmul per
+ * product, each into `scratch` (n, its rows; needed with accumulate) then
+ * added. count <= STRATA_KERNEL_PRODUCTS_MAX; no y_i aliases x. */
+strata_status strata_kernel_products(strata_compute *c, const float *x,
+				     const strata_kernel_norm *norm,
+				     float *normed, uint32_t n,
+				     const strata_kernel_product *p,
+				     uint32_t count, bool accumulate,
+				     float *scratch, strata_error *err);
+
+/* The MLP's gate: y (n, gate.rows) = silu(x' . gate^T) * (x' . up^T), x'
+ * as for strata_kernel_products (norm into `normed` where not fused). One
+ * fused call where the table takes it; else the two products (up into
+ * `up_out`, n x up.rows) and the SwiGLU. */
+strata_status strata_kernel_gated(strata_compute *c, float *y, const float *x,
+				  const strata_kernel_norm *norm,
+				  float *normed, const strata_weight *gate,
+				  const strata_weight *up, float *up_out,
+				  uint32_t n, strata_error *err);
+
+/* Rope on queries q (n, heads, head_dim) and keys k (n, kv_heads,
+ * head_dim): the table's one call where it has it, else two. */
+strata_status strata_kernel_rope_qk(strata_compute *c, float *q, float *k,
+				    uint32_t n, uint32_t pos0, uint32_t heads,
+				    uint32_t kv_heads, uint32_t head_dim,
+				    const float *inv_freq,
+				    strata_rope_layout layout,
+				    strata_error *err);
 
 #endif

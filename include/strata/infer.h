@@ -251,62 +251,44 @@ typedef struct strata_forward strata_forward;
 /* The most sequences (KV caches) one forward pass holds. */
 #define STRATA_FORWARD_MAX_SEQUENCES 256u
 
-/* Allocates the KV cache for `context` positions and activations for up to
- * `batch` positions per pass (prefill chunks). Borrows hp, compute and the
- * source, which must outlive it. E_NOMEM / E_OVERFLOW naming the buffer. */
-strata_status strata_forward_create(const strata_infer_hparams *hp,
-				    strata_compute *compute,
-				    const strata_infer_source *src,
-				    uint32_t context, uint32_t batch,
-				    strata_forward **out, strata_error *err);
-/* The same for a compute context whose buffers must live in backend device
- * memory (CUDA, where the host cannot address them): the KV cache,
- * activations and rotary frequencies come from one device arena of b
- * (exactly strata_forward_device_bytes, within the plan's KV cache and
- * workspace), logits are read back through the backend, half weights (elem
- * BF16/F16) run through strata_cuda_matmul_half, and half norms, biases and
- * embedding rows are converted to f32 on the device as they are used. On the CPU backend it runs the same
- * kernels as strata_forward_create, so results are bit-identical (tested).
- * b must outlive the forward pass. E_DEVICE_OOM when the arena cannot be
- * had, E_NOMEM / E_OVERFLOW naming the buffer. */
-strata_status strata_forward_create_device(const strata_infer_hparams *hp,
-					   strata_backend *b,
-					   strata_compute *compute,
-					   const strata_infer_source *src,
-					   uint32_t context, uint32_t batch,
-					   strata_forward **out,
-					   strata_error *err);
-/* The device bytes strata_forward_create_device takes for this shape. */
-strata_status strata_forward_device_bytes(const strata_infer_hparams *hp,
-					  uint32_t context, uint32_t batch,
-					  uint64_t *out, strata_error *err);
+/* What a forward pass is made of. hp, backend, compute and src are
+ * borrowed and must outlive it. */
+typedef struct strata_forward_options {
+	const strata_infer_hparams *hp;
+	/* Where the buffers live: one arena of its device memory. NULL: a
+	 * CPU backend of the forward pass's own (compute must then be
+	 * the CPU kernels'). */
+	strata_backend *backend;
+	strata_compute *compute; /* made on that backend's kernel table */
+	const strata_infer_source *src;
+	uint32_t context;   /* positions each KV cache holds */
+	uint32_t batch;	    /* positions per pass at most (prefill chunk) */
+	uint32_t sequences; /* KV caches (issue 9's --batch B); 0 is 1 */
+} strata_forward_options;
 
-/* Several sequences in one forward pass (issue 9's --batch B): the same
- * as the three above with `sequences` KV caches of `context` positions
- * each, activations for max(batch, sequences) rows, and (device mode)
- * logits rows and the step's new keys and values for `sequences` rows. The
- * one-sequence calls (run, reset, position, kv_*) act on the selected
- * sequence (strata_forward_select; 0 at first); strata_forward_step runs
- * one decode step of several at once. The plain functions are these with
- * one sequence. E_INVALID_ARG for 0 or more than
- * STRATA_FORWARD_MAX_SEQUENCES sequences. */
-strata_status strata_forward_create_seqs(const strata_infer_hparams *hp,
-					 strata_compute *compute,
-					 const strata_infer_source *src,
-					 uint32_t context, uint32_t batch,
-					 uint32_t sequences,
-					 strata_forward **out,
-					 strata_error *err);
-strata_status strata_forward_create_device_seqs(
-	const strata_infer_hparams *hp, strata_backend *b,
-	strata_compute *compute, const strata_infer_source *src,
-	uint32_t context, uint32_t batch, uint32_t sequences,
-	strata_forward **out, strata_error *err);
-strata_status strata_forward_device_bytes_seqs(const strata_infer_hparams *hp,
-					       uint32_t context, uint32_t batch,
-					       uint32_t sequences,
-					       uint64_t *out, strata_error *err);
-/* The device arena's figures (all zero for a host forward pass). */
+/* Creates a forward pass: the KV caches (`sequences` of `context`
+ * positions), activations for max(batch, sequences) rows, the rotary
+ * frequencies and the step's new keys and values, in one arena of the
+ * backend's device memory (exactly strata_forward_device_bytes, within the
+ * plan's KV cache and workspace). Weights are used in the type the source
+ * hands them (strata_infer_layer.elem) through the kernel table, which
+ * refuses a type it does not take; norms, biases and embedding rows of
+ * other types than f32 are converted on the device as they are used. Where
+ * host code addresses the backend's memory (the CPU backend) logits are
+ * written straight into the caller's arrays, else they are read back
+ * through the compute context's copies. The one-sequence calls (run,
+ * reset, position, kv_*) act on the selected sequence (strata_forward_select;
+ * 0 at first); strata_forward_step runs one decode step of several at once.
+ * E_INVALID_ARG for a NULL argument, a zero context or batch, or more than
+ * STRATA_FORWARD_MAX_SEQUENCES sequences; E_DEVICE_OOM when the arena cannot
+ * be had, E_NOMEM / E_OVERFLOW naming the buffer. */
+strata_status strata_forward_create(const strata_forward_options *o,
+				    strata_forward **out, strata_error *err);
+/* The device bytes strata_forward_create takes for o's hp, context, batch,
+ * sequences and backend (compute and src are not read). */
+strata_status strata_forward_device_bytes(const strata_forward_options *o,
+					  uint64_t *out, strata_error *err);
+/* The device arena's figures. */
 void strata_forward_arena_stats(const strata_forward *f,
 				strata_arena_stats *out);
 void strata_forward_destroy(strata_forward *f);
@@ -367,12 +349,12 @@ const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
  * `positions` rows of parts holding `saved` rows each (as kv_save wrote
  * them) back and sets the position to `positions`, so the next run starts
  * there (E_INVALID_ARG for positions past saved or a wrong count,
- * E_INFER_CONTEXT past the context). A device-mode cache
- * (strata_forward_create_device) is copied through the backend: every
- * part's copy is queued on the compute stream and both calls wait once, at
- * the end, so the parts must stay valid until the call returns (nothing
- * after it); pinned host parts (strata_backend_host_alloc) make the copies
- * direct DMA on CUDA. If a restore's copy fails the position is reset to
+ * E_INFER_CONTEXT past the context). The cache is copied through the
+ * compute context (strata_compute_download / upload): every part's copy is
+ * queued behind the kernels and both calls wait once, at the end, so the
+ * parts must stay valid until the call returns (nothing after it); pinned
+ * host parts (strata_backend_host_alloc) make the copies direct DMA on
+ * CUDA. If a restore's copy fails the position is reset to
  * 0. */
 strata_status strata_forward_kv_part_bytes(const strata_forward *f,
 					   uint32_t positions, uint64_t *out,

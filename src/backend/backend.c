@@ -88,6 +88,27 @@ strata_status strata_backend_copy_h2d_async(strata_backend *b,
 	return b->ops->copy_h2d_async(b->ctx, s, dst, src, bytes, err);
 }
 
+strata_status strata_backend_copy_d2h_async(strata_backend *b,
+					    strata_stream *s, void *dst,
+					    const void *src, uint64_t bytes,
+					    strata_error *err)
+{
+	CHECK(b && s, "a NULL backend or stream");
+	if (bytes == 0)
+		return STRATA_OK; /* nothing to move; ordering is unaffected */
+	CHECK(dst && src, "a NULL copy source or destination");
+	return b->ops->copy_d2h_async(b->ctx, s, dst, src, bytes, err);
+}
+
+strata_status strata_stream_wait_event(strata_backend *b, strata_stream *s,
+				       strata_event *e, strata_error *err)
+{
+	CHECK(b && s && e, "a NULL backend, stream or event");
+	if (!b->ops->stream_wait_event)
+		return b->ops->event_wait(b->ctx, e, err);
+	return b->ops->stream_wait_event(b->ctx, s, e, err);
+}
+
 strata_status strata_event_create(strata_backend *b, strata_event **out,
 				  strata_error *err)
 {

@@ -1,9 +1,13 @@
-/* kernels.c - compute contexts and the checked wrappers over a backend's
- * kernel slots (layer: backend).
+/* kernels.c - compute contexts, their copies, and the checked wrappers
+ * over a backend's kernel slots, with the default compositions of the
+ * optional fused slots (layer: backend).
  *
  * Arguments are checked here once, so each backend's kernels can trust
- * them: a shape error is E_INVALID_ARG naming the kernel and the numbers.
+ * them: a shape error is E_INVALID_ARG naming the kernel and the numbers,
+ * a weight type the table does not take is E_UNSUPPORTED.
  */
+#include <string.h>
+
 #include "strata/backend.h"
 #include "strata/backend_kernels.h"
 
@@ -11,6 +15,12 @@ static const char *const rope_layout_names[] = {
 #define STRATA_ROPE_LAYOUT_NAME(name, text) text,
 	STRATA_ROPE_LAYOUT_MAP(STRATA_ROPE_LAYOUT_NAME)
 #undef STRATA_ROPE_LAYOUT_NAME
+};
+
+static const char *const weight_type_names[] = {
+#define STRATA_WEIGHT_TYPE_NAME(name, text) text,
+	STRATA_WEIGHT_TYPE_MAP(STRATA_WEIGHT_TYPE_NAME)
+#undef STRATA_WEIGHT_TYPE_NAME
 };
 
 /* ------------------------------------------------------------------------ */
@@ -23,7 +33,35 @@ static strata_status bad(strata_error *err, const char *kernel,
 			   "%s kernel: %s", kernel, what);
 }
 
+/* A weight of a type the table takes, with its data and shape. */
+static strata_status check_weight(const strata_compute *c,
+				  const strata_weight *w, const char *kernel,
+				  strata_error *err)
+{
+	if (!w || !w->data)
+		return bad(err, kernel, "NULL weight");
+	if (!w->rows || !w->cols)
+		return bad(err, kernel, "zero weight dimension");
+	if ((unsigned)w->type >= STRATA_WEIGHT_TYPE_COUNT ||
+	    !(c->ops->weight_types & STRATA_WEIGHT_BIT(w->type)))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "run the model on a backend that computes "
+				   "on this type, or convert it to f32",
+				   "%s kernel: the %s kernels take no %s "
+				   "weights",
+				   kernel, c->ops->name,
+				   strata_weight_type_name(w->type));
+	return STRATA_OK;
+}
+
 /* ------------------------------------------------------------------------ */
+
+const char *strata_weight_type_name(strata_weight_type t)
+{
+	if ((unsigned)t >= STRATA_WEIGHT_TYPE_COUNT)
+		return "unknown";
+	return weight_type_names[t];
+}
 
 const char *strata_rope_layout_name(strata_rope_layout l)
 {
@@ -61,7 +99,11 @@ strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
 		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
 				   "run with --device cpu",
 				   "this backend has no compute kernels");
-	return strata_compute_create(b->ops->kernels, threads, out, err);
+	strata_status st = strata_compute_create(b->ops->kernels, threads, out,
+						 err);
+	if (st == STRATA_OK)
+		(*out)->backend = b;
+	return st;
 }
 
 strata_status strata_compute_create_measured(strata_backend *b,
@@ -103,31 +145,108 @@ uint32_t strata_compute_threads(const strata_compute *c)
 	return c->ops->compute_threads(c->ctx);
 }
 
-strata_status strata_kernel_matmul(strata_compute *c, float *y, const float *x,
-				   const float *w, const float *bias,
-				   uint32_t n, uint32_t in, uint32_t out,
-				   strata_error *err)
+strata_stream *strata_compute_stream(const strata_compute *c)
 {
-	if (!c || !y || !x || !w)
+	return c && c->ops->compute_stream ? c->ops->compute_stream(c->ctx)
+					   : NULL;
+}
+
+/* The context's stream and backend, for a copy or a wait; *s NULL when the
+ * context has no stream (kernels done at return, host memory). */
+static strata_status copy_route(strata_compute *c, strata_stream **s,
+				const char *what, strata_error *err)
+{
+	if (!c)
+		return bad(err, what, "NULL compute context");
+	*s = strata_compute_stream(c);
+	if (*s && !c->backend)
+		return bad(err, what, "a context made without its backend");
+	return STRATA_OK;
+}
+
+strata_status strata_compute_upload(strata_compute *c, void *dst,
+				    const void *src, uint64_t bytes,
+				    strata_error *err)
+{
+	strata_stream *s;
+	strata_status st = copy_route(c, &s, "upload", err);
+	if (st || bytes == 0)
+		return st;
+	if (!dst || !src)
+		return bad(err, "upload", "NULL buffer");
+	if (s)
+		return strata_backend_copy_h2d_async(c->backend, s, dst, src,
+						     bytes, err);
+	memcpy(dst, src, (size_t)bytes);
+	return STRATA_OK;
+}
+
+strata_status strata_compute_download(strata_compute *c, void *dst,
+				      const void *src, uint64_t bytes,
+				      strata_error *err)
+{
+	strata_stream *s;
+	strata_status st = copy_route(c, &s, "download", err);
+	if (st || bytes == 0)
+		return st;
+	if (!dst || !src)
+		return bad(err, "download", "NULL buffer");
+	if (s)
+		return strata_backend_copy_d2h_async(c->backend, s, dst, src,
+						     bytes, err);
+	memcpy(dst, src, (size_t)bytes);
+	return STRATA_OK;
+}
+
+strata_status strata_compute_finish(strata_compute *c, strata_error *err)
+{
+	strata_stream *s;
+	strata_status st = copy_route(c, &s, "finish", err);
+	if (st || !s)
+		return st;
+	return strata_backend_synchronize(c->backend, s, err);
+}
+
+strata_status strata_compute_reserve(strata_compute *c, uint64_t bytes,
+				     strata_error *err)
+{
+	if (!c)
+		return bad(err, "reserve", "NULL compute context");
+	if (!bytes || !c->ops->reserve)
+		return STRATA_OK;
+	return c->ops->reserve(c->ctx, bytes, err);
+}
+
+strata_status strata_kernel_matmul(strata_compute *c, float *y, const float *x,
+				   const strata_weight *w, const float *bias,
+				   uint32_t n, strata_error *err)
+{
+	if (!c || !y || !x)
 		return bad(err, "matmul", "NULL buffer");
-	if (!n || !in || !out)
+	strata_status st = check_weight(c, w, "matmul", err);
+	if (st)
+		return st;
+	if (!n)
 		return bad(err, "matmul", "zero dimension");
-	if (y == x || y == w)
+	if (y == x || (const void *)y == w->data)
 		return bad(err, "matmul", "output aliases an input");
-	return c->ops->matmul(c->ctx, y, x, w, bias, n, in, out, err);
+	return c->ops->matmul(c->ctx, y, x, w, bias, n, err);
 }
 
 strata_status strata_kernel_rmsnorm(strata_compute *c, float *y,
-				    const float *x, const float *w, uint32_t n,
-				    uint32_t dim, float eps, strata_error *err)
+				    const float *x, const strata_weight *w,
+				    uint32_t n, float eps, strata_error *err)
 {
-	if (!c || !y || !x || !w)
+	if (!c || !y || !x)
 		return bad(err, "rmsnorm", "NULL buffer");
-	if (!n || !dim)
-		return bad(err, "rmsnorm", "zero dimension");
+	strata_status st = check_weight(c, w, "rmsnorm", err);
+	if (st)
+		return st;
+	if (!n || w->rows != 1)
+		return bad(err, "rmsnorm", "zero rows or a weight of several rows");
 	if (!(eps >= 0.0f))
 		return bad(err, "rmsnorm", "negative or NaN epsilon");
-	return c->ops->rmsnorm(c->ctx, y, x, w, n, dim, eps, err);
+	return c->ops->rmsnorm(c->ctx, y, x, w, n, eps, err);
 }
 
 strata_status strata_kernel_rope(strata_compute *c, float *x, uint32_t n,
@@ -191,21 +310,24 @@ strata_status strata_kernel_add(strata_compute *c, float *y, const float *x,
 }
 
 strata_status strata_kernel_embed(strata_compute *c, float *x,
-				  const float *table, uint32_t vocab,
+				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,
-				  uint32_t dim, strata_error *err)
+				  strata_error *err)
 {
-	if (!c || !x || !table || !tokens)
+	if (!c || !x || !tokens)
 		return bad(err, "embed", "NULL buffer");
-	if (!n || !dim)
+	strata_status st = check_weight(c, table, "embed", err);
+	if (st)
+		return st;
+	if (!n)
 		return bad(err, "embed", "zero dimension");
 	for (uint32_t i = 0; i < n; i++)
-		if (tokens[i] < 0 || (uint32_t)tokens[i] >= vocab)
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= table->rows)
 			return strata_fail(err, STRATA_E_INVALID_ARG,
 					   "give token ids below the "
 					   "vocabulary size",
 					   "embed kernel: token %d at %u is "
 					   "outside the vocabulary of %u",
-					   tokens[i], i, vocab);
-	return c->ops->embed(c->ctx, x, table, tokens, n, dim, err);
+					   tokens[i], i, table->rows);
+	return c->ops->embed(c->ctx, x, table, tokens, n, err);
 }

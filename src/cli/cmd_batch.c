@@ -149,7 +149,7 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 		return 0;
 	}
 	strata_error err;
-	uint32_t visible = cuda ? strata_backend_cuda_device_count() : 1;
+	uint32_t visible = cuda ? strata_backend_device_count("cuda") : 1;
 	if (strata_cli_gpus_parse(spec, cuda, visible, true, d, &err))
 		return strata_cli_fail(&err);
 	if (!cuda && d->count > 1 && !r->device_given)
@@ -403,7 +403,7 @@ int strata_cmd_batch(int argc, char **argv)
 	strata_cli_gpus d;
 	int rc = parse_args(argc, argv, &a, &r);
 	/* as `strata run`: CUDA when a device is visible, unless told */
-	if (rc == 0 && !r.device_given && strata_backend_cuda_device_count())
+	if (rc == 0 && !r.device_given && strata_backend_device_count("cuda"))
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	if (rc == 0)
 		rc = parse_gpus(a.gpus, &r, &d);

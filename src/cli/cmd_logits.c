@@ -177,7 +177,7 @@ int strata_cmd_logits(int argc, char **argv)
 	uint32_t n = 0;
 	strata_session *s = NULL;
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
-	if (!r.device_given && strata_backend_cuda_device_count() > 0)
+	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_status st = parse_tokens(a.tokens, &ids, &n, &err);
 	if (st == STRATA_OK) {

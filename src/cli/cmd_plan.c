@@ -71,17 +71,17 @@ static void machine_facts(const strata_cli_residency *r, uint32_t index,
 					   &ignored) == STRATA_OK;
 	*reserved = r->plan.backend_reserved_bytes;
 	if (r->plan.device != STRATA_PLAN_DEVICE_CUDA ||
-	    index >= strata_backend_cuda_device_count())
+	    index >= strata_backend_device_count("cuda"))
 		return;
 	/* The device is here: its free memory, and what a compute context
 	 * takes on it, measured as `strata run` measures it, so both plan
 	 * alike. */
-	strata_backend_cuda_options co = {.device = index};
 	strata_backend *b = NULL;
 	strata_compute *c = NULL;
 	strata_backend_memory mem;
 	uint64_t ctx = 0;
-	if (strata_backend_cuda_create(&co, &b, &ignored) == STRATA_OK &&
+	if (strata_backend_create("cuda", index, NULL, &b, &ignored) ==
+		    STRATA_OK &&
 	    strata_backend_memory_info(b, &mem, &ignored) == STRATA_OK &&
 	    !r->plan.has_device_budget) {
 		m->device_free_known = true;
@@ -98,11 +98,11 @@ static void machine_facts(const strata_cli_residency *r, uint32_t index,
 /* --device absent: cuda if one is visible, else cpu (DESIGN.md). */
 static void pick_device(strata_cli_residency *r)
 {
-	if (!r->device_given && strata_backend_cuda_device_count() > 0)
+	if (!r->device_given && strata_backend_device_count("cuda") > 0)
 		r->plan.device = STRATA_PLAN_DEVICE_CUDA;
 	if (r->plan.device == STRATA_PLAN_DEVICE_CUDA)
 		r->plan.backend_reserved_bytes =
-			STRATA_CUDA_COMPUTE_DEVICE_BYTES;
+			strata_backend_compute_bytes("cuda");
 }
 
 static const char *cell(uint64_t v, bool known, char buf[32])
@@ -381,7 +381,7 @@ static int print_devices_json(const char *model, strata_plan *const *plans,
 static int plan_gpus(const char *spec, strata_cli_residency *r,
 		     strata_cli_gpus *g)
 {
-	uint32_t visible = strata_backend_cuda_device_count();
+	uint32_t visible = strata_backend_device_count("cuda");
 	if (!r->device_given && (visible || r->plan.has_device_budget))
 		r->plan.device = STRATA_PLAN_DEVICE_CUDA;
 	bool cuda = r->plan.device == STRATA_PLAN_DEVICE_CUDA;

@@ -248,7 +248,7 @@ int strata_cmd_run(int argc, char **argv)
 	int32_t *ids = NULL;
 	size_t n = 0;
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
-	if (!r.device_given && strata_backend_cuda_device_count() > 0)
+	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
 	if (st == STRATA_OK)

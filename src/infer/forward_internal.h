@@ -1,12 +1,20 @@
-/* forward_internal.h - the forward pass's state and the helpers its files
- * share: forward.c (one sequence, prefill and decode), forward_create.c
- * (making it and its buffers), forward_step.c (one decode step for several
- * sequences at once) and forward_kv.c (KV save and restore)
- * (layer: infer). Not a public header: nothing outside src/infer uses it. */
+/* forward_internal.h - the forward pass's state and the steps its files
+ * share: forward.c (one sequence, prefill and decode), forward_blocks.c
+ * (the layer's weights as the kernels take them, the biases, the MLP
+ * block), forward_create.c (making it and its buffers), forward_step.c (one
+ * decode step for several sequences at once) and forward_kv.c (KV save and
+ * restore) (layer: infer). Not a public header: nothing outside src/infer
+ * uses it. */
 #ifndef STRATA_INFER_FORWARD_INTERNAL_H
 #define STRATA_INFER_FORWARD_INTERNAL_H
 
 #include "strata/infer.h"
+
+/* A source's element types are the kernel table's weight types. */
+_Static_assert((int)STRATA_ELEM_F32 == (int)STRATA_WEIGHT_F32 &&
+		       (int)STRATA_ELEM_BF16 == (int)STRATA_WEIGHT_BF16 &&
+		       (int)STRATA_ELEM_F16 == (int)STRATA_WEIGHT_F16,
+	       "infer element types and backend weight types differ");
 
 struct strata_forward {
 	const strata_infer_hparams *hp;
@@ -28,22 +36,28 @@ struct strata_forward {
 	 * they go to each sequence's cache; NULL with one sequence */
 	float *k_new, *v_new;
 	float *k_cache, *v_cache; /* (sequences, layers, context, kv_dim) */
-	float *inv_freq;	  /* (head_dim / 2), device mode: + 1 for `one` */
-	/* device mode only (NULL otherwise) */
-	strata_backend *b;
+	float *inv_freq;	  /* (head_dim / 2) */
+	strata_backend *b;	  /* where every buffer lives */
+	strata_backend *own_b;	  /* b when made here (none was given) */
 	strata_arena *arena;	  /* every buffer above and below */
-	strata_stream *stream;	  /* CUDA: the compute stream; NULL on CPU */
-	float *logit_row;	  /* (sequences, vocab) logits rows */
-	float *one;		  /* inv_freq[head_dim / 2] = 1.0f: the input
-				     of the half-to-f32 conversion GEMV */
-	/* Where half norms and biases are converted to f32: the MLP buffers,
-	 * which no step of attention or of the head uses, when they are large
-	 * enough; else buffers of their own. So the device buffers are the
-	 * plan's list (its unused key/value/score buffers cover inv_freq). */
-	float *norm_f32;	  /* (dim): hb2 or own */
-	float *bias_f32;	  /* (max(q_dim + 2 kv_dim, head_dim / 2)): hb or own */
-	float *own_norm, *own_bias;
+	/* The host addresses b's memory: the LM head writes the caller's
+	 * logits itself. Else it writes logit_row, copied back. */
+	bool logits_in_place;
+	float *logit_row;	  /* (sequences, vocab), or NULL in place */
+	/* Where biases of another type are converted to f32: the MLP gate
+	 * buffer, which no step of attention uses, when it is large enough,
+	 * else a buffer of its own. So the buffers stay the plan's list
+	 * (its unused key/value/score buffers cover inv_freq). */
+	float *bias_f32;	  /* (max(q_dim + 2 kv_dim, head_dim / 2)) */
+	float *own_bias;
 };
+
+/* One layer's weights as the kernels take them: each slot's data, stored
+ * type and shape (a norm, a bias: one row). Absent biases have NULL data. */
+typedef struct strata_forward_weights {
+	strata_weight attn_norm, wq, wk, wv, bq, bk, bv, wo;
+	strata_weight ffn_norm, w_gate, w_up, w_down;
+} strata_forward_weights;
 
 /* Row `pos` of layer `layer` of sequence `seq`'s key / value cache. */
 static inline float *strata__forward_k_at(const strata_forward *f,
@@ -64,47 +78,36 @@ static inline float *strata__forward_v_at(const strata_forward *f,
 		       f->kv_dim;
 }
 
-/* forward.c's helpers, for the other files: the weight product (f32 or
- * half weights), RMSNorm with the weight as stored, q/k/v of n rows of xb
- * (into f->q, k and v; one launch for half weights on the device), a
- * product added into y (the residual), a bias as f32, the embedding of n
- * tokens into x, the MLP block over n rows of x, and the copies (device to
- * host, host to device) and the wait of device mode (plain copies on the
- * CPU backend). */
-strata_status strata__forward_mm(strata_forward *f, float *y, const float *x,
-				 const float *w, uint8_t elem,
-				 const float *bias, uint32_t n, uint32_t in,
-				 uint32_t out, strata_error *err);
-strata_status strata__forward_rmsnorm(strata_forward *f, float *y,
-				     const float *x, const float *w,
-				     uint8_t elem, uint32_t n,
-				     strata_error *err);
-strata_status strata__forward_qkv(strata_forward *f,
-				  const strata_infer_layer *w, uint32_t n,
-				  float *k, float *v, const float *bq,
-				  const float *bk, const float *bv,
-				  strata_error *err);
-strata_status strata__forward_mm_add(strata_forward *f, float *y,
-				     const float *x, const float *w,
-				     uint8_t elem, uint32_t n, uint32_t in,
-				     uint32_t out, float *scratch,
-				     strata_error *err);
-strata_status strata__forward_as_f32(strata_forward *f, const float *w,
-				     uint8_t elem, uint32_t count,
-				     float *scratch, const float **out,
-				     strata_error *err);
-strata_status strata__forward_embed(strata_forward *f, const int32_t *tokens,
-				    uint32_t n, strata_error *err);
+/* forward_blocks.c. The weights of an acquired layer l. */
+void strata__forward_weights_of(const strata_forward *f,
+				const strata_infer_layer *l,
+				strata_forward_weights *out);
+/* A weight of the statics (embed, final_norm, lm_head, rope divisors). */
+strata_weight strata__forward_static(const void *data, uint8_t elem,
+				     uint32_t rows, uint32_t cols);
+/* The q, k and v biases as f32 (NULL where absent), converted into
+ * f->bias_f32 when they are of another type. */
+strata_status strata__forward_biases(strata_forward *f,
+				     const strata_forward_weights *w,
+				     const float **bq, const float **bk,
+				     const float **bv, strata_error *err);
+/* x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))) over n rows. */
 strata_status strata__forward_mlp(strata_forward *f,
-				  const strata_infer_layer *w, uint32_t n,
+				  const strata_forward_weights *w, uint32_t n,
 				  strata_error *err);
-strata_status strata__forward_download(const strata_forward *f, void *dst,
-				       const void *src, uint64_t bytes,
-				       strata_error *err);
-strata_status strata__forward_upload(const strata_forward *f, void *dst,
-				     const void *src, uint64_t bytes,
-				     strata_error *err);
-strata_status strata__forward_finish(const strata_forward *f,
-				     strata_error *err);
+/* y (n, dim) += x (n, in) . w^T, the residual add (xb as scratch). */
+strata_status strata__forward_residual(strata_forward *f, float *y,
+				       const float *x, const strata_weight *w,
+				       uint32_t n, strata_error *err);
+/* Acquires layer `layer`, runs `step` on it, releases it; the first
+ * failure is the one reported, and the release happens after a failed
+ * step too. */
+typedef strata_status (*strata_forward_layer_fn)(strata_forward *f,
+						 const strata_forward_weights *w,
+						 uint32_t layer, void *arg,
+						 strata_error *err);
+strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
+				    strata_forward_layer_fn step, void *arg,
+				    strata_error *err);
 
 #endif

@@ -5,11 +5,10 @@
 
 /* A saved prefix is 2 x layers parts, one per layer's keys and one per its
  * values, each (positions, kv_dim) from position 0: the very rows of the
- * sequence's cache, so each part is one copy. A host-memory cache is
- * copied directly; a device one (device mode) through the backend's
- * copies (CUDA: device-to-host and host-to-device), all of them queued on
- * the compute stream before the one wait at the end: a wait per copy
- * would idle the copy engine between them. */
+ * sequence's cache, so each part is one copy, through the compute
+ * context's copies (a memcpy on the CPU; device-to-host and host-to-device
+ * on CUDA), all of them queued before the one wait at the end: a wait per
+ * copy would idle the copy engine between them. */
 
 static float *k_at(const strata_forward *f, uint32_t layer)
 {
@@ -85,11 +84,11 @@ strata_status strata_forward_kv_save(const strata_forward *f,
 				   (unsigned long long)part_bytes,
 				   (unsigned long long)need);
 	for (uint32_t i = 0; need && st == STRATA_OK && i < count; i++)
-		st = strata__forward_download(f, parts[i], part_at(f, i), need,
+		st = strata_compute_download(f->c, parts[i], part_at(f, i), need,
 					      err);
 	/* Waited for even after a failed queueing: what is queued writes
 	 * into the parts, which the caller may free once this returns. */
-	strata_status fin = strata__forward_finish(f, st ? NULL : err);
+	strata_status fin = strata_compute_finish(f->c, st ? NULL : err);
 	return st ? st : fin;
 }
 
@@ -114,9 +113,9 @@ strata_status strata_forward_kv_restore(strata_forward *f,
 				   positions, f->context);
 	uint64_t bytes = (uint64_t)positions * f->kv_dim * sizeof(float);
 	for (uint32_t i = 0; bytes && st == STRATA_OK && i < count; i++)
-		st = strata__forward_upload(f, part_at(f, i), parts[i], bytes,
+		st = strata_compute_upload(f->c, part_at(f, i), parts[i], bytes,
 					    err);
-	strata_status fin = strata__forward_finish(f, st ? NULL : err);
+	strata_status fin = strata_compute_finish(f->c, st ? NULL : err);
 	if (st == STRATA_OK)
 		st = fin;
 	if (st) {

@@ -8,8 +8,8 @@
  * Attention is per sequence, one query against that sequence's own cache
  * at its own position, through the same kernel a one-sequence decode uses.
  *
- * Only kernel-table calls and forward.c's helpers are used, so the step
- * runs on every backend, host or device buffers alike. On the CPU the
+ * Only kernel-table calls and forward_blocks.c's steps are used, so the
+ * step runs on every backend, host or device buffers alike. On the CPU the
  * kernels compute each row the same whatever the row count, so a step's
  * row is bit for bit the one-sequence decode of that token.
  */
@@ -68,7 +68,8 @@ static strata_status copy_row(strata_forward *f, float *dst, const float *src,
 			      strata_error *err)
 {
 	int32_t id = (int32_t)row;
-	return strata_kernel_embed(f->c, dst, src, rows, &id, 1, dim, err);
+	const strata_weight table = strata_weight_f32(src, rows, dim);
+	return strata_kernel_embed(f->c, dst, &table, &id, 1, err);
 }
 
 /* For each row i: rotate its query and new key at its sequence's position,
@@ -113,88 +114,78 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 	return st;
 }
 
+/* The step's sequences. */
+typedef struct step_rows {
+	const uint32_t *seqs;
+	uint32_t count;
+} step_rows;
+
 /* x += attention(rmsnorm(x)) for the step's rows: q, k, v and the output
- * projection over all rows at once, through forward.c's own helpers (so
- * the step gets whatever a one-sequence decode's products get). One row
- * writes its key and value straight into its cache, as the one-sequence
- * decode does; several go through k_new / v_new. */
+ * projection over all rows at once (so the step gets whatever a
+ * one-sequence decode's products get). One row writes its key and value
+ * straight into its cache, as the one-sequence decode does; several go
+ * through k_new / v_new. */
 static strata_status attention_step(strata_forward *f,
-				    const strata_infer_layer *w,
-				    uint32_t layer, const uint32_t *seqs,
-				    uint32_t count, strata_error *err)
+				    const strata_forward_weights *w,
+				    uint32_t layer, const step_rows *r,
+				    strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
-	const uint8_t *e = w->elem;
-	const float *bq, *bk, *bv;
-	float *bias = f->bias_f32;
+	const uint32_t *seqs = r->seqs, count = r->count;
 	float *k = count > 1 ? f->k_new
 			     : strata__forward_k_at(f, seqs[0], layer,
 						    f->pos[seqs[0]]);
 	float *v = count > 1 ? f->v_new
 			     : strata__forward_v_at(f, seqs[0], layer,
 						    f->pos[seqs[0]]);
-	strata_status st;
-	if ((st = strata__forward_as_f32(f, w->bq, e[STRATA_SLOT_BQ],
-					 f->q_dim, bias, &bq, err)) ||
-	    (st = strata__forward_as_f32(f, w->bk, e[STRATA_SLOT_BK],
-					 f->kv_dim,
-					 bias ? bias + f->q_dim : NULL, &bk,
-					 err)) ||
-	    (st = strata__forward_as_f32(
-		     f, w->bv, e[STRATA_SLOT_BV], f->kv_dim,
-		     bias ? bias + f->q_dim + f->kv_dim : NULL, &bv, err)) ||
-	    (st = strata__forward_rmsnorm(f, f->xb, f->x, w->attn_norm,
-					  e[STRATA_SLOT_ATTN_NORM], count,
-					  err)) ||
-	    (st = strata__forward_qkv(f, w, count, k, v, bq, bk, bv, err)) ||
+	const float *bq, *bk, *bv;
+	strata_status st = strata__forward_biases(f, w, &bq, &bk, &bv, err);
+	if (st)
+		return st;
+	const strata_kernel_product qkv[] = {
+		{f->q, w->wq, bq}, {k, w->wk, bk}, {v, w->wv, bv}};
+	if ((st = strata_kernel_rmsnorm(f->c, f->xb, f->x, &w->attn_norm,
+					count, hp->norm_eps, err)) ||
+	    (st = strata_kernel_products(f->c, f->xb, NULL, NULL, count, qkv,
+					 3, false, NULL, err)) ||
 	    (st = attend_rows(f, layer, seqs, count, err)))
 		return st;
-	return strata__forward_mm_add(f, f->x, f->att, w->wo,
-				      e[STRATA_SLOT_WO], count, f->q_dim,
-				      hp->dim, f->xb, err);
+	return strata__forward_residual(f, f->x, f->att, &w->wo, count, err);
 }
 
 /* One layer for the step's rows, its weights held once for all of them. */
-static strata_status layer_step(strata_forward *f, uint32_t layer,
-				const uint32_t *seqs, uint32_t count,
-				strata_error *err)
+static strata_status layer_step(strata_forward *f,
+				const strata_forward_weights *w,
+				uint32_t layer, void *arg, strata_error *err)
 {
-	strata_infer_layer w;
-	strata_status st = f->src->ops->acquire(f->src->user, layer, &w, err);
-	if (st)
-		return strata_error_prefix(err, "layer %u", layer);
-	st = attention_step(f, &w, layer, seqs, count, err);
-	if (st == STRATA_OK)
-		st = strata__forward_mlp(f, &w, count, err);
-	/* the first failure is the one reported (forward.c's layer_pass) */
-	strata_error scratch;
-	strata_status rst = f->src->ops->release(f->src->user, layer,
-						 st ? &scratch : err);
-	return st ? st : rst;
+	const step_rows *r = arg;
+	strata_status st = attention_step(f, w, layer, r, err);
+	return st ? st : strata__forward_mlp(f, w, r->count, err);
 }
 
 /* Final norm and LM head over every row: straight into logits (count,
- * vocab) on the host; in device mode into the logits rows, then copied
- * back. */
+ * vocab) where the host addresses the backend's memory; else into the
+ * logits rows, then copied back. */
 static strata_status head_step(strata_forward *f, uint32_t count,
 			       float *logits, strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
 	const strata_infer_statics *s = &f->src->statics;
-	float *out = f->arena ? f->logit_row : logits;
-	strata_status st = strata__forward_rmsnorm(f, f->xb, f->x,
-						   s->final_norm,
-						   s->final_norm_elem, count,
-						   err);
+	const strata_weight norm_w = strata__forward_static(
+		s->final_norm, s->final_norm_elem, 1, hp->dim);
+	const strata_weight lm_head = strata__forward_static(
+		s->lm_head, s->lm_head_elem, hp->vocab, hp->dim);
+	float *out = f->logits_in_place ? logits : f->logit_row;
+	strata_status st = strata_kernel_rmsnorm(f->c, f->xb, f->x, &norm_w,
+						 count, hp->norm_eps, err);
 	if (st == STRATA_OK)
-		st = strata__forward_mm(f, out, f->xb, s->lm_head,
-					s->lm_head_elem, NULL, count, hp->dim,
-					hp->vocab, err);
-	if (st == STRATA_OK && f->arena)
-		st = strata__forward_download(f, logits, f->logit_row,
-					      (uint64_t)count * hp->vocab *
-						      sizeof(float),
-					      err);
+		st = strata_kernel_matmul(f->c, out, f->xb, &lm_head, NULL,
+					  count, err);
+	if (st == STRATA_OK && !f->logits_in_place)
+		st = strata_compute_download(f->c, logits, f->logit_row,
+					     (uint64_t)count * hp->vocab *
+						     sizeof(float),
+					     err);
 	return st;
 }
 
@@ -218,13 +209,18 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 		f->seq = keep;
 		return st;
 	}
-	st = strata__forward_embed(f, tokens, count, err);
-	for (uint32_t l = 0; st == STRATA_OK && l < f->hp->layers; l++)
-		st = layer_step(f, l, seqs, count, err);
+	const strata_infer_hparams *hp = f->hp;
+	const strata_infer_statics *s = &f->src->statics;
+	const strata_weight table = strata__forward_static(
+		s->embed, s->embed_elem, hp->vocab, hp->dim);
+	step_rows r = {seqs, count};
+	st = strata_kernel_embed(f->c, f->x, &table, tokens, count, err);
+	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
+		st = strata__forward_layer(f, l, layer_step, &r, err);
 	if (st == STRATA_OK && logits)
 		st = head_step(f, count, logits, err);
 	if (st == STRATA_OK)
-		st = strata__forward_finish(f, err);
+		st = strata_compute_finish(f->c, err);
 	if (st)
 		return st;
 	for (uint32_t i = 0; i < count; i++)

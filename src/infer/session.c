@@ -6,10 +6,11 @@
  * `strata run` and `strata logits` differ only in what they do with the
  * forward pass, so everything up to it lives here, once.
  *
- * On CUDA the backend comes first (its free memory is the plan's device
+ * The backend comes first (on CUDA its free memory is the plan's device
  * budget when no --device-memory is given), then the compute context (its
- * stream orders the window's releases), the window keeping bf16/f16 weights
- * half, and a forward pass whose buffers live in one device arena.
+ * stream, where it has one, orders the window's releases), the window
+ * keeping the weights the device computes on in their stored type, and a
+ * forward pass whose buffers live in one arena of the backend.
  */
 #include <string.h>
 
@@ -18,6 +19,12 @@
 #define DEFAULT_PREFILL_CAP 512u
 
 /* ------------------------------------------------------------------------ */
+
+/* The backend kind that runs a plan's device. */
+static const char *kind_of(strata_plan_device d)
+{
+	return d == STRATA_PLAN_DEVICE_CUDA ? "cuda" : "cpu";
+}
 
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
@@ -78,14 +85,14 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		&s->plan_source, err);
 	if (st)
 		return st;
-	/* The compute context as measured; the planner adds the products'
-	 * workspace and the driver's own bytes for each way of running. */
-	if (po.device == STRATA_PLAN_DEVICE_CUDA) {
-		uint64_t ctx = s->compute_device_bytes;
-		po.backend_reserved_bytes =
-			ctx > STRATA_CUDA_COMPUTE_DEVICE_BYTES
-				? ctx : STRATA_CUDA_COMPUTE_DEVICE_BYTES;
-	}
+	/* The compute context as measured (at least what its kind always
+	 * takes); the planner adds the products' workspace and the driver's
+	 * own bytes for each way of running. */
+	uint64_t least = strata_backend_compute_bytes(kind_of(po.device));
+	if (least)
+		po.backend_reserved_bytes = s->compute_device_bytes > least
+						    ? s->compute_device_bytes
+						    : least;
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch,
 				strata_plan_source_weight_dtype(s->plan_source),
@@ -98,18 +105,19 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	return STRATA_OK;
 }
 
-/* Creates the backend the options name, and on CUDA the compute context
- * too, both before planning: the plan reads the free memory, and reserves
- * what the compute context took as measured here (its cuBLAS handle, the
+/* Creates the backend the options name and its compute context, both
+ * before planning: the plan reads the free memory, and reserves what the
+ * compute context took as measured here (on CUDA its cuBLAS handle, the
  * runtime's own allocations), which no constant could say. */
 static strata_status open_backend(strata_session *s,
 				  const strata_session_options *o,
 				  strata_error *err)
 {
-	if (o->plan.device == STRATA_PLAN_DEVICE_CPU)
-		return strata_backend_cpu_create(NULL, &s->backend, err);
-	strata_backend_cuda_options co = {.device = o->device_index};
-	strata_status st = strata_backend_cuda_create(&co, &s->backend, err);
+	uint32_t device = o->plan.device == STRATA_PLAN_DEVICE_CPU
+				  ? 0 : o->device_index;
+	strata_status st = strata_backend_create(kind_of(o->plan.device),
+						 device, NULL, &s->backend,
+						 err);
 	if (st == STRATA_OK)
 		st = strata_compute_create_measured(s->backend, o->threads,
 						    &s->compute,
@@ -123,11 +131,12 @@ static strata_status open_backend(strata_session *s,
  * the rotary frequencies, which are smaller than the key buffer: so it never
  * exceeds what the plan counted. Checked, so a change on either side that
  * breaks this is an error instead of a run past its plan. */
-static strata_status check_forward_bytes(strata_session *s, strata_error *err)
+static strata_status check_forward_bytes(strata_session *s,
+					 const strata_forward_options *fo,
+					 strata_error *err)
 {
 	uint64_t need;
-	strata_status st = strata_forward_device_bytes_seqs(
-		&s->hp, s->context, s->batch, s->sequences, &need, err);
+	strata_status st = strata_forward_device_bytes(fo, &need, err);
 	if (st)
 		return st;
 	const strata_plan_memory *m = strata_plan_get_memory(s->plan);
@@ -142,11 +151,9 @@ static strata_status check_forward_bytes(strata_session *s, strata_error *err)
 			   (unsigned long long)need, (unsigned long long)have);
 }
 
-static strata_status start_window(strata_session *s, uint32_t threads,
-				  strata_error *err)
+static strata_status start_window(strata_session *s, strata_error *err)
 {
 	const strata_plan *p = s->plan;
-	bool cuda = strata_plan_get_options(p)->device == STRATA_PLAN_DEVICE_CUDA;
 	strata_infer_window_options wo = {
 		.mode = strata_plan_mode(p),
 		.depth = strata_plan_depth(p),
@@ -170,30 +177,24 @@ static strata_status start_window(strata_session *s, uint32_t threads,
 	};
 	strata_status st;
 	if ((st = strata_weight_store_create(s->catalog, &so, &s->store,
-					     err)) ||
-	    (!s->compute && (st = strata_compute_create_on(s->backend, threads,
-							   &s->compute, err))))
+					     err)))
 		return st;
-	wo.compute_stream = strata_cuda_compute_stream(s->compute);
+	wo.compute_stream = strata_compute_stream(s->compute);
 	if ((st = strata_infer_window_create(s->backend, &s->tensors, s->store,
 					     &wo, &s->window, &s->source,
 					     err)))
 		return st;
-	if (!cuda)
-		return strata_forward_create_seqs(&s->hp, s->compute,
-						  &s->source, s->context,
-						  s->batch, s->sequences,
-						  &s->forward, err);
-	if ((st = check_forward_bytes(s, err)))
-		return st;
-	if ((st = strata_forward_create_device_seqs(
-		     &s->hp, s->backend, s->compute, &s->source, s->context,
-		     s->batch, s->sequences, &s->forward, err)))
+	strata_forward_options fo = {
+		.hp = &s->hp, .backend = s->backend, .compute = s->compute,
+		.src = &s->source, .context = s->context, .batch = s->batch,
+		.sequences = s->sequences,
+	};
+	if ((st = check_forward_bytes(s, &fo, err)) ||
+	    (st = strata_forward_create(&fo, &s->forward, err)))
 		return st;
 	/* The products' workspace now, as planned, not mid-run. */
 	uint64_t ws = strata_plan_get_memory(s->plan)->product_workspace_bytes;
-	return ws ? strata_cuda_matmul_half_reserve(s->compute, ws, err)
-		  : STRATA_OK;
+	return strata_compute_reserve(s->compute, ws, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -214,7 +215,7 @@ strata_status strata_session_open(const strata_session_options *o,
 	    (st = strata_infer_tensors_find(s->catalog, &s->hp, &s->tensors,
 					    err)) ||
 	    (st = open_backend(s, o, err)) || (st = plan_it(s, o, err)) ||
-	    (st = start_window(s, o->threads, err))) {
+	    (st = start_window(s, err))) {
 		strata_session_close(s);
 		return st;
 	}

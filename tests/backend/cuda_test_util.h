@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/backend.h"
+#include "strata/backend_cuda.h"
 #include "support/gpu_skip.h"
 
 /* xorshift64*: the same numbers on every machine. */

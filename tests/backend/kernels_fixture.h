@@ -75,7 +75,7 @@ static inline void *upload(const void *h, uint64_t bytes)
 
 static inline void download(void *h, const void *d, uint64_t bytes)
 {
-	OK(strata_cuda_copy_d2h_async(F.b, F.gs, h, d, bytes, ERR));
+	OK(strata_backend_copy_d2h_async(F.b, F.gs, h, d, bytes, ERR));
 	OK(strata_backend_synchronize(F.b, F.gs, ERR));
 }
 
@@ -156,7 +156,7 @@ static inline int setup(void **state)
 		fprintf(stderr, "setup: %s\n  fix: %s\n", err.message, err.fix);
 		return -1;
 	}
-	F.gs = strata_cuda_compute_stream(F.gpu);
+	F.gs = strata_compute_stream(F.gpu);
 	F.gemv_default = strata__cuda_gemv_rows_max;
 	return F.gs ? 0 : -1;
 }

@@ -57,8 +57,12 @@ static void check_matmul(strata_compute *c, uint32_t n, uint32_t in,
 	float *b = with_bias ? rand_buf(out) : NULL;
 	float *y = rand_buf((size_t)n * out), *y1 = rand_buf(out);
 	strata_error err;
-	assert_int_equal(strata_kernel_matmul(c, y, x, w, b, n, in, out, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_kernel_matmul(
+			c, y, x,
+			&(strata_weight){STRATA_WEIGHT_F32, w, out, in}, b, n,
+			&err),
+		STRATA_OK);
 	for (uint32_t t = 0; t < n; t++) {
 		for (uint32_t o = 0; o < out; o++) {
 			double s = b ? b[o] : 0.0;
@@ -67,9 +71,12 @@ static void check_matmul(strata_compute *c, uint32_t n, uint32_t in,
 			assert_close(y[t * out + o], s, 1e-5);
 		}
 		/* Row t alone (decode) gives the same bits as in the batch. */
-		assert_int_equal(strata_kernel_matmul(c, y1, x + t * in, w, b,
-						      1, in, out, &err),
-				 STRATA_OK);
+		assert_int_equal(
+			strata_kernel_matmul(
+				c, y1, x + t * in,
+				&(strata_weight){STRATA_WEIGHT_F32, w, out, in},
+				b, 1, &err),
+			STRATA_OK);
 		assert_memory_equal(y1, y + t * out, out * sizeof *y1);
 	}
 	strata_free(x);
@@ -106,12 +113,19 @@ static void test_matmul_bits_do_not_depend_on_threads(void **state)
 	strata_compute *c1 = make(1), *c4 = make(4);
 	strata_error err;
 	assert_int_equal(strata_compute_threads(c4), 4);
-	assert_int_equal(strata_kernel_matmul(c1, y1, x, w, NULL, n, in, out,
-					      &err), STRATA_OK);
+	assert_int_equal(
+		strata_kernel_matmul(
+			c1, y1, x,
+			&(strata_weight){STRATA_WEIGHT_F32, w, out, in}, NULL,
+			n, &err),
+		STRATA_OK);
 	for (int rep = 0; rep < 50; rep++) {
-		assert_int_equal(strata_kernel_matmul(c4, y4, x, w, NULL, n,
-						      in, out, &err),
-				 STRATA_OK);
+		assert_int_equal(
+			strata_kernel_matmul(
+				c4, y4, x,
+				&(strata_weight){STRATA_WEIGHT_F32, w, out, in},
+				NULL, n, &err),
+			STRATA_OK);
 		assert_memory_equal(y1, y4, n * out * sizeof *y1);
 	}
 	strata_compute_destroy(c1);
@@ -133,9 +147,12 @@ static void test_rmsnorm_matches_reference(void **state)
 		float *dst = in_place ? x : y;
 		float *copy = rand_buf(n * dim);
 		memcpy(copy, x, n * dim * sizeof *x);
-		assert_int_equal(strata_kernel_rmsnorm(c, dst, x, w, n, dim,
-						       1e-5f, &err),
-				 STRATA_OK);
+		assert_int_equal(
+			strata_kernel_rmsnorm(
+				c, dst, x,
+				&(strata_weight){STRATA_WEIGHT_F32, w, 1, dim},
+				n, 1e-5f, &err),
+			STRATA_OK);
 		for (uint32_t i = 0; i < n; i++) {
 			double ss = 0;
 			for (uint32_t e = 0; e < dim; e++)
@@ -292,13 +309,19 @@ static void test_swiglu_add_embed(void **state)
 
 	float *table = rand_buf(10 * 6), *x = rand_buf(3 * 6);
 	int32_t ids[3] = {9, 0, 4};
-	assert_int_equal(strata_kernel_embed(c, x, table, 10, ids, 3, 6, &err),
+	assert_int_equal(strata_kernel_embed(c, x,
+					     &(strata_weight){STRATA_WEIGHT_F32,
+							      table, 10, 6},
+					     ids, 3, &err),
 			 STRATA_OK);
 	for (int i = 0; i < 3; i++)
 		assert_memory_equal(x + i * 6, table + ids[i] * 6,
 				    6 * sizeof *x);
 	int32_t bad[2] = {3, 10};
-	assert_int_equal(strata_kernel_embed(c, x, table, 10, bad, 2, 6, &err),
+	assert_int_equal(strata_kernel_embed(c, x,
+					     &(strata_weight){STRATA_WEIGHT_F32,
+							      table, 10, 6},
+					     bad, 2, &err),
 			 STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.message, "token 10"));
 	strata_free(g);
@@ -321,11 +344,15 @@ static void test_wrappers_reject_bad_shapes(void **state)
 						 &err),
 			 STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.message, "6 query heads"));
-	assert_int_equal(strata_kernel_matmul(c, buf, buf, w, NULL, 1, 8, 8,
-					      &err),
+	assert_int_equal(strata_kernel_matmul(
+				 c, buf, buf,
+				 &(strata_weight){STRATA_WEIGHT_F32, w, 8, 8},
+				 NULL, 1, &err),
 			 STRATA_E_INVALID_ARG);
-	assert_int_equal(strata_kernel_matmul(c, buf, w, w, NULL, 0, 8, 8,
-					      &err),
+	assert_int_equal(strata_kernel_matmul(
+				 c, buf, w,
+				 &(strata_weight){STRATA_WEIGHT_F32, w, 8, 8},
+				 NULL, 0, &err),
 			 STRATA_E_INVALID_ARG);
 	float inv[4] = {1, 1, 1, 1};
 	assert_int_equal(strata_kernel_rope(c, buf, 1, 0, 1, 7, inv,
@@ -369,7 +396,10 @@ static void test_cpu_backend_offers_its_kernels(void **state)
 	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
 	assert_string_equal(c->ops->name, "cpu");
 	float x[3] = {1, 2, 3}, w[6] = {1, 0, 0, 0, 1, 1}, y[2];
-	assert_int_equal(strata_kernel_matmul(c, y, x, w, NULL, 1, 3, 2, &err),
+	assert_int_equal(strata_kernel_matmul(
+				 c, y, x,
+				 &(strata_weight){STRATA_WEIGHT_F32, w, 2, 3},
+				 NULL, 1, &err),
 			 STRATA_OK);
 	assert_true(y[0] == 1.0f && y[1] == 5.0f);
 	strata_compute_destroy(c);

@@ -226,7 +226,9 @@ static void test_copies_round_trip_and_events_time_them(void **state)
 	assert_int_equal(strata_event_record(b, e0, s, &err), STRATA_OK);
 	assert_int_equal(strata_backend_copy_h2d_async(b, s, dev, src, bytes, &err), STRATA_OK);
 	assert_int_equal(strata_event_record(b, e1, s, &err), STRATA_OK);
-	assert_int_equal(strata_cuda_copy_d2h_async(b, s, back, dev, bytes, &err), STRATA_OK);
+	assert_int_equal(
+		strata_backend_copy_d2h_async(b, s, back, dev, bytes, &err),
+		STRATA_OK);
 	assert_int_equal(strata_event_record(b, e2, s, &err), STRATA_OK);
 	assert_int_equal(strata_event_wait(b, e2, &err), STRATA_OK);
 	assert_int_equal(strata_event_query(b, e2, &done, &err), STRATA_OK);
@@ -283,28 +285,31 @@ static void test_copy_overlaps_compute_on_two_streams(void **state)
 	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 	assert_int_equal(strata_stream_create(b, &cs, &err), STRATA_OK);
 	assert_int_equal(strata_compute_create_on(b, 0, &gpu, &err), STRATA_OK);
-	strata_stream *ks = strata_cuda_compute_stream(gpu);
+	strata_stream *ks = strata_compute_stream(gpu);
 	assert_non_null(ks);
 	strata_event **evs[] = {&zero, &c0, &c1, &k0, &k1};
 	for (size_t i = 0; i < 5; i++)
 		assert_int_equal(strata_event_create(b, evs[i], &err), STRATA_OK);
 	/* warm cuBLAS up outside the measurement */
-	assert_int_equal(strata_kernel_matmul(gpu, y, x, w, NULL, d, d, d, &err), STRATA_OK);
+	assert_int_equal(strata_kernel_matmul(gpu, y, x, &(strata_weight){STRATA_WEIGHT_F32, w, d, d}, NULL, d, &err), STRATA_OK);
 	assert_int_equal(strata_backend_synchronize(b, NULL, &err), STRATA_OK);
 
 	double seq_copy = 0, seq_kern = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		/* pass 0: alone, one after the other; pass 1: together */
 		assert_int_equal(strata_event_record(b, zero, ks, &err), STRATA_OK);
-		assert_int_equal(strata_cuda_stream_wait_event(b, cs, zero, &err), STRATA_OK);
+		assert_int_equal(strata_stream_wait_event(b, cs, zero, &err),
+				 STRATA_OK);
 		assert_int_equal(strata_event_record(b, c0, cs, &err), STRATA_OK);
 		assert_int_equal(strata_backend_copy_h2d_async(b, cs, dst, host, copy_bytes, &err), STRATA_OK);
 		assert_int_equal(strata_event_record(b, c1, cs, &err), STRATA_OK);
 		if (pass == 0)
-			assert_int_equal(strata_cuda_stream_wait_event(b, ks, c1, &err), STRATA_OK);
+			assert_int_equal(
+				strata_stream_wait_event(b, ks, c1, &err),
+				STRATA_OK);
 		assert_int_equal(strata_event_record(b, k0, ks, &err), STRATA_OK);
 		for (int i = 0; i < 6; i++)
-			assert_int_equal(strata_kernel_matmul(gpu, y, x, w, NULL, d, d, d, &err), STRATA_OK);
+			assert_int_equal(strata_kernel_matmul(gpu, y, x, &(strata_weight){STRATA_WEIGHT_F32, w, d, d}, NULL, d, &err), STRATA_OK);
 		assert_int_equal(strata_event_record(b, k1, ks, &err), STRATA_OK);
 		assert_int_equal(strata_backend_synchronize(b, NULL, &err), STRATA_OK);
 		double tc0, tc1, tk0, tk1;
@@ -370,7 +375,7 @@ static void test_units_stream_through_two_slots_with_events(void **state)
 	assert_int_equal(strata_compute_create_on(b, 0, &gpu, &err), STRATA_OK);
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &cpu, &err), STRATA_OK);
 	assert_int_equal(strata_stream_create(b, &cs, &err), STRATA_OK);
-	strata_stream *ks = strata_cuda_compute_stream(gpu);
+	strata_stream *ks = strata_compute_stream(gpu);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(strata_event_create(b, &copied[i], &err), STRATA_OK);
 		assert_int_equal(strata_event_create(b, &consumed[i], &err), STRATA_OK);
@@ -380,29 +385,35 @@ static void test_units_stream_through_two_slots_with_events(void **state)
 
 	assert_int_equal(strata_backend_copy_h2d_async(b, ks, dx, x, xbytes, &err), STRATA_OK);
 	assert_int_equal(strata_event_record(b, t0, ks, &err), STRATA_OK);
-	assert_int_equal(strata_cuda_stream_wait_event(b, cs, t0, &err), STRATA_OK);
+	assert_int_equal(strata_stream_wait_event(b, cs, t0, &err), STRATA_OK);
 	assert_int_equal(strata_backend_copy_h2d_async(b, cs, slot[0], units, wbytes, &err), STRATA_OK);
 	assert_int_equal(strata_event_record(b, copied[0], cs, &err), STRATA_OK);
 	for (int u = 0; u < UNITS; u++) {
 		int s = u % 2, t = (u + 1) % 2;
 		if (u + 1 < UNITS) {
 			/* slot t was read by unit u-1: wait for that compute */
-			assert_int_equal(strata_cuda_stream_wait_event(b, cs, consumed[t], &err), STRATA_OK);
+			assert_int_equal(strata_stream_wait_event(
+						 b, cs, consumed[t], &err),
+					 STRATA_OK);
 			assert_int_equal(strata_backend_copy_h2d_async(b, cs, slot[t], units + (uint64_t)(u + 1) * d * d, wbytes, &err), STRATA_OK);
 			assert_int_equal(strata_event_record(b, copied[t], cs, &err), STRATA_OK);
 		}
-		assert_int_equal(strata_cuda_stream_wait_event(b, ks, copied[s], &err), STRATA_OK);
-		assert_int_equal(strata_kernel_matmul(gpu, dy, dx, slot[s], NULL, rows, d, d, &err), STRATA_OK);
+		assert_int_equal(
+			strata_stream_wait_event(b, ks, copied[s], &err),
+			STRATA_OK);
+		assert_int_equal(strata_kernel_matmul(gpu, dy, dx, &(strata_weight){STRATA_WEIGHT_F32, slot[s], d, d}, NULL, rows, &err), STRATA_OK);
 		assert_int_equal(strata_event_record(b, consumed[s], ks, &err), STRATA_OK);
 		float *tmp = dx;
 		dx = dy;
 		dy = tmp;
 	}
 	assert_int_equal(strata_event_record(b, t1, ks, &err), STRATA_OK);
-	assert_int_equal(strata_cuda_copy_d2h_async(b, ks, got, dx, xbytes, &err), STRATA_OK);
+	assert_int_equal(
+		strata_backend_copy_d2h_async(b, ks, got, dx, xbytes, &err),
+		STRATA_OK);
 	/* the same on the CPU, while the device works */
 	for (int u = 0; u < UNITS; u++) {
-		assert_int_equal(strata_kernel_matmul(cpu, y, x, units + (uint64_t)u * d * d, NULL, rows, d, d, &err), STRATA_OK);
+		assert_int_equal(strata_kernel_matmul(cpu, y, x, &(strata_weight){STRATA_WEIGHT_F32, units + (uint64_t)u * d * d, d, d}, NULL, rows, &err), STRATA_OK);
 		memcpy(x, y, xbytes);
 	}
 	assert_int_equal(strata_backend_synchronize(b, NULL, &err), STRATA_OK);
@@ -519,8 +530,8 @@ static void *bind_worker(void *arg)
 		j->copied = strata_backend_copy_h2d_async(j->b, s, j->dev, j->src,
 							  sizeof j->src, &err);
 	if (j->copied == STRATA_OK)
-		j->copied = strata_cuda_copy_d2h_async(j->b, s, j->back, j->dev,
-						       sizeof j->back, &err);
+		j->copied = strata_backend_copy_d2h_async(
+			j->b, s, j->back, j->dev, sizeof j->back, &err);
 	if (j->copied == STRATA_OK)
 		j->copied = strata_backend_synchronize(j->b, s, &err);
 	strata_stream_destroy(j->b, s);

@@ -19,20 +19,20 @@ static void test_rmsnorm_matches_cpu_in_and_out_of_place(void **state)
 	float *want = host_floats(n * dim), *got = host_floats(n * dim);
 	cuda_test_fill(x, n * dim, 40, 3.0f);
 	cuda_test_fill(w, dim, 41, 1.0f);
-	OK(strata_kernel_rmsnorm(F.cpu, want, x, w, n, dim, 1e-5f, ERR));
+	OK(strata_kernel_rmsnorm(F.cpu, want, x, &(strata_weight){STRATA_WEIGHT_F32, w, 1, dim}, n, 1e-5f, ERR));
 	float *dx = upload(x, n * dim * 4), *dw = upload(w, dim * 4);
 	float *dy = dev_alloc(n * dim * 4);
-	OK(strata_kernel_rmsnorm(F.gpu, dy, dx, dw, n, dim, 1e-5f, ERR));
+	OK(strata_kernel_rmsnorm(F.gpu, dy, dx, &(strata_weight){STRATA_WEIGHT_F32, dw, 1, dim}, n, 1e-5f, ERR));
 	download(got, dy, n * dim * 4);
 	expect_close("rmsnorm n=5 dim=4096", want, got, n * dim, 1e-5);
-	OK(strata_kernel_rmsnorm(F.gpu, dx, dx, dw, n, dim, 1e-5f, ERR));
+	OK(strata_kernel_rmsnorm(F.gpu, dx, dx, &(strata_weight){STRATA_WEIGHT_F32, dw, 1, dim}, n, 1e-5f, ERR));
 	download(got, dx, n * dim * 4);
 	expect_close("rmsnorm in place", want, got, n * dim, 1e-5);
 	dev_free_all();
 	/* half weights read as stored: the same as the f32 kernel on their
 	 * values (w in sixty-fourths is exact in both types) */
 	fill_sixty_fourths(w, dim, 42);
-	OK(strata_kernel_rmsnorm(F.cpu, want, x, w, n, dim, 1e-5f, ERR));
+	OK(strata_kernel_rmsnorm(F.cpu, want, x, &(strata_weight){STRATA_WEIGHT_F32, w, 1, dim}, n, 1e-5f, ERR));
 	for (int t = 0; t < 2; t++) {
 		dx = upload(x, n * dim * 4);
 		void *dwh = upload_half(t ? STRATA_CUDA_F16 : STRATA_CUDA_BF16,
@@ -153,8 +153,8 @@ static void test_swiglu_add_embed_match_cpu(void **state)
 	tok[n - 1] = (int32_t)vocab - 1;
 	float *dt = upload(table, vocab * dim * 4);
 	float *dx = dev_alloc((uint64_t)n * dim * 4);
-	OK(strata_kernel_embed(F.cpu, want, table, vocab, tok, n, dim, ERR));
-	OK(strata_kernel_embed(F.gpu, dx, dt, vocab, tok, n, dim, ERR));
+	OK(strata_kernel_embed(F.cpu, want, &(strata_weight){STRATA_WEIGHT_F32, table, vocab, dim}, tok, n, ERR));
+	OK(strata_kernel_embed(F.gpu, dx, &(strata_weight){STRATA_WEIGHT_F32, dt, vocab, dim}, tok, n, ERR));
 	download(out, dx, (uint64_t)n * dim * 4);
 	assert_memory_equal(want, out, (size_t)n * dim * 4);
 	printf("  %-52s exact\n", "embed n=20000 dim=8");

@@ -55,8 +55,7 @@ static void run_mm(void *p)
 					   STRATA_CUDA_BF16, NULL, m->n, m->in,
 					   m->out, ERR));
 	} else {
-		OK(strata_kernel_matmul(F.gpu, m->y, m->x, m->w, NULL, m->n,
-					m->in, m->out, ERR));
+		OK(strata_kernel_matmul(F.gpu, m->y, m->x, &(strata_weight){STRATA_WEIGHT_F32, m->w, m->out, m->in}, NULL, m->n, ERR));
 	}
 }
 

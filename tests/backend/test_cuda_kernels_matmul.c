@@ -21,14 +21,12 @@ static void check_matmul_f32(uint32_t n, uint32_t in, uint32_t out, bool bias,
 	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
 	cuda_test_fill(w, (size_t)out * in, seed + 1, 1.0f);
 	cuda_test_fill(b, out, seed + 2, 1.0f);
-	OK(strata_kernel_matmul(F.cpu, want, x, w, bias ? b : NULL, n, in, out,
-				ERR));
+	OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){STRATA_WEIGHT_F32, w, out, in}, bias ? b : NULL, n, ERR));
 	float *dx = upload(x, (uint64_t)n * in * 4);
 	float *dw = upload(w, (uint64_t)out * in * 4);
 	float *db = upload(b, (uint64_t)out * 4);
 	float *dy = dev_alloc((uint64_t)n * out * 4);
-	OK(strata_kernel_matmul(F.gpu, dy, dx, dw, bias ? db : NULL, n, in, out,
-				ERR));
+	OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){STRATA_WEIGHT_F32, dw, out, in}, bias ? db : NULL, n, ERR));
 	download(got, dy, (uint64_t)n * out * 4);
 	char what[96];
 	snprintf(what, sizeof what, "matmul f32 n=%u in=%u out=%u%s", n, in, out,
@@ -62,8 +60,7 @@ static void check_matmul_half(strata_cuda_half type, uint32_t n, uint32_t in,
 		cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
 	fill_sixty_fourths(w, (size_t)out * in, seed + 1);
 	cuda_test_fill(b, out, seed + 2, 1.0f);
-	OK(strata_kernel_matmul(F.cpu, want, x, w, bias ? b : NULL, n, in, out,
-				ERR));
+	OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){STRATA_WEIGHT_F32, w, out, in}, bias ? b : NULL, n, ERR));
 	float *dx = upload(x, (uint64_t)n * in * 4);
 	void *dw = upload_half(type, w, (size_t)out * in);
 	float *db = upload(b, (uint64_t)out * 4);
@@ -88,8 +85,7 @@ static void test_matmul_refuses_dimensions_cublas_cannot_take(void **state)
 	float *d = dev_alloc(256);
 	strata_error err;
 	/* refused before any memory is touched */
-	assert_int_equal(strata_kernel_matmul(F.gpu, d + 8, d, d + 16, NULL, 1,
-					      0x80000000u, 1, &err),
+	assert_int_equal(strata_kernel_matmul(F.gpu, d + 8, d, &(strata_weight){STRATA_WEIGHT_F32, d + 16, 1, 0x80000000u}, NULL, 1, &err),
 			 STRATA_E_UNSUPPORTED);
 	assert_non_null(strstr(err.message, "2147483648"));
 	assert_int_equal(strata_cuda_matmul_half(F.gpu, d + 8, d, d + 16,
@@ -140,7 +136,7 @@ static void fold_norm(strata_cuda_half type, const float *x, uint32_t in,
 {
 	float *g = host_floats(in);
 	fill_sixty_fourths(g, in, seed);
-	OK(strata_kernel_rmsnorm(F.cpu, xn, x, g, 1, in, 1e-5f, ERR));
+	OK(strata_kernel_rmsnorm(F.cpu, xn, x, &(strata_weight){STRATA_WEIGHT_F32, g, 1, in}, 1, 1e-5f, ERR));
 	*norm = (strata_cuda_half_norm){upload_half(type, g, in), 1e-5f};
 	free(g);
 }
@@ -172,8 +168,7 @@ static void check_matmul_half_parts(strata_cuda_half type, uint32_t n,
 		fill_sixty_fourths(w, wn, seed + 10 + i);
 		cuda_test_fill(y0, yn, seed + 20 + i, accumulate ? 1.0f : 0.0f);
 		want[i] = host_floats(yn), got[i] = host_floats(yn);
-		OK(strata_kernel_matmul(F.cpu, want[i], xn, w, i == 1 ? b : NULL,
-					n, in, outs[i], ERR));
+		OK(strata_kernel_matmul(F.cpu, want[i], xn, &(strata_weight){STRATA_WEIGHT_F32, w, outs[i], in}, i == 1 ? b : NULL, n, ERR));
 		for (size_t j = 0; accumulate && j < yn; j++)
 			want[i][j] += y0[j];
 		parts[i] = (strata_cuda_half_part){
@@ -214,8 +209,8 @@ static void check_gated_half(strata_cuda_half type, uint32_t in, uint32_t out,
 		fold_norm(type, x, in, xn, &norm, seed + 3);
 	else
 		memcpy(xn, x, (size_t)in * sizeof *x);
-	OK(strata_kernel_matmul(F.cpu, want, xn, wg, NULL, 1, in, out, ERR));
-	OK(strata_kernel_matmul(F.cpu, up, xn, wu, NULL, 1, in, out, ERR));
+	OK(strata_kernel_matmul(F.cpu, want, xn, &(strata_weight){STRATA_WEIGHT_F32, wg, out, in}, NULL, 1, ERR));
+	OK(strata_kernel_matmul(F.cpu, up, xn, &(strata_weight){STRATA_WEIGHT_F32, wu, out, in}, NULL, 1, ERR));
 	OK(strata_kernel_swiglu(F.cpu, want, up, out, ERR));
 	float *dy = dev_alloc((uint64_t)out * 4);
 	OK(strata_cuda_gated_half(F.gpu, dy, upload(x, (uint64_t)in * 4),

@@ -49,7 +49,7 @@ static void test_malformed_names_are_usage_errors(void **state)
 static void test_cuda_names_reach_the_cuda_backend(void **state)
 {
 	(void)state;
-	uint32_t count = strata_backend_cuda_device_count();
+	uint32_t count = strata_backend_device_count("cuda");
 	strata_backend *b = NULL;
 	strata_error err;
 	/* one past the last device: unavailable, with a fix, on any machine */

@@ -503,7 +503,7 @@ static void gpus_without_a_gpu(void **state)
 		 * compute context was measured */
 		assert_true(u(json_object_get(e, "memory"),
 			      "backend_reserved_bytes") >=
-			    STRATA_CUDA_COMPUTE_DEVICE_BYTES);
+			    strata_backend_compute_bytes("cuda"));
 		json_t *sel = json_object_get(e, "selected");
 		/* cuda: only host memory is spare for a host-side cache */
 		assert_true(u(e, "prefix_cache_budget_bytes") ==

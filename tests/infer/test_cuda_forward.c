@@ -220,7 +220,7 @@ static void check_model(const char *name, const subset *sub)
 	 * session (they share the device's primary context) */
 	strata_backend *probe;
 	strata_backend_memory before, after;
-	assert_int_equal(strata_backend_cuda_create(NULL, &probe, &err),
+	assert_int_equal(strata_backend_create("cuda", 0, NULL, &probe, &err),
 			 STRATA_OK);
 	for (size_t m = 0; m < sub->modes; m++) {
 		assert_int_equal(strata_backend_memory_info(probe, &before,
@@ -387,8 +387,10 @@ static void test_missing_device_is_refused(void **state)
 {
 	(void)state;
 	strata_session_options so = {
-		.model_path = STORIES_GGUF, .positions = 4, .prefill = 1,
-		.device_index = strata_backend_cuda_device_count(),
+		.model_path = STORIES_GGUF,
+		.positions = 4,
+		.prefill = 1,
+		.device_index = strata_backend_device_count("cuda"),
 	};
 	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_session *s = NULL;

@@ -78,8 +78,13 @@ static void check_model(const char *name)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, CONTEXT,
-					       BATCH, &f, &err),
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .compute = c,
+							   .src = &m.src,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &f, &err),
 			 STRATA_OK);
 	run(f, &r, host, host_greedy);
 	strata_forward_destroy(f);
@@ -87,8 +92,11 @@ static void check_model(const char *name)
 	assert_true(ref_max_diff(host, r.logits, cells) <= 1e-3);
 
 	uint64_t need;
-	assert_int_equal(strata_forward_device_bytes(&m.hp, CONTEXT, BATCH,
-						     &need, &err),
+	assert_int_equal(strata_forward_device_bytes(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &need, &err),
 			 STRATA_OK);
 	uint64_t planned = ref_planned_buffers(&m.hp, CONTEXT, 1, BATCH);
 	if (need > planned)
@@ -108,8 +116,14 @@ static void check_model(const char *name)
 			fail_msg("%s mode %zu: %s", name, i, err.message);
 		assert_int_equal(strata_compute_create_on(b, 2, &c, &err),
 				 STRATA_OK);
-		if (strata_forward_create_device(&m.hp, b, c, &src, CONTEXT,
-						 BATCH, &f, &err))
+		if (strata_forward_create(
+			    &(strata_forward_options){.hp = &m.hp,
+						      .backend = b,
+						      .compute = c,
+						      .src = &src,
+						      .context = CONTEXT,
+						      .batch = BATCH},
+			    &f, &err))
 			fail_msg("%s mode %zu: %s", name, i, err.message);
 		run(f, &r, dev, dev_greedy);
 		if (memcmp(dev, host, cells * sizeof *dev))
@@ -219,8 +233,14 @@ static void test_device_forward_survives_oom(void **state)
 		if (!st)
 			st = strata_compute_create_on(b, 2, &c, &err);
 		if (!st)
-			st = strata_forward_create_device(&m.hp, b, c, &m.src, 8,
-							  2, &f, &err);
+			st = strata_forward_create(
+				&(strata_forward_options){.hp = &m.hp,
+							  .backend = b,
+							  .compute = c,
+							  .src = &m.src,
+							  .context = 8,
+							  .batch = 2},
+				&f, &err);
 		if (!st)
 			st = strata_forward_run(f, tokens, 6, 0, NULL, last,
 						&err);
@@ -255,8 +275,14 @@ static void test_device_kv_save_restore(void **state)
 	strata_forward *f;
 	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
 	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
-	assert_int_equal(strata_forward_create_device(&m.hp, b, c, &m.src,
-						      CONTEXT, BATCH, &f, &err),
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .backend = b,
+							   .compute = c,
+							   .src = &m.src,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &f, &err),
 			 STRATA_OK);
 	uint32_t n = r.n_tokens;
 	float *whole = strata_alloc((size_t)r.vocab * sizeof *whole);

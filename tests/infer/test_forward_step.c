@@ -58,8 +58,13 @@ static void one_at_a_time(const ref_open *m, const ref_data *r, float *want)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m->hp, c, &m->src, CONTEXT,
-					       BATCH, &f, &err),
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m->hp,
+							   .compute = c,
+							   .src = &m->src,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &f, &err),
 			 STRATA_OK);
 	for (uint32_t k = 0; k < SEQS; k++) {
 		uint32_t n = prompt_of(r, k, p);
@@ -146,16 +151,28 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	if (strata_infer_window_create(b, &m->t, ws, &o, &w, &src, &err))
 		fail_msg("%s: %s", name, err.message);
 	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
-	if (strata_forward_create_device_seqs(&m->hp, b, c, &src, CONTEXT,
-					      BATCH, SEQS, &f, &err))
+	if (strata_forward_create(&(strata_forward_options){.hp = &m->hp,
+							    .backend = b,
+							    .compute = c,
+							    .src = &src,
+							    .context = CONTEXT,
+							    .batch = BATCH,
+							    .sequences = SEQS},
+				  &f, &err))
 		fail_msg("%s: %s", name, err.message);
 	stepped(name, f, r, want);
-	assert_int_equal(strata_forward_device_bytes_seqs(&m->hp, CONTEXT,
-							  BATCH, SEQS, &need,
-							  &err),
+	assert_int_equal(strata_forward_device_bytes(
+				 &(strata_forward_options){.hp = &m->hp,
+							   .context = CONTEXT,
+							   .batch = BATCH,
+							   .sequences = SEQS},
+				 &need, &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_device_bytes(&m->hp, CONTEXT, BATCH,
-						     &one, &err),
+	assert_int_equal(strata_forward_device_bytes(
+				 &(strata_forward_options){.hp = &m->hp,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &one, &err),
 			 STRATA_OK);
 	uint64_t cache = 2ull * m->hp.layers * CONTEXT * m->hp.kv_heads *
 			 m->hp.head_dim * sizeof(float);
@@ -187,8 +204,14 @@ static void check_model(const char *name, const char *path, ref_data *rp)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &m.src, CONTEXT,
-						    BATCH, SEQS, &f, &err),
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .compute = c,
+							   .src = &m.src,
+							   .context = CONTEXT,
+							   .batch = BATCH,
+							   .sequences = SEQS},
+				 &f, &err),
 			 STRATA_OK);
 	stepped(name, f, &r, want);
 	strata_forward_destroy(f);
@@ -261,8 +284,14 @@ static void test_step_acquires_each_layer_once(void **state)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &src, 16, 4,
-						    SEQS, &f, &err),
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .compute = c,
+							   .src = &src,
+							   .context = 16,
+							   .batch = 4,
+							   .sequences = SEQS},
+				 &f, &err),
 			 STRATA_OK);
 	uint32_t seqs[SEQS] = {0, 1, 2, 3};
 	int32_t toks[SEQS] = {1, 50, 100, 200};
@@ -297,9 +326,15 @@ static void test_step_refuses_bad_lists(void **state)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create_seqs(&m.hp, c, &m.src, 2, 4, 3,
-						    &f, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 2,
+								.batch = 4,
+								.sequences = 3},
+				      &f, &err),
+		STRATA_OK);
 	assert_int_equal(strata_forward_sequences(f), 3);
 	float *logits = strata_alloc((uint64_t)3 * m.hp.vocab * 4);
 	uint32_t dup[2] = {1, 1}, past[2] = {0, 3}, ok[3] = {2, 0, 1};
@@ -333,10 +368,17 @@ static void test_step_refuses_bad_lists(void **state)
 	assert_int_equal(strata_forward_position(f), 1);
 	strata_forward_destroy(f);
 	/* too many sequences */
-	assert_int_equal(strata_forward_create_seqs(
-				 &m.hp, c, &m.src, 2, 4,
-				 STRATA_FORWARD_MAX_SEQUENCES + 1, &f, &err),
-			 STRATA_E_INVALID_ARG);
+	assert_int_equal(
+		strata_forward_create(
+			&(strata_forward_options){
+				.hp = &m.hp,
+				.compute = c,
+				.src = &m.src,
+				.context = 2,
+				.batch = 4,
+				.sequences = STRATA_FORWARD_MAX_SEQUENCES + 1},
+			&f, &err),
+		STRATA_E_INVALID_ARG);
 	strata_free(logits);
 	strata_compute_destroy(c);
 	ref_close_model(&m);
@@ -359,8 +401,14 @@ static void test_step_allocation_failures(void **state)
 		strata_status st = strata_compute_create(&strata_cpu_kernel_ops,
 							 1, &c, &err);
 		if (!st)
-			st = strata_forward_create_seqs(&m.hp, c, &m.src, 8, 2,
-							2, &f, &err);
+			st = strata_forward_create(
+				&(strata_forward_options){.hp = &m.hp,
+							  .compute = c,
+							  .src = &m.src,
+							  .context = 8,
+							  .batch = 2,
+							  .sequences = 2},
+				&f, &err);
 		if (!st)
 			st = strata_forward_step(f, seqs, toks, 2, logits,
 						 &err);

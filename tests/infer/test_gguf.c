@@ -293,9 +293,14 @@ static void logits_of(const char *path, const ref_data *r, float *out)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 32, 16, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 32,
+								.batch = 16},
+				      &f, &err),
+		STRATA_OK);
 	assert_int_equal(strata_forward_run(f, r->tokens, r->n_tokens, 0, out,
 					    NULL, &err),
 			 STRATA_OK);

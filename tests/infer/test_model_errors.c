@@ -275,9 +275,14 @@ static void test_forward_misuse_is_refused(void **state)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 8, 4, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 8,
+								.batch = 4},
+				      &f, &err),
+		STRATA_OK);
 	float last[256];
 	int32_t ok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 	int32_t big[2] = {1, 200}, neg[1] = {-1};
@@ -330,8 +335,13 @@ static void test_loading_and_forward_survive_oom(void **state)
 			st = strata_compute_create(&strata_cpu_kernel_ops, 2,
 						   &c, &err);
 		if (!st)
-			st = strata_forward_create(&hp, c, &src, 16, 4, &f,
-						   &err);
+			st = strata_forward_create(
+				&(strata_forward_options){.hp = &hp,
+							  .compute = c,
+							  .src = &src,
+							  .context = 16,
+							  .batch = 4},
+				&f, &err);
 		if (!st)
 			st = strata_forward_run(f, tokens, 3, 0, NULL, last,
 						&err);

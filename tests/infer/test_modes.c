@@ -60,8 +60,14 @@ static void run_source(const strata_infer_hparams *hp,
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(hp, c, src, 64, 8, &f, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = hp,
+								.compute = c,
+								.src = src,
+								.context = 64,
+								.batch = 8},
+				      &f, &err),
+		STRATA_OK);
 	strata_status st = strata_forward_run(f, r->tokens, r->n_tokens, 0,
 					      logits, NULL, &err);
 	if (st)
@@ -175,8 +181,13 @@ static void oom_loop(const strata_infer_window_options *o)
 		if (!st)
 			st = strata_compute_create_on(b, 2, &c, &err);
 		if (!st)
-			st = strata_forward_create(&m.hp, c, &src, 8, 2, &f,
-						   &err);
+			st = strata_forward_create(
+				&(strata_forward_options){.hp = &m.hp,
+							  .compute = c,
+							  .src = &src,
+							  .context = 8,
+							  .batch = 2},
+				&f, &err);
 		if (!st)
 			st = strata_forward_run(f, tokens, 6, 0, NULL, last,
 						&err);
@@ -235,8 +246,14 @@ static void decode_without_allocating(const strata_infer_window_options *o)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m.hp, c, &src, 32, 4, &f, &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &src,
+								.context = 32,
+								.batch = 4},
+				      &f, &err),
+		STRATA_OK);
 	int32_t tokens[8] = {1, 3, 5, 7, 9, 11, 13, 15};
 	float last[256];
 	assert_int_equal(strata_forward_run(f, tokens, 4, 0, NULL, last, &err),

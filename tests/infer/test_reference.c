@@ -46,9 +46,14 @@ static void check_model(const char *name, uint32_t batch)
 	strata_compute *c = compute(2);
 	strata_forward *f;
 	strata_error err;
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 64, batch, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 64,
+								.batch = batch},
+				      &f, &err),
+		STRATA_OK);
 	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
 	float *logits = strata_alloc(cells * sizeof *logits);
 	float *one = strata_alloc(cells * sizeof *one);
@@ -152,9 +157,14 @@ static void test_generation_stops_at_eos_n_and_context(void **state)
 	}
 	assert_true(k < r.n_greedy);
 	strata_forward *f;
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 64, 16, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 64,
+								.batch = 16},
+				      &f, &err),
+		STRATA_OK);
 	int32_t got[65] = {0};
 	strata_generate_stats st;
 	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32,
@@ -167,9 +177,14 @@ static void test_generation_stops_at_eos_n_and_context(void **state)
 	strata_forward_destroy(f);
 	/* A context of 14 positions: the 12-token prompt, then 3 tokens
 	 * (the last sampled from position 13's logits), then it stops. */
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 14, 16, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 14,
+								.batch = 16},
+				      &f, &err),
+		STRATA_OK);
 	got[0] = 0;
 	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32, -1,
 					 collect, got, &st, &err),

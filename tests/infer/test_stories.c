@@ -76,9 +76,14 @@ static void greedy_from_bos(ref_open *m, run *r)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m->hp, c, &m->src, 256, 32, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m->hp,
+								.compute = c,
+								.src = &m->src,
+								.context = 256,
+								.batch = 32},
+				      &f, &err),
+		STRATA_OK);
 	assert_int_equal(strata_sampler_create(&sp, m->hp.vocab, &s, &err),
 			 STRATA_OK);
 	int32_t bos = 1;
@@ -161,9 +166,14 @@ static void check_prompt_logits(const char *model)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_create(&m.hp, c, &m.src, 64, 64, &f,
-					       &err),
-			 STRATA_OK);
+	assert_int_equal(
+		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+								.compute = c,
+								.src = &m.src,
+								.context = 64,
+								.batch = 64},
+				      &f, &err),
+		STRATA_OK);
 	float *logits = strata_alloc(len);
 	assert_int_equal(strata_forward_run(f, ids, n, 0, logits, NULL, &err),
 			 STRATA_OK);

@@ -25,7 +25,9 @@ static void check_device(strata_backend *b, strata_stream *s, const workload *w,
 	void *host = malloc(bytes);
 	strata_error err;
 	assert_non_null(host);
-	assert_int_equal(strata_cuda_copy_d2h_async(b, s, host, dev, bytes, &err), STRATA_OK);
+	assert_int_equal(
+		strata_backend_copy_d2h_async(b, s, host, dev, bytes, &err),
+		STRATA_OK);
 	assert_int_equal(strata_backend_synchronize(b, s, &err), STRATA_OK);
 	wl_check_tensor(w, t, host);
 	free(host);
@@ -38,7 +40,8 @@ static void test_every_mode_on_cuda(void **state)
 	wl_create(&w, &spec);
 	strata_backend *b = NULL;
 	strata_error err;
-	assert_int_equal(strata_backend_cuda_create(NULL, &b, &err), STRATA_OK);
+	assert_int_equal(strata_backend_create("cuda", 0, NULL, &b, &err),
+			 STRATA_OK);
 	strata_stream *s = NULL;
 	assert_int_equal(strata_stream_create(b, &s, &err), STRATA_OK);
 	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT, STRATA_RESIDENCY_HOST,

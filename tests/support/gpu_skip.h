@@ -16,7 +16,7 @@
  * caller's main returns GPU_SKIP_EXIT. `test` names the test in the line. */
 static inline bool gpu_skip_without_device(const char *test)
 {
-	if (strata_backend_cuda_device_count() > 0)
+	if (strata_backend_device_count("cuda") > 0)
 		return false;
 	printf("%s: no CUDA device visible: skipped\n", test);
 	return true;
@@ -26,7 +26,7 @@ static inline bool gpu_skip_without_device(const char *test)
  * visible, for cases whose expectation holds only without one. */
 static inline bool gpu_skip_with_device(void)
 {
-	return strata_backend_cuda_device_count() > 0;
+	return strata_backend_device_count("cuda") > 0;
 }
 
 #endif

@@ -500,6 +500,8 @@ static const strata_backend_ops cpu_ops = {
 	.stream_create = cpu_stream_create,
 	.stream_destroy = cpu_stream_destroy,
 	.copy_h2d_async = cpu_copy_h2d_async,
+	/* both memories are RAM: a copy either way is the same job */
+	.copy_d2h_async = cpu_copy_h2d_async,
 	.event_create = cpu_event_create,
 	.event_destroy = cpu_event_destroy,
 	.event_record = cpu_event_record,
@@ -507,7 +509,7 @@ static const strata_backend_ops cpu_ops = {
 	.event_query = cpu_event_query,
 	.event_elapsed = cpu_event_elapsed,
 	.synchronize = cpu_synchronize,
-	/* compute kernels: see the inference work's section of backend.h */
+	/* stream_wait_event: none, the wrapper waits on the host */
 	.kernels = &strata_cpu_kernel_ops,
 };
 

@@ -19,5 +19,5 @@ set_source_files_properties(${cuda_kernel_sources} PROPERTIES
   COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra,-Werror;-Werror=all-warnings;-D_GNU_SOURCE")
 
 set(cuda_backend_sources
-  cuda/select.c cuda/cuda_memory.c cuda/cuda_compute.c ${cuda_kernel_sources})
+  cuda/cuda_memory.c cuda/cuda_compute.c ${cuda_kernel_sources})
 set(cuda_backend_libs CUDA::cudart CUDA::cublas)

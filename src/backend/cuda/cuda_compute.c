@@ -1,10 +1,11 @@
 /* cuda_compute.c - the CUDA kernel table: a compute context (stream, cuBLAS
  * handle, fixed workspace) and the slots that queue kernels on it; GEMM in
- * f32 and half precision through cuBLAS; device top-k (layer: backend).
+ * f32 and half precision through cuBLAS; the typed and fused slots over
+ * the half-precision kernels (layer: backend).
  *
  * Every slot only queues work and returns: errors reported here are launch
  * errors; a fault while a kernel runs shows at the next synchronisation
- * (event wait, synchronize, top-k), as CUDA reports it. Device memory is
+ * (event wait, synchronize), as CUDA reports it. Device memory is
  * taken once when the context is made (STRATA_CUDA_COMPUTE_DEVICE_BYTES);
  * the only later allocation is the half-precision input workspace, which
  * grows to the largest prefill and then stays.
@@ -111,6 +112,13 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 		goto fail;
 	}
 	k->scratch = (char *)k->blas_ws + STRATA_CUDA_BLAS_WORKSPACE_BYTES;
+	const float one = 1.0f;
+	e = cudaMemcpy((char *)k->scratch + STRATA__CUDA_SCRATCH_ONE, &one,
+		       sizeof one, cudaMemcpyHostToDevice);
+	if (e != cudaSuccess) {
+		s = strata__cuda_fail(err, e, "CUDA compute context constants");
+		goto fail;
+	}
 	cublasStatus_t bs = cublasCreate(&k->blas);
 	if (bs != CUBLAS_STATUS_SUCCESS) {
 		k->blas = NULL;
@@ -159,9 +167,9 @@ static strata_status blas_dims(uint32_t n, uint32_t in, uint32_t out,
 			   n, in, out, in, INT_MAX);
 }
 
-static strata_status cuda_matmul(void *ctx, float *y, const float *x,
-				 const float *w, const float *bias, uint32_t n,
-				 uint32_t in, uint32_t out, strata_error *err)
+static strata_status f32_matmul(void *ctx, float *y, const float *x,
+				const float *w, const float *bias, uint32_t n,
+				uint32_t in, uint32_t out, strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
 	strata_status s = blas_dims(n, in, out, err);
@@ -181,9 +189,9 @@ static strata_status cuda_matmul(void *ctx, float *y, const float *x,
 			"bias add", err);
 }
 
-static strata_status cuda_rmsnorm(void *ctx, float *y, const float *x,
-				  const float *w, uint32_t n, uint32_t dim,
-				  float eps, strata_error *err)
+static strata_status f32_rmsnorm(void *ctx, float *y, const float *x,
+				 const float *w, uint32_t n, uint32_t dim,
+				 float eps, strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
 	return launched(strata__cuda_rmsnorm(k->stream.cuda, y, x, w, n, dim, eps),
@@ -258,9 +266,9 @@ static strata_status cuda_add(void *ctx, float *y, const float *x,
 /* tokens are host memory (the wrapper has read them): they go to the
  * scratch block in chunks; stream order keeps a chunk from being
  * overwritten before the kernel that reads it has run. */
-static strata_status cuda_embed(void *ctx, float *x, const float *table,
-				const int32_t *tokens, uint32_t n, uint32_t dim,
-				strata_error *err)
+static strata_status f32_embed(void *ctx, float *x, const float *table,
+			       const int32_t *tokens, uint32_t n, uint32_t dim,
+			       strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
 	int32_t *dev_tokens =
@@ -287,22 +295,9 @@ static strata_status cuda_embed(void *ctx, float *x, const float *table,
 	return STRATA_OK;
 }
 
-const strata_kernel_ops strata_cuda_kernel_ops = {
-	.name = "cuda",
-	.compute_create = compute_create,
-	.compute_destroy = compute_destroy,
-	.compute_threads = compute_threads,
-	.matmul = cuda_matmul,
-	.rmsnorm = cuda_rmsnorm,
-	.rope = cuda_rope,
-	.attention = cuda_attention,
-	.swiglu = cuda_swiglu,
-	.add = cuda_add,
-	.embed = cuda_embed,
-};
 
 /* ------------------------------------------------------------------------ */
-/* Beyond the kernel table                                                  */
+/* The half-precision kernels (backend_cuda.h)                              */
 /* ------------------------------------------------------------------------ */
 
 /* Measured on an H200 (test_cuda_kernels, 14336x4096 bf16): the GEMV kernel
@@ -316,12 +311,6 @@ static strata_status not_cuda_compute(strata_error *err, const char *call)
 			   "this is a bug in the caller; report it",
 			   "%s: not a CUDA compute context, or a NULL or zero argument",
 			   call);
-}
-
-strata_stream *strata_cuda_compute_stream(strata_compute *c)
-{
-	strata__cuda_compute *k = strata__cuda_compute_of(c);
-	return k ? &k->stream : NULL;
 }
 
 /* Makes the half-precision input workspace hold `bytes`. The old one may
@@ -532,40 +521,195 @@ strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
 			"rmsnorm (half weights)", err);
 }
 
-strata_status strata_cuda_topk(strata_compute *c, const float *logits,
-			       uint32_t vocab, uint32_t k, float *values,
-			       int32_t *ids, strata_error *err)
+/* ------------------------------------------------------------------------ */
+/* The kernel table: typed weights and fused slots                          */
+/* ------------------------------------------------------------------------ */
+
+/* The slots reach the half-precision functions above through a compute
+ * object of their own context, so each path is the one those functions'
+ * tests check. */
+#define AS_COMPUTE(ctx)                                                        \
+	(&(strata_compute){&strata_cuda_kernel_ops, (ctx), NULL})
+
+static bool is_half(strata_weight_type t)
 {
-	strata__cuda_compute *x = strata__cuda_compute_of(c);
-	if (!x || !logits || !vocab || !values || !ids)
-		return not_cuda_compute(err, "strata_cuda_topk");
-	if (k == 0 || k > STRATA_CUDA_TOPK_MAX)
-		return strata_fail(err, STRATA_E_INVALID_ARG,
-				   "ask for 1 to 256 candidates (--top-k)",
-				   "top-k of %u asked; the CUDA kernel keeps 1 to %u",
-				   k, STRATA_CUDA_TOPK_MAX);
-	char *scratch = x->scratch;
-	float *dv = (float *)(scratch + STRATA__CUDA_SCRATCH_TOPK_OUT);
-	int32_t *di = (int32_t *)(dv + STRATA_CUDA_TOPK_MAX);
-	strata_status s = launched(
-		strata__cuda_topk(x->stream.cuda, logits, vocab, k,
-				  scratch + STRATA__CUDA_SCRATCH_TOPK_PARTIALS,
-				  dv, di),
-		"top-k", err);
-	if (s != STRATA_OK)
-		return s;
-	int e = strata_backend_cuda_sys.memcpy_async(
-		values, dv, (size_t)k * sizeof *values, cudaMemcpyDeviceToHost,
-		(void *)x->stream.cuda);
-	if (e == cudaSuccess)
-		e = strata_backend_cuda_sys.memcpy_async(
-			ids, di, (size_t)k * sizeof *ids,
-			cudaMemcpyDeviceToHost, (void *)x->stream.cuda);
-	if (e == cudaSuccess)
-		e = (int)cudaStreamSynchronize(x->stream.cuda);
-	if (e != cudaSuccess) {
-		strata__cuda_fail(err, (cudaError_t)e, "top-k results");
-		return strata_error_prefix(err, "reading back");
-	}
-	return STRATA_OK;
+	return t == STRATA_WEIGHT_BF16 || t == STRATA_WEIGHT_F16;
 }
+
+static strata_cuda_half half_of(strata_weight_type t)
+{
+	return t == STRATA_WEIGHT_BF16 ? STRATA_CUDA_BF16 : STRATA_CUDA_F16;
+}
+
+static strata_stream *cuda_compute_stream(void *ctx)
+{
+	strata__cuda_compute *k = ctx;
+	return &k->stream;
+}
+
+static strata_status cuda_matmul(void *ctx, float *y, const float *x,
+				 const strata_weight *w, const float *bias,
+				 uint32_t n, strata_error *err)
+{
+	if (w->type == STRATA_WEIGHT_F32)
+		return f32_matmul(ctx, y, x, w->data, bias, n, w->cols, w->rows,
+				  err);
+	return strata_cuda_matmul_half(AS_COMPUTE(ctx), y, x, w->data,
+				       half_of(w->type), bias, n, w->cols,
+				       w->rows, err);
+}
+
+static strata_status cuda_rmsnorm(void *ctx, float *y, const float *x,
+				  const strata_weight *w, uint32_t n, float eps,
+				  strata_error *err)
+{
+	if (w->type == STRATA_WEIGHT_F32)
+		return f32_rmsnorm(ctx, y, x, w->data, n, w->cols, eps, err);
+	return strata_cuda_rmsnorm_half(AS_COMPUTE(ctx), y, x, w->data,
+					half_of(w->type), n, w->cols, eps, err);
+}
+
+/* dst (count, f32) = src (count, half): the half-precision GEMV with one
+ * input of 1.0 (in = 1, out = count) is exactly that conversion, with no
+ * kernel of its own. */
+static strata_status half_to_f32(void *ctx, float *dst, const void *src,
+				 strata_weight_type type, uint64_t count,
+				 strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	if (count > UINT32_MAX)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "convert the weight in pieces below 2^32 elements",
+				   "CUDA conversion of %" PRIu64 " elements to f32",
+				   count);
+	const float *one = (const float *)((const char *)k->scratch +
+					   STRATA__CUDA_SCRATCH_ONE);
+	return strata_cuda_matmul_half(AS_COMPUTE(ctx), dst, one, src,
+				       half_of(type), NULL, 1, 1,
+				       (uint32_t)count, err);
+}
+
+static strata_status cuda_to_f32(void *ctx, float *dst, const strata_weight *w,
+				 strata_error *err)
+{
+	return half_to_f32(ctx, dst, w->data, w->type,
+			   (uint64_t)w->rows * w->cols, err);
+}
+
+/* An f32 table is gathered by the embed kernel; a half one is converted
+ * row by row. */
+static strata_status cuda_embed(void *ctx, float *x, const strata_weight *table,
+				const int32_t *tokens, uint32_t n,
+				strata_error *err)
+{
+	uint32_t dim = table->cols;
+	if (table->type == STRATA_WEIGHT_F32)
+		return f32_embed(ctx, x, table->data, tokens, n, dim, err);
+	const uint16_t *rows = table->data;
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < n; i++)
+		st = half_to_f32(ctx, x + (uint64_t)i * dim,
+				 rows + (uint64_t)tokens[i] * dim, table->type,
+				 dim, err);
+	return st;
+}
+
+/* strata_cuda_matmul_half_parts: up to its part count, of one half type;
+ * a norm of that type, on one row. */
+static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
+			       uint32_t n, const strata_kernel_product *p,
+			       uint32_t count)
+{
+	(void)ctx;
+	if (count > STRATA_CUDA_HALF_PARTS_MAX || !is_half(p[0].w.type))
+		return false;
+	for (uint32_t i = 1; i < count; i++)
+		if (p[i].w.type != p[0].w.type)
+			return false;
+	return !norm || (n == 1 && norm->w.type == p[0].w.type);
+}
+
+static strata_status cuda_products(void *ctx, const float *x,
+				   const strata_kernel_norm *norm, uint32_t n,
+				   const strata_kernel_product *p,
+				   uint32_t count, bool accumulate,
+				   strata_error *err)
+{
+	strata_cuda_half_part parts[STRATA_CUDA_HALF_PARTS_MAX];
+	for (uint32_t i = 0; i < count; i++)
+		parts[i] = (strata_cuda_half_part){p[i].y, p[i].w.data,
+						   p[i].bias, p[i].w.rows};
+	strata_cuda_half_norm fold = {norm ? norm->w.data : NULL,
+				      norm ? norm->eps : 0.0f};
+	return strata_cuda_matmul_half_parts(AS_COMPUTE(ctx), x,
+					     norm ? &fold : NULL,
+					     half_of(p[0].w.type), n,
+					     p[0].w.cols, parts, count,
+					     accumulate, err);
+}
+
+/* strata_cuda_gated_half: one row, gate and up (and a norm) of one half
+ * type. */
+static bool cuda_gated_take(void *ctx, const strata_kernel_norm *norm,
+			    uint32_t n, const strata_weight *gate,
+			    const strata_weight *up)
+{
+	(void)ctx;
+	return n == 1 && is_half(gate->type) && up->type == gate->type &&
+	       (!norm || norm->w.type == gate->type);
+}
+
+static strata_status cuda_gated(void *ctx, float *y, const float *x,
+				const strata_kernel_norm *norm,
+				const strata_weight *gate,
+				const strata_weight *up, uint32_t n,
+				strata_error *err)
+{
+	(void)n; /* one row: gated_take */
+	strata_cuda_half_norm fold = {norm ? norm->w.data : NULL,
+				      norm ? norm->eps : 0.0f};
+	return strata_cuda_gated_half(AS_COMPUTE(ctx), y, x,
+				      norm ? &fold : NULL, gate->data,
+				      up->data, half_of(gate->type),
+				      gate->cols, gate->rows, err);
+}
+
+static strata_status cuda_rope_qk(void *ctx, float *q, float *k, uint32_t n,
+				  uint32_t pos0, uint32_t heads,
+				  uint32_t kv_heads, uint32_t head_dim,
+				  const float *inv_freq,
+				  strata_rope_layout layout, strata_error *err)
+{
+	return strata_cuda_rope_qk(AS_COMPUTE(ctx), q, k, n, pos0, heads,
+				   kv_heads, head_dim, inv_freq, layout, err);
+}
+
+static strata_status cuda_reserve(void *ctx, uint64_t bytes, strata_error *err)
+{
+	return strata_cuda_matmul_half_reserve(AS_COMPUTE(ctx), bytes, err);
+}
+
+const strata_kernel_ops strata_cuda_kernel_ops = {
+	.name = "cuda",
+	.weight_types = STRATA_WEIGHT_BIT(STRATA_WEIGHT_F32) |
+			STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16) |
+			STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16),
+	.compute_create = compute_create,
+	.compute_destroy = compute_destroy,
+	.compute_threads = compute_threads,
+	.compute_stream = cuda_compute_stream,
+	.matmul = cuda_matmul,
+	.rmsnorm = cuda_rmsnorm,
+	.rope = cuda_rope,
+	.attention = cuda_attention,
+	.swiglu = cuda_swiglu,
+	.add = cuda_add,
+	.embed = cuda_embed,
+	.to_f32 = cuda_to_f32,
+	.products_take = cuda_products_take,
+	.products = cuda_products,
+	.gated_take = cuda_gated_take,
+	.gated = cuda_gated,
+	.rope_qk = cuda_rope_qk,
+	.reserve = cuda_reserve,
+};

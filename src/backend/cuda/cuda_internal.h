@@ -9,7 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "strata/backend.h"
+#include "strata/backend_cuda.h"
 
 /* A CUDA stream. Streams made by stream_create are listed in the backend;
  * a compute context embeds its own (owned = false for the backend). */
@@ -33,20 +33,18 @@ typedef struct strata__cuda_compute {
 	int device;
 	uint32_t sm_count;    /* multiprocessors: sizes split attention */
 	void *blas_ws;	      /* STRATA_CUDA_BLAS_WORKSPACE_BYTES */
-	void *scratch;	      /* token ids, then top-k partials and results */
+	void *scratch;	      /* token ids, 1.0f, then split attention */
 	void *half_ws;	      /* x converted for cublasGemmEx; grown */
 	uint64_t half_ws_bytes;
 } strata__cuda_compute;
 
 /* Byte layout of the scratch block (inside STRATA_CUDA_COMPUTE_DEVICE_BYTES,
- * after the cuBLAS workspace): token ids, top-k results and partials, then
+ * after the cuBLAS workspace): token ids, the constant 1.0f (the input of
+ * the half-to-f32 conversion GEMV, written when the context is made), then
  * the partial results of split attention. */
 #define STRATA__CUDA_TOKENS_MAX 16384u /* token ids per embed launch */
 #define STRATA__CUDA_SCRATCH_TOKENS 0u
-#define STRATA__CUDA_SCRATCH_TOPK_OUT                                          \
-	(STRATA__CUDA_TOKENS_MAX * 4u) /* values then ids, TOPK_MAX each */
-#define STRATA__CUDA_SCRATCH_TOPK_PARTIALS                                     \
-	(STRATA__CUDA_SCRATCH_TOPK_OUT + STRATA_CUDA_TOPK_MAX * 8u)
+#define STRATA__CUDA_SCRATCH_ONE (STRATA__CUDA_TOKENS_MAX * 4u)
 #define STRATA__CUDA_SCRATCH_ATTENTION ((uint64_t)1 << 20)
 #define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)4 << 20)
 

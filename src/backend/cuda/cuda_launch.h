@@ -74,7 +74,7 @@ cudaError_t strata__cuda_to_half(cudaStream_t s, void *dst, const float *src,
 cudaError_t strata__cuda_to_half_split(cudaStream_t s, void *dst,
 				       const float *src, uint64_t count,
 				       int type);
-/* GEMV tuning (kernels_gemv_topk.cu; tests set them to compare): 16-byte
+/* GEMV tuning (kernels_gemv.cu; tests set them to compare): 16-byte
  * loads in flight per lane (4 or 8) and warps per output row (1, 2, 4; 0:
  * picked from the row count). */
 extern int strata__cuda_gemv_unroll;
@@ -115,16 +115,6 @@ cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
 				       const void *up, int type, uint32_t in,
 				       uint32_t out, const void *norm,
 				       float eps);
-
-/* Top-k of logits (vocab) by value, ties to the lower index, NaN ranked
- * below -inf: k pairs into out_values / out_ids (device, k each), best
- * first; ids of -1 pad when vocab < k. `partials` is scratch of
- * strata__cuda_topk_scratch_bytes(k) bytes. */
-#define STRATA__CUDA_TOPK_BLOCKS 128u
-uint64_t strata__cuda_topk_scratch_bytes(uint32_t k);
-cudaError_t strata__cuda_topk(cudaStream_t s, const float *logits,
-			      uint32_t vocab, uint32_t k, void *partials,
-			      float *out_values, int32_t *out_ids);
 
 #ifdef __cplusplus
 }

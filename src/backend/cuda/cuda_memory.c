@@ -499,6 +499,27 @@ static strata_status cuda_synchronize(void *ctx, strata_stream *st,
 				: strata__cuda_fail(err, e, "synchronizing");
 }
 
+static strata_status cuda_copy_d2h_async(void *ctx, strata_stream *st,
+					 void *dst, const void *src,
+					 uint64_t bytes, strata_error *err)
+{
+	return copy_async(ctx, st, dst, src, bytes, cudaMemcpyDeviceToHost,
+			  "device-to-host", err);
+}
+
+static strata_status cuda_stream_wait_event(void *ctx, strata_stream *st,
+					    strata_event *ev,
+					    strata_error *err)
+{
+	(void)ctx;
+	if (!ev->recorded)
+		return STRATA_OK; /* a never-recorded event is complete */
+	cudaError_t ce = cudaStreamWaitEvent(st->cuda, ev->cuda, 0);
+	return ce == cudaSuccess
+		       ? STRATA_OK
+		       : strata__cuda_fail(err, ce, "making a stream wait for an event");
+}
+
 /* CUDA's current device is per host thread: a reader thread that queues
  * copies must switch to the backend's device first. */
 static strata_status cuda_bind_thread(void *ctx, strata_error *err)
@@ -519,6 +540,7 @@ static const strata_backend_ops cuda_ops = {
 	.stream_create = cuda_stream_create,
 	.stream_destroy = cuda_stream_destroy,
 	.copy_h2d_async = cuda_copy_h2d_async,
+	.copy_d2h_async = cuda_copy_d2h_async,
 	.event_create = cuda_event_create,
 	.event_destroy = cuda_event_destroy,
 	.event_record = cuda_event_record,
@@ -526,6 +548,7 @@ static const strata_backend_ops cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_elapsed = cuda_event_elapsed,
 	.synchronize = cuda_synchronize,
+	.stream_wait_event = cuda_stream_wait_event,
 	.bind_thread = cuda_bind_thread,
 	.kernels = &strata_cuda_kernel_ops,
 };
@@ -587,32 +610,4 @@ strata_status strata_backend_cuda_create(const strata_backend_cuda_options *opt,
 	b->ctx = c;
 	*out = b;
 	return STRATA_OK;
-}
-
-strata_status strata_cuda_stream_wait_event(strata_backend *b,
-					    strata_stream *s, strata_event *e,
-					    strata_error *err)
-{
-	if (!b || b->ops != &cuda_ops || !s || !e)
-		return not_cuda(err, "strata_cuda_stream_wait_event");
-	if (!e->recorded)
-		return STRATA_OK; /* a never-recorded event is complete */
-	cudaError_t ce = cudaStreamWaitEvent(s->cuda, e->cuda, 0);
-	return ce == cudaSuccess
-		       ? STRATA_OK
-		       : strata__cuda_fail(err, ce, "making a stream wait for an event");
-}
-
-strata_status strata_cuda_copy_d2h_async(strata_backend *b, strata_stream *s,
-					 void *dst, const void *src,
-					 uint64_t bytes, strata_error *err)
-{
-	if (!b || b->ops != &cuda_ops || !s)
-		return not_cuda(err, "strata_cuda_copy_d2h_async");
-	if (bytes == 0)
-		return STRATA_OK;
-	if (!dst || !src)
-		return not_cuda(err, "strata_cuda_copy_d2h_async (NULL buffer)");
-	return copy_async(b->ctx, s, dst, src, bytes, cudaMemcpyDeviceToHost,
-			  "device-to-host", err);
 }

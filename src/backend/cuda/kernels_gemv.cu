@@ -1,14 +1,10 @@
-/* kernels_gemv_topk.cu - the half-precision GEMV for decode (bf16 or f16
- * weights, f32 activations and accumulation) and the device top-k behind
- * sampling (layer: backend).
+/* kernels_gemv.cu - the half-precision GEMV for decode (bf16 or f16
+ * weights, f32 activations and accumulation) (layer: backend).
  *
  * Decode reads every weight once per token, so the GEMV is bound by memory
  * bandwidth: one or a few warps own an output row and stream it in 16-byte
  * loads, several in flight per lane, applying each weight to up to eight
- * activation rows while it is in registers. Top-k runs in two stages: each block finds its chunk's best k
- * by k rounds of "largest below the previous pick", then one block does the
- * same over the blocks' candidates. The order is total (value, then the
- * lower index), so every round's pick is unique and repeats never happen.
+ * activation rows while it is in registers.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,9 +14,6 @@
 
 #define GEMV_THREADS 256u /* 8 warps */
 #define GEMV_WARPS (GEMV_THREADS / 32u)
-#define TOPK_THREADS 256u
-#define TOPK_CHUNK 1024u  /* logits per first-stage block, at least */
-#define NO_ID 0x7fffffff
 
 /* ------------------------------------------------------------------------ */
 /* GEMV                                                                     */
@@ -408,131 +401,5 @@ extern "C" cudaError_t strata__cuda_gemv_half_parts(
 		parts_launch<__nv_bfloat16>(s, p, x, in, rows, vec);
 	else
 		parts_launch<__half>(s, p, x, in, rows, vec);
-	return cudaGetLastError();
-}
-
-/* ------------------------------------------------------------------------ */
-/* Top-k                                                                    */
-/* ------------------------------------------------------------------------ */
-
-typedef struct cand {
-	float v;
-	int32_t i; /* NO_ID: none */
-} cand;
-
-/* a ranks above b: larger value, or equal value and lower id. */
-__device__ __forceinline__ bool above(cand a, cand b)
-{
-	return a.v > b.v || (a.v == b.v && a.i < b.i);
-}
-
-__device__ __forceinline__ cand warp_best(cand c)
-{
-	for (int o = 16; o > 0; o >>= 1) {
-		cand d;
-		d.v = __shfl_xor_sync(STRATA__FULL_MASK, c.v, o);
-		d.i = __shfl_xor_sync(STRATA__FULL_MASK, c.i, o);
-		if (above(d, c))
-			c = d;
-	}
-	return c;
-}
-
-/* The block's best of `mine`, returned to every thread. */
-__device__ cand block_best(cand mine, cand *red)
-{
-	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const unsigned warps = blockDim.x >> 5;
-	mine = warp_best(mine);
-	if (lane == 0)
-		red[warp] = mine;
-	__syncthreads();
-	cand b = red[0];
-	for (unsigned i = 1; i < warps; i++)
-		if (above(red[i], b))
-			b = red[i];
-	__syncthreads();
-	return b;
-}
-
-/* NaN counts as -inf, so it can be picked but never above a number. */
-__device__ __forceinline__ float clean(float v)
-{
-	return isnan(v) ? -INFINITY : v;
-}
-
-/* Stage 1: block b picks the best k of its chunk into partials[b*k ..]. */
-__global__ void topk_chunks(const float *logits, uint32_t vocab, uint32_t k,
-			    uint32_t chunk, cand *partials)
-{
-	__shared__ cand red[TOPK_THREADS / 32];
-	const uint64_t lo = (uint64_t)blockIdx.x * chunk;
-	const uint64_t hi = lo + chunk < vocab ? lo + chunk : vocab;
-	cand prev = {INFINITY, -1}; /* everything ranks below it */
-	for (uint32_t r = 0; r < k; r++) {
-		cand best = {-INFINITY, NO_ID};
-		for (uint64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
-			cand c = {clean(logits[e]), (int32_t)e};
-			if (above(prev, c) && above(c, best))
-				best = c;
-		}
-		best = block_best(best, red);
-		if (threadIdx.x == 0)
-			partials[(uint64_t)blockIdx.x * k + r] = best;
-		prev = best;
-	}
-}
-
-/* Stage 2: one block merges the chunks' candidates into the final k. */
-__global__ void topk_merge(const cand *partials, uint32_t count, uint32_t k,
-			   float *out_values, int32_t *out_ids)
-{
-	__shared__ cand red[TOPK_THREADS / 32];
-	cand prev = {INFINITY, -1};
-	for (uint32_t r = 0; r < k; r++) {
-		cand best = {-INFINITY, NO_ID};
-		for (uint32_t e = threadIdx.x; e < count; e += blockDim.x) {
-			cand c = partials[e];
-			if (c.i != NO_ID && above(prev, c) && above(c, best))
-				best = c;
-		}
-		best = block_best(best, red);
-		if (threadIdx.x == 0) {
-			out_values[r] = best.v;
-			out_ids[r] = best.i == NO_ID ? -1 : best.i;
-		}
-		prev = best;
-	}
-}
-
-static uint32_t topk_blocks(uint32_t vocab)
-{
-	uint64_t b = ((uint64_t)vocab + TOPK_CHUNK - 1) / TOPK_CHUNK;
-	return b > STRATA__CUDA_TOPK_BLOCKS ? STRATA__CUDA_TOPK_BLOCKS
-					    : (uint32_t)(b ? b : 1);
-}
-
-extern "C" uint64_t strata__cuda_topk_scratch_bytes(uint32_t k)
-{
-	return (uint64_t)STRATA__CUDA_TOPK_BLOCKS * k * sizeof(cand);
-}
-
-extern "C" cudaError_t strata__cuda_topk(cudaStream_t s, const float *logits,
-					 uint32_t vocab, uint32_t k,
-					 void *partials, float *out_values,
-					 int32_t *out_ids)
-{
-	if (vocab == 0 || vocab > (uint32_t)NO_ID - 1 || k == 0)
-		return cudaErrorInvalidValue;
-	uint32_t blocks = topk_blocks(vocab);
-	uint32_t chunk = (uint32_t)(((uint64_t)vocab + blocks - 1) / blocks);
-	topk_chunks<<<blocks, TOPK_THREADS, 0, s>>>(logits, vocab, k, chunk,
-						    (cand *)partials);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
-		return e;
-	topk_merge<<<1, TOPK_THREADS, 0, s>>>((const cand *)partials,
-					      blocks * k, k, out_values,
-					      out_ids);
 	return cudaGetLastError();
 }

@@ -1,0 +1,167 @@
+/* kernels_fused.c - the wrappers over the kernel table's optional fused
+ * slots and their default compositions of plain kernels: a weight as f32,
+ * products sharing their input (a norm folded in), the MLP's gate, rope on
+ * queries and keys (layer: backend).
+ *
+ * Each wrapper asks the table first (products_take, gated_take) and runs
+ * the fused slot when it says yes. Otherwise the norm, where one is given,
+ * runs on its own into the caller's buffer, and the fused slot is asked
+ * again without it; failing that, the plain kernels run one after the
+ * other. So a backend fuses exactly what it can and the caller writes each
+ * step once for every backend.
+ */
+#include "strata/backend.h"
+#include "strata/backend_kernels.h"
+
+static strata_status bad(strata_error *err, const char *kernel,
+			 const char *what)
+{
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "this is a bug in the caller of the kernel",
+			   "%s kernel: %s", kernel, what);
+}
+
+/* Runs the norm into `normed` unless the fused slot takes it (*fused says
+ * whether it takes the call without the norm); *x and *norm are what the
+ * fused slot or the plain kernels then read. */
+static strata_status unfold_norm(strata_compute *c, bool fused,
+				 bool takes_norm, const float **x,
+				 const strata_kernel_norm **norm,
+				 float *normed, uint32_t n, const char *kernel,
+				 strata_error *err)
+{
+	if (!*norm || (fused && takes_norm))
+		return STRATA_OK;
+	if (!normed)
+		return bad(err, kernel, "a norm without its output buffer");
+	strata_status st = strata_kernel_rmsnorm(c, normed, *x, &(*norm)->w, n,
+						 (*norm)->eps, err);
+	*x = normed;
+	*norm = NULL;
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_kernel_as_f32(strata_compute *c, const strata_weight *w,
+				   float *scratch, const float **out,
+				   strata_error *err)
+{
+	if (!c || !w || !out)
+		return bad(err, "as_f32", "NULL argument");
+	*out = w->data;
+	if (!w->data || w->type == STRATA_WEIGHT_F32)
+		return STRATA_OK;
+	*out = scratch;
+	if (!scratch || !w->rows || !w->cols)
+		return bad(err, "as_f32", "no scratch, or a zero dimension");
+	if ((unsigned)w->type >= STRATA_WEIGHT_TYPE_COUNT ||
+	    !(c->ops->weight_types & STRATA_WEIGHT_BIT(w->type)) ||
+	    !c->ops->to_f32)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "run the model on a backend that computes "
+				   "on this type, or convert it to f32",
+				   "as_f32 kernel: the %s kernels cannot "
+				   "convert %s weights",
+				   c->ops->name, strata_weight_type_name(w->type));
+	return c->ops->to_f32(c->ctx, scratch, w, err);
+}
+
+strata_status strata_kernel_products(strata_compute *c, const float *x,
+				     const strata_kernel_norm *norm,
+				     float *normed, uint32_t n,
+				     const strata_kernel_product *p,
+				     uint32_t count, bool accumulate,
+				     float *scratch, strata_error *err)
+{
+	if (!c || !x || !p || !count || count > STRATA_KERNEL_PRODUCTS_MAX)
+		return bad(err, "products", "NULL buffer or a bad count");
+	for (uint32_t i = 0; i < count; i++)
+		if (!p[i].y || (const float *)p[i].y == x ||
+		    p[i].w.cols != p[0].w.cols)
+			return bad(err, "products",
+				   "NULL or aliased output, or unequal inputs");
+	const strata_kernel_ops *k = c->ops;
+	bool fused = k->products && k->products_take(c->ctx, NULL, n, p, count);
+	bool takes_norm = fused && norm &&
+			  k->products_take(c->ctx, norm, n, p, count);
+	strata_status st = unfold_norm(c, fused, takes_norm, &x, &norm, normed,
+				       n, "products", err);
+	if (st)
+		return st;
+	if (fused)
+		return k->products(c->ctx, x, norm, n, p, count, accumulate,
+				   err);
+	if (accumulate && !scratch)
+		return bad(err, "products", "accumulate without scratch");
+	for (uint32_t i = 0; st == STRATA_OK && i < count; i++) {
+		if (!accumulate) {
+			st = strata_kernel_matmul(c, p[i].y, x, &p[i].w,
+						  p[i].bias, n, err);
+			continue;
+		}
+		st = strata_kernel_matmul(c, scratch, x, &p[i].w, p[i].bias, n,
+					  err);
+		if (st == STRATA_OK)
+			st = strata_kernel_add(c, p[i].y, scratch,
+					       (uint64_t)n * p[i].w.rows, err);
+	}
+	return st;
+}
+
+strata_status strata_kernel_gated(strata_compute *c, float *y, const float *x,
+				  const strata_kernel_norm *norm,
+				  float *normed, const strata_weight *gate,
+				  const strata_weight *up, float *up_out,
+				  uint32_t n, strata_error *err)
+{
+	if (!c || !y || !x || !gate || !up || y == x ||
+	    gate->rows != up->rows || gate->cols != up->cols)
+		return bad(err, "gated", "NULL, aliased or unequal arguments");
+	const strata_kernel_ops *k = c->ops;
+	bool fused = k->gated && k->gated_take(c->ctx, NULL, n, gate, up);
+	bool takes_norm = fused && norm &&
+			  k->gated_take(c->ctx, norm, n, gate, up);
+	strata_status st = unfold_norm(c, fused, takes_norm, &x, &norm, normed,
+				       n, "gated", err);
+	if (st)
+		return st;
+	if (fused)
+		return k->gated(c->ctx, y, x, norm, gate, up, n, err);
+	if (!up_out)
+		return bad(err, "gated", "no buffer for the up product");
+	const strata_kernel_product p[] = {{y, *gate, NULL},
+					   {up_out, *up, NULL}};
+	st = strata_kernel_products(c, x, NULL, NULL, n, p, 2, false, NULL,
+				    err);
+	if (st == STRATA_OK)
+		st = strata_kernel_swiglu(c, y, up_out,
+					  (uint64_t)n * gate->rows, err);
+	return st;
+}
+
+strata_status strata_kernel_rope_qk(strata_compute *c, float *q, float *k,
+				    uint32_t n, uint32_t pos0, uint32_t heads,
+				    uint32_t kv_heads, uint32_t head_dim,
+				    const float *inv_freq,
+				    strata_rope_layout layout,
+				    strata_error *err)
+{
+	if (!c || !q || !k || !inv_freq)
+		return bad(err, "rope", "NULL buffer");
+	if (!n || !heads || !kv_heads || !head_dim || head_dim % 2)
+		return bad(err, "rope", "zero dimension or odd head size");
+	if (layout != STRATA_ROPE_HALF && layout != STRATA_ROPE_INTERLEAVED)
+		return bad(err, "rope", "unknown layout");
+	if ((uint64_t)pos0 + n > UINT32_MAX)
+		return bad(err, "rope", "position past 2^32");
+	if (c->ops->rope_qk)
+		return c->ops->rope_qk(c->ctx, q, k, n, pos0, heads, kv_heads,
+				       head_dim, inv_freq, layout, err);
+	strata_status st = strata_kernel_rope(c, q, n, pos0, heads, head_dim,
+					      inv_freq, layout, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_rope(c, k, n, pos0, kv_heads, head_dim,
+					inv_freq, layout, err);
+	return st;
+}
