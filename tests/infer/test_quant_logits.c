@@ -52,7 +52,12 @@ static void logits_of(const char *path, const int32_t *tokens, float *out)
 	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
 					       &err),
 			 STRATA_OK);
-	if (strata_forward_create(&m.hp, c, &m.src, 64, 16, &f, &err))
+	if (strata_forward_create(&(strata_forward_options){.hp = &m.hp,
+							    .compute = c,
+							    .src = &m.src,
+							    .context = 64,
+							    .batch = 16},
+				  &f, &err))
 		fail_msg("%s: %s", path, err.message);
 	if (strata_forward_run(f, tokens, POSITIONS, 0, out, NULL, &err))
 		fail_msg("%s: %s", path, err.message);
