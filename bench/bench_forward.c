@@ -125,9 +125,9 @@ typedef struct figures {
 
 static strata_status weight_bytes(const strata_session *s, uint64_t *out)
 {
-	strata_residency_sizes z;
-	strata_residency_get_sizes(strata_session_residency(s), &z);
-	*out = z.unit_bytes + z.static_bytes;
+	const strata_plan_layout_info *info =
+		strata_plan_get_layout_info(strata_session_plan(s));
+	*out = info->all_units_bytes + info->static_bytes;
 	return STRATA_OK;
 }
 

@@ -86,9 +86,15 @@ static int write_model(bench *b)
 static strata_residency_config config(bench *b, strata_residency_mode mode)
 {
 	static const char *groups[] = {"model"};
+	/* the plan's sizes for equal units, by hand: a window of two, every
+	 * unit in host memory (host) or two lookahead slots (disk) */
+	uint64_t unit = (b->unit_bytes + STRATA_ALIGN - 1) / STRATA_ALIGN * STRATA_ALIGN;
+	strata_residency_sizes z = {
+		.depth = 2, .window_bytes = 2 * b->unit_bytes,
+		.window_device_bytes = 2 * unit,
+		.host_bytes = mode == STRATA_RESIDENCY_HOST ? b->units * unit : 2 * unit};
 	return (strata_residency_config){
-		.mode = mode, .depth = 2,
-		.device_budget_bytes = UINT64_MAX, .host_budget_bytes = UINT64_MAX,
+		.mode = mode, .sizes = z,
 		.lookahead_units = 2, .queue_depth = 1,
 		.group_count = 1, .groups = groups,
 		.unit_count = b->units, .units = b->cu,

@@ -30,8 +30,7 @@
 #include "strata/backend_kernels.h"
 #include "strata/base.h"
 
-/* Every sub-allocation in an arena starts on this boundary (bytes). */
-#define STRATA_BACKEND_ALIGN 256u
+/* Every sub-allocation in an arena starts on STRATA_ALIGN (base.h). */
 
 typedef struct strata_stream strata_stream; /* a queue of async work */
 typedef struct strata_event strata_event;   /* a point in a stream */
@@ -63,7 +62,7 @@ typedef struct strata_backend_ops {
 	strata_status (*memory_info)(void *ctx, strata_backend_memory *out,
 				     strata_error *err);
 	/* One region of `bytes` device memory, aligned to at least
-	 * STRATA_BACKEND_ALIGN; E_DEVICE_OOM when it does not fit. */
+	 * STRATA_ALIGN; E_DEVICE_OOM when it does not fit. */
 	strata_status (*device_alloc)(void *ctx, uint64_t bytes, void **out,
 				      strata_error *err);
 	strata_status (*device_free)(void *ctx, void *ptr, strata_error *err);
@@ -288,7 +287,7 @@ strata_status strata_arena_create(strata_backend *b, strata_arena_kind kind,
 /* Frees the region and the arena, live blocks included. NULL is fine. */
 void strata_arena_destroy(strata_arena *a);
 
-/* A block of `bytes` (> 0) starting on a STRATA_BACKEND_ALIGN boundary,
+/* A block of `bytes` (> 0) starting on a STRATA_ALIGN boundary,
  * first fit. E_RES_BUDGET when no free run is large enough: the message
  * names the arena, the request, the bytes in use and the capacity. The
  * arena is unchanged on error. */
@@ -298,10 +297,5 @@ strata_status strata_arena_alloc(strata_arena *a, uint64_t bytes, void **out,
  * E_INVALID_ARG and changes nothing. */
 strata_status strata_arena_free(strata_arena *a, void *ptr, strata_error *err);
 void strata_arena_get_stats(const strata_arena *a, strata_arena_stats *out);
-
-/* `bytes` rounded up to STRATA_BACKEND_ALIGN (checked: E_OVERFLOW naming
- * `what`). */
-strata_status strata_arena_round(uint64_t bytes, uint64_t *out,
-				 const char *what, strata_error *err);
 
 #endif

@@ -96,6 +96,18 @@ strata_status strata_checked_add(uint64_t a, uint64_t b, uint64_t *out,
 strata_status strata_checked_mul(uint64_t a, uint64_t b, uint64_t *out,
 				 const char *what, strata_error *err);
 
+/* The one alignment of strata's buffers: every block an arena hands out,
+ * every tensor slot and buffer the plan sizes and every run of the prefix
+ * pool starts on and is rounded up to this many bytes, so the plan's sizes
+ * and the runtime's blocks round alike. (File formats keep their own: GGUF
+ * data alignment, O_DIRECT's block size.) */
+#define STRATA_ALIGN 256u
+
+/* bytes rounded up to STRATA_ALIGN; E_OVERFLOW naming `what` when the
+ * rounded value does not fit in 64 bits. */
+strata_status strata_checked_align(uint64_t bytes, uint64_t *out,
+				   const char *what, strata_error *err);
+
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                               */
 /* ------------------------------------------------------------------------ */

@@ -207,17 +207,15 @@ void strata_infer_loaded_destroy(strata_infer_loaded *l);
  * of a layer are the engine's; so every mode of DESIGN.md runs the same
  * forward pass. */
 typedef struct strata_infer_window_options {
-	strata_residency_mode mode;	/* RESIDENT, HOST or DISK */
-	uint64_t depth;			/* host: D >= 1 */
-	uint64_t device_budget_bytes;	/* bounds static + window */
-	uint64_t host_budget_bytes;	/* host: every unit; disk: lookahead */
-	uint64_t lookahead_units, queue_depth; /* disk */
+	/* The plan the window runs (borrowed for the call): its selected
+	 * candidate's mode and sizes reach the engine through
+	 * strata_residency_config_from_plan, and its device says where the
+	 * weights execute: CPU converts every type to f32; CUDA keeps f32,
+	 * f16 and bf16 as they are and converts the rest
+	 * (strata_plan_tensor_device_bytes' rule, so the engine's tensors
+	 * fill the plan's sizes). */
+	const strata_plan *plan;
 	uint32_t reader_threads;	/* disk: 0 = 1 */
-	/* Where the weights execute: CPU converts every type to f32; CUDA
-	 * keeps f32, f16 and bf16 as they are and converts the rest
-	 * (strata_plan_tensor_device_bytes' rule, so the engine's device
-	 * bytes are the plan's). */
-	strata_plan_device device;
 	/* CUDA: the compute stream the forward pass queues on. In streamed
 	 * modes a released layer's device slot is refilled at once, so
 	 * release first waits for this stream's queued kernels. NULL on the

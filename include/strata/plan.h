@@ -5,13 +5,13 @@
  * Planning reads headers only: every number here comes from tensor names,
  * dtypes and shapes, never from payload bytes.
  *
- * THE ENGINE MUST ALLOCATE THROUGH THESE NUMBERS. The residency engine and
- * the forward pass size every device and pinned host buffer they allocate
- * with strata_plan_tensor_device_bytes and strata_plan_memory_compute (the
- * same functions the planner used), so a plan that fits is a run that fits:
- * the device and host totals of the selected candidate are ceilings the
- * runtime never exceeds. Changing a buffer in the engine means changing its
- * formula here, in one place.
+ * THE RUNTIME ALLOCATES THROUGH THESE NUMBERS. The residency engine takes
+ * the selected candidate's own sizes (strata_residency_config_from_plan,
+ * the one route) and enforces them; the forward pass sizes its buffers with
+ * strata_plan_memory_compute (the function the planner used). So a plan
+ * that fits is a run that fits: the device and host totals of the selected
+ * candidate are ceilings the runtime never exceeds. Changing a buffer in
+ * the engine means changing its formula here, in one place.
  */
 #ifndef STRATA_PLAN_H
 #define STRATA_PLAN_H
@@ -55,12 +55,8 @@ typedef enum strata_plan_device {
 const char *strata_residency_mode_name(strata_residency_mode m);
 const char *strata_plan_device_name(strata_plan_device d);
 
-/* Every buffer the engine allocates is rounded up to this many bytes. */
-#define STRATA_PLAN_ALIGNMENT 256u
-
-/* Rounds bytes up to STRATA_PLAN_ALIGNMENT; E_OVERFLOW naming `what`. */
-strata_status strata_plan_align(uint64_t bytes, uint64_t *out,
-				const char *what, strata_error *err);
+/* Every buffer the plan sizes is rounded up to STRATA_ALIGN (base.h), the
+ * arenas' alignment, with strata_checked_align. */
 
 /* Where-it-executes bytes of one tensor of `elements` elements of type t:
  * - cpu: every floating type (F64, F32, F16, BF16, F8, F6, F4 and every
@@ -69,7 +65,7 @@ strata_status strata_plan_align(uint64_t bytes, uint64_t *out,
  * - cuda: F32, F16 and BF16 stay as they are; every other floating type is
  *   dequantised to f32 at load (4 bytes per element);
  * - integer and bool types stay as they are on both;
- * then rounded up to STRATA_PLAN_ALIGNMENT, because each tensor is its own
+ * then rounded up to STRATA_ALIGN, because each tensor is its own
  * aligned buffer. Errors: E_CKPT_DTYPE for a type outside the table,
  * E_OVERFLOW naming "tensor device bytes". */
 strata_status strata_plan_tensor_device_bytes(strata_dtype t,
@@ -222,7 +218,7 @@ typedef struct strata_plan_shape {
 } strata_plan_shape;
 
 /* The activation and workspace buffers of one forward pass, all f32, each
- * its own buffer rounded up to STRATA_PLAN_ALIGNMENT. T = prefill_chunk x
+ * its own buffer rounded up to STRATA_ALIGN. T = prefill_chunk x
  * batch. X(field, "json name", "shape")  */
 #define STRATA_PLAN_ACTIVATION_MAP(X)                                          \
 	X(x, "residual", "[T, hidden]")                                        \
@@ -448,6 +444,8 @@ const strata_plan_budgets *strata_plan_get_budgets(const strata_plan *p);
 const strata_plan_memory *strata_plan_get_memory(const strata_plan *p);
 const strata_plan_options *strata_plan_get_options(const strata_plan *p);
 const strata_plan_arch *strata_plan_get_arch(const strata_plan *p);
+/* The sized layout's summary (every unit's and the static bytes, counts). */
+const strata_plan_layout_info *strata_plan_get_layout_info(const strata_plan *p);
 
 /* The selected candidate's settings for the residency engine; all return
  * 0 / AUTO when nothing is selected. */
@@ -467,9 +465,9 @@ uint64_t strata_plan_host_total(const strata_plan *p);
  * selected. What a replica may spend on memory the plan does not size:
  * the batch prefix cache's default bound (docs/batch.md). */
 uint64_t strata_plan_host_spare_bytes(const strata_plan *p);
-/* The weights' share of the device total (aligned static + window): what
- * strata_residency_config.device_budget_bytes bounds (the engine's device
- * arena); KV cache and workspace are the forward pass's own buffers. */
+/* The weights' share of the device total (aligned static + window): the
+ * residency engine's device arena (strata_residency_config_from_plan);
+ * KV cache and workspace are the forward pass's own buffers. */
 uint64_t strata_plan_weight_device_bytes(const strata_plan *p);
 
 /* Writes the plan as one JSON object (docs/plan.md) into j, which the

@@ -204,20 +204,33 @@ typedef strata_status (*strata_residency_convert_fn)(
 	void *user, const strata_tensor *t, const void *src, void *dst,
 	uint64_t dst_bytes, strata_error *err);
 
+/* The plan's sizes the engine works to: strata_residency_config_from_plan
+ * copies them from the plan's selected candidate, and nothing else sizes
+ * the engine. Each tensor takes its own STRATA_ALIGN-aligned slot (the
+ * plan's strata_plan_tensor_device_bytes), and a unit's tensors one block.
+ * The engine takes its arenas of exactly these bytes and refuses at create
+ * (E_RES_BUDGET naming the tier, what its tensors need and what the plan
+ * gave) a config whose tensors they do not hold. */
+typedef struct strata_residency_sizes {
+	uint64_t depth;		      /* device window depth in units */
+	uint64_t static_bytes;	      /* the seed's static sum (telemetry) */
+	uint64_t window_bytes;	      /* the seed's largest window (telemetry) */
+	uint64_t static_device_bytes; /* device: the static tensors' slots */
+	uint64_t window_device_bytes; /* device: the window's unit blocks
+					 (resident: every unit) */
+	/* Host: host mode, every unit's block; disk mode, lookahead_units
+	 * slots of the largest block (the plan's staging ring), or 0 to read
+	 * straight into the device window (only where the device is
+	 * host-addressable); resident, 0. Where the device is not
+	 * host-addressable (CUDA), static tensors and resident units load
+	 * through a pinned staging buffer of one slot that exists during
+	 * create only. */
+	uint64_t host_bytes;
+} strata_residency_sizes;
+
 typedef struct strata_residency_config {
 	strata_residency_mode mode;
-	uint64_t depth; /* host: D >= 1; disk: min(units, 2) is used; resident: ignored */
-	/* Budgets, checked at create (E_RES_BUDGET naming tier, need and
-	 * budget). Device: the device arena, static tensors + the largest
-	 * window, each tensor in its own 256-byte aligned slot (the plan's
-	 * strata_plan_weight_device_bytes). Host: host mode, every unit;
-	 * disk mode, lookahead_units slots of the largest unit (the plan's
-	 * staging ring), or 0 to read straight into the device window (only
-	 * where the device is host-addressable). Where it is not (CUDA),
-	 * static tensors and resident units load through a pinned staging
-	 * buffer of one slot that exists during create only. */
-	uint64_t device_budget_bytes;
-	uint64_t host_budget_bytes;
+	strata_residency_sizes sizes; /* the plan's (config_from_plan) */
 	uint64_t lookahead_units;  /* disk: units read ahead (>= 1) */
 	uint64_t queue_depth;	   /* disk: background reads in flight (>= 1) */
 	uint32_t reader_threads;   /* disk: 0 = 1 */
@@ -241,26 +254,20 @@ typedef struct strata_residency_view {
 	void *const *data;			/* device pointers, one per tensor */
 } strata_residency_view;
 
-/* The sizes the engine works to, in the seed's terms and as laid out. */
-typedef struct strata_residency_sizes {
-	uint64_t static_bytes;	       /* sum of static exec bytes */
-	uint64_t window_bytes;	       /* largest window (seed 001 sizing) */
-	uint64_t depth;		       /* device window depth in units */
-	uint64_t unit_bytes;	       /* sum of every unit's exec bytes */
-	uint64_t device_arena_bytes;   /* static + window, 256-aligned */
-	uint64_t host_arena_bytes;     /* host memory taken */
-} strata_residency_sizes;
-
 typedef struct strata_residency strata_residency;
 
-/* Checks the config, sizes the tiers, takes the device arena (and the host
- * arena), loads the static tensors (and in resident mode every unit, in host
- * mode every unit into host memory) and starts the background reader (disk
- * mode). The config's arrays and the catalog tensors they point to must
- * outlive the engine; nothing else is retained. E_RES_BUDGET when a tier does
- * not fit its budget (naming tier, need and budget), E_INVALID_ARG for a bad
- * config, read and allocation errors as they come. On error nothing is left
- * allocated. The caller owns *out (strata_residency_destroy). */
+/* Checks the config and that the plan's sizes hold its tensors (the
+ * static slots, the largest window of sizes.depth units of one group or
+ * every unit when resident, the host blocks: measured with the plan's own
+ * sizing, plan/sizing.c), takes the device arena (static + window device
+ * bytes) and the host arena (host bytes), loads the static tensors (and in
+ * resident mode every unit, in host mode every unit into host memory) and
+ * starts the background reader (disk mode). The config's arrays and the
+ * catalog tensors they point to must outlive the engine; nothing else is
+ * retained. E_RES_BUDGET when a tier's size does not hold what it must
+ * (naming the tier, the need and the size), E_INVALID_ARG for a bad
+ * config, read and allocation errors as they come. On error nothing is
+ * left allocated. The caller owns *out (strata_residency_destroy). */
 strata_status strata_residency_create(strata_backend *b,
 				      const strata_residency_config *cfg,
 				      strata_residency **out,
@@ -298,7 +305,7 @@ strata_status strata_residency_static(strata_residency *e, const char *name,
 				      const strata_residency_tensor **tensor,
 				      strata_error *err);
 
-/* The sizes the engine works to. */
+/* The sizes the engine works to (the config's, as the plan gave them). */
 void strata_residency_get_sizes(const strata_residency *e,
 				strata_residency_sizes *out);
 /* The engine's recorder (owned by the engine), for snapshots. */
@@ -308,15 +315,6 @@ void strata_residency_device_arena_stats(const strata_residency *e,
 					 strata_arena_stats *out);
 void strata_residency_host_arena_stats(const strata_residency *e,
 				       strata_arena_stats *out);
-
-/* The seed's sizing over the units' exec bytes: static sum, the largest sum
- * over `depth` consecutive unit indices of one group (absent indices weigh
- * 0; cost grows with the number of units, not the largest index). Each sum
- * is checked, naming which overflowed. A helper the engine uses and tests
- * compare against. */
-strata_status strata_residency_size(const strata_residency_config *cfg,
-				    uint64_t depth, strata_residency_sizes *out,
-				    strata_error *err);
 
 /* A read hook over a weight store: pass the store as read_user. */
 strata_status strata_residency_read_store(void *store,
@@ -330,12 +328,14 @@ strata_status strata_residency_convert_f32(void *user, const strata_tensor *t,
 					   const void *src, void *dst,
 					   uint64_t dst_bytes, strata_error *err);
 
-/* Fills the mode, depth, budgets, lookahead and queue of cfg from the plan's
- * selected candidate (the other fields are the caller's: groups, tensors,
- * read hook). The device budget is the plan's weight share
- * (strata_plan_weight_device_bytes), which equals the engine's device arena
- * when the tensors' exec bytes come from strata_plan_tensor_device_bytes'
- * rule. E_PLAN_NOTHING_FITS when the plan selected nothing. */
+/* THE route from the plan to the engine: fills the mode, the sizes,
+ * lookahead and queue of cfg from the plan's selected candidate (the other
+ * fields are the caller's: groups, tensors, read hook). The sizes are the
+ * candidate's own figures (static and window device bytes, depth, host
+ * weights or lookahead ring), so the engine's arenas are the plan's bytes
+ * and a run cannot take more than its plan; the rest of the device total
+ * (KV cache, workspace) is the forward pass's. E_PLAN_NOTHING_FITS when the
+ * plan selected nothing. */
 strata_status strata_residency_config_from_plan(const strata_plan *p,
 						strata_residency_config *cfg,
 						strata_error *err);

@@ -1,5 +1,5 @@
 /* arena.c - one bounded region taken from a backend and sub-allocated with
- * 256-byte alignment, first fit, with its own high-water mark
+ * STRATA_ALIGN (base.h) alignment, first fit, with its own high-water mark
  * (layer: backend).
  *
  * Blocks are few (a unit's tensors share one block), so live blocks are kept
@@ -28,11 +28,6 @@ struct strata_arena {
 
 /* ------------------------------------------------------------------------ */
 
-static uint64_t round_up(uint64_t v)
-{
-	return (v + (STRATA_BACKEND_ALIGN - 1)) & ~(uint64_t)(STRATA_BACKEND_ALIGN - 1);
-}
-
 /* Index of the block starting at offset, or count when none does. */
 static size_t find_block(const strata_arena *a, uint64_t offset)
 {
@@ -48,18 +43,6 @@ static size_t find_block(const strata_arena *a, uint64_t offset)
 }
 
 /* ------------------------------------------------------------------------ */
-
-strata_status strata_arena_round(uint64_t bytes, uint64_t *out,
-				 const char *what, strata_error *err)
-{
-	if (bytes > UINT64_MAX - (STRATA_BACKEND_ALIGN - 1))
-		return strata_fail(err, STRATA_E_OVERFLOW,
-				   "the sizes are not realistic; check the input",
-				   "%s (%" PRIu64 " bytes) overflows when aligned to %u",
-				   what, bytes, STRATA_BACKEND_ALIGN);
-	*out = round_up(bytes);
-	return STRATA_OK;
-}
 
 strata_status strata_arena_create(strata_backend *b, strata_arena_kind kind,
 				  uint64_t capacity_bytes, const char *what,
@@ -117,7 +100,7 @@ strata_status strata_arena_alloc(strata_arena *a, uint64_t bytes, void **out,
 				   "this is a bug in the caller; report it",
 				   "arena allocation of zero bytes or with NULL");
 	uint64_t need;
-	strata_status s = strata_arena_round(bytes, &need, a->what, err);
+	strata_status s = strata_checked_align(bytes, &need, a->what, err);
 	if (s != STRATA_OK)
 		return s;
 	/* First fit: the gap before block i starts at the end of block i-1. */

@@ -156,3 +156,16 @@ strata_status strata_checked_mul(uint64_t a, uint64_t b, uint64_t *out,
 			   " exceeds 2^64-1",
 			   what, a, b);
 }
+
+strata_status strata_checked_align(uint64_t bytes, uint64_t *out,
+				   const char *what, strata_error *err)
+{
+	if (bytes > UINT64_MAX - (STRATA_ALIGN - 1))
+		return strata_fail(err, STRATA_E_OVERFLOW,
+				   "the input declares sizes too large to be real; check it is not corrupt",
+				   "%s overflowed: %" PRIu64
+				   " bytes rounded up to %u exceeds 2^64-1",
+				   what, bytes, STRATA_ALIGN);
+	*out = (bytes + (STRATA_ALIGN - 1)) & ~(uint64_t)(STRATA_ALIGN - 1);
+	return STRATA_OK;
+}

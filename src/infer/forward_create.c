@@ -66,7 +66,7 @@ static strata_status device_total(strata_forward *f, uint64_t *out,
 					     b[i].what, err)) ||
 		    (st = strata_checked_mul(cells, sizeof(float), &bytes,
 					     b[i].what, err)) ||
-		    (st = strata_arena_round(bytes, &bytes, b[i].what, err)) ||
+		    (st = strata_checked_align(bytes, &bytes, b[i].what, err)) ||
 		    (st = strata_checked_add(total, bytes, &total,
 					     "forward pass device bytes", err)))
 			return st;

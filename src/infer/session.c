@@ -154,26 +154,13 @@ static strata_status check_forward_bytes(strata_session *s,
 static strata_status start_window(strata_session *s, strata_error *err)
 {
 	const strata_plan *p = s->plan;
-	strata_infer_window_options wo = {
-		.mode = strata_plan_mode(p),
-		.depth = strata_plan_depth(p),
-		.device_budget_bytes = strata_plan_device_budget(p),
-		.host_budget_bytes = strata_plan_host_budget(p),
-		.lookahead_units = strata_plan_lookahead(p),
-		.queue_depth = strata_plan_queue(p),
-		.device = strata_plan_get_options(p)->device,
-	};
-	if (wo.mode == STRATA_RESIDENCY_DISK && wo.lookahead_units == 0) {
-		/* The plan reads straight into the device window. */
-		wo.lookahead_units = 1;
-		wo.queue_depth = 1;
-		wo.host_budget_bytes = 0;
-	}
+	/* The window runs the plan's sizes (strata_residency_config_from_plan) */
+	strata_infer_window_options wo = {.plan = p};
 	/* Disk mode reads every weight from the files on every pass: around
 	 * the page cache (O_DIRECT, where the filesystem allows), which would
 	 * otherwise fill with what is read once and evict the host's memory. */
 	strata_weight_store_options so = {
-		.direct_io = wo.mode == STRATA_RESIDENCY_DISK,
+		.direct_io = strata_plan_mode(p) == STRATA_RESIDENCY_DISK,
 	};
 	strata_status st;
 	if ((st = strata_weight_store_create(s->catalog, &so, &s->store,

@@ -148,13 +148,17 @@ strata_status strata_infer_window_create(strata_backend *b,
 					 strata_infer_source *src,
 					 strata_error *err)
 {
+	strata_residency_config cfg = {0};
+	strata_status st = strata_residency_config_from_plan(o->plan, &cfg, err);
+	if (st)
+		return st;
 	strata_infer_window *w = strata_calloc_or_error(1, sizeof *w,
 							"weight window", err);
 	if (!w)
 		return STRATA_E_NOMEM;
 	w->layers = t->layers;
-	w->device = o->device;
-	w->mode = o->mode;
+	w->device = strata_plan_get_options(o->plan)->device;
+	w->mode = cfg.mode;
 	w->compute_stream = o->compute_stream;
 	w->b = b;
 	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
@@ -166,31 +170,23 @@ strata_status strata_infer_window_create(strata_backend *b,
 					 "window slots", err);
 	w->elem = strata_calloc_or_error(t->layers, sizeof *w->elem,
 					 "window element types", err);
-	strata_status st = STRATA_E_NOMEM;
+	st = STRATA_E_NOMEM;
 	if (!w->rt || !w->units || !w->slot || !w->elem)
 		goto fail;
 	size_t statics = build_units(w, t);
 	w->group[0] = strncmp(t->embed->name, "token_embd", 10) ? "model"
 								 : "blk";
-	strata_residency_config cfg = {
-		.mode = o->mode,
-		.depth = o->depth,
-		.device_budget_bytes = o->device_budget_bytes,
-		.host_budget_bytes = o->host_budget_bytes,
-		.lookahead_units = o->lookahead_units,
-		.queue_depth = o->queue_depth,
-		.reader_threads = o->reader_threads,
-		.group_count = 1,
-		.groups = w->group,
-		.static_count = statics,
-		.statics = w->rt,
-		.unit_count = t->layers,
-		.units = w->units,
-		.read = strata_residency_read_store,
-		.read_user = ws,
-		.convert = strata_residency_convert_f32,
-	};
-	if (ws && o->mode == STRATA_RESIDENCY_DISK) {
+	cfg.reader_threads = o->reader_threads;
+	cfg.group_count = 1;
+	cfg.groups = w->group;
+	cfg.static_count = statics;
+	cfg.statics = w->rt;
+	cfg.unit_count = t->layers;
+	cfg.units = w->units;
+	cfg.read = strata_residency_read_store;
+	cfg.read_user = ws;
+	cfg.convert = strata_residency_convert_f32;
+	if (ws && cfg.mode == STRATA_RESIDENCY_DISK) {
 		/* Disk mode reads a unit per call on each reader thread: with a
 		 * buffer per reader ready, streaming allocates nothing. */
 		uint64_t largest = 0;
@@ -208,6 +204,13 @@ strata_status strata_infer_window_create(strata_backend *b,
 	}
 	if ((st = strata_residency_create(b, &cfg, &w->engine, err)))
 		goto fail;
+	/* the run's budgets, for the telemetry document: the engine knows
+	 * only the plan's sizes */
+	strata_telemetry *tel = strata_residency_telemetry(w->engine);
+	strata_telemetry_set_budget(tel, STRATA_TIER_DEVICE,
+				    strata_plan_device_budget(o->plan));
+	strata_telemetry_set_budget(tel, STRATA_TIER_HOST,
+				    strata_plan_host_budget(o->plan));
 	strata_infer_statics s = {0};
 	if ((st = static_ptr(w, t->embed, &s.embed, &s.embed_elem, err)) ||
 	    (st = static_ptr(w, t->final_norm, &s.final_norm,

@@ -42,18 +42,6 @@ const char *strata_plan_device_name(strata_plan_device d)
 /* Tensor bytes where they execute                                          */
 /* ------------------------------------------------------------------------ */
 
-strata_status strata_plan_align(uint64_t bytes, uint64_t *out,
-				const char *what, strata_error *err)
-{
-	uint64_t r;
-	strata_status s = strata_checked_add(bytes, STRATA_PLAN_ALIGNMENT - 1,
-					     &r, what, err);
-	if (s != STRATA_OK)
-		return s;
-	*out = r / STRATA_PLAN_ALIGNMENT * STRATA_PLAN_ALIGNMENT;
-	return STRATA_OK;
-}
-
 /* Bytes per element on the executing device; 0 for a type outside the
  * table. Integer types are stored as they are; floats follow plan.h. */
 static uint64_t exec_element_bytes(strata_dtype t, strata_plan_device d)
@@ -103,7 +91,7 @@ strata_status strata_plan_tensor_device_bytes(strata_dtype t,
 					     "tensor device bytes", err);
 	if (s != STRATA_OK)
 		return s;
-	return strata_plan_align(raw, out, "tensor device bytes", err);
+	return strata_checked_align(raw, out, "tensor device bytes", err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -121,7 +109,7 @@ static strata_status buffer_bytes(const uint64_t *f, size_t n,
 		if (s != STRATA_OK)
 			return s;
 	}
-	return strata_plan_align(p, out, what, err);
+	return strata_checked_align(p, out, what, err);
 }
 
 #define BUFFER(out, what, ...)                                                 \

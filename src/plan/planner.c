@@ -207,12 +207,13 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 {
 	const strata_plan_memory *m = &p->memory;
 	strata_status s;
-	s = strata_plan_align(c->weights.static_bytes, &c->static_device_bytes,
-			      "static device bytes", err);
+	s = strata_checked_align(c->weights.static_bytes,
+				 &c->static_device_bytes, "static device bytes",
+				 err);
 	if (s == STRATA_OK)
-		s = strata_plan_align(c->weights.window_bytes,
-				      &c->window_device_bytes,
-				      "window device bytes", err);
+		s = strata_checked_align(c->weights.window_bytes,
+					 &c->window_device_bytes,
+					 "window device bytes", err);
 	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1
 			 : c->mode == STRATA_RESIDENCY_DISK ? c->lookahead
 							    : 0;
@@ -689,6 +690,11 @@ const strata_plan_options *strata_plan_get_options(const strata_plan *p)
 const strata_plan_arch *strata_plan_get_arch(const strata_plan *p)
 {
 	return &p->arch;
+}
+
+const strata_plan_layout_info *strata_plan_get_layout_info(const strata_plan *p)
+{
+	return &p->info;
 }
 
 strata_residency_mode strata_plan_mode(const strata_plan *p)

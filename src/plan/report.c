@@ -103,7 +103,7 @@ static void write_memory(const strata_plan *p, strata_json *j)
 	bool k = m->arch_known;
 	strata_json_key(j, "memory");
 	strata_json_object_begin(j);
-	strata_json_kv_u64(j, "alignment", STRATA_PLAN_ALIGNMENT);
+	strata_json_kv_u64(j, "alignment", STRATA_ALIGN);
 	kv_arch_u64(j, "kv_element_bytes", k, m->kv_element_bytes);
 	kv_arch_u64(j, "kv_buffer_bytes", k, m->kv_buffer_bytes);
 	kv_arch_u64(j, "kv_cache_bytes", k, m->kv_cache_bytes);

@@ -1,6 +1,7 @@
-/* engine.c - the residency engine's life cycle: checking the config, sizing
- * the tiers (seed 001), taking the arenas, loading what stays put, and
- * tearing it all down (layer: residency). The moving parts of the window
+/* engine.c - the residency engine's life cycle: checking the config and
+ * that the plan's sizes hold its tensors, taking the arenas of exactly those
+ * sizes, loading what stays put, and tearing it all down (layer:
+ * residency). The engine sizes nothing itself. The moving parts of the window
  * are in engine_window.c, the readers in engine_load.c. */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -8,13 +9,8 @@
 
 #include "residency/engine_internal.h"
 
-/* The engine's slots and the planner's sizes must round the same way, or
- * a plan that fits would not be a run that fits (test_engine_plan). */
-_Static_assert(STRATA_BACKEND_ALIGN == STRATA_PLAN_ALIGNMENT,
-	       "arena alignment differs from the plan's");
-
 /* ------------------------------------------------------------------------ */
-/* Sizing                                                                   */
+/* Execution order                                                          */
 /* ------------------------------------------------------------------------ */
 
 static int by_group_unit(const void *pa, const void *pb)
@@ -51,147 +47,6 @@ static strata_status sort_units(const strata_residency_config *c,
 		}
 	*out = p;
 	return STRATA_OK;
-}
-
-static strata_status unit_bytes(const strata_residency_unit *u, bool aligned,
-				uint64_t *out, strata_error *err)
-{
-	uint64_t sum = 0;
-	for (size_t i = 0; i < u->tensor_count; i++) {
-		uint64_t b = strata__res_tensor_exec(&u->tensors[i]);
-		strata_status s = aligned ? strata_arena_round(b, &b, "tensor bytes", err)
-					  : STRATA_OK;
-		if (s == STRATA_OK)
-			s = strata_checked_add(sum, b, &sum, "execution-unit bytes", err);
-		if (s != STRATA_OK)
-			return s;
-	}
-	*out = sum;
-	return STRATA_OK;
-}
-
-/* Seed 001: the largest sum over `depth` consecutive unit indices of one
- * group; absent indices weigh 0 and cost nothing (two pointers over the
- * sorted units, so time follows the unit count, not the largest index). */
-static strata_status window(const strata_residency_unit *const *p, size_t n,
-			    uint64_t depth, bool aligned, uint64_t *out,
-			    strata_error *err)
-{
-	uint64_t best = 0, cur = 0;
-	size_t left = 0;
-	for (size_t i = 0; i < n && depth; i++) {
-		if (i && p[i]->group != p[i - 1]->group) {
-			left = i;
-			cur = 0;
-		}
-		while (p[i]->unit - p[left]->unit >= depth) {
-			uint64_t b;
-			strata_status s = unit_bytes(p[left], aligned, &b, err);
-			if (s != STRATA_OK)
-				return s;
-			cur -= b;
-			left++;
-		}
-		uint64_t b;
-		strata_status s = unit_bytes(p[i], aligned, &b, err);
-		if (s == STRATA_OK)
-			s = strata_checked_add(cur, b, &cur, "device-window bytes", err);
-		if (s != STRATA_OK)
-			return s;
-		if (cur > best)
-			best = cur;
-	}
-	*out = best;
-	return STRATA_OK;
-}
-
-static strata_status static_sum(const strata_residency_config *c, bool aligned,
-				uint64_t *out, strata_error *err)
-{
-	uint64_t sum = 0;
-	for (size_t i = 0; i < c->static_count; i++) {
-		uint64_t b = strata__res_tensor_exec(&c->statics[i]);
-		strata_status s = aligned ? strata_arena_round(b, &b, "static tensor bytes", err)
-					  : STRATA_OK;
-		if (s == STRATA_OK)
-			s = strata_checked_add(sum, b, &sum, "static parameter bytes", err);
-		if (s != STRATA_OK)
-			return s;
-	}
-	*out = sum;
-	return STRATA_OK;
-}
-
-static uint64_t mode_depth(const strata_residency_config *c,
-			   const strata_residency_unit *const *p, uint64_t depth)
-{
-	if (c->mode == STRATA_RESIDENCY_HOST)
-		return depth;
-	/* the seed's unit count: per group the last index + 1, summed */
-	uint64_t count = 0;
-	for (size_t i = 0; i < c->unit_count; i++)
-		if (i + 1 == c->unit_count || p[i + 1]->group != p[i]->group)
-			count = strata_sat_add_u64(count,
-						   strata_sat_add_u64(p[i]->unit, 1));
-	if (c->mode == STRATA_RESIDENCY_DISK)
-		return count < 2 ? count : 2;
-	return count;
-}
-
-static strata_status size_sorted(const strata_residency_config *c,
-				 const strata_residency_unit *const *p,
-				 uint64_t depth, strata_residency_sizes *out,
-				 strata_error *err)
-{
-	strata_residency_sizes z = {0};
-	z.depth = mode_depth(c, p, depth);
-	uint64_t static_aligned = 0, window_aligned = 0;
-	strata_status s = static_sum(c, false, &z.static_bytes, err);
-	if (s == STRATA_OK)
-		s = static_sum(c, true, &static_aligned, err);
-	/* the window first, so an overflow there is named as the seed names it */
-	if (s == STRATA_OK && c->mode != STRATA_RESIDENCY_RESIDENT) {
-		s = window(p, c->unit_count, z.depth, false, &z.window_bytes, err);
-		if (s == STRATA_OK)
-			s = window(p, c->unit_count, z.depth, true, &window_aligned, err);
-	}
-	for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
-		uint64_t b;
-		s = unit_bytes(p[i], false, &b, err);
-		if (s == STRATA_OK)
-			s = strata_checked_add(z.unit_bytes, b, &z.unit_bytes,
-					       "all-unit bytes", err);
-	}
-	if (s == STRATA_OK && c->mode == STRATA_RESIDENCY_RESIDENT) {
-		/* resident: the window is every unit of every group */
-		z.window_bytes = z.unit_bytes;
-		for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
-			uint64_t b;
-			s = unit_bytes(p[i], true, &b, err);
-			if (s == STRATA_OK)
-				s = strata_checked_add(window_aligned, b, &window_aligned,
-						       "device-window bytes", err);
-		}
-	}
-	if (s == STRATA_OK)
-		s = strata_checked_add(static_aligned, window_aligned,
-				       &z.device_arena_bytes, "bounded-residency bytes", err);
-	if (s == STRATA_OK)
-		*out = z;
-	return s;
-}
-
-strata_status strata_residency_size(const strata_residency_config *cfg,
-				    uint64_t depth, strata_residency_sizes *out,
-				    strata_error *err)
-{
-	const strata_residency_unit **p = NULL;
-	strata_status s = sort_units(cfg, &p, err);
-	if (s != STRATA_OK)
-		return s;
-	s = size_sorted(cfg, p, depth, out, err);
-	strata_free(p);
-	return s;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -242,10 +97,13 @@ static strata_status check_config(const strata_residency_config *c,
 			   "no read function");
 	if (c->unit_count && (!c->units || !c->groups || !c->group_count))
 		return bad(err, "pass the unit and group arrays", "units without groups");
-	if (c->mode == STRATA_RESIDENCY_HOST && c->depth == 0)
+	if (c->mode == STRATA_RESIDENCY_HOST && c->sizes.depth == 0)
 		return bad(err, "use a host window depth of at least 1",
 			   "host mode with depth 0");
-	if (c->mode == STRATA_RESIDENCY_DISK && c->host_budget_bytes &&
+	if (c->mode == STRATA_RESIDENCY_DISK && c->unit_count && c->sizes.depth == 0)
+		return bad(err, "size the engine with strata_residency_config_from_plan",
+			   "disk mode with a window depth of 0");
+	if (c->mode == STRATA_RESIDENCY_DISK && c->sizes.host_bytes &&
 	    (c->lookahead_units == 0 || c->queue_depth == 0))
 		return bad(err, "give --lookahead and --queue of at least 1, or host memory 0",
 			   "disk mode with host memory needs a lookahead and a queue");
@@ -262,16 +120,6 @@ static strata_status check_config(const strata_residency_config *c,
 /* ------------------------------------------------------------------------ */
 /* Building                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static strata_status budget_error(strata_error *err, const char *tier,
-				  uint64_t need, uint64_t budget,
-				  const char *fix)
-{
-	return strata_fail(err, STRATA_E_RES_BUDGET, fix,
-			   "%s memory: the residency plan needs %" PRIu64
-			   " bytes (256-byte aligned), the budget is %" PRIu64,
-			   tier, need, budget);
-}
 
 /* Unit slots, their tensor offsets and view pointers, group bounds, and the
  * largest figures the buffers are sized by. */
@@ -325,7 +173,7 @@ static strata_status build_units(strata_residency *e,
 			const strata_residency_tensor *ct = &cu->tensors[t];
 			uint64_t b = strata__res_tensor_exec(ct), r;
 			u->offsets[t] = u->block_bytes;
-			strata_status s = strata_arena_round(b, &r, "tensor bytes", err);
+			strata_status s = strata_checked_align(b, &r, "tensor bytes", err);
 			if (s == STRATA_OK)
 				s = strata_checked_add(u->block_bytes, r, &u->block_bytes,
 						       "unit block bytes", err);
@@ -347,42 +195,132 @@ static strata_status build_units(strata_residency *e,
 	return STRATA_OK;
 }
 
-/* Takes the arenas after checking each against its budget. */
+/* ------------------------------------------------------------------------ */
+/* Holding the plan's sizes                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes of sizing param i: a static tensor's slot, then a unit's block. */
+static strata_status slot_bytes(void *ctx, size_t i, uint64_t *out,
+				strata_error *err)
+{
+	const strata_residency *e = ctx;
+	if (i < e->cfg.static_count)
+		return strata_checked_align(strata__res_tensor_exec(&e->cfg.statics[i]),
+					    out, "static tensor bytes", err);
+	*out = e->units[i - e->cfg.static_count].block_bytes;
+	return STRATA_OK;
+}
+
+/* What the engine's own tensors take, measured with the plan's sizing (one
+ * implementation of the seed's sums, plan/sizing.c): the static slots, the
+ * largest window of sizes.depth units (resident: every unit), every block
+ * and the largest. */
+static strata_status measure(const strata_residency *e,
+			     strata_plan_weights *w,
+			     strata_plan_layout_info *info, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	size_t n = c->static_count + e->n;
+	strata_plan_param *p = strata_calloc_or_error(n ? n : 1, sizeof *p,
+						      "engine size check", err);
+	if (!p)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < c->static_count; i++)
+		p[i] = (strata_plan_param){.name = c->statics[i].tensor->name,
+					   .owner = {.kind = STRATA_OWNER_STATIC}};
+	for (size_t i = 0; i < e->n; i++) {
+		const strata_residency_unit *u = e->units[i].cfg;
+		const char *g = c->groups[u->group];
+		p[c->static_count + i] = (strata_plan_param){
+			.name = g,
+			.owner = {.kind = STRATA_OWNER_UNIT, .group = g,
+				  .group_len = strlen(g), .unit = u->unit}};
+	}
+	strata_plan_layout *l = NULL;
+	strata_status s = strata_plan_layout_create(p, n, slot_bytes, (void *)e,
+						    NULL, 0, &l, err);
+	strata_free(p);
+	if (s != STRATA_OK)
+		return s;
+	strata_plan_layout_get_info(l, info);
+	s = strata_plan_layout_weights(l,
+				       c->mode == STRATA_RESIDENCY_RESIDENT
+					       ? STRATA_RESIDENCY_RESIDENT
+					       : STRATA_RESIDENCY_HOST,
+				       c->sizes.depth, w, err);
+	strata_plan_layout_destroy(l);
+	return s;
+}
+
+static strata_status short_error(strata_error *err, const char *tier,
+				 const char *what, uint64_t need, uint64_t size)
+{
+	return strata_fail(err, STRATA_E_RES_BUDGET,
+			   "size the engine with strata_residency_config_from_plan over the same tensors (plan and engine disagree: report it if they did)",
+			   "%s memory: %s need %" PRIu64 " bytes (%u-byte aligned slots), "
+			   "the plan gave %" PRIu64,
+			   tier, what, need, STRATA_ALIGN, size);
+}
+
+/* Refuses sizes that do not hold the engine's tensors, and fills the
+ * host bytes the mode takes (every block, or the lookahead slots). */
+static strata_status check_sizes(strata_residency *e, uint64_t *host,
+				 strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	const strata_residency_sizes *z = &c->sizes;
+	strata_plan_weights w;
+	strata_plan_layout_info info;
+	strata_status s = measure(e, &w, &info, err);
+	if (s != STRATA_OK)
+		return s;
+	if (w.static_bytes > z->static_device_bytes)
+		return short_error(err, "device", "the static tensors",
+				   w.static_bytes, z->static_device_bytes);
+	if (w.window_bytes > z->window_device_bytes)
+		return short_error(err, "device",
+				   c->mode == STRATA_RESIDENCY_RESIDENT
+					   ? "the units (every one resident)"
+					   : "the units of the largest window",
+				   w.window_bytes, z->window_device_bytes);
+	*host = 0;
+	if (c->mode == STRATA_RESIDENCY_HOST)
+		*host = info.all_units_bytes;
+	else if (c->mode == STRATA_RESIDENCY_DISK && z->host_bytes)
+		s = strata_checked_mul(c->lookahead_units, e->host_slot_bytes, host,
+				       "lookahead cache bytes", err);
+	if (s == STRATA_OK && *host > z->host_bytes)
+		return short_error(err, "host",
+				   c->mode == STRATA_RESIDENCY_HOST
+					   ? "the units (every one)"
+					   : "the lookahead slots",
+				   *host, z->host_bytes);
+	return s;
+}
+
+/* Takes the arenas: exactly the plan's bytes, once they hold the tensors. */
 static strata_status take_memory(strata_residency *e, strata_error *err)
 {
 	const strata_residency_config *c = &e->cfg;
-	strata_residency_sizes *z = &e->sizes;
-	if (z->device_arena_bytes > c->device_budget_bytes)
-		return budget_error(err, "device", z->device_arena_bytes,
-				    c->device_budget_bytes,
-				    "raise --device-memory, or choose a smaller window (host:D with a lower D, or disk)");
-	uint64_t host = 0;
-	strata_status s = STRATA_OK;
-	if (c->mode == STRATA_RESIDENCY_HOST)
-		for (size_t i = 0; s == STRATA_OK && i < e->n; i++)
-			s = strata_checked_add(host, e->units[i].block_bytes, &host,
-					       "host unit bytes", err);
-	else if (c->mode == STRATA_RESIDENCY_DISK && c->host_budget_bytes)
-		s = strata_checked_mul(c->lookahead_units, e->host_slot_bytes, &host,
-				       "lookahead cache bytes", err);
+	const strata_residency_sizes *z = &c->sizes;
+	uint64_t host = 0, device = 0;
+	strata_status s = check_sizes(e, &host, err);
+	if (s == STRATA_OK)
+		s = strata_checked_add(z->static_device_bytes, z->window_device_bytes,
+				       &device, "device weight bytes", err);
 	if (s != STRATA_OK)
 		return s;
-	if (host > c->host_budget_bytes)
-		return budget_error(err, "host", host, c->host_budget_bytes,
-				    c->mode == STRATA_RESIDENCY_HOST
-					    ? "raise --host-memory, or use --residency disk"
-					    : "raise --host-memory, lower --lookahead, or use --host-memory 0");
-	z->host_arena_bytes = host;
-	bool direct = c->mode == STRATA_RESIDENCY_DISK && !host;
+	bool direct = c->mode == STRATA_RESIDENCY_DISK && !z->host_bytes;
 	if (direct && !e->caps.device_addressable)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "give the disk mode host memory for its lookahead (--host-memory, --lookahead)",
 				   "backend '%s' cannot take disk reads straight into device memory",
 				   e->caps.name);
-	s = strata_arena_create(e->b, STRATA_ARENA_DEVICE, z->device_arena_bytes,
+	s = strata_arena_create(e->b, STRATA_ARENA_DEVICE, device,
 				"device weights", &e->dev_arena, err);
 	if (s == STRATA_OK)
-		s = strata_arena_create(e->b, STRATA_ARENA_HOST_PINNED, host,
+		s = strata_arena_create(e->b, STRATA_ARENA_HOST_PINNED,
+					c->mode == STRATA_RESIDENCY_RESIDENT ? 0 : z->host_bytes,
 					"host weights", &e->host_arena, err);
 	if (s != STRATA_OK)
 		return s;
@@ -457,8 +395,8 @@ static strata_status take_staging(strata_residency *e, strata_error *err)
 	uint64_t need = c->mode == STRATA_RESIDENCY_RESIDENT ? e->host_slot_bytes : 0;
 	for (size_t i = 0; i < c->static_count; i++) {
 		uint64_t b = 0;
-		strata_status s = strata_arena_round(strata__res_tensor_exec(&c->statics[i]),
-						     &b, "static tensor bytes", err);
+		strata_status s = strata_checked_align(strata__res_tensor_exec(&c->statics[i]),
+						       &b, "static tensor bytes", err);
 		if (s != STRATA_OK)
 			return s;
 		if (b > need)
@@ -495,8 +433,8 @@ static strata_status load_fixed(strata_residency *e, strata_error *err)
 		const strata_residency_tensor *t = &c->statics[i];
 		unsigned char *block = NULL;
 		uint64_t aligned = 0;
-		s = strata_arena_round(strata__res_tensor_exec(t), &aligned,
-				       "static tensor bytes", err);
+		s = strata_checked_align(strata__res_tensor_exec(t), &aligned,
+					 "static tensor bytes", err);
 		if (s == STRATA_OK)
 			s = load_now(e, e->dev_arena, STRATA_TIER_DEVICE,
 				     STRATA_DIR_DISK_TO_DEVICE, t, 1, &zero_offset,
@@ -540,8 +478,11 @@ static void set_plan_figures(strata_residency *e)
 	const strata_residency_config *c = &e->cfg;
 	/* tiers are charged what their arenas hand out (256-aligned), the
 	 * same bytes the plan sizes with */
-	uint64_t planned_device = e->sizes.device_arena_bytes;
-	uint64_t planned_host = e->sizes.host_arena_bytes;
+	strata_arena_stats dev, host;
+	strata_arena_get_stats(e->dev_arena, &dev);
+	strata_arena_get_stats(e->host_arena, &host);
+	uint64_t planned_device = dev.capacity_bytes;
+	uint64_t planned_host = host.capacity_bytes;
 	uint64_t planned_disk = 0;
 	if (c->mode == STRATA_RESIDENCY_DISK)
 		for (size_t i = 0; i < e->n; i++)
@@ -549,8 +490,6 @@ static void set_plan_figures(strata_residency *e)
 	strata_telemetry_set_planned(&e->tel, STRATA_TIER_DEVICE, planned_device);
 	strata_telemetry_set_planned(&e->tel, STRATA_TIER_HOST, planned_host);
 	strata_telemetry_set_planned(&e->tel, STRATA_TIER_DISK, planned_disk);
-	strata_telemetry_set_budget(&e->tel, STRATA_TIER_DEVICE, c->device_budget_bytes);
-	strata_telemetry_set_budget(&e->tel, STRATA_TIER_HOST, c->host_budget_bytes);
 }
 
 static strata_status init_sync(strata_residency *e, strata_error *err)
@@ -574,7 +513,7 @@ static strata_status start_disk(strata_residency *e, strata_error *err)
 {
 	const strata_residency_config *c = &e->cfg;
 	/* host 0: the window's own reads are the only ones */
-	e->q_cap = c->host_budget_bytes ? c->queue_depth : e->sizes.depth;
+	e->q_cap = c->sizes.host_bytes ? c->queue_depth : c->sizes.depth;
 	if (!e->q_cap)
 		e->q_cap = 1;
 	e->queue = strata_calloc_or_error(e->q_cap, sizeof *e->queue,
@@ -607,8 +546,6 @@ strata_status strata_residency_create(strata_backend *b,
 		s = strata_backend_get_caps(b, &e->caps, err);
 	if (s == STRATA_OK)
 		s = sort_units(cfg, &order, err);
-	if (s == STRATA_OK)
-		s = size_sorted(cfg, order, cfg->depth, &e->sizes, err);
 	if (s == STRATA_OK)
 		s = build_units(e, order, err);
 	strata_free(order);
@@ -701,7 +638,7 @@ strata_status strata_residency_static(strata_residency *e, const char *name,
 void strata_residency_get_sizes(const strata_residency *e,
 				strata_residency_sizes *out)
 {
-	*out = e->sizes;
+	*out = e->cfg.sizes;
 }
 
 strata_telemetry *strata_residency_telemetry(strata_residency *e)

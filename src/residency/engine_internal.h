@@ -11,7 +11,7 @@ typedef enum host_state { HOST_NONE, HOST_READING, HOST_CACHED } host_state;
 typedef enum dev_state { DEV_NONE, DEV_LOADING, DEV_READY, DEV_HELD } dev_state;
 
 /* One execution unit at its position in execution order. Its tensors sit
- * in one block per tier at the same offsets (each 256-aligned), so a host
+ * in one block per tier at the same offsets (each STRATA_ALIGN-aligned), so a host
  * copy and a device copy of a unit have one layout. */
 typedef struct unit_slot {
 	const strata_residency_unit *cfg;
@@ -47,8 +47,7 @@ typedef struct reader_buffers {
 struct strata_residency {
 	strata_backend *b;
 	strata_backend_caps caps;
-	strata_residency_config cfg;
-	strata_residency_sizes sizes;
+	strata_residency_config cfg; /* cfg.sizes: the plan's, enforced */
 	uint64_t host_slot_bytes; /* disk mode: one lookahead slot (largest unit) */
 	strata_arena *dev_arena, *host_arena;
 	strata_stream *copy_stream;

@@ -1,5 +1,6 @@
-/* engine_plan.c - filling the engine's config from the planner's selected
- * candidate, so the engine runs with exactly the budgets the plan sized
+/* engine_plan.c - the one route from the planner to the engine: the
+ * selected candidate's mode, sizes, lookahead and queue copied into the
+ * engine's config, so the engine's arenas are the bytes the plan sized
  * (layer: residency). */
 #include "strata/residency.h"
 
@@ -12,14 +13,22 @@ strata_status strata_residency_config_from_plan(const strata_plan *p,
 		return strata_fail(err, STRATA_E_PLAN_NOTHING_FITS,
 				   "raise --device-memory or --host-memory, or pick another --residency",
 				   "the plan has no selected residency mode to run with");
+	bool disk = c->mode == STRATA_RESIDENCY_DISK;
 	cfg->mode = c->mode;
-	cfg->depth = c->weights.depth;
-	/* the weights' share of the device: static + window, aligned slots;
-	 * KV cache and workspace are the forward pass's own buffers */
-	cfg->device_budget_bytes = strata_plan_weight_device_bytes(p);
-	/* host: every unit (host mode), the lookahead slots (disk mode) */
-	cfg->host_budget_bytes = c->mode == STRATA_RESIDENCY_RESIDENT ? 0 : c->host_bytes;
-	cfg->lookahead_units = c->mode == STRATA_RESIDENCY_DISK ? c->lookahead : 0;
-	cfg->queue_depth = c->mode == STRATA_RESIDENCY_DISK ? c->queue : 0;
+	cfg->sizes = (strata_residency_sizes){
+		.depth = c->weights.depth,
+		.static_bytes = c->weights.static_bytes,
+		.window_bytes = c->weights.window_bytes,
+		/* the weights' share of the device; KV cache and workspace
+		 * are the forward pass's own buffers */
+		.static_device_bytes = c->static_device_bytes,
+		.window_device_bytes = c->window_device_bytes,
+		/* host: every unit (host mode), the lookahead ring (disk
+		 * mode; 0 when reads go straight to the device) */
+		.host_bytes = c->mode == STRATA_RESIDENCY_HOST ? c->host_weight_bytes
+			      : disk ? c->staging_bytes : 0,
+	};
+	cfg->lookahead_units = disk ? c->lookahead : 0;
+	cfg->queue_depth = disk ? c->queue : 0;
 	return STRATA_OK;
 }

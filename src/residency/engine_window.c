@@ -26,7 +26,7 @@ static uint64_t idx(const strata_residency *e, size_t pos)
 
 static bool has_cache(const strata_residency *e)
 {
-	return e->cfg.mode == STRATA_RESIDENCY_DISK && e->sizes.host_arena_bytes;
+	return e->cfg.mode == STRATA_RESIDENCY_DISK && e->cfg.sizes.host_bytes;
 }
 
 static strata_status reader_failed(strata_residency *e, strata_error *err)
@@ -182,7 +182,7 @@ static strata_status place_window(strata_residency *e, size_t want,
 	if (first >= ge)
 		return STRATA_OK;
 	uint64_t anchor = idx(e, first);
-	for (size_t p = first; p < ge && idx(e, p) - anchor < e->sizes.depth; p++) {
+	for (size_t p = first; p < ge && idx(e, p) - anchor < e->cfg.sizes.depth; p++) {
 		if (e->units[p].dev != DEV_NONE)
 			continue;
 		placed r;
@@ -366,7 +366,7 @@ static strata_status held_error(strata_residency *e, size_t held, size_t pos,
 			   "unit %" PRIu64 " of group '%s' is still held while acquiring unit %"
 			   PRIu64 " of group '%s' (window depth %" PRIu64 ")",
 			   h->unit, e->cfg.groups[h->group], w->unit,
-			   e->cfg.groups[w->group], e->sizes.depth);
+			   e->cfg.groups[w->group], e->cfg.sizes.depth);
 }
 
 /* Moves the window to the group and position of `pos`: drains the old
@@ -391,7 +391,7 @@ static strata_status move_window(strata_residency *e, size_t pos,
 	for (size_t p = gb; p < ge; p++) {
 		unit_slot *u = &e->units[p];
 		uint64_t a = idx(e, p), b = idx(e, pos);
-		bool far = (a > b ? a - b : b - a) >= e->sizes.depth;
+		bool far = (a > b ? a - b : b - a) >= e->cfg.sizes.depth;
 		if (u->dev == DEV_HELD && far)
 			return held_error(e, p, pos, err);
 		if (p != pos && u->dev != DEV_HELD && u->dev != DEV_NONE &&

@@ -114,7 +114,7 @@ static bool take_all(strata_prefix_cache *c, entry *e)
 static strata_status place(strata_prefix_cache *c, entry *e,
 			   strata_error *err)
 {
-	uint64_t budget = c->stats.budget_bytes & ~(uint64_t)(STRATA__POOL_ALIGN - 1);
+	uint64_t budget = c->stats.budget_bytes & ~(uint64_t)(STRATA_ALIGN - 1);
 	uint64_t all = e->block * e->parts;
 	for (;;) {
 		if (take_all(c, e))
@@ -222,7 +222,7 @@ static void truncate_entry(strata_prefix_cache *c, const strata_forward *f,
 	const strata_infer_hparams *hp = strata_forward_hparams(f);
 	uint64_t row = (uint64_t)hp->kv_heads * hp->head_dim * sizeof(float);
 	uint64_t block = 0;
-	(void)strata__pool_round(row * m, &block, "cut KV block", NULL);
+	(void)strata_checked_align(row * m, &block, "cut KV block", NULL);
 	for (uint32_t i = 0; i < e->parts; i++)
 		strata__pool_shrink(&c->pool, e->part[i], e->block, block);
 	int32_t *ids = strata_realloc(e->tokens, m * sizeof(int32_t));
@@ -287,8 +287,8 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 	uint64_t part_bytes, block, kv_bytes, bytes;
 	strata_status st = strata_forward_kv_part_bytes(f, n_prompt,
 							&part_bytes, err);
-	if (st || (st = strata__pool_round(part_bytes, &block,
-					   "saved KV block bytes", err)) ||
+	if (st || (st = strata_checked_align(part_bytes, &block,
+					     "saved KV block bytes", err)) ||
 	    (st = strata_checked_mul(block, parts, &kv_bytes,
 				     "saved KV bytes", err)) ||
 	    (st = strata_checked_add(kv_bytes, record_bytes(parts, n_prompt),

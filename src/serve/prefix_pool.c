@@ -12,7 +12,7 @@
 #include "serve/prefix_pool.h"
 
 /* A free run, written in the first bytes of the free memory it describes
- * (every run is at least STRATA__POOL_ALIGN bytes, far more than this). */
+ * (every run is at least STRATA_ALIGN bytes, far more than this). */
 typedef struct run {
 	struct run *next; /* the next free run of the chunk, higher address */
 	uint64_t bytes;
@@ -47,7 +47,7 @@ static strata__pool_chunk *chunk_of(const strata__prefix_pool *p,
 
 static uint64_t rounded(uint64_t bytes)
 {
-	return (bytes + STRATA__POOL_ALIGN - 1) & ~(uint64_t)(STRATA__POOL_ALIGN - 1);
+	return (bytes + STRATA_ALIGN - 1) & ~(uint64_t)(STRATA_ALIGN - 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -67,26 +67,16 @@ void strata__pool_fini(strata__prefix_pool *p)
 	*p = (strata__prefix_pool){.b = p->b};
 }
 
-strata_status strata__pool_round(uint64_t bytes, uint64_t *out,
-				 const char *what, strata_error *err)
-{
-	uint64_t sum;
-	strata_status st = strata_checked_add(bytes, STRATA__POOL_ALIGN - 1,
-					      &sum, what, err);
-	if (st == STRATA_OK)
-		*out = sum & ~(uint64_t)(STRATA__POOL_ALIGN - 1);
-	return st;
-}
 
 strata_status strata__pool_grow(strata__prefix_pool *p, uint64_t bytes,
 				strata_error *err)
 {
-	if (bytes == 0 || bytes % STRATA__POOL_ALIGN || bytes > SIZE_MAX)
+	if (bytes == 0 || bytes % STRATA_ALIGN || bytes > SIZE_MAX)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller; report it",
 				   "prefix cache chunk of %llu bytes (a nonzero "
 				   "multiple of %u is needed)",
-				   (unsigned long long)bytes, STRATA__POOL_ALIGN);
+				   (unsigned long long)bytes, STRATA_ALIGN);
 	strata__pool_chunk *ch = strata_calloc_or_error(
 		1, sizeof *ch, "prefix cache chunk", err);
 	if (!ch)
@@ -119,7 +109,7 @@ strata_status strata__pool_grow(strata__prefix_pool *p, uint64_t bytes,
 
 void *strata__pool_take(strata__prefix_pool *p, uint64_t bytes)
 {
-	if (bytes == 0 || bytes > UINT64_MAX - STRATA__POOL_ALIGN)
+	if (bytes == 0 || bytes > UINT64_MAX - STRATA_ALIGN)
 		return NULL;
 	uint64_t need = rounded(bytes);
 	for (strata__pool_chunk *ch = p->chunks; ch; ch = ch->next)

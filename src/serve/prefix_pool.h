@@ -8,7 +8,7 @@
  * address order and merged with their neighbours when a block comes back.
  * The free runs' bookkeeping lives in the free memory itself (a run's first
  * bytes), so giving a block back never allocates and never fails. Every
- * size is rounded up to STRATA__POOL_ALIGN; a chunk's memory is the
+ * size is rounded up to STRATA_ALIGN; a chunk's memory is the
  * backend's pinned host memory, or strata_alloc memory without a backend.
  * One thread at a time (a cache belongs to one replica).
  */
@@ -16,8 +16,6 @@
 #define STRATA_SERVE_PREFIX_POOL_H
 
 #include "strata/backend.h"
-
-#define STRATA__POOL_ALIGN 256u
 
 typedef struct strata__pool_chunk strata__pool_chunk;
 
@@ -34,11 +32,7 @@ void strata__pool_init(strata__prefix_pool *p, strata_backend *b);
 /* Frees every chunk, blocks still handed out included. */
 void strata__pool_fini(strata__prefix_pool *p);
 
-/* bytes rounded up to STRATA__POOL_ALIGN (E_OVERFLOW naming `what`). */
-strata_status strata__pool_round(uint64_t bytes, uint64_t *out,
-				 const char *what, strata_error *err);
-
-/* Adds a chunk of `bytes` (a nonzero multiple of STRATA__POOL_ALIGN),
+/* Adds a chunk of `bytes` (a nonzero multiple of STRATA_ALIGN),
  * wholly free. E_NOMEM (or the backend's error) leaves the pool as it
  * was. */
 strata_status strata__pool_grow(strata__prefix_pool *p, uint64_t bytes,
@@ -46,7 +40,7 @@ strata_status strata__pool_grow(strata__prefix_pool *p, uint64_t bytes,
 
 /* A block of `bytes` (> 0, rounded up) from the first free run that holds
  * it, in chunk order; NULL when no run does (the pool is unchanged). The
- * block starts on a STRATA__POOL_ALIGN boundary of its chunk. */
+ * block starts on a STRATA_ALIGN boundary of its chunk. */
 void *strata__pool_take(strata__prefix_pool *p, uint64_t bytes);
 
 /* Returns the block `ptr` of `bytes` (as taken, or as last shrunk), merging

@@ -44,7 +44,7 @@ static void test_arena_aligns_first_fit_and_tracks_high_water(void **state)
 	void *p1, *p2, *p3, *p4;
 	assert_int_equal(strata_arena_alloc(a, 1, &p1, &err), STRATA_OK);
 	assert_int_equal(strata_arena_alloc(a, 257, &p2, &err), STRATA_OK);
-	assert_int_equal((uintptr_t)p1 % STRATA_BACKEND_ALIGN, 0);
+	assert_int_equal((uintptr_t)p1 % STRATA_ALIGN, 0);
 	assert_int_equal((char *)p2 - (char *)p1, 256);
 	strata_arena_stats st;
 	strata_arena_get_stats(a, &st);

@@ -96,8 +96,8 @@ static void test_device_arena_is_one_region_and_frees(void **state)
 	void *p1, *p2;
 	assert_int_equal(strata_arena_alloc(a, 100, &p1, &err), STRATA_OK);
 	assert_int_equal(strata_arena_alloc(a, 255 * MiB, &p2, &err), STRATA_OK);
-	assert_int_equal((uintptr_t)p1 % STRATA_BACKEND_ALIGN, 0);
-	assert_int_equal((uintptr_t)p2 % STRATA_BACKEND_ALIGN, 0);
+	assert_int_equal((uintptr_t)p1 % STRATA_ALIGN, 0);
+	assert_int_equal((uintptr_t)p2 % STRATA_ALIGN, 0);
 	struct cudaPointerAttributes at;
 	assert_int_equal(cudaPointerGetAttributes(&at, p2), cudaSuccess);
 	assert_int_equal(at.type, cudaMemoryTypeDevice);
@@ -175,7 +175,7 @@ static void test_pinned_and_unpinned_host_buffers(void **state)
 	assert_int_equal(at.type, cudaMemoryTypeHost);
 	assert_int_equal(cudaPointerGetAttributes(&at, plain), cudaSuccess);
 	assert_int_equal(at.type, cudaMemoryTypeUnregistered);
-	assert_int_equal((uintptr_t)plain % STRATA_BACKEND_ALIGN, 0);
+	assert_int_equal((uintptr_t)plain % STRATA_ALIGN, 0);
 	memset(pinned, 0xab, 8 * MiB);
 	strata_backend_host_free(b, pinned);
 	strata_backend_host_free(b, plain);

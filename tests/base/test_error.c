@@ -163,6 +163,33 @@ static void test_checked_mul_at_exact_edges(void **state)
 			 STRATA_E_OVERFLOW);
 }
 
+static void test_checked_align_at_exact_edges(void **state)
+{
+	(void)state;
+	uint64_t r = 7;
+	strata_error e;
+	assert_int_equal(STRATA_ALIGN & (STRATA_ALIGN - 1), 0); /* a power of 2 */
+	assert_int_equal(strata_checked_align(0, &r, "x", &e), STRATA_OK);
+	assert_int_equal(r, 0);
+	assert_int_equal(strata_checked_align(1, &r, "x", &e), STRATA_OK);
+	assert_int_equal(r, STRATA_ALIGN);
+	assert_int_equal(strata_checked_align(STRATA_ALIGN, &r, "x", &e), STRATA_OK);
+	assert_int_equal(r, STRATA_ALIGN);
+	assert_int_equal(strata_checked_align(STRATA_ALIGN + 1, &r, "x", &e), STRATA_OK);
+	assert_int_equal(r, 2 * STRATA_ALIGN);
+	/* the largest multiple of the alignment is the last that fits */
+	uint64_t top = UINT64_MAX & ~(uint64_t)(STRATA_ALIGN - 1);
+	assert_int_equal(strata_checked_align(top, &r, "x", &e), STRATA_OK);
+	assert_true(r == top);
+	r = 7;
+	assert_int_equal(strata_checked_align(top + 1, &r, "slot bytes", &e),
+			 STRATA_E_OVERFLOW);
+	assert_int_equal(r, 7);
+	assert_non_null(strstr(e.message, "slot bytes overflowed"));
+	assert_int_equal(strata_checked_align(UINT64_MAX, &r, "y", NULL),
+			 STRATA_E_OVERFLOW);
+}
+
 static void test_error_print_format(void **state)
 {
 	(void)state;
@@ -191,6 +218,7 @@ int main(void)
 		cmocka_unit_test(test_escape_makes_bytes_printable),
 		cmocka_unit_test(test_checked_add_at_exact_edges),
 		cmocka_unit_test(test_checked_mul_at_exact_edges),
+		cmocka_unit_test(test_checked_align_at_exact_edges),
 		cmocka_unit_test(test_error_print_format),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,14 +20,16 @@
 #define CONTEXT 64u
 #define BATCH 8u
 
-static const strata_infer_window_options modes[] = {
-	{.mode = STRATA_RESIDENCY_RESIDENT, .device_budget_bytes = GIB},
-	{.mode = STRATA_RESIDENCY_HOST, .depth = 1, .device_budget_bytes = GIB,
-	 .host_budget_bytes = GIB},
-	{.mode = STRATA_RESIDENCY_DISK, .device_budget_bytes = GIB,
-	 .lookahead_units = 1, .queue_depth = 1},
-	{.mode = STRATA_RESIDENCY_DISK, .device_budget_bytes = GIB,
-	 .host_budget_bytes = GIB, .lookahead_units = 2, .queue_depth = 2},
+/* The window of each mode comes from a plan with these options. */
+#define BUDGETS(host)                                                          \
+	.has_device_budget = true, .device_budget = GIB,                       \
+	.has_host_budget = true, .host_budget = (host)
+static const strata_plan_options modes[] = {
+	{.mode = STRATA_RESIDENCY_RESIDENT, BUDGETS(GIB)},
+	{.mode = STRATA_RESIDENCY_HOST, .host_depth = 1, BUDGETS(GIB)},
+	{.mode = STRATA_RESIDENCY_DISK, BUDGETS(0)},
+	{.mode = STRATA_RESIDENCY_DISK, BUDGETS(GIB), .has_lookahead = true,
+	 .lookahead = 2, .has_queue = true, .queue = 2},
 };
 #define MODE_COUNT (sizeof modes / sizeof *modes)
 
@@ -109,9 +111,13 @@ static void check_model(const char *name)
 		strata_backend *b;
 		strata_infer_window *w;
 		strata_infer_source src;
+		strata_plan_options po = modes[i];
+		ref_plan rp;
+		ref_plan_make(m.cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
+		strata_infer_window_options wo = {.plan = rp.plan};
 		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
 				 STRATA_OK);
-		if (strata_infer_window_create(b, &m.t, ws, &modes[i], &w,
+		if (strata_infer_window_create(b, &m.t, ws, &wo, &w,
 					       &src, &err))
 			fail_msg("%s mode %zu: %s", name, i, err.message);
 		assert_int_equal(strata_compute_create_on(b, 2, &c, &err),
@@ -139,6 +145,7 @@ static void check_model(const char *name)
 		strata_compute_destroy(c);
 		strata_infer_window_destroy(w);
 		strata_backend_destroy(b);
+		ref_plan_destroy(&rp);
 	}
 	strata_weight_store_destroy(ws);
 	strata_free(host);
@@ -177,19 +184,25 @@ static void check_cuda_sizes(const char *name)
 	strata_backend *b;
 	strata_infer_window *w;
 	strata_infer_source src;
-	strata_infer_window_options o = {.mode = STRATA_RESIDENCY_RESIDENT,
-					 .device_budget_bytes = GIB,
-					 .device = STRATA_PLAN_DEVICE_CUDA};
+	strata_plan_options po = {.mode = STRATA_RESIDENCY_RESIDENT,
+				  BUDGETS(GIB)};
+	ref_plan rp;
+	ref_plan_make(m.cat, STRATA_PLAN_DEVICE_CUDA, &po, &rp);
+	strata_infer_window_options o = {.plan = rp.plan};
 	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
 			 STRATA_OK);
 	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
 	if (strata_infer_window_create(b, &m.t, ws, &o, &w, &src, &err))
 		fail_msg("%s: %s", name, err.message);
-	strata_residency_sizes rs;
-	strata_residency_get_sizes(strata_infer_window_engine(w), &rs);
-	if (rs.device_arena_bytes != pw.required_bytes)
+	/* resident: every tensor is loaded at create, so the arena's high
+	 * water is what the engine's tensors take; the plan's sizes hold
+	 * them exactly */
+	strata_arena_stats as;
+	strata_residency_device_arena_stats(strata_infer_window_engine(w), &as);
+	if (as.high_water_bytes != pw.required_bytes ||
+	    as.capacity_bytes != strata_plan_weight_device_bytes(rp.plan))
 		fail_msg("%s: engine %llu bytes, CUDA plan %llu", name,
-			 (unsigned long long)rs.device_arena_bytes,
+			 (unsigned long long)as.high_water_bytes,
 			 (unsigned long long)pw.required_bytes);
 	bool half = strstr(name, "f16") != NULL;
 	strata_infer_layer l;
@@ -201,6 +214,7 @@ static void check_cuda_sizes(const char *name)
 	strata_backend_destroy(b);
 	strata_weight_store_destroy(ws);
 	strata_plan_source_destroy(ps);
+	ref_plan_destroy(&rp);
 	ref_close_model(&m);
 }
 

@@ -134,10 +134,12 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 			   const float *want)
 {
 	strata_error err;
-	strata_infer_window_options o = {.mode = STRATA_RESIDENCY_HOST,
-					 .depth = 1,
-					 .device_budget_bytes = GIB,
-					 .host_budget_bytes = GIB};
+	strata_plan_options po = {.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
+				  .has_device_budget = true, .device_budget = GIB,
+				  .has_host_budget = true, .host_budget = GIB};
+	ref_plan rp;
+	ref_plan_make(m->cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
+	strata_infer_window_options o = {.plan = rp.plan};
 	strata_weight_store *ws;
 	strata_backend *b;
 	strata_infer_window *w;
@@ -187,6 +189,7 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	strata_infer_window_destroy(w);
 	strata_backend_destroy(b);
 	strata_weight_store_destroy(ws);
+	ref_plan_destroy(&rp);
 }
 
 static void check_model(const char *name, const char *path, ref_data *rp)

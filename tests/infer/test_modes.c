@@ -13,30 +13,43 @@
 
 #include "support/refmodel.h"
 
+/* Each mode as a run gets it: planned (the plan's options), then the
+ * window made from the plan. */
 typedef struct mode_case {
 	const char *name;
-	strata_infer_window_options o;
+	strata_plan_options po;
+	uint32_t reader_threads;
 } mode_case;
 
 #define GIB (1ull << 30)
+#define BUDGETS(host)                                                          \
+	.has_device_budget = true, .device_budget = GIB,                       \
+	.has_host_budget = true, .host_budget = (host)
 
 static const mode_case modes[] = {
-	{"resident", {.mode = STRATA_RESIDENCY_RESIDENT,
-		      .device_budget_bytes = GIB}},
-	{"host:1", {.mode = STRATA_RESIDENCY_HOST, .depth = 1,
-		    .device_budget_bytes = GIB, .host_budget_bytes = GIB}},
-	{"host:2", {.mode = STRATA_RESIDENCY_HOST, .depth = 2,
-		    .device_budget_bytes = GIB, .host_budget_bytes = GIB}},
-	{"disk host 0", {.mode = STRATA_RESIDENCY_DISK,
-			 .device_budget_bytes = GIB, .host_budget_bytes = 0,
-			 .lookahead_units = 1, .queue_depth = 1}},
-	{"disk lookahead 2", {.mode = STRATA_RESIDENCY_DISK,
-			      .device_budget_bytes = GIB,
-			      .host_budget_bytes = GIB,
-			      .lookahead_units = 2, .queue_depth = 2,
-			      .reader_threads = 2}},
+	{"resident", {.mode = STRATA_RESIDENCY_RESIDENT, BUDGETS(GIB)}, 0},
+	{"host:1", {.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
+		    BUDGETS(GIB)}, 0},
+	{"host:2", {.mode = STRATA_RESIDENCY_HOST, .host_depth = 2,
+		    BUDGETS(GIB)}, 0},
+	{"disk host 0", {.mode = STRATA_RESIDENCY_DISK, BUDGETS(0)}, 0},
+	{"disk lookahead 2", {.mode = STRATA_RESIDENCY_DISK, BUDGETS(GIB),
+			      .has_lookahead = true, .lookahead = 2,
+			      .has_queue = true, .queue = 2}, 2},
 };
 #define MODE_COUNT (sizeof modes / sizeof *modes)
+
+/* The plan of mode case c over the model's catalog, and the window's
+ * options from it. */
+static strata_infer_window_options planned(const mode_case *c,
+					   const strata_catalog *cat,
+					   ref_plan *rp)
+{
+	strata_plan_options po = c->po;
+	ref_plan_make(cat, STRATA_PLAN_DEVICE_CPU, &po, rp);
+	return (strata_infer_window_options){
+		.plan = rp->plan, .reader_threads = c->reader_threads};
+}
 
 static strata_status collect(void *user, int32_t tok, strata_error *err)
 {
@@ -111,10 +124,12 @@ static void check_model(const char *name)
 		strata_backend *b;
 		strata_infer_window *w;
 		strata_infer_source src;
+		ref_plan rp;
+		strata_infer_window_options o = planned(&modes[i], m.cat, &rp);
 		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
 				 STRATA_OK);
 		strata_status st = strata_infer_window_create(
-			b, &m.t, ws, &modes[i].o, &w, &src, &err);
+			b, &m.t, ws, &o, &w, &src, &err);
 		if (st)
 			fail_msg("%s %s: %s", name, modes[i].name,
 				 err.message);
@@ -129,7 +144,18 @@ static void check_model(const char *name)
 		strata_telemetry_get(
 			strata_residency_telemetry(strata_infer_window_engine(w)),
 			&snap);
-		if (modes[i].o.mode == STRATA_RESIDENCY_DISK) {
+		/* a run stays within its plan: every tier's peak */
+		const strata_plan *p = rp.plan;
+		if (snap.peak_bytes[STRATA_TIER_DEVICE] >
+			    strata_plan_weight_device_bytes(p) ||
+		    snap.peak_bytes[STRATA_TIER_HOST] > strata_plan_host_total(p))
+			fail_msg("%s %s: peaks %llu device, %llu host; plan "
+				 "%llu, %llu", name, modes[i].name,
+				 (unsigned long long)snap.peak_bytes[STRATA_TIER_DEVICE],
+				 (unsigned long long)snap.peak_bytes[STRATA_TIER_HOST],
+				 (unsigned long long)strata_plan_weight_device_bytes(p),
+				 (unsigned long long)strata_plan_host_total(p));
+		if (modes[i].po.mode == STRATA_RESIDENCY_DISK) {
 			uint64_t from_disk =
 				snap.transfers[STRATA_DIR_DISK_TO_DEVICE].bytes +
 				snap.transfers[STRATA_DIR_DISK_TO_HOST].bytes;
@@ -137,6 +163,7 @@ static void check_model(const char *name)
 		}
 		strata_infer_window_destroy(w);
 		strata_backend_destroy(b);
+		ref_plan_destroy(&rp);
 	}
 	strata_weight_store_destroy(ws);
 	strata_free(plain);
@@ -154,12 +181,15 @@ static void test_every_mode_every_model(void **state)
 
 /* Every allocation of the residency path (backend, engine, window, forward)
  * can fail: each failing run returns E_NOMEM and leaks nothing (ASan). */
-static void oom_loop(const strata_infer_window_options *o)
+static void oom_loop(const mode_case *mc)
 {
 	char path[1024];
 	ref_path(path, sizeof path, "mistral_window_bf16", NULL);
 	ref_open m;
 	ref_open_model(path, &m);
+	ref_plan rp;
+	strata_infer_window_options opt = planned(mc, m.cat, &rp);
+	const strata_infer_window_options *o = &opt;
 	int32_t tokens[6] = {1, 5, 9, 13, 17, 21};
 	float last[256];
 	for (long n = 0;; n++) {
@@ -204,15 +234,16 @@ static void oom_loop(const strata_infer_window_options *o)
 				 strata_status_name(st), err.message);
 		assert_true(n < 100000);
 	}
+	ref_plan_destroy(&rp);
 	ref_close_model(&m);
 }
 
 static void test_residency_path_survives_oom(void **state)
 {
 	(void)state;
-	oom_loop(&modes[0].o); /* resident */
-	oom_loop(&modes[2].o); /* host:2 */
-	oom_loop(&modes[4].o); /* disk with a lookahead */
+	oom_loop(&modes[0]); /* resident */
+	oom_loop(&modes[2]); /* host:2 */
+	oom_loop(&modes[4]); /* disk with a lookahead */
 }
 
 /* A decoded token allocates nothing: with every allocation made to fail,
@@ -220,12 +251,19 @@ static void test_residency_path_survives_oom(void **state)
  * the residency engine, acquire still queues a CPU-stream event that
  * allocates (backend/residency work), so that path is reported, not
  * asserted, until it stops allocating. */
-static void decode_without_allocating(const strata_infer_window_options *o)
+static void decode_without_allocating(const mode_case *mc)
 {
 	char path[1024];
 	ref_path(path, sizeof path, "llama_gqa1_f32", NULL);
 	ref_open m;
 	ref_open_model(path, &m);
+	ref_plan rp = {0};
+	strata_infer_window_options opt;
+	const strata_infer_window_options *o = NULL;
+	if (mc) {
+		opt = planned(mc, m.cat, &rp);
+		o = &opt;
+	}
 	strata_error err;
 	strata_weight_store *ws = NULL;
 	strata_backend *b = NULL;
@@ -272,6 +310,7 @@ static void decode_without_allocating(const strata_infer_window_options *o)
 	strata_infer_window_destroy(w);
 	strata_backend_destroy(b);
 	strata_weight_store_destroy(ws);
+	ref_plan_destroy(&rp);
 	ref_close_model(&m);
 }
 
@@ -279,10 +318,10 @@ static void test_decode_allocates_nothing(void **state)
 {
 	(void)state;
 	decode_without_allocating(NULL);
-	decode_without_allocating(&modes[0].o); /* resident */
-	decode_without_allocating(&modes[2].o); /* host:2 */
-	decode_without_allocating(&modes[3].o); /* disk, host 0 */
-	decode_without_allocating(&modes[4].o); /* disk, lookahead 2 */
+	decode_without_allocating(&modes[0]); /* resident */
+	decode_without_allocating(&modes[2]); /* host:2 */
+	decode_without_allocating(&modes[3]); /* disk, host 0 */
+	decode_without_allocating(&modes[4]); /* disk, lookahead 2 */
 }
 
 int main(void)

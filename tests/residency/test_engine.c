@@ -1,7 +1,8 @@
 /* test_engine.c - the residency engine in each mode over a real safetensors
  * file read through the weight store: bytes per direction, peaks within the
  * plan (and the arena's own high-water mark), prefetch and stall counts,
- * the seed's sizing (layer: residency). */
+ * and the plan's sizes enforced to the byte on the seed's layouts
+ * (layer: residency). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,9 +91,9 @@ static void assert_within_plan(strata_residency *e)
 	strata_residency_get_sizes(e, &z);
 	assert_true(s.peak_bytes[STRATA_TIER_DEVICE] <= s.planned_bytes[STRATA_TIER_DEVICE]);
 	assert_true(s.peak_bytes[STRATA_TIER_HOST] <= s.planned_bytes[STRATA_TIER_HOST]);
-	assert_true(dev.high_water_bytes <= z.device_arena_bytes);
-	assert_int_equal(dev.capacity_bytes, z.device_arena_bytes);
-	assert_true(host.high_water_bytes <= z.host_arena_bytes);
+	assert_true(dev.high_water_bytes <= z.static_device_bytes + z.window_device_bytes);
+	assert_int_equal(dev.capacity_bytes, z.static_device_bytes + z.window_device_bytes);
+	assert_true(host.high_water_bytes <= z.host_bytes);
 	/* the recorder and the arena agree on what the device holds */
 	assert_int_equal(s.peak_bytes[STRATA_TIER_DEVICE], dev.high_water_bytes);
 	assert_int_equal(s.current_bytes[STRATA_TIER_DEVICE], dev.used_bytes);
@@ -165,10 +166,12 @@ static void run_host(uint64_t depth)
 	strata_residency_sizes z;
 	strata_residency_get_sizes(e, &z);
 	assert_int_equal(z.depth, depth);
-	assert_int_equal(z.window_bytes, brute_window(&w, depth, false));
-	assert_int_equal(z.device_arena_bytes,
+	/* the plan's figures: its seed window counts each tensor's slot */
+	assert_int_equal(z.window_bytes, brute_window(&w, depth, true));
+	assert_true(z.window_bytes > brute_window(&w, depth, false));
+	assert_int_equal(z.static_device_bytes + z.window_device_bytes,
 			 w.static_aligned_bytes + brute_window(&w, depth, true));
-	assert_int_equal(z.host_arena_bytes, all_blocks(&w));
+	assert_int_equal(z.host_bytes, all_blocks(&w));
 	enum { TOKENS = 3 };
 	for (int tok = 0; tok < TOKENS; tok++) {
 		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
@@ -186,7 +189,8 @@ static void run_host(uint64_t depth)
 	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].count, TOKENS * w.unit_count);
 	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].bytes, TOKENS * w.unit_exec_bytes);
 	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], all_blocks(&w));
-	assert_int_equal(s.planned_bytes[STRATA_TIER_DEVICE], z.device_arena_bytes);
+	assert_int_equal(s.planned_bytes[STRATA_TIER_DEVICE],
+			 z.static_device_bytes + z.window_device_bytes);
 	/* misses: the first unit of each group per pass (the window never
 	 * crosses a group boundary); every other unit was prefetched, while
 	 * its predecessor was held (depth >= 2) or at its release (depth 1) */
@@ -250,8 +254,8 @@ static void test_disk_small_cache_rereads_and_evicts(void **state)
 	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].count, TOKENS * w.unit_count);
 	assert_int_equal(x[STRATA_DIR_HOST_TO_DEVICE].bytes, TOKENS * w.unit_exec_bytes);
 	assert_int_equal(s.evictions, reads - 2);
-	assert_int_equal(s.planned_bytes[STRATA_TIER_HOST], z.host_arena_bytes);
-	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], z.host_arena_bytes);
+	assert_int_equal(s.planned_bytes[STRATA_TIER_HOST], z.host_bytes);
+	assert_int_equal(s.peak_bytes[STRATA_TIER_HOST], z.host_bytes);
 	assert_int_equal(s.planned_bytes[STRATA_TIER_DISK], w.unit_file_bytes);
 	strata_residency_destroy(e);
 	strata_backend_destroy(b);
@@ -264,9 +268,7 @@ static void test_disk_cache_holding_every_unit_reads_once(void **state)
 	workload w;
 	wl_create(&w, &dense);
 	strata_backend *b = cpu();
-	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
-	c.lookahead_units = w.unit_count;
-	c.queue_depth = 3;
+	strata_residency_config c = wl_config_disk(&w, w.unit_count, 3);
 	c.reader_threads = 2;
 	strata_residency *e = NULL;
 	strata_error err;
@@ -351,11 +353,10 @@ static void test_disk_host_zero_reads_straight_to_device(void **state)
 	workload w;
 	wl_create(&w, &dense);
 	strata_backend *b = cpu();
-	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
-	c.host_budget_bytes = 0;
-	c.lookahead_units = c.queue_depth = 0;
+	strata_residency_config c = wl_config_disk(&w, 0, 0);
 	strata_residency *e = NULL;
 	strata_error err;
+	assert_int_equal(c.sizes.host_bytes, 0);
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
 	for (int tok = 0; tok < 2; tok++) {
 		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
@@ -377,30 +378,63 @@ static void test_disk_host_zero_reads_straight_to_device(void **state)
 	wl_destroy(&w);
 }
 
+/* Creates with c, expecting `want`; on E_RES_BUDGET the message names the
+ * tier. */
+static void create_expect(strata_backend *b, const strata_residency_config *c,
+			  strata_status want, const char *tier)
+{
+	strata_residency *e = NULL;
+	strata_error err;
+	strata_status s = strata_residency_create(b, c, &e, &err);
+	if (s != want)
+		fail_msg("create: %s, expected %s (%s)", strata_status_name(s),
+			 strata_status_name(want), s ? err.message : "");
+	if (s == STRATA_OK) {
+		strata_residency_destroy(e);
+		return;
+	}
+	assert_null(e);
+	if (tier && !strstr(err.message, tier))
+		fail_msg("'%s' does not name '%s'", err.message, tier);
+}
+
 static void test_budgets_one_byte_short_are_refused(void **state)
 {
 	(void)state;
 	workload w;
 	wl_create(&w, &dense);
 	strata_backend *b = cpu();
-	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_HOST, 2);
-	strata_residency_sizes z;
-	strata_error err;
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
+	/* each size the plan gives, one byte short, in every mode */
+	strata_residency_config cs[] = {
+		wl_config(&w, STRATA_RESIDENCY_RESIDENT, 0),
+		wl_config(&w, STRATA_RESIDENCY_HOST, 2),
+		wl_config(&w, STRATA_RESIDENCY_DISK, 0),
+	};
+	for (size_t m = 0; m < 3; m++) {
+		strata_residency_config c = cs[m];
+		c.sizes.static_device_bytes--;
+		create_expect(b, &c, STRATA_E_RES_BUDGET, "device memory: the static tensors");
+		c = cs[m];
+		c.sizes.window_device_bytes--;
+		create_expect(b, &c, STRATA_E_RES_BUDGET, "device memory: the units");
+		if (c.mode != STRATA_RESIDENCY_RESIDENT) {
+			c = cs[m];
+			c.sizes.host_bytes--;
+			create_expect(b, &c, STRATA_E_RES_BUDGET, "host memory");
+		}
+		create_expect(b, &cs[m], STRATA_OK, NULL); /* the exact edge fits */
+	}
+	strata_residency_config c = cs[1];
+	assert_int_equal(c.sizes.host_bytes, all_blocks(&w));
 	strata_residency *e = NULL;
-	c.device_budget_bytes = z.device_arena_bytes - 1;
-	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_RES_BUDGET);
-	assert_null(e);
-	assert_non_null(strstr(err.message, "device memory"));
-	c.device_budget_bytes = z.device_arena_bytes; /* the exact edge fits */
-	c.host_budget_bytes = all_blocks(&w) - 1;
-	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_RES_BUDGET);
-	assert_non_null(strstr(err.message, "host memory"));
-	c.host_budget_bytes = all_blocks(&w);
+	strata_error err;
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
 	assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
 	assert_within_plan(e);
 	strata_residency_destroy(e);
+	/* a deeper window than the plan's sizes were made for is refused */
+	c.sizes.depth = 3;
+	create_expect(b, &c, STRATA_E_RES_BUDGET, "largest window");
 	strata_backend_destroy(b);
 	wl_destroy(&w);
 }
@@ -499,7 +533,7 @@ static void test_empty_model_and_bad_configs(void **state)
 	strata_residency *e = NULL;
 	strata_residency_view v;
 	for (int m = STRATA_RESIDENCY_RESIDENT; m <= STRATA_RESIDENCY_DISK; m++) {
-		strata_residency_config c = {.mode = (strata_residency_mode)m, .depth = 1,
+		strata_residency_config c = {.mode = (strata_residency_mode)m, .sizes.depth = 1,
 					     .lookahead_units = 1, .queue_depth = 1,
 					     .read = never_read};
 		assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
@@ -512,7 +546,7 @@ static void test_empty_model_and_bad_configs(void **state)
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
 	c.mode = STRATA_RESIDENCY_HOST; /* depth 0 */
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
-	c = (strata_residency_config){.mode = STRATA_RESIDENCY_DISK, .host_budget_bytes = 1,
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_DISK, .sizes.host_bytes = 1,
 				      .read = never_read};
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.message, "lookahead"));
@@ -528,9 +562,7 @@ static void test_destroy_with_held_units_and_reads_in_flight(void **state)
 	workload w;
 	wl_create(&w, &dense);
 	strata_backend *b = cpu();
-	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
-	c.lookahead_units = 6;
-	c.queue_depth = 4;
+	strata_residency_config c = wl_config_disk(&w, 6, 4);
 	c.reader_threads = 3;
 	strata_residency *e = NULL;
 	strata_error err;
@@ -592,8 +624,7 @@ static void test_unaddressable_device_loads_through_staging(void **state)
 		strata_residency_destroy(e);
 	}
 	/* disk reads cannot land in such a device without host memory */
-	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 2);
-	c.host_budget_bytes = c.lookahead_units = c.queue_depth = 0;
+	strata_residency_config c = wl_config_disk(&w, 0, 0);
 	strata_residency *e = NULL;
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_E_UNSUPPORTED);
 	assert_non_null(strstr(err.message, "straight into device memory"));
@@ -602,8 +633,37 @@ static void test_unaddressable_device_loads_through_staging(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The seed's sizing, through the engine's own helper                       */
+/* The seed's layouts: the plan's sizes, enforced to the byte               */
 /* ------------------------------------------------------------------------ */
+
+/* The seed's layouts as engine configs, read from nowhere: every payload is
+ * zeros. The sizing itself (the seed's tests) is the plan's, tested in
+ * tests/plan/test_sizing.c; here the engine takes sizes that hold exactly
+ * its tensors (each in its own 256-byte slot) and refuses a byte less. */
+static strata_status zero_read(void *user, const strata_tensor *const *t,
+			       void *const *dst, size_t n, strata_error *err)
+{
+	(void)user;
+	(void)err;
+	for (size_t i = 0; i < n; i++)
+		memset(dst[i], 0, t[i]->bytes);
+	return STRATA_OK;
+}
+
+/* Host mode of this depth with these device window and host sizes: create
+ * succeeds at the exact window and refuses it one byte short. */
+static void window_edge(strata_backend *b, strata_residency_config c,
+			uint64_t depth, uint64_t window, uint64_t host)
+{
+	c.sizes.depth = depth;
+	c.sizes.window_device_bytes = window;
+	c.sizes.host_bytes = host;
+	create_expect(b, &c, STRATA_OK, NULL);
+	if (window) {
+		c.sizes.window_device_bytes = window - 1;
+		create_expect(b, &c, STRATA_E_RES_BUDGET, "largest window");
+	}
+}
 
 static void test_sizing_keeps_group_windows_exact(void **state)
 {
@@ -628,22 +688,26 @@ static void test_sizing_keeps_group_windows_exact(void **state)
 	};
 	strata_residency_config c = {
 		.mode = STRATA_RESIDENCY_HOST, .group_count = 2, .groups = groups,
-		.static_count = 1, .statics = &rt[0], .unit_count = 5, .units = units};
-	strata_residency_sizes z;
-	strata_error err;
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
-	assert_int_equal(z.static_bytes, 7);
-	assert_int_equal(z.window_bytes, 19);
-	assert_int_equal(z.depth, 2);
-	assert_int_equal(strata_residency_size(&c, 3, &z, &err), STRATA_OK);
-	assert_int_equal(z.window_bytes, 30);
-	c.mode = STRATA_RESIDENCY_DISK;
-	assert_int_equal(strata_residency_size(&c, 99, &z, &err), STRATA_OK);
-	assert_int_equal(z.depth, 2);
-	/* the aligned layout: each tensor its own 256-byte slot */
-	c.mode = STRATA_RESIDENCY_HOST;
-	assert_int_equal(strata_residency_size(&c, 3, &z, &err), STRATA_OK);
-	assert_int_equal(z.device_arena_bytes, 256 + 4 * 256);
+		.static_count = 1, .statics = &rt[0], .unit_count = 5, .units = units,
+		.read = zero_read, .sizes = {.static_device_bytes = 256}};
+	/* in slots: decoder 256, 512, 256; vision 256, (absent), 256; every
+	 * unit 1536 */
+	strata_backend *b = cpu();
+	window_edge(b, c, 2, 768, 1536);
+	window_edge(b, c, 3, 1024, 1536);
+	window_edge(b, c, 1, 512, 1536);
+	/* the static slot, one byte short */
+	c.sizes = (strata_residency_sizes){.depth = 2, .static_device_bytes = 255,
+					   .window_device_bytes = 768, .host_bytes = 1536};
+	create_expect(b, &c, STRATA_E_RES_BUDGET, "static tensors need 256 bytes");
+	/* resident: the window is every unit of every group */
+	c.mode = STRATA_RESIDENCY_RESIDENT;
+	c.sizes = (strata_residency_sizes){.depth = 5, .static_device_bytes = 256,
+					   .window_device_bytes = 1536};
+	create_expect(b, &c, STRATA_OK, NULL);
+	c.sizes.window_device_bytes--;
+	create_expect(b, &c, STRATA_E_RES_BUDGET, "every one resident");
+	strata_backend_destroy(b);
 }
 
 static void test_sizing_sparse_indices_and_overflow(void **state)
@@ -660,36 +724,41 @@ static void test_sizing_sparse_indices_and_overflow(void **state)
 		{.group = 0, .unit = UINT64_MAX - 1, .tensor_count = 1, .tensors = &rt[1]},
 	};
 	strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
-				     .groups = groups, .unit_count = 2, .units = units};
-	strata_residency_sizes z;
-	strata_error err;
+				     .groups = groups, .unit_count = 2, .units = units,
+				     .read = zero_read};
 	/* seed: sparse indices do not expand the positions between them */
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_OK);
-	assert_int_equal(z.window_bytes, 17);
-	assert_int_equal(strata_residency_size(&c, UINT64_MAX, &z, &err), STRATA_OK);
-	assert_int_equal(z.window_bytes, 28);
-	/* a window sum that overflows is named */
+	strata_backend *b = cpu();
+	window_edge(b, c, 2, 256, 512);
+	window_edge(b, c, UINT64_MAX, 512, 512);
+	/* a tensor whose slot overflows is named */
 	units[0].tensors = &rt[2];
-	assert_int_equal(strata_residency_size(&c, UINT64_MAX, &z, &err), STRATA_E_OVERFLOW);
-	assert_non_null(strstr(err.message, "device-window bytes"));
+	c.sizes = (strata_residency_sizes){.depth = 2, .window_device_bytes = UINT64_MAX,
+					   .host_bytes = UINT64_MAX};
+	create_expect(b, &c, STRATA_E_OVERFLOW, "tensor bytes");
 	/* a unit given twice is refused */
+	units[0].tensors = &rt[0];
 	units[1].unit = 0;
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_INVALID_ARG);
+	create_expect(b, &c, STRATA_E_INVALID_ARG, "given twice");
+	strata_backend_destroy(b);
 }
 
 static void test_sizing_sparse_windows_equal_dense_geometry(void **state)
 {
 	(void)state;
-	/* seed 001: sparse_windows_equal_the_dense_geometry_for_every_small_occupancy */
+	/* seed 001: sparse_windows_equal_the_dense_geometry_for_every_small_occupancy,
+	 * with unit u weighing (u + 1) slots: the engine takes exactly the
+	 * dense window and refuses a byte less */
 	static strata_tensor t[8];
 	static strata_residency_tensor rt[8];
 	const char *groups[] = {"decoder"};
+	strata_backend *b = cpu();
 	for (unsigned occupied = 0; occupied < 256; occupied++) {
-		uint64_t bytes[8];
+		uint64_t bytes[8], all = 0;
 		strata_residency_unit units[8];
 		size_t n = 0;
 		for (int u = 0; u < 8; u++) {
-			bytes[u] = occupied & (1u << u) ? (uint64_t)u + 1 : 0;
+			bytes[u] = occupied & (1u << u) ? ((uint64_t)u + 1) * 256 : 0;
+			all += bytes[u];
 			if (!bytes[u])
 				continue;
 			t[n] = (strata_tensor){.name = "weight", .bytes = bytes[u]};
@@ -699,7 +768,8 @@ static void test_sizing_sparse_windows_equal_dense_geometry(void **state)
 			n++;
 		}
 		strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
-					     .groups = groups, .unit_count = n, .units = units};
+					     .groups = groups, .unit_count = n, .units = units,
+					     .read = zero_read};
 		for (uint64_t depth = 1; depth <= 10; depth++) {
 			uint64_t expected = 0;
 			for (int start = 0; start < 8; start++) {
@@ -709,54 +779,51 @@ static void test_sizing_sparse_windows_equal_dense_geometry(void **state)
 				if (sum > expected)
 					expected = sum;
 			}
-			strata_residency_sizes z;
-			strata_error err;
-			assert_int_equal(strata_residency_size(&c, depth, &z, &err), STRATA_OK);
-			assert_int_equal(z.window_bytes, expected);
+			window_edge(b, c, depth, expected, all);
 		}
 	}
+	strata_backend_destroy(b);
 }
 
 static void test_sizing_every_byte_overflow_is_named(void **state)
 {
 	(void)state;
-	/* seed 001: every_byte_and_unit_count_overflow_is_rejected (the byte
-	 * sums; unit counts are u64 here and saturate, only min(count, 2)
-	 * is ever used) */
-	static strata_tensor big = {.name = "a", .bytes = UINT64_MAX},
-			     one = {.name = "b", .bytes = 1};
-	static strata_residency_tensor rbig = {.tensor = &big}, rone = {.tensor = &one};
-	const strata_residency_tensor pair[2] = {rbig, rone};
-	const char *groups[] = {"g"};
-	strata_residency_sizes z;
-	strata_error err;
-	/* static parameter bytes */
-	strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .static_count = 2,
-				     .statics = pair, .group_count = 1, .groups = groups};
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
-	assert_non_null(strstr(err.message, "static parameter bytes"));
-	/* execution-unit bytes: two tensors of one unit */
-	strata_residency_unit u2[2] = {{.group = 0, .unit = 0, .tensor_count = 2, .tensors = pair}};
-	c = (strata_residency_config){.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
-				      .groups = groups, .unit_count = 1, .units = u2};
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
-	assert_non_null(strstr(err.message, "execution-unit bytes"));
-	/* device-window bytes: two units in one window */
-	u2[0] = (strata_residency_unit){.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rbig};
-	u2[1] = (strata_residency_unit){.group = 0, .unit = 1, .tensor_count = 1, .tensors = &rone};
-	c.unit_count = 2;
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
-	assert_non_null(strstr(err.message, "device-window bytes"));
-	/* bounded-residency bytes: static + window (aligned here: the
-	 * engine's arena is the sum that overflows first) */
+	/* seed 001: every_byte_and_unit_count_overflow_is_rejected; the sums
+	 * are the plan's (tests/plan/test_sizing.c), the engine reports them
+	 * as they come and creates nothing */
 	static strata_tensor half = {.name = "h", .bytes = UINT64_MAX / 2 + 1};
 	static strata_residency_tensor rhalf = {.tensor = &half};
+	const strata_residency_tensor pair[2] = {rhalf, rhalf};
+	const char *groups[] = {"g"};
+	strata_backend *b = cpu();
+	strata_residency_sizes huge = {.depth = 2, .static_device_bytes = UINT64_MAX,
+				       .window_device_bytes = UINT64_MAX,
+				       .host_bytes = UINT64_MAX};
+	/* static bytes: two static tensors */
+	strata_residency_config c = {.mode = STRATA_RESIDENCY_HOST, .static_count = 2,
+				     .statics = pair, .group_count = 1, .groups = groups,
+				     .read = zero_read, .sizes = huge};
+	create_expect(b, &c, STRATA_E_OVERFLOW, "static bytes");
+	/* unit block bytes: two tensors of one unit */
+	strata_residency_unit u2[2] = {{.group = 0, .unit = 0, .tensor_count = 2, .tensors = pair}};
+	c = (strata_residency_config){.mode = STRATA_RESIDENCY_HOST, .group_count = 1,
+				      .groups = groups, .unit_count = 1, .units = u2,
+				      .read = zero_read, .sizes = huge};
+	create_expect(b, &c, STRATA_E_OVERFLOW, "unit block bytes");
+	/* window bytes: two units in one window */
+	u2[0] = (strata_residency_unit){.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rhalf};
+	u2[1] = (strata_residency_unit){.group = 0, .unit = 1, .tensor_count = 1, .tensors = &rhalf};
+	c.unit_count = 2;
+	create_expect(b, &c, STRATA_E_OVERFLOW, "window bytes");
+	/* the bounded-residency total: static + window (the plan's "total
+	 * bytes") */
 	strata_residency_unit u1 = {.group = 0, .unit = 0, .tensor_count = 1, .tensors = &rhalf};
 	c = (strata_residency_config){.mode = STRATA_RESIDENCY_HOST, .static_count = 1,
 				      .statics = &rhalf, .group_count = 1, .groups = groups,
-				      .unit_count = 1, .units = &u1};
-	assert_int_equal(strata_residency_size(&c, 2, &z, &err), STRATA_E_OVERFLOW);
-	assert_non_null(strstr(err.message, "bounded-residency bytes"));
+				      .unit_count = 1, .units = &u1, .read = zero_read,
+				      .sizes = huge};
+	create_expect(b, &c, STRATA_E_OVERFLOW, "total bytes");
+	strata_backend_destroy(b);
 }
 
 int main(void)

@@ -75,12 +75,9 @@ static const strata_residency_mode modes[] = {
 
 static strata_residency_config mode_config(workload *w, size_t m)
 {
-	strata_residency_config c = wl_config(w, modes[m], 2);
-	if (m == 3) { /* disk, host 0: reads straight into the device */
-		c.host_budget_bytes = 0;
-		c.lookahead_units = c.queue_depth = 0;
-	}
-	return c;
+	if (m == 3) /* disk, host 0: reads straight into the device */
+		return wl_config_disk(w, 0, 0);
+	return wl_config(w, modes[m], 2);
 }
 
 /* Fails the n-th read for n = 0, 1, ... until a create and two passes

@@ -1,7 +1,8 @@
 /* test_engine_plan.c - the engine and the planner agree to the byte: a plan
- * made from a real checkpoint's headers fills the engine's config, the
- * engine's arenas equal the plan's weight figures, and a run stays within
- * them in every mode (layer: residency). */
+ * made from a real checkpoint's headers fills the engine's config (the one
+ * route, strata_residency_config_from_plan), the engine's arenas are the
+ * plan's weight figures, and a run stays within them in every mode
+ * (layer: residency). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,34 +16,6 @@
 static const wl_spec mixed = {.text_units = {0, 1, 2, 3, 5, 6}, .text_count = 6,
 			      .vision_count = 3, .bf16 = true};
 
-typedef struct planned {
-	strata_plan_source *src;
-	strata_plan *plan;
-	strata_plan_arch arch;
-} planned;
-
-static strata_status make_plan(workload *w, strata_plan_options *o, planned *p,
-			       strata_error *err)
-{
-	memset(p, 0, sizeof *p);
-	strata_status s = strata_plan_source_create(w->catalog, STRATA_PLAN_DEVICE_CPU,
-						    NULL, 0, &p->src, err);
-	assert_int_equal(s, STRATA_OK);
-	strata_plan_machine m = {.device_free_known = true, .host_available_known = true,
-				 .device_free_bytes = 1 << 30,
-				 .host_available_bytes = 1 << 30};
-	o->device = STRATA_PLAN_DEVICE_CPU;
-	return strata_plan_create(strata_plan_source_layout(p->src), &p->arch,
-				  strata_plan_source_weight_dtype(p->src), o, &m,
-				  &p->plan, err);
-}
-
-static void drop_plan(planned *p)
-{
-	strata_plan_destroy(p->plan);
-	strata_plan_source_destroy(p->src);
-}
-
 static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 		     uint64_t host_budget, bool has_host)
 {
@@ -51,9 +24,9 @@ static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 	strata_plan_options o = {.mode = mode, .host_depth = host_depth,
 				 .has_device_budget = true, .device_budget = 1 << 24,
 				 .has_host_budget = has_host, .host_budget = host_budget};
-	planned p;
+	wl_planned p;
 	strata_error err;
-	assert_int_equal(make_plan(&w, &o, &p, &err), STRATA_OK);
+	assert_int_equal(wl_plan(&w, &o, &p, &err), STRATA_OK);
 	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_RESIDENT, 0);
 	assert_int_equal(strata_residency_config_from_plan(p.plan, &c, &err), STRATA_OK);
 	assert_int_equal(c.mode, mode);
@@ -64,12 +37,21 @@ static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 	strata_residency_sizes z;
 	strata_residency_get_sizes(e, &z);
 	const strata_plan_candidate *sel = strata_plan_selected(p.plan);
-	/* the same numbers, computed twice by two layers */
-	assert_int_equal(z.device_arena_bytes, strata_plan_weight_device_bytes(p.plan));
-	assert_int_equal(z.device_arena_bytes,
+	/* the plan's numbers, handed over once and enforced */
+	strata_arena_stats dev, host;
+	strata_residency_device_arena_stats(e, &dev);
+	strata_residency_host_arena_stats(e, &host);
+	assert_int_equal(dev.capacity_bytes, strata_plan_weight_device_bytes(p.plan));
+	assert_int_equal(z.static_device_bytes + z.window_device_bytes,
 			 sel->static_device_bytes + sel->window_device_bytes);
 	assert_int_equal(z.depth, sel->weights.depth);
-	assert_true(z.host_arena_bytes <= sel->host_bytes);
+	assert_int_equal(z.static_bytes, sel->weights.static_bytes);
+	assert_int_equal(z.window_bytes, sel->weights.window_bytes);
+	assert_int_equal(host.capacity_bytes, z.host_bytes);
+	assert_true(z.host_bytes <= sel->host_bytes);
+	/* the plan is exact, not generous: the static tensors fill their
+	 * region as soon as they are loaded */
+	assert_true(dev.high_water_bytes >= sel->static_device_bytes);
 	for (int tok = 0; tok < 2; tok++)
 		assert_int_equal(wl_pass(&w, e, &err), STRATA_OK);
 	assert_int_equal(strata_residency_quiesce(e, &err), STRATA_OK);
@@ -79,7 +61,7 @@ static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 	assert_true(s.peak_bytes[STRATA_TIER_HOST] <= strata_plan_host_total(p.plan));
 	strata_residency_destroy(e);
 	strata_backend_destroy(b);
-	drop_plan(&p);
+	wl_plan_destroy(&p);
 	wl_destroy(&w);
 }
 

@@ -178,18 +178,70 @@ void wl_destroy(workload *w)
 	rmdir(w->dir);
 }
 
-strata_residency_config wl_config(workload *w, strata_residency_mode mode,
-				  uint64_t depth)
+strata_status wl_plan(workload *w, strata_plan_options *o, wl_planned *p,
+		      strata_error *err)
 {
-	return (strata_residency_config){
-		.mode = mode, .depth = depth,
-		.device_budget_bytes = 1 << 24, .host_budget_bytes = 1 << 24,
-		.lookahead_units = 2, .queue_depth = 1,
+	memset(p, 0, sizeof *p);
+	assert_int_equal(strata_plan_source_create(w->catalog, STRATA_PLAN_DEVICE_CPU,
+						   NULL, 0, &p->src, err),
+			 STRATA_OK);
+	strata_plan_machine m = {.device_free_known = true, .host_available_known = true,
+				 .device_free_bytes = 1 << 30,
+				 .host_available_bytes = 1 << 30};
+	o->device = STRATA_PLAN_DEVICE_CPU;
+	return strata_plan_create(strata_plan_source_layout(p->src), &p->arch,
+				  strata_plan_source_weight_dtype(p->src), o, &m,
+				  &p->plan, err);
+}
+
+void wl_plan_destroy(wl_planned *p)
+{
+	strata_plan_destroy(p->plan);
+	strata_plan_source_destroy(p->src);
+}
+
+strata_residency_config wl_config_planned(workload *w,
+					  const strata_plan_options *o)
+{
+	strata_residency_config c = {
 		.group_count = w->group_count, .groups = w->groups,
 		.static_count = w->static_count, .statics = w->statics,
 		.unit_count = w->unit_count, .units = w->units,
 		.read = strata_residency_read_store, .read_user = w->store,
 		.convert = strata_residency_convert_f32};
+	strata_plan_options po = *o;
+	wl_planned p;
+	strata_error err;
+	if (wl_plan(w, &po, &p, &err) != STRATA_OK)
+		fail_msg("workload plan: %s", err.message);
+	assert_int_equal(strata_residency_config_from_plan(p.plan, &c, &err),
+			 STRATA_OK);
+	wl_plan_destroy(&p);
+	return c;
+}
+
+strata_residency_config wl_config(workload *w, strata_residency_mode mode,
+				  uint64_t depth)
+{
+	strata_plan_options o = {
+		.mode = mode, .host_depth = depth,
+		.has_device_budget = true, .device_budget = 1 << 24,
+		.has_host_budget = true, .host_budget = 1 << 24,
+		.has_lookahead = mode == STRATA_RESIDENCY_DISK, .lookahead = 2,
+		.has_queue = mode == STRATA_RESIDENCY_DISK, .queue = 1};
+	return wl_config_planned(w, &o);
+}
+
+strata_residency_config wl_config_disk(workload *w, uint64_t lookahead,
+				       uint64_t queue)
+{
+	strata_plan_options o = {
+		.mode = STRATA_RESIDENCY_DISK,
+		.has_device_budget = true, .device_budget = 1 << 24,
+		.has_host_budget = true, .host_budget = lookahead ? 1 << 24 : 0,
+		.has_lookahead = true, .lookahead = lookahead,
+		.has_queue = true, .queue = queue};
+	return wl_config_planned(w, &o);
 }
 
 void wl_check_tensor(const workload *w, const strata_residency_tensor *t,
@@ -210,7 +262,7 @@ void wl_check_tensor(const workload *w, const strata_residency_tensor *t,
 void wl_check_view(const workload *w, const strata_residency_view *v)
 {
 	for (size_t i = 0; i < v->count; i++) {
-		assert_int_equal((uintptr_t)v->data[i] % STRATA_BACKEND_ALIGN, 0);
+		assert_int_equal((uintptr_t)v->data[i] % STRATA_ALIGN, 0);
 		wl_check_tensor(w, &v->tensors[i], v->data[i]);
 	}
 }

@@ -40,10 +40,33 @@ typedef struct workload {
 void wl_create(workload *w, const wl_spec *spec);
 void wl_destroy(workload *w);
 
+/* A plan over the workload's catalog on the CPU (architecture unknown, a
+ * machine of 1 GiB); o->device is set to CPU. The plan's own status: a
+ * forced mode that does not fit is E_PLAN_NOTHING_FITS with p->plan set.
+ * Destroy with wl_plan_destroy. */
+typedef struct wl_planned {
+	strata_plan_source *src;
+	strata_plan *plan;
+	strata_plan_arch arch;
+} wl_planned;
+strata_status wl_plan(workload *w, strata_plan_options *o, wl_planned *p,
+		      strata_error *err);
+void wl_plan_destroy(wl_planned *p);
+
 /* A config over the workload: reads through the weight store, converts
- * bf16 to f32. Budgets generous unless the test changes them. */
+ * bf16 to f32, and its mode and sizes come from a plan made with `o`
+ * (strata_residency_config_from_plan), as a run's do. Asserts the plan
+ * selects something. */
+strata_residency_config wl_config_planned(workload *w,
+					  const strata_plan_options *o);
+/* The same for a forced mode with budgets of 16 MiB: host:depth, resident,
+ * or disk with a lookahead of 2 and a queue of 1. */
 strata_residency_config wl_config(workload *w, strata_residency_mode mode,
 				  uint64_t depth);
+/* Disk mode with this lookahead and queue; lookahead 0: host memory 0, the
+ * reads go straight to the device. */
+strata_residency_config wl_config_disk(workload *w, uint64_t lookahead,
+				       uint64_t queue);
 
 /* Asserts the view's tensors hold exactly what was written. */
 void wl_check_view(const workload *w, const strata_residency_view *v);

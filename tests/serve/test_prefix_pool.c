@@ -14,7 +14,7 @@
 
 #include "serve/prefix_pool.h"
 
-#define A STRATA__POOL_ALIGN
+#define A STRATA_ALIGN
 
 /* Each test runs once on plain memory and once on the CPU backend's host
  * memory (the path CUDA's pinned chunks take). */

@@ -108,6 +108,28 @@ double ref_max_diff(const float *a, const float *b, uint64_t n)
 	return m;
 }
 
+void ref_plan_make(const strata_catalog *cat, strata_plan_device device,
+		   strata_plan_options *o, ref_plan *p)
+{
+	memset(p, 0, sizeof *p);
+	strata_error err;
+	o->device = device;
+	assert_int_equal(strata_plan_source_create(cat, device, NULL, 0, &p->src,
+						   &err),
+			 STRATA_OK);
+	strata_plan_machine m = {0};
+	if (strata_plan_create(strata_plan_source_layout(p->src), &p->arch,
+			       strata_plan_source_weight_dtype(p->src), o, &m,
+			       &p->plan, &err))
+		fail_msg("plan: %s", err.message);
+}
+
+void ref_plan_destroy(ref_plan *p)
+{
+	strata_plan_destroy(p->plan);
+	strata_plan_source_destroy(p->src);
+}
+
 uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 			     uint32_t batch, uint32_t prefill_chunk)
 {

@@ -43,6 +43,19 @@ void ref_close_model(ref_open *m);
 uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 			     uint32_t batch, uint32_t prefill_chunk);
 
+/* A plan over a model's catalog, as a run makes one (architecture left
+ * unknown: the weights are what the residency engine is sized by), for
+ * the window's options: {.plan = p->plan}. o->device is set to `device`.
+ * Asserts that the plan selects a candidate. */
+typedef struct ref_plan {
+	strata_plan_source *src;
+	strata_plan *plan;
+	strata_plan_arch arch;
+} ref_plan;
+void ref_plan_make(const strata_catalog *cat, strata_plan_device device,
+		   strata_plan_options *o, ref_plan *p);
+void ref_plan_destroy(ref_plan *p);
+
 /* max |a - b| over n floats. */
 double ref_max_diff(const float *a, const float *b, uint64_t n);
 

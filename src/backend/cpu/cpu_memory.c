@@ -225,7 +225,7 @@ static strata_status cpu_device_alloc(void *ctx, uint64_t bytes, void **out,
 	if (s != STRATA_OK)
 		goto done;
 	void *p = bytes <= SIZE_MAX ? strata_backend_cpu_sys.region_alloc(
-					      STRATA_BACKEND_ALIGN, (size_t)bytes)
+					      STRATA_ALIGN, (size_t)bytes)
 				    : NULL;
 	if (!p) {
 		s = strata_fail(err, STRATA_E_DEVICE_OOM,
@@ -267,7 +267,7 @@ static strata_status cpu_host_alloc(void *ctx, uint64_t bytes, bool pinned,
 	(void)ctx;
 	(void)pinned; /* nothing to pin on the CPU backend */
 	void *p = bytes <= SIZE_MAX
-			  ? strata_alloc_aligned(STRATA_BACKEND_ALIGN, (size_t)bytes)
+			  ? strata_alloc_aligned(STRATA_ALIGN, (size_t)bytes)
 			  : NULL;
 	if (!p)
 		return strata_fail(err, STRATA_E_NOMEM,

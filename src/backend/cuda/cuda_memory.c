@@ -265,7 +265,7 @@ static strata_status cuda_host_alloc(void *ctx, uint64_t bytes, bool pinned,
 				   "%" PRIu64 " bytes of host memory do not fit size_t",
 				   bytes);
 	if (!pinned) {
-		void *p = strata_alloc_aligned(STRATA_BACKEND_ALIGN, (size_t)bytes);
+		void *p = strata_alloc_aligned(STRATA_ALIGN, (size_t)bytes);
 		if (!p)
 			return strata_fail(err, STRATA_E_NOMEM,
 					   "free host memory or lower --host-memory",
