@@ -33,8 +33,11 @@
 	X(AUTO, "auto")                                                        \
 	X(RESIDENT, "resident")                                                \
 	X(HOST, "host")                                                        \
-	X(DISK, "disk")
+	X(DISK, "disk")                                                        \
+	X(PLACEMENT, "placement")
 
+/* PLACEMENT: units placed one by one (resident, window, cpu), the general
+ * case; the other modes are its uniform special cases (DESIGN.md). */
 typedef enum strata_residency_mode {
 #define STRATA_RESIDENCY_ENUM(name, text) STRATA_RESIDENCY_##name,
 	STRATA_RESIDENCY_MAP(STRATA_RESIDENCY_ENUM)
@@ -51,9 +54,26 @@ typedef enum strata_plan_device {
 #undef STRATA_PLAN_DEVICE_ENUM
 } strata_plan_device;
 
+/* Where one execution unit runs: X(NAME, "text"). resident: on a device
+ * for the whole run; window: streamed through a device's window from host
+ * memory; cpu: computed on the CPU from host memory; disk: read from the
+ * checkpoint through the host lookahead. */
+#define STRATA_PLACE_MAP(X)                                                    \
+	X(RESIDENT, "resident")                                                \
+	X(WINDOW, "window")                                                    \
+	X(CPU, "cpu")                                                          \
+	X(DISK, "disk")
+
+typedef enum strata_place {
+#define STRATA_PLACE_ENUM(name, text) STRATA_PLACE_##name,
+	STRATA_PLACE_MAP(STRATA_PLACE_ENUM)
+#undef STRATA_PLACE_ENUM
+} strata_place;
+
 /* "resident", "cpu", ...; "unknown" outside the enums. */
 const char *strata_residency_mode_name(strata_residency_mode m);
 const char *strata_plan_device_name(strata_plan_device d);
+const char *strata_place_name(strata_place w);
 
 /* Every buffer the plan sizes is rounded up to STRATA_ALIGN (base.h), the
  * arenas' alignment, with strata_checked_align. */
@@ -144,6 +164,29 @@ void strata_plan_layout_get_info(const strata_plan_layout *l,
 strata_status strata_plan_layout_window(const strata_plan_layout *l,
 					uint64_t depth, uint64_t *out,
 					strata_error *err);
+
+/* One occupied {group, unit} of a layout, in layout order (group, then
+ * index): what a placement assigns. group points into the layout's names. */
+typedef struct strata_plan_unit {
+	const char *group;
+	size_t group_len;
+	uint64_t unit;
+	uint64_t bytes; /* device bytes of its tensors */
+} strata_plan_unit;
+
+/* Occupied units (layout_info.occupied_units) and the i-th of them. */
+size_t strata_plan_layout_unit_count(const strata_plan_layout *l);
+void strata_plan_layout_unit_at(const strata_plan_layout *l, size_t i,
+				strata_plan_unit *out);
+
+/* The seed's window over a subset of the units: the largest sum of bytes
+ * over `depth` consecutive unit indices of one group where only units i
+ * with streamed[i] (layout order) weigh, the others weighing 0 like absent
+ * indices. streamed NULL: every unit (= strata_plan_layout_window). */
+strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
+					   uint64_t depth,
+					   const bool *streamed,
+					   uint64_t *out, strata_error *err);
 
 /* The seed's numbers for a mode: RESIDENT -> depth = unit count, window =
  * every unit of every group; HOST -> depth = host_depth (not clamped);
@@ -308,7 +351,19 @@ strata_status strata_plan_host_available(uint64_t *bytes, strata_error *err);
 	X(HOST_BUDGET_FROM_OPTION, "host_budget_from_option")                  \
 	X(HOST_BUDGET_FROM_MACHINE, "host_budget_from_machine")                \
 	X(HOST_WINDOW_LIST_TRUNCATED, "host_window_list_truncated")            \
-	X(DISK_DIRECT_TO_DEVICE, "disk_direct_to_device")
+	X(DISK_DIRECT_TO_DEVICE, "disk_direct_to_device")                      \
+	X(UNITS_RESIDENT_FILL, "units_resident_fill")                          \
+	X(CPU_UNITS_SELECTED, "cpu_units_selected")                            \
+	X(STREAM_CPU_INTERLEAVED, "stream_cpu_interleaved")                    \
+	X(SPLIT_OVER_DEVICES, "split_over_devices")                            \
+	X(STATICS_ON_CPU, "statics_on_cpu")                                    \
+	X(PLACEMENT_SELECTED, "placement_selected")                            \
+	X(PLACEMENT_FORCED, "placement_forced")                                \
+	X(PLACEMENT_NOT_RUN_YET, "placement_not_run_yet")                      \
+	X(PREFILL_PLACEMENT, "prefill_placement")                              \
+	X(RATES_DEFAULT, "rates_default")                                      \
+	X(RATES_CALIBRATED, "rates_calibrated")                                \
+	X(ONE_RAM_SHARED, "one_ram_shared")
 
 typedef enum strata_explain {
 #define STRATA_EXPLAIN_ENUM(name, code) STRATA_EXPLAIN_##name,
@@ -327,6 +382,39 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
 #define STRATA_PLAN_DEFAULT_DISK_BW 1.1e9
 #define STRATA_PLAN_DEFAULT_HBM_BW 4.8e12
 #define STRATA_PLAN_DEFAULT_CPU_MEM_BW 20e9
+/* Compute rates for the prefill model (floating-point operations per
+ * second): a dense product of T tokens over a unit of E elements costs
+ * 2 x E x T. Defaults, not measured (strata calibrate measures them):
+ * the CPU's 0.2 TFLOP/s is strata's f32 kernels on a current 16-core
+ * server; the device's 130 TFLOP/s is strata's bf16 prefill on an H200
+ * (GPU-MACHINE.md: 512 tokens over 7.5 GB in 28 ms). */
+#define STRATA_PLAN_DEFAULT_CPU_FLOPS 0.2e12
+#define STRATA_PLAN_DEFAULT_DEVICE_FLOPS 130e12
+
+/* Devices a planned layer split spans at most. */
+#define STRATA_PLAN_MAX_DEVICES 8
+
+/* The rates a plan predicts with: X(NAME, options field, "json key").
+ * Each comes from an option, from the rates file `strata calibrate`
+ * writes (options.calibrated_rates), or from the defaults above. */
+#define STRATA_PLAN_RATE_MAP(X)                                                \
+	X(H2D, h2d_bandwidth, "h2d_bytes_per_second")                          \
+	X(D2H, d2h_bandwidth, "d2h_bytes_per_second")                          \
+	X(DISK, disk_bandwidth, "disk_bytes_per_second")                       \
+	X(MEMORY, memory_bandwidth, "memory_bytes_per_second")                 \
+	X(HOST_MEMORY, host_memory_bandwidth, "host_memory_bytes_per_second")  \
+	X(DEVICE_FLOPS, device_flops, "device_flops")                          \
+	X(CPU_FLOPS, cpu_flops, "cpu_flops")
+
+typedef enum strata_plan_rate {
+#define STRATA_PLAN_RATE_ENUM(name, field, json) STRATA_PLAN_RATE_##name,
+	STRATA_PLAN_RATE_MAP(STRATA_PLAN_RATE_ENUM)
+#undef STRATA_PLAN_RATE_ENUM
+	STRATA_PLAN_RATE_COUNT
+} strata_plan_rate;
+
+/* "h2d_bytes_per_second", ...; "unknown" outside the enum. */
+const char *strata_plan_rate_name(strata_plan_rate r);
 
 /* host:D candidates listed at most; past it the planner jumps to the depth
  * that holds a whole group (explained by host_window_list_truncated). */
@@ -345,6 +433,29 @@ typedef struct strata_plan_options {
 	uint64_t lookahead, queue;
 	strata_plan_shape shape;
 	double h2d_bandwidth, disk_bandwidth, memory_bandwidth; /* bytes/s */
+	double d2h_bandwidth;	      /* device to host, bytes/s */
+	double host_memory_bandwidth; /* the CPU reading host memory, bytes/s */
+	double device_flops, cpu_flops; /* dense products, operations/s */
+	/* Bit (1 << STRATA_PLAN_RATE_x) set: that rate came from the rates
+	 * file, not an option (for the explanation of where rates come
+	 * from). A zero rate takes its default whatever the bit. */
+	uint32_t calibrated_rates;
+	/* Placements of units (resident, window, cpu per unit): they are
+	 * always sized and listed; the planner may select one only when
+	 * this is true, i.e. when the caller's forward pass runs them.
+	 * Forcing them (below) implies it. */
+	bool mixed_placements;
+	/* --resident-units N / --cpu-units N: exactly min(N, units) units
+	 * resident on the devices / computed on the CPU from host memory;
+	 * the rest chosen by the planner. Not with a mode other than AUTO. */
+	bool has_resident_units, has_cpu_units;
+	uint64_t resident_units, cpu_units;
+	/* A planned layer split over device_count devices of `device` (0 or
+	 * 1: one device): device i holds the next run of resident units and
+	 * has its own budget, device_budgets[i], or device_budget when that
+	 * is 0; a split needs has_device_budget. Uniform modes use device 0. */
+	uint32_t device_count;
+	uint64_t device_budgets[STRATA_PLAN_MAX_DEVICES];
 	/* Device bytes the backend takes for itself outside the plan's
 	 * buffers (cuda: STRATA_CUDA_COMPUTE_DEVICE_BYTES of the compute
 	 * context, cuBLAS workspace and scratch); added to every device
@@ -370,6 +481,14 @@ typedef struct strata_plan_budgets {
 	bool device_from_option, host_from_option;
 	uint32_t shared_by;	  /* replicas sharing the host (1: alone) */
 	uint64_t host_pool_bytes; /* the host budget before the split */
+	/* cpu with neither budget given: device arena and host tier are one
+	 * RAM of ram_bytes (both budgets say so); a candidate fits when its
+	 * device and host bytes together fit it, so every mode that fits
+	 * the RAM runs. 0: the two budgets are separate. */
+	uint64_t ram_bytes;
+	/* each device of a split (device_bytes is device 0's) */
+	uint32_t devices;
+	uint64_t split_device_bytes[STRATA_PLAN_MAX_DEVICES];
 } strata_plan_budgets;
 
 /* What the CUDA driver takes of device memory beyond what is asked for,
@@ -402,6 +521,26 @@ typedef struct strata_plan_candidate {
 	uint64_t device_shortfall_bytes, host_shortfall_bytes;
 	uint64_t moved_bytes_per_forward; /* over the slowest link */
 	double predicted_ms_per_forward, tokens_per_second;
+	/* The placement (every candidate has one; the uniform modes place
+	 * every unit alike). Units in layout order: the first resident_units
+	 * are resident (device 0 holds the first device_resident_units[0] of
+	 * them, device 1 the next ...), the rest are cpu or window units,
+	 * interleaved evenly (strata_plan_unit_place), or all disk. */
+	bool statics_on_cpu;
+	uint64_t resident_units, window_units, cpu_units, disk_units;
+	uint32_t devices; /* devices holding units: 1, or the split's */
+	uint64_t device_resident_units[STRATA_PLAN_MAX_DEVICES];
+	uint64_t split_device_bytes[STRATA_PLAN_MAX_DEVICES]; /* each total */
+	uint64_t cpu_bytes;	 /* unit and static bytes the CPU computes */
+	uint64_t streamed_bytes; /* bytes over the link per pass */
+	/* The prefill pass's own split of the non-resident units (the same
+	 * resident units, so switching copies nothing resident again). */
+	uint64_t prefill_cpu_units, prefill_window_units;
+	/* one token per sequence; one chunk of prefill_chunk tokens */
+	double predicted_decode_ms, predicted_prefill_ms;
+	/* The smallest chunk from which the prefill split is predicted
+	 * faster than the decode split (0: never, or they are the same). */
+	uint64_t crossing_chunk;
 } strata_plan_candidate;
 
 typedef struct strata_plan_explanation {
@@ -428,6 +567,23 @@ strata_status strata_plan_create(const strata_plan_layout *layout,
 				 const strata_plan_machine *machine,
 				 strata_plan **out, strata_error *err);
 void strata_plan_destroy(strata_plan *p); /* NULL is fine */
+
+/* A candidate's name: "resident", "host:3", "disk", or for a placement
+ * "placement:rR,cC,wW" (R as "R0+R1" over a split; ",statics:cpu" when
+ * the statics are on the CPU). Returns buf. */
+const char *strata_plan_candidate_name(const strata_plan_candidate *c,
+				       char *buf, size_t cap);
+
+/* Writes bytes as a size the options take, never below bytes: a whole
+ * number of the largest binary unit it reaches, else hundredths rounded
+ * up ("2GiB", "1.51GiB", "36.01MiB", "512"). */
+strata_status strata_plan_size_option(uint64_t bytes, char *buf, size_t cap);
+
+/* Where unit i (layout order) of candidate c runs, and on which device
+ * (0 for cpu and disk); prefill: the prefill pass's split. */
+void strata_plan_unit_place(const strata_plan_candidate *c, uint64_t units,
+			    uint64_t i, bool prefill, strata_place *where,
+			    uint32_t *device);
 
 /* Accessors. selected returns NULL when nothing fits. */
 size_t strata_plan_candidate_count(const strata_plan *p);

@@ -159,39 +159,46 @@ static void print_plan(FILE *f, const strata_plan *p)
 		fprintf(f, "headroom kept free: device %s, host %s\n",
 			strata_size_format(b->device_headroom_bytes, s1, 32),
 			strata_size_format(b->host_headroom_bytes, s2, 32));
-	fprintf(f, "\n%-10s %6s %11s %11s %11s %11s %11s %11s %4s %11s\n",
+	fprintf(f, "\n%-10s %6s %11s %11s %11s %11s %11s %11s %4s %10s %10s\n",
 		"mode", "depth", "static", "window", "KV", "workspace",
-		"device", "host", "fits", "ms/forward");
+		"device", "host", "fits", "decode ms", "prefill ms");
 	long sel = strata_plan_selected_index(p);
 	for (size_t i = 0; i < strata_plan_candidate_count(p); i++) {
 		const strata_plan_candidate *c = strata_plan_candidate_at(p, i);
-		char name[40];
-		if (c->mode == STRATA_RESIDENCY_HOST)
-			snprintf(name, sizeof name, "host:%llu",
-				 (unsigned long long)c->weights.depth);
-		else
-			snprintf(name, sizeof name, "%s",
-				 strata_residency_mode_name(c->mode));
+		char name[96];
+		strata_plan_candidate_name(c, name, sizeof name);
+		bool placed = c->mode == STRATA_RESIDENCY_PLACEMENT;
 		char depth[24];
 		snprintf(depth, sizeof depth, "%llu",
 			 (unsigned long long)c->weights.depth);
-		fprintf(f, "%-10s %6s %11s %11s %11s %11s %11s %11s %4s %11.3f%s\n",
-			name, strlen(depth) > 6 ? "huge" : depth,
+		fprintf(f, "%-10s %6s %11s %11s %11s %11s %11s %11s %4s %10.3f %10.3f%s\n",
+			placed ? "placement" : name,
+			strlen(depth) > 6 ? "huge" : depth,
 			strata_size_format(c->weights.static_bytes, s1, 32),
 			strata_size_format(c->weights.window_bytes, s2, 32),
 			cell(m->kv_cache_bytes, m->arch_known, s3),
 			cell(m->workspace_bytes, m->arch_known, s4),
 			strata_size_format(c->device_bytes, s5, 32),
 			strata_size_format(c->host_bytes, s6, 32),
-			c->fits ? "yes" : "no", c->predicted_ms_per_forward,
+			c->fits ? "yes" : "no", c->predicted_decode_ms,
+			c->predicted_prefill_ms,
 			(long)i == sel ? "  <- selected" : "");
+		if (placed)
+			fprintf(f, "  %s: %llu resident, %llu on the CPU, %llu streamed%s\n",
+				name + strlen("placement:"),
+				(unsigned long long)c->resident_units,
+				(unsigned long long)c->cpu_units,
+				(unsigned long long)c->window_units,
+				c->statics_on_cpu ? ", statics on the CPU" : "");
 	}
 	const strata_plan_candidate *c = strata_plan_selected(p);
+	char cname[96];
 	if (c)
-		fprintf(f, "\nselected: %s, depth %llu (%.1f tokens/s predicted)\n",
-			strata_residency_mode_name(c->mode),
+		fprintf(f, "\nselected: %s, depth %llu (%.1f tokens/s predicted; decode %.3f ms, prefill chunk %.3f ms)\n",
+			strata_plan_candidate_name(c, cname, sizeof cname),
 			(unsigned long long)c->weights.depth,
-			c->tokens_per_second);
+			c->tokens_per_second, c->predicted_decode_ms,
+			c->predicted_prefill_ms);
 	else
 		fprintf(f, "\nselected: none\n");
 	fprintf(f, "because:\n");

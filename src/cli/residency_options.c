@@ -9,22 +9,31 @@
 const char strata_cli_residency_help[] =
 	"  --residency MODE      auto (default), resident, host, host:DEPTH or disk\n"
 	"  --device cpu|cuda[:N] where the model runs (default: cuda if visible, else cpu)\n"
-	"  --device-memory SIZE  device budget (default: free memory minus headroom)\n"
+	"  --device-memory SIZE  device budget (default: free memory minus headroom);\n"
+	"                        SIZE,SIZE,... plans a layer split over that many\n"
+	"                        devices, each with its own budget\n"
 	"  --host-memory SIZE    host budget (default: MemAvailable minus headroom)\n"
 	"  --lookahead N         disk: units read ahead into host memory\n"
 	"  --queue N             disk: background reads in flight (<= lookahead)\n"
 	"  --context N           tokens of context the KV cache holds\n"
 	"  --batch N             sequences decoded together (default 1)\n"
-	"  --prefill-chunk N     prompt tokens per forward pass (default 1)\n"
+	"  --prefill-chunk N     prompt tokens per forward pass (default: the\n"
+	"                        prompt, at most 512; plan: 512, at most the context)\n"
 	"  --exclude GLOB        tensors held in independent storage (repeatable)\n"
 	"  --h2d-bandwidth SIZE  host-to-device bytes per second (default 55GB)\n"
 	"  --disk-bandwidth SIZE disk bytes per second (default 1.1GB)\n"
-	"  --memory-bandwidth SIZE device memory bytes per second\n";
+	"  --memory-bandwidth SIZE device memory bytes per second\n"
+	"  --host-memory-bandwidth SIZE the CPU's host memory read rate per second\n"
+	"                        (rates not given come from `strata calibrate`'s\n"
+	"                        file, else defaults the plan names)\n"
+	"  --resident-units N    exactly N units resident on the device(s)\n"
+	"  --cpu-units N         exactly N units computed on the CPU from host memory\n";
 
 typedef enum opt_kind {
 	OPT_RESIDENCY, OPT_DEVICE, OPT_DEVICE_MEMORY, OPT_HOST_MEMORY,
 	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
-	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW,
+	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW, OPT_HOSTBW,
+	OPT_RESIDENT_UNITS, OPT_CPU_UNITS,
 } opt_kind;
 
 static const struct {
@@ -44,6 +53,9 @@ static const struct {
 	{"--h2d-bandwidth", OPT_H2D},
 	{"--disk-bandwidth", OPT_DISK},
 	{"--memory-bandwidth", OPT_MEMBW},
+	{"--host-memory-bandwidth", OPT_HOSTBW},
+	{"--resident-units", OPT_RESIDENT_UNITS},
+	{"--cpu-units", OPT_CPU_UNITS},
 };
 
 void strata_cli_residency_init(strata_cli_residency *r)
@@ -147,6 +159,39 @@ static int parse_size(const char *opt, const char *v, bool *has,
 	return 1;
 }
 
+/* SIZE, or SIZE,SIZE,... for a layer split: one budget per device. */
+static int parse_device_memory(strata_plan_options *o, const char *v,
+			       strata_error *err)
+{
+	uint64_t sizes[STRATA_PLAN_MAX_DEVICES];
+	uint32_t n = 0;
+	const char *at = v;
+	for (;;) {
+		const char *comma = strchr(at, ',');
+		size_t len = comma ? (size_t)(comma - at) : strlen(at);
+		char buf[64];
+		if (n == STRATA_PLAN_MAX_DEVICES || len == 0 ||
+		    len >= sizeof buf)
+			return usage_error(err, "give SIZE, or SIZE,SIZE,... for at most 8 devices",
+					   "--device-memory", v, "a size list");
+		memcpy(buf, at, len);
+		buf[len] = '\0';
+		if (strata_size_parse(buf, &sizes[n++], err) != STRATA_OK)
+			return usage_error(err, "give bytes or a size like 24GiB",
+					   "--device-memory", v, "a size");
+		if (!comma)
+			break;
+		at = comma + 1;
+	}
+	o->has_device_budget = true;
+	o->device_budget = sizes[0];
+	o->device_count = n > 1 ? n : 0;
+	memset(o->device_budgets, 0, sizeof o->device_budgets);
+	for (uint32_t i = 0; n > 1 && i < n; i++)
+		o->device_budgets[i] = sizes[i];
+	return 1;
+}
+
 static int parse_count(const char *opt, const char *v, bool positive,
 		       uint64_t *out, strata_error *err)
 {
@@ -166,8 +211,7 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	case OPT_RESIDENCY: return parse_mode(r, v, err);
 	case OPT_DEVICE: return parse_device(r, v, err);
 	case OPT_DEVICE_MEMORY:
-		return parse_size(opt, v, &o->has_device_budget,
-				  &o->device_budget, err);
+		return parse_device_memory(o, v, err);
 	case OPT_HOST_MEMORY:
 		return parse_size(opt, v, &o->has_host_budget, &o->host_budget,
 				  err);
@@ -194,6 +238,14 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	case OPT_DISK: return parse_bandwidth(opt, v, &o->disk_bandwidth, err);
 	case OPT_MEMBW:
 		return parse_bandwidth(opt, v, &o->memory_bandwidth, err);
+	case OPT_HOSTBW:
+		return parse_bandwidth(opt, v, &o->host_memory_bandwidth, err);
+	case OPT_RESIDENT_UNITS:
+		o->has_resident_units = true;
+		return parse_count(opt, v, false, &o->resident_units, err);
+	case OPT_CPU_UNITS:
+		o->has_cpu_units = true;
+		return parse_count(opt, v, false, &o->cpu_units, err);
 	}
 	return 0;
 }

@@ -12,7 +12,33 @@ void strata__plan_predict(const strata_plan_layout_info *info,
 			  const strata_plan_options *o,
 			  strata_plan_candidate *c);
 
-#define STRATA__PLAN_MAX_EXPLANATIONS 24
+/* The placement planner (placement.c). predict_passes fills a
+ * candidate's decode and prefill predictions, its CPU and streamed bytes
+ * and its crossing chunk; uniform_placement the placement fields of a
+ * resident, host:D or disk candidate (then predicts); placements searches
+ * and appends the placement candidates (strata__plan_push). */
+void strata__plan_predict_passes(const strata_plan *p,
+				 strata_plan_candidate *c);
+void strata__plan_uniform_placement(const strata_plan *p,
+				    strata_plan_candidate *c);
+strata_status strata__plan_placements(strata_plan *p, strata_error *err);
+
+/* Appends a copy of c to the candidates (planner.c). */
+strata_status strata__plan_push(strata_plan *p, const strata_plan_candidate *c,
+				strata_error *err);
+
+/* Appends an explanation (planner.c). */
+void strata__plan_explain(strata_plan *p, strata_explain code,
+			  const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Selects a candidate with its explanations; the nothing-fits error
+ * (select.c). */
+void strata__plan_select(strata_plan *p);
+strata_status strata__plan_nothing_fits(const strata_plan *p,
+					strata_error *err);
+
+#define STRATA__PLAN_MAX_EXPLANATIONS 48
 
 struct strata_plan {
 	const strata_plan_layout *layout;
@@ -25,6 +51,11 @@ struct strata_plan {
 	strata_plan_candidate *candidates;
 	size_t candidate_count, candidate_cap;
 	long selected;
+	/* each occupied unit's device bytes in layout order, and their
+	 * prefix sums ([n + 1]) */
+	uint64_t *unit_bytes, *unit_prefix;
+	double element_bytes; /* of the weights where they execute */
+	uint32_t default_rates; /* bit per rate that took its default */
 	strata_plan_explanation explanations[STRATA__PLAN_MAX_EXPLANATIONS];
 	size_t explanation_count;
 };

@@ -7,6 +7,8 @@
 
 #include "plan/internal.h"
 
+#define explain strata__plan_explain
+
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -25,12 +27,10 @@ const char *strata_explain_code(strata_explain e)
 	return "unknown";
 }
 
-static void explain(strata_plan *p, strata_explain code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
 /* Appends an explanation; past the fixed capacity the rest are dropped,
  * which the capacity (twice the most one plan writes) rules out. */
-static void explain(strata_plan *p, strata_explain code, const char *fmt, ...)
+void strata__plan_explain(strata_plan *p, strata_explain code,
+			  const char *fmt, ...)
 {
 	if (p->explanation_count >= STRATA__PLAN_MAX_EXPLANATIONS)
 		return;
@@ -53,6 +53,40 @@ static strata_status options_error(strata_error *err, const char *fix,
 	return strata_fail(err, STRATA_E_PLAN_OPTIONS, fix, "%s", msg);
 }
 
+/* Rates not given take their defaults (plan.h); on cpu the "device" is
+ * RAM, so its memory rate is the host's and "host to device" a copy inside
+ * RAM. Remembers which took a default (the rates_default explanation). */
+static void resolve_rates(strata_plan *p)
+{
+	strata_plan_options *o = &p->options;
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	uint32_t def = 0;
+#define DEFAULT_RATE(name, field, value)                                       \
+	do {                                                                   \
+		if (!(o->field > 0)) {                                         \
+			o->field = (value);                                    \
+			def |= 1u << STRATA_PLAN_RATE_##name;                  \
+		}                                                              \
+	} while (0)
+	DEFAULT_RATE(MEMORY, memory_bandwidth,
+		     cuda ? STRATA_PLAN_DEFAULT_HBM_BW
+			  : STRATA_PLAN_DEFAULT_CPU_MEM_BW);
+	DEFAULT_RATE(HOST_MEMORY, host_memory_bandwidth,
+		     cuda ? STRATA_PLAN_DEFAULT_CPU_MEM_BW : o->memory_bandwidth);
+	DEFAULT_RATE(H2D, h2d_bandwidth,
+		     cuda ? STRATA_PLAN_DEFAULT_H2D_BW : o->memory_bandwidth);
+	DEFAULT_RATE(D2H, d2h_bandwidth, o->h2d_bandwidth);
+	DEFAULT_RATE(DISK, disk_bandwidth, STRATA_PLAN_DEFAULT_DISK_BW);
+	DEFAULT_RATE(CPU_FLOPS, cpu_flops, STRATA_PLAN_DEFAULT_CPU_FLOPS);
+	DEFAULT_RATE(DEVICE_FLOPS, device_flops,
+		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_FLOPS : o->cpu_flops);
+#undef DEFAULT_RATE
+	p->default_rates = def;
+	bool half = p->weight_dtype == STRATA_DTYPE_BF16 ||
+		    p->weight_dtype == STRATA_DTYPE_F16;
+	p->element_bytes = cuda && half ? 2.0 : 4.0;
+}
+
 /* Fills defaults and rejects what cannot be planned. */
 static strata_status resolve_options(strata_plan *p, strata_error *err)
 {
@@ -69,16 +103,19 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 	if (sh->prefill_chunk > sh->context)
 		return options_error(err, "use a prefill chunk no longer than the context",
 				     "the prefill chunk is longer than the context");
-	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
-	if (o->memory_bandwidth <= 0)
-		o->memory_bandwidth = cuda ? STRATA_PLAN_DEFAULT_HBM_BW
-					   : STRATA_PLAN_DEFAULT_CPU_MEM_BW;
-	/* on cpu "host to device" is a copy inside RAM */
-	if (o->h2d_bandwidth <= 0)
-		o->h2d_bandwidth =
-			cuda ? STRATA_PLAN_DEFAULT_H2D_BW : o->memory_bandwidth;
-	if (o->disk_bandwidth <= 0)
-		o->disk_bandwidth = STRATA_PLAN_DEFAULT_DISK_BW;
+	resolve_rates(p);
+	bool forced_units = o->has_resident_units || o->has_cpu_units;
+	if (forced_units && o->mode != STRATA_RESIDENCY_AUTO)
+		return options_error(err, "drop --residency, or drop --resident-units/--cpu-units",
+				     "--resident-units and --cpu-units place units one by one; --residency names a uniform placement");
+	if (o->device_count > STRATA_PLAN_MAX_DEVICES)
+		return strata_fail(err, STRATA_E_PLAN_OPTIONS,
+				   "split over fewer devices",
+				   "a layer split over %u devices: at most %u",
+				   o->device_count, STRATA_PLAN_MAX_DEVICES);
+	if (o->device_count > 1 && !o->has_device_budget)
+		return options_error(err, "give --device-memory SIZE (each device's budget)",
+				     "a layer split over several devices needs each device's budget");
 	if ((o->has_lookahead || o->has_queue) &&
 	    (o->mode == STRATA_RESIDENCY_RESIDENT ||
 	     o->mode == STRATA_RESIDENCY_HOST))
@@ -146,6 +183,22 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 					: 0;
 	}
 	b.host_bytes = b.host_pool_bytes / n;
+	if (!cuda && !o->has_device_budget && !o->has_host_budget) {
+		/* one RAM, neither budget given: each candidate fits when
+		 * its device and host bytes together fit the RAM, so every
+		 * mode that fits runs (not the device arena taking it all) */
+		uint64_t avail = m->host_available_bytes;
+		b.host_headroom_bytes = b.device_headroom_bytes;
+		b.host_pool_bytes = avail - b.device_headroom_bytes;
+		b.ram_bytes = b.host_pool_bytes / n;
+		b.device_bytes = b.host_bytes = b.ram_bytes;
+	}
+	b.devices = o->device_count > 1 ? o->device_count : 1;
+	for (uint32_t i = 0; i < b.devices; i++)
+		b.split_device_bytes[i] =
+			o->device_budgets[i] ? o->device_budgets[i]
+					     : b.device_bytes;
+	b.device_bytes = b.split_device_bytes[0];
 	p->budgets = b;
 	return STRATA_OK;
 }
@@ -245,11 +298,16 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	c->device_bytes = d;
 	c->fits_device = d <= p->budgets.device_bytes;
 	c->fits_host = c->host_bytes <= p->budgets.host_bytes;
-	c->fits = c->fits_device && c->fits_host;
+	uint64_t ram = p->budgets.ram_bytes;
+	uint64_t both = strata_sat_add_u64(d, c->host_bytes);
+	c->fits = c->fits_device && c->fits_host && (!ram || both <= ram);
 	c->device_shortfall_bytes = c->fits_device ? 0 : d - p->budgets.device_bytes;
+	if (ram && both > ram && c->fits_device)
+		c->device_shortfall_bytes = both - ram; /* the one RAM's */
 	c->host_shortfall_bytes =
 		c->fits_host ? 0 : c->host_bytes - p->budgets.host_bytes;
 	strata__plan_predict(&p->info, m, &p->options, c);
+	strata__plan_uniform_placement(p, c);
 	return STRATA_OK;
 }
 
@@ -264,12 +322,19 @@ static strata_status add_candidate(strata_plan *p, strata_residency_mode mode,
 	if (s == STRATA_OK)
 		s = size_candidate(p, &c, err);
 	if (s == STRATA_OK)
-		s = strata_grow((void **)&p->candidates, &p->candidate_cap,
-				p->candidate_count + 1, sizeof c,
-				"plan candidates", err);
+		s = strata__plan_push(p, &c, err);
+	return s;
+}
+
+strata_status strata__plan_push(strata_plan *p, const strata_plan_candidate *c,
+				strata_error *err)
+{
+	strata_status s = strata_grow((void **)&p->candidates,
+				      &p->candidate_cap, p->candidate_count + 1,
+				      sizeof *c, "plan candidates", err);
 	if (s != STRATA_OK)
 		return s;
-	p->candidates[p->candidate_count++] = c;
+	p->candidates[p->candidate_count++] = *c;
 	return STRATA_OK;
 }
 
@@ -308,220 +373,30 @@ static strata_status host_candidates(strata_plan *p, strata_error *err)
 	return s;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Selection                                                                */
-/* ------------------------------------------------------------------------ */
-
-static bool eligible(const strata_plan *p, const strata_plan_candidate *c)
+/* Which rates are defaults (no rates file, no option) and which came from
+ * the rates file strata calibrate writes. */
+static void explain_rates(strata_plan *p)
 {
-	const strata_plan_options *o = &p->options;
-	if (o->mode == STRATA_RESIDENCY_AUTO)
-		return true;
-	if (c->mode != o->mode)
-		return false;
-	return o->mode != STRATA_RESIDENCY_HOST || o->host_depth == 0 ||
-	       c->weights.depth == o->host_depth;
-}
-
-/* The fitting eligible candidate of `mode` with the best time; ties go to
- * the smaller device total. -1 when none fits. */
-static long best_of(const strata_plan *p, strata_residency_mode mode)
-{
-	long best = -1;
-	for (size_t i = 0; i < p->candidate_count; i++) {
-		const strata_plan_candidate *c = &p->candidates[i];
-		if (c->mode != mode || !c->fits || !eligible(p, c))
-			continue;
-		if (best < 0) {
-			best = (long)i;
-			continue;
+	char def[200] = "", cal[200] = "";
+	size_t dl = 0, cl = 0;
+	for (int r = 0; r < STRATA_PLAN_RATE_COUNT; r++) {
+		const char *name = strata_plan_rate_name((strata_plan_rate)r);
+		if (p->default_rates & (1u << r)) {
+			if (dl < sizeof def)
+				dl += (size_t)snprintf(def + dl, sizeof def - dl,
+						       "%s%s", dl ? ", " : "", name);
+		} else if (p->options.calibrated_rates & (1u << r)) {
+			if (cl < sizeof cal)
+				cl += (size_t)snprintf(cal + cl, sizeof cal - cl,
+						       "%s%s", cl ? ", " : "", name);
 		}
-		const strata_plan_candidate *b = &p->candidates[best];
-		if (c->predicted_ms_per_forward < b->predicted_ms_per_forward ||
-		    (c->predicted_ms_per_forward == b->predicted_ms_per_forward &&
-		     c->device_bytes < b->device_bytes))
-			best = (long)i;
 	}
-	return best;
-}
-
-static const strata_plan_candidate *first_of(const strata_plan *p,
-					     strata_residency_mode mode)
-{
-	for (size_t i = 0; i < p->candidate_count; i++)
-		if (p->candidates[i].mode == mode &&
-		    eligible(p, &p->candidates[i]))
-			return &p->candidates[i];
-	return NULL;
-}
-
-/* Says why a mode's first candidate does not fit. */
-static void explain_misfit(strata_plan *p, const strata_plan_candidate *c,
-			   strata_explain dev_code, strata_explain host_code)
-{
-	char a[32], b[32];
-	char name[48];
-	if (c->mode == STRATA_RESIDENCY_HOST)
-		snprintf(name, sizeof name, "host:%llu",
-			 (unsigned long long)c->weights.depth);
-	else
-		snprintf(name, sizeof name, "%s",
-			 strata_residency_mode_name(c->mode));
-	if (!c->fits_device)
-		explain(p, dev_code, "%s needs %s on the device, %s over the device budget",
-			name, sz(c->device_bytes, a),
-			sz(c->device_shortfall_bytes, b));
-	if (!c->fits_host && host_code != STRATA_EXPLAIN_COUNT)
-		explain(p, host_code, "%s needs %s of host memory, %s over the host budget",
-			name, sz(c->host_bytes, a),
-			sz(c->host_shortfall_bytes, b));
-}
-
-/* The auto chain: resident, else the best host window, else disk. */
-static void select_candidate(strata_plan *p)
-{
-	const strata_plan_options *o = &p->options;
-	char a[32], b[32];
-	if (o->mode != STRATA_RESIDENCY_AUTO)
-		explain(p, STRATA_EXPLAIN_FORCED_BY_OPTION,
-			"--residency %s given: only that mode is considered",
-			strata_residency_mode_name(o->mode));
-	const strata_plan_candidate *c = first_of(p, STRATA_RESIDENCY_RESIDENT);
-	if (c && c->fits) {
-		p->selected = (long)(c - p->candidates);
-		explain(p, STRATA_EXPLAIN_RESIDENT_FITS,
-			"everything fits on the device: %s of %s",
-			sz(c->device_bytes, a), sz(p->budgets.device_bytes, b));
-		return;
-	}
-	if (c)
-		explain_misfit(p, c, STRATA_EXPLAIN_RESIDENT_EXCEEDS_DEVICE_BUDGET,
-			       STRATA_EXPLAIN_COUNT);
-	long h = best_of(p, STRATA_RESIDENCY_HOST);
-	if (h >= 0) {
-		c = &p->candidates[h];
-		p->selected = h;
-		explain(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED,
-			"host:%llu streams units over host-to-device: %.3f ms per forward pass, the fastest host window that fits",
-			(unsigned long long)c->weights.depth,
-			c->predicted_ms_per_forward);
-		return;
-	}
-	c = first_of(p, STRATA_RESIDENCY_HOST);
-	if (c)
-		explain_misfit(p, c, STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_DEVICE_BUDGET,
-			       STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_HOST_BUDGET);
-	c = first_of(p, STRATA_RESIDENCY_DISK);
-	if (c && c->fits) {
-		p->selected = (long)(c - p->candidates);
-		explain(p, STRATA_EXPLAIN_DISK_SELECTED,
-			"disk streams units from the checkpoint (lookahead %llu, queue %llu): %.3f ms per forward pass",
-			(unsigned long long)c->lookahead,
-			(unsigned long long)c->queue, c->predicted_ms_per_forward);
-		if (c->lookahead == 0)
-			explain(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE,
-				"host memory 0: reads go straight from disk to the device");
-		return;
-	}
-	if (c)
-		explain_misfit(p, c, STRATA_EXPLAIN_DISK_EXCEEDS_DEVICE_BUDGET,
-			       STRATA_EXPLAIN_DISK_EXCEEDS_HOST_BUDGET);
-	if (o->mode != STRATA_RESIDENCY_AUTO)
-		explain(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT,
-			"the forced mode does not fit the budgets");
-	explain(p, STRATA_EXPLAIN_NOTHING_FITS,
-		"no candidate fits device budget %s and host budget %s",
-		sz(p->budgets.device_bytes, a), sz(p->budgets.host_bytes, b));
-}
-
-static const char *candidate_label(const strata_plan_candidate *c,
-				   char buf[32])
-{
-	if (c->mode == STRATA_RESIDENCY_HOST)
-		snprintf(buf, 32, "host:%llu",
-			 (unsigned long long)c->weights.depth);
-	else
-		snprintf(buf, 32, "%s", strata_residency_mode_name(c->mode));
-	return buf;
-}
-
-/* E_PLAN_NOTHING_FITS naming each mode's shortfall (its first, smallest
- * window; deeper host windows only need more) and the smallest budgets
- * that fit: the least device memory, and the least host memory, which
- * differ because host windows trade device bytes for host bytes. */
-/* The least host memory a candidate can run with: its own, except that
- * host 0 turns disk into direct reads where the device can read a file's
- * bytes itself (not on CUDA, where units pass through pinned host memory). */
-static uint64_t least_host_need(const strata_plan *p,
-				const strata_plan_candidate *c)
-{
-	if (c->mode == STRATA_RESIDENCY_DISK &&
-	    p->options.device != STRATA_PLAN_DEVICE_CUDA)
-		return 0;
-	return c->host_bytes;
-}
-
-static strata_status nothing_fits_error(const strata_plan *p,
-					strata_error *err)
-{
-	char msg[STRATA_ERROR_MESSAGE_BYTES] = "";
-	size_t len = 0;
-	const strata_plan_candidate *least_dev = NULL, *least_host = NULL;
-	strata_residency_mode modes[] = {STRATA_RESIDENCY_RESIDENT,
-					 STRATA_RESIDENCY_HOST,
-					 STRATA_RESIDENCY_DISK};
-	for (size_t m = 0; m < 3; m++) {
-		const strata_plan_candidate *c = first_of(p, modes[m]);
-		if (!c)
-			continue;
-		char name[32];
-		if (len < sizeof msg)
-			len += (size_t)snprintf(msg + len, sizeof msg - len,
-				"%s%s is %llu device bytes short and %llu host bytes short",
-				len ? "; " : "", candidate_label(c, name),
-				(unsigned long long)c->device_shortfall_bytes,
-				(unsigned long long)c->host_shortfall_bytes);
-		if (!least_dev || c->device_bytes < least_dev->device_bytes ||
-		    (c->device_bytes == least_dev->device_bytes &&
-		     c->host_bytes < least_dev->host_bytes))
-			least_dev = c;
-		uint64_t h = least_host_need(p, c);
-		uint64_t lh = least_host ? least_host_need(p, least_host) : 0;
-		if (!least_host || h < lh ||
-		    (h == lh && c->device_bytes < least_host->device_bytes))
-			least_host = c;
-	}
-	if (!least_dev)
-		return strata_fail(err, STRATA_E_PLAN_NOTHING_FITS,
-				   "check the residency options",
-				   "no candidate for the requested mode");
-	strata_fail(err, STRATA_E_PLAN_NOTHING_FITS, "", "nothing fits: %s",
-		    msg);
-	if (!err)
-		return STRATA_E_PLAN_NOTHING_FITS;
-	char a[32], b[32];
-	uint64_t lh_host = least_host_need(p, least_host);
-	/* --host-memory is the pool replicas split (budgets()) */
-	uint64_t n = p->budgets.shared_by ? p->budgets.shared_by : 1;
-	uint64_t ld_host = least_dev->host_bytes > UINT64_MAX / n
-				   ? UINT64_MAX : least_dev->host_bytes * n;
-	lh_host = lh_host > UINT64_MAX / n ? UINT64_MAX : lh_host * n;
-	if (least_dev == least_host)
-		strata_error_set_fix(err,
-			"it fits with --device-memory %llu --host-memory %llu (%s); or shorten --context, lower --batch",
-			(unsigned long long)least_dev->device_bytes,
-			(unsigned long long)lh_host,
-			candidate_label(least_dev, a));
-	else
-		strata_error_set_fix(err,
-			"it fits with --device-memory %llu --host-memory %llu (%s) or --device-memory %llu --host-memory %llu (%s); or shorten --context",
-			(unsigned long long)least_dev->device_bytes,
-			(unsigned long long)ld_host,
-			candidate_label(least_dev, a),
-			(unsigned long long)least_host->device_bytes,
-			(unsigned long long)lh_host,
-			candidate_label(least_host, b));
-	return STRATA_E_PLAN_NOTHING_FITS;
+	if (dl)
+		explain(p, STRATA_EXPLAIN_RATES_DEFAULT,
+			"default rates (not measured here; strata calibrate measures them): %.180s", def);
+	if (cl)
+		explain(p, STRATA_EXPLAIN_RATES_CALIBRATED,
+			"measured by strata calibrate: %.180s", cal);
 }
 
 static void explain_inputs(strata_plan *p)
@@ -556,6 +431,11 @@ static void explain_inputs(strata_plan *p)
 			sz(b->host_bytes, x), sz(b->host_headroom_bytes, y),
 			cpu ? " minus the device budget (cpu: one RAM)" : "",
 			split);
+	if (b->ram_bytes)
+		explain(p, STRATA_EXPLAIN_ONE_RAM_SHARED,
+			"cpu, neither budget given: the device arena and the host tier share %s of RAM, so a candidate fits when both together fit it",
+			sz(b->ram_bytes, x));
+	explain_rates(p);
 	if (!p->arch.known)
 		explain(p, STRATA_EXPLAIN_ARCHITECTURE_UNKNOWN,
 			"architecture unknown (%.120s): weights are sized, KV cache and workspace are not, so device totals are weights only",
@@ -581,7 +461,29 @@ static strata_status build(strata_plan *p, strata_error *err)
 		s = disk_settings(p, &la, &q, err);
 	if (s == STRATA_OK)
 		s = add_candidate(p, STRATA_RESIDENCY_DISK, 0, la, q, err);
+	if (s == STRATA_OK)
+		s = strata__plan_placements(p, err);
 	return s;
+}
+
+/* Each occupied unit's bytes and their prefix sums, for the placements. */
+static strata_status unit_table(strata_plan *p, strata_error *err)
+{
+	size_t n = (size_t)p->info.occupied_units;
+	p->unit_bytes = strata_calloc_or_error(n ? n : 1, sizeof *p->unit_bytes,
+					       "plan unit bytes", err);
+	p->unit_prefix = strata_calloc_or_error(n + 1, sizeof *p->unit_prefix,
+						"plan unit prefix", err);
+	if (!p->unit_bytes || !p->unit_prefix)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		strata_plan_unit u;
+		strata_plan_layout_unit_at(p->layout, i, &u);
+		p->unit_bytes[i] = u.bytes;
+		p->unit_prefix[i + 1] =
+			strata_sat_add_u64(p->unit_prefix[i], u.bytes);
+	}
+	return STRATA_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -614,13 +516,15 @@ strata_status strata_plan_create(const strata_plan_layout *layout,
 	if (s == STRATA_OK)
 		s = budgets(p, machine, err);
 	if (s == STRATA_OK)
+		s = unit_table(p, err);
+	if (s == STRATA_OK)
 		s = build(p, err);
 	if (s != STRATA_OK) {
 		strata_plan_destroy(p);
 		return s;
 	}
 	explain_inputs(p);
-	select_candidate(p);
+	strata__plan_select(p);
 	const strata_plan_candidate *sel = strata_plan_selected(p);
 	p->memory.staging_slots =
 		sel ? (sel->mode == STRATA_RESIDENCY_HOST ? 1 : sel->lookahead)
@@ -629,7 +533,7 @@ strata_status strata_plan_create(const strata_plan_layout *layout,
 		p->memory.staging_slots ? p->info.largest_unit_bytes : 0;
 	p->memory.staging_bytes = sel ? sel->staging_bytes : 0;
 	*out = p;
-	return sel ? STRATA_OK : nothing_fits_error(p, err);
+	return sel ? STRATA_OK : strata__plan_nothing_fits(p, err);
 }
 
 void strata_plan_destroy(strata_plan *p)
@@ -637,6 +541,8 @@ void strata_plan_destroy(strata_plan *p)
 	if (!p)
 		return;
 	strata_free(p->candidates);
+	strata_free(p->unit_bytes);
+	strata_free(p->unit_prefix);
 	strata_free(p);
 }
 
@@ -761,6 +667,9 @@ uint64_t strata_plan_host_spare_bytes(const strata_plan *p)
 	if (!c)
 		return 0;
 	uint64_t spare = left(p->budgets.host_bytes, c->host_bytes);
+	if (p->budgets.ram_bytes) /* one RAM for both tiers */
+		return left(p->budgets.ram_bytes,
+			    strata_sat_add_u64(c->device_bytes, c->host_bytes));
 	if (p->options.device == STRATA_PLAN_DEVICE_CUDA)
 		return pinnable(p, c, spare);
 	if (p->options.device == STRATA_PLAN_DEVICE_CPU) {

@@ -5,15 +5,35 @@
 
 #include "plan/internal.h"
 
-/* "resident", "host:3", "disk" */
+const char *strata_plan_candidate_name(const strata_plan_candidate *c,
+				       char *buf, size_t cap)
+{
+	if (c->mode == STRATA_RESIDENCY_HOST) {
+		snprintf(buf, cap, "host:%llu",
+			 (unsigned long long)c->weights.depth);
+		return buf;
+	}
+	if (c->mode != STRATA_RESIDENCY_PLACEMENT) {
+		snprintf(buf, cap, "%s", strata_residency_mode_name(c->mode));
+		return buf;
+	}
+	size_t len = (size_t)snprintf(buf, cap, "placement:r");
+	for (uint32_t d = 0; d < c->devices && len < cap; d++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%llu",
+					d ? "+" : "",
+					(unsigned long long)c->device_resident_units[d]);
+	if (len < cap)
+		len += (size_t)snprintf(buf + len, cap - len, ",c%llu,w%llu%s",
+					(unsigned long long)c->cpu_units,
+					(unsigned long long)c->window_units,
+					c->statics_on_cpu ? ",statics:cpu" : "");
+	return buf;
+}
+
 static void candidate_name(const strata_plan_candidate *c, char *buf,
 			   size_t cap)
 {
-	if (c->mode == STRATA_RESIDENCY_HOST)
-		snprintf(buf, cap, "host:%llu",
-			 (unsigned long long)c->weights.depth);
-	else
-		snprintf(buf, cap, "%s", strata_residency_mode_name(c->mode));
+	strata_plan_candidate_name(c, buf, cap);
 }
 
 /* A u64 that is null when the architecture is unknown. */
@@ -47,6 +67,15 @@ static void write_arch(const strata_plan *p, strata_json *j)
 	kv_arch_u64(j, "max_context", a->known && a->max_context,
 		    a->max_context);
 	strata_json_object_end(j);
+}
+
+/* "default", "calibrated" or "option". */
+static const char *rate_source(const strata_plan *p, strata_plan_rate r)
+{
+	if (p->default_rates & (1u << r))
+		return "default";
+	return p->options.calibrated_rates & (1u << r) ? "calibrated"
+						       : "option";
 }
 
 static void write_inputs(const strata_plan *p, strata_json *j)
@@ -83,6 +112,19 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_double(j, "h2d_bytes_per_second", o->h2d_bandwidth);
 	strata_json_kv_double(j, "disk_bytes_per_second", o->disk_bandwidth);
 	strata_json_kv_double(j, "memory_bytes_per_second", o->memory_bandwidth);
+	strata_json_object_end(j);
+	/* every rate with where it came from */
+	strata_json_key(j, "rates");
+	strata_json_object_begin(j);
+#define STRATA_PLAN_RATE_JSON(name, field, json)                               \
+	strata_json_key(j, json);                                              \
+	strata_json_object_begin(j);                                           \
+	strata_json_kv_double(j, "value", o->field);                           \
+	strata_json_kv_string(j, "source",                                     \
+			      rate_source(p, STRATA_PLAN_RATE_##name));         \
+	strata_json_object_end(j);
+	STRATA_PLAN_RATE_MAP(STRATA_PLAN_RATE_JSON)
+#undef STRATA_PLAN_RATE_JSON
 	strata_json_object_end(j);
 	strata_json_key(j, "layout");
 	strata_json_object_begin(j);
@@ -125,11 +167,76 @@ static void write_memory(const strata_plan *p, strata_json *j)
 	strata_json_object_end(j);
 }
 
+/* "placement": one {group, unit, where, device} per occupied unit. */
+static void write_units(const strata_plan *p, const strata_plan_candidate *c,
+			strata_json *j)
+{
+	uint64_t n = p->info.occupied_units;
+	strata_json_key(j, "placement");
+	strata_json_array_begin(j);
+	for (uint64_t i = 0; i < n; i++) {
+		strata_plan_unit u;
+		strata_place where;
+		uint32_t dev;
+		strata_plan_layout_unit_at(p->layout, (size_t)i, &u);
+		strata_plan_unit_place(c, n, i, false, &where, &dev);
+		strata_json_object_begin(j);
+		strata_json_key(j, "group");
+		strata_json_string_n(j, u.group, u.group_len);
+		strata_json_kv_u64(j, "unit", u.unit);
+		strata_json_kv_string(j, "where", strata_place_name(where));
+		strata_json_key(j, "device");
+		if (where == STRATA_PLACE_RESIDENT || where == STRATA_PLACE_WINDOW)
+			strata_json_u64(j, dev);
+		else
+			strata_json_null(j);
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+}
+
+/* The placement's counts, per device totals, and both passes. */
+static void write_placement(const strata_plan *p,
+			    const strata_plan_candidate *c, strata_json *j)
+{
+	write_units(p, c, j);
+	strata_json_kv_string(j, "statics",
+			      c->statics_on_cpu ? "cpu" : "resident");
+	strata_json_kv_u64(j, "resident_units", c->resident_units);
+	strata_json_kv_u64(j, "window_units", c->window_units);
+	strata_json_kv_u64(j, "cpu_units", c->cpu_units);
+	strata_json_kv_u64(j, "disk_units", c->disk_units);
+	strata_json_key(j, "devices");
+	strata_json_array_begin(j);
+	for (uint32_t d = 0; d < c->devices; d++) {
+		strata_json_object_begin(j);
+		strata_json_kv_u64(j, "device", d);
+		strata_json_kv_u64(j, "resident_units",
+				   c->device_resident_units[d]);
+		strata_json_kv_u64(j, "device_bytes", c->split_device_bytes[d]);
+		strata_json_kv_u64(j, "budget_bytes",
+				   p->budgets.split_device_bytes[d]);
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+	strata_json_kv_u64(j, "cpu_bytes", c->cpu_bytes);
+	strata_json_kv_u64(j, "streamed_bytes", c->streamed_bytes);
+	strata_json_key(j, "prefill_placement");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "cpu_units", c->prefill_cpu_units);
+	strata_json_kv_u64(j, "window_units", c->prefill_window_units);
+	strata_json_object_end(j);
+	strata_json_kv_double(j, "predicted_decode_ms", c->predicted_decode_ms);
+	strata_json_kv_double(j, "predicted_prefill_ms",
+			      c->predicted_prefill_ms);
+	strata_json_kv_u64(j, "crossing_chunk", c->crossing_chunk);
+}
+
 static void write_candidate(const strata_plan *p,
 			    const strata_plan_candidate *c, strata_json *j)
 {
 	bool k = p->memory.arch_known;
-	char name[48];
+	char name[96];
 	candidate_name(c, name, sizeof name);
 	strata_json_object_begin(j);
 	strata_json_kv_string(j, "name", name);
@@ -159,6 +266,7 @@ static void write_candidate(const strata_plan *p,
 	strata_json_kv_double(j, "predicted_ms_per_forward",
 			      c->predicted_ms_per_forward);
 	strata_json_kv_double(j, "tokens_per_second", c->tokens_per_second);
+	write_placement(p, c, j);
 	strata_json_object_end(j);
 }
 
@@ -189,7 +297,7 @@ void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 	strata_json_key(j, "selected");
 	const strata_plan_candidate *sel = strata_plan_selected(p);
 	if (sel) {
-		char name[48];
+		char name[96];
 		candidate_name(sel, name, sizeof name);
 		strata_json_object_begin(j);
 		strata_json_kv_u64(j, "index", (uint64_t)p->selected);
@@ -201,6 +309,10 @@ void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 		strata_json_kv_u64(j, "queue", sel->queue);
 		strata_json_kv_u64(j, "device_bytes", sel->device_bytes);
 		strata_json_kv_u64(j, "host_bytes", sel->host_bytes);
+		strata_json_kv_double(j, "predicted_decode_ms",
+				      sel->predicted_decode_ms);
+		strata_json_kv_double(j, "predicted_prefill_ms",
+				      sel->predicted_prefill_ms);
 		strata_json_object_end(j);
 	} else {
 		strata_json_null(j);

@@ -238,18 +238,33 @@ strata_status strata_plan_layout_window(const strata_plan_layout *l,
 					uint64_t depth, uint64_t *out,
 					strata_error *err)
 {
+	return strata_plan_layout_window_of(l, depth, NULL, out, err);
+}
+
+strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
+					   uint64_t depth,
+					   const bool *streamed,
+					   uint64_t *out, strata_error *err)
+{
 	uint64_t best = 0;
 	if (depth == 0)
 		goto done;
 	for (size_t g = 0; g < l->group_count; g++) {
-		const unit_entry *u = &l->units[l->groups[g].first];
+		size_t first = l->groups[g].first;
+		const unit_entry *u = &l->units[first];
 		size_t count = l->groups[g].count, lo = 0;
 		uint64_t current = 0;
 		/* Two pointers over present indices: [u[lo], u[hi]] spans
-		 * fewer than depth positions; absent ones weigh 0. */
+		 * fewer than depth positions; absent ones (and units not
+		 * streamed) weigh 0. */
 		for (size_t hi = 0; hi < count; hi++) {
-			while (u[hi].unit - u[lo].unit >= depth)
-				current -= u[lo++].bytes;
+			while (u[hi].unit - u[lo].unit >= depth) {
+				if (!streamed || streamed[first + lo])
+					current -= u[lo].bytes;
+				lo++;
+			}
+			if (streamed && !streamed[first + hi])
+				continue;
 			strata_status s = strata_checked_add(
 				current, u[hi].bytes, &current, "window bytes",
 				err);
@@ -262,6 +277,21 @@ strata_status strata_plan_layout_window(const strata_plan_layout *l,
 done:
 	*out = best;
 	return STRATA_OK;
+}
+
+size_t strata_plan_layout_unit_count(const strata_plan_layout *l)
+{
+	return l->unit_entries;
+}
+
+void strata_plan_layout_unit_at(const strata_plan_layout *l, size_t i,
+				strata_plan_unit *out)
+{
+	const unit_entry *e = &l->units[i];
+	*out = (strata_plan_unit){.group = e->group,
+				  .group_len = e->group_len,
+				  .unit = e->unit,
+				  .bytes = e->bytes};
 }
 
 strata_status strata_plan_layout_weights(const strata_plan_layout *l,

@@ -89,6 +89,28 @@ static inline bool has_code(const strata_plan *p, strata_explain code)
 	return false;
 }
 
+/* Candidates of the uniform modes (resident, host:D, disk), listed
+ * before the placements. */
+static inline size_t uniform_count(const strata_plan *p)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < strata_plan_candidate_count(p); i++)
+		n += strata_plan_candidate_at(p, i)->mode !=
+		     STRATA_RESIDENCY_PLACEMENT;
+	return n;
+}
+
+/* The last candidate of a mode, or NULL. */
+static inline const strata_plan_candidate *last_of(const strata_plan *p,
+						   strata_residency_mode m)
+{
+	const strata_plan_candidate *c = NULL;
+	for (size_t i = 0; i < strata_plan_candidate_count(p); i++)
+		if (strata_plan_candidate_at(p, i)->mode == m)
+			c = strata_plan_candidate_at(p, i);
+	return c;
+}
+
 /* Plans the fixture's bf16 model with options o on no machine facts. */
 static inline strata_status plan_bf16(const fixture *f,
 				      const strata_plan_options *o,

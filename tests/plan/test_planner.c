@@ -158,7 +158,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	strata_error err;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	/* resident, host:1..4 (4 is the first that does not fit), disk */
-	assert_int_equal(strata_plan_candidate_count(p), 6);
+	assert_int_equal(uniform_count(p), 6);
 	for (size_t d = 1; d <= 4; d++) {
 		const strata_plan_candidate *c = strata_plan_candidate_at(p, d);
 		assert_int_equal(c->mode, STRATA_RESIDENCY_HOST);
@@ -265,49 +265,56 @@ static void nothing_fits_names_shortfalls_and_the_smallest_budget(void **state)
 	assert_non_null(p); /* the candidates stay available to show */
 	assert_null(strata_plan_selected(p));
 	assert_true(has_code(p, STRATA_EXPLAIN_NOTHING_FITS));
-	assert_non_null(strstr(err.message, "resident is "));
-	assert_non_null(strstr(err.message, "host:1 is "));
-	assert_non_null(strstr(err.message, "disk is "));
-	/* the least device memory is host:1 (one unit on the device, every
-	 * unit on the host); the least host memory is disk read directly.
-	 * Both named budgets are exact: they fit, one byte less does not. */
-	const strata_plan_candidate *h1 = strata_plan_candidate_at(p, 1);
-	const strata_plan_candidate *disk =
-		strata_plan_candidate_at(p, strata_plan_candidate_count(p) - 1);
-	assert_int_equal(h1->mode, STRATA_RESIDENCY_HOST);
-	assert_int_equal(disk->mode, STRATA_RESIDENCY_DISK);
-	const struct {
-		uint64_t dev, host;
-		strata_residency_mode mode;
-	} named[] = {{h1->device_bytes, h1->host_bytes, STRATA_RESIDENCY_HOST},
-		     {disk->device_bytes, 0, STRATA_RESIDENCY_DISK}};
-	for (size_t i = 0; i < 2; i++) {
-		char want[96];
-		snprintf(want, sizeof want,
-			 "--device-memory %llu --host-memory %llu",
-			 (unsigned long long)named[i].dev,
-			 (unsigned long long)named[i].host);
-		if (!strstr(err.fix, want))
-			fail_msg("fix '%s' lacks '%s'", err.fix, want);
-	}
+	assert_non_null(strstr(err.message, "resident needs "));
+	assert_non_null(strstr(err.message, "host:1 needs "));
+	assert_non_null(strstr(err.message, "disk needs "));
+	/* one change makes it fit: disk reads straight to the device with
+	 * host 0, so only the device budget is short; the fix names it in
+	 * the units the option takes, and only it */
+	const strata_plan_candidate *disk = last_of(p, STRATA_RESIDENCY_DISK);
+	char size[32], want[96];
+	strata_plan_size_option(disk->device_bytes, size, sizeof size);
+	snprintf(want, sizeof want, "give --device-memory %s (then disk fits",
+		 size);
+	if (!strstr(err.fix, want))
+		fail_msg("fix '%s' lacks '%s'", err.fix, want);
+	assert_null(strstr(err.fix, "--host-memory"));
+	uint64_t typed;
+	assert_int_equal(strata_size_parse(size, &typed, &err), STRATA_OK);
+	assert_true(typed >= disk->device_bytes &&
+		    typed - disk->device_bytes < disk->device_bytes / 100 + 1);
+	uint64_t exact = disk->device_bytes;
 	strata_plan_destroy(p);
-	for (size_t i = 0; i < 2; i++) {
-		o.device_budget = named[i].dev;
-		o.host_budget = named[i].host;
-		assert_int_equal(strata_plan_create(f->layout, &f->arch,
-						    STRATA_DTYPE_BF16, &o,
-						    &no_machine, &p, &err),
-				 STRATA_OK);
-		assert_int_equal(strata_plan_mode(p), named[i].mode);
-		strata_plan_destroy(p);
-		o.device_budget = named[i].dev - 1;
-		assert_int_equal(strata_plan_create(f->layout, &f->arch,
-						    STRATA_DTYPE_BF16, &o,
-						    &no_machine, &p, &err),
-				 STRATA_E_PLAN_NOTHING_FITS);
-		strata_plan_destroy(p);
-	}
+	/* the named size fits; the exact bytes fit; one byte less does not */
+	o.device_budget = typed;
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
+	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
+	strata_plan_destroy(p);
+	o.device_budget = exact;
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
+	strata_plan_destroy(p);
+	o.device_budget = exact - 1;
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
+	strata_plan_destroy(p);
 	fixture_free(f);
+}
+
+/* Sizes the options take: whole units, else hundredths rounded up, never
+ * below the bytes. */
+static void sizes_are_given_in_option_units(void **state)
+{
+	(void)state;
+	const struct {
+		uint64_t bytes;
+		const char *text;
+	} cases[] = {{2 * GiB, "2GiB"}, {3 * MiB, "3MiB"}, {512, "512"},
+		     {GiB + 1, "1.01GiB"}, {36 * MiB + 5, "36.01MiB"},
+		     {1536, "1.50KiB"}, {1537, "1.51KiB"}};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char buf[32];
+		strata_plan_size_option(cases[i].bytes, buf, sizeof buf);
+		assert_string_equal(buf, cases[i].text);
+	}
 }
 
 static void forced_modes_select_only_themselves(void **state)
@@ -353,9 +360,24 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 			 STRATA_OK);
 	const strata_plan_budgets *b = strata_plan_get_budgets(p);
 	assert_true(b->device_headroom_bytes == 2 * GiB);
-	assert_true(b->device_bytes == 18 * GiB);
-	assert_true(b->host_bytes == 0); /* cpu: one RAM, all to the device */
+	/* cpu: one RAM that both tiers share, so every mode that fits it
+	 * runs (host:1 too, not "host budget 0") */
+	assert_true(b->device_bytes == 18 * GiB && b->host_bytes == 18 * GiB);
+	assert_true(b->ram_bytes == 18 * GiB);
 	assert_true(has_code(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE));
+	assert_true(has_code(p, STRATA_EXPLAIN_ONE_RAM_SHARED));
+	assert_true(strata_plan_host_spare_bytes(p) ==
+		    18 * GiB - strata_plan_device_total(p) -
+			    strata_plan_host_total(p));
+	strata_plan_destroy(p);
+	o.mode = STRATA_RESIDENCY_HOST;
+	o.host_depth = 1;
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	assert_true(strata_plan_depth(p) == 1);
+	o.mode = STRATA_RESIDENCY_AUTO;
+	o.host_depth = 0;
 	assert_true(strata_plan_get_options(p)->shape.context == 512);
 	strata_plan_destroy(p);
 	/* an explicit device budget leaves the rest of RAM to the host */
@@ -427,9 +449,10 @@ static void replicas_share_the_host_budget(void **state)
 	const strata_plan_budgets *b = strata_plan_get_budgets(p);
 	assert_true(b->shared_by == 4);
 	assert_true(b->device_bytes == 18 * GiB / 4);
-	assert_true(b->host_pool_bytes == 0 && b->host_bytes == 0);
+	assert_true(b->ram_bytes == 18 * GiB / 4 && b->host_pool_bytes == 18 * GiB);
 	assert_true(strata_plan_host_spare_bytes(p) ==
-		    18 * GiB / 4 - strata_plan_device_total(p));
+		    18 * GiB / 4 - strata_plan_device_total(p) -
+			    strata_plan_host_total(p));
 	strata_plan_destroy(p);
 	/* cpu, 4 GiB per arena: 18 - 4 x 4 GiB left to the host pool */
 	o.has_device_budget = true;
@@ -526,19 +549,20 @@ static void spare_bytes_and_shared_nothing_fits_fix(void **state)
 	o = opts(MiB, 0);
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	assert_true(strata_plan_host_spare_bytes(p) == 0);
-	char alone[STRATA_ERROR_FIX_BYTES];
-	snprintf(alone, sizeof alone, "%s", err.fix);
 	strata_plan_destroy(p);
+	/* cuda, room on the device, no host memory: disk's one staging slot
+	 * (4 MiB) is the one change; replicas give the pool, n shares */
+	o = opts(24 * MiB, 0);
+	o.device = STRATA_PLAN_DEVICE_CUDA;
+	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
+	strata_plan_destroy(p);
+	if (!strstr(err.fix, "give --host-memory 4MiB (then disk fits; the device budget is enough)"))
+		fail_msg("fix: %s", err.fix);
 	o.host_shared_by = 2;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	strata_plan_destroy(p);
-	/* host:1 needs every unit (32 MiB) + one staging slot on the host */
-	unsigned long long h1 = 32 * MiB + 4 * MiB;
-	char want[64];
-	snprintf(want, sizeof want, "--host-memory %llu (host:1)", h1);
-	assert_non_null(strstr(alone, want));
-	snprintf(want, sizeof want, "--host-memory %llu (host:1)", 2 * h1);
-	assert_non_null(strstr(err.fix, want));
+	if (!strstr(err.fix, "give --host-memory 8MiB (then disk fits"))
+		fail_msg("fix: %s", err.fix);
 	fixture_free(f);
 }
 
@@ -572,8 +596,7 @@ static void predictions_follow_bytes_and_bandwidths(void **state)
 	assert_float_equal(h2->tokens_per_second, 1.0 / h2d, 1e-6);
 	assert_true(h2->moved_bytes_per_forward == 32 * MiB);
 	/* disk reads the file bytes (half: bf16 on disk) */
-	const strata_plan_candidate *d =
-		strata_plan_candidate_at(p, strata_plan_candidate_count(p) - 1);
+	const strata_plan_candidate *d = last_of(p, STRATA_RESIDENCY_DISK);
 	assert_float_equal(d->predicted_ms_per_forward,
 			   (double)(16 * MiB) / 1e8 * 1e3, 1e-9);
 	strata_plan_destroy(p);
@@ -697,7 +720,7 @@ static void sparse_units_list_a_bounded_number_of_windows(void **state)
 					    &no_machine, &p, &err),
 			 STRATA_OK);
 	/* resident, host:1..256, host:2^63+1, disk */
-	assert_int_equal(strata_plan_candidate_count(p),
+	assert_int_equal(uniform_count(p),
 			 STRATA_PLAN_MAX_HOST_CANDIDATES + 3);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_LIST_TRUNCATED));
 	const strata_plan_candidate *last = strata_plan_candidate_at(
@@ -766,6 +789,7 @@ int main(void)
 		cmocka_unit_test(host_window_is_the_fastest_fitting_depth),
 		cmocka_unit_test(disk_options_follow_the_host_budget),
 		cmocka_unit_test(nothing_fits_names_shortfalls_and_the_smallest_budget),
+		cmocka_unit_test(sizes_are_given_in_option_units),
 		cmocka_unit_test(forced_modes_select_only_themselves),
 		cmocka_unit_test(budgets_come_from_the_machine_with_headroom),
 		cmocka_unit_test(replicas_share_the_host_budget),

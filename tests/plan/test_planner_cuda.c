@@ -59,6 +59,8 @@ static void cuda_plans_count_the_driver_and_the_product_workspace(void **state)
 			     i++) {
 				const strata_plan_candidate *c =
 					strata_plan_candidate_at(p, i);
+				if (c->mode == STRATA_RESIDENCY_PLACEMENT)
+					continue; /* test_placement.c */
 				uint64_t drv = cuda ? strata_plan_cuda_driver_bytes(
 							      c->host_bytes)
 						    : 0;
@@ -97,8 +99,9 @@ static void cuda_disk_mode_stages_through_host_memory(void **state)
 	assert_true(has_code(p, STRATA_EXPLAIN_DISK_EXCEEDS_HOST_BUDGET));
 	assert_true(strata_plan_selected(p) == NULL);
 	strata_plan_destroy(p);
-	assert_non_null(strstr(err.message, "0 device bytes short"));
-	assert_null(strstr(err.fix, "--host-memory 0 "));
+	/* only the host is short: the fix is that one change */
+	if (!strstr(err.fix, "give --host-memory 4MiB (then disk fits"))
+		fail_msg("fix: %s", err.fix);
 	o.host_budget = 64 * MiB; /* units of this fixture are 4 MiB */
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) >= 1 && strata_plan_queue(p) >= 1);

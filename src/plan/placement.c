@@ -1,0 +1,643 @@
+/* placement.c - the placement planner: each execution unit resident on a
+ * device, streamed through a device window from host memory, or computed
+ * on the CPU from host memory; the sizing of a placement on every device
+ * and the host, its predicted decode and prefill times, and the search for
+ * the fastest placement that fits (layer: plan).
+ *
+ * docs/plan.md "Placement" states the cost model and why the search finds
+ * its minimum. In short: units in layout order; the first r are resident
+ * (device 0 holds the first run of them, device 1 the next ...), the other
+ * n - r live in host memory and are split into c computed on the CPU and
+ * w = n - r - c streamed, spread evenly so that the link copies the next
+ * streamed unit in while the CPU computes. A pass of T tokens costs
+ *   device time + max(CPU time, link time)
+ * (the CPU and the link work at once; the device computes resident and
+ * streamed units). The search is exhaustive over (statics on the device or
+ * the CPU, r, c), each time O(n), each fit O(n). */
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/internal.h"
+
+/* Units above which r and c are searched on a grid (cost O(n^3) else). */
+#define EXHAUSTIVE_UNITS 512u
+
+/* ------------------------------------------------------------------------ */
+/* Names                                                                    */
+/* ------------------------------------------------------------------------ */
+
+const char *strata_place_name(strata_place w)
+{
+	switch (w) {
+#define STRATA_PLACE_CASE(name, text)                                          \
+	case STRATA_PLACE_##name:                                              \
+		return text;
+		STRATA_PLACE_MAP(STRATA_PLACE_CASE)
+#undef STRATA_PLACE_CASE
+	}
+	return "unknown";
+}
+
+const char *strata_plan_rate_name(strata_plan_rate r)
+{
+	switch (r) {
+#define STRATA_PLAN_RATE_CASE(name, field, json)                               \
+	case STRATA_PLAN_RATE_##name:                                          \
+		return json;
+		STRATA_PLAN_RATE_MAP(STRATA_PLAN_RATE_CASE)
+#undef STRATA_PLAN_RATE_CASE
+	case STRATA_PLAN_RATE_COUNT:
+		break;
+	}
+	return "unknown";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Where each unit runs                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Of `rest` host units, is the k-th streamed when w of them are? Evenly
+ * spread (Bresenham): between two streamed units the CPU computes, so the
+ * link is never idle while the CPU works. */
+static bool streamed_at(uint64_t k, uint64_t rest, uint64_t w)
+{
+	if (w == 0)
+		return false;
+	if (w >= rest)
+		return true;
+	return (k + 1) * w / rest > k * w / rest;
+}
+
+void strata_plan_unit_place(const strata_plan_candidate *c, uint64_t units,
+			    uint64_t i, bool prefill, strata_place *where,
+			    uint32_t *device)
+{
+	*device = 0;
+	switch (c->mode) {
+	case STRATA_RESIDENCY_RESIDENT:
+		*where = STRATA_PLACE_RESIDENT;
+		return;
+	case STRATA_RESIDENCY_HOST:
+		*where = STRATA_PLACE_WINDOW;
+		return;
+	case STRATA_RESIDENCY_DISK:
+		*where = STRATA_PLACE_DISK;
+		return;
+	default:
+		break;
+	}
+	if (i < c->resident_units) {
+		*where = STRATA_PLACE_RESIDENT;
+		uint64_t end = 0;
+		for (uint32_t d = 0; d < c->devices; d++) {
+			end += c->device_resident_units[d];
+			if (i < end) {
+				*device = d;
+				return;
+			}
+		}
+		return;
+	}
+	uint64_t rest = units - c->resident_units;
+	uint64_t w = prefill ? c->prefill_window_units : c->window_units;
+	bool s = streamed_at(i - c->resident_units, rest, w);
+	*where = s ? STRATA_PLACE_WINDOW : STRATA_PLACE_CPU;
+	*device = s && c->devices ? c->devices - 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The cost model                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Seconds per weight byte of a pass of T tokens on a processor reading
+ * memory at `mem` bytes/s and multiplying at `flops`: a unit of E
+ * elements (bytes / elem) costs max(bytes / mem, 2 E T / flops). */
+static double per_byte(double T, double elem, double mem, double flops)
+{
+	double read = 1.0 / mem, compute = 2.0 * T / (elem * flops);
+	return read > compute ? read : compute;
+}
+
+static double max2(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+/* The bytes of one split of a placement that the model prices. */
+typedef struct split_bytes {
+	uint64_t device;   /* computed on a device: statics, resident, window */
+	uint64_t cpu;	   /* computed on the CPU */
+	uint64_t streamed; /* over the link (or read from disk) per pass */
+	uint64_t kv_device, kv_cpu;
+} split_bytes;
+
+/* Predicted seconds of one pass of T tokens (docs/plan.md). */
+static double pass_seconds(const strata_plan *p, const strata_plan_candidate *c,
+			   const split_bytes *b, double T)
+{
+	const strata_plan_options *o = &p->options;
+	double e = p->element_bytes;
+	double dev = (double)b->device *
+			     per_byte(T, e, o->memory_bandwidth, o->device_flops) +
+		     (double)b->kv_device / o->memory_bandwidth;
+	double cpu = (double)b->cpu * per_byte(T, e, o->host_memory_bandwidth,
+					       o->cpu_flops) +
+		     (double)b->kv_cpu / o->host_memory_bandwidth;
+	double link = (double)b->streamed / o->h2d_bandwidth;
+	if (c->mode == STRATA_RESIDENCY_DISK) {
+		uint64_t f = p->info.unit_file_bytes ? p->info.unit_file_bytes
+						     : b->streamed;
+		double disk = c->lookahead >= p->info.occupied_units
+				      ? 0.0 : (double)f / o->disk_bandwidth;
+		if (c->lookahead == 0) /* direct: no background reads */
+			return dev + (double)f / o->disk_bandwidth;
+		link = max2(link, disk);
+	}
+	/* a window of one unit cannot copy the next while computing */
+	if (c->mode == STRATA_RESIDENCY_HOST && c->weights.depth < 2)
+		return dev + cpu + link;
+	return dev + max2(cpu, link);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sizing a placement                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* KV bytes of `units` units computed on one tier: each unit's own layers'
+ * cache where units are the layers, else (units and layers differ) the
+ * whole cache on each tier that computes any unit. */
+static uint64_t kv_of(const strata_plan *p, uint64_t units)
+{
+	if (!units || !p->memory.arch_known)
+		return 0;
+	if (p->arch.layers == p->info.occupied_units)
+		return units * 2 * p->memory.kv_buffer_bytes;
+	return p->memory.kv_cache_bytes;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return strata_sat_add_u64(a, b);
+}
+
+static uint64_t align_sat(uint64_t v)
+{
+	uint64_t r;
+	strata_error ignored;
+	return strata_plan_align(v, &r, "placement bytes", &ignored) ==
+			       STRATA_OK ? r : UINT64_MAX;
+}
+
+/* Device bytes of device d holding `resident` bytes (`units` units
+ * computed there), the statics when `statics`, and a window of `window`
+ * bytes; pinned: host bytes the run pins. */
+static uint64_t device_total(const strata_plan *p, uint64_t resident,
+			     uint64_t units, bool statics, uint64_t window,
+			     uint64_t pinned)
+{
+	const strata_plan_memory *m = &p->memory;
+	bool cuda = p->options.device == STRATA_PLAN_DEVICE_CUDA;
+	uint64_t t = statics ? align_sat(p->info.static_bytes) : 0;
+	t = sat_add(t, resident ? align_sat(resident) : 0);
+	t = sat_add(t, window ? align_sat(window) : 0);
+	t = sat_add(t, kv_of(p, units));
+	if (units || statics)
+		t = sat_add(t, sat_add(m->workspace_bytes,
+				       m->product_workspace_bytes));
+	t = sat_add(t, p->options.backend_reserved_bytes);
+	if (cuda)
+		t = sat_add(t, strata_plan_cuda_driver_bytes(pinned));
+	return t;
+}
+
+/* Fills the streamed mask of one split (r resident, w of the rest
+ * streamed) and the depth the window needs: the widest index distance
+ * between two streamed units of a group, plus one, so a window of that
+ * depth holds a streamed unit and the next one copying in. */
+static uint64_t stream_mask(const strata_plan *p, uint64_t r, uint64_t w,
+			    bool *mask)
+{
+	uint64_t n = p->info.occupied_units, rest = n - r, depth = 0;
+	strata_plan_unit prev = {0}, u;
+	bool have = false;
+	for (uint64_t i = 0; i < n; i++) {
+		mask[i] = i >= r && streamed_at(i - r, rest, w);
+		if (!mask[i])
+			continue;
+		strata_plan_layout_unit_at(p->layout, (size_t)i, &u);
+		uint64_t d = 1;
+		if (have && prev.group_len == u.group_len &&
+		    !memcmp(prev.group, u.group, u.group_len))
+			d = u.unit - prev.unit + 1;
+		depth = d > depth ? d : depth;
+		prev = u;
+		have = true;
+	}
+	return depth;
+}
+
+/* Sums the bytes of a split: cpu and streamed units of r.., and whether
+ * unit i is a cpu unit or a streamed one in either split (KV placement).
+ * b->device excludes statics and resident units (the caller adds them). */
+static void split_sums(const strata_plan *p, uint64_t r, uint64_t w,
+		       split_bytes *b)
+{
+	uint64_t n = p->info.occupied_units, rest = n - r;
+	memset(b, 0, sizeof *b);
+	for (uint64_t i = r; i < n; i++) {
+		uint64_t bytes = p->unit_bytes[i];
+		if (streamed_at(i - r, rest, w))
+			b->streamed += bytes;
+		else
+			b->cpu += bytes;
+	}
+}
+
+/* Resident units per device: greedily, each device before the last
+ * takes the next units while its total stays within its budget; the last
+ * takes what remains. Returns false when the split cannot hold r. */
+static bool split_resident(const strata_plan *p, strata_plan_candidate *c)
+{
+	uint32_t D = c->devices;
+	uint64_t left = c->resident_units, next = 0;
+	memset(c->device_resident_units, 0, sizeof c->device_resident_units);
+	for (uint32_t d = 0; d + 1 < D && left; d++) {
+		uint64_t bytes = 0, k = 0;
+		bool statics = d == 0 && !c->statics_on_cpu;
+		while (k < left) {
+			uint64_t b = sat_add(bytes, p->unit_bytes[next + k]);
+			if (device_total(p, b, k + 1, statics, 0, 0) >
+			    p->budgets.split_device_bytes[d])
+				break;
+			bytes = b;
+			k++;
+		}
+		c->device_resident_units[d] = k;
+		left -= k;
+		next += k;
+	}
+	c->device_resident_units[D - 1] += left;
+	return true;
+}
+
+/* Sizes candidate c (a PLACEMENT with statics, resident_units, and both
+ * splits set): every device's total, the host's, the window's seed
+ * figures, fit, and both predictions. mask: scratch of n bools. */
+static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
+				    bool *mask, strata_error *err)
+{
+	uint64_t n = p->info.occupied_units, r = c->resident_units;
+	uint64_t win[2] = {0, 0}, depth[2];
+	uint64_t ws[2] = {c->window_units, c->prefill_window_units};
+	strata_status s = STRATA_OK;
+	for (int k = 0; k < 2 && s == STRATA_OK; k++) {
+		depth[k] = stream_mask(p, r, ws[k], mask);
+		s = strata_plan_layout_window_of(p->layout, depth[k], mask,
+						 &win[k], err);
+	}
+	if (s != STRATA_OK)
+		return s;
+	int big = win[1] > win[0];
+	c->weights = (strata_plan_weights){
+		.static_bytes = c->statics_on_cpu ? 0 : p->info.static_bytes,
+		.window_bytes = win[big], .depth = depth[big]};
+	s = strata_checked_add(c->weights.static_bytes, c->weights.window_bytes,
+			       &c->weights.required_bytes, "total bytes", err);
+	if (s != STRATA_OK)
+		return s;
+	/* each unit's KV cache stays where the decode split computes it;
+	 * a unit the prefill split streams but decode computes on the CPU
+	 * brings its KV through the window with its weights (moved_kv) */
+	uint64_t on_dev = 0, on_cpu = 0, moved = 0, rest = n - r, host_units = 0;
+	for (uint64_t i = r; i < n; i++) {
+		bool a = streamed_at(i - r, rest, ws[0]);
+		bool b = streamed_at(i - r, rest, ws[1]);
+		on_dev += a;
+		on_cpu += !a;
+		moved += b && !a;
+		host_units = sat_add(host_units, p->unit_bytes[i]);
+	}
+	uint64_t moved_kv = kv_of(p, moved < 2 ? moved : 2);
+	uint64_t staging = ws[0] || ws[1] ? p->info.largest_unit_bytes : 0;
+	uint64_t pinned = ws[0] || ws[1] ? sat_add(host_units, staging) : 0;
+	split_resident(p, c);
+	uint64_t next = 0, stream_dev = c->devices - 1;
+	c->fits_device = true;
+	for (uint32_t d = 0; d < c->devices; d++) {
+		uint64_t k = c->device_resident_units[d], bytes = 0;
+		for (uint64_t i = 0; i < k; i++)
+			bytes = sat_add(bytes, p->unit_bytes[next + i]);
+		next += k;
+		bool sd = d == stream_dev;
+		uint64_t t = device_total(p, bytes, k + (sd ? on_dev : 0),
+					  d == 0 && !c->statics_on_cpu,
+					  sd ? c->weights.window_bytes : 0,
+					  pinned);
+		if (sd)
+			t = sat_add(t, moved_kv);
+		c->split_device_bytes[d] = t;
+		c->fits_device &= t <= p->budgets.split_device_bytes[d];
+	}
+	c->device_bytes = c->split_device_bytes[0];
+	c->static_device_bytes =
+		c->statics_on_cpu ? 0 : align_sat(p->info.static_bytes);
+	c->window_device_bytes = c->weights.window_bytes
+					 ? align_sat(c->weights.window_bytes)
+					 : 0;
+	c->staging_bytes = staging;
+	c->host_weight_bytes =
+		sat_add(host_units, c->statics_on_cpu ? p->info.static_bytes : 0);
+	uint64_t h = sat_add(c->host_weight_bytes, staging);
+	h = sat_add(h, kv_of(p, on_cpu));
+	if (on_cpu || c->statics_on_cpu)
+		h = sat_add(h, p->memory.workspace_bytes);
+	c->host_bytes = h;
+	c->driver_bytes = p->options.device == STRATA_PLAN_DEVICE_CUDA
+				  ? strata_plan_cuda_driver_bytes(pinned)
+				  : 0;
+	return STRATA_OK;
+}
+
+/* The split_bytes of candidate c's decode (prefill false) or prefill
+ * split, for any mode. */
+static void candidate_split(const strata_plan *p, const strata_plan_candidate *c,
+			    bool prefill, split_bytes *b)
+{
+	uint64_t n = p->info.occupied_units, units = p->info.all_units_bytes;
+	uint64_t kv = p->memory.arch_known ? p->memory.kv_cache_bytes : 0;
+	memset(b, 0, sizeof *b);
+	switch (c->mode) {
+	case STRATA_RESIDENCY_RESIDENT:
+		b->device = sat_add(p->info.static_bytes, units);
+		b->kv_device = kv;
+		return;
+	case STRATA_RESIDENCY_HOST:
+	case STRATA_RESIDENCY_DISK:
+		b->device = sat_add(p->info.static_bytes, units);
+		b->kv_device = kv;
+		/* one group wholly in the window moves nothing after the
+		 * first pass */
+		if (!(c->mode == STRATA_RESIDENCY_HOST && p->info.groups <= 1 &&
+		      c->weights.depth >= p->info.span))
+			b->streamed = units;
+		return;
+	default:
+		break;
+	}
+	uint64_t r = c->resident_units;
+	uint64_t w = prefill ? c->prefill_window_units : c->window_units;
+	split_sums(p, r, w, b);
+	uint64_t resident = p->unit_prefix[r];
+	b->device = sat_add(resident, b->streamed);
+	if (c->statics_on_cpu)
+		b->cpu = sat_add(b->cpu, p->info.static_bytes);
+	else
+		b->device = sat_add(b->device, p->info.static_bytes);
+	/* KV stays where decode computes; prefill streams the KV of the
+	 * units it moves from the CPU to the device */
+	uint64_t rest = n - r, cpu_units = 0, moved = 0;
+	for (uint64_t i = r; i < n; i++) {
+		bool dec = streamed_at(i - r, rest, c->window_units);
+		bool now = streamed_at(i - r, rest, w);
+		cpu_units += !now;
+		moved += now && !dec;
+	}
+	b->kv_cpu = kv_of(p, cpu_units);
+	b->kv_device = kv_of(p, n - cpu_units);
+	b->streamed = sat_add(b->streamed, kv_of(p, moved));
+}
+
+/* Tokens in flight of a decode pass (one per sequence) and a prefill
+ * chunk. */
+static double decode_tokens(const strata_plan *p)
+{
+	return (double)p->options.shape.batch;
+}
+
+static double prefill_tokens(const strata_plan *p)
+{
+	return (double)p->options.shape.batch *
+	       (double)p->options.shape.prefill_chunk;
+}
+
+/* The smallest chunk from which the prefill split beats the decode split
+ * (0: never within the context, or the splits are the same). */
+static uint64_t crossing(const strata_plan *p, const strata_plan_candidate *c)
+{
+	if (c->mode != STRATA_RESIDENCY_PLACEMENT ||
+	    c->window_units == c->prefill_window_units)
+		return 0;
+	split_bytes d, f;
+	candidate_split(p, c, false, &d);
+	candidate_split(p, c, true, &f);
+	uint64_t top = p->options.shape.context;
+	for (uint64_t t = 1; t <= top && t <= 65536; t++) {
+		double T = (double)t * (double)p->options.shape.batch;
+		if (pass_seconds(p, c, &f, T) < pass_seconds(p, c, &d, T))
+			return t;
+	}
+	return 0;
+}
+
+void strata__plan_predict_passes(const strata_plan *p,
+				 strata_plan_candidate *c)
+{
+	split_bytes d, f;
+	candidate_split(p, c, false, &d);
+	candidate_split(p, c, true, &f);
+	c->cpu_bytes = d.cpu;
+	c->streamed_bytes = d.streamed;
+	c->predicted_decode_ms = pass_seconds(p, c, &d, decode_tokens(p)) * 1e3;
+	c->predicted_prefill_ms =
+		pass_seconds(p, c, &f, prefill_tokens(p)) * 1e3;
+	c->crossing_chunk = crossing(p, c);
+	if (c->mode == STRATA_RESIDENCY_PLACEMENT) {
+		c->moved_bytes_per_forward = d.streamed;
+		c->predicted_ms_per_forward = c->predicted_decode_ms;
+		double t = c->predicted_decode_ms / 1e3;
+		c->tokens_per_second = t > 0 ? decode_tokens(p) / t : 0.0;
+	}
+}
+
+/* Fills a uniform candidate's placement fields (every unit alike). */
+void strata__plan_uniform_placement(const strata_plan *p,
+				    strata_plan_candidate *c)
+{
+	uint64_t n = p->info.occupied_units;
+	c->devices = 1;
+	c->split_device_bytes[0] = c->device_bytes;
+	c->resident_units = c->mode == STRATA_RESIDENCY_RESIDENT ? n : 0;
+	c->device_resident_units[0] = c->resident_units;
+	c->window_units = c->mode == STRATA_RESIDENCY_HOST ? n : 0;
+	c->disk_units = c->mode == STRATA_RESIDENCY_DISK ? n : 0;
+	c->prefill_window_units = c->window_units;
+	strata__plan_predict_passes(p, c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The search                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Sets a PLACEMENT candidate's splits: r resident, decode c cpu units,
+ * prefill pc cpu units, and sizes it. */
+static strata_status make(strata_plan *p, bool statics_cpu, uint64_t r,
+			  uint64_t cpu, uint64_t pcpu, bool *mask,
+			  strata_plan_candidate *out, strata_error *err)
+{
+	uint64_t n = p->info.occupied_units;
+	strata_plan_candidate c = {.mode = STRATA_RESIDENCY_PLACEMENT};
+	c.statics_on_cpu = statics_cpu;
+	c.devices = p->budgets.devices ? p->budgets.devices : 1;
+	c.resident_units = r;
+	c.cpu_units = cpu;
+	c.window_units = n - r - cpu;
+	c.prefill_cpu_units = pcpu;
+	c.prefill_window_units = n - r - pcpu;
+	strata_status s = size_placement(p, &c, mask, err);
+	if (s != STRATA_OK)
+		return s;
+	c.fits_host = c.host_bytes <= p->budgets.host_bytes;
+	uint64_t ram = p->budgets.ram_bytes;
+	c.fits = c.fits_device && c.fits_host &&
+		 (!ram || sat_add(c.device_bytes, c.host_bytes) <= ram);
+	c.device_shortfall_bytes = 0;
+	for (uint32_t d = 0; d < c.devices; d++) {
+		uint64_t b = p->budgets.split_device_bytes[d];
+		uint64_t t = c.split_device_bytes[d];
+		if (t > b && t - b > c.device_shortfall_bytes)
+			c.device_shortfall_bytes = t - b;
+	}
+	c.host_shortfall_bytes =
+		c.fits_host ? 0 : c.host_bytes - p->budgets.host_bytes;
+	strata__plan_predict_passes(p, &c);
+	*out = c;
+	return STRATA_OK;
+}
+
+/* The range of a forced count (exactly min(N, top)) or the whole range,
+ * stepped on a grid above EXHAUSTIVE_UNITS. */
+static void range_of(bool forced, uint64_t value, uint64_t top,
+		     uint64_t *lo, uint64_t *hi, uint64_t *step)
+{
+	if (forced) {
+		*lo = *hi = value < top ? value : top;
+		*step = 1;
+		return;
+	}
+	*lo = 0;
+	*hi = top;
+	*step = top > EXHAUSTIVE_UNITS ? top / EXHAUSTIVE_UNITS + 1 : 1;
+}
+
+/* Decode time of a split without sizing it (O(n)): to skip the fit
+ * check of splits that cannot beat the best so far. */
+static double quick_decode(const strata_plan *p, bool statics_cpu,
+			   uint64_t r, uint64_t cpu)
+{
+	strata_plan_candidate c = {.mode = STRATA_RESIDENCY_PLACEMENT,
+				   .statics_on_cpu = statics_cpu,
+				   .resident_units = r,
+				   .window_units = p->info.occupied_units - r - cpu};
+	split_bytes b;
+	candidate_split(p, &c, false, &b);
+	return pass_seconds(p, &c, &b, decode_tokens(p));
+}
+
+/* The best decode split for one statics placement: the fitting (r, c)
+ * of least predicted decode time (ties: more resident, then fewer CPU
+ * units). Then, its resident units fixed, the prefill split of least
+ * prefill time that still fits. *found false when nothing fits (best is
+ * then the split with the least shortfall tried: r and c at their
+ * least). */
+static strata_status search(strata_plan *p, bool statics_cpu, bool *mask,
+			    strata_plan_candidate *best, bool *found,
+			    strata_error *err)
+{
+	const strata_plan_options *o = &p->options;
+	uint64_t n = p->info.occupied_units, rlo, rhi, rstep;
+	double best_t = 0;
+	*found = false;
+	range_of(o->has_resident_units, o->resident_units, n, &rlo, &rhi,
+		 &rstep);
+	for (uint64_t r = rhi + 1; r-- > rlo;) {
+		if ((rhi - r) % rstep && r != rlo)
+			continue;
+		uint64_t clo, chi, cstep;
+		range_of(o->has_cpu_units, o->cpu_units, n - r, &clo, &chi,
+			 &cstep);
+		for (uint64_t c = clo; c <= chi; c += cstep) {
+			double t = quick_decode(p, statics_cpu, r, c);
+			if (*found && t >= best_t)
+				continue;
+			strata_plan_candidate k;
+			strata_status s = make(p, statics_cpu, r, c, c, mask,
+					       &k, err);
+			if (s != STRATA_OK)
+				return s;
+			if (!k.fits && (*found || r != rlo || c != clo))
+				continue;
+			*best = k;
+			if (k.fits) {
+				*found = true;
+				best_t = t;
+			}
+		}
+	}
+	if (!*found || o->has_cpu_units)
+		return STRATA_OK;
+	/* the prefill pass: same resident units, its own CPU share */
+	uint64_t r = best->resident_units, pbest = best->cpu_units;
+	double pt = best->predicted_prefill_ms;
+	for (uint64_t c = 0; c <= n - r; c++) {
+		strata_plan_candidate k;
+		strata_status s = make(p, statics_cpu, r, best->cpu_units, c,
+				       mask, &k, err);
+		if (s != STRATA_OK)
+			return s;
+		if (k.fits && k.predicted_prefill_ms < pt) {
+			pt = k.predicted_prefill_ms;
+			pbest = c;
+		}
+	}
+	return make(p, statics_cpu, r, best->cpu_units, pbest, mask, best, err);
+}
+
+static bool same_split(const strata_plan_candidate *a,
+		       const strata_plan_candidate *b)
+{
+	return a->statics_on_cpu == b->statics_on_cpu &&
+	       a->resident_units == b->resident_units &&
+	       a->cpu_units == b->cpu_units &&
+	       a->prefill_cpu_units == b->prefill_cpu_units;
+}
+
+strata_status strata__plan_placements(strata_plan *p, strata_error *err)
+{
+	uint64_t n = p->info.occupied_units;
+	if (n == 0)
+		return STRATA_OK;
+	bool *mask = strata_calloc_or_error((size_t)n, sizeof *mask,
+					    "placement mask", err);
+	if (!mask)
+		return STRATA_E_NOMEM;
+	strata_status s = STRATA_OK;
+	strata_plan_candidate found[2];
+	size_t count = 0;
+	for (int statics_cpu = 0; statics_cpu < 2 && s == STRATA_OK;
+	     statics_cpu++) {
+		bool ok;
+		s = search(p, statics_cpu, mask, &found[count], &ok, err);
+		/* a placement equal to resident adds nothing */
+		bool all_resident = found[count].resident_units == n &&
+				    !statics_cpu;
+		if (s == STRATA_OK && (ok || p->options.has_resident_units ||
+				       p->options.has_cpu_units) &&
+		    !all_resident &&
+		    (count == 0 || !same_split(&found[0], &found[count])))
+			count++;
+	}
+	for (size_t i = 0; s == STRATA_OK && i < count; i++)
+		s = strata__plan_push(p, &found[i], err);
+	strata_free(mask);
+	return s;
+}
