@@ -100,6 +100,10 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_string(j, "host_source",
 			      b->host_from_option ? "option" : "machine");
 	strata_json_kv_u64(j, "host_headroom_bytes", b->host_headroom_bytes);
+	/* cpu, no budgets: the one RAM both budgets stand for; only then,
+	 * so separate budgets keep the document scripts know */
+	if (b->ram_bytes)
+		strata_json_kv_u64(j, "ram_bytes", b->ram_bytes);
 	/* only for a replica among several, so a plan alone keeps the
 	 * document scripts know (docs/plan.md) */
 	if (b->shared_by > 1) {
