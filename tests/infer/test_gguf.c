@@ -9,45 +9,15 @@
 #include <stddef.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "support/ckpt_writer.h"
 #include "support/refmodel.h"
 
 #define MODEL "llama_gqa4_f16" /* dim 64, ffn 96, 3 layers, 8/2 heads */
-
-typedef struct gguf_out {
-	FILE *f;
-} gguf_out;
-
-static void put(FILE *f, const void *p, size_t n)
-{
-	assert_int_equal(fwrite(p, 1, n, f), n);
-}
-
-static void put_u32(FILE *f, uint32_t v) { put(f, &v, 4); }
-static void put_u64(FILE *f, uint64_t v) { put(f, &v, 8); }
-
-static void put_str(FILE *f, const char *s)
-{
-	put_u64(f, strlen(s));
-	put(f, s, strlen(s));
-}
-
-static void kv_u32(FILE *f, const char *k, uint32_t v)
-{
-	put_str(f, k);
-	put_u32(f, 4); /* GGUF u32 */
-	put_u32(f, v);
-}
-
-static void kv_f32(FILE *f, const char *k, float v)
-{
-	put_str(f, k);
-	put_u32(f, 6);
-	put(f, &v, 4);
-}
 
 /* Round to nearest even, subnormals included (the f16 reference weights
  * have some). */
@@ -121,24 +91,27 @@ static float *permute(const float *w, uint64_t rows, uint64_t cols,
 	return out;
 }
 
-static void write_data(FILE *f, const gtensor *t)
+/* t's payload in its ggml type (caller frees): the reference weights are
+ * exactly representable in their own 16-bit type, so F16/BF16 round
+ * nothing; Q8_0 blocks are 32 int8 under one f16 scale. */
+static void *encode(const gtensor *t)
 {
 	uint64_t el = t->rows * (t->cols ? t->cols : 1);
+	unsigned char *out = malloc(gbytes(t) ? gbytes(t) : 1);
+	assert_non_null(out);
 	if (t->type == G_F32) {
-		put(f, t->data, el * 4);
-		return;
+		memcpy(out, t->data, el * 4);
+		return out;
 	}
 	if (t->type == G_F16 || t->type == G_BF16) {
 		for (uint64_t i = 0; i < el; i++) {
 			uint32_t u;
 			memcpy(&u, &t->data[i], 4);
-			/* The reference weights are exactly representable in
-			 * their own 16-bit type: no rounding happens here. */
 			uint16_t h = t->type == G_F16 ? to_half(t->data[i])
 						      : (uint16_t)(u >> 16);
-			put(f, &h, 2);
+			memcpy(out + 2 * i, &h, 2);
 		}
-		return;
+		return out;
 	}
 	for (uint64_t b = 0; b < el / 32; b++) {
 		const float *x = t->data + b * 32;
@@ -148,12 +121,11 @@ static void write_data(FILE *f, const gtensor *t)
 		float d = amax / 127.0f;
 		uint16_t dh = to_half(d);
 		float id = d ? 1.0f / d : 0.0f;
-		int8_t q[32];
+		memcpy(out + b * 34, &dh, 2);
 		for (int i = 0; i < 32; i++)
-			q[i] = (int8_t)lrintf(x[i] * id);
-		put(f, &dh, 2);
-		put(f, q, 32);
+			out[b * 34 + 2 + i] = (unsigned char)(int8_t)lrintf(x[i] * id);
 	}
+	return out;
 }
 
 static void write_gguf_arch(const char *path, const ref_open *m,
@@ -240,47 +212,38 @@ static void write_gguf_arch(const char *path, const ref_open *m,
 			g->type = q8 && !g->cols ? G_F32 : type;
 		}
 	}
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	put(f, "GGUF", 4);
-	put_u32(f, 3);
-	put_u64(f, n);
-	put_u64(f, 9); /* key/value pairs */
-	put_str(f, "general.architecture");
-	put_u32(f, 8);
-	put_str(f, arch);
-	char key[96];
-#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
-	kv_u32(f, KEY("context_length"), 256);
-	kv_u32(f, KEY("embedding_length"), hp->dim);
-	kv_u32(f, KEY("feed_forward_length"), hp->ffn);
-	kv_u32(f, KEY("block_count"), hp->layers);
-	kv_u32(f, KEY("attention.head_count"), hp->heads);
-	kv_u32(f, KEY("attention.head_count_kv"), hp->kv_heads);
-	kv_f32(f, KEY("attention.layer_norm_rms_epsilon"), hp->norm_eps);
-	kv_f32(f, KEY("rope.freq_base"), (float)hp->rope_theta);
-#undef KEY
-	uint64_t off = 0;
+	char keys[8][96];
+	static const char *const suffix[8] = {
+		"context_length", "embedding_length", "feed_forward_length",
+		"block_count", "attention.head_count", "attention.head_count_kv",
+		"attention.layer_norm_rms_epsilon", "rope.freq_base"};
+	for (int i = 0; i < 8; i++)
+		snprintf(keys[i], sizeof keys[i], "%s.%s", arch, suffix[i]);
+	const ckw_kv meta[9] = {
+		CKW_KV_STR("general.architecture", arch),
+		CKW_KV_U32(keys[0], 256),
+		CKW_KV_U32(keys[1], hp->dim),
+		CKW_KV_U32(keys[2], hp->ffn),
+		CKW_KV_U32(keys[3], hp->layers),
+		CKW_KV_U32(keys[4], hp->heads),
+		CKW_KV_U32(keys[5], hp->kv_heads),
+		CKW_KV_F32(keys[6], hp->norm_eps),
+		CKW_KV_F32(keys[7], (float)hp->rope_theta),
+	};
+	ckw_tensor ct[128];
+	void *payload[128];
 	for (size_t i = 0; i < n; i++) {
-		put_str(f, t[i].name);
-		put_u32(f, t[i].cols ? 2 : 1);
-		if (t[i].cols)
-			put_u64(f, t[i].cols); /* ne0: innermost */
-		put_u64(f, t[i].rows);
-		put_u32(f, t[i].type);
-		put_u64(f, off);
-		off += (gbytes(&t[i]) + 31) / 32 * 32;
+		payload[i] = encode(&t[i]);
+		ct[i] = (ckw_tensor){.name = t[i].name, .type = t[i].type,
+				     .n_dims = t[i].cols ? 2 : 1,
+				     .shape = {t[i].rows, t[i].cols},
+				     .data = payload[i], .bytes = gbytes(&t[i])};
 	}
-	long pos = ftell(f);
-	for (; pos % 32; pos++)
-		fputc(0, f);
+	ckw_gguf_file(path, meta, 9, ct, n, NULL);
 	for (size_t i = 0; i < n; i++) {
-		write_data(f, &t[i]);
-		for (uint64_t b = gbytes(&t[i]); b % 32; b++)
-			fputc(0, f);
+		free(payload[i]);
 		strata_free(t[i].owned);
 	}
-	fclose(f);
 }
 
 static void logits_of(const char *path, const ref_data *r, float *out)

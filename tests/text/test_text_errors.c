@@ -10,6 +10,8 @@
 
 #include "text/internal.h"
 #include "text/text_testutil.h"
+#include "strata/checkpoint.h"
+#include "support/ckpt_writer.h"
 
 /* ------------------------------------------------------------------------ */
 /* tokenizer.json faults                                                    */
@@ -240,37 +242,8 @@ static void test_json_tiny_files_load(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* GGUF faults (a small GGUF v3 written here)                               */
+/* GGUF faults (a small GGUF v3 from the tests' checkpoint writer)          */
 /* ------------------------------------------------------------------------ */
-
-typedef struct gbuf {
-	unsigned char *p;
-	size_t n, cap;
-	uint64_t kv;
-} gbuf;
-
-static void gput(gbuf *b, const void *p, size_t n)
-{
-	while (b->n + n > b->cap)
-		b->p = realloc(b->p, b->cap = b->cap ? b->cap * 2 : 1024);
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void gu32(gbuf *b, uint32_t v) { gput(b, &v, 4); }
-static void gu64(gbuf *b, uint64_t v) { gput(b, &v, 8); }
-static void gstr(gbuf *b, const char *s)
-{
-	gu64(b, strlen(s));
-	gput(b, s, strlen(s));
-}
-
-static void gkey(gbuf *b, const char *k, uint32_t type)
-{
-	gstr(b, k);
-	gu32(b, type);
-	b->kv++;
-}
 
 /* A 6-token SentencePiece vocabulary or a byte-level one with merges;
  * `fault` bends one thing. */
@@ -309,68 +282,53 @@ static const struct {
 static void write_gguf(const char *path, gguf_fault f)
 {
 	bool bpe = f >= GF_BPE_UNKNOWN_PRE;
-	const char *spm_tok[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81",
-				 "a", "\xe2\x96\x81\x61", "<0x62>"};
-	const char *bpe_tok[] = {"a", "b", "\xc4\xa0", "\xc4\xa0\x61", "ab",
-				 "<|endoftext|>", "c"};
-	const char **tok = bpe ? bpe_tok : spm_tok;
-	gbuf kvs = {0};
-	if (f != GF_NO_MODEL) {
-		gkey(&kvs, "tokenizer.ggml.model", 8);
-		gstr(&kvs, f == GF_MODEL_T5 ? "t5" : bpe ? "gpt2" : "llama");
+	static const char *const spm_tok[] = {"<unk>", "<s>", "</s>",
+					      "\xe2\x96\x81", "a",
+					      "\xe2\x96\x81\x61", "<0x62>"};
+	static const char *const bpe_tok[] = {"a", "b", "\xc4\xa0",
+					      "\xc4\xa0\x61", "ab",
+					      "<|endoftext|>", "c"};
+	static const uint32_t ids[7] = {0, 1, 2, 3, 4, 5, 6};
+	uint32_t types[7];
+	float scores[7];
+	uint64_t n_scores = f == GF_SCORES_SHORT ? 6 : 7;
+	for (int i = 0; i < 7; i++) {
+		scores[i] = f == GF_SCORE_NAN && i == 4 ? NAN : (float)-i;
+		types[i] = bpe ? (i == 5 ? 3 : 1) : (i == 0 ? 2 : i < 3 ? 3 : 1);
 	}
-	if (f != GF_NO_TOKENS) {
-		gkey(&kvs, "tokenizer.ggml.tokens", 9);
-		gu32(&kvs, f == GF_TOKENS_WRONG_TYPE ? 4 : 8);
-		gu64(&kvs, 7);
-		for (int i = 0; i < 7; i++) {
-			if (f == GF_TOKENS_WRONG_TYPE)
-				gu32(&kvs, (uint32_t)i);
-			else
-				gstr(&kvs, tok[i]);
-		}
-	}
-	gkey(&kvs, "tokenizer.ggml.scores", 9);
-	gu32(&kvs, 6);
-	gu64(&kvs, f == GF_SCORES_SHORT ? 6 : 7);
-	for (int i = 0; i < (f == GF_SCORES_SHORT ? 6 : 7); i++) {
-		float s = f == GF_SCORE_NAN && i == 4 ? NAN : (float)-i;
-		gput(&kvs, &s, 4);
-	}
-	gkey(&kvs, "tokenizer.ggml.token_type", 9);
-	gu32(&kvs, 5);
-	gu64(&kvs, 7);
-	for (int i = 0; i < 7; i++)
-		gu32(&kvs, bpe ? (i == 5 ? 3 : 1) : (i == 0 ? 2 : i < 3 ? 3 : 1));
-	gkey(&kvs, "tokenizer.ggml.unknown_token_id", 4);
-	gu32(&kvs, 0);
-	gkey(&kvs, "tokenizer.ggml.bos_token_id", 4);
-	gu32(&kvs, f == GF_BOS_RANGE ? 70 : 1);
+	const char *merges[2] = {f == GF_BPE_BAD_MERGE ? "ab" : "\xc4\xa0 a",
+				 "a b"};
+	ckw_kv kv[10];
+	size_t n = 0;
+	if (f != GF_NO_MODEL)
+		kv[n++] = CKW_KV_STR("tokenizer.ggml.model",
+				     f == GF_MODEL_T5 ? "t5"
+				     : bpe	      ? "gpt2"
+						      : "llama");
+	if (f == GF_TOKENS_WRONG_TYPE)
+		kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.tokens", STRATA_GGUF_U32,
+				       7, ids);
+	else if (f != GF_NO_TOKENS)
+		kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.tokens",
+				       STRATA_GGUF_STRING, 7,
+				       bpe ? bpe_tok : spm_tok);
+	kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.scores", STRATA_GGUF_F32,
+			       n_scores, scores);
+	kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.token_type", STRATA_GGUF_I32, 7,
+			       types);
+	kv[n++] = CKW_KV_U32("tokenizer.ggml.unknown_token_id", 0);
+	kv[n++] = CKW_KV_U32("tokenizer.ggml.bos_token_id",
+			     f == GF_BOS_RANGE ? 70 : 1);
 	if (bpe) {
-		gkey(&kvs, "tokenizer.ggml.pre", 8);
-		gstr(&kvs, f == GF_BPE_UNKNOWN_PRE ? "klingon"
-			   : f == GF_BPE_LLAMA3	   ? "llama-bpe"
-						   : "gpt-2");
-		if (f != GF_BPE_NO_MERGES) {
-			gkey(&kvs, "tokenizer.ggml.merges", 9);
-			gu32(&kvs, 8);
-			gu64(&kvs, 2);
-			gstr(&kvs, f == GF_BPE_BAD_MERGE ? "ab" : "\xc4\xa0 a");
-			gstr(&kvs, "a b");
-		}
+		kv[n++] = CKW_KV_STR("tokenizer.ggml.pre",
+				     f == GF_BPE_UNKNOWN_PRE ? "klingon"
+				     : f == GF_BPE_LLAMA3    ? "llama-bpe"
+							     : "gpt-2");
+		if (f != GF_BPE_NO_MERGES)
+			kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.merges",
+					       STRATA_GGUF_STRING, 2, merges);
 	}
-	gbuf b = {0};
-	gput(&b, "GGUF", 4);
-	gu32(&b, 3);
-	gu64(&b, 0);
-	gu64(&b, kvs.kv);
-	gput(&b, kvs.p, kvs.n);
-	FILE *fp = fopen(path, "wb");
-	assert_non_null(fp);
-	assert_int_equal(fwrite(b.p, 1, b.n, fp), b.n);
-	fclose(fp);
-	free(b.p);
-	free(kvs.p);
+	ckw_gguf_file(path, kv, n, NULL, 0, NULL);
 }
 
 static void gguf_path(char *out, size_t cap, const char *name)
