@@ -6,13 +6,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <jansson.h>
 
+#include "support/ckpt_writer.h"
 #include "support/refmodel.h"
 
 #define BASE_MODEL "llama_gqa2_f32" /* 2 layers, dim 32, 4/2 heads */
@@ -138,7 +139,7 @@ static void test_config_faults_are_named(void **state)
 }
 
 /* The reference model's safetensors with one more tensor the forward pass
- * has no slot for (an MLP bias) appended at the end of the data. */
+ * has no slot for (an MLP bias, zeros) after the others. */
 static void make_model_with_extra(const char *dir)
 {
 	make_model(dir, "hidden_size", "32");
@@ -149,32 +150,26 @@ static void make_model_with_extra(const char *dir)
 	strata_error err;
 	assert_int_equal(strata_file_read_all(src, 1 << 24, &bytes, &len, &err),
 			 STRATA_OK);
-	uint64_t hlen;
-	memcpy(&hlen, bytes, 8);
-	json_t *h = json_loadb(bytes + 8, hlen, 0, NULL);
-	assert_non_null(h);
-	uint64_t data = len - 8 - hlen;
-	json_t *e = json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32",
-			      "shape", 72, "data_offsets", (json_int_t)data,
-			      (json_int_t)(data + 288));
-	json_object_set_new(h, "model.layers.1.mlp.gate_proj.bias", e);
-	char *text = json_dumps(h, JSON_COMPACT);
-	size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
+	strata_catalog *c = NULL;
+	assert_int_equal(strata_catalog_open(src, &c, &err), STRATA_OK);
+	size_t n = strata_catalog_count(c);
+	ckw_tensor *t = calloc(n + 1, sizeof *t);
+	assert_non_null(t);
+	for (size_t i = 0; i < n; i++) {
+		const strata_tensor *x = strata_catalog_tensor(c, i);
+		t[i] = (ckw_tensor){.name = x->name,
+				    .dtype = strata_dtype_get(x->dtype)->name,
+				    .n_dims = x->n_dims, .data = bytes + x->offset,
+				    .bytes = x->bytes};
+		memcpy(t[i].shape, x->shape, sizeof t[i].shape);
+	}
+	t[n] = (ckw_tensor){.name = "model.layers.1.mlp.gate_proj.bias",
+			    .type = CKW_F32, .n_dims = 1, .shape = {72}};
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
 	unlink(path);
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	uint64_t nl = padded;
-	fwrite(&nl, 8, 1, f);
-	fwrite(text, 1, tl, f);
-	for (size_t i = tl; i < padded; i++)
-		fputc(' ', f);
-	fwrite(bytes + 8 + hlen, 1, data, f);
-	float zero[72] = {0};
-	fwrite(zero, 4, 72, f);
-	fclose(f);
-	free(text);
-	json_decref(h);
+	ckw_safetensors_file(path, t, n + 1, NULL);
+	free(t);
+	strata_catalog_destroy(c);
 	strata_free(bytes);
 }
 
