@@ -184,7 +184,7 @@ static uint64_t align_sat(uint64_t v)
 {
 	uint64_t r;
 	strata_error ignored;
-	return strata_plan_align(v, &r, "placement bytes", &ignored) ==
+	return strata_checked_align(v, &r, "placement bytes", &ignored) ==
 			       STRATA_OK ? r : UINT64_MAX;
 }
 
