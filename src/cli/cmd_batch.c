@@ -163,20 +163,25 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 /* ------------------------------------------------------------------------ */
 
 /* One result line as a jansson object (NULL on allocation failure). */
-static json_t *result_json(const batch_item *it, const strata_batch_result *r,
-			   const char *text, size_t len,
-			   const strata_cli_gpus *d)
+static json_t *result_json(const batch_input *in, size_t i,
+			   const strata_batch_result *r, const char *text,
+			   size_t len, const strata_cli_gpus *d)
 {
+	const batch_item *it = &in->items[i];
+	size_t id_len;
+	const char *id_text = batch_input_id(in, i, &id_len);
 	json_t *o = json_object(), *toks = json_array(), *tm = json_object();
-	if (!o || !toks || !tm) {
+	json_t *id = json_loadb(id_text, id_len, JSON_DECODE_ANY, NULL);
+	if (!o || !toks || !tm || !id) {
 		json_decref(o);
 		json_decref(toks);
 		json_decref(tm);
+		json_decref(id);
 		return NULL;
 	}
 	int bad = 0;
-	for (uint32_t i = 0; i < r->n_tokens; i++)
-		bad |= json_array_append_new(toks, json_integer(r->tokens[i]));
+	for (uint32_t k = 0; k < r->n_tokens; k++)
+		bad |= json_array_append_new(toks, json_integer(r->tokens[k]));
 	const strata_generate_stats *g = &r->gen;
 	bad |= json_object_set_new(tm, "queue_s", json_real(r->queue_ns / 1e9));
 	bad |= json_object_set_new(tm, "prompt_s", json_real(g->prompt_ns / 1e9));
@@ -184,7 +189,7 @@ static json_t *result_json(const batch_item *it, const strata_batch_result *r,
 				   json_real(g->first_token_ns / 1e9));
 	bad |= json_object_set_new(tm, "generate_s",
 				   json_real(g->generate_ns / 1e9));
-	bad |= json_object_set(o, "id", json_object_get(it->json, "id"));
+	bad |= json_object_set_new(o, "id", id);
 	bad |= json_object_set_new(o, "text", json_stringn(text, len));
 	bad |= json_object_set_new(o, "tokens", toks);
 	bad |= json_object_set_new(o, "device", json_integer(r->device));
@@ -257,8 +262,8 @@ static strata_status write_results(const batch_input *in,
 		st = detok(tok, &in->items[i].req, &res[i], &text, &len, &cap,
 			   err);
 		json_t *o = st ? NULL
-			       : result_json(&in->items[i], &res[i],
-					     text ? text : "", len, d);
+			       : result_json(in, i, &res[i], text ? text : "",
+					     len, d);
 		if (st == STRATA_OK && !o)
 			st = strata_fail(err, STRATA_E_NOMEM, "free memory",
 					 "cannot build result %zu", i);

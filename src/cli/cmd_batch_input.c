@@ -6,8 +6,18 @@
  * keys refused; every field is checked for type and range; unknown fields
  * are refused (a misspelt `max_tokens` would otherwise silently run with
  * the default). The first bad line is the error and nothing runs.
+ *
+ * Memory: no parsed JSON is kept. A request keeps its fixed part
+ * (batch_item) and, in two shared pools, its id's compact JSON, its key
+ * and its prompt's token ids: a bounded multiple of its line's bytes, and
+ * at most MAX_REQUESTS requests. Repeated ids are found by sorting the ids'
+ * texts (O(n log n)).
  */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -17,6 +27,8 @@
 #define MAX_INPUT_BYTES (1ull << 30)
 #define MAX_TOKENS_CAP (1u << 24)
 #define DEFAULT_KEY_BYTES 256
+#define MAX_REQUESTS (1u << 20)
+#define ID_JSON_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY)
 
 /* ------------------------------------------------------------------------ */
 
@@ -139,13 +151,170 @@ static strata_status check_fields(json_t *o, uint64_t line, strata_error *err)
 	return STRATA_OK;
 }
 
-/* Parses and checks one line into *q (encoding its prompt). */
+/* jansson holds integers as int64, so a seed in [2^63, 2^64) (which `run
+ * --seed` takes) fails its parse as "too big integer". When the token it
+ * stopped at is the value of a "seed" key, the seed is read here and the
+ * line parsed again with 0 in its place (*big set); any other too-big
+ * integer stays the parse error. */
+static json_t *load_line(const char *s, size_t n, uint64_t *big_seed,
+			 bool *big, json_error_t *je)
+{
+	*big = false;
+	json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, je);
+	if (o || strncmp(je->text, "too big integer", 15) || je->position < 0 ||
+	    (size_t)je->position > n)
+		return o;
+	size_t end = (size_t)je->position, begin = end, k;
+	while (begin > 0 && isdigit((unsigned char)s[begin - 1]))
+		begin--;
+	for (k = begin; k > 0 && isspace((unsigned char)s[k - 1]); k--)
+		;
+	if (begin == end || k == 0 || s[k - 1] != ':')
+		return NULL;
+	for (k--; k > 0 && isspace((unsigned char)s[k - 1]); k--)
+		;
+	if (k < 6 || memcmp(s + k - 6, "\"seed\"", 6) ||
+	    (k > 6 && s[k - 7] == '\\'))
+		return NULL;
+	char digits[32], *stop;
+	if (end - begin >= sizeof digits)
+		return NULL;
+	memcpy(digits, s + begin, end - begin);
+	digits[end - begin] = '\0';
+	errno = 0;
+	unsigned long long v = strtoull(digits, &stop, 10);
+	char *copy = errno || *stop ? NULL : strata_alloc(n);
+	if (!copy)
+		return NULL;
+	memcpy(copy, s, n);
+	copy[begin] = '0';
+	memset(copy + begin + 1, ' ', end - begin - 1);
+	o = json_loadb(copy, n, JSON_REJECT_DUPLICATES, je);
+	strata_free(copy);
+	*big = o != NULL;
+	*big_seed = v;
+	return o;
+}
+
+/* Appends len bytes to in's text pool; their offset into *at. */
+static strata_status put_text(batch_input *in, const void *p, size_t len,
+			      size_t *at, strata_error *err)
+{
+	if (strata_grow((void **)&in->text, &in->text_cap, in->text_len + len,
+			1, "request ids and keys", err))
+		return STRATA_E_NOMEM;
+	if (len)
+		memcpy(in->text + in->text_len, p, len);
+	*at = in->text_len;
+	in->text_len += len;
+	return STRATA_OK;
+}
+
+/* The id's compact JSON into the text pool (equal ids, equal texts). */
+static strata_status put_id(batch_input *in, const json_t *id, batch_item *q,
+			    strata_error *err)
+{
+	size_t len = json_dumpb(id, NULL, 0, ID_JSON_FLAGS);
+	if (strata_grow((void **)&in->text, &in->text_cap, in->text_len + len,
+			1, "request ids and keys", err))
+		return STRATA_E_NOMEM;
+	q->id_at = in->text_len;
+	q->id_len = (uint32_t)json_dumpb(id, in->text + in->text_len, len,
+					 ID_JSON_FLAGS);
+	in->text_len += q->id_len;
+	return STRATA_OK;
+}
+
+/* The prompt's ids into the token pool; their offset into *at. */
+static strata_status put_tokens(batch_input *in, const int32_t *ids,
+				size_t count, size_t *at, strata_error *err)
+{
+	if (strata_grow((void **)&in->tokens, &in->tokens_cap,
+			in->tokens_len + count, sizeof *in->tokens,
+			"prompt tokens", err))
+		return STRATA_E_NOMEM;
+	memcpy(in->tokens + in->tokens_len, ids, count * sizeof *ids);
+	*at = in->tokens_len;
+	in->tokens_len += count;
+	return STRATA_OK;
+}
+
+/* The sampler and length fields of object o into q. */
+static strata_status parse_numbers(const batch_input_options *bo, json_t *o,
+				   uint64_t line, const uint64_t *big_seed,
+				   batch_item *q, strata_error *err)
+{
+	uint64_t max_tokens = bo->default_max_tokens, seed = bo->sampler.seed;
+	strata_status st = opt_uint(o, "max_tokens", MAX_TOKENS_CAP,
+				    &max_tokens, line, err);
+	if (st == STRATA_OK)
+		st = opt_uint(o, "seed", INT64_MAX, &seed, line, err);
+	if (st)
+		return st;
+	q->req.sampler = bo->sampler;
+	q->req.sampler.seed = big_seed ? *big_seed : seed;
+	q->req.max_tokens = (uint32_t)max_tokens;
+	json_t *t = json_object_get(o, "temperature");
+	if (t) {
+		double v = json_number_value(t);
+		if (!json_is_number(t) || !(v >= 0 && v <= 1e6))
+			return bad(err, line, "give a temperature in [0, 1e6]",
+				   "'temperature' is not a number in [0, 1e6]");
+		q->req.sampler.temperature = (float)v;
+	}
+	return STRATA_OK;
+}
+
+/* The prompt's ids and the key of object o into the pools; q->req's
+ * prompt and key hold pool offsets until batch_input_parse ends (the
+ * pools move as they grow). */
+static strata_status parse_prompt(const batch_input_options *bo, json_t *o,
+				  uint64_t line, batch_input *in,
+				  batch_item *q, strata_error *err)
+{
+	json_t *p = json_object_get(o, "prompt");
+	const char *text = json_string_value(p);
+	size_t len = json_string_length(p), count = 0, at = 0;
+	int32_t *ids = NULL;
+	strata_status st = strata_tokenizer_encode(bo->tok, text, len, true,
+						   &ids, &count, err);
+	if (st)
+		return strata_error_prefix(err, "line %llu",
+					   (unsigned long long)line);
+	if (count == 0 || count > UINT32_MAX - MAX_TOKENS_CAP)
+		st = bad(err, line,
+			 "give a non-empty prompt (this tokenizer adds no "
+			 "BOS token)",
+			 count ? "the prompt is too long"
+			       : "the prompt encodes to no tokens");
+	if (st == STRATA_OK)
+		st = put_tokens(in, ids, count, &at, err);
+	strata_free(ids);
+	if (st)
+		return st;
+	q->req.prompt = (const int32_t *)(uintptr_t)at;
+	q->req.n_prompt = (uint32_t)count;
+	json_t *key = json_object_get(o, "key");
+	const char *kp = key ? json_string_value(key) : text;
+	q->req.key_bytes = key ? json_string_length(key)
+			       : (len < DEFAULT_KEY_BYTES ? len
+							  : DEFAULT_KEY_BYTES);
+	st = put_text(in, kp, q->req.key_bytes, &at, err);
+	q->req.key = (const void *)(uintptr_t)at;
+	return st;
+}
+
+/* Parses and checks one line into *q: numbers, id, key and prompt (the
+ * last three into in's pools). Keeps no JSON. */
 static strata_status parse_line(const batch_input_options *bo,
 				const char *s, size_t n, uint64_t line,
-				batch_item *q, strata_error *err)
+				batch_input *in, batch_item *q,
+				strata_error *err)
 {
 	json_error_t je;
-	json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
+	uint64_t big_seed = 0;
+	bool big = false;
+	json_t *o = load_line(s, n, &big_seed, &big, &je);
 	if (!o || !json_is_object(o)) {
 		char what[256];
 		snprintf(what, sizeof what, "not a JSON object (%s)",
@@ -156,71 +325,85 @@ static strata_status parse_line(const batch_input_options *bo,
 			   "{\"id\": 1, \"prompt\": \"Once\"}",
 			   what);
 	}
-	q->json = o;
 	q->line = line;
 	strata_status st = check_fields(o, line, err);
-	uint64_t max_tokens = bo->default_max_tokens, seed = bo->sampler.seed;
 	if (st == STRATA_OK)
-		st = opt_uint(o, "max_tokens", MAX_TOKENS_CAP, &max_tokens,
-			      line, err);
+		st = parse_numbers(bo, o, line, big ? &big_seed : NULL, q, err);
 	if (st == STRATA_OK)
-		st = opt_uint(o, "seed", INT64_MAX, &seed, line, err);
-	if (st)
-		return st;
-	q->req.sampler = bo->sampler;
-	q->req.sampler.seed = seed;
-	q->req.max_tokens = (uint32_t)max_tokens;
-	json_t *t = json_object_get(o, "temperature");
-	if (t) {
-		double v = json_number_value(t);
-		if (!json_is_number(t) || !(v >= 0 && v <= 1e6))
-			return bad(err, line, "give a temperature in [0, 1e6]",
-				   "'temperature' is not a number in [0, 1e6]");
-		q->req.sampler.temperature = (float)v;
-	}
-	json_t *p = json_object_get(o, "prompt");
-	const char *text = json_string_value(p);
-	size_t len = json_string_length(p);
-	size_t count = 0;
-	st = strata_tokenizer_encode(bo->tok, text, len, true, &q->ids, &count,
-				     err);
-	if (st)
-		return strata_error_prefix(err, "line %llu",
-					   (unsigned long long)line);
-	if (count == 0 || count > UINT32_MAX - MAX_TOKENS_CAP)
-		return bad(err, line,
-			   "give a non-empty prompt (this tokenizer adds no "
-			   "BOS token)",
-			   count ? "the prompt is too long"
-				 : "the prompt encodes to no tokens");
-	q->req.prompt = q->ids;
-	q->req.n_prompt = (uint32_t)count;
-	json_t *key = json_object_get(o, "key");
-	q->req.key = key ? json_string_value(key) : text;
-	q->req.key_bytes = key ? json_string_length(key)
-			       : (len < DEFAULT_KEY_BYTES ? len
-							  : DEFAULT_KEY_BYTES);
-	return STRATA_OK;
+		st = put_id(in, json_object_get(o, "id"), q, err);
+	if (st == STRATA_OK)
+		st = parse_prompt(bo, o, line, in, q, err);
+	json_decref(o);
+	return st;
 }
 
-/* An id seen on an earlier line is an error: results are matched by id. */
+typedef struct id_ref {
+	const char *text;
+	uint32_t len;
+	uint32_t item;
+} id_ref;
+
+static int by_id_then_line(const void *pa, const void *pb)
+{
+	const id_ref *a = pa, *b = pb;
+	if (a->len != b->len)
+		return a->len < b->len ? -1 : 1;
+	int c = memcmp(a->text, b->text, a->len);
+	if (c)
+		return c;
+	return a->item < b->item ? -1 : a->item > b->item;
+}
+
+static bool same_id(const id_ref *a, const id_ref *b)
+{
+	return a->len == b->len && !memcmp(a->text, b->text, a->len);
+}
+
+/* An id seen on an earlier line is an error: results are matched by id.
+ * The error is the first line (in input order) repeating an earlier id,
+ * naming the first line that had it. The ids' compact texts are sorted
+ * (O(n log n)); equal ids have equal texts. */
 static strata_status check_unique_ids(const batch_input *in,
 				      strata_error *err)
 {
+	if (in->count < 2)
+		return STRATA_OK;
+	id_ref *r = strata_calloc_or_error(in->count, sizeof *r, "request ids",
+					   err);
+	if (!r)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < in->count; i++)
+		r[i] = (id_ref){in->text + in->items[i].id_at,
+				in->items[i].id_len, (uint32_t)i};
+	qsort(r, in->count, sizeof *r, by_id_then_line);
+	/* in each run of equal ids the first is the earliest line and the
+	 * second its first repeat; the error is the earliest such repeat */
+	size_t rep = SIZE_MAX, first = 0;
 	for (size_t i = 1; i < in->count; i++)
-		for (size_t j = 0; j < i; j++)
-			if (json_equal(json_object_get(in->items[i].json, "id"),
-				       json_object_get(in->items[j].json,
-						       "id"))) {
-				char what[96];
-				snprintf(what, sizeof what,
-					 "'id' repeats the id of line %llu",
-					 (unsigned long long)in->items[j].line);
-				return bad(err, in->items[i].line,
-					   "give every request its own id",
-					   what);
-			}
-	return STRATA_OK;
+		if (same_id(&r[i], &r[i - 1]) &&
+		    (i == 1 || !same_id(&r[i - 1], &r[i - 2])) &&
+		    r[i].item < rep) {
+			rep = r[i].item;
+			first = r[i - 1].item;
+		}
+	strata_free(r);
+	if (rep == SIZE_MAX)
+		return STRATA_OK;
+	char what[96];
+	snprintf(what, sizeof what, "'id' repeats the id of line %llu",
+		 (unsigned long long)in->items[first].line);
+	return bad(err, in->items[rep].line, "give every request its own id",
+		   what);
+}
+
+/* Pool offsets into pointers, once the pools no longer move. */
+static void fix_pointers(batch_input *in)
+{
+	for (size_t i = 0; i < in->count; i++) {
+		strata_batch_request *q = &in->items[i].req;
+		q->prompt = in->tokens + (uintptr_t)q->prompt;
+		q->key = in->text + (uintptr_t)q->key;
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -239,28 +422,38 @@ strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
 	return st;
 }
 
+/* The next item slot (grown by doubling); NULL with err filled. */
+static batch_item *next_item(batch_input *in, uint64_t line, strata_error *err)
+{
+	if (in->count == MAX_REQUESTS) {
+		bad(err, line, "split the requests over several runs",
+		    "more than 1048576 requests");
+		return NULL;
+	}
+	if (strata_grow((void **)&in->items, &in->items_cap, in->count + 1,
+			sizeof *in->items, "requests", err))
+		return NULL;
+	batch_item *q = &in->items[in->count];
+	memset(q, 0, sizeof *q);
+	return q;
+}
+
 strata_status batch_input_parse(const batch_input_options *bo,
 				const char *buf, size_t len, batch_input *in,
 				strata_error *err)
 {
 	memset(in, 0, sizeof *in);
 	strata_status st = STRATA_OK;
-	size_t lines = 1;
-	for (size_t i = 0; i < len; i++)
-		lines += buf[i] == '\n';
-	in->items = strata_calloc_or_error(lines, sizeof *in->items,
-					   "requests", err);
-	if (!in->items)
-		return STRATA_E_NOMEM;
 	uint64_t line = 0;
 	for (size_t at = 0; st == STRATA_OK && at < len;) {
 		const char *nl = memchr(buf + at, '\n', len - at);
 		size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
 		line++;
 		if (!blank(buf + at, n)) {
-			st = parse_line(bo, buf + at, n, line,
-					&in->items[in->count], err);
-			in->count++; /* a half-filled item is freed too */
+			batch_item *q = next_item(in, line, err);
+			st = q ? parse_line(bo, buf + at, n, line, in, q, err)
+			       : err->code;
+			in->count += st == STRATA_OK;
 		}
 		at += n + 1;
 	}
@@ -272,15 +465,21 @@ strata_status batch_input_parse(const batch_input_options *bo,
 				 "no requests on stdin");
 	if (st)
 		batch_input_fini(in);
+	else
+		fix_pointers(in);
 	return st;
+}
+
+const char *batch_input_id(const batch_input *in, size_t i, size_t *len)
+{
+	*len = in->items[i].id_len;
+	return in->text + in->items[i].id_at;
 }
 
 void batch_input_fini(batch_input *in)
 {
-	for (size_t i = 0; in->items && i < in->count; i++) {
-		json_decref(in->items[i].json);
-		strata_free(in->items[i].ids);
-	}
 	strata_free(in->items);
+	strata_free(in->text);
+	strata_free(in->tokens);
 	memset(in, 0, sizeof *in);
 }

@@ -221,7 +221,15 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	case OPT_QUEUE:
 		o->has_queue = true;
 		return parse_count(opt, v, false, &o->queue, err);
-	case OPT_CONTEXT: return parse_count(opt, v, true, &o->shape.context, err);
+	case OPT_CONTEXT:
+		/* positions are 32-bit: a larger --context is out of range like
+		 * any other option value (usage, exit 2) */
+		if (parse_count(opt, v, true, &o->shape.context, err) < 0)
+			return -1;
+		if (o->shape.context > UINT32_MAX)
+			return usage_error(err, "give a context below 2^32", opt,
+					   v, "at most 4294967295");
+		return 1;
 	case OPT_BATCH: return parse_count(opt, v, true, &o->shape.batch, err);
 	case OPT_CHUNK:
 		return parse_count(opt, v, true, &o->shape.prefill_chunk, err);

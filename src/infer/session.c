@@ -32,6 +32,15 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	strata_plan_options po = o->plan;
 	const strata_infer_hparams *hp = &s->hp;
 	uint64_t need = o->positions ? o->positions : 1;
+	/* An explicit --context is a KV cache size, not a licence to run
+	 * past the positions the model was trained for (docs/infer.md). */
+	if (po.shape.context > hp->context)
+		return strata_fail(err, STRATA_E_INFER_CONTEXT,
+				   "give --context at most the trained context",
+				   "--context %llu is above the %u positions "
+				   "the model was trained for",
+				   (unsigned long long)po.shape.context,
+				   hp->context);
 	if (!po.shape.context && need > hp->context)
 		return strata_fail(err, STRATA_E_INFER_CONTEXT,
 				   "give a shorter prompt or fewer tokens (-n)",
@@ -40,10 +49,6 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 				   (unsigned long long)need, hp->context);
 	if (!po.shape.context)
 		po.shape.context = need;
-	if (po.shape.context > UINT32_MAX)
-		return strata_fail(err, STRATA_E_INFER_CONTEXT,
-				   "lower --context", "--context %llu is too "
-				   "large", (unsigned long long)po.shape.context);
 	if (!po.shape.prefill_chunk) {
 		uint64_t p = o->prefill ? o->prefill : 1;
 		po.shape.prefill_chunk = p < DEFAULT_PREFILL_CAP

@@ -267,6 +267,30 @@ static void test_signals_end_a_batch_quickly(void **state)
 	}
 }
 
+/* defect 6: an explicit --context lifted the trained limit (705 positions
+ * ran on a model trained for 512); defect 9: --context 4294967296 exited 1
+ * where every other out-of-range value exits 2 */
+static void test_context_past_training_is_refused(void **state)
+{
+	(void)state;
+	const char *const past[] = {"run", MODEL, "-p", "Once", "-n", "700",
+				    "--context", "1024", NULL};
+	assert_int_equal(run_to(past, path_of("out")), 1);
+	char *err = slurp(path_of("err"));
+	assert_non_null(strstr(err, "--context 1024 is above the 512 positions"));
+	free(err);
+	const char *const huge[] = {"run", MODEL, "-p", "Once", "--context",
+				    "4294967296", NULL};
+	assert_int_equal(run_to(huge, path_of("out")), 2);
+	const char *const edge[] = {"run", MODEL, "-p", "Once", "-n", "4",
+				    "--context", "512", NULL};
+	assert_int_equal(run_to(edge, path_of("out")), 0);
+	/* within the trained context, --context still ends generation early */
+	const char *const cut[] = {"run", MODEL, "-p", "Once", "-n", "700",
+				   "--context", "64", NULL};
+	assert_int_equal(run_to(cut, path_of("out")), 0);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -282,6 +306,7 @@ int main(void)
 		cmocka_unit_test(test_unwritable_output_refused_before_running),
 		cmocka_unit_test(test_fifo_inputs_are_refused_at_once),
 		cmocka_unit_test(test_signals_end_a_batch_quickly),
+		cmocka_unit_test(test_context_past_training_is_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
