@@ -102,8 +102,9 @@ int main(int argc, char **argv)
 	if (st == STRATA_OK)
 		st = strata_session_finish(s, &err);
 	if (st == STRATA_OK && argc == 5)
-		st = strata_session_write_telemetry(s, argv[4], 0, n + max_new,
-						    &err);
+		st = strata_session_write_telemetry(
+			s, argv[4],
+			&(strata_session_run){.tokens = n + max_new}, &err);
 	if (st != STRATA_OK)
 		fprintf(stderr, "generate: error: %s\n  fix: %s\n",
 			err.message, err.fix);

@@ -473,11 +473,18 @@ strata_status strata_session_finish(strata_session *s, strata_error *err);
 void strata_session_print_summary(strata_session *s, FILE *f);
 
 /* Writes the telemetry document (DESIGN.md) for this session to path,
- * atomically: `run_ns` of forward passes over `tokens` positions. Call
+ * atomically, with run's figures (the forward passes' time and positions,
+ * and the sampler's seed when the run sampled). Call
  * strata_session_finish first. */
+typedef struct strata_session_run {
+	uint64_t run_ns; /* the forward passes */
+	uint64_t tokens; /* positions they computed */
+	bool has_seed;	 /* the run sampled: its seed is in the document */
+	uint64_t seed;
+} strata_session_run;
 strata_status strata_session_write_telemetry(strata_session *s,
-					     const char *path, uint64_t run_ns,
-					     uint64_t tokens,
+					     const char *path,
+					     const strata_session_run *run,
 					     strata_error *err);
 
 /* The session's parts, for the commands and the serve layer. Each returns

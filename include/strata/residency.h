@@ -139,6 +139,10 @@ typedef struct strata_telemetry_report {
 	double load_seconds;	  /* opening, planning, first loads */
 	double run_seconds;	  /* the forward passes */
 	uint64_t tokens;	  /* positions computed */
+	/* The sampler's seed, so a run can be repeated ("sampling": {"seed"});
+	 * has_seed false: no sampling (logits), no object. */
+	bool has_seed;
+	uint64_t seed;
 	/* Totals over every device. */
 	const strata_telemetry_snapshot *residency;
 	/* NULL: the document shows an empty store ("none"). */

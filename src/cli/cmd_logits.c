@@ -156,8 +156,10 @@ static strata_status compute_and_write(strata_session *s, const int32_t *ids,
 	if (st == STRATA_OK)
 		strata_session_print_summary(s, stderr);
 	if (st == STRATA_OK && a->telemetry)
-		st = strata_session_write_telemetry(s, a->telemetry, run_ns, n,
-						    err);
+		st = strata_session_write_telemetry(
+			s, a->telemetry,
+			&(strata_session_run){.run_ns = run_ns, .tokens = n},
+			err);
 	strata_free(logits);
 	return st;
 }

@@ -29,7 +29,9 @@ static void help(FILE *f)
 		"  --min-p P             drop p < P x p_max (default 0.05)\n"
 		"  --repeat-penalty R    penalise the last 64 tokens (default 1)\n"
 		"  --seed S              random seed; same seed, same text "
-		"(default 0)\n"
+		"(default:\n"
+		"                        a new one each run, printed on "
+		"stderr)\n"
 		"  --threads N           compute threads (default: every "
 		"processor)\n"
 		"  --telemetry FILE      write the telemetry document\n%s",
@@ -39,6 +41,7 @@ static void help(FILE *f)
 typedef struct run_args {
 	const char *model, *prompt, *prompt_file, *telemetry;
 	uint64_t n, threads;
+	bool seed_given;
 	strata_sampler_params sp;
 } run_args;
 
@@ -77,7 +80,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 		else if (!strcmp(opt, "--top-k"))
 			a->sp.top_k = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
 		else if (!strcmp(opt, "--seed"))
-			a->sp.seed = u;
+			a->sp.seed = u, a->seed_given = true;
 		else
 			a->threads = u;
 		if (a->n > (1u << 24) || a->threads > 4096)
@@ -168,19 +171,19 @@ static strata_status encode_prompt(const run_args *a,
 	return st;
 }
 
-static void print_stats(const strata_generate_stats *g)
+static void print_stats(const strata_generate_stats *g, uint64_t seed)
 {
 	double p = g->prompt_ns / 1e9, t = g->generate_ns / 1e9;
 	double after = g->generated_tokens > 1 ? g->generated_tokens - 1 : 0;
 	fprintf(stderr,
 		"strata: prompt %llu tokens in %.3f s (%.1f tokens/s); "
 		"generated %llu tokens (%.1f tokens/s); "
-		"time to first token %.3f s%s\n",
+		"time to first token %.3f s; seed %llu%s\n",
 		(unsigned long long)g->prompt_tokens, p,
 		p > 0 ? g->prompt_tokens / p : 0.0,
 		(unsigned long long)g->generated_tokens,
 		t > 0 ? after / t : 0.0, g->first_token_ns / 1e9,
-		g->stopped_at_eos ? "; stopped at end of text" : "");
+		(unsigned long long)seed, g->stopped_at_eos ? "; stopped at end of text" : "");
 }
 
 static strata_status generate(const run_args *a, strata_session *s,
@@ -219,13 +222,17 @@ static strata_status generate(const run_args *a, strata_session *s,
 	if (st == STRATA_OK)
 		st = strata_session_finish(s, err);
 	if (st == STRATA_OK) {
-		print_stats(&g);
+		print_stats(&g, a->sp.seed);
 		strata_session_print_summary(s, stderr);
 	}
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_session_write_telemetry(
-			s, a->telemetry, g.prompt_ns + g.generate_ns,
-			g.prompt_tokens + g.generated_tokens, err);
+			s, a->telemetry,
+			&(strata_session_run){
+				.run_ns = g.prompt_ns + g.generate_ns,
+				.tokens = g.prompt_tokens + g.generated_tokens,
+				.has_seed = true, .seed = a->sp.seed},
+			err);
 	strata_text_stream_destroy(out.text);
 	strata_sampler_destroy(smp);
 	return st;
@@ -242,6 +249,8 @@ int strata_cmd_run(int argc, char **argv)
 		strata_cli_residency_fini(&r);
 		return rc < 0 ? STRATA_EXIT_OK : rc;
 	}
+	if (!a.seed_given)
+		a.sp.seed = strata_random_seed();
 	strata_error err;
 	strata_tokenizer *tok = NULL;
 	strata_session *s = NULL;

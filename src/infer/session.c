@@ -247,8 +247,9 @@ void strata_session_print_summary(strata_session *s, FILE *f)
 }
 
 strata_status strata_session_write_telemetry(strata_session *s,
-					     const char *path, uint64_t run_ns,
-					     uint64_t tokens, strata_error *err)
+					     const char *path,
+					     const strata_session_run *run,
+					     strata_error *err)
 {
 	strata_residency *e = strata_infer_window_engine(s->window);
 	strata_telemetry_snapshot snap;
@@ -270,8 +271,10 @@ strata_status strata_session_write_telemetry(strata_session *s,
 		.static_bytes = sizes.static_bytes,
 		.window_bytes = sizes.window_bytes,
 		.load_seconds = s->load_ns / 1e9,
-		.run_seconds = run_ns / 1e9,
-		.tokens = tokens,
+		.run_seconds = run->run_ns / 1e9,
+		.tokens = run->tokens,
+		.has_seed = run->has_seed,
+		.seed = run->seed,
 		.residency = &snap,
 		.weight_store = &ws,
 		.device_count = 1,

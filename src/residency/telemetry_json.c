@@ -118,6 +118,13 @@ void strata_telemetry_write_json(strata_json *j,
 						 : 0.0);
 	strata_json_object_end(j);
 
+	if (r->has_seed) {
+		strata_json_key(j, "sampling");
+		strata_json_object_begin(j);
+		strata_json_kv_u64(j, "seed", r->seed);
+		strata_json_object_end(j);
+	}
+
 	strata_json_key(j, "residency");
 	write_residency(j, r->residency ? r->residency : &zero);
 	strata_json_key(j, "weight_store");

@@ -169,6 +169,50 @@ static void test_cli_foreign_model_folders_say_what_to_do(void **state)
 		     "--local-dir");
 }
 
+/* The seed a run printed, from its stderr summary ("; seed S"). */
+static unsigned long long printed_seed(const cli_result *r)
+{
+	const char *p = strstr(r->err, "; seed ");
+	assert_non_null(p);
+	return strtoull(p + 7, NULL, 10);
+}
+
+static void test_cli_run_default_seed_is_new_and_printed(void **state)
+{
+	(void)state;
+	const char *argv[] = {"run", MODEL, "-p", "Once upon a", "-n", "40",
+			      "--temperature", "1.5", "--device", "cpu", NULL};
+	cli_result a = run_in(argv, NULL), b = run_in(argv, NULL);
+	assert_int_equal(a.exit_code, 0);
+	assert_int_equal(b.exit_code, 0);
+	assert_true(printed_seed(&a) != printed_seed(&b));
+	/* the printed seed repeats the run, and the telemetry names it */
+	char seed[32], dir[4096], tel[8192];
+	snprintf(seed, sizeof seed, "%llu", printed_seed(&a));
+	cli_tmpdir(dir, sizeof dir, "habits-seed");
+	snprintf(tel, sizeof tel, "%s/telemetry.json", dir);
+	const char *again[] = {"run", MODEL, "-p", "Once upon a", "-n", "40",
+			       "--temperature", "1.5", "--device", "cpu",
+			       "--seed", seed, "--telemetry", tel, NULL};
+	cli_result c = run_in(again, NULL);
+	assert_int_equal(c.exit_code, 0);
+	assert_string_equal(a.out, c.out);
+	assert_int_equal(printed_seed(&c), printed_seed(&a));
+	FILE *f = fopen(tel, "r");
+	assert_non_null(f);
+	char doc[65536];
+	size_t n = fread(doc, 1, sizeof doc - 1, f);
+	fclose(f);
+	doc[n] = '\0';
+	char want[64];
+	snprintf(want, sizeof want, "\"seed\": %s", seed);
+	if (!strstr(doc, want))
+		fail_msg("no %s in the telemetry", want);
+	cli_result_free(&a);
+	cli_result_free(&b);
+	cli_result_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -178,6 +222,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_prompt_from_stdin_equals_prompt_option),
 		cmocka_unit_test(test_cli_single_safetensors_file_is_its_folder),
 		cmocka_unit_test(test_cli_foreign_model_folders_say_what_to_do),
+		cmocka_unit_test(test_cli_run_default_seed_is_new_and_printed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
