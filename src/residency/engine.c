@@ -1,13 +1,14 @@
 /* engine.c - the residency engine's life cycle: checking the config and
  * that the plan's sizes hold its tensors, taking the arenas of exactly those
  * sizes, loading what stays put, and tearing it all down (layer:
- * residency). The engine sizes nothing itself. The moving parts of the window
- * are in engine_window.c, the readers in engine_load.c. */
+ * residency). The engine sizes nothing itself. The moving parts of the
+ * window are in engine_window.c, the reads in engine_read.c; this file
+ * wires the reads' completion to the window (read_done). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "residency/engine_internal.h"
+#include "residency/engine_window.h"
 
 /* ------------------------------------------------------------------------ */
 /* Execution order                                                          */
@@ -520,6 +521,7 @@ static strata_status start_disk(strata_residency *e, strata_error *err)
 					  "reader queue", err);
 	if (!e->queue)
 		return STRATA_E_NOMEM;
+	e->read_done = strata__res_read_done; /* the reads report to the window */
 	return strata__res_start_readers(e, err);
 }
 

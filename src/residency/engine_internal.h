@@ -1,10 +1,13 @@
-/* engine_internal.h - the residency engine's state, shared by its files
- * (layer: residency). Not a public header. */
+/* engine_internal.h - the residency engine's state, shared by its three
+ * parts: the life cycle (engine.c), the window (engine_window.c) and the
+ * reads (engine_read.c), each with its own header (layer: residency). Not
+ * a public header; it declares no part's functions. */
 #ifndef STRATA_RESIDENCY_ENGINE_INTERNAL_H
 #define STRATA_RESIDENCY_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 
+#include "residency/engine_read.h"
 #include "strata/residency.h"
 
 typedef enum host_state { HOST_NONE, HOST_READING, HOST_CACHED } host_state;
@@ -29,20 +32,6 @@ typedef struct unit_slot {
 	strata_event *ev_start, *ev_end;
 	uint64_t last_use, uses; /* host cache policy */
 } unit_slot;
-
-/* A background read of one unit into a block of one tier. */
-typedef struct read_job {
-	size_t pos;
-	unsigned char *dst;
-	strata_direction dir;
-} read_job;
-
-/* Buffers one reading thread owns. */
-typedef struct reader_buffers {
-	const strata_tensor **tensors; /* max_tensors */
-	void **dst;		       /* max_tensors */
-	unsigned char *scratch;	       /* file bytes of the largest converted tensor */
-} reader_buffers;
 
 struct strata_residency {
 	strata_backend *b;
@@ -80,40 +69,13 @@ struct strata_residency {
 	read_job *queue; /* ring of queue_cap */
 	size_t q_head, q_len, q_cap;
 	size_t in_flight; /* queued + being read */
+	strata__res_read_done_fn read_done; /* the window's (engine_window.h) */
 	bool failed;
 	strata_error fail_err;
 
 	strata_telemetry tel;
 	bool tel_ok;
 };
-
-/* engine_load.c: reading tensors into a block (file bytes or converted). */
-strata_status strata__res_read_tensors(strata_residency *e,
-				       const strata_residency_tensor *t,
-				       size_t count, const uint64_t *offsets,
-				       unsigned char *block,
-				       reader_buffers *buf, strata_error *err);
-strata_status strata__res_buffers_init(strata_residency *e, reader_buffers *b,
-				       strata_error *err);
-void strata__res_buffers_fini(reader_buffers *b);
-strata_status strata__res_start_readers(strata_residency *e, strata_error *err);
-void strata__res_stop_readers(strata_residency *e);
-/* Queues a read of unit `pos` into dst; lock held. False when the queue is
- * full. */
-bool strata__res_enqueue(strata_residency *e, size_t pos, unsigned char *dst,
-			 strata_direction dir);
-
-/* engine_window.c: promotes finished reads into the device window; called
- * by the readers with the lock held. */
-void strata__res_after_read(strata_residency *e);
-
-/* engine_window.c: the host cache unit to evict (lock held), or SIZE_MAX.
- * By policy among cached units outside the lookahead range whose copy to
- * the device is done: LRU = least recent use, then lowest position; LFU =
- * fewest uses, then least recent, then lowest position. With `urgent` (the
- * unit needed now has no slot) and no such unit: the cached unit farthest
- * ahead in execution order. */
-size_t strata__res_victim(const strata_residency *e, bool urgent);
 
 static inline uint64_t strata__res_tensor_exec(const strata_residency_tensor *t)
 {

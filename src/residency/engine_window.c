@@ -15,7 +15,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "residency/engine_internal.h"
+#include "residency/engine_window.h"
 
 typedef enum placed { PLACED, NOT_NOW } placed;
 
@@ -303,12 +303,35 @@ static strata_status schedule_reads(strata_residency *e, size_t want,
 	return STRATA_OK;
 }
 
-/* Called by a reader thread (lock held) when a unit reached the host
- * cache: promoting it to the device window now, rather than at the next
- * acquire or release, lets its copy run while the current unit computes.
- * Host 0 needs nothing: its reads are the placement. */
-void strata__res_after_read(strata_residency *e)
+/* A failure is kept for the next acquire and the engine stays failed: the
+ * forward pass cannot continue without the unit, and a clear error beats
+ * a retry that hides a bad disk. A unit that reached the host cache is
+ * promoted to the device window now, rather than at the next acquire or
+ * release, so its copy runs while the current unit computes; host 0 needs
+ * nothing: its reads are the placement. */
+void strata__res_read_done(strata_residency *e, const read_job *j,
+			   strata_status s, const strata_error *jerr, uint64_t ns)
 {
+	unit_slot *u = &e->units[j->pos];
+	if (s != STRATA_OK) {
+		if (!e->failed) {
+			e->failed = true;
+			e->fail_err = *jerr;
+			strata_error_prefix(&e->fail_err,
+					    "background read of unit %" PRIu64
+					    " of group '%s'",
+					    u->cfg->unit,
+					    e->cfg.groups[u->cfg->group]);
+		}
+		return;
+	}
+	strata_telemetry_record_transfer(&e->tel, j->dir, u->file_bytes, ns);
+	if (j->dir == STRATA_DIR_DISK_TO_HOST) {
+		u->host = HOST_CACHED;
+		u->last_use = ++e->tick;
+	} else {
+		u->dev = DEV_READY;
+	}
 	if (e->failed || !has_cache(e) || e->stop)
 		return;
 	strata_error err;

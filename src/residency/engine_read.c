@@ -1,6 +1,8 @@
-/* engine_load.c - reading units from the checkpoint: the read routine shared
- * by the loads at create and the background readers of the disk mode, and
- * those reader threads (layer: residency). */
+/* engine_read.c - the residency engine's reads: the read routine shared by
+ * the loads at create and the background readers of the disk mode, and
+ * those reader threads with their queue (layer: residency). A finished
+ * background read goes to the engine's read_done hook: the reads know
+ * nothing of the window (engine_read.h). */
 #include <inttypes.h>
 #include <string.h>
 
@@ -109,35 +111,6 @@ typedef struct reader_arg {
 	reader_buffers *buf;
 } reader_arg;
 
-/* Finishes job j with status s; lock held. A failure is kept for the next
- * acquire and the engine stays failed: the forward pass cannot continue
- * without the unit, and a clear error beats a retry that hides a bad disk. */
-static void finish_job(strata_residency *e, const read_job *j, strata_status s,
-		       const strata_error *jerr, uint64_t ns)
-{
-	unit_slot *u = &e->units[j->pos];
-	e->in_flight--;
-	if (s != STRATA_OK) {
-		if (!e->failed) {
-			e->failed = true;
-			e->fail_err = *jerr;
-			strata_error_prefix(&e->fail_err,
-					    "background read of unit %" PRIu64
-					    " of group '%s'",
-					    u->cfg->unit,
-					    e->cfg.groups[u->cfg->group]);
-		}
-		return;
-	}
-	strata_telemetry_record_transfer(&e->tel, j->dir, u->file_bytes, ns);
-	if (j->dir == STRATA_DIR_DISK_TO_HOST) {
-		u->host = HOST_CACHED;
-		u->last_use = ++e->tick;
-	} else {
-		u->dev = DEV_READY;
-	}
-}
-
 static void *reader_main(void *p)
 {
 	reader_arg *a = p;
@@ -170,8 +143,8 @@ static void *reader_main(void *p)
 		uint64_t ns = strata_now_ns() - t0;
 
 		pthread_mutex_lock(&e->lock);
-		finish_job(e, &j, s, &jerr, ns);
-		strata__res_after_read(e);
+		e->in_flight--;
+		e->read_done(e, &j, s, &jerr, ns);
 		pthread_cond_broadcast(&e->cond);
 	}
 	pthread_mutex_unlock(&e->lock);
@@ -212,7 +185,6 @@ strata_status strata__res_start_readers(strata_residency *e, strata_error *err)
 	return STRATA_OK;
 }
 
-/* Stops after the reads in progress; queued reads are dropped. */
 void strata__res_stop_readers(strata_residency *e)
 {
 	if (e->thread_count) {
