@@ -168,7 +168,7 @@ strata_status strata_compute_upload(strata_compute *c, void *dst,
 				    const void *src, uint64_t bytes,
 				    strata_error *err)
 {
-	strata_stream *s;
+	strata_stream *s = NULL; /* set on success; gcc 13 -O3 cannot tell */
 	strata_status st = copy_route(c, &s, "upload", err);
 	if (st || bytes == 0)
 		return st;
@@ -185,7 +185,7 @@ strata_status strata_compute_download(strata_compute *c, void *dst,
 				      const void *src, uint64_t bytes,
 				      strata_error *err)
 {
-	strata_stream *s;
+	strata_stream *s = NULL; /* set on success; gcc 13 -O3 cannot tell */
 	strata_status st = copy_route(c, &s, "download", err);
 	if (st || bytes == 0)
 		return st;
@@ -200,7 +200,7 @@ strata_status strata_compute_download(strata_compute *c, void *dst,
 
 strata_status strata_compute_finish(strata_compute *c, strata_error *err)
 {
-	strata_stream *s;
+	strata_stream *s = NULL; /* set on success; gcc 13 -O3 cannot tell */
 	strata_status st = copy_route(c, &s, "finish", err);
 	if (st || !s)
 		return st;
