@@ -425,7 +425,7 @@ strata_status strata__plan_nothing_fits(const strata_plan *p,
 	uint64_t n = bu->shared_by ? bu->shared_by : 1;
 	const strata_plan_candidate *one;
 	bool device;
-	uint64_t to;
+	uint64_t to = 0; /* set before every use; gcc 13 -O3 cannot tell */
 	one_change(p, &one, &device, &to);
 	if (bu->ram_bytes) {
 		char c3[32], c4[32];

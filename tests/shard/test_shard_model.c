@@ -131,7 +131,7 @@ static void run_stream(uint64_t seed, int mode, int steps)
 					 STRATA_OK);
 		} else {
 			uint64_t cost = random_cost(&x);
-			uint32_t want, got = 999;
+			uint32_t want = 0, got = 999;
 			if (r < 40) { /* through the hash */
 				uint64_t k = next_u64(&x);
 				uint32_t home = home_of(&k, sizeof k, m.n);
