@@ -46,8 +46,19 @@ endfunction()
 # One cmocka executable registered with CTest. Tests find committed data
 # through STRATA_SOURCE_DIR. Exit code 77 reports the test as skipped.
 # SUPPORT links tests/support/ files (strata_add_support).
+# The naming rule (tests/README.md): tests/L/test_S.c is the test test_L_S.
 function(strata_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LAYERS;SUPPORT;LABELS" ${ARGN})
+  get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  list(GET T_SOURCES 0 first)
+  string(REGEX REPLACE "^test_${folder}_" "test_" file_for_name "${name}")
+  if(NOT name MATCHES "^test_${folder}_[a-z0-9_]+$" OR
+     NOT first STREQUAL "${file_for_name}.c")
+    message(FATAL_ERROR "test '${name}' (first source '${first}') in "
+      "tests/${folder}/ breaks the naming rule\n  fix: name the file "
+      "tests/${folder}/test_SUBJECT.c and the test test_${folder}_SUBJECT "
+      "(tests/README.md)")
+  endif()
   add_executable(${name} ${T_SOURCES})
   set(libs)
   foreach(l IN LISTS T_LAYERS)

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "backend/cuda_test_util.h"
+#include "backend/cuda_fixture.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_launch.h"
 

@@ -81,7 +81,7 @@ static void test_attention_sliding_window_matches_cpu(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_kernels_attention"))
+	if (gpu_skip_without_device("test_backend_cuda_kernels_attention"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_attention_decode_matches_cpu),

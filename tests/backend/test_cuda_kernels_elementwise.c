@@ -164,7 +164,7 @@ static void test_swiglu_add_embed_match_cpu(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_kernels_elementwise"))
+	if (gpu_skip_without_device("test_backend_cuda_kernels_elementwise"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),

@@ -313,7 +313,7 @@ static void test_decode_attention_figure(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_kernels_figures"))
+	if (gpu_skip_without_device("test_backend_cuda_kernels_figures"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_products_reach_memory_bandwidth),

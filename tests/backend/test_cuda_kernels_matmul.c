@@ -284,7 +284,7 @@ static void test_matmul_half_parts_matches_cpu(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_kernels_matmul"))
+	if (gpu_skip_without_device("test_backend_cuda_kernels_matmul"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul_f32_matches_cpu),

@@ -403,7 +403,7 @@ static void test_missing_device_is_refused(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_forward"))
+	if (gpu_skip_without_device("test_infer_cuda_forward"))
 		return GPU_SKIP_EXIT;
 	subset sub = test_subset();
 	if (sub.shards == 0 || sub.modes == 0) {

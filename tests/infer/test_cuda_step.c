@@ -152,7 +152,7 @@ static void test_step_rows_match_one_sequence_decodes(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_step"))
+	if (gpu_skip_without_device("test_infer_cuda_step"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_step_rows_match_one_sequence_decodes),

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "residency/workload.h"
+#include "residency/workload_fixture.h"
 
 static strata_backend *cpu(void)
 {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "residency/workload.h"
+#include "residency/workload_fixture.h"
 #include "support/gpu_skip.h"
 
 static const wl_spec spec = {.text_units = {0, 1, 2, 3, 5, 6}, .text_count = 6,
@@ -110,7 +110,7 @@ static void test_every_mode_on_cuda(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_engine_cuda"))
+	if (gpu_skip_without_device("test_residency_engine_cuda"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_mode_on_cuda),

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "residency/engine_window.h"
-#include "residency/workload.h"
+#include "residency/workload_fixture.h"
 
 static const wl_spec dense = {.text_units = {0, 1, 2, 3, 4, 5}, .text_count = 6,
 			      .vision_count = 2};

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "residency/workload.h"
+#include "residency/workload_fixture.h"
 
 static const wl_spec mixed = {.text_units = {0, 1, 2, 3, 5, 6}, .text_count = 6,
 			      .vision_count = 3, .bf16 = true};

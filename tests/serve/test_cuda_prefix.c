@@ -153,7 +153,7 @@ static void test_restored_prefix_continues_as_computed(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_prefix"))
+	if (gpu_skip_without_device("test_serve_cuda_prefix"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_restored_prefix_continues_as_computed),

@@ -1,4 +1,4 @@
-/* test_cli_shard.c - `strata shard` end to end: the built binary on real
+/* test_shard.c - `strata shard` end to end: the built binary on real
  * stdin/stdout, its output contract, errors and exit codes, and the
  * statistics file (layer: cli). */
 #include <inttypes.h>

@@ -1,10 +1,10 @@
-/* shard_test_util.h - what the allocator's test files share: a snapshot of
+/* shard_fixture.h - what the allocator's test files share: a snapshot of
  * everything observable about an allocator (to prove a call changed
  * nothing, or that two allocators agree) and a small deterministic random
  * stream, an allocator made or a home found with the outcome asserted.
  * Include after cmocka.h and strata/shard.h, with MAX_N defined. */
-#ifndef STRATA_TESTS_SHARD_TEST_UTIL_H
-#define STRATA_TESTS_SHARD_TEST_UTIL_H
+#ifndef STRATA_TESTS_SHARD_FIXTURE_H
+#define STRATA_TESTS_SHARD_FIXTURE_H
 
 /* Everything observable about an allocator, to prove a call changed
  * nothing. Buffers are zeroed so padding compares equal. */

@@ -1,4 +1,4 @@
-/* test_cli_batch.c - `strata batch` end to end on the shipped stories260K
+/* test_batch.c - `strata batch` end to end on the shipped stories260K
  * with CPU replicas: results in input order, the same key on the same
  * replica, greedy text identical to `strata run` and across replica counts,
  * the prefix cache hit and changing nothing, spills under a zero threshold,

@@ -1,17 +1,17 @@
-/* test_text_stream.c - the streaming decoder: the text of ids generated
+/* test_stream.c - the streaming decoder: the text of ids generated
  * after a prompt is decode(prompt + generated) with decode(prompt)
  * removed, for every tokenizer kind and every prompt split, streamed with
  * only what still depends on later tokens held back (layer: text).
  *
  * References: Hugging Face tokenizers' own decode of every prefix
  * (tests/data/continuation, tools/make_continuation_testdata.py), the whole
- * decoder (itself tested against HF in test_text_hf.c) for the synthetic
+ * decoder (itself tested against HF in test_hf.c) for the synthetic
  * decoder chains and random ids, and llama.cpp's printing of generated
  * tokens (each token's piece, concatenated) for GGUF vocabularies. */
 #include <utf8proc.h>
 
 #include "text/internal.h"
-#include "text/text_testutil.h"
+#include "text/text_fixture.h"
 #include "text/stream_oracle.h"
 
 /* ------------------------------------------------------------------------ */

@@ -1,4 +1,4 @@
-/* test_cli_plan.c - `strata plan` end to end on committed checkpoints: the
+/* test_plan.c - `strata plan` end to end on committed checkpoints: the
  * JSON contract, sizes checked against the catalog independently, zero
  * payload reads, the table, errors and exit codes (layer: cli). */
 #include <setjmp.h>

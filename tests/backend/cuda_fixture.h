@@ -1,9 +1,9 @@
-/* cuda_test_util.h - what the CUDA tests share: device buffers from one
+/* cuda_fixture.h - what the CUDA tests share: device buffers from one
  * arena, uploads and downloads, seeded random data and a tolerance check
  * that reports its worst element (layer: backend tests; the skip without a
  * device is support/gpu_skip.h). */
-#ifndef STRATA_TESTS_CUDA_TEST_UTIL_H
-#define STRATA_TESTS_CUDA_TEST_UTIL_H
+#ifndef STRATA_TESTS_BACKEND_CUDA_FIXTURE_H
+#define STRATA_TESTS_BACKEND_CUDA_FIXTURE_H
 
 #include <math.h>
 #include <stdio.h>

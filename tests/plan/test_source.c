@@ -1,4 +1,4 @@
-/* test_plan_source.c - planning committed checkpoints from their catalog:
+/* test_source.c - planning committed checkpoints from their catalog:
  * owners and exec bytes per tensor, the dominant dtype, excludes, and the
  * proof that planning reads headers only (every pread is watched through
  * the base syscall table and must end before the file's data section,

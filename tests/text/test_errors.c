@@ -1,7 +1,7 @@
-/* test_text_errors.c - hostile tokenizer files (a catalogue of faults, one
+/* test_errors.c - hostile tokenizer files (a catalogue of faults, one
  * per enum entry, each expecting its code and words) and allocation
  * failure at every site (layer: text); the streaming decoder is
- * test_text_stream.c, the small API promises test_text_promises.c. */
+ * test_stream.c, the small API promises test_promises.c. */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "text/internal.h"
-#include "text/text_testutil.h"
+#include "text/text_fixture.h"
 #include "strata/checkpoint.h"
 #include "support/ckpt_writer.h"
 

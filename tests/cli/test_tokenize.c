@@ -1,4 +1,4 @@
-/* test_cli_tokenize.c - `strata tokenize MODEL -p TEXT [--ids]
+/* test_tokenize.c - `strata tokenize MODEL -p TEXT [--ids]
  * [--no-special]` end to end: the built binary with tokenizer.json
  * directories and vocabulary-only GGUFs, its output shapes, BOS rules,
  * errors and exit codes (layer: cli). */

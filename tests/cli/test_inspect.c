@@ -1,4 +1,4 @@
-/* test_cli_inspect.c - `strata inspect` end to end: its JSON against the
+/* test_inspect.c - `strata inspect` end to end: its JSON against the
  * facts transformers wrote, the text form on a real GGUF file, and exit
  * codes and messages for bad input and bad usage. */
 #include <setjmp.h>

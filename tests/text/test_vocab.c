@@ -1,7 +1,7 @@
-/* test_text_vocab.c - every .inp/.out pair of llama.cpp's BPE vocabulary
+/* test_vocab.c - every .inp/.out pair of llama.cpp's BPE vocabulary
  * GGUFs (gpt2 and llama types) must tokenize exactly; unsupported vocab
  * types fail clearly (layer: text). */
-#include "text/text_testutil.h"
+#include "text/text_fixture.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
 

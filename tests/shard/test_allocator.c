@@ -1,7 +1,7 @@
-/* test_shard.c - the stream shard allocator: every seed 000 test case, the
+/* test_allocator.c - the stream shard allocator: every seed 000 test case, the
  * spill rule's edges, statistics and the in-flight mode, OOM at creation
  * and state left unchanged by every error (layer: shard). The property
- * tests against a linear-scan model are test_shard_model.c's. */
+ * tests against a linear-scan model are test_model.c's. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +16,7 @@
 #include "strata/shard.h"
 
 #define MAX_N 64
-#include "shard_test_util.h"
+#include "shard_fixture.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */

@@ -1,5 +1,5 @@
-/* test_text_promises.c - what the tokenizer promises besides refusing bad
- * files (test_text_errors.c): bad ids are refused, ids and specials as the tokenizer defines them, HF's
+/* test_promises.c - what the tokenizer promises besides refusing bad
+ * files (test_errors.c): bad ids are refused, ids and specials as the tokenizer defines them, HF's
  * post-processors and split behaviours, thread-safe encoding, and the
  * fuzzers' finds (layer: text). */
 #include <jansson.h>
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "text/internal.h"
-#include "text/text_testutil.h"
+#include "text/text_fixture.h"
 
 /* ------------------------------------------------------------------------ */
 /* Streaming and API promises                                               */

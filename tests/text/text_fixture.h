@@ -1,7 +1,7 @@
-/* text_testutil.h - shared helpers of the text layer's tests: reading
+/* text_fixture.h - shared helpers of the text layer's tests: reading
  * committed data, loading tokenizers, comparing id lists (layer: text). */
-#ifndef STRATA_TEXT_TESTUTIL_H
-#define STRATA_TEXT_TESTUTIL_H
+#ifndef STRATA_TESTS_TEXT_FIXTURE_H
+#define STRATA_TESTS_TEXT_FIXTURE_H
 
 #include <stdarg.h>
 #include <stddef.h>

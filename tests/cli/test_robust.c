@@ -1,4 +1,4 @@
-/* test_cli_robust.c - the strata process under hostile surroundings (issue
+/* test_robust.c - the strata process under hostile surroundings (issue
  * 20): lost stdout (/dev/full, closed) exits 1; output paths that are
  * devices, FIFOs, links or sockets are written or refused, never replaced;
  * FIFOs in place of input files are refused at once; SIGINT, SIGTERM and

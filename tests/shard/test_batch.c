@@ -1,4 +1,4 @@
-/* test_shard_batch.c - strata_shard_assign_batch gives exactly what one
+/* test_batch.c - strata_shard_assign_batch gives exactly what one
  * strata_shard_assign per item gives, and stops cleanly at a load overflow
  * (layer: shard). */
 #include <inttypes.h>
@@ -14,7 +14,7 @@
 #include "strata/shard.h"
 
 #define MAX_N 64
-#include "shard_test_util.h"
+#include "shard_fixture.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */

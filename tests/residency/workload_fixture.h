@@ -1,8 +1,8 @@
-/* workload.h - a synthetic layered model written as a real safetensors file
- * in a temporary folder, opened through the checkpoint layer, and turned
+/* workload_fixture.h - a synthetic layered model written as a real
+ * safetensors file in a temporary folder, opened through the checkpoint layer, and turned
  * into a residency config (tests of the residency layer). */
-#ifndef STRATA_TEST_RESIDENCY_WORKLOAD_H
-#define STRATA_TEST_RESIDENCY_WORKLOAD_H
+#ifndef STRATA_TESTS_RESIDENCY_WORKLOAD_FIXTURE_H
+#define STRATA_TESTS_RESIDENCY_WORKLOAD_FIXTURE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* test_cli_habits.c - what a new user meets first (issue 25): "did you
+/* test_habits.c - what a new user meets first (issue 25): "did you
  * mean" for a mistyped option, named from the command's own help; a
  * version line with the commit and the build's features; `-f -` reading
  * the prompt from stdin (layer: cli). */

@@ -1,4 +1,4 @@
-/* test_shard_line.c - the `strata shard` input line parser: every accepted
+/* test_line.c - the `strata shard` input line parser: every accepted
  * shape and one case per fault (layer: shard). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* test_cuda_backend.c - the CUDA backend's memory half on a real device:
+/* test_cuda_device.c - the CUDA backend's memory half on a real device:
  * caps and memory info, one cudaMalloc per arena, pinned and unpinned host
  * buffers, copies both ways with timed events, copy/compute overlap on two
  * streams, injected and real device OOM, copy faults, host OOM loops, and a
@@ -13,7 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
-#include "backend/cuda_test_util.h"
+#include "backend/cuda_fixture.h"
 
 #define MiB ((uint64_t)1 << 20)
 
@@ -579,7 +579,7 @@ static void test_missing_device_is_unavailable_with_fix(void **state)
 
 int main(void)
 {
-	if (gpu_skip_without_device("test_cuda_backend"))
+	if (gpu_skip_without_device("test_backend_cuda_device"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_caps_and_memory_info_report_the_device),

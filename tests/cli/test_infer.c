@@ -1,4 +1,4 @@
-/* test_cli_infer.c - `strata run` and `strata logits` end to end: the real
+/* test_infer.c - `strata run` and `strata logits` end to end: the real
  * stories260K greedy text byte for byte, logits against transformers in
  * every residency mode (bit-identical across modes), seeded sampling,
  * telemetry, and errors with their exit codes (layer: cli). */

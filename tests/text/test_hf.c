@@ -1,10 +1,10 @@
-/* test_text_hf.c - tokenizer.json files against Hugging Face's own ids:
+/* test_hf.c - tokenizer.json files against Hugging Face's own ids:
  * the generated hard-string corpus (tokenizers 0.23.2), the multilingual
  * transformers baselines and swift-transformers' encodings; decode,
  * streaming decode and round trips (layer: text). */
 #include <jansson.h>
 
-#include "text/text_testutil.h"
+#include "text/text_fixture.h"
 
 static json_t *load_json(const char *rel)
 {

@@ -1,8 +1,8 @@
-/* test_shard_model.c - the allocator against the seed's rule written as
+/* test_model.c - the allocator against the seed's rule written as
  * plainly as possible (a linear scan), over random streams: assignments
  * from zero loads, with seeded loads, with releases, past 64 devices where
  * its groups grow, and the balance invariant at every step (layer: shard).
- * Split from test_shard.c, which holds the seed's cases and the edges. */
+ * Split from test_allocator.c, which holds the seed's cases and the edges. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +17,7 @@
 #include "strata/shard.h"
 
 #define MAX_N 64
-#include "shard_test_util.h"
+#include "shard_fixture.h"
 
 /* ------------------------------------------------------------------------ */
 /* Property test against a naive model                                      */

@@ -1,4 +1,4 @@
-/* test_backend_memory.c - the CPU backend's memory half: arenas, device
+/* test_memory.c - the CPU backend's memory half: arenas, device
  * bounds, injected device OOM, copy streams and events (layer: backend). */
 #include <setjmp.h>
 #include <stdarg.h>

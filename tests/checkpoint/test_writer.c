@@ -1,4 +1,4 @@
-/* test_ckpt_writer.c - the tests' checkpoint writer (tests/support/
+/* test_writer.c - the tests' checkpoint writer (tests/support/
  * ckpt_writer.c) against the readers: every file it writes opens, with the
  * names, shapes, types, offsets, payloads and metadata it was given; its
  * fault hook sees each file's parts and what it bends reaches the reader

@@ -1,4 +1,4 @@
-/* workload.c - see workload.h. The file is written by the tests' one
+/* workload_fixture.c - see workload_fixture.h. The file is written by the tests' one
  * checkpoint writer (support/ckpt_writer.h) (layer: residency tests). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "residency/workload.h"
+#include "residency/workload_fixture.h"
 #include "support/ckpt_writer.h"
 #include "strata/topology.h"
 
