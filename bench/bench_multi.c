@@ -421,8 +421,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_multi: %s\n", err.message);
 			return 1;
 		}
-		strata_forward_kv_bytes(strata_session_forward(ss),
-					c.prefix_len, &per_entry, &err);
+		strata_kv_cache_bytes(
+			strata_forward_kv_cache(strata_session_forward(ss)),
+			c.prefix_len, &per_entry, &err);
 		per_entry += c.prefix_len * sizeof(int32_t) + 256;
 		strata_session_close(ss);
 	}

@@ -245,6 +245,7 @@ strata_residency *strata_infer_window_engine(strata_infer_window *w);
 /* ------------------------------------------------------------------------ */
 
 typedef struct strata_forward strata_forward;
+typedef struct strata_kv_cache strata_kv_cache;
 
 /* The most sequences (KV caches) one forward pass holds. */
 #define STRATA_FORWARD_MAX_SEQUENCES 256u
@@ -333,41 +334,87 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 uint32_t strata_forward_context(const strata_forward *f);
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 
-/* KV save and restore, for a prefix cache (issue 9; src/serve/prefix_cache.c).
+/* The forward pass's KV cache (it owns it: valid until
+ * strata_forward_destroy), for a prefix cache (f is const for callers that
+ * only save, as strchr's string is); and the sequence the one-sequence
+ * calls act on. */
+strata_kv_cache *strata_forward_kv_cache(const strata_forward *f);
+uint32_t strata_forward_selected(const strata_forward *f);
+
+/* ------------------------------------------------------------------------ */
+/* The KV cache                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The keys and values of `sequences` sequences, each `context` positions of
+ * every layer, f32 in a backend's device memory, and how many positions
+ * each sequence holds. A forward pass makes one (strata_forward_kv_cache);
+ * a prefix cache saves and restores sequences of it. */
+typedef struct strata_kv_cache_shape {
+	uint32_t layers;
+	uint32_t kv_dim;    /* kv_heads x head_dim */
+	uint32_t context;   /* positions of each sequence */
+	uint32_t sequences; /* 1 .. STRATA_FORWARD_MAX_SEQUENCES */
+} strata_kv_cache_shape;
+
+/* Bytes of the keys (and as many of the values): (sequences, layers,
+ * context, kv_dim) f32; E_OVERFLOW naming the product, E_INVALID_ARG for a
+ * zero or too large count. */
+strata_status strata_kv_cache_keys_bytes(const strata_kv_cache_shape *shape,
+					 uint64_t *out, strata_error *err);
+
+/* Takes the keys and the values as two blocks of `arena` (device memory
+ * of the backend that `compute` computes on; both borrowed, outliving the
+ * cache); every sequence starts empty. Save and restore copy through
+ * `compute`. The caller owns *out; E_RES_BUDGET when the arena has no room,
+ * E_NOMEM, nothing taken on error. */
+strata_status strata_kv_cache_create(const strata_kv_cache_shape *shape,
+				     strata_arena *arena,
+				     strata_compute *compute,
+				     strata_kv_cache **out, strata_error *err);
+/* Returns the blocks to the arena; NULL is fine. */
+void strata_kv_cache_destroy(strata_kv_cache *kv);
+
+const strata_kv_cache_shape *strata_kv_cache_get_shape(const strata_kv_cache *kv);
+/* Positions cached for sequence seq (0 past the last). */
+uint32_t strata_kv_cache_position(const strata_kv_cache *kv, uint32_t seq);
+/* Forgets every cached position of sequence seq. */
+void strata_kv_cache_reset(strata_kv_cache *kv, uint32_t seq);
+
+/* Save and restore, for a prefix cache (issue 9; src/serve/prefix_cache.c).
  * The keys and values of positions [0, positions) depend on those tokens
  * only, so a later sequence starting with the same tokens can start from
  * them instead of recomputing. A saved prefix is `count` = 2 x layers
  * parts, each its own block of memory: parts[2 l] the keys of layer l,
  * parts[2 l + 1] its values, each (positions, kv_dim) f32 rows from
- * position 0. kv_part_bytes: the bytes of one part of `positions`;
- * kv_bytes: of all of them (E_OVERFLOW naming the sum). kv_save copies the
+ * position 0. part_bytes: the bytes of one part of `positions`; bytes: of
+ * all of them (E_OVERFLOW naming the sum). save copies sequence seq's
  * cached positions [0, positions) into the parts (each part_bytes >=
- * kv_part_bytes; count 2 x layers; positions at most the cached count;
- * else E_INVALID_ARG); f is unchanged. kv_restore copies the first
- * `positions` rows of parts holding `saved` rows each (as kv_save wrote
- * them) back and sets the position to `positions`, so the next run starts
- * there (E_INVALID_ARG for positions past saved or a wrong count,
- * E_INFER_CONTEXT past the context). The cache is copied through the
- * compute context (strata_compute_download / upload): every part's copy is
- * queued behind the kernels and both calls wait once, at the end, so the
- * parts must stay valid until the call returns (nothing after it); pinned
- * host parts (strata_backend_host_alloc) make the copies direct DMA on
- * CUDA. If a restore's copy fails the position is reset to
- * 0. */
-strata_status strata_forward_kv_part_bytes(const strata_forward *f,
-					   uint32_t positions, uint64_t *out,
-					   strata_error *err);
-strata_status strata_forward_kv_bytes(const strata_forward *f,
-				      uint32_t positions, uint64_t *out,
-				      strata_error *err);
-strata_status strata_forward_kv_save(const strata_forward *f,
-				     uint32_t positions, float *const *parts,
-				     uint32_t count, uint64_t part_bytes,
-				     strata_error *err);
-strata_status strata_forward_kv_restore(strata_forward *f,
-					const float *const *parts,
-					uint32_t count, uint32_t saved,
-					uint32_t positions, strata_error *err);
+ * strata_kv_cache_part_bytes; count 2 x layers; positions at most the
+ * cached count; else E_INVALID_ARG); the cache is unchanged. restore
+ * copies the first `positions` rows of parts holding `saved` rows each (as
+ * save wrote them) back into sequence seq and sets its position to
+ * `positions`, so the next run starts there (E_INVALID_ARG for positions
+ * past saved or a wrong count, E_INFER_CONTEXT past the context). The
+ * copies go through the compute context (strata_compute_download /
+ * upload): every part's copy is queued behind the kernels and both calls
+ * wait once, at the end, so the parts must stay valid until the call
+ * returns (nothing after it); pinned host parts (strata_backend_host_alloc)
+ * make the copies direct DMA on CUDA. If a restore's copy fails the
+ * sequence's position is reset to 0. */
+strata_status strata_kv_cache_part_bytes(const strata_kv_cache *kv,
+					 uint32_t positions, uint64_t *out,
+					 strata_error *err);
+strata_status strata_kv_cache_bytes(const strata_kv_cache *kv,
+				    uint32_t positions, uint64_t *out,
+				    strata_error *err);
+strata_status strata_kv_cache_save(const strata_kv_cache *kv, uint32_t seq,
+				   uint32_t positions, float *const *parts,
+				   uint32_t count, uint64_t part_bytes,
+				   strata_error *err);
+strata_status strata_kv_cache_restore(strata_kv_cache *kv, uint32_t seq,
+				      const float *const *parts,
+				      uint32_t count, uint32_t saved,
+				      uint32_t positions, strata_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */

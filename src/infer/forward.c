@@ -10,9 +10,10 @@
  * token costs no allocation.
  *
  * A forward pass may hold several sequences, each its own KV cache and
- * position: the calls here act on the selected one, forward_step.c decodes
- * a token of several at once, forward_kv.c saves and restores a sequence's
- * keys and values, forward_blocks.c holds the steps those share, and
+ * position in the KV cache (kv_cache.c, which also saves and restores a
+ * sequence's keys and values): the calls here act on the selected one,
+ * forward_step.c decodes a token of several at once, forward_blocks.c holds
+ * the steps those share, and
  * forward_create.c makes and drops the pass and its buffers.
  *
  * Every step is a call of the kernel table's wrappers on weights in their
@@ -29,12 +30,12 @@
 /* The selected sequence's key / value cache rows. */
 static float *k_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
-	return strata__forward_k_at(f, f->seq, layer, pos);
+	return strata__kv_keys(f->kv, f->seq, layer, pos);
 }
 
 static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
-	return strata__forward_v_at(f, f->seq, layer, pos);
+	return strata__kv_values(f->kv, f->seq, layer, pos);
 }
 
 /* Where a chunk's rows are: n rows at positions pos ... */
@@ -181,12 +182,12 @@ strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 				 uint32_t n, uint32_t pos, float *logits,
 				 float *last, strata_error *err)
 {
-	if (!f || !tokens || n == 0 || pos != f->pos[f->seq])
+	if (!f || !tokens || n == 0 || pos != f->kv->pos[f->seq])
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "forward pass: no tokens, or position %u "
 				   "is not the next one (%u)",
-				   pos, f ? f->pos[f->seq] : 0);
+				   pos, f ? f->kv->pos[f->seq] : 0);
 	if ((uint64_t)pos + n > f->context)
 		return strata_fail(err, STRATA_E_INFER_CONTEXT,
 				   "give a shorter prompt or fewer tokens, or "
@@ -212,14 +213,14 @@ strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 		if (st)
 			return st;
 		done += m;
-		f->pos[f->seq] = pos + done;
+		f->kv->pos[f->seq] = pos + done;
 	}
 	return STRATA_OK;
 }
 
 void strata_forward_reset(strata_forward *f)
 {
-	f->pos[f->seq] = 0;
+	f->kv->pos[f->seq] = 0;
 }
 
 strata_status strata_forward_select(strata_forward *f, uint32_t seq,
@@ -241,12 +242,12 @@ uint32_t strata_forward_sequences(const strata_forward *f)
 
 uint32_t strata_forward_position_of(const strata_forward *f, uint32_t seq)
 {
-	return seq < f->sequences ? f->pos[seq] : 0;
+	return seq < f->sequences ? f->kv->pos[seq] : 0;
 }
 
 uint32_t strata_forward_position(const strata_forward *f)
 {
-	return f->pos[f->seq];
+	return f->kv->pos[f->seq];
 }
 
 uint32_t strata_forward_context(const strata_forward *f)
@@ -257,4 +258,14 @@ uint32_t strata_forward_context(const strata_forward *f)
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f)
 {
 	return f->hp;
+}
+
+strata_kv_cache *strata_forward_kv_cache(const strata_forward *f)
+{
+	return f->kv;
+}
+
+uint32_t strata_forward_selected(const strata_forward *f)
+{
+	return f->seq;
 }

@@ -33,8 +33,9 @@ static size_t buffer_list(strata_forward *f, buf_spec *out)
 	BUF(att, f->rows, f->q_dim, "attention output");
 	BUF(hb, f->rows, hp->ffn, "MLP gate");
 	BUF(hb2, f->rows, hp->ffn, "MLP up");
-	BUF(k_cache, cache_rows, f->kv_dim, "key cache");
-	BUF(v_cache, cache_rows, f->kv_dim, "value cache");
+	/* the KV cache's two blocks: counted here, taken by the cache */
+	out[n++] = (buf_spec){NULL, cache_rows, f->kv_dim, "key cache"};
+	out[n++] = (buf_spec){NULL, cache_rows, f->kv_dim, "value cache"};
 	BUF(inv_freq, hp->head_dim / 2, 1, "rope frequencies");
 	if (f->sequences > 1) {
 		BUF(k_new, f->sequences, f->kv_dim, "step keys");
@@ -229,11 +230,17 @@ strata_status strata_forward_create(const strata_forward_options *o,
 					 err);
 	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
 		void *p = NULL;
+		if (!bl[i].slot)
+			continue;
 		st = strata_arena_alloc(f->arena, bl[i].rows * bl[i].cols *
 							  sizeof(float),
 					&p, err);
 		*bl[i].slot = p;
 	}
+	const strata_kv_cache_shape kvs = {f->hp->layers, f->kv_dim,
+					   f->context, f->sequences};
+	if (st == STRATA_OK)
+		st = strata_kv_cache_create(&kvs, f->arena, f->c, &f->kv, err);
 	f->bias_f32 = f->own_bias ? f->own_bias : f->hb;
 	if (st == STRATA_OK)
 		st = rope_frequencies(f, err);
@@ -272,6 +279,7 @@ void strata_forward_destroy(strata_forward *f)
 	if (!f)
 		return;
 	/* every buffer is a block of the arena */
+	strata_kv_cache_destroy(f->kv);
 	strata_arena_destroy(f->arena);
 	strata_backend_destroy(f->own_b);
 	strata_free(f);

@@ -1,10 +1,10 @@
-/* forward_internal.h - the forward pass's state and the steps its files
- * share: forward.c (one sequence, prefill and decode), forward_blocks.c
- * (the layer's weights as the kernels take them, the biases, the MLP
- * block), forward_create.c (making it and its buffers), forward_step.c (one
- * decode step for several sequences at once) and forward_kv.c (KV save and
- * restore) (layer: infer). Not a public header: nothing outside src/infer
- * uses it. */
+/* forward_internal.h - the forward pass's and the KV cache's state and the
+ * steps the forward pass's files share: forward.c (one sequence, prefill
+ * and decode), forward_blocks.c (the layer's weights as the kernels take
+ * them, the biases, the MLP block), forward_create.c (making it and its
+ * buffers), forward_step.c (one decode step for several sequences at once)
+ * and kv_cache.c (the KV cache, its save and restore) (layer: infer). Not a
+ * public header: nothing outside src/infer uses it. */
 #ifndef STRATA_INFER_FORWARD_INTERNAL_H
 #define STRATA_INFER_FORWARD_INTERNAL_H
 
@@ -16,6 +16,32 @@ _Static_assert((int)STRATA_ELEM_F32 == (int)STRATA_WEIGHT_F32 &&
 		       (int)STRATA_ELEM_F16 == (int)STRATA_WEIGHT_F16,
 	       "infer element types and backend weight types differ");
 
+struct strata_kv_cache {
+	strata_kv_cache_shape shape;
+	strata_compute *c;    /* save and restore copy through it */
+	strata_arena *arena;  /* k and v are two of its blocks */
+	float *k, *v;	      /* (sequences, layers, context, kv_dim) each */
+	uint32_t pos[STRATA_FORWARD_MAX_SEQUENCES]; /* cached positions */
+};
+
+/* Row `pos` of layer `layer` of sequence `seq`'s keys / values. */
+static inline float *strata__kv_keys(const strata_kv_cache *kv, uint32_t seq,
+				     uint32_t layer, uint32_t pos)
+{
+	const strata_kv_cache_shape *s = &kv->shape;
+	return kv->k + (((uint64_t)seq * s->layers + layer) * s->context + pos) *
+			       s->kv_dim;
+}
+
+static inline float *strata__kv_values(const strata_kv_cache *kv,
+				       uint32_t seq, uint32_t layer,
+				       uint32_t pos)
+{
+	const strata_kv_cache_shape *s = &kv->shape;
+	return kv->v + (((uint64_t)seq * s->layers + layer) * s->context + pos) *
+			       s->kv_dim;
+}
+
 struct strata_forward {
 	const strata_infer_hparams *hp;
 	strata_compute *c;
@@ -24,7 +50,6 @@ struct strata_forward {
 	uint32_t rows;	    /* activation rows: max(batch, sequences) */
 	uint32_t sequences; /* KV caches, one per sequence */
 	uint32_t seq;	    /* the sequence the one-sequence calls act on */
-	uint32_t pos[STRATA_FORWARD_MAX_SEQUENCES]; /* cached positions */
 	uint32_t q_dim, kv_dim;
 	/* activations, `rows` rows each */
 	float *x;	/* (rows, dim) the residual stream */
@@ -35,7 +60,7 @@ struct strata_forward {
 	/* (sequences, kv_dim) each: a step's new keys and values before
 	 * they go to each sequence's cache; NULL with one sequence */
 	float *k_new, *v_new;
-	float *k_cache, *v_cache; /* (sequences, layers, context, kv_dim) */
+	strata_kv_cache *kv;	  /* `sequences` caches, in the arena */
 	float *inv_freq;	  /* (head_dim / 2) */
 	strata_backend *b;	  /* where every buffer lives */
 	strata_backend *own_b;	  /* b when made here (none was given) */
@@ -58,25 +83,6 @@ typedef struct strata_forward_weights {
 	strata_weight attn_norm, wq, wk, wv, bq, bk, bv, wo;
 	strata_weight ffn_norm, w_gate, w_up, w_down;
 } strata_forward_weights;
-
-/* Row `pos` of layer `layer` of sequence `seq`'s key / value cache. */
-static inline float *strata__forward_k_at(const strata_forward *f,
-					  uint32_t seq, uint32_t layer,
-					  uint32_t pos)
-{
-	return f->k_cache +
-	       (((uint64_t)seq * f->hp->layers + layer) * f->context + pos) *
-		       f->kv_dim;
-}
-
-static inline float *strata__forward_v_at(const strata_forward *f,
-					  uint32_t seq, uint32_t layer,
-					  uint32_t pos)
-{
-	return f->v_cache +
-	       (((uint64_t)seq * f->hp->layers + layer) * f->context + pos) *
-		       f->kv_dim;
-}
 
 /* forward_blocks.c. The weights of an acquired layer l. */
 void strata__forward_weights_of(const strata_forward *f,

@@ -42,7 +42,7 @@ static strata_status check_step(const strata_forward *f, const uint32_t *seqs,
 					   "twice",
 					   s, i, f->sequences - 1);
 		seen[s] = true;
-		if (f->pos[s] >= f->context)
+		if (f->kv->pos[s] >= f->context)
 			return strata_fail(err, STRATA_E_INFER_CONTEXT,
 					   "give fewer tokens, or raise "
 					   "--context",
@@ -83,10 +83,10 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 	strata_compute *c = f->c;
 	strata_status st = STRATA_OK;
 	for (uint32_t i = 0; st == STRATA_OK && i < count; i++) {
-		uint32_t s = seqs[i], p = f->pos[s];
+		uint32_t s = seqs[i], p = f->kv->pos[s];
 		float *q = f->q + (uint64_t)i * f->q_dim;
-		float *k = strata__forward_k_at(f, s, layer, p);
-		float *v = strata__forward_v_at(f, s, layer, p);
+		float *k = strata__kv_keys(f->kv, s, layer, p);
+		float *v = strata__kv_values(f->kv, s, layer, p);
 		strata_attention_shape shape = {
 			.n = 1, .pos0 = p, .heads = hp->heads,
 			.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
@@ -108,8 +108,8 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 			break;
 		st = strata_kernel_attention(
 			c, f->att + (uint64_t)i * f->q_dim, q,
-			strata__forward_k_at(f, s, layer, 0),
-			strata__forward_v_at(f, s, layer, 0), &shape, err);
+			strata__kv_keys(f->kv, s, layer, 0),
+			strata__kv_values(f->kv, s, layer, 0), &shape, err);
 	}
 	return st;
 }
@@ -133,11 +133,11 @@ static strata_status attention_step(strata_forward *f,
 	const strata_infer_hparams *hp = f->hp;
 	const uint32_t *seqs = r->seqs, count = r->count;
 	float *k = count > 1 ? f->k_new
-			     : strata__forward_k_at(f, seqs[0], layer,
-						    f->pos[seqs[0]]);
+			     : strata__kv_keys(f->kv, seqs[0], layer,
+						    f->kv->pos[seqs[0]]);
 	float *v = count > 1 ? f->v_new
-			     : strata__forward_v_at(f, seqs[0], layer,
-						    f->pos[seqs[0]]);
+			     : strata__kv_values(f->kv, seqs[0], layer,
+						    f->kv->pos[seqs[0]]);
 	const float *bq, *bk, *bv;
 	strata_status st = strata__forward_biases(f, w, &bq, &bk, &bv, err);
 	if (st)
@@ -204,7 +204,7 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 		 * in one launch: fewer launches than the per-row code below */
 		const uint32_t keep = f->seq;
 		f->seq = seqs[0];
-		st = strata_forward_run(f, tokens, 1, f->pos[seqs[0]], NULL,
+		st = strata_forward_run(f, tokens, 1, f->kv->pos[seqs[0]], NULL,
 					logits, err);
 		f->seq = keep;
 		return st;
@@ -224,6 +224,6 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 	if (st)
 		return st;
 	for (uint32_t i = 0; i < count; i++)
-		f->pos[seqs[i]]++;
+		f->kv->pos[seqs[i]]++;
 	return STRATA_OK;
 }

@@ -384,8 +384,10 @@ static uint64_t cache_budget(const strata_batch *b, uint32_t i)
 static strata_status residence_rooms(strata_batch *b, strata_error *err)
 {
 	uint64_t per;
-	strata_status st = strata_forward_kv_bytes(
-		strata_session_forward(b->r[0].session), 1, &per, err);
+	strata_status st = strata_kv_cache_bytes(
+		strata_forward_kv_cache(
+			strata_session_forward(b->r[0].session)),
+		1, &per, err);
 	for (uint32_t i = 0; st == STRATA_OK && i < b->o.replicas; i++)
 		strata__residence_set_room(&b->residence, i,
 					   cache_budget(b, i),

@@ -27,7 +27,7 @@ typedef struct entry {
 	uint64_t bytes;	 /* everything this entry holds */
 	uint64_t last_used;
 	/* (parts) blocks of the pool, (n, kv_dim) f32 each: layer l's keys
-	 * at 2 l, its values at 2 l + 1 (strata_forward_kv_save) */
+	 * at 2 l, its values at 2 l + 1 (strata_kv_cache_save) */
 	float *part[];
 } entry;
 
@@ -197,9 +197,10 @@ strata_status strata_prefix_cache_apply(strata_prefix_cache *c,
 	}
 	if (!best)
 		return STRATA_OK;
-	strata_status st = strata_forward_kv_restore(
-		f, (const float *const *)best->part, best->parts, best->n,
-		best_m, err);
+	strata_status st = strata_kv_cache_restore(
+		strata_forward_kv_cache(f), strata_forward_selected(f),
+		(const float *const *)best->part, best->parts, best->n, best_m,
+		err);
 	if (st) {
 		strata_forward_reset(f);
 		return st;
@@ -285,8 +286,8 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 		}
 	uint32_t parts = 2 * strata_forward_hparams(f)->layers;
 	uint64_t part_bytes, block, kv_bytes, bytes;
-	strata_status st = strata_forward_kv_part_bytes(f, n_prompt,
-							&part_bytes, err);
+	strata_status st = strata_kv_cache_part_bytes(
+		strata_forward_kv_cache(f), n_prompt, &part_bytes, err);
 	if (st || (st = strata_checked_align(part_bytes, &block,
 					     "saved KV block bytes", err)) ||
 	    (st = strata_checked_mul(block, parts, &kv_bytes,
@@ -316,8 +317,9 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 	if (!e)
 		return STRATA_E_NOMEM;
 	if ((st = place(c, e, err)) ||
-	    (st = strata_forward_kv_save(f, n_prompt, e->part, parts,
-					 part_bytes, err))) {
+	    (st = strata_kv_cache_save(strata_forward_kv_cache(f),
+				       strata_forward_selected(f), n_prompt,
+				       e->part, parts, part_bytes, err))) {
 		entry_free(c, e);
 		return st;
 	}

@@ -306,7 +306,8 @@ static void test_device_kv_save_restore(void **state)
 			 STRATA_OK);
 	strata_forward_reset(f);
 	uint64_t part;
-	assert_int_equal(strata_forward_kv_part_bytes(f, n - 1, &part, &err),
+	assert_int_equal(strata_kv_cache_part_bytes(strata_forward_kv_cache(f),
+						    n - 1, &part, &err),
 			 STRATA_OK);
 	/* each part its own block, as the prefix cache keeps them */
 	uint32_t count = 2 * m.hp.layers;
@@ -316,17 +317,19 @@ static void test_device_kv_save_restore(void **state)
 	assert_int_equal(strata_forward_run(f, r.tokens, n - 1, 0, NULL, NULL,
 					    &err),
 			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_kv_save(f, n - 1, parts, count, part, &err),
-		STRATA_OK);
+	assert_int_equal(strata_kv_cache_save(strata_forward_kv_cache(f),
+					      strata_forward_selected(f), n - 1,
+					      parts, count, part, &err),
+			 STRATA_OK);
 	strata_forward_reset(f);
 	/* overwrite the cache, then restore */
 	assert_int_equal(strata_forward_run(f, r.tokens + 1, n - 1, 0, NULL,
 					    NULL, &err),
 			 STRATA_OK);
-	assert_int_equal(strata_forward_kv_restore(
-				 f, (const float *const *)parts, count, n - 1,
-				 n - 1, &err),
+	assert_int_equal(strata_kv_cache_restore(strata_forward_kv_cache(f),
+						 strata_forward_selected(f),
+						 (const float *const *)parts,
+						 count, n - 1, n - 1, &err),
 			 STRATA_OK);
 	assert_int_equal(strata_forward_position(f), n - 1);
 	assert_int_equal(strata_forward_run(f, r.tokens + n - 1, 1, n - 1,

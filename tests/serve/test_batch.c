@@ -93,43 +93,57 @@ static void test_kv_restore_same_logits(void **state)
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, p, 12, 0, NULL, NULL, &err), 0);
 	uint64_t bytes, part;
-	assert_int_equal(strata_forward_kv_bytes(f, 12, &bytes, &err), 0);
+	assert_int_equal(strata_kv_cache_bytes(strata_forward_kv_cache(f), 12,
+					       &bytes, &err),
+			 0);
 	assert_int_equal(bytes, (uint64_t)hp->layers * 2 * 12 * hp->kv_heads *
 					hp->head_dim * 4);
-	assert_int_equal(strata_forward_kv_part_bytes(f, 12, &part, &err), 0);
+	assert_int_equal(strata_kv_cache_part_bytes(strata_forward_kv_cache(f),
+						    12, &part, &err),
+			 0);
 	assert_int_equal(part * 2 * hp->layers, bytes);
 	uint32_t count = 2 * hp->layers;
 	float *saved = test_malloc(bytes);
 	float **parts = test_calloc(count, sizeof *parts);
 	for (uint32_t i = 0; i < count; i++)
 		parts[i] = saved + i * (part / sizeof(float));
-	assert_int_equal(
-		strata_forward_kv_save(f, 12, parts, count, part, &err), 0);
+	assert_int_equal(strata_kv_cache_save(strata_forward_kv_cache(f),
+					      strata_forward_selected(f), 12,
+					      parts, count, part, &err),
+			 0);
 	strata_forward_reset(f);
 	assert_int_equal(strata_forward_run(f, other, 5, 0, NULL, NULL, &err),
 			 0); /* overwrite the cache */
 	const float *const *in = (const float *const *)parts;
-	assert_int_equal(strata_forward_kv_restore(f, in, count, 12, 8, &err),
+	assert_int_equal(strata_kv_cache_restore(strata_forward_kv_cache(f),
+						 strata_forward_selected(f), in,
+						 count, 12, 8, &err),
 			 0);
 	assert_int_equal(strata_forward_position(f), 8);
 	assert_int_equal(strata_forward_run(f, p + 8, 12, 8, NULL, got, &err),
 			 0);
 	assert_memory_equal(got, want, vocab * sizeof(float));
 	/* misuse is refused and changes nothing */
-	assert_int_equal(
-		strata_forward_kv_save(f, 21, parts, count, part, &err),
-		STRATA_E_INVALID_ARG);
-	assert_int_equal(
-		strata_forward_kv_save(f, 12, parts, count, part - 1, &err),
-		STRATA_E_INVALID_ARG);
-	assert_int_equal(
-		strata_forward_kv_save(f, 12, parts, count - 1, part, &err),
-		STRATA_E_INVALID_ARG);
-	assert_int_equal(strata_forward_kv_restore(f, in, count, 12, 13, &err),
+	assert_int_equal(strata_kv_cache_save(strata_forward_kv_cache(f),
+					      strata_forward_selected(f), 21,
+					      parts, count, part, &err),
 			 STRATA_E_INVALID_ARG);
-	assert_int_equal(
-		strata_forward_kv_restore(f, in, count + 1, 12, 8, &err),
-		STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_kv_cache_save(strata_forward_kv_cache(f),
+					      strata_forward_selected(f), 12,
+					      parts, count, part - 1, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_kv_cache_save(strata_forward_kv_cache(f),
+					      strata_forward_selected(f), 12,
+					      parts, count - 1, part, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_kv_cache_restore(strata_forward_kv_cache(f),
+						 strata_forward_selected(f), in,
+						 count, 12, 13, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_kv_cache_restore(strata_forward_kv_cache(f),
+						 strata_forward_selected(f), in,
+						 count + 1, 12, 8, &err),
+			 STRATA_E_INVALID_ARG);
 	assert_int_equal(strata_forward_position(f), 20);
 	test_free(parts);
 	test_free(saved);
