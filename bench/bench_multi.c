@@ -194,9 +194,9 @@ static int measure(const cfg *c, uint32_t replicas, strata_batch_route route,
 	o.session.plan.mode = c->mode;
 	o.session.plan.host_depth = c->depth;
 	o.session.plan.has_device_budget = c->has_device_memory;
-	o.session.plan.device_budget = c->device_memory;
+	o.session.plan.device_budget_bytes = c->device_memory;
 	o.session.plan.has_host_budget = c->has_host_memory;
-	o.session.plan.host_budget = c->host_memory;
+	o.session.plan.host_budget_bytes = c->host_memory;
 	o.session.plan.shape.batch = batch;
 	o.session.plan.device = strcmp(c->device, "cpu")
 					? STRATA_PLAN_DEVICE_CUDA

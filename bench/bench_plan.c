@@ -154,9 +154,9 @@ static double plan_once(const char *dir, uint64_t *payload_reads)
 	strata_plan_arch arch = {0};
 	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA,
 				 .has_device_budget = true,
-				 .device_budget = 16ull << 20,
+				 .device_budget_bytes = 16ull << 20,
 				 .has_host_budget = true,
-				 .host_budget = 1ull << 30};
+				 .host_budget_bytes = 1ull << 30};
 	strata_plan_machine m = {0};
 	double ms = -1;
 	if (strata_catalog_open(dir, &c, &err) ||

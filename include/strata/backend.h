@@ -139,7 +139,7 @@ typedef struct strata_backend {
 typedef struct strata_backend_cpu_options {
 	/* Bound on the simulated device memory (all arenas together);
 	 * 0: unbounded (limited only by host memory). */
-	uint64_t device_memory_bytes;
+	uint64_t device_budget_bytes;
 	/* For tests: report the device as not host-addressable (as CUDA is),
 	 * so callers' staged paths run without a GPU. The memory stays RAM. */
 	bool hide_addressable;

@@ -427,8 +427,12 @@ typedef struct strata_plan_options {
 	strata_residency_mode mode; /* AUTO: choose */
 	uint64_t host_depth;	    /* HOST: 0 = choose the depth */
 	strata_plan_device device;
+	/* --device-memory and --host-memory: the one name of each budget
+	 * from the option to the CPU backend's bound (device_budget_bytes
+	 * here, in strata_plan_budgets, strata_plan_device_budget_bytes and
+	 * strata_backend_cpu_options) */
 	bool has_device_budget, has_host_budget;
-	uint64_t device_budget, host_budget;
+	uint64_t device_budget_bytes, host_budget_bytes;
 	bool has_lookahead, has_queue;
 	uint64_t lookahead, queue;
 	strata_plan_shape shape;
@@ -452,7 +456,7 @@ typedef struct strata_plan_options {
 	uint64_t resident_units, cpu_units;
 	/* A planned layer split over device_count devices of `device` (0 or
 	 * 1: one device): device i holds the next run of resident units and
-	 * has its own budget, device_budgets[i], or device_budget when that
+	 * has its own budget, device_budgets[i], or device_budget_bytes when that
 	 * is 0; a split needs has_device_budget. Uniform modes use device 0. */
 	uint32_t device_count;
 	uint64_t device_budgets[STRATA_PLAN_MAX_DEVICES];
@@ -476,7 +480,7 @@ typedef struct strata_plan_machine {
 } strata_plan_machine;
 
 typedef struct strata_plan_budgets {
-	uint64_t device_bytes, host_bytes;
+	uint64_t device_budget_bytes, host_budget_bytes; /* as resolved */
 	uint64_t device_headroom_bytes, host_headroom_bytes; /* 0: from option */
 	bool device_from_option, host_from_option;
 	uint32_t shared_by;	  /* replicas sharing the host (1: alone) */
@@ -609,8 +613,8 @@ strata_residency_mode strata_plan_mode(const strata_plan *p);
 uint64_t strata_plan_depth(const strata_plan *p);
 uint64_t strata_plan_lookahead(const strata_plan *p);
 uint64_t strata_plan_queue(const strata_plan *p);
-uint64_t strata_plan_device_budget(const strata_plan *p);
-uint64_t strata_plan_host_budget(const strata_plan *p);
+uint64_t strata_plan_device_budget_bytes(const strata_plan *p);
+uint64_t strata_plan_host_budget_bytes(const strata_plan *p);
 uint64_t strata_plan_device_total(const strata_plan *p);
 uint64_t strata_plan_host_total(const strata_plan *p);
 /* Host memory the budgets leave unused by the selected candidate: host

@@ -146,14 +146,14 @@ static void print_plan(FILE *f, const strata_plan *p)
 		(unsigned long long)o->shape.batch,
 		(unsigned long long)o->shape.prefill_chunk);
 	fprintf(f, "budgets: device %s (%s%s), host %s (%s)\n",
-		strata_size_format(b->device_bytes, s1, 32),
+		strata_size_format(b->device_budget_bytes, s1, 32),
 		b->shared_by > 1 && !b->device_from_option &&
 				o->device == STRATA_PLAN_DEVICE_CPU
 			? "a share of " : "",
 		b->device_from_option ? "--device-memory"
 		: o->device == STRATA_PLAN_DEVICE_CUDA ? "free memory minus headroom"
 						       : "MemAvailable minus headroom",
-		strata_size_format(b->host_bytes, s2, 32),
+		strata_size_format(b->host_budget_bytes, s2, 32),
 		host_source(b, s7, sizeof s7));
 	if (!b->device_from_option || !b->host_from_option)
 		fprintf(f, "headroom kept free: device %s, host %s\n",

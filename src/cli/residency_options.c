@@ -184,7 +184,7 @@ static int parse_device_memory(strata_plan_options *o, const char *v,
 		at = comma + 1;
 	}
 	o->has_device_budget = true;
-	o->device_budget = sizes[0];
+	o->device_budget_bytes = sizes[0];
 	o->device_count = n > 1 ? n : 0;
 	memset(o->device_budgets, 0, sizeof o->device_budgets);
 	for (uint32_t i = 0; n > 1 && i < n; i++)
@@ -213,7 +213,7 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	case OPT_DEVICE_MEMORY:
 		return parse_device_memory(o, v, err);
 	case OPT_HOST_MEMORY:
-		return parse_size(opt, v, &o->has_host_budget, &o->host_budget,
+		return parse_size(opt, v, &o->has_host_budget, &o->host_budget_bytes,
 				  err);
 	case OPT_LOOKAHEAD:
 		o->has_lookahead = true;

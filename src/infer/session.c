@@ -6,8 +6,9 @@
  * `strata run` and `strata logits` differ only in what they do with the
  * forward pass, so everything up to it lives here, once.
  *
- * The backend comes first (on CUDA its free memory is the plan's device
- * budget when no --device-memory is given), then the compute context (its
+ * On CUDA the backend comes first (its free memory is the plan's device
+ * budget when no --device-memory is given); the CPU backend comes after the
+ * plan, bounded by its device budget. Then the compute context (its
  * stream, where it has one, orders the window's releases), the window
  * keeping the weights the device computes on in their stored type, and a
  * forward pass whose buffers live in one arena of the backend.
@@ -110,18 +111,27 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	return STRATA_OK;
 }
 
-/* Creates the backend the options name and its compute context, both
- * before planning: the plan reads the free memory, and reserves what the
- * compute context took as measured here (on CUDA its cuBLAS handle, the
- * runtime's own allocations), which no constant could say. */
+/* Creates the backend the options name and its compute context. CUDA's
+ * come before planning (`planned` false): the plan reads the free memory,
+ * and reserves what the compute context took as measured here (its cuBLAS
+ * handle, the runtime's own allocations), which no constant could say. The
+ * CPU's come after it (`planned` true): its device memory is RAM the plan
+ * reads from the machine, and the backend is bounded by the plan's device
+ * budget, the one figure from --device-memory to the backend. */
 static strata_status open_backend(strata_session *s,
 				  const strata_session_options *o,
-				  strata_error *err)
+				  bool planned, strata_error *err)
 {
-	uint32_t device = o->plan.device == STRATA_PLAN_DEVICE_CPU
-				  ? 0 : o->device_index;
+	bool cpu = o->plan.device == STRATA_PLAN_DEVICE_CPU;
+	if (cpu != planned)
+		return STRATA_OK;
+	strata_backend_cpu_options co = {
+		.device_budget_bytes =
+			planned ? strata_plan_device_budget_bytes(s->plan) : 0,
+	};
 	strata_status st = strata_backend_create(kind_of(o->plan.device),
-						 device, NULL, &s->backend,
+						 cpu ? 0 : o->device_index,
+						 cpu ? &co : NULL, &s->backend,
 						 err);
 	if (st == STRATA_OK)
 		st = strata_compute_create_measured(s->backend, o->threads,
@@ -206,7 +216,9 @@ strata_status strata_session_open(const strata_session_options *o,
 					    err)) ||
 	    (st = strata_infer_tensors_find(s->catalog, &s->hp, &s->tensors,
 					    err)) ||
-	    (st = open_backend(s, o, err)) || (st = plan_it(s, o, err)) ||
+	    (st = open_backend(s, o, false, err)) ||
+	    (st = plan_it(s, o, err)) ||
+	    (st = open_backend(s, o, true, err)) ||
 	    (st = start_window(s, err))) {
 		strata_session_close(s);
 		return st;

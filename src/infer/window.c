@@ -208,9 +208,9 @@ strata_status strata_infer_window_create(strata_backend *b,
 	 * only the plan's sizes */
 	strata_telemetry *tel = strata_residency_telemetry(w->engine);
 	strata_telemetry_set_budget(tel, STRATA_TIER_DEVICE,
-				    strata_plan_device_budget(o->plan));
+				    strata_plan_device_budget_bytes(o->plan));
 	strata_telemetry_set_budget(tel, STRATA_TIER_HOST,
-				    strata_plan_host_budget(o->plan));
+				    strata_plan_host_budget_bytes(o->plan));
 	strata_infer_statics s = {0};
 	if ((st = static_ptr(w, t->embed, &s.embed, &s.embed_elem, err)) ||
 	    (st = static_ptr(w, t->final_norm, &s.final_norm,

@@ -496,7 +496,7 @@ static strata_status make(strata_plan *p, bool statics_cpu, uint64_t r,
 	strata_status s = size_placement(p, &c, mask, err);
 	if (s != STRATA_OK)
 		return s;
-	c.fits_host = c.host_bytes <= p->budgets.host_bytes;
+	c.fits_host = c.host_bytes <= p->budgets.host_budget_bytes;
 	uint64_t ram = p->budgets.ram_bytes;
 	c.fits = c.fits_device && c.fits_host &&
 		 (!ram || sat_add(c.device_bytes, c.host_bytes) <= ram);
@@ -508,7 +508,7 @@ static strata_status make(strata_plan *p, bool statics_cpu, uint64_t r,
 			c.device_shortfall_bytes = t - b;
 	}
 	c.host_shortfall_bytes =
-		c.fits_host ? 0 : c.host_bytes - p->budgets.host_bytes;
+		c.fits_host ? 0 : c.host_bytes - p->budgets.host_budget_bytes;
 	strata__plan_predict_passes(p, &c);
 	*out = c;
 	return STRATA_OK;

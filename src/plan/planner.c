@@ -138,7 +138,7 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 	uint32_t n = o->host_shared_by > 1 ? o->host_shared_by : 1;
 	b.shared_by = n;
 	if (o->has_device_budget) {
-		b.device_bytes = o->device_budget;
+		b.device_budget_bytes = o->device_budget_bytes;
 		b.device_from_option = true;
 	} else {
 		bool known = cuda ? m->device_free_known
@@ -152,18 +152,18 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 					   strata_plan_device_name(o->device));
 		b.device_headroom_bytes =
 			strata_plan_headroom(o->device, avail);
-		b.device_bytes = avail - b.device_headroom_bytes;
+		b.device_budget_bytes = avail - b.device_headroom_bytes;
 		/* on cpu the host tier given by option comes out of the
 		 * same RAM, and the replicas share what is left */
 		if (!cuda && o->has_host_budget)
-			b.device_bytes = b.device_bytes > o->host_budget
-						 ? b.device_bytes - o->host_budget
+			b.device_budget_bytes = b.device_budget_bytes > o->host_budget_bytes
+						 ? b.device_budget_bytes - o->host_budget_bytes
 						 : 0;
 		if (!cuda)
-			b.device_bytes /= n;
+			b.device_budget_bytes /= n;
 	}
 	if (o->has_host_budget) {
-		b.host_pool_bytes = o->host_budget;
+		b.host_pool_bytes = o->host_budget_bytes;
 		b.host_from_option = true;
 	} else {
 		if (!m->host_available_known)
@@ -178,11 +178,11 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 		 * share RAM */
 		if (!cuda)
 			b.host_pool_bytes =
-				b.device_bytes < b.host_pool_bytes / n
-					? b.host_pool_bytes - n * b.device_bytes
+				b.device_budget_bytes < b.host_pool_bytes / n
+					? b.host_pool_bytes - n * b.device_budget_bytes
 					: 0;
 	}
-	b.host_bytes = b.host_pool_bytes / n;
+	b.host_budget_bytes = b.host_pool_bytes / n;
 	if (!cuda && !o->has_device_budget && !o->has_host_budget) {
 		/* one RAM, neither budget given: each candidate fits when
 		 * its device and host bytes together fit the RAM, so every
@@ -191,14 +191,14 @@ static strata_status budgets(strata_plan *p, const strata_plan_machine *m,
 		b.host_headroom_bytes = b.device_headroom_bytes;
 		b.host_pool_bytes = avail - b.device_headroom_bytes;
 		b.ram_bytes = b.host_pool_bytes / n;
-		b.device_bytes = b.host_bytes = b.ram_bytes;
+		b.device_budget_bytes = b.host_budget_bytes = b.ram_bytes;
 	}
 	b.devices = o->device_count > 1 ? o->device_count : 1;
 	for (uint32_t i = 0; i < b.devices; i++)
 		b.split_device_bytes[i] =
 			o->device_budgets[i] ? o->device_budgets[i]
-					     : b.device_bytes;
-	b.device_bytes = b.split_device_bytes[0];
+					     : b.device_budget_bytes;
+	b.device_budget_bytes = b.split_device_bytes[0];
 	p->budgets = b;
 	return STRATA_OK;
 }
@@ -209,7 +209,7 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 				   uint64_t *queue, strata_error *err)
 {
 	const strata_plan_options *o = &p->options;
-	uint64_t host = p->budgets.host_bytes, largest = p->info.largest_unit_bytes;
+	uint64_t host = p->budgets.host_budget_bytes, largest = p->info.largest_unit_bytes;
 	/* A GPU cannot read a file: on CUDA each unit passes through pinned
 	 * host memory (no GPUDirect Storage here), so the disk mode needs a
 	 * lookahead of at least one unit and never reads "straight" through. */
@@ -296,16 +296,16 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	if (s != STRATA_OK)
 		return s;
 	c->device_bytes = d;
-	c->fits_device = d <= p->budgets.device_bytes;
-	c->fits_host = c->host_bytes <= p->budgets.host_bytes;
+	c->fits_device = d <= p->budgets.device_budget_bytes;
+	c->fits_host = c->host_bytes <= p->budgets.host_budget_bytes;
 	uint64_t ram = p->budgets.ram_bytes;
 	uint64_t both = strata_sat_add_u64(d, c->host_bytes);
 	c->fits = c->fits_device && c->fits_host && (!ram || both <= ram);
-	c->device_shortfall_bytes = c->fits_device ? 0 : d - p->budgets.device_bytes;
+	c->device_shortfall_bytes = c->fits_device ? 0 : d - p->budgets.device_budget_bytes;
 	if (ram && both > ram && c->fits_device)
 		c->device_shortfall_bytes = both - ram; /* the one RAM's */
 	c->host_shortfall_bytes =
-		c->fits_host ? 0 : c->host_bytes - p->budgets.host_bytes;
+		c->fits_host ? 0 : c->host_bytes - p->budgets.host_budget_bytes;
 	strata__plan_predict(&p->info, m, &p->options, c);
 	strata__plan_uniform_placement(p, c);
 	return STRATA_OK;
@@ -410,25 +410,25 @@ static void explain_inputs(strata_plan *p)
 	if (b->device_from_option)
 		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_OPTION,
 			"device budget %s from --device-memory%s",
-			sz(b->device_bytes, x),
+			sz(b->device_budget_bytes, x),
 			b->shared_by > 1 ? " (each replica's own)" : "");
 	else
 		explain(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE,
 			"device budget %s: %s minus %s headroom%s",
-			sz(b->device_bytes, x),
+			sz(b->device_budget_bytes, x),
 			cpu ? "MemAvailable (cpu: the device is RAM)"
 			    : "the GPU's free memory",
 			sz(b->device_headroom_bytes, y), cpu ? split : "");
 	if (b->host_from_option)
 		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION,
 			"host budget %s from --host-memory%s%s%s",
-			sz(b->host_bytes, x), b->shared_by > 1 ? " " : "",
+			sz(b->host_budget_bytes, x), b->shared_by > 1 ? " " : "",
 			b->shared_by > 1 ? sz(b->host_pool_bytes, z) : "",
 			split);
 	else
 		explain(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_MACHINE,
 			"host budget %s: MemAvailable minus %s headroom%s%s",
-			sz(b->host_bytes, x), sz(b->host_headroom_bytes, y),
+			sz(b->host_budget_bytes, x), sz(b->host_headroom_bytes, y),
 			cpu ? " minus the device budget (cpu: one RAM)" : "",
 			split);
 	if (b->ram_bytes)
@@ -625,14 +625,14 @@ SELECTED_FIELD(strata_plan_weight_device_bytes,
 	       c->static_device_bytes + c->window_device_bytes)
 #undef SELECTED_FIELD
 
-uint64_t strata_plan_device_budget(const strata_plan *p)
+uint64_t strata_plan_device_budget_bytes(const strata_plan *p)
 {
-	return p->budgets.device_bytes;
+	return p->budgets.device_budget_bytes;
 }
 
-uint64_t strata_plan_host_budget(const strata_plan *p)
+uint64_t strata_plan_host_budget_bytes(const strata_plan *p)
 {
-	return p->budgets.host_bytes;
+	return p->budgets.host_budget_bytes;
 }
 
 static uint64_t left(uint64_t budget, uint64_t used)
@@ -647,7 +647,7 @@ static uint64_t left(uint64_t budget, uint64_t used)
 static uint64_t pinnable(const strata_plan *p, const strata_plan_candidate *c,
 			 uint64_t spare)
 {
-	const uint64_t room = left(p->budgets.device_bytes, c->device_bytes);
+	const uint64_t room = left(p->budgets.device_budget_bytes, c->device_bytes);
 	const uint64_t base = strata_plan_cuda_driver_bytes(c->host_bytes);
 	uint64_t lo = 0, hi = spare;
 	while (lo < hi) { /* the cost only grows with the bytes pinned */
@@ -666,7 +666,7 @@ uint64_t strata_plan_host_spare_bytes(const strata_plan *p)
 	const strata_plan_candidate *c = strata_plan_selected(p);
 	if (!c)
 		return 0;
-	uint64_t spare = left(p->budgets.host_bytes, c->host_bytes);
+	uint64_t spare = left(p->budgets.host_budget_bytes, c->host_bytes);
 	if (p->budgets.ram_bytes) /* one RAM for both tiers */
 		return left(p->budgets.ram_bytes,
 			    strata_sat_add_u64(c->device_bytes, c->host_bytes));
@@ -674,7 +674,7 @@ uint64_t strata_plan_host_spare_bytes(const strata_plan *p)
 		return pinnable(p, c, spare);
 	if (p->options.device == STRATA_PLAN_DEVICE_CPU) {
 		/* the device arena is the same RAM */
-		uint64_t dev = left(p->budgets.device_bytes, c->device_bytes);
+		uint64_t dev = left(p->budgets.device_budget_bytes, c->device_bytes);
 		spare = spare > UINT64_MAX - dev ? UINT64_MAX : spare + dev;
 	}
 	return spare;

@@ -92,11 +92,11 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_object_end(j);
 	strata_json_key(j, "budgets");
 	strata_json_object_begin(j);
-	strata_json_kv_u64(j, "device_bytes", b->device_bytes);
+	strata_json_kv_u64(j, "device_bytes", b->device_budget_bytes);
 	strata_json_kv_string(j, "device_source",
 			      b->device_from_option ? "option" : "machine");
 	strata_json_kv_u64(j, "device_headroom_bytes", b->device_headroom_bytes);
-	strata_json_kv_u64(j, "host_bytes", b->host_bytes);
+	strata_json_kv_u64(j, "host_bytes", b->host_budget_bytes);
 	strata_json_kv_string(j, "host_source",
 			      b->host_from_option ? "option" : "machine");
 	strata_json_kv_u64(j, "host_headroom_bytes", b->host_headroom_bytes);

@@ -98,7 +98,7 @@ static void uniform_chain(strata_plan *p)
 		p->selected = (long)(c - p->candidates);
 		explain(p, STRATA_EXPLAIN_RESIDENT_FITS,
 			"everything fits on the device: %s of %s",
-			sz(c->device_bytes, a), sz(p->budgets.device_bytes, b));
+			sz(c->device_bytes, a), sz(p->budgets.device_budget_bytes, b));
 		return;
 	}
 	if (c)
@@ -150,7 +150,7 @@ static void explain_placement(strata_plan *p, const strata_plan_candidate *c)
 	explain(p, STRATA_EXPLAIN_UNITS_RESIDENT_FILL,
 		"%llu of %llu units resident: %s of the %s device budget after the window, KV cache and workspace",
 		(unsigned long long)c->resident_units, (unsigned long long)n,
-		sz(c->device_bytes, a), sz(p->budgets.device_bytes, b));
+		sz(c->device_bytes, a), sz(p->budgets.device_budget_bytes, b));
 	if (c->cpu_units)
 		explain(p, STRATA_EXPLAIN_CPU_UNITS_SELECTED,
 			"%llu units computed on the CPU from host memory (%s at %.1f GB/s) while %llu stream over the link (%s at %.1f GB/s)",
@@ -266,7 +266,7 @@ void strata__plan_select(strata_plan *p)
 			"the forced mode does not fit the budgets");
 	explain(p, STRATA_EXPLAIN_NOTHING_FITS,
 		"no candidate fits device budget %s and host budget %s",
-		sz(p->budgets.device_bytes, a), sz(p->budgets.host_bytes, b));
+		sz(p->budgets.device_budget_bytes, a), sz(p->budgets.host_budget_bytes, b));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -353,12 +353,12 @@ static void one_change(const strata_plan *p, const strata_plan_candidate **c,
 		if (!eligible(p, k))
 			continue;
 		uint64_t need_d = device_need(k), need_h = least_host_need(p, k);
-		bool dev_ok = need_d <= b->device_bytes;
-		bool host_ok = need_h <= b->host_bytes;
+		bool dev_ok = need_d <= b->device_budget_bytes;
+		bool host_ok = need_h <= b->host_budget_bytes;
 		if (dev_ok == host_ok)
 			continue;
-		uint64_t raise = dev_ok ? need_h - b->host_bytes
-					: need_d - b->device_bytes;
+		uint64_t raise = dev_ok ? need_h - b->host_budget_bytes
+					: need_d - b->device_budget_bytes;
 		if (raise < best) {
 			best = raise;
 			*c = k;
@@ -416,7 +416,7 @@ strata_status strata__plan_nothing_fits(const strata_plan *p,
 	const strata_plan_budgets *bu = &p->budgets;
 	strata_fail(err, STRATA_E_PLAN_NOTHING_FITS, "",
 		    "nothing fits the budgets (device %s, host %s%s): %s",
-		    opt(bu->device_bytes, a), opt(bu->host_bytes, b),
+		    opt(bu->device_budget_bytes, a), opt(bu->host_budget_bytes, b),
 		    bu->ram_bytes ? ", one RAM" : "", msg);
 	if (!err)
 		return STRATA_E_PLAN_NOTHING_FITS;

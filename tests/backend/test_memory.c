@@ -14,7 +14,7 @@ static strata_backend *make_cpu(uint64_t limit)
 {
 	strata_backend *b = NULL;
 	strata_error err;
-	strata_backend_cpu_options opt = {.device_memory_bytes = limit};
+	strata_backend_cpu_options opt = {.device_budget_bytes = limit};
 	assert_int_equal(strata_backend_cpu_create(&opt, &b, &err), STRATA_OK);
 	return b;
 }

@@ -70,9 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			.device = seed[1] & 1 ? STRATA_PLAN_DEVICE_CUDA
 					      : STRATA_PLAN_DEVICE_CPU,
 			.has_device_budget = true,
-			.device_budget = (uint64_t)seed[2] << (seed[3] % 40),
+			.device_budget_bytes = (uint64_t)seed[2] << (seed[3] % 40),
 			.has_host_budget = true,
-			.host_budget = (uint64_t)seed[4] << (seed[5] % 40),
+			.host_budget_bytes = (uint64_t)seed[4] << (seed[5] % 40),
 			.mode = (strata_residency_mode)(seed[6] % 4),
 			.host_depth = seed[7] % 5,
 		};

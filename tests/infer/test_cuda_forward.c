@@ -38,22 +38,22 @@ typedef struct mode_case {
 static const mode_case modes[] = {
 	{"resident", {.mode = STRATA_RESIDENCY_RESIDENT}},
 	{"host:1", {.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
-		    .has_device_budget = true, .device_budget = 256 * MIB,
-		    .has_host_budget = true, .host_budget = 256 * MIB}},
+		    .has_device_budget = true, .device_budget_bytes = 256 * MIB,
+		    .has_host_budget = true, .host_budget_bytes = 256 * MIB}},
 	{"host:2", {.mode = STRATA_RESIDENCY_HOST, .host_depth = 2,
-		    .has_device_budget = true, .device_budget = 256 * MIB,
-		    .has_host_budget = true, .host_budget = 256 * MIB}},
+		    .has_device_budget = true, .device_budget_bytes = 256 * MIB,
+		    .has_host_budget = true, .host_budget_bytes = 256 * MIB}},
 	{"disk lookahead 1", {.mode = STRATA_RESIDENCY_DISK,
 			      .has_device_budget = true,
-			      .device_budget = 256 * MIB,
+			      .device_budget_bytes = 256 * MIB,
 			      .has_host_budget = true,
-			      .host_budget = 256 * MIB, .has_lookahead = true,
+			      .host_budget_bytes = 256 * MIB, .has_lookahead = true,
 			      .lookahead = 1}},
 	{"disk lookahead 2", {.mode = STRATA_RESIDENCY_DISK,
 			      .has_device_budget = true,
-			      .device_budget = 256 * MIB,
+			      .device_budget_bytes = 256 * MIB,
 			      .has_host_budget = true,
-			      .host_budget = 256 * MIB, .has_lookahead = true,
+			      .host_budget_bytes = 256 * MIB, .has_lookahead = true,
 			      .lookahead = 2}},
 };
 #define MODE_COUNT (sizeof modes / sizeof *modes)
@@ -367,8 +367,8 @@ static void test_disk_direct_is_refused_with_a_fix(void **state)
 	};
 	so.plan = (strata_plan_options){
 		.mode = STRATA_RESIDENCY_DISK, .device = STRATA_PLAN_DEVICE_CUDA,
-		.has_device_budget = true, .device_budget = 256 * MIB,
-		.has_host_budget = true, .host_budget = 0};
+		.has_device_budget = true, .device_budget_bytes = 256 * MIB,
+		.has_host_budget = true, .host_budget_bytes = 0};
 	strata_session *s = NULL;
 	strata_error err;
 	/* the planner itself says so: on CUDA units pass through pinned host

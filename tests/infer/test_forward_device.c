@@ -22,8 +22,8 @@
 
 /* The window of each mode comes from a plan with these options. */
 #define BUDGETS(host)                                                          \
-	.has_device_budget = true, .device_budget = GIB,                       \
-	.has_host_budget = true, .host_budget = (host)
+	.has_device_budget = true, .device_budget_bytes = GIB,                       \
+	.has_host_budget = true, .host_budget_bytes = (host)
 static const strata_plan_options modes[] = {
 	{.mode = STRATA_RESIDENCY_RESIDENT, BUDGETS(GIB)},
 	{.mode = STRATA_RESIDENCY_HOST, .host_depth = 1, BUDGETS(GIB)},

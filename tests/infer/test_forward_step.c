@@ -135,8 +135,8 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 {
 	strata_error err;
 	strata_plan_options po = {.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
-				  .has_device_budget = true, .device_budget = GIB,
-				  .has_host_budget = true, .host_budget = GIB};
+				  .has_device_budget = true, .device_budget_bytes = GIB,
+				  .has_host_budget = true, .host_budget_bytes = GIB};
 	ref_plan rp;
 	ref_plan_make(m->cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
 	strata_infer_window_options o = {.plan = rp.plan};

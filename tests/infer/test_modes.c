@@ -23,8 +23,8 @@ typedef struct mode_case {
 
 #define GIB (1ull << 30)
 #define BUDGETS(host)                                                          \
-	.has_device_budget = true, .device_budget = GIB,                       \
-	.has_host_budget = true, .host_budget = (host)
+	.has_device_budget = true, .device_budget_bytes = GIB,                       \
+	.has_host_budget = true, .host_budget_bytes = (host)
 
 static const mode_case modes[] = {
 	{"resident", {.mode = STRATA_RESIDENCY_RESIDENT, BUDGETS(GIB)}, 0},

@@ -2,7 +2,8 @@
  * stories260K: each part is the one the session opened for the options
  * given (the model's hyper-parameters, a forward pass of the asked shape,
  * the plan for that shape, the CPU backend, an engine and a weight store
- * that did the loads), and the weight source is the one the forward pass
+ * that did the loads), the CPU backend bounded by the plan's device
+ * budget, and the weight source is the one the forward pass
  * reads through (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +18,8 @@
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 
-static strata_session *open_session(uint64_t sequences)
+/* device_budget 0: the plan's from the machine. */
+static strata_session *open_budgeted(uint64_t sequences, uint64_t device_budget)
 {
 	strata_session_options o = {.model_path = MODEL,
 				    .threads = 1,
@@ -26,11 +28,18 @@ static strata_session *open_session(uint64_t sequences)
 	o.plan.mode = STRATA_RESIDENCY_AUTO;
 	o.plan.device = STRATA_PLAN_DEVICE_CPU;
 	o.plan.shape.batch = sequences;
+	o.plan.has_device_budget = device_budget != 0;
+	o.plan.device_budget_bytes = device_budget;
 	strata_session *s = NULL;
 	strata_error err;
 	if (strata_session_open(&o, &s, &err))
 		fail_msg("%s / %s", err.message, err.fix);
 	return s;
+}
+
+static strata_session *open_session(uint64_t sequences)
+{
+	return open_budgeted(sequences, 0);
 }
 
 static void test_parts_match_the_options(void **state)
@@ -139,11 +148,42 @@ static void test_source_is_the_forward_pass_own(void **state)
 	strata_session_close(s);
 }
 
+/* The CPU backend's bound is the plan's device budget (--device-memory, or
+ * the machine's), and a budget of exactly the plan's device total still
+ * opens: everything the run puts in device memory is in the plan. */
+static void test_cpu_backend_bound_is_the_device_budget(void **state)
+{
+	(void)state;
+	strata_error err;
+	for (int given = 0; given < 2; given++) {
+		strata_session *s = open_budgeted(2, given ? 64ull << 20 : 0);
+		const strata_plan *p = strata_session_plan(s);
+		strata_backend_memory mem;
+		assert_int_equal(strata_backend_memory_info(strata_session_backend(s),
+							    &mem, &err),
+				 STRATA_OK);
+		assert_true(mem.total_bytes == strata_plan_device_budget_bytes(p));
+		if (given)
+			assert_true(mem.total_bytes == 64ull << 20);
+		assert_true(mem.total_bytes - mem.free_bytes <=
+			    strata_plan_device_total(p));
+		uint64_t total = strata_plan_device_total(p);
+		strata_session_close(s);
+		s = open_budgeted(2, total);
+		assert_int_equal(strata_backend_memory_info(strata_session_backend(s),
+							    &mem, &err),
+				 STRATA_OK);
+		assert_true(mem.total_bytes == total);
+		strata_session_close(s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parts_match_the_options),
 		cmocka_unit_test(test_source_is_the_forward_pass_own),
+		cmocka_unit_test(test_cpu_backend_bound_is_the_device_budget),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

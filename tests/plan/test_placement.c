@@ -183,15 +183,15 @@ static void forced_counts_are_exact_and_budgets_exact(void **state)
 	strata_plan_destroy(p);
 	strata_error err;
 	o.has_device_budget = true;
-	o.device_budget = dev;
-	o.host_budget = host;
+	o.device_budget_bytes = dev;
+	o.host_budget_bytes = host;
 	strata_plan_destroy(plan_ok(f, &o));
-	o.device_budget = dev - 1;
+	o.device_budget_bytes = dev - 1;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	assert_true(has_code(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT));
 	strata_plan_destroy(p);
-	o.device_budget = dev;
-	o.host_budget = host - 1;
+	o.device_budget_bytes = dev;
+	o.host_budget_bytes = host - 1;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	strata_plan_destroy(p);
 	/* more than there are: every unit */

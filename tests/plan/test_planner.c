@@ -137,8 +137,8 @@ static void resident_is_chosen_when_it_fits(void **state)
 	strata_plan_destroy(p);
 	o.backend_reserved_bytes = 0;
 	/* one byte less and resident no longer fits: the exact edge */
-	o.device_budget = RESIDENT_DEVICE - 1;
-	o.host_budget = 64 * MiB;
+	o.device_budget_bytes = RESIDENT_DEVICE - 1;
+	o.host_budget_bytes = 64 * MiB;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_HOST);
 	assert_true(has_code(p, STRATA_EXPLAIN_RESIDENT_EXCEEDS_DEVICE_BUDGET));
@@ -179,7 +179,7 @@ static void host_window_is_the_fastest_fitting_depth(void **state)
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_SELECTED));
 	strata_plan_destroy(p);
 	/* the host tier too small for every unit: disk, two units ahead */
-	o.host_budget = 8 * MiB;
+	o.host_budget_bytes = 8 * MiB;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_WINDOW_EXCEEDS_HOST_BUDGET));
@@ -220,7 +220,7 @@ static void disk_options_follow_the_host_budget(void **state)
 		{MiB, true, true, 1, 2},   /* more reads than slots */
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-		o.host_budget = bad[i].host;
+		o.host_budget_bytes = bad[i].host;
 		o.has_lookahead = bad[i].has_la;
 		o.lookahead = bad[i].la;
 		o.has_queue = bad[i].has_q;
@@ -233,14 +233,14 @@ static void disk_options_follow_the_host_budget(void **state)
 		assert_null(p);
 	}
 	/* a host budget smaller than one unit: direct reads, not a misfit */
-	o.host_budget = MiB;
+	o.host_budget_bytes = MiB;
 	o.has_lookahead = o.has_queue = false;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) == 0 && strata_plan_host_total(p) == 0);
 	assert_true(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));
 	strata_plan_destroy(p);
 	/* given lookahead and queue are used as given */
-	o.host_budget = 64 * MiB;
+	o.host_budget_bytes = 64 * MiB;
 	o.lookahead = 3;
 	o.queue = 2;
 	o.has_lookahead = o.has_queue = true;
@@ -286,14 +286,14 @@ static void nothing_fits_names_shortfalls_and_the_smallest_budget(void **state)
 	uint64_t exact = disk->device_bytes;
 	strata_plan_destroy(p);
 	/* the named size fits; the exact bytes fit; one byte less does not */
-	o.device_budget = typed;
+	o.device_budget_bytes = typed;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_int_equal(strata_plan_mode(p), STRATA_RESIDENCY_DISK);
 	strata_plan_destroy(p);
-	o.device_budget = exact;
+	o.device_budget_bytes = exact;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	strata_plan_destroy(p);
-	o.device_budget = exact - 1;
+	o.device_budget_bytes = exact - 1;
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_E_PLAN_NOTHING_FITS);
 	strata_plan_destroy(p);
 	fixture_free(f);
@@ -362,7 +362,7 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 	assert_true(b->device_headroom_bytes == 2 * GiB);
 	/* cpu: one RAM that both tiers share, so every mode that fits it
 	 * runs (host:1 too, not "host budget 0") */
-	assert_true(b->device_bytes == 18 * GiB && b->host_bytes == 18 * GiB);
+	assert_true(b->device_budget_bytes == 18 * GiB && b->host_budget_bytes == 18 * GiB);
 	assert_true(b->ram_bytes == 18 * GiB);
 	assert_true(has_code(p, STRATA_EXPLAIN_DEVICE_BUDGET_FROM_MACHINE));
 	assert_true(has_code(p, STRATA_EXPLAIN_ONE_RAM_SHARED));
@@ -382,20 +382,20 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 	strata_plan_destroy(p);
 	/* an explicit device budget leaves the rest of RAM to the host */
 	o.has_device_budget = true;
-	o.device_budget = 4 * GiB;
+	o.device_budget_bytes = 4 * GiB;
 	assert_int_equal(strata_plan_create(f->layout, &f->arch,
 					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
 			 STRATA_OK);
-	assert_true(strata_plan_get_budgets(p)->host_bytes == 14 * GiB);
+	assert_true(strata_plan_get_budgets(p)->host_budget_bytes == 14 * GiB);
 	strata_plan_destroy(p);
 	/* and an explicit host budget leaves the rest to the device */
 	o.has_device_budget = false;
 	o.has_host_budget = true;
-	o.host_budget = 5 * GiB;
+	o.host_budget_bytes = 5 * GiB;
 	assert_int_equal(strata_plan_create(f->layout, &f->arch,
 					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
 			 STRATA_OK);
-	assert_true(strata_plan_get_budgets(p)->device_bytes == 13 * GiB);
+	assert_true(strata_plan_get_budgets(p)->device_budget_bytes == 13 * GiB);
 	assert_true(has_code(p, STRATA_EXPLAIN_HOST_BUDGET_FROM_OPTION));
 	strata_plan_destroy(p);
 	o.has_host_budget = false;
@@ -448,7 +448,7 @@ static void replicas_share_the_host_budget(void **state)
 	strata_plan *p = plan_ok(f, &o, &m);
 	const strata_plan_budgets *b = strata_plan_get_budgets(p);
 	assert_true(b->shared_by == 4);
-	assert_true(b->device_bytes == 18 * GiB / 4);
+	assert_true(b->device_budget_bytes == 18 * GiB / 4);
 	assert_true(b->ram_bytes == 18 * GiB / 4 && b->host_pool_bytes == 18 * GiB);
 	assert_true(strata_plan_host_spare_bytes(p) ==
 		    18 * GiB / 4 - strata_plan_device_total(p) -
@@ -456,25 +456,25 @@ static void replicas_share_the_host_budget(void **state)
 	strata_plan_destroy(p);
 	/* cpu, 4 GiB per arena: 18 - 4 x 4 GiB left to the host pool */
 	o.has_device_budget = true;
-	o.device_budget = 4 * GiB;
+	o.device_budget_bytes = 4 * GiB;
 	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
 	assert_true(b->host_pool_bytes == 2 * GiB);
-	assert_true(b->host_bytes == GiB / 2);
+	assert_true(b->host_budget_bytes == GiB / 2);
 	strata_plan_destroy(p);
 	/* arenas past the RAM: no host pool, not an underflow */
-	o.device_budget = 5 * GiB;
+	o.device_budget_bytes = 5 * GiB;
 	p = plan_ok(f, &o, &m);
-	assert_true(strata_plan_get_budgets(p)->host_bytes == 0);
+	assert_true(strata_plan_get_budgets(p)->host_budget_bytes == 0);
 	strata_plan_destroy(p);
 	/* cpu, --host-memory 8 GiB: 2 GiB each; the arenas share the rest */
 	o.has_device_budget = false;
 	o.has_host_budget = true;
-	o.host_budget = 8 * GiB;
+	o.host_budget_bytes = 8 * GiB;
 	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
-	assert_true(b->host_bytes == 2 * GiB && b->host_pool_bytes == 8 * GiB);
-	assert_true(b->device_bytes == 10 * GiB / 4);
+	assert_true(b->host_budget_bytes == 2 * GiB && b->host_pool_bytes == 8 * GiB);
+	assert_true(b->device_budget_bytes == 10 * GiB / 4);
 	strata_plan_destroy(p);
 	/* cuda: each GPU's own free memory; the host pool (18 GiB) split,
 	 * and only host memory is spare for a host-side cache */
@@ -482,8 +482,8 @@ static void replicas_share_the_host_budget(void **state)
 				  .host_shared_by = 4};
 	p = plan_ok(f, &o, &m);
 	b = strata_plan_get_budgets(p);
-	assert_true(b->device_bytes == 95 * GiB);
-	assert_true(b->host_bytes == 18 * GiB / 4);
+	assert_true(b->device_budget_bytes == 95 * GiB);
+	assert_true(b->host_budget_bytes == 18 * GiB / 4);
 	assert_true(strata_plan_mode(p) == STRATA_RESIDENCY_RESIDENT);
 	assert_true(strata_plan_host_spare_bytes(p) == 18 * GiB / 4);
 	bool split = false;
@@ -505,9 +505,9 @@ static void cuda_spare_is_what_the_device_can_pin(void **state)
 	fixture *f = fixture_make(8);
 	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA,
 				 .has_device_budget = true,
-				 .device_budget = 64 * GiB,
+				 .device_budget_bytes = 64 * GiB,
 				 .has_host_budget = true,
-				 .host_budget = 64 * GiB,
+				 .host_budget_bytes = 64 * GiB,
 				 .shape = {.context = 256, .batch = 1}};
 	strata_plan *p = plan_ok(f, &o, &no_machine);
 	assert_true(strata_plan_mode(p) == STRATA_RESIDENCY_RESIDENT);
@@ -515,7 +515,7 @@ static void cuda_spare_is_what_the_device_can_pin(void **state)
 	const uint64_t h = strata_plan_host_total(p);
 	assert_true(strata_plan_host_spare_bytes(p) == 64 * GiB - h);
 	strata_plan_destroy(p);
-	o.device_budget = total + 4 * MiB;
+	o.device_budget_bytes = total + 4 * MiB;
 	p = plan_ok(f, &o, &no_machine);
 	assert_true(strata_plan_device_total(p) == total);
 	const uint64_t spare = strata_plan_host_spare_bytes(p);
@@ -525,7 +525,7 @@ static void cuda_spare_is_what_the_device_can_pin(void **state)
 	assert_true(strata_plan_cuda_driver_bytes(h + spare + 1) - base >
 		    4 * MiB);
 	strata_plan_destroy(p);
-	o.device_budget = total;
+	o.device_budget_bytes = total;
 	p = plan_ok(f, &o, &no_machine);
 	assert_true(strata_plan_host_spare_bytes(p) == 0);
 	strata_plan_destroy(p);

@@ -102,7 +102,7 @@ static void cuda_disk_mode_stages_through_host_memory(void **state)
 	/* only the host is short: the fix is that one change */
 	if (!strstr(err.fix, "give --host-memory 4MiB (then disk fits"))
 		fail_msg("fix: %s", err.fix);
-	o.host_budget = 64 * MiB; /* units of this fixture are 4 MiB */
+	o.host_budget_bytes = 64 * MiB; /* units of this fixture are 4 MiB */
 	assert_int_equal(plan_bf16(f, &o, &p, &err), STRATA_OK);
 	assert_true(strata_plan_lookahead(p) >= 1 && strata_plan_queue(p) >= 1);
 	assert_false(has_code(p, STRATA_EXPLAIN_DISK_DIRECT_TO_DEVICE));

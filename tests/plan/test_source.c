@@ -79,9 +79,9 @@ static void plan_model(const char *path, strata_plan_device dev,
 			 STRATA_OK);
 	strata_plan_arch arch = {0};
 	strata_plan_options o = {.device = dev, .has_device_budget = true,
-				 .device_budget = 1u << 30,
+				 .device_budget_bytes = 1u << 30,
 				 .has_host_budget = true,
-				 .host_budget = 1u << 30};
+				 .host_budget_bytes = 1u << 30};
 	strata_plan_machine m = {0};
 	assert_int_equal(strata_plan_create(strata_plan_source_layout(*src),
 					    &arch,

@@ -247,7 +247,7 @@ static void test_device_oom_at_create_is_named(void **state)
 	assert_non_null(strstr(err.message, "device weights"));
 	/* a bounded device smaller than the plan: the backend refuses too */
 	strata_backend *small = NULL;
-	strata_backend_cpu_options o = {.device_memory_bytes = 4096};
+	strata_backend_cpu_options o = {.device_budget_bytes = 4096};
 	assert_int_equal(strata_backend_cpu_create(&o, &small, &err), STRATA_OK);
 	assert_int_equal(strata_residency_create(small, &c, &e, &err), STRATA_E_DEVICE_OOM);
 	strata_backend_destroy(small);

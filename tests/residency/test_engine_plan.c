@@ -22,8 +22,8 @@ static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 	workload w;
 	wl_create(&w, &mixed);
 	strata_plan_options o = {.mode = mode, .host_depth = host_depth,
-				 .has_device_budget = true, .device_budget = 1 << 24,
-				 .has_host_budget = has_host, .host_budget = host_budget};
+				 .has_device_budget = true, .device_budget_bytes = 1 << 24,
+				 .has_host_budget = has_host, .host_budget_bytes = host_budget};
 	wl_planned p;
 	strata_error err;
 	assert_int_equal(wl_plan(&w, &o, &p, &err), STRATA_OK);

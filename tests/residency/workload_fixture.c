@@ -225,8 +225,8 @@ strata_residency_config wl_config(workload *w, strata_residency_mode mode,
 {
 	strata_plan_options o = {
 		.mode = mode, .host_depth = depth,
-		.has_device_budget = true, .device_budget = 1 << 24,
-		.has_host_budget = true, .host_budget = 1 << 24,
+		.has_device_budget = true, .device_budget_bytes = 1 << 24,
+		.has_host_budget = true, .host_budget_bytes = 1 << 24,
 		.has_lookahead = mode == STRATA_RESIDENCY_DISK, .lookahead = 2,
 		.has_queue = mode == STRATA_RESIDENCY_DISK, .queue = 1};
 	return wl_config_planned(w, &o);
@@ -237,8 +237,8 @@ strata_residency_config wl_config_disk(workload *w, uint64_t lookahead,
 {
 	strata_plan_options o = {
 		.mode = STRATA_RESIDENCY_DISK,
-		.has_device_budget = true, .device_budget = 1 << 24,
-		.has_host_budget = true, .host_budget = lookahead ? 1 << 24 : 0,
+		.has_device_budget = true, .device_budget_bytes = 1 << 24,
+		.has_host_budget = true, .host_budget_bytes = lookahead ? 1 << 24 : 0,
 		.has_lookahead = true, .lookahead = lookahead,
 		.has_queue = true, .queue = queue};
 	return wl_config_planned(w, &o);

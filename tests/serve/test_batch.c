@@ -692,9 +692,9 @@ static void test_batch_prefix_cache_from_plan(void **state)
 	o.session.prefill = 32;
 	plan_defaults(&o.session.plan);
 	o.session.plan.has_device_budget = true;
-	o.session.plan.device_budget = 8u << 20;
+	o.session.plan.device_budget_bytes = 8u << 20;
 	o.session.plan.has_host_budget = true;
-	o.session.plan.host_budget = 3u << 20;
+	o.session.plan.host_budget_bytes = 3u << 20;
 	strata_batch *b = NULL;
 	strata_error err;
 	if (strata_batch_create(&o, &b, &err))
@@ -704,7 +704,7 @@ static void test_batch_prefix_cache_from_plan(void **state)
 			strata_batch_session(b, i));
 		const strata_plan_budgets *pb = strata_plan_get_budgets(p);
 		assert_int_equal(pb->shared_by, 3);
-		assert_int_equal(pb->host_bytes, 1u << 20);
+		assert_int_equal(pb->host_budget_bytes, 1u << 20);
 		strata_batch_replica_stats st;
 		strata_batch_replica_get_stats(b, i, &st);
 		assert_true(st.prefix_budget_from_plan);

@@ -26,8 +26,8 @@
 static const strata_plan_options modes[] = {
 	{.mode = STRATA_RESIDENCY_RESIDENT},
 	{.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
-	 .has_device_budget = true, .device_budget = 256 * MIB,
-	 .has_host_budget = true, .host_budget = 256 * MIB},
+	 .has_device_budget = true, .device_budget_bytes = 256 * MIB,
+	 .has_host_budget = true, .host_budget_bytes = 256 * MIB},
 };
 
 static strata_session *open_session(const char *path,

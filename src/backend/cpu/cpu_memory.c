@@ -542,7 +542,7 @@ strata_status strata_backend_cpu_create(const strata_backend_cpu_options *opt,
 		return strata_fail(err, STRATA_E_THREAD, "retry",
 				   "cannot make the CPU backend's condition variable");
 	}
-	c->limit_bytes = opt ? opt->device_memory_bytes : 0;
+	c->limit_bytes = opt ? opt->device_budget_bytes : 0;
 	c->hide_addressable = opt && opt->hide_addressable;
 	b->ops = &cpu_ops;
 	b->ctx = c;
