@@ -19,5 +19,12 @@ set_source_files_properties(${cuda_kernel_sources} PROPERTIES
   COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra,-Werror;-Werror=all-warnings;-D_GNU_SOURCE")
 
 set(cuda_backend_sources
-  cuda/cuda_memory.c cuda/cuda_compute.c ${cuda_kernel_sources})
-set(cuda_backend_libs CUDA::cudart CUDA::cublas)
+  cuda/cuda_memory.c cuda/cuda_compute.c cuda/cublas_load.c
+  ${cuda_kernel_sources})
+# cuBLAS is not linked: cublas_load.c opens it at the first compute
+# context, so starting the tool does not load it (issue 25). Its headers
+# come with the runtime's include folder.
+set(cuda_backend_libs CUDA::cudart ${CMAKE_DL_LIBS})
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/cuda/cublas_load.c
+  PROPERTIES COMPILE_DEFINITIONS
+  "STRATA_CUDA_LIBRARY_DIR=\"${CUDAToolkit_LIBRARY_DIR}\"")

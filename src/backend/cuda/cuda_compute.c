@@ -30,11 +30,12 @@ strata_status strata__cublas_fail(strata_error *err, cublasStatus_t st,
 		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
 				   "check the NVIDIA driver and the CUDA libraries (nvidia-smi), or run with --device cpu",
 				   "%s: cuBLAS could not start (%s)", what,
-				   cublasGetStatusName(st));
+				   strata__cublas.status_name(st));
 	return strata_fail(err, STRATA_E_DEVICE,
 			   "if the device is healthy (nvidia-smi) this is a bug in strata; report it with the message",
 			   "%s: cuBLAS failed (%s: %s)", what,
-			   cublasGetStatusName(st), cublasGetStatusString(st));
+			   strata__cublas.status_name(st),
+			   strata__cublas.status_string(st));
 }
 
 strata__cuda_compute *strata__cuda_compute_of(strata_compute *c)
@@ -65,7 +66,7 @@ static void compute_destroy(void *ctx)
 	if (k->stream.cuda)
 		(void)cudaStreamSynchronize(k->stream.cuda);
 	if (k->blas)
-		(void)cublasDestroy(k->blas);
+		(void)strata__cublas.destroy(k->blas);
 	if (k->blas_ws)
 		strata_backend_cuda_sys.device_free(k->blas_ws);
 	if (k->half_ws)
@@ -119,7 +120,10 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 		s = strata__cuda_fail(err, e, "CUDA compute context constants");
 		goto fail;
 	}
-	cublasStatus_t bs = cublasCreate(&k->blas);
+	s = strata__cublas_load(err);
+	if (s)
+		goto fail;
+	cublasStatus_t bs = strata__cublas.create(&k->blas);
 	if (bs != CUBLAS_STATUS_SUCCESS) {
 		k->blas = NULL;
 		s = strata__cublas_fail(err, bs, "creating a cuBLAS handle");
@@ -128,12 +132,12 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 	/* Our own workspace, so cuBLAS allocates nothing behind the plan;
 	 * default math: f32 products stay f32 (TF32 is opt-in and not
 	 * asked for), half inputs use tensor cores with f32 accumulation. */
-	bs = cublasSetStream(k->blas, k->stream.cuda);
+	bs = strata__cublas.set_stream(k->blas, k->stream.cuda);
 	if (bs == CUBLAS_STATUS_SUCCESS)
-		bs = cublasSetWorkspace(k->blas, k->blas_ws,
+		bs = strata__cublas.set_workspace(k->blas, k->blas_ws,
 					(size_t)STRATA_CUDA_BLAS_WORKSPACE_BYTES);
 	if (bs == CUBLAS_STATUS_SUCCESS)
-		bs = cublasSetMathMode(k->blas, CUBLAS_DEFAULT_MATH);
+		bs = strata__cublas.set_math_mode(k->blas, CUBLAS_DEFAULT_MATH);
 	if (bs != CUBLAS_STATUS_SUCCESS) {
 		s = strata__cublas_fail(err, bs, "configuring cuBLAS");
 		goto fail;
@@ -178,7 +182,7 @@ static strata_status f32_matmul(void *ctx, float *y, const float *x,
 	const float one = 1.0f, zero = 0.0f;
 	/* Row-major y (n, out) = x (n, in) . w (out, in)^T is, column-major,
 	 * y^T (out, n) = w^T . x^T with w read as (in, out). */
-	cublasStatus_t bs = cublasSgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N,
+	cublasStatus_t bs = strata__cublas.sgemm(k->blas, CUBLAS_OP_T, CUBLAS_OP_N,
 					(int)out, (int)n, (int)in, &one, w,
 					(int)in, x, (int)in, &zero, y, (int)out);
 	if (bs != CUBLAS_STATUS_SUCCESS)
@@ -379,7 +383,7 @@ static strata_status gemm_split(strata__cuda_compute *k, float *y,
 	uint64_t term_bytes = (uint64_t)n * in * 2;
 	for (int term = 0; term < 2; term++) {
 		const char *x_term = (const char *)k->half_ws + term * term_bytes;
-		cublasStatus_t bs = cublasGemmEx(
+		cublasStatus_t bs = strata__cublas.gemm_ex(
 			k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n,
 			(int)in, &one, w, dt, (int)in, x_term, dt, (int)in,
 			term || accumulate ? &one : &zero, y, CUDA_R_32F,

@@ -63,6 +63,26 @@ extern uint32_t strata__cuda_gemv_rows_max;
  * Returns the code. */
 strata_status strata__cuda_fail(strata_error *err, cudaError_t e,
 				const char *what);
+/* cuBLAS, opened at the first compute context (cublas_load.c): these are
+ * its functions; `loaded` once strata__cublas_load succeeded. */
+typedef struct strata_cublas_api {
+	bool loaded;
+	__typeof__(&cublasCreate) create;
+	__typeof__(&cublasDestroy) destroy;
+	__typeof__(&cublasSetStream) set_stream;
+	__typeof__(&cublasSetWorkspace) set_workspace;
+	__typeof__(&cublasSetMathMode) set_math_mode;
+	__typeof__(&cublasSgemm) sgemm;
+	__typeof__(&cublasGemmEx) gemm_ex;
+	__typeof__(&cublasGetStatusName) status_name;
+	__typeof__(&cublasGetStatusString) status_string;
+} strata_cublas_api;
+extern strata_cublas_api strata__cublas;
+
+/* Opens cuBLAS once per process (thread-safe); E_BACKEND_UNAVAILABLE
+ * naming the library and the loader's reason when it cannot. */
+strata_status strata__cublas_load(strata_error *err);
+
 strata_status strata__cublas_fail(strata_error *err, cublasStatus_t st,
 				  const char *what);
 
