@@ -10,6 +10,7 @@
 #include "strata/backend.h"
 #include "strata/checkpoint.h"
 #include "strata/infer.h"
+#include "strata/model.h"
 #include "strata/plan.h"
 
 static void help(FILE *f)
@@ -54,6 +55,45 @@ static void describe_arch(const char *model, const strata_catalog *c,
 		.head_dim = hp.head_dim, .vocab = hp.vocab,
 		.max_context = hp.context,
 	};
+}
+
+/* What `strata run` would refuse, found from the headers: a family it
+ * cannot compute (the architecture is then unknown), a tensor its family
+ * does not have or of another shape, a tensor type it cannot decode.
+ * Returns true and fills err when the checkpoint cannot run. */
+static bool cannot_run(const char *model, const strata_catalog *c,
+		       const strata_plan_arch *arch, strata_error *err)
+{
+	if (!arch->known) {
+		strata_fail(err, STRATA_E_MODEL_ARCH,
+			    "plan sized the weights only; use a checkpoint of a family strata runs (docs/infer.md)",
+			    "strata cannot run this checkpoint: %.200s",
+			    arch->unknown_reason ? arch->unknown_reason
+						 : "its architecture is not described");
+		return true;
+	}
+	strata_model_desc d;
+	strata_status s = strata_model_describe(model, c, &d, err);
+	if (s == STRATA_OK)
+		s = strata_model_check_tensors(&d, c, err);
+	if (s != STRATA_OK) {
+		strata_error_prefix(err, "strata cannot run this checkpoint");
+		return true;
+	}
+	for (size_t i = 0; i < strata_catalog_count(c); i++) {
+		const strata_tensor *t = strata_catalog_tensor(c, i);
+		const strata_dtype_info *info = strata_dtype_get(t->dtype);
+		if (info && info->is_float)
+			continue;
+		char shown[128];
+		strata_escape(shown, sizeof shown, t->name, strlen(t->name));
+		strata_fail(err, STRATA_E_CKPT_DTYPE,
+			    "convert it with strata quantize IN OUT.gguf --type Q8_0 (or F16, BF16, F32)",
+			    "strata cannot run this checkpoint: tensor '%s' is %s, a type strata cannot compute",
+			    shown, info ? info->name : "unknown");
+		return true;
+	}
+	return false;
 }
 
 /* Budget facts from the machine: MemAvailable always; on cuda, where the
@@ -423,6 +463,8 @@ typedef struct plan_run {
 	uint32_t failed;	     /* plans where nothing fits */
 	uint32_t first_failed;	     /* the first of them, and its error */
 	strata_error failure;
+	bool unrunnable;	     /* what strata run would refuse */
+	strata_error refusal;
 } plan_run;
 
 static void plan_run_fini(plan_run *r)
@@ -444,6 +486,7 @@ static strata_status plan_devices(plan_run *r, const char *model,
 	strata_plan_arch arch;
 	char reason[STRATA_ERROR_MESSAGE_BYTES];
 	describe_arch(model, r->catalog, &arch, reason, sizeof reason);
+	r->unrunnable = cannot_run(model, r->catalog, &arch, &r->refusal);
 	strata_plan_options po = opts->plan;
 	po.host_shared_by = g ? g->count : 0;
 	uint32_t n = g ? g->count : 1;
@@ -558,6 +601,8 @@ int strata_cmd_plan(int argc, char **argv)
 						 : "");
 	if (r.failed)
 		rc = strata_cli_fail(&r.failure);
+	if (r.unrunnable) /* after the plan: it still shows the sizes */
+		rc = strata_cli_fail(&r.refusal);
 done:
 	plan_run_fini(&r);
 	strata_cli_residency_fini(&opts);

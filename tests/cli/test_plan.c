@@ -235,7 +235,15 @@ static void unknown_architecture_still_sizes_weights(void **state)
 	(void)state;
 	const char *argv[] = {"plan", MIXED, "--json", "--device-memory",
 			      "1GiB", "--host-memory", "0", NULL};
-	json_t *doc = run_json(argv);
+	/* sized and shown, but strata run refuses it: plan says so, exit 1 */
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "strata: error: strata cannot run this checkpoint"));
+	assert_non_null(strstr(r.err, "  fix: "));
+	json_error_t je;
+	json_t *doc = json_loads(r.out, 0, &je);
+	cli_result_free(&r);
+	assert_non_null(doc);
 	json_t *arch = json_object_get(doc, "architecture");
 	assert_true(json_is_false(json_object_get(arch, "known")));
 	assert_true(json_is_null(json_object_get(arch, "layers")));
