@@ -639,4 +639,66 @@ void strata_plan_write_json(const strata_plan *p, const char *model,
 void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 				   strata_json *j);
 
+
+/* ------------------------------------------------------------------------ */
+/* Measured rates: strata calibrate and its file                            */
+/* ------------------------------------------------------------------------ */
+
+/* The rates one device of the machine was measured at. */
+typedef struct strata_plan_device_rates {
+	char name[16];	      /* "cuda:0" */
+	double h2d, d2h;      /* pinned copies, bytes/s */
+	double memory;	      /* weight-streaming product (GEMV), bytes/s */
+	double flops;	      /* dense product of many rows, operations/s */
+} strata_plan_device_rates;
+
+/* What `strata calibrate` measured (0: not measured). */
+typedef struct strata_plan_rates {
+	double host_memory; /* the CPU kernels' GEMV over host memory, bytes/s */
+	double cpu_flops;   /* the CPU kernels' dense product, operations/s */
+	uint32_t threads;   /* CPU threads it used */
+	uint32_t device_count;
+	strata_plan_device_rates devices[STRATA_PLAN_MAX_DEVICES];
+} strata_plan_rates;
+
+/* The rates file: $XDG_CACHE_HOME/strata/rates.json, else
+ * $HOME/.cache/strata/rates.json (XDG base directory spec; an empty or
+ * relative XDG_CACHE_HOME is ignored). E_INVALID_ARG when neither gives a
+ * path, E_OVERFLOW when it does not fit cap. */
+strata_status strata_plan_rates_path(char *buf, size_t cap, strata_error *err);
+
+/* Reads a rates file. E_IO (naming the file; *found false when it does
+ * not exist, which callers treat as "no rates"), E_PARSE for anything but
+ * the schema strata_plan_rates_save writes, naming the key. */
+strata_status strata_plan_rates_load(const char *path, strata_plan_rates *out,
+				     bool *found, strata_error *err);
+
+/* Writes r to path as JSON, creating the directory above it (one level,
+ * and its parent); the file is replaced whole (written aside, renamed). */
+strata_status strata_plan_rates_save(const char *path,
+				     const strata_plan_rates *r,
+				     strata_error *err);
+
+/* Fills the rates of o that are 0 from r for o's device (cpu: the host's
+ * rates stand for the device's too; cuda: the entry "cuda:INDEX") and
+ * marks them in o->calibrated_rates. A rate an option gave stays. */
+void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
+			     strata_plan_options *o);
+
+/* What to measure and how much. */
+typedef struct strata_plan_calibrate_options {
+	uint64_t bytes;	  /* weight bytes read per measure (0: 256 MiB) */
+	uint32_t repeats; /* best of (0: 3) */
+	uint32_t threads; /* CPU threads (0: one per processor) */
+	bool cpu_only;	  /* skip the CUDA devices */
+} strata_plan_calibrate_options;
+
+/* Measures the host memory read rate through the CPU kernels (a GEMV over
+ * an f32 matrix of `bytes`), the CPU's dense product rate, and for each
+ * CUDA device the pinned link both ways, its GEMV rate and its dense
+ * product rate. On a machine without CUDA, the host's only. Errors are the
+ * backend's (E_NOMEM, E_DEVICE_OOM ...), naming the measure. */
+strata_status strata_plan_calibrate(const strata_plan_calibrate_options *o,
+				    strata_plan_rates *out, strata_error *err);
+
 #endif

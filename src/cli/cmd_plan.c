@@ -487,13 +487,20 @@ static strata_status plan_devices(plan_run *r, const char *model,
 	char reason[STRATA_ERROR_MESSAGE_BYTES];
 	describe_arch(model, r->catalog, &arch, reason, sizeof reason);
 	r->unrunnable = cannot_run(model, r->catalog, &arch, &r->refusal);
-	strata_plan_options po = opts->plan;
-	po.host_shared_by = g ? g->count : 0;
+	strata_plan_rates rates;
+	bool have_rates = false;
+	strata_status rs = strata_cli_load_rates(&rates, &have_rates, err);
+	if (rs != STRATA_OK)
+		return rs;
 	uint32_t n = g ? g->count : 1;
 	for (uint32_t i = 0; i < n; i++) {
+		strata_plan_options po = opts->plan;
+		po.host_shared_by = g ? g->count : 0;
+		uint32_t index = g ? g->index[i] : opts->device_index;
+		if (have_rates)
+			strata_plan_rates_apply(&rates, index, &po);
 		strata_plan_machine machine;
-		machine_facts(opts, g ? g->index[i] : opts->device_index,
-			      &machine, &po.backend_reserved_bytes);
+		machine_facts(opts, index, &machine, &po.backend_reserved_bytes);
 		strata_error e;
 		strata_status s = strata_plan_create(
 			strata_plan_source_layout(r->source), &arch,

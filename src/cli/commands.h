@@ -64,6 +64,7 @@ int strata_cmd_run(int argc, char **argv);
 int strata_cmd_logits(int argc, char **argv);
 int strata_cmd_inspect(int argc, char **argv);
 int strata_cmd_batch(int argc, char **argv);
+int strata_cmd_calibrate(int argc, char **argv);
 
 /* Residency options shared by plan, run and logits (residency_options.c):
  * --residency auto|resident|host[:D]|disk, --device-memory SIZE,
@@ -101,6 +102,12 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 			  strata_cli_residency *r, void (*help)(FILE *),
 			  strata_cli_option_fn option, void *ctx,
 			  const char **model);
+
+/* The rates file strata calibrate writes (strata_plan_rates_path): *found
+ * false and STRATA_OK when there is none; an unreadable or malformed file
+ * is its error (the fix says to calibrate again). */
+strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
+				    strata_error *err);
 
 /* For the commands that run one sequence (run, logits): --batch above 1
  * is a usage error pointing at strata batch. Returns 0 or the exit code. */

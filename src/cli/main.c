@@ -14,6 +14,7 @@ const strata_command strata_commands[] = {
 	{"shard", "place keyed work items on devices (stdin -> stdout)", strata_cmd_shard},
 	{"inspect", "describe a checkpoint from its headers", strata_cmd_inspect},
 	{"plan", "size every residency mode of a model and choose one", strata_cmd_plan},
+	{"calibrate", "measure the memory, link and compute rates plans predict with", strata_cmd_calibrate},
 	{"tokenize", "show the token ids of a text", strata_cmd_tokenize},
 	{"run", "generate text from a prompt", strata_cmd_run},
 	{"logits", "write the logits of every position of a token list", strata_cmd_logits},

@@ -335,3 +335,17 @@ int strata_cli_one_sequence(const char *cmd, const strata_cli_residency *r)
 				"strata batch's --batch)",
 				(unsigned long long)r->plan.shape.batch, cmd);
 }
+
+strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
+				    strata_error *err)
+{
+	char path[4096];
+	*found = false;
+	if (strata_plan_rates_path(path, sizeof path, err) != STRATA_OK)
+		return STRATA_OK; /* no cache directory: no rates, defaults */
+	bool exists;
+	strata_status s = strata_plan_rates_load(path, out, &exists, err);
+	if (s == STRATA_OK)
+		*found = true;
+	return s == STRATA_OK || !exists ? STRATA_OK : s;
+}

@@ -683,9 +683,88 @@ static void input_errors_exit_1(void **state)
 	}
 }
 
+/* Every test's XDG_CACHE_HOME: a fresh folder, so no rates file of the
+ * machine's user changes a figure here. */
+static char cache_dir[64];
+
+static int make_cache(void **state)
+{
+	(void)state;
+	snprintf(cache_dir, sizeof cache_dir, "/tmp/strata-cli-plan-XXXXXX");
+	if (!mkdtemp(cache_dir))
+		return -1;
+	return setenv("XDG_CACHE_HOME", cache_dir, 1);
+}
+
+static int remove_cache(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+	return system(cmd);
+}
+
+static const char *source_of(json_t *doc, const char *rate)
+{
+	json_t *r = json_object_get(json_object_get(doc, "rates"), rate);
+	return json_string_value(json_object_get(r, "source"));
+}
+
+/* Without a rates file the plan names its defaults; strata calibrate
+ * writes the file in XDG_CACHE_HOME and plan then uses its rates, an
+ * option's rate winning; a broken file is an error saying to calibrate
+ * again. */
+static void calibrate_writes_the_rates_plan_reads(void **state)
+{
+	(void)state;
+	const char *plan[] = {"plan", STORIES, "--json", "--device", "cpu",
+			      "--device-memory", "1GiB", "--host-memory", "1GiB",
+			      "--memory-bandwidth", "5GB", NULL};
+	json_t *doc = run_json(plan);
+	assert_string_equal(source_of(doc, "host_memory_bytes_per_second"),
+			    "default");
+	json_decref(doc);
+	const char *cal[] = {"calibrate", "--cpu-only", "--bytes", "32MiB",
+			     "--repeats", "1", NULL};
+	cli_result r = run(cal);
+	assert_int_equal(r.exit_code, 0);
+	assert_non_null(strstr(r.out, "host memory read"));
+	assert_non_null(strstr(r.out, "written to "));
+	assert_non_null(strstr(r.out, cache_dir));
+	cli_result_free(&r);
+	doc = run_json(plan);
+	assert_string_equal(source_of(doc, "host_memory_bytes_per_second"),
+			    "calibrated");
+	assert_string_equal(source_of(doc, "cpu_flops"), "calibrated");
+	assert_string_equal(source_of(doc, "memory_bytes_per_second"), "option");
+	assert_string_equal(source_of(doc, "disk_bytes_per_second"), "default");
+	json_decref(doc);
+	char path[128];
+	snprintf(path, sizeof path, "%s/strata/rates.json", cache_dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"schema_version\": 9}", f);
+	fclose(f);
+	r = run(plan);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "schema_version"));
+	assert_non_null(strstr(r.err, "strata calibrate"));
+	cli_result_free(&r);
+	unlink(path);
+	const char *bad[] = {"calibrate", "--bytes", "1MiB", "--cpu-only", NULL};
+	r = run(bad);
+	assert_int_equal(r.exit_code, 1);
+	cli_result_free(&r);
+	const char *usage[] = {"calibrate", "--repeats", "0", NULL};
+	r = run(usage);
+	assert_int_equal(r.exit_code, 2);
+	cli_result_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(calibrate_writes_the_rates_plan_reads),
 		cmocka_unit_test(json_plan_of_stories_is_exact),
 		cmocka_unit_test(budgets_drive_the_choice),
 		cmocka_unit_test(nothing_fits_exits_1_with_every_shortfall),
@@ -703,5 +782,5 @@ int main(void)
 		cmocka_unit_test(usage_errors_exit_2),
 		cmocka_unit_test(input_errors_exit_1),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, make_cache, remove_cache);
 }

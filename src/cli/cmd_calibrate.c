@@ -1,0 +1,134 @@
+/* cmd_calibrate.c - `strata calibrate`: measures the host memory read rate
+ * and product rate of the CPU kernels and, on each CUDA device, the pinned
+ * link both ways and the GEMV and product rates, and writes them to the
+ * rates file that `strata plan` reads (layer: cli). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "strata/plan.h"
+
+static void help(FILE *f)
+{
+	fprintf(f,
+		"usage: strata calibrate [options]\n\n"
+		"Measures the rates strata plan predicts with and writes them to\n"
+		"$XDG_CACHE_HOME/strata/rates.json (else ~/.cache/strata/rates.json):\n"
+		"the host memory read rate and dense product rate of the CPU\n"
+		"kernels, and for each CUDA device the pinned link both ways, its\n"
+		"GEMV (weight-streaming) rate and its dense product rate. strata\n"
+		"plan uses a rate from the file unless an option gives it\n"
+		"(--h2d-bandwidth, --memory-bandwidth, --host-memory-bandwidth ...).\n\n"
+		"options:\n"
+		"  --bytes SIZE     weight bytes read per measure (default 256MiB)\n"
+		"  --repeats N      best of N timed runs (default 3)\n"
+		"  --threads N      CPU threads (default: one per processor)\n"
+		"  --cpu-only       skip the CUDA devices\n"
+		"  --out FILE       write there instead of the cache directory\n"
+		"  --json           print the file's JSON instead of a summary\n");
+}
+
+typedef struct args {
+	strata_plan_calibrate_options o;
+	const char *out;
+	bool json;
+} args;
+
+/* One option with a value; 0, -1 (help) or an exit code. */
+static int take(args *a, const char *opt, const char *v)
+{
+	strata_error err;
+	uint64_t u;
+	if (!strcmp(opt, "--out")) {
+		a->out = v;
+		return 0;
+	}
+	if (!strcmp(opt, "--bytes")) {
+		if (strata_size_parse(v, &a->o.bytes, &err))
+			return strata_cli_usage("calibrate", "--bytes: '%s' is not a size", v);
+		return 0;
+	}
+	if (strata_cli_parse_u64(opt, v, &u, &err) || u == 0 || u > 4096)
+		return strata_cli_usage("calibrate", "%s: '%s' is not a count from 1 to 4096",
+					opt, v);
+	if (!strcmp(opt, "--repeats"))
+		a->o.repeats = (uint32_t)u;
+	else
+		a->o.threads = (uint32_t)u;
+	return 0;
+}
+
+static int parse(int argc, char **argv, args *a)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+			help(stdout);
+			return -1;
+		}
+		if (!strcmp(arg, "--cpu-only")) {
+			a->o.cpu_only = true;
+		} else if (!strcmp(arg, "--json")) {
+			a->json = true;
+		} else if (!strcmp(arg, "--bytes") || !strcmp(arg, "--repeats") ||
+			   !strcmp(arg, "--threads") || !strcmp(arg, "--out")) {
+			if (i + 1 >= argc)
+				return strata_cli_usage("calibrate", "%s needs a value", arg);
+			int rc = take(a, arg, argv[++i]);
+			if (rc)
+				return rc;
+		} else {
+			return strata_cli_usage("calibrate", "unknown argument '%s'", arg);
+		}
+	}
+	return 0;
+}
+
+static void summary(const char *path, const strata_plan_rates *r)
+{
+	printf("host memory read (CPU kernels, %u threads): %.2f GB/s\n",
+	       r->threads, r->host_memory / 1e9);
+	printf("CPU dense product: %.1f GFLOP/s\n", r->cpu_flops / 1e9);
+	for (uint32_t i = 0; i < r->device_count; i++) {
+		const strata_plan_device_rates *d = &r->devices[i];
+		printf("%s: host to device %.2f GB/s, device to host %.2f GB/s, "
+		       "GEMV %.1f GB/s, dense product %.1f TFLOP/s\n",
+		       d->name, d->h2d / 1e9, d->d2h / 1e9, d->memory / 1e9,
+		       d->flops / 1e12);
+	}
+	if (!r->device_count)
+		printf("no CUDA device: the host's rates only\n");
+	printf("written to %s (strata plan reads it)\n", path);
+}
+
+int strata_cmd_calibrate(int argc, char **argv)
+{
+	args a;
+	memset(&a, 0, sizeof a);
+	int rc = parse(argc, argv, &a);
+	if (rc)
+		return rc < 0 ? STRATA_EXIT_OK : rc;
+	char path[4096];
+	strata_error err;
+	if (a.out)
+		snprintf(path, sizeof path, "%s", a.out);
+	else if (strata_plan_rates_path(path, sizeof path, &err))
+		return strata_cli_fail(&err);
+	if (a.out && strata_file_check_output(path, &err))
+		return strata_cli_fail(&err);
+	strata_plan_rates r;
+	if (strata_plan_calibrate(&a.o, &r, &err) ||
+	    strata_plan_rates_save(path, &r, &err))
+		return strata_cli_fail(&err);
+	if (!a.json) {
+		summary(path, &r);
+		return STRATA_EXIT_OK;
+	}
+	char *text = NULL;
+	size_t len = 0;
+	if (strata_file_read_all(path, 1u << 20, &text, &len, &err))
+		return strata_cli_fail(&err);
+	fwrite(text, 1, len, stdout);
+	strata_free(text);
+	return STRATA_EXIT_OK;
+}

@@ -1,0 +1,192 @@
+/* test_rates.c - the rates file: its place in the XDG cache directory,
+ * its round trip, its refusal of anything else, how its rates fill a
+ * plan's options (an option's rate stays), and a real calibration of the
+ * CPU (layer: plan). Every test points XDG_CACHE_HOME at its own folder. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "strata/plan.h"
+
+static char dir[64];
+
+static int make_dir(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof dir, "/tmp/strata-rates-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	setenv("XDG_CACHE_HOME", dir, 1);
+	return 0;
+}
+
+static int remove_dir(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void path_follows_xdg_then_home(void **state)
+{
+	(void)state;
+	char p[256], want[256];
+	strata_error err;
+	assert_int_equal(strata_plan_rates_path(p, sizeof p, &err), STRATA_OK);
+	snprintf(want, sizeof want, "%s/strata/rates.json", dir);
+	assert_string_equal(p, want);
+	/* a relative XDG_CACHE_HOME is ignored (the spec) */
+	setenv("XDG_CACHE_HOME", "relative", 1);
+	setenv("HOME", "/home/someone", 1);
+	assert_int_equal(strata_plan_rates_path(p, sizeof p, &err), STRATA_OK);
+	assert_string_equal(p, "/home/someone/.cache/strata/rates.json");
+	unsetenv("XDG_CACHE_HOME");
+	unsetenv("HOME");
+	assert_int_equal(strata_plan_rates_path(p, sizeof p, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.fix, "XDG_CACHE_HOME"));
+	setenv("XDG_CACHE_HOME", dir, 1);
+	assert_int_equal(strata_plan_rates_path(p, 8, &err), STRATA_E_OVERFLOW);
+}
+
+static void file_round_trips_and_creates_its_folder(void **state)
+{
+	(void)state;
+	char p[256];
+	strata_error err;
+	assert_int_equal(strata_plan_rates_path(p, sizeof p, &err), STRATA_OK);
+	strata_plan_rates r = {.host_memory = 106e9, .cpu_flops = 2e12,
+			       .threads = 16, .device_count = 2};
+	r.devices[0] = (strata_plan_device_rates){"cuda:0", 55e9, 54e9, 4.1e12,
+						  600e12};
+	r.devices[1] = (strata_plan_device_rates){"cuda:1", 50e9, 49e9, 4e12,
+						  590e12};
+	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
+	strata_plan_rates back;
+	bool found;
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	assert_true(found);
+	assert_true(back.host_memory == 106e9 && back.cpu_flops == 2e12 &&
+		    back.threads == 16 && back.device_count == 2);
+	assert_string_equal(back.devices[1].name, "cuda:1");
+	assert_true(back.devices[1].h2d == 50e9 && back.devices[1].flops == 590e12);
+	/* no file: not found, distinct from a bad one */
+	char missing[300];
+	snprintf(missing, sizeof missing, "%s/none.json", dir);
+	assert_int_not_equal(strata_plan_rates_load(missing, &back, &found, &err),
+			     STRATA_OK);
+	assert_false(found);
+}
+
+/* Each malformed file is E_PARSE naming what is wrong; the fix says to
+ * calibrate again. */
+static void malformed_files_are_refused_by_key(void **state)
+{
+	(void)state;
+	const struct {
+		const char *text, *names;
+	} bad[] = {
+		{"[]", "not a JSON object"},
+		{"{", "not a JSON object"},
+		{"{\"schema_version\": 2, \"host\": {}}", "schema_version"},
+		{"{\"schema_version\": 1}", "'host'"},
+		{"{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": -1}}",
+		 "host_memory_bytes_per_second"},
+		{"{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, \"cpu_flops\": 1e9, \"threads\": 0}, \"devices\": []}",
+		 "host.threads"},
+		{"{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, \"cpu_flops\": 1e9, \"threads\": 2}}",
+		 "devices"},
+		{"{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, \"cpu_flops\": 1e9, \"threads\": 2}, \"devices\": [{\"device\": \"cuda:0\", \"h2d_bytes_per_second\": \"fast\"}]}",
+		 "h2d_bytes_per_second"},
+	};
+	char p[300];
+	snprintf(p, sizeof p, "%s/bad.json", dir);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		write_text(p, bad[i].text);
+		strata_plan_rates r;
+		bool found;
+		strata_error err;
+		assert_int_equal(strata_plan_rates_load(p, &r, &found, &err),
+				 STRATA_E_PARSE);
+		assert_true(found);
+		if (!strstr(err.message, bad[i].names))
+			fail_msg("case %zu: '%s' lacks '%s'", i, err.message,
+				 bad[i].names);
+		assert_non_null(strstr(err.fix, "strata calibrate"));
+	}
+}
+
+/* Measured rates fill what no option gave, for the plan's own device;
+ * the plan then names them calibrated, and the rest defaults. */
+static void rates_fill_what_options_leave(void **state)
+{
+	(void)state;
+	strata_plan_rates r = {.host_memory = 100e9, .cpu_flops = 1e12,
+			       .threads = 4, .device_count = 1};
+	r.devices[0] = (strata_plan_device_rates){"cuda:1", 50e9, 45e9, 4e12,
+						  500e12};
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA,
+				 .h2d_bandwidth = 10e9};
+	strata_plan_rates_apply(&r, 1, &o);
+	assert_true(o.h2d_bandwidth == 10e9); /* the option's */
+	assert_true(o.d2h_bandwidth == 45e9 && o.memory_bandwidth == 4e12);
+	assert_true(o.host_memory_bandwidth == 100e9 && o.device_flops == 500e12);
+	assert_false(o.calibrated_rates & (1u << STRATA_PLAN_RATE_H2D));
+	assert_true(o.calibrated_rates & (1u << STRATA_PLAN_RATE_D2H));
+	/* another device index takes only the host's */
+	strata_plan_options other = {.device = STRATA_PLAN_DEVICE_CUDA};
+	strata_plan_rates_apply(&r, 0, &other);
+	assert_true(other.memory_bandwidth == 0 && other.host_memory_bandwidth == 100e9);
+	/* cpu: the host's rates are the device's */
+	strata_plan_options cpu = {.device = STRATA_PLAN_DEVICE_CPU};
+	strata_plan_rates_apply(&r, 0, &cpu);
+	assert_true(cpu.memory_bandwidth == 100e9 && cpu.device_flops == 1e12);
+}
+
+/* A real, small calibration of this machine's CPU. */
+static void calibration_measures_the_cpu(void **state)
+{
+	(void)state;
+	strata_plan_calibrate_options o = {.bytes = 32u << 20, .repeats = 1,
+					   .cpu_only = true};
+	strata_plan_rates r;
+	strata_error err;
+	assert_int_equal(strata_plan_calibrate(&o, &r, &err), STRATA_OK);
+	assert_true(r.host_memory > 1e8 && r.host_memory < 1e13);
+	assert_true(r.cpu_flops > 1e7 && r.cpu_flops < 1e15);
+	assert_true(r.threads >= 1 && r.device_count == 0);
+	o.bytes = 1u << 20;
+	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.fix, "--bytes"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(path_follows_xdg_then_home),
+		cmocka_unit_test(file_round_trips_and_creates_its_folder),
+		cmocka_unit_test(malformed_files_are_refused_by_key),
+		cmocka_unit_test(rates_fill_what_options_leave),
+		cmocka_unit_test(calibration_measures_the_cpu),
+	};
+	return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}
