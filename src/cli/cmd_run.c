@@ -213,11 +213,13 @@ static strata_status generate(const run_args *a, strata_session *s,
 		st = strata_text_stream_finish(out.text, &text, &len, err);
 		if (st == STRATA_OK && len)
 			fwrite(text, 1, len, stdout);
+		/* the text ends its line, so the shell's prompt or the
+		 * summary that follows starts on a line of its own */
+		if (st == STRATA_OK)
+			fputc('\n', stdout);
 		fflush(stdout);
 		if (out.show_progress)
 			strata_progress_finish(&out.progress);
-		if (isatty(STDOUT_FILENO))
-			fputc('\n', stderr);
 	}
 	if (st == STRATA_OK)
 		st = strata_session_finish(s, err);

@@ -162,6 +162,9 @@ static void test_batch_greedy_equals_run(void **state)
 		assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
 		assert_int_equal(r.exit_code, 0);
 		const char *text = field_s(json_array_get(all, i), "text");
+		/* run ends its text with a newline; batch's text is the text */
+		assert_true(r.out_len > 0 && r.out[r.out_len - 1] == '\n');
+		r.out[r.out_len - 1] = '\0';
 		if (strcmp(text, r.out))
 			fail_msg("request %zu: batch '%s' vs run '%s'", i, text,
 				 r.out);

@@ -46,7 +46,9 @@ static void expect_stories_text(const char *const *argv)
 	cli_result r = run(argv);
 	if (r.exit_code != 0)
 		fail_msg("exit %d: %s", r.exit_code, r.err);
-	if (r.out_len != want_len || memcmp(r.out, want, want_len))
+	/* llama2.c's text, then the newline that ends it */
+	if (r.out_len != want_len + 1 || memcmp(r.out, want, want_len) ||
+	    r.out[want_len] != '\n')
 		fail_msg("text differs from llama2.c's:\n%s", r.out);
 	assert_non_null(strstr(r.err, "time to first token"));
 	assert_non_null(strstr(r.err, "tokens/s"));
@@ -110,7 +112,7 @@ static void test_run_continuation_keeps_its_space(void **state)
 				      "-n", "6", "--temperature", "0", NULL};
 		cli_result r = run(argv);
 		assert_int_equal(r.exit_code, 0);
-		assert_string_equal(r.out, " time, there was a little");
+		assert_string_equal(r.out, " time, there was a little\n");
 		cli_result_free(&r);
 	}
 }
