@@ -138,6 +138,25 @@ static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 	return statics;
 }
 
+/* Disk mode reads a unit per call on each reader thread: with a buffer of
+ * the largest unit per reader ready, streaming allocates nothing. */
+static strata_status reserve_reads(strata_weight_store *ws,
+				   const strata_infer_tensors *t,
+				   uint32_t reader_threads, strata_error *err)
+{
+	uint64_t largest = 0;
+	for (uint32_t l = 0; l < t->layers; l++) {
+		uint64_t sum = 0;
+		for (int s = 0; s < STRATA_SLOT_COUNT; s++)
+			if (t->layer[l][s])
+				sum += t->layer[l][s]->bytes;
+		largest = sum > largest ? sum : largest;
+	}
+	return strata_weight_store_reserve(ws, reader_threads ? reader_threads
+							      : 1,
+					   largest, err);
+}
+
 /* ------------------------------------------------------------------------ */
 
 strata_status strata_infer_window_create(strata_backend *b,
@@ -186,22 +205,9 @@ strata_status strata_infer_window_create(strata_backend *b,
 	cfg.read = strata_residency_read_store;
 	cfg.read_user = ws;
 	cfg.convert = strata_residency_convert_f32;
-	if (ws && cfg.mode == STRATA_RESIDENCY_DISK) {
-		/* Disk mode reads a unit per call on each reader thread: with a
-		 * buffer per reader ready, streaming allocates nothing. */
-		uint64_t largest = 0;
-		for (uint32_t l = 0; l < t->layers; l++) {
-			uint64_t sum = 0;
-			for (int s = 0; s < STRATA_SLOT_COUNT; s++)
-				if (t->layer[l][s])
-					sum += t->layer[l][s]->bytes;
-			largest = sum > largest ? sum : largest;
-		}
-		uint32_t readers = o->reader_threads ? o->reader_threads : 1;
-		if ((st = strata_weight_store_reserve(ws, readers, largest,
-						      err)))
-			goto fail;
-	}
+	if (ws && cfg.mode == STRATA_RESIDENCY_DISK &&
+	    (st = reserve_reads(ws, t, o->reader_threads, err)))
+		goto fail;
 	if ((st = strata_residency_create(b, &cfg, &w->engine, err)))
 		goto fail;
 	/* the run's budgets, for the telemetry document: the engine knows

@@ -325,6 +325,27 @@ static strata_status load_tokens(gv *v, long kv_tok, long kv_type,
 	return STRATA_OK;
 }
 
+/* The ids encoding adds around a text (add_bos / add_eos). */
+static strata_status add_bos_eos(gv *v)
+{
+	strata_tokenizer *t = v->t;
+	if (t->specials.add_bos) {
+		t->prefix_ids = strata_alloc_or_error(sizeof *t->prefix_ids,
+						      "BOS", v->err);
+		if (!t->prefix_ids)
+			return STRATA_E_NOMEM;
+		t->prefix_ids[t->n_prefix++] = t->specials.bos;
+	}
+	if (t->specials.add_eos) {
+		t->suffix_ids = strata_alloc_or_error(sizeof *t->suffix_ids,
+						      "EOS", v->err);
+		if (!t->suffix_ids)
+			return STRATA_E_NOMEM;
+		t->suffix_ids[t->n_suffix++] = t->specials.eos;
+	}
+	return STRATA_OK;
+}
+
 static strata_status build(gv *v)
 {
 	strata_tokenizer *t = v->t;
@@ -394,20 +415,7 @@ static strata_status build(gv *v)
 	    (t->specials.add_eos && t->specials.eos < 0))
 		return bad(v, "tokenizer.ggml.add_bos_token",
 			   "BOS/EOS is to be added but its id is not set");
-	int32_t *pre = &t->specials.bos, *suf = &t->specials.eos;
-	if (t->specials.add_bos) {
-		t->prefix_ids = strata_alloc_or_error(sizeof *pre, "BOS", v->err);
-		if (!t->prefix_ids)
-			return STRATA_E_NOMEM;
-		t->prefix_ids[t->n_prefix++] = *pre;
-	}
-	if (t->specials.add_eos) {
-		t->suffix_ids = strata_alloc_or_error(sizeof *suf, "EOS", v->err);
-		if (!t->suffix_ids)
-			return STRATA_E_NOMEM;
-		t->suffix_ids[t->n_suffix++] = *suf;
-	}
-	return STRATA_OK;
+	return add_bos_eos(v);
 }
 
 strata_status strata_tokenizer_from_gguf(const struct strata_gguf *g,
