@@ -1,6 +1,6 @@
 # install.cmake - the installable library (issue 25): libstrata.so with a
 # versioned soname beside libstrata.a, the public headers, strata.pc and the
-# tool, for `make install PREFIX=DIR` and `cmake --install`.
+# tool and its man page, for `make install PREFIX=DIR` and `cmake --install`.
 include(GNUInstallDirs)
 
 get_property(strata_objects GLOBAL PROPERTY STRATA_LAYER_OBJECTS)
@@ -40,6 +40,20 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/strata
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(FILES ${CMAKE_BINARY_DIR}/strata.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The man page, made at build time from the built tool's --help texts
+# (scripts/make-man), so it says what --help says.
+if(STRATA_PYTHON3)
+  set(strata_man ${CMAKE_BINARY_DIR}/share/man/man1/strata.1)
+  add_custom_command(OUTPUT ${strata_man}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/share/man/man1
+    COMMAND ${STRATA_PYTHON3} ${CMAKE_SOURCE_DIR}/scripts/make-man
+            $<TARGET_FILE:strata_cli> ${PROJECT_VERSION} ${strata_man}
+    DEPENDS strata_cli ${CMAKE_SOURCE_DIR}/scripts/make-man
+    COMMENT "Generating share/man/man1/strata.1 from --help")
+  add_custom_target(strata_man ALL DEPENDS ${strata_man})
+  install(FILES ${strata_man} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+endif()
 
 # CI's check of the installed tree: install into a temporary prefix, build
 # the examples with `pkg-config --cflags --libs strata` alone, run them.

@@ -47,9 +47,9 @@ static void help(FILE *f)
 		"  --threads N           compute threads per replica (default:\n"
 		"                        processors / replicas)\n"
 		"  --telemetry FILE      write the telemetry document with one\n"
-		"                        devices[] entry per replica and the router\n%s",
-		STRATA_FORWARD_MAX_SEQUENCES, DEFAULT_NEW_TOKENS,
-		strata_cli_residency_help);
+		"                        devices[] entry per replica and the router\n",
+		STRATA_FORWARD_MAX_SEQUENCES, DEFAULT_NEW_TOKENS);
+	strata_cli_residency_print_help(f, STRATA_CLI_HELP_NO_BATCH);
 }
 
 typedef struct batch_args {

@@ -24,8 +24,8 @@ static void help(FILE *f)
 		"  --out FILE            where the logits go\n"
 		"  --threads N           compute threads (default: every "
 		"processor)\n"
-		"  --telemetry FILE      write the telemetry document\n%s",
-		strata_cli_residency_help);
+		"  --telemetry FILE      write the telemetry document\n");
+	strata_cli_residency_print_help(f, STRATA_CLI_HELP_NO_BATCH);
 }
 
 /* Parses "ID ID ..." (spaces, tabs or commas between) into *ids. */

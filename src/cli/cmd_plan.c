@@ -20,15 +20,16 @@ static void help(FILE *f)
 		"Sizes every way of running MODEL (resident, host:D, disk) to the\n"
 		"byte from its headers alone, checks each against the budgets and\n"
 		"chooses the fastest that fits.\n\n"
-		"options:\n%s"
+		"options:\n");
+	strata_cli_residency_print_help(f, 0);
+	fprintf(f,
 		"  --gpus all|N|LIST     one plan per device: all visible GPUs,\n"
 		"                        the first N or the listed indices, each\n"
 		"                        with its own device budget, sharing the\n"
 		"                        host budget evenly; with no GPU here,\n"
 		"                        GPUs of --device-memory each, or with\n"
 		"                        --device cpu, N CPU replicas\n"
-		"  --json                one JSON object (docs/plan.md)\n",
-		strata_cli_residency_help);
+		"  --json                one JSON object (docs/plan.md)\n");
 }
 
 /* The architecture from config.json or the GGUF metadata, read by the

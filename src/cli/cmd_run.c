@@ -34,8 +34,9 @@ static void help(FILE *f)
 		"stderr)\n"
 		"  --threads N           compute threads (default: every "
 		"processor)\n"
-		"  --telemetry FILE      write the telemetry document\n%s",
-		DEFAULT_NEW_TOKENS, strata_cli_residency_help);
+		"  --telemetry FILE      write the telemetry document\n",
+		DEFAULT_NEW_TOKENS);
+	strata_cli_residency_print_help(f, STRATA_CLI_HELP_NO_BATCH);
 }
 
 typedef struct run_args {

@@ -87,8 +87,12 @@ void strata_cli_residency_fini(strata_cli_residency *r);
  * Returns -1 with err filled (E_USAGE, E_NOMEM) for a bad value. */
 int strata_cli_residency_option(strata_cli_residency *r, int argc,
 				char **argv, int *i, strata_error *err);
-/* The option lines for a command's --help. */
-extern const char strata_cli_residency_help[];
+/* Prints the residency option lines of a command's --help to f, leaving
+ * out the entries named in omit (STRATA_CLI_HELP_NO_* flags): a command's
+ * help lists exactly what it accepts. */
+#define STRATA_CLI_HELP_NO_BATCH 1u /* run, logits: one sequence; batch:
+				       its own --batch entry */
+void strata_cli_residency_print_help(FILE *f, unsigned omit);
 
 /* The argument loop of the commands that run a model (run, logits,
  * batch): residency options into r; --help / -h (help(stdout), returns

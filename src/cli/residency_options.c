@@ -1,12 +1,13 @@
 /* residency_options.c - the residency options plan, run and logits share:
  * mode, budgets, disk lookahead and queue, token shape, excludes, device
  * and link bandwidths (layer: cli). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 
-const char strata_cli_residency_help[] =
+static const char residency_help[] =
 	"  --residency MODE      auto (default), resident, host, host:DEPTH or disk\n"
 	"  --device cpu|cuda[:N] where the model runs (default: cuda if visible, else cpu)\n"
 	"  --device-memory SIZE  device budget (default: free memory minus headroom);\n"
@@ -28,6 +29,44 @@ const char strata_cli_residency_help[] =
 	"                        file, else defaults the plan names)\n"
 	"  --resident-units N    exactly N units resident on the device(s)\n"
 	"  --cpu-units N         exactly N units computed on the CPU from host memory\n";
+
+/* The option names strata_cli_residency_print_help can leave out. */
+static const struct {
+	unsigned flag;
+	const char *name;
+} omittable[] = {
+	{STRATA_CLI_HELP_NO_BATCH, "--batch"},
+};
+
+/* Does the help entry starting at `line` ("  --name ...") name an option
+ * that omit leaves out? */
+static bool omitted(const char *line, unsigned omit)
+{
+	for (size_t k = 0; k < sizeof omittable / sizeof *omittable; k++) {
+		size_t n = strlen(omittable[k].name);
+		if ((omit & omittable[k].flag) &&
+		    !strncmp(line + 2, omittable[k].name, n) &&
+		    line[2 + n] == ' ')
+			return true;
+	}
+	return false;
+}
+
+void strata_cli_residency_print_help(FILE *f, unsigned omit)
+{
+	bool skipping = false;
+	for (const char *line = residency_help; *line;) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+		/* an entry is its "  --name" line and the deeper-indented
+		 * lines that continue it */
+		if (!strncmp(line, "  -", 3))
+			skipping = omitted(line, omit);
+		if (!skipping)
+			fwrite(line, 1, len, f);
+		line += len;
+	}
+}
 
 typedef enum opt_kind {
 	OPT_RESIDENCY, OPT_DEVICE, OPT_DEVICE_MEMORY, OPT_HOST_MEMORY,
