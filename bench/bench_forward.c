@@ -41,8 +41,8 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
 		"                     [--passes K] [--decode D] [--cold] [--quick]\n"
-		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n%s",
-		strata_cli_residency_help);
+		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n");
+	strata_cli_residency_print_help(stderr, 0);
 	return 2;
 }
 
