@@ -70,7 +70,11 @@
 	/* text: 900-999 */                                                    \
 	X(E_TEXT_TOKENIZER, 900, "malformed tokenizer")                        \
 	X(E_TEXT_UNSUPPORTED, 901, "unsupported tokenizer component")          \
-	X(E_TEXT_ENCODING, 902, "text is not valid for this tokenizer")
+	X(E_TEXT_ENCODING, 902, "text is not valid for this tokenizer")       \
+	X(E_TEXT_TEMPLATE, 903, "malformed chat template")                     \
+	X(E_TEXT_TEMPLATE_RENDER, 904, "chat template failed while rendering") \
+	X(E_TEXT_TEMPLATE_RAISED, 905, "the chat template refused the input")  \
+	X(E_TEXT_TEMPLATE_LIMIT, 906, "chat template passed a sandbox limit")
 
 typedef enum strata_status {
 #define STRATA_STATUS_ENUM(name, value, text) STRATA_##name = value,

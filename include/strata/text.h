@@ -163,4 +163,80 @@ strata_status strata_text_stream_finish(strata_text_stream *s,
 					const char **text, size_t *len,
 					strata_error *err);
 
+/* ------------------------------------------------------------------------ */
+/* Chat templates                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A chat template: the Jinja subset that models' chat_template strings use,
+ * rendered the way Hugging Face transformers' apply_chat_template renders
+ * (Jinja2's sandbox with trim_blocks, lstrip_blocks, loop controls, a
+ * raise_exception global, strftime_now and a tojson that keeps non-ASCII).
+ * docs/templates.md says what is supported and where it differs.
+ *
+ * Trust: the template and the messages are hostile. A template cannot
+ * reach files, the environment or the network; its time (steps), output
+ * and memory are bounded; a bad one is an error with line and column,
+ * never a crash. Immutable after creation: renders may run concurrently. */
+typedef struct strata_chat_template strata_chat_template;
+
+#define STRATA_TEMPLATE_MAX_SOURCE_BYTES ((size_t)4 << 20)
+
+typedef struct strata_chat_template_options {
+	bool add_generation_prompt;
+	const char *bos_token;	/* NUL-terminated; NULL: undefined */
+	const char *eos_token;	/* likewise */
+	const char *tools_json; /* a JSON array, or NULL: `tools` is none */
+	/* A JSON object whose members become variables (enable_thinking,
+	 * date_string, documents ...), overriding the ones above; or NULL. */
+	const char *extra_json;
+	/* strftime_now's clock: now_unix as UTC when fixed_time, else the
+	 * wall clock in local time, as Python's datetime.now(). */
+	bool fixed_time;
+	int64_t now_unix;
+	uint64_t max_steps;	   /* 0: 10 million */
+	uint64_t max_output_bytes; /* 0: 16 MiB */
+	uint64_t max_memory_bytes; /* 0: 256 MiB */
+} strata_chat_template_options;
+
+/* Zeroes o: no generation prompt, no tokens, no tools, wall clock, the
+ * default limits. */
+void strata_chat_template_options_init(strata_chat_template_options *o);
+
+/* Parses len bytes of template source (UTF-8, at most
+ * STRATA_TEMPLATE_MAX_SOURCE_BYTES). On success the caller owns *out
+ * (strata_chat_template_destroy); on failure *out is untouched.
+ * Errors: E_TEXT_TEMPLATE with "chat template line L, column C: ...",
+ * E_NOMEM. */
+strata_status strata_chat_template_create(const char *source, size_t len,
+					  strata_chat_template **out,
+					  strata_error *err);
+
+/* Renders the conversation messages_json (a JSON array of message objects,
+ * len bytes) with options o (NULL: defaults). On success *out (NUL-
+ * terminated, strata_alloc'd, caller frees with strata_free) holds *out_len
+ * bytes; on failure both are untouched. Errors: E_INVALID_ARG (messages,
+ * tools or extra not the JSON they must be), E_TEXT_TEMPLATE_RAISED (the
+ * template's own raise_exception: the message is exactly its text),
+ * E_TEXT_TEMPLATE_RENDER (a type error, an undefined value used ...),
+ * E_TEXT_TEMPLATE_LIMIT (steps, output or memory), E_NOMEM. */
+strata_status strata_chat_template_render(const strata_chat_template *t,
+					  const char *messages_json, size_t len,
+					  const strata_chat_template_options *o,
+					  char **out, size_t *out_len,
+					  strata_error *err);
+
+void strata_chat_template_destroy(strata_chat_template *t); /* NULL is fine */
+
+/* A model's own chat template and special tokens: MODEL is a directory
+ * with tokenizer_config.json (`chat_template` as a string, or a list of
+ * {name, template} where "default" is taken; bos_token / eos_token as
+ * strings or {"content": ...}) or a .gguf file (tokenizer.chat_template,
+ * the pieces of tokenizer.ggml.bos/eos_token_id). On success *source
+ * (NUL-terminated, *len bytes), *bos and *eos (NULL where the model has
+ * none) are strata_alloc'd and the caller frees them. Errors: E_NOT_FOUND
+ * (no template: the fix says to pass one), E_IO, E_PARSE, E_NOMEM. */
+strata_status strata_chat_template_load(const char *model_path, char **source,
+					size_t *len, char **bos, char **eos,
+					strata_error *err);
+
 #endif
