@@ -58,6 +58,7 @@ strata_status strata_cli_parse_u64(const char *option, const char *text,
 
 /* One entry per command file cmd_NAME.c. */
 int strata_cmd_tokenize(int argc, char **argv);
+int strata_cmd_template(int argc, char **argv);
 int strata_cmd_shard(int argc, char **argv);
 int strata_cmd_plan(int argc, char **argv);
 int strata_cmd_run(int argc, char **argv);

@@ -16,6 +16,7 @@ const strata_command strata_commands[] = {
 	{"plan", "size every residency mode of a model and choose one", strata_cmd_plan},
 	{"calibrate", "measure the memory, link and compute rates plans predict with", strata_cmd_calibrate},
 	{"tokenize", "show the token ids of a text", strata_cmd_tokenize},
+	{"template", "render a conversation through a chat template", strata_cmd_template},
 	{"run", "generate text from a prompt", strata_cmd_run},
 	{"logits", "write the logits of every position of a token list", strata_cmd_logits},
 	{"batch", "run JSONL generation requests over model replicas", strata_cmd_batch},
