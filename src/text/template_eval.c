@@ -798,11 +798,9 @@ static int exec_for(tctx *c, const tnode *s)
 	tloop *L = tpl_alloc(c->a, sizeof *L);
 	if (!L)
 		return tpl_fail_alloc(c, s->pos);
-	tv *outer_loop = frame_find(outer, "loop", 4);
 	L->items = items;
 	L->length = (int64_t)n;
-	L->depth = outer_loop && outer_loop->type == TV_LOOP
-			   ? outer_loop->loop->depth + 1 : 1;
+	L->depth = 1; /* Jinja2: depth counts recursive loop calls only */
 	tv lv = {.type = TV_LOOP};
 	lv.loop = L;
 	int rc = 0;
