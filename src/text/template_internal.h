@@ -347,6 +347,11 @@ int tpl_call(tctx *c, uint32_t pos, const tv *fn, const tv *args, size_t n,
 /* Sequence view of an iterable (list, tuple, dict keys, string chars,
  * undefined: empty); -1 with an error for others. */
 int tpl_iterate(tctx *c, uint32_t pos, const tv *v, tv **items, size_t *n);
+/* Operators (template_ops.c): e is the node of its kind. */
+int tpl_arith(tctx *c, uint32_t pos, int op, const tv *a, const tv *b, tv *out);
+int tpl_compare(tctx *c, const tnode *e, tv *out);
+int tpl_unary(tctx *c, const tnode *e, tv *out);
+int tpl_concat(tctx *c, const tnode *e, tv *out);
 /* str(v) as a new string value. */
 int tpl_to_str(tctx *c, uint32_t pos, const tv *v, tv *out);
 /* Python comparison a < b (numbers, strings, lists); -1 on a type error. */
