@@ -323,6 +323,10 @@ int tpl_eval(tctx *c, const tnode *e, tv *out)
 			return tpl_eval(c, e->c, out);
 		*out = tv_undef();
 		return 0;
+	case TN_SLICE: /* x[a:b, c]: a slice inside a tuple key */
+		return tpl_fail(c, e->pos, STRATA_E_TEXT_TEMPLATE_RENDER,
+				"a slice can only be the whole subscript "
+				"(x[a:b], not x[a:b, c])");
 	default:
 		return tpl_fail(c, e->pos, STRATA_E_INTERNAL, "node %d is not "
 				"an expression", e->kind);

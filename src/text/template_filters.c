@@ -218,7 +218,8 @@ static int as_list(tctx *c, uint32_t pos, const tv *v, tv *out)
 	}
 	if (tpl_iterate(c, pos, v, &items, &n) || tv_list_new(c->a, n, out))
 		return c->failed ? -1 : tpl_fail_alloc(c, pos);
-	memcpy(out->l->items, items, n * sizeof *items);
+	if (n)
+		memcpy(out->l->items, items, n * sizeof *items);
 	out->l->n = n;
 	return 0;
 }
@@ -321,10 +322,10 @@ static int attr_path(tctx *c, uint32_t pos, const tv *item, const tv *path,
 	while (p <= end) {
 		const char *dot = memchr(p, '.', (size_t)(end - p));
 		size_t len = dot ? (size_t)(dot - p) : (size_t)(end - p);
-		bool digits = len > 0;
+		bool digits = len > 0 && len < 19; /* fits int64_t */
 		int64_t idx = 0;
-		for (size_t i = 0; i < len; i++) {
-			digits = digits && p[i] >= '0' && p[i] <= '9';
+		for (size_t i = 0; i < len && digits; i++) {
+			digits = p[i] >= '0' && p[i] <= '9';
 			idx = idx * 10 + (p[i] - '0');
 		}
 		if (digits) {

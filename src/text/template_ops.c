@@ -185,8 +185,11 @@ int tpl_arith(tctx *c, uint32_t pos, int op, const tv *a, const tv *b,
 		}
 		if (tv_list_new(c->a, a->l->n + b->l->n, out))
 			return tpl_fail_alloc(c, pos);
-		memcpy(out->l->items, a->l->items, a->l->n * sizeof(tv));
-		memcpy(out->l->items + a->l->n, b->l->items, b->l->n * sizeof(tv));
+		if (a->l->n)
+			memcpy(out->l->items, a->l->items, a->l->n * sizeof(tv));
+		if (b->l->n)
+			memcpy(out->l->items + a->l->n, b->l->items,
+			       b->l->n * sizeof(tv));
 		out->l->n = a->l->n + b->l->n;
 		out->flags = a->flags & b->flags & TVF_TUPLE;
 		return 0;
