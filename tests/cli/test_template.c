@@ -1,4 +1,4 @@
-/* test_cli_template.c - `strata template TEMPLATE.jinja|MODEL --messages
+/* test_template.c - `strata template TEMPLATE.jinja|MODEL --messages
  * FILE` end to end: cases of tests/data/chat-templates/expected.json byte
  * for byte on stdout (a template's raise_exception: exit 1 with its
  * message), a model's template from tokenizer_config.json (string and
