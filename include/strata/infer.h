@@ -443,8 +443,17 @@ strata_status strata_sampler_create(const strata_sampler_params *p,
 				    strata_error *err);
 void strata_sampler_destroy(strata_sampler *s);
 
+/* A logits row (vocab values) that holds a NaN or +inf, or no finite value
+ * at all, is E_INFER_NONFINITE naming `position` and the first bad id: no
+ * token can be drawn from it (a zero RoPE base or NaN weights give such
+ * rows; the sampler would emit the last id every step). Generation checks
+ * every row before sampling. */
+strata_status strata_logits_check(const float *logits, uint32_t vocab,
+				  uint64_t position, strata_error *err);
+
 /* Picks the next token from logits (vocab; modified in place) given the
- * tokens so far. Same seed and inputs give the same choice. */
+ * tokens so far. Same seed and inputs give the same choice. The row must
+ * pass strata_logits_check. */
 int32_t strata_sampler_sample(strata_sampler *s, float *logits,
 			      const int32_t *history, size_t n_history);
 

@@ -41,6 +41,8 @@ strata_status strata_generate(strata_forward *f, strata_sampler *s,
 
 	uint64_t t_first = 0;
 	for (uint32_t i = 0; i < max_new; i++) {
+		if ((st = strata_logits_check(logits, vocab, pos - 1, err)))
+			goto out;
 		int32_t tok = strata_sampler_sample(s, logits, hist, n_hist);
 		if (i == 0) {
 			t_first = strata_now_ns();

@@ -252,6 +252,11 @@ strata_status strata_infer_hparams_read(const char *model_path,
 				      model_path);
 	if ((st = strata_infer_hparams_from_desc(&d, &hp, err)))
 		return st;
+	/* The one check of config against tensors that inspect makes too:
+	 * run and plan never use a vocab_size, head count or tie that the
+	 * tensors contradict. */
+	if ((st = strata_model_check_tensors(&d, c, err)))
+		return st;
 	const char *embed_name = hp.gguf ? "token_embd.weight"
 					 : "model.embed_tokens.weight";
 	const strata_tensor *e = strata_catalog_find(c, embed_name);

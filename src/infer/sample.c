@@ -147,6 +147,32 @@ void strata_sampler_destroy(strata_sampler *s)
 	strata_free(s);
 }
 
+strata_status strata_logits_check(const float *logits, uint32_t vocab,
+				  uint64_t position, strata_error *err)
+{
+	bool finite = false;
+	for (uint32_t i = 0; i < vocab; i++) {
+		float v = logits[i];
+		if (isnan(v) || v == INFINITY)
+			return strata_fail(err, STRATA_E_INFER_NONFINITE,
+					   "check the weights and config.json "
+					   "(rope_theta, norms) for NaN, "
+					   "infinite or zero values",
+					   "the logits of position %llu hold %s "
+					   "(token id %u): no token can be drawn",
+					   (unsigned long long)position,
+					   isnan(v) ? "NaN" : "+inf", i);
+		finite |= isfinite(v);
+	}
+	if (!finite && vocab)
+		return strata_fail(err, STRATA_E_INFER_NONFINITE,
+				   "check the weights for infinite values",
+				   "the logits of position %llu are all -inf: no "
+				   "token can be drawn",
+				   (unsigned long long)position);
+	return STRATA_OK;
+}
+
 int32_t strata_sampler_sample(strata_sampler *s, float *logits,
 			      const int32_t *history, size_t n_history)
 {

@@ -133,6 +133,8 @@ static strata_status get_str(cfg *c, json_t *obj, const char *key, char *dst,
 		return STRATA_OK;
 	if (!json_is_string(v) || json_string_length(v) >= cap)
 		return bad(c, key, "a short string");
+	if (!json_string_length(v)) /* a name ("" is no type at all) */
+		return bad(c, key, "a non-empty string");
 	snprintf(dst, cap, "%s", json_string_value(v));
 	return STRATA_OK;
 }
@@ -202,6 +204,9 @@ static strata_status read_rope(cfg *c, strata_model_desc *d)
 		d->rope_scaling = r;
 		scaled = true;
 	}
+	/* a base of 0 gives every frequency 1/0^x: all-NaN logits */
+	if (!s && d->family != STRATA_FAMILY_UNKNOWN && !(d->rope_theta > 0))
+		return bad(c, "rope_theta", "a positive number (the RoPE base)");
 	return s;
 }
 

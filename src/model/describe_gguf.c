@@ -77,6 +77,13 @@ static strata_status read_rope(meta *m, strata_model_desc *d)
 	    (st = get_uint(m, "rope.scaling.original_context_length",
 			   &d->rope_scaling.original_max_position_embeddings)))
 		return st;
+	if (d->family != STRATA_FAMILY_UNKNOWN && !(d->rope_theta > 0))
+		/* 1/0^x: all-NaN logits */
+		return strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				   "convert the model again with a positive RoPE base",
+				   "GGUF metadata '%s.rope.freq_base' is %g; the "
+				   "RoPE base must be positive",
+				   m->arch, d->rope_theta);
 	return STRATA_OK;
 }
 

@@ -23,15 +23,26 @@ static void slot_clear(strata__batch_seq *s)
 
 /* What strata_generate does after a forward pass gave `logits` for the
  * slot: draw the next token, stop at EOS, the budget or the context's
- * end, else leave the token for the next step. */
-static void advance(strata__batch_seqs *ss, uint32_t slot, float *logits)
+ * end, else leave the token for the next step. A row no token can be drawn
+ * from (NaN) fails the sequence: E_INFER_NONFINITE. */
+static strata_status advance(strata__batch_seqs *ss, uint32_t slot,
+			     float *logits, strata_error *err)
 {
 	strata__batch_seq *s = &ss->seq[slot];
 	strata_batch_result *res = s->res;
 	uint32_t max_new = s->q->max_tokens;
 	if (s->sampled == max_new) {
 		s->done = true;
-		return;
+		return STRATA_OK;
+	}
+	strata_forward *f = strata_session_forward(ss->session);
+	uint32_t pos = strata_forward_position_of(f, slot);
+	strata_status st = strata_logits_check(
+		logits, strata_session_hparams(ss->session)->vocab,
+		pos ? pos - 1 : 0, err);
+	if (st) {
+		s->failed = true;
+		return st;
 	}
 	int32_t tok = strata_sampler_sample(s->smp, logits, s->hist,
 					    s->n_hist);
@@ -42,17 +53,17 @@ static void advance(strata__batch_seqs *ss, uint32_t slot, float *logits)
 	if (tok == ss->eos && ss->eos >= 0) {
 		res->gen.stopped_at_eos = true;
 		s->done = true;
-		return;
+		return STRATA_OK;
 	}
 	s->hist[s->n_hist++] = tok;
 	res->gen.generated_tokens++;
 	res->tokens[res->n_tokens++] = tok; /* sized for max_tokens */
-	strata_forward *f = strata_session_forward(ss->session);
-	uint32_t pos = strata_forward_position_of(f, slot);
+	pos = strata_forward_position_of(f, slot);
 	if (s->sampled == max_new || pos >= strata_forward_context(f))
 		s->done = true; /* the context is full: stop, not fail */
 	else
 		s->next = tok;
+	return STRATA_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -199,8 +210,7 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 	if (st)
 		return st;
 	s->failed = false;
-	advance(ss, slot, logits);
-	return STRATA_OK;
+	return advance(ss, slot, logits, err);
 }
 
 strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
@@ -231,10 +241,14 @@ strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 	ss->stats->decode_steps++;
 	ss->stats->decode_rows += n;
 	ss->stats->tokens += n;
-	for (uint32_t i = 0; i < n; i++)
-		advance(ss, ss->ids[i], ss->logits + (uint64_t)i * vocab);
+	for (uint32_t i = 0; i < n && st == STRATA_OK; i++)
+		st = advance(ss, ss->ids[i], ss->logits + (uint64_t)i * vocab,
+			     err);
+	/* as for a failed step: the rows left unsampled fail with it */
+	for (uint32_t i = 0; st && i < n; i++)
+		ss->seq[ss->ids[i]].failed = true;
 	ss->stats->busy_ns += strata_now_ns() - t0; /* sampling included */
-	return STRATA_OK;
+	return st;
 }
 
 void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot)

@@ -24,6 +24,7 @@
 
 #include "support/cli_runner.h"
 #include "strata/base.h"
+#include "strata/checkpoint.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 
@@ -291,6 +292,54 @@ static void test_context_past_training_is_refused(void **state)
 	assert_int_equal(run_to(cut, path_of("out")), 0);
 }
 
+/* defect 7: NaN weights gave all-NaN logits and the sampler emitted the
+ * last id every step, exit 0; now the first such row is an error naming
+ * its position, in run and in batch, and no token is printed. */
+static void test_nan_logits_are_an_error_not_a_token(void **state)
+{
+	(void)state;
+	char cmd[40000];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/nan' && mkdir '%s/nan' && "
+		 "cp '%s'/*.json '%s'/model.safetensors '%s/nan/'",
+		 dir, dir, MODEL, MODEL, dir);
+	assert_int_equal(system(cmd), 0);
+	strata_catalog *c;
+	strata_error e;
+	if (strata_catalog_open(path_of("nan"), &c, &e))
+		fail_msg("%s", e.message);
+	const strata_tensor *t = strata_catalog_find(c, "model.norm.weight");
+	assert_non_null(t);
+	assert_int_equal(t->dtype, STRATA_DTYPE_F32);
+	float nan[64];
+	for (size_t i = 0; i < 64; i++)
+		nan[i] = __builtin_nanf("");
+	int fd = open(strata_catalog_file_at(c, t->file)->path, O_WRONLY);
+	assert_true(fd >= 0 && t->bytes <= sizeof nan);
+	assert_int_equal(pwrite(fd, nan, t->bytes, (off_t)t->offset),
+			 (ssize_t)t->bytes);
+	close(fd);
+	strata_catalog_destroy(c);
+	const char *const a[] = {"run", path_of("nan"), "-p", "Once", "-n",
+				 "5", "--temperature", "0", NULL};
+	assert_int_equal(run_to(a, path_of("out")), 1);
+	char *out = slurp(path_of("out")), *err = slurp(path_of("err"));
+	assert_string_equal(out, "");
+	if (!strstr(err, "the logits of position 1 hold NaN"))
+		fail_msg("%s", err);
+	free(out), free(err);
+	FILE *f = fopen(path_of("one"), "w");
+	fputs("{\"id\": 1, \"prompt\": \"Once\", \"max_tokens\": 3}\n", f);
+	fclose(f);
+	const char *const b[] = {"batch", path_of("nan"), "--device", "cpu",
+				 NULL};
+	assert_int_equal(wait_for(spawn(b, path_of("one"), path_of("out"),
+					path_of("err")), 60000), 1);
+	err = slurp(path_of("err"));
+	if (!strstr(err, "hold NaN"))
+		fail_msg("%s", err);
+	free(err);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -307,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_fifo_inputs_are_refused_at_once),
 		cmocka_unit_test(test_signals_end_a_batch_quickly),
 		cmocka_unit_test(test_context_past_training_is_refused),
+		cmocka_unit_test(test_nan_logits_are_an_error_not_a_token),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

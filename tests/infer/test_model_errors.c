@@ -111,7 +111,16 @@ static void test_config_faults_are_named(void **state)
 		{"hidden_size", "40", STRATA_E_MODEL_TENSOR_SHAPE,
 		 "model.embed_tokens.weight"},
 		{"intermediate_size", "70", STRATA_E_MODEL_TENSOR_SHAPE,
-		 "mlp.gate_proj.weight' should be (70, 32) but is (72, 32)"},
+		 "mlp.gate_proj.weight' has shape [72, 32], but the config "
+		 "implies [70, 32]"},
+		/* the reader makes inspect's one check: a vocab_size the
+		 * embedding contradicts is refused, not overridden */
+		{"vocab_size", "100", STRATA_E_MODEL_TENSOR_SHAPE,
+		 "model.embed_tokens.weight"},
+		{"model_type", "\"\"", STRATA_E_MODEL_CONFIG,
+		 "\"model_type\" must be a non-empty string"},
+		{"rope_scaling", "{\"rope_type\": \"\", \"factor\": 2}",
+		 STRATA_E_MODEL_CONFIG, "\"rope_type\" must be a non-empty"},
 		{"num_hidden_layers", "3", STRATA_E_MODEL_TENSOR_MISSING,
 		 "model.layers.2.input_layernorm.weight"},
 	};
@@ -180,13 +189,11 @@ static void test_unexplained_and_untied_tensors_are_refused(void **state)
 	strata_error err;
 	strata_catalog *c;
 	strata_infer_hparams hp;
-	strata_infer_tensors t = {0};
 	snprintf(dir, sizeof dir, "%s/tests/infer-extra", STRATA_BINARY_DIR);
 	make_model_with_extra(dir);
 	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	/* refused by the reader's check (inspect's), as run and plan see it */
 	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
-			 STRATA_OK);
-	assert_int_equal(strata_infer_tensors_find(c, &hp, &t, &err),
 			 STRATA_E_MODEL_TENSOR_EXTRA);
 	assert_non_null(strstr(err.message, "mlp.gate_proj.bias"));
 	strata_catalog_destroy(c);
@@ -196,11 +203,18 @@ static void test_unexplained_and_untied_tensors_are_refused(void **state)
 	make_model(dir, "tie_word_embeddings", "false");
 	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
 	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
-			 STRATA_OK);
-	assert_int_equal(hp.tied, 0);
-	assert_int_equal(strata_infer_tensors_find(c, &hp, &t, &err),
 			 STRATA_E_MODEL_TENSOR_MISSING);
 	assert_non_null(strstr(err.message, "lm_head.weight"));
+	strata_catalog_destroy(c);
+	/* and with no tie_word_embeddings at all: untied, as transformers'
+	 * llama defaults (inspect and run said different things) */
+	snprintf(dir, sizeof dir, "%s/tests/infer-untold", STRATA_BINARY_DIR);
+	make_model(dir, "tie_word_embeddings", NULL);
+	assert_int_equal(strata_catalog_open(dir, &c, &err), STRATA_OK);
+	assert_int_equal(strata_infer_hparams_read(dir, c, &hp, &err),
+			 STRATA_E_MODEL_TENSOR_MISSING);
+	assert_non_null(strstr(err.message, "lm_head.weight"));
+
 	strata_catalog_destroy(c);
 
 	snprintf(dir, sizeof dir, "%s/tests/infer-gelu", STRATA_BINARY_DIR);
@@ -210,6 +224,34 @@ static void test_unexplained_and_untied_tensors_are_refused(void **state)
 			 STRATA_E_UNSUPPORTED);
 	assert_non_null(strstr(err.message, "gelu"));
 	strata_catalog_destroy(c);
+}
+
+/* A RoPE base of 0 made every logit NaN and the sampler emit the last id
+ * (issue 20, defect 7): refused wherever it is given. */
+static void test_zero_rope_base_is_refused(void **state)
+{
+	(void)state;
+	static const char *const texts[] = {
+		"{\"model_type\":\"llama\",\"hidden_size\":32,"
+		"\"intermediate_size\":64,\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"vocab_size\":100,"
+		"\"rope_theta\":0}",
+		"{\"model_type\":\"llama\",\"hidden_size\":32,"
+		"\"intermediate_size\":64,\"num_hidden_layers\":2,"
+		"\"num_attention_heads\":4,\"vocab_size\":100,"
+		"\"rope_theta\":10000,\"rope_parameters\":{\"rope_theta\":0,"
+		"\"rope_type\":\"default\"}}",
+	};
+	for (size_t i = 0; i < 2; i++) {
+		strata_infer_hparams hp;
+		strata_error err;
+		assert_int_equal(strata_infer_config_parse(texts[i],
+							   strlen(texts[i]),
+							   &hp, &err),
+				 STRATA_E_MODEL_CONFIG);
+		assert_non_null(strstr(err.message, "\"rope_theta\" must be a "
+						    "positive number"));
+	}
 }
 
 /* The infer reader is the model layer's description plus the forward
@@ -360,6 +402,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_faults_are_named),
 		cmocka_unit_test(test_unexplained_and_untied_tensors_are_refused),
+		cmocka_unit_test(test_zero_rope_base_is_refused),
 		cmocka_unit_test(test_unrunnable_descriptions_are_refused),
 		cmocka_unit_test(test_forward_misuse_is_refused),
 		cmocka_unit_test(test_loading_and_forward_survive_oom),

@@ -222,6 +222,31 @@ static void test_sampler_create_survives_oom(void **state)
 	}
 }
 
+/* A row holding NaN or +inf, or only -inf, has no token to draw: an error
+ * naming the position and the id (issue 20, defect 7); -inf entries among
+ * finite ones (masked ids) are fine. */
+static void test_nonfinite_logits_are_refused(void **state)
+{
+	(void)state;
+	float row[4] = {0.5f, -INFINITY, 2.0f, 1.0f};
+	strata_error err;
+	assert_int_equal(strata_logits_check(row, 4, 7, &err), STRATA_OK);
+	row[3] = NAN;
+	assert_int_equal(strata_logits_check(row, 4, 7, &err),
+			 STRATA_E_INFER_NONFINITE);
+	assert_string_equal(err.message, "the logits of position 7 hold NaN "
+					 "(token id 3): no token can be drawn");
+	row[3] = INFINITY;
+	assert_int_equal(strata_logits_check(row, 4, 9, &err),
+			 STRATA_E_INFER_NONFINITE);
+	assert_non_null(strstr(err.message, "+inf (token id 3)"));
+	for (int i = 0; i < 4; i++)
+		row[i] = -INFINITY;
+	assert_int_equal(strata_logits_check(row, 4, 0, &err),
+			 STRATA_E_INFER_NONFINITE);
+	assert_non_null(strstr(err.message, "all -inf"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -234,6 +259,7 @@ int main(void)
 		cmocka_unit_test(test_repeat_penalty_llama_cpp_rule),
 		cmocka_unit_test(test_bad_parameters_are_refused),
 		cmocka_unit_test(test_sampler_create_survives_oom),
+		cmocka_unit_test(test_nonfinite_logits_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
