@@ -59,12 +59,26 @@ typedef struct strata_attention_shape {
 } strata_attention_shape;
 
 /* The stored type of a weight (X(NAME, "text")). The values are those of
- * infer's STRATA_INFER_ELEM_MAP. Block types (Q4_K ...) join this list
- * with the tables that compute on them (issue 18). */
+ * infer's STRATA_INFER_ELEM_MAP; each name is also base's strata_block_type
+ * of that name (the block layouts are base's, strata_block_decode). The
+ * CPU table computes on all of them; CUDA on f32, bf16 and f16 (issue 18:
+ * its block kernels are to come). */
 #define STRATA_WEIGHT_TYPE_MAP(X)                                              \
 	X(F32, "f32")                                                          \
 	X(BF16, "bf16")                                                        \
-	X(F16, "f16")
+	X(F16, "f16")                                                          \
+	X(Q8_0, "q8_0")                                                        \
+	X(Q4_0, "q4_0")                                                        \
+	X(Q4_1, "q4_1")                                                        \
+	X(Q5_0, "q5_0")                                                        \
+	X(Q5_1, "q5_1")                                                        \
+	X(Q2_K, "q2_k")                                                        \
+	X(Q3_K, "q3_k")                                                        \
+	X(Q4_K, "q4_k")                                                        \
+	X(Q5_K, "q5_k")                                                        \
+	X(Q6_K, "q6_k")                                                        \
+	X(IQ4_NL, "iq4_nl")                                                    \
+	X(IQ4_XS, "iq4_xs")
 
 typedef enum strata_weight_type {
 #define STRATA_WEIGHT_TYPE_ENUM(name, text) STRATA_WEIGHT_##name,
@@ -75,6 +89,8 @@ typedef enum strata_weight_type {
 
 /* "f32", "bf16", "f16"; "unknown" outside the enum. */
 const char *strata_weight_type_name(strata_weight_type t);
+/* base's block format of t (STRATA_BLOCK_COUNT outside the enum). */
+strata_block_type strata_weight_type_block(strata_weight_type t);
 /* One bit per type, for strata_kernel_ops.weight_types. */
 #define STRATA_WEIGHT_BIT(t) (1u << (unsigned)(t))
 

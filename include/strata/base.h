@@ -292,4 +292,56 @@ void strata_progress_init(strata_progress *p, FILE *f, const char *label,
 void strata_progress_update(strata_progress *p, uint64_t done);
 void strata_progress_finish(strata_progress *p);
 
+/* ------------------------------------------------------------------------ */
+/* Weight block formats                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The element formats strata computes on as stored: the float types and
+ * ggml's block types (name, elements per block, bytes per block), as ggml
+ * defines them. The checkpoint layer maps its tensor types onto these; the
+ * backend's products read them. */
+#define STRATA_BLOCK_MAP(X)                                                    \
+	X(F32, 1, 4)                                                           \
+	X(F16, 1, 2)                                                           \
+	X(BF16, 1, 2)                                                          \
+	X(Q8_0, 32, 34)                                                        \
+	X(Q4_0, 32, 18)                                                        \
+	X(Q4_1, 32, 20)                                                        \
+	X(Q5_0, 32, 22)                                                        \
+	X(Q5_1, 32, 24)                                                        \
+	X(Q2_K, 256, 84)                                                       \
+	X(Q3_K, 256, 110)                                                      \
+	X(Q4_K, 256, 144)                                                      \
+	X(Q5_K, 256, 176)                                                      \
+	X(Q6_K, 256, 210)                                                      \
+	X(IQ4_NL, 32, 18)                                                      \
+	X(IQ4_XS, 256, 136)
+
+typedef enum strata_block_type {
+#define STRATA_BLOCK_ENUM(name, be, bb) STRATA_BLOCK_##name,
+	STRATA_BLOCK_MAP(STRATA_BLOCK_ENUM)
+#undef STRATA_BLOCK_ENUM
+	STRATA_BLOCK_COUNT
+} strata_block_type;
+
+/* Sentinel of strata_block_decode: every block was finite. */
+#define STRATA_BLOCK_ALL_FINITE UINT64_MAX
+
+/* Name ("Q4_K"), elements and bytes per block of t; NULL / 0 outside the
+ * map. */
+const char *strata_block_name(strata_block_type t);
+uint32_t strata_block_elements(strata_block_type t);
+uint32_t strata_block_bytes(strata_block_type t);
+
+/* Decodes `elements` elements of type t (a whole number of blocks, which
+ * the caller checks) from src (little-endian file bytes, any alignment)
+ * into dst, bit-exact against gguf-py's reference dequantizer (each
+ * sub-block factor rounded to f32 first, then one product, and one
+ * difference for the types with a min). Returns the index of the first
+ * block whose factors or values are NaN or infinite (its output is written
+ * anyway), or STRATA_BLOCK_ALL_FINITE; 0 and nothing written for a t
+ * outside the map. */
+uint64_t strata_block_decode(strata_block_type t, const void *src, float *dst,
+			     uint64_t elements);
+
 #endif

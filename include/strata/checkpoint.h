@@ -94,6 +94,11 @@ bool strata_dtype_from_ggml(uint32_t id, strata_dtype *out);
 /* The ggml type id of t, or -1 when ggml has none. */
 int strata_dtype_ggml_id(strata_dtype t);
 
+/* The block format of t (base's strata_block_type) when strata computes on
+ * t (exactly the types whose is_float is true);
+ * false otherwise. */
+bool strata_dtype_block(strata_dtype t, strata_block_type *out);
+
 /* Bytes of `elements` elements of type t: checked, and an element count not
  * a multiple of the block size is an error. */
 strata_status strata_dtype_bytes(strata_dtype t, uint64_t elements,
@@ -241,6 +246,12 @@ void strata_weight_store_get_stats(const strata_weight_store *ws,
 strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 				  uint64_t elements, float *dst,
 				  strata_error *err);
+
+/* The checks of strata_dtype_to_f32 without keeping the result: the same
+ * errors (E_CKPT_VALUE naming the first block holding NaN or infinity, ...)
+ * for a tensor computed on as stored. Decodes through a stack buffer. */
+strata_status strata_dtype_check_finite(strata_dtype t, const void *src,
+					uint64_t elements, strata_error *err);
 
 /* One IEEE half (as its bits) to float. */
 float strata_f16_to_f32(uint16_t h);

@@ -112,17 +112,36 @@ typedef enum strata_infer_slot {
 } strata_infer_slot;
 
 /* How a weight's elements are stored where the forward pass reads them.
- * F32 is zero, so sources that fill nothing but pointers hand out f32. */
+ * F32 is zero, so sources that fill nothing but pointers hand out f32.
+ * The GGUF block types are read as stored by the CPU's products (the plain
+ * source keeps its matrices so); each is the strata_dtype of its name. */
 #define STRATA_INFER_ELEM_MAP(X)                                               \
 	X(F32, "f32")                                                          \
 	X(BF16, "bf16")                                                        \
-	X(F16, "f16")
+	X(F16, "f16")                                                          \
+	X(Q8_0, "q8_0")                                                        \
+	X(Q4_0, "q4_0")                                                        \
+	X(Q4_1, "q4_1")                                                        \
+	X(Q5_0, "q5_0")                                                        \
+	X(Q5_1, "q5_1")                                                        \
+	X(Q2_K, "q2_k")                                                        \
+	X(Q3_K, "q3_k")                                                        \
+	X(Q4_K, "q4_k")                                                        \
+	X(Q5_K, "q5_k")                                                        \
+	X(Q6_K, "q6_k")                                                        \
+	X(IQ4_NL, "iq4_nl")                                                    \
+	X(IQ4_XS, "iq4_xs")
 
 typedef enum strata_infer_elem {
 #define STRATA_INFER_ELEM_ENUM(name, text) STRATA_ELEM_##name,
 	STRATA_INFER_ELEM_MAP(STRATA_INFER_ELEM_ENUM)
 #undef STRATA_INFER_ELEM_ENUM
 } strata_infer_elem;
+
+/* The checkpoint type of an elem value (F32 for one outside the map), and
+ * the elem of a type (false when the type has none). */
+strata_dtype strata_infer_elem_dtype(uint8_t elem);
+bool strata_infer_elem_of(strata_dtype t, uint8_t *out);
 
 /* One layer's tensors, row-major [out, in], f32 unless elem says otherwise
  * (on CUDA bf16/f16 weights stay half: elem[slot] is then BF16 or F16 and
@@ -199,6 +218,16 @@ strata_status strata_infer_load_all(const strata_catalog *c,
 				    const strata_infer_tensors *t,
 				    strata_infer_loaded **out,
 				    strata_infer_source *src, strata_error *err);
+/* The same with the matrices (the layers' products, the embedding and the
+ * LM head) kept in their stored type, elem naming it: for the CPU backend,
+ * whose products read F16, BF16 and the GGUF block types as stored (each
+ * weight travels at its file's bytes). Norms and biases are f32. A block
+ * holding NaN or infinity is E_CKPT_VALUE naming the tensor. */
+strata_status strata_infer_load_stored(const strata_catalog *c,
+				       const strata_infer_tensors *t,
+				       strata_infer_loaded **out,
+				       strata_infer_source *src,
+				       strata_error *err);
 void strata_infer_loaded_destroy(strata_infer_loaded *l);
 
 /* The residency source: the model's tensors handed to the residency engine

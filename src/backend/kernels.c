@@ -63,6 +63,17 @@ const char *strata_weight_type_name(strata_weight_type t)
 	return weight_type_names[t];
 }
 
+strata_block_type strata_weight_type_block(strata_weight_type t)
+{
+	switch (t) {
+#define WEIGHT_BLOCK(name, text) \
+	case STRATA_WEIGHT_##name: return STRATA_BLOCK_##name;
+		STRATA_WEIGHT_TYPE_MAP(WEIGHT_BLOCK)
+#undef WEIGHT_BLOCK
+	default: return STRATA_BLOCK_COUNT;
+	}
+}
+
 const char *strata_rope_layout_name(strata_rope_layout l)
 {
 	if ((unsigned)l >= sizeof rope_layout_names / sizeof *rope_layout_names)

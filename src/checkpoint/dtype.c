@@ -1,12 +1,12 @@
 /* dtype.c - the table of tensor types both formats declare, exact sizing of
  * element counts (quantised blocks included) and conversion to f32 for the
- * types strata computes with, through quant.c (layer: checkpoint). */
+ * types strata computes with, through base's block decoders (layer:
+ * checkpoint). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "strata/checkpoint.h"
-#include "checkpoint/quant.h"
 
 typedef struct dtype_row {
 	strata_dtype_info info;
@@ -114,12 +114,25 @@ float strata_f16_to_f32(uint16_t h)
 	return half_to_f32(h);
 }
 
-strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
-				  uint64_t elements, float *dst,
-				  strata_error *err)
+bool strata_dtype_block(strata_dtype t, strata_block_type *out)
+{
+	switch (t) {
+#define DTYPE_BLOCK(name, be, bb) \
+	case STRATA_DTYPE_##name: *out = STRATA_BLOCK_##name; return true;
+		STRATA_BLOCK_MAP(DTYPE_BLOCK)
+#undef DTYPE_BLOCK
+	default: return false;
+	}
+}
+
+/* E_UNSUPPORTED for a type strata cannot decode, E_CKPT_SHAPE for a count
+ * that is not whole blocks. */
+static strata_status check_convertible(strata_dtype t, uint64_t elements,
+				       strata_error *err)
 {
 	const strata_dtype_info *d = strata_dtype_get(t);
-	if (!d || !strata__quant_supported(t))
+	strata_block_type b;
+	if (!d || !strata_dtype_block(t, &b))
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "convert the file with `strata quantize IN OUT.gguf --type Q8_0` "
 				   "(or F16, BF16, F32, Q4_K_M, ...)",
@@ -130,13 +143,54 @@ strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 				   "the tensor's element count must be a whole number of blocks; the file is malformed",
 				   "%" PRIu64 " elements are not whole %s blocks of %" PRIu32,
 				   elements, d->name, d->block_elements);
-	uint64_t bad = strata__quant_dequant(t, src, dst, elements);
-	if (bad != STRATA_QUANT_ALL_FINITE)
-		return strata_fail(err, STRATA_E_CKPT_VALUE,
-				   "the file is damaged or was written from a diverged model; "
-				   "re-download or re-convert it",
-				   "%s %s %" PRIu64 " of %" PRIu64 " holds NaN or infinity",
-				   d->name, d->block_elements > 1 ? "block" : "element",
-				   bad, elements / d->block_elements);
+	return STRATA_OK;
+}
+
+static strata_status value_error(const strata_dtype_info *d, uint64_t bad,
+				 uint64_t elements, strata_error *err)
+{
+	return strata_fail(err, STRATA_E_CKPT_VALUE,
+			   "the file is damaged or was written from a diverged model; "
+			   "re-download or re-convert it",
+			   "%s %s %" PRIu64 " of %" PRIu64 " holds NaN or infinity",
+			   d->name, d->block_elements > 1 ? "block" : "element",
+			   bad, elements / d->block_elements);
+}
+
+strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
+				  uint64_t elements, float *dst,
+				  strata_error *err)
+{
+	strata_status st = check_convertible(t, elements, err);
+	if (st)
+		return st;
+	strata_block_type b;
+	(void)strata_dtype_block(t, &b);
+	uint64_t bad = strata_block_decode(b, src, dst, elements);
+	if (bad != STRATA_BLOCK_ALL_FINITE)
+		return value_error(strata_dtype_get(t), bad, elements, err);
+	return STRATA_OK;
+}
+
+strata_status strata_dtype_check_finite(strata_dtype t, const void *src,
+					uint64_t elements, strata_error *err)
+{
+	float buf[4096]; /* a multiple of every block size */
+	strata_status st = check_convertible(t, elements, err);
+	if (st)
+		return st;
+	const strata_dtype_info *d = strata_dtype_get(t);
+	strata_block_type b;
+	(void)strata_dtype_block(t, &b);
+	const unsigned char *p = src;
+	for (uint64_t done = 0; done < elements;) {
+		uint64_t n = elements - done < 4096 ? elements - done : 4096;
+		uint64_t bad = strata_block_decode(b, p, buf, n);
+		if (bad != STRATA_BLOCK_ALL_FINITE)
+			return value_error(d, done / d->block_elements + bad,
+					   elements, err);
+		p += n / d->block_elements * d->block_bytes;
+		done += n;
+	}
 	return STRATA_OK;
 }

@@ -14,7 +14,6 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "checkpoint/quant.h"
 #include "checkpoint/sha256.h"
 #include "strata/checkpoint.h"
 

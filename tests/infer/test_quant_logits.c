@@ -1,7 +1,9 @@
 /* test_quant_logits.c - the small llama of tests/data/quant in every GGUF
- * type llama.cpp's presets write runs on the CPU with logits within 1e-3 of
- * the exact float64 forward pass over the dequantized weights (activations
- * stay f32), closer than llama.cpp's own logits on the same file. */
+ * type llama.cpp's presets write runs on the CPU with its matrices as
+ * stored (strata_infer_load_stored) with logits within 1e-3 of the exact
+ * float64 forward pass over the dequantized weights (activations stay
+ * f32), closer than llama.cpp's own logits on the same file, and bit for
+ * bit the logits of the f32 expansion. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -42,10 +45,14 @@ static void read_tokens(int32_t *tokens)
 	fclose(f);
 }
 
-static void logits_of(const char *path, const int32_t *tokens, float *out)
+static void logits_of(const char *path, bool stored, const int32_t *tokens,
+		      float *out)
 {
 	ref_open m;
-	ref_open_model(path, &m);
+	if (stored)
+		ref_open_model_stored(path, &m);
+	else
+		ref_open_model(path, &m);
 	strata_compute *c;
 	strata_forward *f;
 	strata_error err;
@@ -77,7 +84,12 @@ static void every_type_is_within_1e_3_of_the_exact_logits(void **state)
 	for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
 		char path[512];
 		snprintf(path, sizeof path, QUANT "model-%s.gguf", types[i]);
-		logits_of(path, tokens, got);
+		logits_of(path, true, tokens, got);
+		logits_of(path, false, tokens, llama);
+		/* the stored products equal the f32 ones on the decoding */
+		if (memcmp(got, llama, n * sizeof *got))
+			fail_msg("%s: stored weights' logits differ from the "
+				 "f32 expansion's", types[i]);
 		snprintf(path, sizeof path, QUANT "model-%s.ref.f32", types[i]);
 		read_floats(path, exact, n);
 		snprintf(path, sizeof path, QUANT "model-%s.logits.f32",

@@ -72,7 +72,7 @@ void ref_free(ref_data *r)
 	r->logits = NULL;
 }
 
-void ref_open_model(const char *model_path, ref_open *m)
+static void open_model(const char *model_path, ref_open *m, bool stored)
 {
 	strata_error err;
 	memset(m, 0, sizeof *m);
@@ -85,9 +85,22 @@ void ref_open_model(const char *model_path, ref_open *m)
 	st = strata_infer_tensors_find(m->cat, &m->hp, &m->t, &err);
 	if (st)
 		fail_msg("%s: %s", model_path, err.message);
-	st = strata_infer_load_all(m->cat, &m->t, &m->loaded, &m->src, &err);
+	st = stored ? strata_infer_load_stored(m->cat, &m->t, &m->loaded,
+					       &m->src, &err)
+		    : strata_infer_load_all(m->cat, &m->t, &m->loaded, &m->src,
+					    &err);
 	if (st)
 		fail_msg("%s: %s", model_path, err.message);
+}
+
+void ref_open_model(const char *model_path, ref_open *m)
+{
+	open_model(model_path, m, false);
+}
+
+void ref_open_model_stored(const char *model_path, ref_open *m)
+{
+	open_model(model_path, m, true);
 }
 
 void ref_close_model(ref_open *m)

@@ -35,6 +35,8 @@ typedef struct ref_open {
 } ref_open;
 
 void ref_open_model(const char *model_path, ref_open *m);
+/* The same through strata_infer_load_stored (matrices as stored). */
+void ref_open_model_stored(const char *model_path, ref_open *m);
 void ref_close_model(ref_open *m);
 
 /* The plan's KV cache and workspace, on CUDA with an f32 cache (what a

@@ -1,10 +1,14 @@
-/* kernels_cpu.c - the CPU backend's kernel table: f32 kernels over a
+/* kernels_cpu.c - the CPU backend's kernel table: kernels over a
  * persistent thread pool (layer: backend).
  *
- * The table takes f32 weights only (the wrappers refuse others), so the
- * slots below hand the weights' data to the f32 kernels as it is. None of
- * the optional fused slots is filled: the wrappers' compositions of these
- * kernels are what the CPU runs. */
+ * The table takes every weight type: f32 products go to the f32 kernel,
+ * the others (bf16, f16, the GGUF block types) to the stored product
+ * (kernels_quant.c), which reads them as stored; an embedding row in a
+ * stored type is decoded exactly; norms stay f32 (a norm in another type is
+ * E_UNSUPPORTED). None of the optional fused slots is filled: the wrappers'
+ * compositions of these kernels are what the CPU runs. */
+#include <inttypes.h>
+
 #include "backend/cpu/kernels_internal.h"
 
 static strata_status cpu_compute_create(uint32_t threads, void **ctx,
@@ -31,14 +35,28 @@ static strata_status cpu_matmul(void *ctx, float *y, const float *x,
 			       const strata_weight *w, const float *bias,
 			       uint32_t n, strata_error *err)
 {
-	return strata__cpu_matmul(ctx, y, x, w->data, bias, n, w->cols,
-				  w->rows, err);
+	if (w->type == STRATA_WEIGHT_F32)
+		return strata__cpu_matmul(ctx, y, x, w->data, bias, n,
+					  w->cols, w->rows, err);
+	strata_block_type bt = strata_weight_type_block(w->type);
+	if (w->cols % strata_block_elements(bt))
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the weight source; report it",
+				   "matmul kernel: %u columns are not whole %s blocks",
+				   w->cols, strata_block_name(bt));
+	return strata__cpu_matmul_stored(ctx, y, x, w->data, bt, bias, n,
+					 w->cols, w->rows, err);
 }
 
 static strata_status cpu_rmsnorm(void *ctx, float *y, const float *x,
 				const strata_weight *w, uint32_t n, float eps,
 				strata_error *err)
 {
+	if (w->type != STRATA_WEIGHT_F32)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "load norms as f32 (every strata weight source does)",
+				   "rmsnorm kernel: the cpu kernels take no %s norm weights",
+				   strata_weight_type_name(w->type));
 	return strata__cpu_rmsnorm(ctx, y, x, w->data, n, w->cols, eps, err);
 }
 
@@ -46,13 +64,25 @@ static strata_status cpu_embed(void *ctx, float *x, const strata_weight *table,
 			      const int32_t *tokens, uint32_t n,
 			      strata_error *err)
 {
-	return strata__cpu_embed(ctx, x, table->data, tokens, n, table->cols,
-				 err);
+	if (table->type == STRATA_WEIGHT_F32)
+		return strata__cpu_embed(ctx, x, table->data, tokens, n,
+					 table->cols, err);
+	/* a stored table: each row decoded exactly (the wrapper checked the
+	 * ids against table->rows) */
+	strata_block_type bt = strata_weight_type_block(table->type);
+	uint64_t row_bytes = (uint64_t)table->cols / strata_block_elements(bt) *
+			     strata_block_bytes(bt);
+	const unsigned char *base = table->data;
+	for (uint32_t i = 0; i < n; i++)
+		(void)strata_block_decode(bt, base + (uint64_t)tokens[i] * row_bytes,
+					  x + (uint64_t)i * table->cols,
+					  table->cols);
+	return STRATA_OK;
 }
 
 const strata_kernel_ops strata_cpu_kernel_ops = {
 	.name = "cpu",
-	.weight_types = STRATA_WEIGHT_BIT(STRATA_WEIGHT_F32),
+	.weight_types = (1u << STRATA_WEIGHT_TYPE_COUNT) - 1,
 	.compute_create = cpu_compute_create,
 	.compute_destroy = cpu_compute_destroy,
 	.compute_threads = cpu_compute_threads,

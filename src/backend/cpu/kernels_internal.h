@@ -25,6 +25,11 @@ void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 strata_status strata__cpu_matmul(void *ctx, float *y, const float *x,
 				 const float *w, const float *bias, uint32_t n,
 				 uint32_t in, uint32_t out, strata_error *err);
+strata_status strata__cpu_matmul_stored(void *ctx, float *y, const float *x,
+					const void *w, strata_block_type type,
+					const float *bias, uint32_t n,
+					uint32_t in, uint32_t out,
+					strata_error *err);
 strata_status strata__cpu_attention(void *ctx, float *out, const float *q,
 				    const float *k, const float *v,
 				    const strata_attention_shape *shape,

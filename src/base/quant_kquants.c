@@ -1,7 +1,7 @@
 /* quant_kquants.c - decoders of ggml's 256-element super-block types Q2_K,
  * Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, written from the block definitions
  * ggml documents (ggml-common.h), bit-exact against gguf-py
- * (layer: checkpoint).
+ * (layer: base).
  *
  * A super-block holds one or two f16 factors and per-sub-block integer
  * scales; a sub-block's factor is rounded to f32 first (d * scale), then
@@ -9,7 +9,7 @@
  * a min), the order gguf-py computes in. Contraction is off (see CMake). */
 #include <math.h>
 
-#include "checkpoint/quant.h"
+#include "base/quant_internal.h"
 
 /* Q2_K (84 bytes): 16 scale bytes (low nibble scale, high nibble min),
  * 64 bytes of 2-bit q, f16 d, f16 dmin. Element e: q is bits 2j..2j+1 of

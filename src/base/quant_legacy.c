@@ -1,6 +1,6 @@
 /* quant_legacy.c - decoders of ggml's 32-element block types Q4_0, Q4_1,
  * Q5_0, Q5_1, Q8_0 and IQ4_NL, written from the block definitions ggml
- * documents (ggml-common.h), bit-exact against gguf-py (layer: checkpoint).
+ * documents (ggml-common.h), bit-exact against gguf-py (layer: base).
  *
  * Every product and sum below is one float operation, rounded once, in the
  * order gguf-py computes it; this file is built with contraction off, so no
@@ -8,7 +8,7 @@
  * CMake). */
 #include <math.h>
 
-#include "checkpoint/quant.h"
+#include "base/quant_internal.h"
 
 /* ggml's kvalues_iq4nl: the levels a 4-bit IQ4 index selects. */
 const int8_t strata__iq4nl_levels[16] = {

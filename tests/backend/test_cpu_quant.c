@@ -1,0 +1,195 @@
+/* test_cpu_quant.c - the CPU product on weights in their stored type
+ * (strata_kernel_matmul_stored) on random blocks of every block type:
+ * equal, bit for bit, to the f32 product on the exact decoding
+ * (strata_block_decode), for one and several rows, with a bias, rows wider
+ * than one decoded chunk and widths that are not a multiple of 8; the AVX2
+ * decoders give the exact decoders' bits; refusals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "strata/backend.h"
+#include "strata/backend_kernels.h"
+
+#if defined(__x86_64__)
+void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
+			       float *dst, uint32_t elements);
+#endif
+
+static uint32_t rng = 12345;
+static float frand(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (float)(rng >> 8) / (float)(1 << 24) * 2.0f - 1.0f;
+}
+
+static strata_compute *cpu(uint32_t threads)
+{
+	strata_compute *c;
+	strata_error e;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, threads,
+					       &c, &e),
+			 STRATA_OK);
+	return c;
+}
+
+/* Byte offsets of each block type's f16 factors (ggml's layouts). */
+static const struct {
+	strata_block_type t;
+	int at[2], count;
+} factors[] = {
+	{STRATA_BLOCK_Q8_0, {0}, 1},	  {STRATA_BLOCK_Q4_0, {0}, 1},
+	{STRATA_BLOCK_Q4_1, {0, 2}, 2},	  {STRATA_BLOCK_Q5_0, {0}, 1},
+	{STRATA_BLOCK_Q5_1, {0, 2}, 2},	  {STRATA_BLOCK_Q2_K, {80, 82}, 2},
+	{STRATA_BLOCK_Q3_K, {108}, 1},	  {STRATA_BLOCK_Q4_K, {0, 2}, 2},
+	{STRATA_BLOCK_Q5_K, {0, 2}, 2},	  {STRATA_BLOCK_Q6_K, {208}, 1},
+	{STRATA_BLOCK_IQ4_NL, {0}, 1},	  {STRATA_BLOCK_IQ4_XS, {0}, 1},
+};
+
+/* Random bytes, every f16 (factor, or element of F16) finite and small:
+ * its high byte's exponent bits kept below 15. */
+static void random_blocks(strata_block_type t, unsigned char *p, size_t bytes)
+{
+	for (size_t i = 0; i < bytes; i++)
+		p[i] = (unsigned char)(frand() * 128 + 128);
+	if (t == STRATA_BLOCK_F16) {
+		for (size_t i = 1; i < bytes; i += 2)
+			p[i] &= 0xbb;
+		return;
+	}
+	if (t == STRATA_BLOCK_BF16) {
+		for (size_t i = 1; i < bytes; i += 2)
+			p[i] = (unsigned char)((p[i] & 0x81) | 0x3c);
+		return;
+	}
+	uint32_t bb = strata_block_bytes(t);
+	for (size_t f = 0; f < sizeof factors / sizeof *factors; f++)
+		if (factors[f].t == t)
+			for (size_t b = 0; b < bytes / bb; b++)
+				for (int k = 0; k < factors[f].count; k++)
+					p[b * bb + factors[f].at[k] + 1] &= 0x3b;
+}
+
+/* Stored product against the f32 product of the decoding, n rows of x. */
+static void compare(strata_compute *c, strata_block_type t, uint32_t in,
+		    uint32_t out, uint32_t n, bool bias)
+{
+	size_t wbytes = (size_t)in / strata_block_elements(t) *
+			strata_block_bytes(t) * out;
+	unsigned char *w = malloc(wbytes);
+	float *wf = malloc((size_t)in * out * sizeof *wf);
+	float *x = malloc((size_t)n * in * sizeof *x);
+	float *b = malloc(out * sizeof *b);
+	float *y0 = malloc((size_t)n * out * sizeof *y0);
+	float *y1 = malloc((size_t)n * out * sizeof *y1);
+	random_blocks(t, w, wbytes);
+	assert_true(strata_block_decode(t, w, wf, (uint64_t)in * out) ==
+		    STRATA_BLOCK_ALL_FINITE);
+	for (size_t i = 0; i < (size_t)n * in; i++)
+		x[i] = frand();
+	for (uint32_t i = 0; i < out; i++)
+		b[i] = frand();
+	strata_error e;
+	assert_int_equal(strata_kernel_matmul(c, y0, x, wf, bias ? b : NULL, n,
+					      in, out, &e),
+			 STRATA_OK);
+	if (strata_kernel_matmul_stored(c, y1, x, w, t, bias ? b : NULL, n, in,
+					out, &e))
+		fail_msg("%s: %s", strata_block_name(t), e.message);
+	for (size_t i = 0; i < (size_t)n * out; i++)
+		if (memcmp(&y0[i], &y1[i], sizeof *y0))
+			fail_msg("%s in %u n %u output %zu: stored %.9g, f32 %.9g",
+				 strata_block_name(t), in, n, i,
+				 (double)y1[i], (double)y0[i]);
+	free(w);
+	free(wf);
+	free(x);
+	free(b);
+	free(y0);
+	free(y1);
+}
+
+static void every_type_equals_the_f32_product_of_its_decoding(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(3);
+	for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+		compare(c, (strata_block_type)t, 512, 37, 1, false);
+		compare(c, (strata_block_type)t, 512, 37, 4, true);
+	}
+	strata_compute_destroy(c);
+}
+
+static void rows_wider_than_a_chunk_and_odd_widths(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(2);
+	const uint32_t widths[] = {16384 + 13, 40000, 7};
+	for (size_t i = 0; i < 3; i++) {
+		compare(c, STRATA_BLOCK_F16, widths[i], 3, 2, true);
+		compare(c, STRATA_BLOCK_BF16, widths[i], 3, 1, false);
+	}
+	compare(c, STRATA_BLOCK_Q8_0, 40000, 2, 3, false);
+	compare(c, STRATA_BLOCK_Q4_K, 16384 + 256, 2, 2, true);
+	strata_compute_destroy(c);
+}
+
+static void avx2_decoders_give_the_exact_bits(void **state)
+{
+	(void)state;
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c"))
+		skip();
+	enum { N = 1024 };
+	static unsigned char raw[N * 4];
+	static float a[N + 3], b[N + 3];
+	for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+		strata_block_type bt = (strata_block_type)t;
+		uint32_t n = strata_block_elements(bt) == 1 ? N + 3 : N;
+		random_blocks(bt, raw, sizeof raw);
+		(void)strata_block_decode(bt, raw, a, n);
+		strata__quant_decode_avx2(bt, raw, b, n);
+		if (memcmp(a, b, n * sizeof *a))
+			fail_msg("%s: the AVX2 decoding differs",
+				 strata_block_name(bt));
+	}
+#else
+	skip();
+#endif
+}
+
+static void types_without_a_product_are_refused(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(1);
+	unsigned char w[144 * 2] = {0};
+	float x[256] = {0}, y[2];
+	strata_error e;
+	assert_int_equal(strata_kernel_matmul_stored(c, y, x, w,
+						     STRATA_BLOCK_COUNT, NULL,
+						     1, 256, 2, &e),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_kernel_matmul_stored(c, y, x, w,
+						     STRATA_BLOCK_Q4_K, NULL,
+						     1, 128, 1, &e),
+			 STRATA_E_INVALID_ARG);
+	strata_compute_destroy(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(every_type_equals_the_f32_product_of_its_decoding),
+		cmocka_unit_test(rows_wider_than_a_chunk_and_odd_widths),
+		cmocka_unit_test(avx2_decoders_give_the_exact_bits),
+		cmocka_unit_test(types_without_a_product_are_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
