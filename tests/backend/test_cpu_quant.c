@@ -1,5 +1,5 @@
 /* test_cpu_quant.c - the CPU product on weights in their stored type
- * (strata_kernel_matmul_stored) on random blocks of every block type:
+ * (strata_kernel_matmul on a strata_weight of each type) on random blocks:
  * equal, bit for bit, to the f32 product on the exact decoding
  * (strata_block_decode), for one and several rows, with a bias, rows wider
  * than one decoded chunk and widths that are not a multiple of 8; the AVX2
@@ -76,6 +76,16 @@ static void random_blocks(strata_block_type t, unsigned char *p, size_t bytes)
 					p[b * bb + factors[f].at[k] + 1] &= 0x3b;
 }
 
+/* The kernel table's weight type of block format t. */
+static strata_weight_type weight_type_of(strata_block_type t)
+{
+	for (int w = 0; w < STRATA_WEIGHT_TYPE_COUNT; w++)
+		if (strata_weight_type_block((strata_weight_type)w) == t)
+			return (strata_weight_type)w;
+	fail_msg("block type %d has no weight type", (int)t);
+	return STRATA_WEIGHT_F32;
+}
+
 /* Stored product against the f32 product of the decoding, n rows of x. */
 static void compare(strata_compute *c, strata_block_type t, uint32_t in,
 		    uint32_t out, uint32_t n, bool bias)
@@ -96,11 +106,12 @@ static void compare(strata_compute *c, strata_block_type t, uint32_t in,
 	for (uint32_t i = 0; i < out; i++)
 		b[i] = frand();
 	strata_error e;
-	assert_int_equal(strata_kernel_matmul(c, y0, x, wf, bias ? b : NULL, n,
-					      in, out, &e),
+	strata_weight w32 = {STRATA_WEIGHT_F32, wf, out, in};
+	strata_weight ws = {weight_type_of(t), w, out, in};
+	assert_int_equal(strata_kernel_matmul(c, y0, x, &w32, bias ? b : NULL,
+					      n, &e),
 			 STRATA_OK);
-	if (strata_kernel_matmul_stored(c, y1, x, w, t, bias ? b : NULL, n, in,
-					out, &e))
+	if (strata_kernel_matmul(c, y1, x, &ws, bias ? b : NULL, n, &e))
 		fail_msg("%s: %s", strata_block_name(t), e.message);
 	for (size_t i = 0; i < (size_t)n * out; i++)
 		if (memcmp(&y0[i], &y1[i], sizeof *y0))
@@ -165,21 +176,44 @@ static void avx2_decoders_give_the_exact_bits(void **state)
 #endif
 }
 
-static void types_without_a_product_are_refused(void **state)
+static void bad_widths_and_types_are_refused(void **state)
 {
 	(void)state;
 	strata_compute *c = cpu(1);
 	unsigned char w[144 * 2] = {0};
 	float x[256] = {0}, y[2];
 	strata_error e;
-	assert_int_equal(strata_kernel_matmul_stored(c, y, x, w,
-						     STRATA_BLOCK_COUNT, NULL,
-						     1, 256, 2, &e),
+	strata_weight odd = {STRATA_WEIGHT_Q4_K, w, 1, 128};
+	assert_int_equal(strata_kernel_matmul(c, y, x, &odd, NULL, 1, &e),
 			 STRATA_E_INVALID_ARG);
-	assert_int_equal(strata_kernel_matmul_stored(c, y, x, w,
-						     STRATA_BLOCK_Q4_K, NULL,
-						     1, 128, 1, &e),
-			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "Q4_K"));
+	strata_weight bad = {STRATA_WEIGHT_TYPE_COUNT, w, 1, 256};
+	assert_int_equal(strata_kernel_matmul(c, y, x, &bad, NULL, 1, &e),
+			 STRATA_E_UNSUPPORTED);
+	/* norms stay f32 on the CPU */
+	strata_weight norm = {STRATA_WEIGHT_Q8_0, w, 1, 32};
+	assert_int_equal(strata_kernel_rmsnorm(c, y, x, &norm, 1, 1e-5f, &e),
+			 STRATA_E_UNSUPPORTED);
+	strata_compute_destroy(c);
+}
+
+static void stored_embedding_rows_are_decoded_exactly(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(1);
+	enum { ROWS = 5, COLS = 512 };
+	static unsigned char w[ROWS * COLS / 256 * 210];
+	static float want[ROWS * COLS], got[3 * COLS];
+	random_blocks(STRATA_BLOCK_Q6_K, w, sizeof w);
+	(void)strata_block_decode(STRATA_BLOCK_Q6_K, w, want, ROWS * COLS);
+	strata_weight t = {STRATA_WEIGHT_Q6_K, w, ROWS, COLS};
+	const int32_t tokens[3] = {4, 0, 2};
+	strata_error e;
+	assert_int_equal(strata_kernel_embed(c, got, &t, tokens, 3, &e),
+			 STRATA_OK);
+	for (int i = 0; i < 3; i++)
+		assert_memory_equal(got + i * COLS, want + tokens[i] * COLS,
+				    COLS * sizeof *got);
 	strata_compute_destroy(c);
 }
 
@@ -189,7 +223,8 @@ int main(void)
 		cmocka_unit_test(every_type_equals_the_f32_product_of_its_decoding),
 		cmocka_unit_test(rows_wider_than_a_chunk_and_odd_widths),
 		cmocka_unit_test(avx2_decoders_give_the_exact_bits),
-		cmocka_unit_test(types_without_a_product_are_refused),
+		cmocka_unit_test(bad_widths_and_types_are_refused),
+		cmocka_unit_test(stored_embedding_rows_are_decoded_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,8 @@ static void logits_of(const char *path, bool stored, const int32_t *tokens,
 		ref_open_model_stored(path, &m);
 	else
 		ref_open_model(path, &m);
+	/* every file's embedding is in a stored type (F16 or a block type) */
+	assert_int_equal(m.src.statics.embed_elem != STRATA_ELEM_F32, stored);
 	strata_compute *c;
 	strata_forward *f;
 	strata_error err;

@@ -17,6 +17,7 @@
 #include "strata/backend.h"
 #include "strata/backend_kernels.h"
 #include "strata/checkpoint.h"
+#include "strata/infer.h"
 
 #define QUANT STRATA_SOURCE_DIR "/tests/data/quant/"
 
@@ -67,13 +68,14 @@ static void compare(strata_compute *c, const char *what, strata_dtype type,
 		x[i] = frand();
 	for (uint32_t i = 0; i < out; i++)
 		b[i] = frand();
-	assert_int_equal(strata_kernel_matmul(c, y0, x, wf, bias ? b : NULL, n,
-					      in, out, &e),
+	strata_weight w32 = {STRATA_WEIGHT_F32, wf, out, in};
+	uint8_t elem;
+	assert_true(strata_infer_elem_of(type, &elem));
+	strata_weight ws = {(strata_weight_type)elem, w, out, in};
+	assert_int_equal(strata_kernel_matmul(c, y0, x, &w32, bias ? b : NULL,
+					      n, &e),
 			 STRATA_OK);
-	strata_block_type bt;
-	assert_true(strata_dtype_block(type, &bt));
-	if (strata_kernel_matmul_stored(c, y1, x, w, bt, bias ? b : NULL, n,
-					in, out, &e))
+	if (strata_kernel_matmul(c, y1, x, &ws, bias ? b : NULL, n, &e))
 		fail_msg("%s: %s", what, e.message);
 	for (size_t i = 0; i < (size_t)n * out; i++)
 		if (memcmp(&y0[i], &y1[i], sizeof *y0))
