@@ -33,9 +33,9 @@ asan: setup
 fuzz: setup
 	@$(MAKE) --no-print-directory all BUILD=build-fuzz CMAKE_FLAGS="-DSTRATA_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
-# The library, headers, strata.pc and the tool under PREFIX (default
-# /usr/local): lib/libstrata.so and .a, include/strata/*.h,
-# lib/pkgconfig/strata.pc, bin/strata.
+# The library, headers, strata.pc, the tool and its man page under PREFIX
+# (default /usr/local): lib/libstrata.so and .a, include/strata/*.h,
+# lib/pkgconfig/strata.pc, bin/strata, share/man/man1/strata.1.
 PREFIX ?= /usr/local
 install: all
 	@cmake --install $(BUILD) --prefix $(PREFIX)
