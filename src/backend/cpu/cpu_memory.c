@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "strata/backend.h"
 
@@ -75,23 +74,10 @@ struct cpu_ctx {
 
 /* ------------------------------------------------------------------------ */
 
-/* Regions this big are asked for as transparent huge pages: filling a
- * fresh arena from the checkpoint was nine tenths page faults at 4 KiB
- * (issue 25), and a 2 MiB page takes one fault for 512. */
-#define HUGE_REGION_BYTES ((size_t)64 << 20)
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-
 static void *default_region_alloc(size_t alignment, size_t bytes)
 {
 	void *p = NULL;
-	if (bytes >= HUGE_REGION_BYTES && alignment < HUGE_PAGE_BYTES)
-		alignment = HUGE_PAGE_BYTES;
-	if (posix_memalign(&p, alignment, bytes) != 0)
-		return NULL;
-	/* advice only: where the kernel has no huge pages it is a no-op */
-	if (bytes >= HUGE_REGION_BYTES)
-		(void)madvise(p, bytes & ~(HUGE_PAGE_BYTES - 1), MADV_HUGEPAGE);
-	return p;
+	return posix_memalign(&p, alignment, bytes) == 0 ? p : NULL;
 }
 
 static const strata_backend_cpu_sys_table sys_defaults = {
