@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure check demo asan fuzz install clean
+.PHONY: all setup configure check demo asan tsan fuzz install clean
 
 all: configure
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
@@ -28,6 +28,10 @@ demo: configure
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 asan: setup
 	@$(MAKE) --no-print-directory check BUILD=build-asan CMAKE_FLAGS="-DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+# The suite under ThreadSanitizer (without CUDA), in build-tsan/.
+tsan: setup
+	@$(MAKE) --no-print-directory check BUILD=build-tsan CMAKE_FLAGS="-DSTRATA_TSAN=ON -DCMAKE_BUILD_TYPE=Debug"
 
 # libFuzzer targets (clang); run them with scripts/fuzz.
 fuzz: setup

@@ -61,6 +61,16 @@ set(strata_example_cflags "")
 if(STRATA_SANITIZE)
   set(strata_example_cflags "-fsanitize=address,undefined")
 endif()
+if(NOT STRATA_TSAN) # the examples are built by plain cc
 add_test(NAME install_examples COMMAND sh ${CMAKE_SOURCE_DIR}/scripts/check-install
   ${CMAKE_BINARY_DIR} "${strata_example_cflags}")
 set_tests_properties(install_examples PROPERTIES TIMEOUT 300)
+endif()
+
+# The exported symbols must be exactly cmake/strata.symbols (check-abi).
+set(strata_abi_flags "")
+if(NOT STRATA_HAVE_CUDA)
+  set(strata_abi_flags "--without-cuda")
+endif()
+add_test(NAME abi_symbols COMMAND sh ${CMAKE_SOURCE_DIR}/scripts/check-abi
+  $<TARGET_FILE:strata_shared> ${strata_abi_flags})
