@@ -240,7 +240,7 @@ void strata_weight_store_get_stats(const strata_weight_store *ws,
 /* Converts n elements of type t at src to f32 at dst, bit-exact against
  * gguf-py's dequantizer: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
  * Q2_K-Q6_K, IQ4_NL, IQ4_XS (the types whose is_float is true). Another type
- * is E_UNSUPPORTED naming it and the `strata quantize` command; a count that
+ * is E_UNSUPPORTED naming it and how to convert the file; a count that
  * is not whole blocks E_CKPT_SHAPE; a NaN or infinite value or block scale
  * E_CKPT_VALUE naming the block (callers prefix the tensor's name). */
 strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
