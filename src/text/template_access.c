@@ -204,7 +204,7 @@ int tpl_slice(tctx *c, uint32_t pos, const tv *obj, const tv *start,
 	bool is_str = obj->type == TV_STR;
 	int64_t len = is_str ? (int64_t)tpl_utf8_count(obj->s.p, obj->s.n)
 			     : (int64_t)obj->l->n;
-	int64_t a, b;
+	int64_t a = 0, b = 0; /* set by slice_bound; gcc 13 -O3 cannot tell */
 	if (slice_bound(c, pos, start, len, st, true, &a) ||
 	    slice_bound(c, pos, stop, len, st, false, &b))
 		return -1;
