@@ -58,8 +58,8 @@ typedef struct strata_attention_shape {
 	float scale;	     /* score multiplier, usually 1/sqrt(head_dim) */
 } strata_attention_shape;
 
-/* The stored type of a weight (X(NAME, "text")). The values are those of
- * infer's STRATA_INFER_ELEM_MAP; each name is also base's strata_block_type
+/* The stored type of a weight (X(NAME, "text")); infer's
+ * STRATA_INFER_ELEM_MAP is this list. Each name is also base's strata_block_type
  * of that name (the block layouts are base's, strata_block_decode). The
  * CPU table computes on all of them; CUDA on f32, bf16 and f16 (issue 18:
  * its block kernels are to come). */

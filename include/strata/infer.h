@@ -114,23 +114,9 @@ typedef enum strata_infer_slot {
 /* How a weight's elements are stored where the forward pass reads them.
  * F32 is zero, so sources that fill nothing but pointers hand out f32.
  * The GGUF block types are read as stored by the CPU's products (the plain
- * source keeps its matrices so); each is the strata_dtype of its name. */
-#define STRATA_INFER_ELEM_MAP(X)                                               \
-	X(F32, "f32")                                                          \
-	X(BF16, "bf16")                                                        \
-	X(F16, "f16")                                                          \
-	X(Q8_0, "q8_0")                                                        \
-	X(Q4_0, "q4_0")                                                        \
-	X(Q4_1, "q4_1")                                                        \
-	X(Q5_0, "q5_0")                                                        \
-	X(Q5_1, "q5_1")                                                        \
-	X(Q2_K, "q2_k")                                                        \
-	X(Q3_K, "q3_k")                                                        \
-	X(Q4_K, "q4_k")                                                        \
-	X(Q5_K, "q5_k")                                                        \
-	X(Q6_K, "q6_k")                                                        \
-	X(IQ4_NL, "iq4_nl")                                                    \
-	X(IQ4_XS, "iq4_xs")
+ * source keeps its matrices so); each is the strata_dtype of its name. The
+ * list is the kernel table's own weight types, so the two cannot drift. */
+#define STRATA_INFER_ELEM_MAP(X) STRATA_WEIGHT_TYPE_MAP(X)
 
 typedef enum strata_infer_elem {
 #define STRATA_INFER_ELEM_ENUM(name, text) STRATA_ELEM_##name,

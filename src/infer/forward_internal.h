@@ -10,15 +10,6 @@
 
 #include "strata/infer.h"
 
-/* A source's element types are the kernel table's weight types. */
-#define STRATA_ELEM_IS_WEIGHT(name, text)                                      \
-	_Static_assert((int)STRATA_ELEM_##name == (int)STRATA_WEIGHT_##name,   \
-		       "infer element type " #name " differs from the backend's");
-STRATA_INFER_ELEM_MAP(STRATA_ELEM_IS_WEIGHT)
-#undef STRATA_ELEM_IS_WEIGHT
-_Static_assert((int)STRATA_WEIGHT_TYPE_COUNT == (int)STRATA_ELEM_IQ4_XS + 1,
-	       "the backend has weight types infer does not name");
-
 struct strata_kv_cache {
 	strata_kv_cache_shape shape;
 	strata_compute *c;    /* save and restore copy through it */
