@@ -267,6 +267,9 @@ void strata_file_abandon_pending(void);
 /* Monotonic clock in nanoseconds. */
 uint64_t strata_now_ns(void);
 
+/* Whether s ends with suffix ("model.gguf", ".gguf"). */
+bool strata_str_ends_with(const char *s, const char *suffix);
+
 /* A seed that differs from run to run (the kernel's random source), for a
  * run given no --seed; the run prints it so it can be repeated. */
 uint64_t strata_random_seed(void);

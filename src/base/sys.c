@@ -454,3 +454,9 @@ strata_status strata_file_write_atomic(const char *path, const void *data,
 	}
 	return write_replacing(t.path, data, len, err);
 }
+
+bool strata_str_ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && !strcmp(s + a - b, suffix);
+}

@@ -23,12 +23,6 @@ static bool looks_like_hub_id(const char *p)
 	return true;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcmp(s + a - b, suffix);
-}
-
 /* The first entry of dir whose name ends with one of the suffixes. */
 static bool dir_has(const char *dir, const char *const *suffixes,
 		    char *found, size_t cap)
@@ -39,7 +33,7 @@ static bool dir_has(const char *dir, const char *const *suffixes,
 	bool hit = false;
 	for (struct dirent *e; !hit && (e = readdir(d));)
 		for (const char *const *s = suffixes; *s && !hit; s++)
-			if (ends_with(e->d_name, *s)) {
+			if (strata_str_ends_with(e->d_name, *s)) {
 				snprintf(found, cap, "%s", e->d_name);
 				hit = true;
 			}

@@ -36,12 +36,6 @@ static void help(FILE *f)
 		"A template's own raise_exception exits 1 with its message.\n");
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static strata_status read_input(const char *path, char **text, size_t *len,
 				strata_error *err)
 {
@@ -153,7 +147,7 @@ static strata_status load_source(const char *path, char **text, size_t *len,
 	struct stat sb;
 	*bos = *eos = NULL;
 	if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-	    !ends_with(path, ".gguf"))
+	    !strata_str_ends_with(path, ".gguf"))
 		return strata_file_read_all(path, STRATA_TEMPLATE_MAX_SOURCE_BYTES,
 					    text, len, err);
 	return strata_chat_template_load(path, text, len, bos, eos, err);

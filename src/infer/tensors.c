@@ -111,12 +111,6 @@ static bool used(const strata_infer_tensors *t, const strata_tensor *x)
 	return false;
 }
 
-static bool ends_with(const char *s, const char *tail)
-{
-	size_t n = strlen(s), m = strlen(tail);
-	return n >= m && !strcmp(s + n - m, tail);
-}
-
 /* Every tensor the checkpoint holds must be used, except the rotary
  * buffers old transformers checkpoints saved (recomputed here anyway). */
 static strata_status check_extra(const strata_catalog *c,
@@ -125,7 +119,7 @@ static strata_status check_extra(const strata_catalog *c,
 {
 	for (size_t i = 0; i < strata_catalog_count(c); i++) {
 		const strata_tensor *x = strata_catalog_tensor(c, i);
-		if (used(t, x) || ends_with(x->name, "rotary_emb.inv_freq"))
+		if (used(t, x) || strata_str_ends_with(x->name, "rotary_emb.inv_freq"))
 			continue;
 		char shown[160];
 		strata_escape(shown, sizeof shown, x->name, strlen(x->name));

@@ -14,12 +14,6 @@
 /* Loading MODEL                                                            */
 /* ------------------------------------------------------------------------ */
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static strata_status load_gguf(const char *path, strata_tokenizer **out,
 			       strata_error *err)
 {
@@ -112,9 +106,9 @@ strata_status strata_tokenizer_load(const char *model_path,
 				   "give a directory holding tokenizer.json or "
 				   "a .gguf file", "model '%s' does not exist",
 				   model_path ? model_path : "(null)");
-	if (!S_ISDIR(sb.st_mode) && ends_with(model_path, ".safetensors"))
+	if (!S_ISDIR(sb.st_mode) && strata_str_ends_with(model_path, ".safetensors"))
 		return load_beside(model_path, out, err);
-	if (!S_ISDIR(sb.st_mode) && !ends_with(model_path, ".json"))
+	if (!S_ISDIR(sb.st_mode) && !strata_str_ends_with(model_path, ".json"))
 		return load_gguf(model_path, out, err);
 	text_buf path = {0};
 	strata_status st = strata__text_buf_add(
