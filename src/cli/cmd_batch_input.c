@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "cli/batch_input.h"
+#include "cli/commands.h"
 
 #define MAX_INPUT_BYTES (1ull << 30)
 #define MAX_TOKENS_CAP (1u << 24)
@@ -32,53 +33,15 @@
 
 /* ------------------------------------------------------------------------ */
 
+/* The requests; over MAX_INPUT_BYTES is the batch input's own error. */
 static strata_status read_stdin(char **out, size_t *len, strata_error *err)
 {
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-	for (;;) {
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 1 << 16;
-			if (ncap > MAX_INPUT_BYTES + 1)
-				ncap = MAX_INPUT_BYTES + 1;
-			if (ncap == cap) {
-				strata_free(buf);
-				return strata_fail(
-					err, STRATA_E_INFER_BATCH_INPUT,
-					"split the requests over several runs",
-					"the input is larger than 1 GiB");
-			}
-			char *nb = strata_realloc(buf, ncap + 1);
-			if (!nb) {
-				strata_free(buf);
-				return strata_fail(err, STRATA_E_NOMEM,
-						   "free memory or send fewer "
-						   "requests",
-						   "cannot hold the input");
-			}
-			buf = nb;
-			cap = ncap;
-		}
-		size_t got = fread(buf + n, 1, cap - n, stdin);
-		n += got;
-		if (got == 0) {
-			if (ferror(stdin)) {
-				strata_free(buf);
-				return strata_fail(err, STRATA_E_IO,
-						   "check what feeds stdin",
-						   "cannot read the requests "
-						   "from stdin");
-			}
-			break;
-		}
-	}
-	if (!buf && !(buf = strata_alloc(1)))
-		return strata_fail(err, STRATA_E_NOMEM, "free memory",
-				   "cannot hold the input");
-	buf[n] = '\0';
-	*out = buf;
-	*len = n;
-	return STRATA_OK;
+	strata_status st = strata_cli_read_stdin(MAX_INPUT_BYTES, out, len, err);
+	if (st == STRATA_E_USAGE)
+		return strata_fail(err, STRATA_E_INFER_BATCH_INPUT,
+				   "split the requests over several runs",
+				   "the input is larger than 1 GiB");
+	return st;
 }
 
 static bool blank(const char *s, size_t n)
