@@ -172,6 +172,9 @@ void strata_backend_cpu_sys_reset(void);
  * without a driver or a GPU, or where strata was built without CUDA); 0
  * for any other text. */
 uint32_t strata_backend_device_count(const char *kind);
+/* Whether this build has the kind ("cuda" in a build with CUDA), asking no
+ * driver: instant, for --version. */
+bool strata_backend_has_kind(const char *kind);
 
 /* The device memory a compute context takes at least on a device of this
  * kind (CUDA: its cuBLAS workspace and scratch), for plans made before any

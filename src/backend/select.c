@@ -97,6 +97,11 @@ uint32_t strata_backend_device_count(const char *kind)
 	return k ? k->device_count() : 0;
 }
 
+bool strata_backend_has_kind(const char *kind)
+{
+	return find(kind) != NULL;
+}
+
 uint64_t strata_backend_compute_bytes(const char *kind)
 {
 	int i = known_index(kind);

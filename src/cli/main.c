@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "strata/backend.h"
 #include "strata_commit.h"
 
 const strata_command strata_commands[] = {
@@ -37,11 +38,9 @@ static void usage(FILE *f)
 static void print_version(void)
 {
 	printf("strata %s (commit %s)\n", STRATA_VERSION, STRATA_COMMIT);
-#ifdef STRATA_BUILT_WITH_CUDA
-	printf("backends: cpu cuda\n");
-#else
-	printf("backends: cpu (built without CUDA)\n");
-#endif
+	printf(strata_backend_has_kind("cuda")
+		       ? "backends: cpu cuda\n"
+		       : "backends: cpu (built without CUDA)\n");
 	printf("this processor:");
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 	__builtin_cpu_init();
