@@ -135,6 +135,7 @@ static void task_generic(void *arg, uint32_t task)
  * decode_exact, faster for the types they cover. */
 void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
 			       float *dst, uint32_t elements);
+bool strata__quant_avx2_usable(void);
 
 __attribute__((target("avx2,fma"))) static void task_avx2(void *arg,
 							   uint32_t task)
@@ -148,9 +149,7 @@ __attribute__((target("avx2,fma"))) static void task_avx2(void *arg,
 static strata__pool_fn pick_task(void)
 {
 #if defined(__x86_64__)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c"))
+	if (strata__quant_avx2_usable())
 		return task_avx2;
 #endif
 	return task_generic;

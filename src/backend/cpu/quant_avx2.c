@@ -8,7 +8,20 @@
 #include "strata/base.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+
+/* Whether this processor runs these decoders (AVX2, FMA and F16C). F16C
+ * is read from CPUID leaf 1 (ECX bit 29): clang 14's
+ * __builtin_cpu_supports does not know "f16c", and `make fuzz` builds with
+ * clang. */
+bool strata__quant_avx2_usable(void)
+{
+	unsigned a, b, c, d;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
