@@ -18,7 +18,12 @@ set_target_properties(strata_shared PROPERTIES
   SOVERSION ${PROJECT_VERSION_MAJOR}
   LINK_DEPENDS ${CMAKE_SOURCE_DIR}/cmake/strata.map)
 target_link_options(strata_shared PRIVATE
-  -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/strata.map -Wl,--no-undefined)
+  -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/strata.map)
+# Every symbol resolved at link time; not under libFuzzer, whose clang
+# leaves the sanitizer runtime to the executables.
+if(NOT STRATA_FUZZ)
+  target_link_options(strata_shared PRIVATE -Wl,--no-undefined)
+endif()
 set_target_properties(strata PROPERTIES OUTPUT_NAME strata)
 
 # strata.pc: the Debian libraries as Requires.private, CUDA's as

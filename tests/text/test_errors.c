@@ -397,7 +397,7 @@ static strata_status oom_once(const char *json, size_t len, const char *gguf,
 	strata_tokenizer *t = NULL;
 	strata_error err;
 	int32_t *ids = NULL;
-	size_t count;
+	size_t count = 0;
 	char *text = NULL;
 	strata_text_stream *d = NULL;
 	static const char in[] = "The cat and the hat's 123 <|eot|> \xe2\x82\xac ab";
