@@ -182,6 +182,11 @@ bool strata_backend_has_kind(const char *kind);
  * machine); 0 for the CPU and unknown text. */
 uint64_t strata_backend_compute_bytes(const char *kind);
 
+/* The weight types (STRATA_WEIGHT_BIT of each, backend_kernels.h) the
+ * kernel table of this kind computes on as stored, known also where the
+ * kind is not built (planning for another machine); 0 for unknown text. */
+uint32_t strata_backend_weight_types(const char *kind);
+
 /* Creates the backend of `kind` ("cpu" or "cuda") on device `device` (cuda
  * only; the CPU has one), with cpu_opt for the CPU (may be NULL). E_USAGE
  * naming the text for an unknown kind; E_BACKEND_UNAVAILABLE with a fix

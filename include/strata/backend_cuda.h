@@ -62,6 +62,12 @@ void strata_backend_cuda_sys_reset(void);
  * on bf16/f16 weights, strata_cuda_matmul_half; the fused slots are the
  * functions below. */
 extern const strata_kernel_ops strata_cuda_kernel_ops;
+/* Its weight types: f32, bf16 and f16 (the plan converts the others to
+ * f32 at load). */
+#define STRATA_CUDA_WEIGHT_TYPES                                               \
+	(STRATA_WEIGHT_BIT(STRATA_WEIGHT_F32) |                                \
+	 STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16) |                               \
+	 STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16))
 
 #define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
 #define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \

@@ -61,8 +61,8 @@ typedef struct strata_attention_shape {
 /* The stored type of a weight (X(NAME, "text")); infer's
  * STRATA_INFER_ELEM_MAP is this list. Each name is also base's strata_block_type
  * of that name (the block layouts are base's, strata_block_decode). The
- * CPU table computes on all of them; CUDA on f32, bf16 and f16 (issue 18:
- * its block kernels are to come). */
+ * CPU and CUDA tables compute on all of them (their products; norms take
+ * f32, and f16/bf16 on CUDA). */
 #define STRATA_WEIGHT_TYPE_MAP(X)                                              \
 	X(F32, "f32")                                                          \
 	X(BF16, "bf16")                                                        \
@@ -215,8 +215,10 @@ typedef struct strata_kernel_ops {
 	strata_status (*reserve)(void *ctx, uint64_t bytes, strata_error *err);
 } strata_kernel_ops;
 
-/* The CPU kernels (src/backend/cpu/kernels_*.c): f32 weights. */
+/* The CPU kernels (src/backend/cpu/kernels_*.c): products on every weight
+ * type as stored, norms on f32. */
 extern const strata_kernel_ops strata_cpu_kernel_ops;
+#define STRATA_CPU_WEIGHT_TYPES ((1u << STRATA_WEIGHT_TYPE_COUNT) - 1)
 
 /* A compute context: {ops, ctx}, and the backend it was made on (NULL for
  * one made with strata_compute_create), whose copies and waits its stream

@@ -87,6 +87,16 @@ typedef struct strata_dtype_info {
 /* NULL for a value outside the table. */
 const strata_dtype_info *strata_dtype_get(strata_dtype t);
 
+/* The fix of every "strata cannot compute with this type" error: the types
+ * strata computes, and the command that converts a model to one of them
+ * (DESIGN.md's strata quantize; from the original F32/F16/BF16 model where
+ * the file's own type cannot be read either). */
+#define STRATA_FIX_CONVERT_TYPE                                                \
+	"convert the model to a type strata computes (F32, F16, BF16, Q8_0, "  \
+	"Q4_0-Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS) with strata quantize, from "   \
+	"its original safetensors or a GGUF of such a type: strata quantize " \
+	"MODEL OUT.gguf --type Q8_0"
+
 /* The type a safetensors header names ("BF16"), or a GGUF tensor info's
  * ggml type id; false when the name or id is not a known type. */
 bool strata_dtype_from_safetensors(const char *name, strata_dtype *out);

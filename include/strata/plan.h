@@ -78,16 +78,32 @@ const char *strata_place_name(strata_place w);
 /* Every buffer the plan sizes is rounded up to STRATA_ALIGN (base.h), the
  * arenas' alignment, with strata_checked_align. */
 
-/* Where-it-executes bytes of one tensor of `elements` elements of type t:
- * - cpu: every floating type (F64, F32, F16, BF16, F8, F6, F4 and every
- *   quantised ggml type) is computed in f32, so it takes 4 bytes per
- *   element there (converted or dequantised at load);
- * - cuda: F32, F16 and BF16 stay as they are; every other floating type is
- *   dequantised to f32 at load (4 bytes per element);
- * - integer and bool types stay as they are on both;
- * then rounded up to STRATA_ALIGN, because each tensor is its own
- * aligned buffer. Errors: E_CKPT_DTYPE for a type outside the table,
- * E_OVERFLOW naming "tensor device bytes". */
+/* How one tensor executes on device d: the one rule the plan's sizes and
+ * the residency window (infer) share, so what is planned is what is held
+ * (DESIGN.md: weights stay in their stored type):
+ * - a matrix (two or more dimensions) of a weight type d's kernel table
+ *   takes (strata_backend_weight_types: every GGUF block type, F16, BF16
+ *   and F32 on the CPU and on CUDA) stays as stored;
+ * - a vector (norms, biases, rope factors) stays as stored when f32, or
+ *   f16/bf16 on CUDA, whose norm and conversion kernels read them;
+ * - integer and bool types stay as they are;
+ * - every other floating tensor is converted to f32 at load (4 bytes an
+ *   element).
+ * `bytes` are unaligned (the file's bytes, or elements x 4). Errors:
+ * E_CKPT_DTYPE for a type outside the table, E_OVERFLOW naming "tensor
+ * device bytes". */
+typedef struct strata_plan_exec {
+	bool convert;	/* converted to f32 at load */
+	uint64_t bytes; /* where it executes, unaligned */
+} strata_plan_exec;
+strata_status strata_plan_tensor_exec(const strata_tensor *t,
+				      strata_plan_device d,
+				      strata_plan_exec *out, strata_error *err);
+
+/* Where-it-executes bytes of a matrix of `elements` elements of type t
+ * (strata_plan_tensor_exec's rule, two dimensions), rounded up to
+ * STRATA_ALIGN, because each tensor is its own aligned buffer. Errors as
+ * strata_plan_tensor_exec's. */
 strata_status strata_plan_tensor_device_bytes(strata_dtype t,
 					      uint64_t elements,
 					      strata_plan_device d,

@@ -53,13 +53,18 @@ static const backend_kind kinds[] = {
 #endif
 };
 
-/* Kinds strata has code for, built here or not, and the device memory a
- * compute context takes at least on each (plans for another machine's
- * GPUs need it where no GPU code is built). */
+/* Kinds strata has code for, built here or not, the device memory a
+ * compute context takes at least on each and the weight types its kernel
+ * table takes (plans for another machine's GPUs need them where no GPU
+ * code is built). */
 static const struct {
 	const char *name;
 	uint64_t compute_bytes;
-} known[] = {{"cpu", 0}, {"cuda", STRATA_CUDA_COMPUTE_DEVICE_BYTES}};
+	uint32_t weight_types;
+} known[] = {
+	{"cpu", 0, STRATA_CPU_WEIGHT_TYPES},
+	{"cuda", STRATA_CUDA_COMPUTE_DEVICE_BYTES, STRATA_CUDA_WEIGHT_TYPES},
+};
 
 /* ------------------------------------------------------------------------ */
 
@@ -106,6 +111,12 @@ uint64_t strata_backend_compute_bytes(const char *kind)
 {
 	int i = known_index(kind);
 	return i < 0 ? 0 : known[i].compute_bytes;
+}
+
+uint32_t strata_backend_weight_types(const char *kind)
+{
+	int i = known_index(kind);
+	return i < 0 ? 0 : known[i].weight_types;
 }
 
 strata_status strata_backend_create(const char *kind, uint32_t device,

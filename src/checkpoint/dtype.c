@@ -134,7 +134,7 @@ static strata_status check_convertible(strata_dtype t, uint64_t elements,
 	strata_block_type b;
 	if (!d || !strata_dtype_block(t, &b))
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "convert the file to a type strata computes (F32, F16, BF16, Q8_0, Q4_0-Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS), e.g. with llama.cpp: llama-quantize IN.gguf OUT.gguf Q8_0",
+				   STRATA_FIX_CONVERT_TYPE,
 				   "strata cannot compute with %s tensors",
 				   d ? d->name : "unknown");
 	if (elements % d->block_elements)

@@ -89,7 +89,7 @@ static bool cannot_run(const char *model, const strata_catalog *c,
 		char shown[128];
 		strata_escape(shown, sizeof shown, t->name, strlen(t->name));
 		strata_fail(err, STRATA_E_CKPT_DTYPE,
-			    "convert the file to a type strata computes (F32, F16, BF16, Q8_0, Q4_0-Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS), e.g. with llama.cpp: llama-quantize IN.gguf OUT.gguf Q8_0",
+			    STRATA_FIX_CONVERT_TYPE,
 			    "strata cannot run this checkpoint: tensor '%s' is %s, a type strata cannot compute",
 			    shown, info ? info->name : "unknown");
 		return true;

@@ -54,7 +54,7 @@ static strata_status check_shape(const strata_tensor *t, uint64_t rows,
 	const strata_dtype_info *info = strata_dtype_get(t->dtype);
 	if (!info || !info->is_float)
 		return strata_fail(err, STRATA_E_CKPT_DTYPE,
-				   "convert the file to a type strata computes (F32, F16, BF16, Q8_0, Q4_0-Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS), e.g. with llama.cpp: llama-quantize IN.gguf OUT.gguf Q8_0",
+				   STRATA_FIX_CONVERT_TYPE,
 				   "tensor '%s' has type %s, which strata cannot "
 				   "compute with",
 				   t->name, info ? info->name : "unknown");

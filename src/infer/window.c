@@ -28,25 +28,24 @@ struct strata_infer_window {
 
 /* ------------------------------------------------------------------------ */
 
-/* How tensor t executes on `device`: the plan's rule (f32 everywhere on the
- * CPU; f32, f16 and bf16 as they are on CUDA, the rest converted to f32).
- * Returns its strata_infer_elem. */
+/* How tensor t executes on `device`: the plan's rule
+ * (strata_plan_tensor_exec: matrices as stored where the backend's table
+ * takes their type, vectors f32 or half on CUDA, the rest converted to
+ * f32), so the engine holds what the plan sized. Returns its
+ * strata_infer_elem. */
 static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
 			strata_plan_device device)
 {
 	r->tensor = t;
-	bool half = device == STRATA_PLAN_DEVICE_CUDA &&
-		    (t->dtype == STRATA_DTYPE_BF16 ||
-		     t->dtype == STRATA_DTYPE_F16);
-	if (half) {
-		r->convert = false;
-		r->exec_bytes = t->elements * 2; /* checked at find */
-		return t->dtype == STRATA_DTYPE_BF16 ? STRATA_ELEM_BF16
-						     : STRATA_ELEM_F16;
-	}
-	r->convert = t->dtype != STRATA_DTYPE_F32;
-	r->exec_bytes = t->elements * sizeof(float); /* checked at find */
-	return STRATA_ELEM_F32;
+	strata_plan_exec e = {.convert = true, .bytes = t->elements * 4};
+	strata_error ignored; /* the plan sized every tensor: no error here */
+	(void)strata_plan_tensor_exec(t, device, &e, &ignored);
+	r->convert = e.convert;
+	r->exec_bytes = e.bytes;
+	uint8_t elem = STRATA_ELEM_F32;
+	if (!e.convert)
+		(void)strata_infer_elem_of(t->dtype, &elem);
+	return elem;
 }
 
 static strata_status window_acquire(void *user, uint32_t layer,

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <string.h>
 
+#include "strata/backend.h"
 #include "strata/plan.h"
 
 /* ------------------------------------------------------------------------ */
@@ -42,35 +43,70 @@ const char *strata_plan_device_name(strata_plan_device d)
 /* Tensor bytes where they execute                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Bytes per element on the executing device; 0 for a type outside the
- * table. Integer types are stored as they are; floats follow plan.h. */
-static uint64_t exec_element_bytes(strata_dtype t, strata_plan_device d)
+/* The weight type of dtype t, false for a type no kernel table names
+ * (the two maps share their names: STRATA_WEIGHT_TYPE_MAP). */
+static bool weight_type_of(strata_dtype t, strata_weight_type *out)
 {
 	switch (t) {
-	case STRATA_DTYPE_I64:
-	case STRATA_DTYPE_U64:
-		return 8;
-	case STRATA_DTYPE_I32:
-	case STRATA_DTYPE_U32:
-		return 4;
-	case STRATA_DTYPE_I16:
-	case STRATA_DTYPE_U16:
-		return 2;
-	case STRATA_DTYPE_I8:
-	case STRATA_DTYPE_U8:
-	case STRATA_DTYPE_BOOL:
-		return 1;
-	case STRATA_DTYPE_F16:
-	case STRATA_DTYPE_BF16:
-		/* cuda computes in half precision; cpu converts to f32 */
-		return d == STRATA_PLAN_DEVICE_CUDA ? 2 : 4;
-	case STRATA_DTYPE_COUNT:
-		return 0;
-	default:
-		/* F32, F64, F8/F6/F4 and every ggml quantised type are
-		 * computed in f32 on both devices; complex C64 stays 8 */
-		return t == STRATA_DTYPE_C64 ? 8 : 4;
+#define DTYPE_WEIGHT(name, text) \
+	case STRATA_DTYPE_##name: *out = STRATA_WEIGHT_##name; return true;
+		STRATA_WEIGHT_TYPE_MAP(DTYPE_WEIGHT)
+#undef DTYPE_WEIGHT
+	default: return false;
 	}
+}
+
+/* Whether a tensor of type t stays as stored on d (plan.h's rule). */
+static bool stays_stored(strata_dtype t, bool vector, strata_plan_device d)
+{
+	switch (t) {
+	case STRATA_DTYPE_I64: case STRATA_DTYPE_I32: case STRATA_DTYPE_I16:
+	case STRATA_DTYPE_I8: case STRATA_DTYPE_U64: case STRATA_DTYPE_U32:
+	case STRATA_DTYPE_U16: case STRATA_DTYPE_U8: case STRATA_DTYPE_BOOL:
+		return true; /* integer and bool types */
+	default:
+		break;
+	}
+	strata_weight_type w;
+	if (!weight_type_of(t, &w))
+		return false;
+	if (vector)
+		return w == STRATA_WEIGHT_F32 ||
+		       (d == STRATA_PLAN_DEVICE_CUDA &&
+			(w == STRATA_WEIGHT_BF16 || w == STRATA_WEIGHT_F16));
+	const char *kind = d == STRATA_PLAN_DEVICE_CUDA ? "cuda" : "cpu";
+	return (strata_backend_weight_types(kind) & STRATA_WEIGHT_BIT(w)) != 0;
+}
+
+/* plan.h's rule on a tensor of `elements` elements of type t. */
+static strata_status exec_of(strata_dtype t, uint64_t elements, bool vector,
+			     strata_plan_device d, strata_plan_exec *out,
+			     strata_error *err)
+{
+	const strata_dtype_info *info =
+		(unsigned)t < STRATA_DTYPE_COUNT ? strata_dtype_get(t) : NULL;
+	if (!info)
+		return strata_fail(err, STRATA_E_CKPT_DTYPE,
+				   "re-export the checkpoint with a supported tensor type",
+				   "tensor type %d is not in strata's dtype table",
+				   (int)t);
+	strata_plan_exec e = {.convert = !stays_stored(t, vector, d)};
+	uint64_t per = e.convert ? 4 : info->block_bytes;
+	uint64_t blocks = e.convert ? elements
+				    : elements / info->block_elements +
+					      (elements % info->block_elements != 0);
+	strata_status s = strata_checked_mul(blocks, per, &e.bytes,
+					     "tensor device bytes", err);
+	if (s == STRATA_OK)
+		*out = e;
+	return s;
+}
+
+strata_status strata_plan_tensor_exec(const strata_tensor *t,
+				      strata_plan_device d,
+				      strata_plan_exec *out, strata_error *err)
+{
+	return exec_of(t->dtype, t->elements, t->n_dims < 2, d, out, err);
 }
 
 strata_status strata_plan_tensor_device_bytes(strata_dtype t,
@@ -78,20 +114,11 @@ strata_status strata_plan_tensor_device_bytes(strata_dtype t,
 					      strata_plan_device d,
 					      uint64_t *out, strata_error *err)
 {
-	uint64_t per = (unsigned)t < STRATA_DTYPE_COUNT
-			       ? exec_element_bytes(t, d)
-			       : 0;
-	if (per == 0)
-		return strata_fail(err, STRATA_E_CKPT_DTYPE,
-				   "re-export the checkpoint with a supported tensor type",
-				   "tensor type %d is not in strata's dtype table",
-				   (int)t);
-	uint64_t raw;
-	strata_status s = strata_checked_mul(elements, per, &raw,
-					     "tensor device bytes", err);
+	strata_plan_exec e;
+	strata_status s = exec_of(t, elements, false, d, &e, err);
 	if (s != STRATA_OK)
 		return s;
-	return strata_checked_align(raw, out, "tensor device bytes", err);
+	return strata_checked_align(e.bytes, out, "tensor device bytes", err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -238,8 +265,9 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 	       m.kv_buffer_bytes);
 	s = activations(arch, shape, T, &m, err);
 	if (s == STRATA_OK && device == STRATA_PLAN_DEVICE_CUDA &&
-	    (weight_dtype == STRATA_DTYPE_BF16 ||
-	     weight_dtype == STRATA_DTYPE_F16))
+	    (unsigned)weight_dtype < STRATA_DTYPE_COUNT &&
+	    weight_dtype != STRATA_DTYPE_F32 &&
+	    stays_stored(weight_dtype, false, device))
 		s = product_workspace(arch, shape, &m, err);
 	if (s != STRATA_OK)
 		return s;

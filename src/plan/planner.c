@@ -82,9 +82,16 @@ static void resolve_rates(strata_plan *p)
 		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_FLOPS : o->cpu_flops);
 #undef DEFAULT_RATE
 	p->default_rates = def;
-	bool half = p->weight_dtype == STRATA_DTYPE_BF16 ||
-		    p->weight_dtype == STRATA_DTYPE_F16;
-	p->element_bytes = cuda && half ? 2.0 : 4.0;
+	/* the weights' bytes an element where they execute (plan.h's rule):
+	 * 2 for bf16, 34/32 for Q8_0, 4 where converted */
+	const uint64_t elems = (uint64_t)1 << 20;
+	uint64_t bytes = 0;
+	strata_error ignored;
+	p->element_bytes = strata_plan_tensor_device_bytes(
+				   p->weight_dtype, elems, o->device, &bytes,
+				   &ignored) == STRATA_OK
+				   ? (double)bytes / (double)elems
+				   : 4.0;
 }
 
 /* Fills defaults and rejects what cannot be planned. */

@@ -20,8 +20,11 @@ static strata_status tensor_bytes(void *ctx, size_t i, uint64_t *out,
 {
 	strata_plan_source *s = ctx;
 	const strata_tensor *t = strata_catalog_tensor(s->catalog, i);
-	strata_status st = strata_plan_tensor_device_bytes(
-		t->dtype, t->elements, s->device, out, err);
+	strata_plan_exec e;
+	strata_status st = strata_plan_tensor_exec(t, s->device, &e, err);
+	if (st == STRATA_OK)
+		st = strata_checked_align(e.bytes, out, "tensor device bytes",
+					  err);
 	if (st != STRATA_OK && err) {
 		char shown[128];
 		strata_escape(shown, sizeof shown, t->name, strlen(t->name));

@@ -2,7 +2,7 @@
  * gguf-py's dequantization bit for bit (SHA-256 of every tensor of every
  * file in tests/data/quant, as dequant.json lists them); NaN or infinite
  * scales and values are refused naming the block; other types are refused
- * naming how to convert the file (llama-quantize). */
+ * naming how to convert the file (strata quantize). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,7 +211,7 @@ static void other_types_name_strata_quantize(void **state)
 					     &e),
 			 STRATA_E_UNSUPPORTED);
 	assert_non_null(strstr(e.message, "IQ2_XXS"));
-	assert_non_null(strstr(e.fix, "llama-quantize"));
+	assert_non_null(strstr(e.fix, "strata quantize MODEL OUT.gguf --type"));
 	assert_int_equal(strata_dtype_to_f32(STRATA_DTYPE_Q4_K, b, 128, y, &e),
 			 STRATA_E_CKPT_SHAPE);
 }

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "strata/backend.h"
 #include "strata/plan.h"
 #include "planner_fixture.h"
 
@@ -29,15 +30,25 @@ static void tensor_bytes_are_where_it_executes(void **state)
 	assert_int_equal(strata_plan_tensor_device_bytes(STRATA_DTYPE_BF16,
 							 1024, cpu, &b, &err),
 			 STRATA_OK);
-	assert_true(b == 4096); /* converted to f32 */
+	assert_true(b == 2048); /* stored: the cpu computes on bf16 */
 	strata_plan_tensor_device_bytes(STRATA_DTYPE_BF16, 1024, cuda, &b, &err);
 	assert_true(b == 2048);
 	strata_plan_tensor_device_bytes(STRATA_DTYPE_F16, 1000, cuda, &b, &err);
 	assert_true(b == 2048); /* 2000 rounded up to 256 */
-	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q4_0, 64, cpu, &b, &err);
-	assert_true(b == 256); /* dequantised: 64 x 4 */
-	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q8_0, 1024, cuda, &b, &err);
-	assert_true(b == 4096);
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q4_0, 512, cpu, &b, &err);
+	assert_true(b == 512); /* 16 blocks of 18 bytes, rounded up to 256 */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q4_K, 256 * 16, cpu, &b,
+					&err);
+	assert_true(b == 2304); /* 16 blocks of 144 */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_Q8_0, 32 * 64, cuda, &b,
+					&err);
+	assert_true(b == (strata_backend_weight_types("cuda") &
+					  STRATA_WEIGHT_BIT(STRATA_WEIGHT_Q8_0)
+				  ? 2304u   /* 64 blocks of 34, rounded up */
+				  : 8192u)); /* converted to f32 */
+	/* a type no kernel computes on is converted (and refused at run) */
+	strata_plan_tensor_device_bytes(STRATA_DTYPE_F8_E4M3, 64, cpu, &b, &err);
+	assert_true(b == 256);
 	strata_plan_tensor_device_bytes(STRATA_DTYPE_I64, 64, cpu, &b, &err);
 	assert_true(b == 512);
 	strata_plan_tensor_device_bytes(STRATA_DTYPE_F32, 0, cpu, &b, &err);
@@ -50,6 +61,31 @@ static void tensor_bytes_are_where_it_executes(void **state)
 							 &b, &err),
 			 STRATA_E_OVERFLOW);
 	assert_non_null(strstr(err.message, "tensor device bytes"));
+}
+
+/* Vectors (norms, biases) stay f32 on the cpu, whose norm kernel reads
+ * f32; cuda's reads bf16 and f16 too. Matrices stay as stored on both. */
+static void vectors_follow_the_norm_kernels(void **state)
+{
+	(void)state;
+	strata_error err;
+	strata_plan_exec e;
+	strata_tensor norm = {.name = "n", .dtype = STRATA_DTYPE_BF16,
+			      .n_dims = 1, .elements = 64, .bytes = 128};
+	assert_int_equal(strata_plan_tensor_exec(&norm, STRATA_PLAN_DEVICE_CPU,
+						 &e, &err),
+			 STRATA_OK);
+	assert_true(e.convert && e.bytes == 256);
+	strata_plan_tensor_exec(&norm, STRATA_PLAN_DEVICE_CUDA, &e, &err);
+	assert_true(!e.convert && e.bytes == 128);
+	strata_tensor mat = {.name = "m", .dtype = STRATA_DTYPE_Q6_K,
+			     .n_dims = 2, .elements = 512, .bytes = 420};
+	strata_plan_tensor_exec(&mat, STRATA_PLAN_DEVICE_CPU, &e, &err);
+	assert_true(!e.convert && e.bytes == 420);
+	mat.dtype = STRATA_DTYPE_F32;
+	mat.bytes = 2048;
+	strata_plan_tensor_exec(&mat, STRATA_PLAN_DEVICE_CUDA, &e, &err);
+	assert_true(!e.convert && e.bytes == 2048);
 }
 
 static void memory_model_formulas_are_exact(void **state)
@@ -784,6 +820,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(tensor_bytes_are_where_it_executes),
+		cmocka_unit_test(vectors_follow_the_norm_kernels),
 		cmocka_unit_test(memory_model_formulas_are_exact),
 		cmocka_unit_test(resident_is_chosen_when_it_fits),
 		cmocka_unit_test(host_window_is_the_fastest_fitting_depth),

@@ -82,7 +82,7 @@ static strata_status cpu_embed(void *ctx, float *x, const strata_weight *table,
 
 const strata_kernel_ops strata_cpu_kernel_ops = {
 	.name = "cpu",
-	.weight_types = (1u << STRATA_WEIGHT_TYPE_COUNT) - 1,
+	.weight_types = STRATA_CPU_WEIGHT_TYPES,
 	.compute_create = cpu_compute_create,
 	.compute_destroy = cpu_compute_destroy,
 	.compute_threads = cpu_compute_threads,

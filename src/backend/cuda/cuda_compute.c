@@ -695,9 +695,7 @@ static strata_status cuda_reserve(void *ctx, uint64_t bytes, strata_error *err)
 
 const strata_kernel_ops strata_cuda_kernel_ops = {
 	.name = "cuda",
-	.weight_types = STRATA_WEIGHT_BIT(STRATA_WEIGHT_F32) |
-			STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16) |
-			STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16),
+	.weight_types = STRATA_CUDA_WEIGHT_TYPES,
 	.compute_create = compute_create,
 	.compute_destroy = compute_destroy,
 	.compute_threads = compute_threads,
