@@ -12,6 +12,7 @@
  */
 #include <inttypes.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -76,6 +77,26 @@ static void compute_destroy(void *ctx)
 	strata_free(k);
 }
 
+/* The prefill precision the environment asks for: STRATA_CUDA_PREFILL_PRECISION
+ * "split" (or unset: f32 inputs split into bf16 hi + lo, ~16 bits, two or
+ * three tensor-core products) or "bf16" (inputs rounded to bf16 once, one
+ * product, as transformers and llama.cpp compute in bf16: about twice the
+ * prefill speed, logits of small models moved by up to ~0.3). */
+static strata_status prefill_terms(int *terms, strata_error *err)
+{
+	const char *p = getenv("STRATA_CUDA_PREFILL_PRECISION");
+	*terms = 3;
+	if (!p || !*p || strcmp(p, "split") == 0)
+		return STRATA_OK;
+	if (strcmp(p, "bf16") == 0) {
+		*terms = 1;
+		return STRATA_OK;
+	}
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "set it to split or bf16, or unset it",
+			   "STRATA_CUDA_PREFILL_PRECISION is '%.64s'", p);
+}
+
 static strata_status compute_create(uint32_t threads, void **ctx,
 				    strata_error *err)
 {
@@ -84,7 +105,9 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 	if (!k)
 		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
 				   "cannot allocate a CUDA compute context");
-	strata_status s = STRATA_OK;
+	strata_status s = prefill_terms(&k->prefill_terms, err);
+	if (s)
+		goto fail;
 	cudaError_t e = cudaGetDevice(&k->device);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&k->stream.cuda,
@@ -221,6 +244,10 @@ static strata_status cuda_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,
  * is within 2%. */
 uint32_t strata__cuda_attention_blocks_per_sm = 4;
 
+/* Prefill attention of fewer blocks than this (a short chunk after a long
+ * prefix) keeps the key-splitting kernel, which fills the device. */
+uint32_t strata__cuda_flash_min_blocks = 64;
+
 /* Head sizes up to this run in the attention kernel (its shared memory is
  * a few head rows; llama-family heads are 64 .. 256). */
 #define ATTENTION_HEAD_DIM_MAX 2048u
@@ -236,6 +263,15 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				   "run this model with --device cpu",
 				   "CUDA attention: head size %u is above %u",
 				   sh->head_dim, ATTENTION_HEAD_DIM_MAX);
+	if (strata__cuda_flash_takes(sh->n, sh->heads, sh->kv_heads,
+				     sh->head_dim,
+				     strata__cuda_flash_min_blocks))
+		return launched(strata__cuda_flash_attention(
+					c->stream.cuda, out, q, k, v, sh->n,
+					sh->pos0, sh->heads, sh->kv_heads,
+					sh->head_dim, sh->window, sh->scale,
+					c->prefill_terms),
+				"attention (tensor cores)", err);
 	float *partials = (float *)((char *)c->scratch +
 				    STRATA__CUDA_SCRATCH_ATTENTION);
 	uint64_t floats = (STRATA__CUDA_SCRATCH_BYTES -
@@ -345,7 +381,8 @@ static strata_status reserve_half_ws(strata__cuda_compute *k, uint64_t bytes,
 	return STRATA_OK;
 }
 
-/* x (n, in) split into two half terms in the workspace: hi, then lo.
+/* x (n, in) split into two half terms in the workspace: hi, then lo (or,
+ * at prefill precision bf16, rounded once: the hi term alone).
  * cuBLAS on tensor cores takes inputs of the weights' type only; rounding
  * the f32 activations to bf16 once moves small models' logits by up to
  * 0.3, while hi + lo keeps ~16 bits, and the second product this costs is
@@ -365,6 +402,10 @@ static strata_status split_input(strata__cuda_compute *k, const float *x,
 		s = reserve_half_ws(k, bytes, err);
 	if (s != STRATA_OK)
 		return s;
+	if (k->prefill_terms == 1)
+		return launched(strata__cuda_to_half(k->stream.cuda, k->half_ws,
+						     x, elems, (int)type),
+				"matmul input conversion", err);
 	return launched(strata__cuda_to_half_split(k->stream.cuda, k->half_ws,
 						   x, elems, (int)type),
 			"matmul input conversion", err);
@@ -381,7 +422,8 @@ static strata_status gemm_split(strata__cuda_compute *k, float *y,
 	cudaDataType_t dt = type == STRATA_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 	const float one = 1.0f, zero = 0.0f;
 	uint64_t term_bytes = (uint64_t)n * in * 2;
-	for (int term = 0; term < 2; term++) {
+	const int terms = k->prefill_terms == 1 ? 1 : 2;
+	for (int term = 0; term < terms; term++) {
 		const char *x_term = (const char *)k->half_ws + term * term_bytes;
 		cublasStatus_t bs = strata__cublas.gemm_ex(
 			k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n,

@@ -36,6 +36,10 @@ typedef struct strata__cuda_compute {
 	void *scratch;	      /* token ids, 1.0f, then split attention */
 	void *half_ws;	      /* x converted for cublasGemmEx; grown */
 	uint64_t half_ws_bytes;
+	/* products and attention of prefill (n > 1 rows) with half-precision
+	 * inputs: 3 (f32 inputs split in bf16 hi + lo, the default) or 1
+	 * (rounded once); STRATA_CUDA_PREFILL_PRECISION, cuda_compute.c */
+	int prefill_terms;
 } strata__cuda_compute;
 
 /* Byte layout of the scratch block (inside STRATA_CUDA_COMPUTE_DEVICE_BYTES,
@@ -51,6 +55,10 @@ typedef struct strata__cuda_compute {
 /* Test hook: split attention aims at this many blocks per multiprocessor
  * when there are too few (query, head) pairs (decode). */
 extern uint32_t strata__cuda_attention_blocks_per_sm;
+
+/* Test hook: prefill attention runs on the tensor-core kernel from this
+ * many blocks of work up (strata__cuda_flash_takes). */
+extern uint32_t strata__cuda_flash_min_blocks;
 
 /* Test hook: half-precision products of up to this many rows (and at most
  * STRATA__CUDA_GEMV_ROWS) use the GEMV kernel, more use cuBLAS. */

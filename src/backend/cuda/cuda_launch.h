@@ -54,6 +54,21 @@ cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
 				   uint32_t window, float scale,
 				   uint32_t target_blocks, float *partials,
 				   uint64_t partial_floats);
+/* Whether the tensor-core prefill kernel (kernels_flash.cu) takes a call:
+ * two queries or more, head size 64 or 128, and at least min_blocks
+ * blocks of work (fewer go to strata__cuda_attention, which splits keys). */
+int strata__cuda_flash_takes(uint32_t n, uint32_t heads, uint32_t kv_heads,
+			     uint32_t head_dim, uint32_t min_blocks);
+/* The same result as strata__cuda_attention on tensor cores, tiled, the
+ * score matrix never formed; terms 3: inputs split into bf16 hi + lo
+ * (~1e-5 of the f32 result), 1: rounded to bf16 once. */
+cudaError_t strata__cuda_flash_attention(cudaStream_t s, float *out,
+					 const float *q, const float *k,
+					 const float *v, uint32_t n,
+					 uint32_t pos0, uint32_t heads,
+					 uint32_t kv_heads, uint32_t head_dim,
+					 uint32_t window, float scale,
+					 int terms);
 cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate, const float *up,
 				uint64_t count);
 cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,
