@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -236,7 +237,8 @@ static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
 	strata_error err;
 	assert_int_equal(strata_kernel_attention(c, out, q, k, v, &s, &err),
 			 STRATA_OK);
-	double sc[256];
+	double *sc = calloc(total, sizeof *sc);
+	assert_non_null(sc);
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t h = 0; h < heads; h++) {
 			uint32_t p = pos0 + i, g = h / (heads / kv_heads);
@@ -264,6 +266,7 @@ static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
 					     1e-5);
 			}
 		}
+	free(sc);
 	strata_free(q);
 	strata_free(k);
 	strata_free(v);
@@ -279,6 +282,52 @@ static void test_attention_causal_gqa(void **state)
 	check_attention(9, 0, 8, 2, 16, 0);   /* ratio 4 */
 	check_attention(1, 30, 4, 1, 8, 0);   /* decode, ratio 4 */
 	check_attention(4, 20, 6, 2, 8, 0);   /* chunk after a prefix */
+}
+
+/* Long contexts: many key tiles, a last tile cut short, groups larger
+ * than the kernel takes at once (20 query heads on one kv head). */
+static void test_attention_long_context_tiled(void **state)
+{
+	(void)state;
+	check_attention(3, 1000, 8, 2, 64, 0);	/* decode-like, 16 tiles */
+	check_attention(130, 0, 4, 4, 32, 0);	/* prefill over 3 tiles */
+	check_attention(5, 200, 20, 1, 16, 0);	/* group of 20 in 2 parts */
+	check_attention(40, 500, 8, 4, 32, 150); /* window over tiles */
+}
+
+/* Chunked prefill gives the bits of one pass: attention of 300 queries in
+ * one call against the same in chunks of 37 (each over the cache up to
+ * its own end), element for element. */
+static void test_attention_chunked_equals_one_pass(void **state)
+{
+	(void)state;
+	strata_compute *c = make(3);
+	const uint32_t n = 300, heads = 8, kv = 2, d = 32;
+	float *q = rand_buf(n * heads * d), *k = rand_buf(n * kv * d);
+	float *v = rand_buf(n * kv * d), *one = rand_buf(n * heads * d);
+	float *chunked = rand_buf(n * heads * d);
+	strata_attention_shape s = {.n = n, .heads = heads, .kv_heads = kv,
+				    .head_dim = d,
+				    .scale = 1.0f / sqrtf((float)d)};
+	strata_error err;
+	assert_int_equal(strata_kernel_attention(c, one, q, k, v, &s, &err),
+			 STRATA_OK);
+	for (uint32_t at = 0; at < n; at += 37) {
+		s.pos0 = at;
+		s.n = n - at < 37 ? n - at : 37;
+		assert_int_equal(strata_kernel_attention(
+					 c, chunked + (size_t)at * heads * d,
+					 q + (size_t)at * heads * d, k, v, &s,
+					 &err),
+				 STRATA_OK);
+	}
+	assert_memory_equal(one, chunked, (size_t)n * heads * d * sizeof *one);
+	strata_free(q);
+	strata_free(k);
+	strata_free(v);
+	strata_free(one);
+	strata_free(chunked);
+	strata_compute_destroy(c);
 }
 
 static void test_attention_sliding_window(void **state)
@@ -450,6 +499,8 @@ int main(void)
 		cmocka_unit_test(test_rope_rotate_half_layout),
 		cmocka_unit_test(test_rope_interleaved_layout),
 		cmocka_unit_test(test_attention_causal_gqa),
+		cmocka_unit_test(test_attention_long_context_tiled),
+		cmocka_unit_test(test_attention_chunked_equals_one_pass),
 		cmocka_unit_test(test_attention_sliding_window),
 		cmocka_unit_test(test_swiglu_add_embed),
 		cmocka_unit_test(test_wrappers_reject_bad_shapes),

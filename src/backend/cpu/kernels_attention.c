@@ -2,20 +2,32 @@
  * attention over the KV cache, causal and optionally windowed (layer:
  * backend).
  *
- * Attention is one pass per (query, head) with a running softmax: the
- * running maximum rescales the partial sums when it grows, so no score
- * buffer is needed and context length costs no memory here.
+ * Attention is flash-attention style: for one query row and the query
+ * heads of one kv head together, keys are taken in tiles; a tile's scores
+ * (one small stack buffer, whatever the context) update each head's
+ * running maximum and sum, which rescale what was summed so far, and then
+ * the tile's value rows are added in once for all the group's heads. No
+ * score matrix exists, so context length costs no memory here, and the
+ * key and value rows are read once per group instead of once per head.
  */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/kernels_internal.h"
 
+/* Keys per tile: a tile's scores are formed before any value is read, so
+ * the running maximum moves once per tile, not once per key. */
+#define ATT_TILE 64u
+/* Query heads of one group taken together (each K and V row read once for
+ * all of them while it is in cache); larger groups go in parts. */
+#define ATT_GROUP_MAX 16u
+
 typedef struct attn_job {
 	float *out;
 	const float *q, *k, *v;
 	strata_attention_shape s;
-	uint32_t pairs_per_task; /* (query, head) pairs */
+	uint32_t parts;		 /* ceil(group / ATT_GROUP_MAX) */
+	uint32_t items_per_task; /* (query, kv head, part) items */
 } attn_job;
 
 typedef struct rope_job {
@@ -27,59 +39,100 @@ typedef struct rope_job {
 
 /* ------------------------------------------------------------------------ */
 
-/* out (head_dim) for query row i, head h. */
-static void attend_one(const attn_job *j, uint32_t i, uint32_t h)
+static float dot(const float *a, const float *b, uint32_t d)
+{
+	float s = 0.0f;
+	for (uint32_t e = 0; e < d; e++)
+		s += a[e] * b[e];
+	return s;
+}
+
+/* Query row i, heads h0 .. h0+count-1 (all of kv head kvh): out rows =
+ * softmax(q k^T * scale) v over keys first .. p, in tiles of ATT_TILE
+ * counted from `first`. A row's result depends on its query, its keys and
+ * p only, so chunked and one-pass prefill give the same bits. */
+static void attend_heads(const attn_job *j, uint32_t i, uint32_t kvh,
+			 uint32_t h0, uint32_t count)
 {
 	const strata_attention_shape *s = &j->s;
 	const uint32_t d = s->head_dim;
 	const uint64_t q_stride = (uint64_t)s->heads * d;
 	const uint64_t kv_stride = (uint64_t)s->kv_heads * d;
-	const uint32_t kvh = h / (s->heads / s->kv_heads);
-	const float *q = j->q + i * q_stride + (uint64_t)h * d;
-	float *o = j->out + i * q_stride + (uint64_t)h * d;
 	const uint64_t p = (uint64_t)s->pos0 + i;
 	uint64_t first = 0;
 	if (s->window && p + 1 > s->window)
 		first = p + 1 - s->window;
-
-	float m = -INFINITY, l = 0.0f;
-	memset(o, 0, d * sizeof *o);
-	for (uint64_t t = first; t <= p; t++) {
-		const float *k = j->k + t * kv_stride + (uint64_t)kvh * d;
-		const float *v = j->v + t * kv_stride + (uint64_t)kvh * d;
-		float score = 0.0f;
-		for (uint32_t e = 0; e < d; e++)
-			score += q[e] * k[e];
-		score *= s->scale;
-		if (score > m) {
-			/* The new maximum rescales what was summed so far. */
-			float c = expf(m - score);
-			l *= c;
+	const float *qr = j->q + i * q_stride + (uint64_t)h0 * d;
+	float *orow = j->out + i * q_stride + (uint64_t)h0 * d;
+	float m[ATT_GROUP_MAX], l[ATT_GROUP_MAX];
+	float sc[ATT_GROUP_MAX][ATT_TILE];
+	for (uint32_t h = 0; h < count; h++)
+		m[h] = -INFINITY, l[h] = 0.0f;
+	memset(orow, 0, (size_t)count * d * sizeof *orow);
+	for (uint64_t t0 = first; t0 <= p; t0 += ATT_TILE) {
+		const uint32_t cnt = (uint32_t)(p + 1 - t0 < ATT_TILE ? p + 1 - t0
+								      : ATT_TILE);
+		const float *kb = j->k + t0 * kv_stride + (uint64_t)kvh * d;
+		const float *vb = j->v + t0 * kv_stride + (uint64_t)kvh * d;
+		for (uint32_t h = 0; h < count; h++) {
+			float tm = -INFINITY;
+			for (uint32_t t = 0; t < cnt; t++) {
+				float x = dot(qr + (uint64_t)h * d,
+					      kb + t * kv_stride, d) * s->scale;
+				sc[h][t] = x;
+				tm = x > tm ? x : tm;
+			}
+			/* the new maximum rescales what was summed so far
+			 * (c = 0 on the first tile, where m is -inf) */
+			const float nm = m[h] > tm ? m[h] : tm;
+			const float c = expf(m[h] - nm);
+			float *o = orow + (uint64_t)h * d;
 			for (uint32_t e = 0; e < d; e++)
 				o[e] *= c;
-			m = score;
+			l[h] *= c;
+			for (uint32_t t = 0; t < cnt; t++) {
+				sc[h][t] = expf(sc[h][t] - nm);
+				l[h] += sc[h][t];
+			}
+			m[h] = nm;
 		}
-		float w = expf(score - m);
-		l += w;
-		for (uint32_t e = 0; e < d; e++)
-			o[e] += w * v[e];
+		for (uint32_t t = 0; t < cnt; t++) {
+			const float *v = vb + t * kv_stride;
+			for (uint32_t h = 0; h < count; h++) {
+				float *o = orow + (uint64_t)h * d;
+				const float w = sc[h][t];
+				for (uint32_t e = 0; e < d; e++)
+					o[e] += w * v[e];
+			}
+		}
 	}
-	float inv = 1.0f / l;
-	for (uint32_t e = 0; e < d; e++)
-		o[e] *= inv;
+	for (uint32_t h = 0; h < count; h++) {
+		float inv = 1.0f / l[h], *o = orow + (uint64_t)h * d;
+		for (uint32_t e = 0; e < d; e++)
+			o[e] *= inv;
+	}
 }
 
+/* Items are (query, kv head, part of its group), queries outermost. */
 static void attn_task(void *arg, uint32_t task)
 {
 	const attn_job *j = arg;
-	uint64_t total = (uint64_t)j->s.n * j->s.heads;
-	uint64_t a = (uint64_t)task * j->pairs_per_task;
-	uint64_t b = a + j->pairs_per_task;
+	const uint32_t group = j->s.heads / j->s.kv_heads;
+	const uint64_t per_query = (uint64_t)j->s.kv_heads * j->parts;
+	const uint64_t total = (uint64_t)j->s.n * per_query;
+	uint64_t a = (uint64_t)task * j->items_per_task;
+	uint64_t b = a + j->items_per_task;
 	if (b > total)
 		b = total;
-	for (uint64_t pr = a; pr < b; pr++)
-		attend_one(j, (uint32_t)(pr / j->s.heads),
-			   (uint32_t)(pr % j->s.heads));
+	for (uint64_t it = a; it < b; it++) {
+		uint32_t i = (uint32_t)(it / per_query);
+		uint32_t kvh = (uint32_t)(it % per_query / j->parts);
+		uint32_t part = (uint32_t)(it % j->parts);
+		uint32_t h0 = part * ATT_GROUP_MAX;
+		uint32_t count = group - h0 < ATT_GROUP_MAX ? group - h0
+							    : ATT_GROUP_MAX;
+		attend_heads(j, i, kvh, kvh * group + h0, count);
+	}
 }
 
 /* Row i of x: every head rotated by position pos0 + i. */
@@ -119,18 +172,20 @@ strata_status strata__cpu_attention(void *ctx, float *out, const float *q,
 {
 	(void)err;
 	strata__pool *p = ctx;
-	attn_job j = {.out = out, .q = q, .k = k, .v = v, .s = *shape};
-	uint64_t total = (uint64_t)shape->n * shape->heads;
+	const uint32_t group = shape->heads / shape->kv_heads;
+	attn_job j = {.out = out, .q = q, .k = k, .v = v, .s = *shape,
+		      .parts = (group + ATT_GROUP_MAX - 1) / ATT_GROUP_MAX};
+	uint64_t total = (uint64_t)shape->n * shape->kv_heads * j.parts;
 	uint64_t per = (total + 4 * strata__pool_threads(p) - 1) /
 		       (4 * strata__pool_threads(p));
 	if (per == 0)
 		per = 1;
 	/* Short decode steps are cheaper inline than waking the pool. */
-	uint64_t work = total * ((uint64_t)shape->pos0 + shape->n) *
-			shape->head_dim;
+	uint64_t work = (uint64_t)shape->n * shape->heads *
+			((uint64_t)shape->pos0 + shape->n) * shape->head_dim;
 	if (work < 65536)
 		per = total;
-	j.pairs_per_task = (uint32_t)per;
+	j.items_per_task = (uint32_t)per;
 	strata__pool_run(p, attn_task, &j, (uint32_t)((total + per - 1) / per));
 	return STRATA_OK;
 }
