@@ -135,8 +135,13 @@ static void base_args(const char *cmd, const char **argv, size_t *n,
 		argv[(*n)++] = "--out";
 		argv[(*n)++] = out_path;
 	}
+	if (!strcmp(cmd, "bench")) { /* a few tokens, one run */
+		const char *a[] = {"-p", "4", "-n", "2", "-r", "1"};
+		for (size_t i = 0; i < 6; i++)
+			argv[(*n)++] = a[i];
+	}
 	if (!strcmp(cmd, "run") || !strcmp(cmd, "logits") ||
-	    !strcmp(cmd, "batch"))
+	    !strcmp(cmd, "batch") || !strcmp(cmd, "bench"))
 		argv[(*n)++] = "--device=cpu";
 	if (!strcmp(cmd, "batch"))
 		*in = "{\"id\": \"a\", \"prompt\": \"x\", \"max_tokens\": 1}\n";
