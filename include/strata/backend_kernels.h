@@ -56,7 +56,18 @@ typedef struct strata_attention_shape {
 	uint32_t window;     /* 0: full causal; else a query at p sees keys
 				p-window+1 .. p (mistral sliding window) */
 	float scale;	     /* score multiplier, usually 1/sqrt(head_dim) */
+	float softcap;	     /* 0: none; else scores (after scale) become
+				softcap * tanh(score / softcap) (Gemma 2) */
 } strata_attention_shape;
+
+/* Element-wise maps of strata_kernel_map (y and x of `count` floats, a a
+ * scalar): the few steps some families add to llama's. */
+typedef enum strata_map_op {
+	STRATA_MAP_SCALE,     /* y = x * a (Gemma's embedding scale) */
+	STRATA_MAP_SOFTCAP,   /* y = a * tanh(x / a) (Gemma 2's logits) */
+	STRATA_MAP_ADD_CONST, /* y = x + a (Gemma's norms, 1 + w) */
+	STRATA_MAP_GELU_MUL,  /* y = gelu_tanh(y) * x (GeGLU: y the gate) */
+} strata_map_op;
 
 /* The stored type of a weight (X(NAME, "text")); infer's
  * STRATA_INFER_ELEM_MAP is this list. Each name is also base's strata_block_type
@@ -169,6 +180,10 @@ typedef struct strata_kernel_ops {
 	/* y (count) += x (count). */
 	strata_status (*add)(void *ctx, float *y, const float *x,
 			     uint64_t count, strata_error *err);
+	/* y (count) = op(x, a) (strata_map_op); y may be x. */
+	strata_status (*map)(void *ctx, float *y, const float *x,
+			     uint64_t count, strata_map_op op, float a,
+			     strata_error *err);
 	/* x (n, table.cols) = table rows tokens[0..n); tokens are host
 	 * memory, checked against table.rows by the wrapper. */
 	strata_status (*embed)(void *ctx, float *x, const strata_weight *table,
@@ -301,6 +316,9 @@ strata_status strata_kernel_swiglu(strata_compute *c, float *gate,
 				   strata_error *err);
 strata_status strata_kernel_add(strata_compute *c, float *y, const float *x,
 				uint64_t count, strata_error *err);
+strata_status strata_kernel_map(strata_compute *c, float *y, const float *x,
+				uint64_t count, strata_map_op op, float a,
+				strata_error *err);
 strata_status strata_kernel_embed(strata_compute *c, float *x,
 				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,

@@ -51,7 +51,26 @@ typedef struct strata_infer_hparams {
 	double rope_original_context;
 	int32_t bos, eos; /* -1: none */
 	int8_t tied;	  /* tie_word_embeddings: 1, 0, or -1 when not said */
+	/* Beyond llama (the model layer's strata_model_desc says what each
+	 * is): all false / 0 for llama, mistral and qwen2. */
+	bool qk_norm, norm_plus_one, sandwich_norms, embed_scaled, fused_qkv;
+	bool gelu;	     /* GeGLU (gelu_pytorch_tanh) instead of SwiGLU */
+	float attn_softcap, final_softcap; /* 0: none */
+	float attn_scale;    /* score multiplier: 1/sqrt(query_pre_attn_scalar
+				or head_dim), times longrope's factor^2 */
+	double rope_local_theta; /* sliding layers' base; 0: rope_theta */
+	bool rope_linear;	 /* linear scaling by rope_factor (full layers) */
+	/* longrope: one divisor per frequency, for contexts up to
+	 * rope_original_context (short) and beyond (long); 0 entries: none. */
+	uint32_t rope_ext_count;
+	float rope_short[256], rope_long[256];
+	bool has_layer_types;	    /* else the window is on every layer */
+	uint64_t window_layers[64]; /* bit l: layer l slides */
 } strata_infer_hparams;
+
+/* The window layer l attends through (0: full attention). */
+uint32_t strata_infer_layer_window(const strata_infer_hparams *hp,
+				   uint32_t l);
 
 /* The forward pass's view of a model description (strata_model_describe,
  * the one reader of config.json and GGUF metadata): sizes checked against
@@ -81,8 +100,19 @@ strata_status strata_infer_config_parse(const char *json, size_t len,
 					strata_infer_hparams *out,
 					strata_error *err);
 
-/* The rotary frequencies (head_dim / 2), Llama 3 scaling applied. */
+/* The rotary frequencies (head_dim / 2), Llama 3 and linear scaling
+ * applied; longrope's short divisors. */
 void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq);
+/* The same for a run of `context` positions: longrope takes its long
+ * divisors when the context exceeds the original one (llama.cpp's rule;
+ * transformers switches by the current length instead, which re-rotates
+ * earlier positions mid-sequence). */
+void strata_infer_rope_freqs_for(const strata_infer_hparams *hp,
+				 uint32_t context, float *inv_freq);
+/* The sliding layers' frequencies where they differ (Gemma 3's local base,
+ * never scaled); false (nothing written) where every layer shares one. */
+bool strata_infer_rope_local_freqs(const strata_infer_hparams *hp,
+				   float *inv_freq);
 
 /* ------------------------------------------------------------------------ */
 /* Weights                                                                  */
@@ -102,7 +132,13 @@ void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq);
 	  "ffn_norm.weight", 0)                                                \
 	X(W_GATE, w_gate, "mlp.gate_proj.weight", "ffn_gate.weight", 0)        \
 	X(W_UP, w_up, "mlp.up_proj.weight", "ffn_up.weight", 0)                \
-	X(W_DOWN, w_down, "mlp.down_proj.weight", "ffn_down.weight", 0)
+	X(W_DOWN, w_down, "mlp.down_proj.weight", "ffn_down.weight", 0)        \
+	X(Q_NORM, q_norm, "self_attn.q_norm.weight", "attn_q_norm.weight", 1)  \
+	X(K_NORM, k_norm, "self_attn.k_norm.weight", "attn_k_norm.weight", 1)  \
+	X(ATTN_POST_NORM, attn_post_norm, "post_attention_layernorm.weight",  \
+	  "post_attention_norm.weight", 1)                                     \
+	X(FFN_POST_NORM, ffn_post_norm, "post_feedforward_layernorm.weight",  \
+	  "post_ffw_norm.weight", 1)
 
 typedef enum strata_infer_slot {
 #define STRATA_INFER_SLOT_ENUM(name, field, hf, gguf, opt) STRATA_SLOT_##name,
@@ -141,6 +177,13 @@ typedef struct strata_infer_layer {
 	const float *ffn_norm;		   /* (dim) */
 	const float *w_gate, *w_up;	   /* (ffn, dim) */
 	const float *w_down;		   /* (dim, ffn) */
+	/* Qwen3 / Gemma 3: (head_dim) each; Gemma: the norms of the
+	 * attention's and the MLP's outputs, (dim) each. NULL where the
+	 * family has none. Phi-3's fused qkv_proj is wq ((q + 2 kv) rows,
+	 * wk and wv NULL) and its gate_up_proj w_gate (2 ffn rows, w_up
+	 * NULL): the forward pass takes rows of them. */
+	const float *q_norm, *k_norm;
+	const float *attn_post_norm, *ffn_post_norm;
 	uint8_t elem[STRATA_SLOT_COUNT];   /* strata_infer_elem per slot */
 } strata_infer_layer;
 

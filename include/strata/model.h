@@ -22,7 +22,11 @@
 	X(UNKNOWN, "unknown")                                                  \
 	X(LLAMA, "llama")                                                      \
 	X(MISTRAL, "mistral")                                                  \
-	X(QWEN2, "qwen2")
+	X(QWEN2, "qwen2")                                                      \
+	X(QWEN3, "qwen3")                                                      \
+	X(GEMMA2, "gemma2")                                                    \
+	X(GEMMA3, "gemma3_text")                                               \
+	X(PHI3, "phi3")
 
 typedef enum strata_family {
 #define STRATA_FAMILY_ENUM(name, text) STRATA_FAMILY_##name,
@@ -38,6 +42,7 @@ const char *strata_family_name(strata_family f);
 	X(DEFAULT, "default")                                                  \
 	X(LLAMA3, "llama3")                                                    \
 	X(LINEAR, "linear")                                                    \
+	X(LONGROPE, "longrope")                                                \
 	X(OTHER, "other")
 
 typedef enum strata_rope_kind {
@@ -51,7 +56,13 @@ typedef struct strata_rope_scaling {
 	char type[32];	/* as the checkpoint spells it ("llama3", "yarn") */
 	double factor;	/* 0 when not given */
 	double low_freq_factor, high_freq_factor;	/* llama3 */
-	uint64_t original_max_position_embeddings; /* llama3, yarn */
+	uint64_t original_max_position_embeddings; /* llama3, yarn, longrope */
+	/* longrope (phi3): a divisor per frequency for contexts up to the
+	 * original one (short) and beyond it (long), and the cos/sin scale
+	 * (attention_factor; 0: from the context ratio, as transformers). */
+	double attention_factor;
+	uint32_t factor_count; /* entries of each list */
+	float short_factor[256], long_factor[256];
 } strata_rope_scaling;
 
 typedef struct strata_model_desc {
@@ -85,7 +96,29 @@ typedef struct strata_model_desc {
 	uint64_t rope_dims;	/* GGUF rope.dimension_count; 0: whole head */
 	int64_t bos_token_id, eos_token_id; /* -1: not given (an array's
 					     * first id for eos lists) */
+	/* What the families beyond llama compute differently (all false /
+	 * 0 for llama, mistral and qwen2). */
+	bool qk_norm;	      /* q and k RMSNorm per head (qwen3, gemma3) */
+	bool norm_plus_one;   /* norms scale by 1 + w (gemma) */
+	bool sandwich_norms;  /* gemma: a norm after attention and after the
+			       * MLP too, before each residual add */
+	bool embed_scaled;    /* gemma: embedding rows times sqrt(hidden) */
+	bool fused_qkv;	      /* phi3: qkv_proj and gate_up_proj */
+	double attn_softcap;  /* gemma2: scores cap * tanh(s / cap); 0 none */
+	double final_softcap; /* gemma2: logits likewise; 0 none */
+	double query_scale;   /* query_pre_attn_scalar: scores scale by its
+			       * inverse square root; 0: head_dim's */
+	double rope_local_theta; /* gemma3: the sliding layers' RoPE base
+				  * (their rope unscaled); 0: rope_theta */
+	/* Layers that attend through the sliding window: bit l of
+	 * window_layers[l / 64]. has_layer_types false: every layer when
+	 * sliding_window is set (mistral, phi3). */
+	bool has_layer_types;
+	uint64_t window_layers[64]; /* 4096 layers */
 } strata_model_desc;
+
+/* Whether layer l of d attends through its sliding window. */
+bool strata_model_layer_windowed(const strata_model_desc *d, uint64_t l);
 
 /* Describes the model at model_path whose catalog is c: from
  * model_path/config.json for safetensors (a single .safetensors file uses

@@ -320,6 +320,20 @@ strata_status strata_kernel_add(strata_compute *c, float *y, const float *x,
 	return c->ops->add(c->ctx, y, x, count, err);
 }
 
+strata_status strata_kernel_map(strata_compute *c, float *y, const float *x,
+				uint64_t count, strata_map_op op, float a,
+				strata_error *err)
+{
+	if (!c || !y || !x)
+		return bad(err, "map", "NULL buffer");
+	if ((unsigned)op > STRATA_MAP_GELU_MUL ||
+	    (op == STRATA_MAP_SOFTCAP && !(a > 0)))
+		return bad(err, "map", "unknown operation or a cap not above 0");
+	if (!count)
+		return STRATA_OK;
+	return c->ops->map(c->ctx, y, x, count, op, a, err);
+}
+
 strata_status strata_kernel_embed(strata_compute *c, float *x,
 				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,

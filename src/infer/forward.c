@@ -55,12 +55,8 @@ static strata_status attention_block(strata_forward *f,
 	const rows *r = arg;
 	uint32_t n = r->n, pos = r->pos;
 	float *k = k_at(f, layer, pos), *v = v_at(f, layer, pos);
-	strata_attention_shape shape = {
-		.n = n, .pos0 = pos, .heads = hp->heads,
-		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
-		.window = hp->window,
-		.scale = 1.0f / sqrtf((float)hp->head_dim),
-	};
+	const strata_attention_shape shape =
+		strata__forward_attention_shape(f, layer, n, pos);
 	const float *bq, *bk, *bv;
 	strata_status st = strata__forward_biases(f, w, &bq, &bk, &bv, err);
 	if (st)
@@ -70,14 +66,17 @@ static strata_status attention_block(strata_forward *f,
 		{f->q, w->wq, bq}, {k, w->wk, bk}, {v, w->wv, bv}};
 	if ((st = strata_kernel_products(f->c, f->x, &norm, f->xb, n, qkv, 3,
 					 false, NULL, err)) ||
+	    (st = strata__forward_qk_norm(f, w, f->q, k, n, err)) ||
 	    (st = strata_kernel_rope_qk(f->c, f->q, k, n, pos, hp->heads,
 					hp->kv_heads, hp->head_dim,
-					f->inv_freq, hp->rope_layout, err)) ||
+					strata__forward_inv_freq(f, layer),
+					hp->rope_layout, err)) ||
 	    (st = strata_kernel_attention(f->c, f->att, f->q,
 					  k_at(f, layer, 0), v_at(f, layer, 0),
 					  &shape, err)))
 		return st;
-	return strata__forward_residual(f, f->x, f->att, &w->wo, n, err);
+	return strata__forward_output(f, f->att, &w->wo, &w->attn_post_norm, n,
+				      err);
 }
 
 /* One layer: attention, then the MLP, its weights held for both. */
@@ -107,6 +106,9 @@ static strata_status head_in_place(strata_forward *f, uint32_t n,
 	if (st == STRATA_OK)
 		st = strata_kernel_matmul(f->c, out, f->xb, lm_head, NULL,
 					  n - first, err);
+	if (st == STRATA_OK)
+		st = strata__forward_cap_logits(
+			f, out, (uint64_t)(n - first) * hp->vocab, err);
 	if (st == STRATA_OK && logits && last)
 		memcpy(last, logits + (uint64_t)(n - 1) * hp->vocab,
 		       hp->vocab * sizeof *last);
@@ -132,6 +134,9 @@ static strata_status head_rows(strata_forward *f, uint32_t n, float *logits,
 					  f->xb + (uint64_t)r * hp->dim,
 					  lm_head, NULL, 1, err);
 		if (st == STRATA_OK)
+			st = strata__forward_cap_logits(f, f->logit_row,
+							hp->vocab, err);
+		if (st == STRATA_OK)
 			st = strata_compute_download(f->c, dst, f->logit_row,
 						     row_bytes, err);
 	}
@@ -147,10 +152,13 @@ static strata_status head(strata_forward *f, uint32_t n, float *logits,
 {
 	const strata_infer_hparams *hp = f->hp;
 	const strata_infer_statics *s = &f->src->statics;
-	const strata_weight norm_w = strata__forward_static(
+	strata_weight norm_w = strata__forward_static(
 		s->final_norm, s->final_norm_elem, 1, hp->dim);
 	const strata_weight lm_head = strata__forward_static(
 		s->lm_head, s->lm_head_elem, hp->vocab, hp->dim);
+	strata_status st = strata__forward_final_norm(f, &norm_w, err);
+	if (st)
+		return st;
 	if (f->logits_in_place)
 		return head_in_place(f, n, logits, last, &norm_w, &lm_head,
 				     err);
@@ -163,12 +171,8 @@ static strata_status chunk(strata_forward *f, const int32_t *tokens,
 			   strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
-	const strata_infer_statics *s = &f->src->statics;
-	const strata_weight table = strata__forward_static(
-		s->embed, s->embed_elem, hp->vocab, hp->dim);
 	rows r = {n, pos};
-	strata_status st = strata_kernel_embed(f->c, f->x, &table, tokens, n,
-					       err);
+	strata_status st = strata__forward_embed(f, tokens, n, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
 		st = strata__forward_layer(f, l, layer_block, &r, err);
 	if (st == STRATA_OK && (logits || last))

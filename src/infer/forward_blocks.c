@@ -17,6 +17,20 @@ strata_weight strata__forward_static(const void *data, uint8_t elem,
 	return (strata_weight){(strata_weight_type)elem, data, rows, cols};
 }
 
+/* Rows [first, first + rows) of a row-major weight of `cols` columns in
+ * its stored type: Phi-3's fused tensors hold q, k, v (and gate, up) one
+ * after the other. */
+static strata_weight rows_of(const strata_weight *w, uint32_t first,
+			     uint32_t rows)
+{
+	strata_block_type b = strata_weight_type_block(w->type);
+	uint64_t row_bytes = (uint64_t)w->cols / strata_block_elements(b) *
+			     strata_block_bytes(b);
+	return (strata_weight){w->type,
+			       (const char *)w->data + first * row_bytes, rows,
+			       w->cols};
+}
+
 void strata__forward_weights_of(const strata_forward *f,
 				const strata_infer_layer *l,
 				strata_forward_weights *out)
@@ -39,7 +53,22 @@ void strata__forward_weights_of(const strata_forward *f,
 	W(W_GATE, w_gate, ffn, dim);
 	W(W_UP, w_up, ffn, dim);
 	W(W_DOWN, w_down, dim, ffn);
+	W(Q_NORM, q_norm, 1, hp->head_dim);
+	W(K_NORM, k_norm, 1, hp->head_dim);
+	W(ATTN_POST_NORM, attn_post_norm, 1, dim);
+	W(FFN_POST_NORM, ffn_post_norm, 1, dim);
 #undef W
+	if (hp->fused_qkv) { /* the tensors are whole in wq and w_gate */
+		const strata_weight qkv = {out->wq.type, out->wq.data,
+					   q + 2 * kv, dim};
+		const strata_weight gate_up = {out->w_gate.type,
+					       out->w_gate.data, 2 * ffn, dim};
+		out->wq = rows_of(&qkv, 0, q);
+		out->wk = rows_of(&qkv, q, kv);
+		out->wv = rows_of(&qkv, q + kv, kv);
+		out->w_gate = rows_of(&gate_up, 0, ffn);
+		out->w_up = rows_of(&gate_up, ffn, ffn);
+	}
 }
 
 strata_status strata__forward_biases(strata_forward *f,
@@ -70,12 +99,24 @@ strata_status strata__forward_mlp(strata_forward *f,
 				  strata_error *err)
 {
 	const strata_kernel_norm norm = {w->ffn_norm, f->hp->norm_eps};
-	strata_status st = strata_kernel_gated(f->c, f->hb, f->x, &norm, f->xb,
-					       &w->w_gate, &w->w_up, f->hb2, n,
-					       err);
+	strata_status st;
+	if (f->hp->gelu) { /* GeGLU: the two products, then gelu(g) * u */
+		const strata_kernel_product gu[] = {{f->hb, w->w_gate, NULL},
+						    {f->hb2, w->w_up, NULL}};
+		st = strata_kernel_products(f->c, f->x, &norm, f->xb, n, gu, 2,
+					    false, NULL, err);
+		if (st == STRATA_OK)
+			st = strata_kernel_map(f->c, f->hb, f->hb2,
+					       (uint64_t)n * f->hp->ffn,
+					       STRATA_MAP_GELU_MUL, 0.0f, err);
+	} else {
+		st = strata_kernel_gated(f->c, f->hb, f->x, &norm, f->xb,
+					 &w->w_gate, &w->w_up, f->hb2, n, err);
+	}
 	if (st)
 		return st;
-	return strata__forward_residual(f, f->x, f->hb, &w->w_down, n, err);
+	return strata__forward_output(f, f->hb, &w->w_down, &w->ffn_post_norm,
+				      n, err);
 }
 
 strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
@@ -88,7 +129,9 @@ strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
 		return strata_error_prefix(err, "layer %u", layer);
 	strata_forward_weights w;
 	strata__forward_weights_of(f, &l, &w);
-	st = step(f, &w, layer, arg, err);
+	st = strata__forward_norms(f, &w, err);
+	if (st == STRATA_OK)
+		st = step(f, &w, layer, arg, err);
 	/* After a failed step the release still happens; its own error then
 	 * goes to a scratch value so the first failure is the one reported. */
 	strata_error scratch;

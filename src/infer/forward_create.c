@@ -37,6 +37,12 @@ static size_t buffer_list(strata_forward *f, buf_spec *out)
 	out[n++] = (buf_spec){NULL, cache_rows, f->kv_dim, "key cache"};
 	out[n++] = (buf_spec){NULL, cache_rows, f->kv_dim, "value cache"};
 	BUF(inv_freq, hp->head_dim / 2, 1, "rope frequencies");
+	if (hp->rope_local_theta > 0)
+		BUF(inv_freq_local, hp->head_dim / 2, 1,
+		    "sliding layers' rope frequencies");
+	if (strata__forward_norm_floats(hp))
+		BUF(norm_f32, 1, strata__forward_norm_floats(hp),
+		    "norm weights (1 + w, f32)");
 	if (f->sequences > 1) {
 		BUF(k_new, f->sequences, f->kv_dim, "step keys");
 		BUF(v_new, f->sequences, f->kv_dim, "step values");
@@ -199,11 +205,18 @@ static strata_status rope_frequencies(strata_forward *f, strata_error *err)
 	if (st == STRATA_OK)
 		st = strata_compute_finish(f->c, err);
 	if (st == STRATA_OK) {
-		strata_infer_rope_freqs(hp, host);
+		strata_infer_rope_freqs_for(hp, f->context, host);
 		st = apply_divisors(hp, div, host, err);
 	}
 	if (st == STRATA_OK)
 		st = strata_compute_upload(f->c, f->inv_freq, host, bytes, err);
+	/* the upload reads host until the queue has run it: finish first */
+	if (st == STRATA_OK && f->inv_freq_local)
+		st = strata_compute_finish(f->c, err);
+	if (st == STRATA_OK && f->inv_freq_local &&
+	    strata_infer_rope_local_freqs(hp, host))
+		st = strata_compute_upload(f->c, f->inv_freq_local, host, bytes,
+					   err);
 	/* the upload reads host until the context's queue has run it */
 	if (st == STRATA_OK)
 		st = strata_compute_finish(f->c, err);

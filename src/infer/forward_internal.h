@@ -56,6 +56,8 @@ struct strata_forward {
 	float *k_new, *v_new;
 	strata_kv_cache *kv;	  /* `sequences` caches, in the arena */
 	float *inv_freq;	  /* (head_dim / 2) */
+	float *inv_freq_local;	  /* the sliding layers' (Gemma 3), or NULL */
+	float *norm_f32;	  /* Gemma's 1 + w norms (norm floats), or NULL */
 	strata_backend *b;	  /* where every buffer lives */
 	strata_backend *own_b;	  /* b when made here (none was given) */
 	strata_arena *arena;	  /* every buffer above and below */
@@ -76,6 +78,7 @@ struct strata_forward {
 typedef struct strata_forward_weights {
 	strata_weight attn_norm, wq, wk, wv, bq, bk, bv, wo;
 	strata_weight ffn_norm, w_gate, w_up, w_down;
+	strata_weight q_norm, k_norm, attn_post_norm, ffn_post_norm;
 } strata_forward_weights;
 
 /* forward_blocks.c. The weights of an acquired layer l. */
@@ -109,5 +112,39 @@ typedef strata_status (*strata_forward_layer_fn)(strata_forward *f,
 strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
 				    strata_forward_layer_fn step, void *arg,
 				    strata_error *err);
+
+/* forward_family.c: the steps of the families beyond llama (each a no-op
+ * for llama, mistral and qwen2). */
+/* Gemma: every norm of w as 1 + w (f32, in f->norm_f32); the final norm
+ * likewise (it borrows the first norm's place, used before any layer). */
+strata_status strata__forward_norms(strata_forward *f,
+				    strata_forward_weights *w,
+				    strata_error *err);
+strata_status strata__forward_final_norm(strata_forward *f,
+					 strata_weight *w, strata_error *err);
+uint64_t strata__forward_norm_floats(const strata_infer_hparams *hp);
+/* Qwen3 / Gemma 3: q (n, heads, head_dim) and k (n, kv_heads, head_dim)
+ * RMSNormed per head, in place. */
+strata_status strata__forward_qk_norm(strata_forward *f,
+				      const strata_forward_weights *w,
+				      float *q, float *k, uint32_t n,
+				      strata_error *err);
+/* f->x += x . w^T, or with sandwich norms f->x += norm(x . w^T). */
+strata_status strata__forward_output(strata_forward *f, const float *x,
+				     const strata_weight *w,
+				     const strata_weight *post_norm,
+				     uint32_t n, strata_error *err);
+/* f->x = embedding rows of tokens (times sqrt(dim) for Gemma). */
+strata_status strata__forward_embed(strata_forward *f, const int32_t *tokens,
+				    uint32_t n, strata_error *err);
+/* Gemma 2's final soft-capping of count logits, in place. */
+strata_status strata__forward_cap_logits(strata_forward *f, float *logits,
+					 uint64_t count, strata_error *err);
+/* Layer l's rotary frequencies and attention shape. */
+const float *strata__forward_inv_freq(const strata_forward *f, uint32_t layer);
+strata_attention_shape strata__forward_attention_shape(const strata_forward *f,
+						       uint32_t layer,
+						       uint32_t n,
+						       uint32_t pos);
 
 #endif

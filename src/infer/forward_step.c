@@ -87,12 +87,9 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 		float *q = f->q + (uint64_t)i * f->q_dim;
 		float *k = strata__kv_keys(f->kv, s, layer, p);
 		float *v = strata__kv_values(f->kv, s, layer, p);
-		strata_attention_shape shape = {
-			.n = 1, .pos0 = p, .heads = hp->heads,
-			.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
-			.window = hp->window,
-			.scale = 1.0f / sqrtf((float)hp->head_dim),
-		};
+		const strata_attention_shape shape =
+			strata__forward_attention_shape(f, layer, 1, p);
+		const float *inv_freq = strata__forward_inv_freq(f, layer);
 		if (count > 1 &&
 		    ((st = copy_row(f, k, f->k_new, count, i, f->kv_dim,
 				    err)) ||
@@ -100,10 +97,10 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 				    err))))
 			break;
 		if ((st = strata_kernel_rope(c, q, 1, p, hp->heads,
-					     hp->head_dim, f->inv_freq,
+					     hp->head_dim, inv_freq,
 					     hp->rope_layout, err)) ||
 		    (st = strata_kernel_rope(c, k, 1, p, hp->kv_heads,
-					     hp->head_dim, f->inv_freq,
+					     hp->head_dim, inv_freq,
 					     hp->rope_layout, err)))
 			break;
 		st = strata_kernel_attention(
@@ -148,9 +145,11 @@ static strata_status attention_step(strata_forward *f,
 					count, hp->norm_eps, err)) ||
 	    (st = strata_kernel_products(f->c, f->xb, NULL, NULL, count, qkv,
 					 3, false, NULL, err)) ||
+	    (st = strata__forward_qk_norm(f, w, f->q, k, count, err)) ||
 	    (st = attend_rows(f, layer, seqs, count, err)))
 		return st;
-	return strata__forward_residual(f, f->x, f->att, &w->wo, count, err);
+	return strata__forward_output(f, f->att, &w->wo, &w->attn_post_norm,
+				      count, err);
 }
 
 /* One layer for the step's rows, its weights held once for all of them. */
@@ -171,16 +170,22 @@ static strata_status head_step(strata_forward *f, uint32_t count,
 {
 	const strata_infer_hparams *hp = f->hp;
 	const strata_infer_statics *s = &f->src->statics;
-	const strata_weight norm_w = strata__forward_static(
+	strata_weight norm_w = strata__forward_static(
 		s->final_norm, s->final_norm_elem, 1, hp->dim);
 	const strata_weight lm_head = strata__forward_static(
 		s->lm_head, s->lm_head_elem, hp->vocab, hp->dim);
 	float *out = f->logits_in_place ? logits : f->logit_row;
-	strata_status st = strata_kernel_rmsnorm(f->c, f->xb, f->x, &norm_w,
-						 count, hp->norm_eps, err);
+	strata_status st = strata__forward_final_norm(f, &norm_w, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_rmsnorm(f->c, f->xb, f->x, &norm_w, count,
+					   hp->norm_eps, err);
 	if (st == STRATA_OK)
 		st = strata_kernel_matmul(f->c, out, f->xb, &lm_head, NULL,
 					  count, err);
+	if (st == STRATA_OK)
+		st = strata__forward_cap_logits(f, out,
+						(uint64_t)count * hp->vocab,
+						err);
 	if (st == STRATA_OK && !f->logits_in_place)
 		st = strata_compute_download(f->c, logits, f->logit_row,
 					     (uint64_t)count * hp->vocab *
@@ -210,11 +215,8 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 		return st;
 	}
 	const strata_infer_hparams *hp = f->hp;
-	const strata_infer_statics *s = &f->src->statics;
-	const strata_weight table = strata__forward_static(
-		s->embed, s->embed_elem, hp->vocab, hp->dim);
 	step_rows r = {seqs, count};
-	st = strata_kernel_embed(f->c, f->x, &table, tokens, count, err);
+	st = strata__forward_embed(f, tokens, count, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
 		st = strata__forward_layer(f, l, layer_step, &r, err);
 	if (st == STRATA_OK && logits)

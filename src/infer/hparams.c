@@ -75,7 +75,8 @@ static strata_status take_family(const origin *o, strata_infer_hparams *hp)
 				   shown);
 	} else if (d->family == STRATA_FAMILY_UNKNOWN) {
 		return strata_fail(o->err, STRATA_E_MODEL_ARCH,
-				   "use a llama, mistral or qwen2 model",
+				   "use a llama, mistral, qwen2, qwen3, gemma2, "
+				   "gemma3_text or phi3 model",
 				   "config.json: model_type '%s' is not a "
 				   "family strata can run",
 				   shown);
@@ -124,6 +125,38 @@ static strata_status take_sizes(const origin *o, strata_infer_hparams *hp)
 	return STRATA_OK;
 }
 
+/* Phi-3's longrope: a divisor list per context range, and cos/sin scaled
+ * by attention_factor, or by transformers' default from the ratio of the
+ * context to the original one. Queries and keys both carry the scale, so
+ * it is the attention scores' factor squared. */
+static strata_status take_longrope(const origin *o,
+				   const strata_rope_scaling *r,
+				   strata_infer_hparams *hp)
+{
+	uint64_t orig = r->original_max_position_embeddings;
+	if (r->factor_count != hp->head_dim / 2 || !orig)
+		return strata_fail(o->err, STRATA_E_MODEL_CONFIG,
+				   "fix or regenerate the model's configuration",
+				   "config.json: longrope needs head_dim / 2 = %u "
+				   "short and long factors and "
+				   "original_max_position_embeddings (has %u)",
+				   hp->head_dim / 2, r->factor_count);
+	double f = r->attention_factor;
+	if (!(f > 0)) {
+		double ratio = (double)hp->context / (double)orig;
+		f = ratio <= 1.0 ? 1.0
+				 : sqrt(1.0 + log(ratio) / log((double)orig));
+	}
+	hp->rope_ext_count = r->factor_count;
+	memcpy(hp->rope_short, r->short_factor,
+	       r->factor_count * sizeof *hp->rope_short);
+	memcpy(hp->rope_long, r->long_factor,
+	       r->factor_count * sizeof *hp->rope_long);
+	hp->rope_original_context = (double)orig;
+	hp->attn_scale *= (float)(f * f);
+	return STRATA_OK;
+}
+
 /* config.json: default or llama3 rope scaling. GGUF stores llama3 as a
  * rope_freqs tensor, so only a scaling type with a real factor is refused. */
 static strata_status take_rope(const origin *o, strata_infer_hparams *hp)
@@ -147,10 +180,17 @@ static strata_status take_rope(const origin *o, strata_infer_hparams *hp)
 	}
 	if (r->kind == STRATA_ROPE_DEFAULT)
 		return STRATA_OK;
+	if (r->kind == STRATA_ROPE_LINEAR && r->factor > 0) {
+		hp->rope_linear = true;
+		hp->rope_factor = r->factor;
+		return STRATA_OK;
+	}
+	if (r->kind == STRATA_ROPE_LONGROPE)
+		return take_longrope(o, r, hp);
 	if (r->kind != STRATA_ROPE_LLAMA3)
 		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
-				   "use a model with default or llama3 rope "
-				   "scaling",
+				   "use a model with default, linear, llama3 "
+				   "or longrope rope scaling",
 				   "config.json: rope scaling type '%.31s' is "
 				   "not supported",
 				   r->type);
@@ -168,24 +208,47 @@ static strata_status take_rope(const origin *o, strata_infer_hparams *hp)
 	return STRATA_OK;
 }
 
+/* What the families beyond llama compute, from the description. */
+static void take_extras(const origin *o, strata_infer_hparams *hp)
+{
+	const strata_model_desc *d = o->d;
+	hp->qk_norm = d->qk_norm;
+	hp->norm_plus_one = d->norm_plus_one;
+	hp->sandwich_norms = d->sandwich_norms;
+	hp->embed_scaled = d->embed_scaled;
+	hp->fused_qkv = d->fused_qkv;
+	hp->attn_softcap = (float)d->attn_softcap;
+	hp->final_softcap = (float)d->final_softcap;
+	double qs = d->query_scale > 0 ? d->query_scale : (double)hp->head_dim;
+	hp->attn_scale = (float)(1.0 / sqrt(qs));
+	hp->rope_local_theta = d->rope_local_theta;
+	hp->has_layer_types = d->has_layer_types;
+	memcpy(hp->window_layers, d->window_layers, sizeof hp->window_layers);
+}
+
 /* What the MLP and attention support beyond the shape. */
-static strata_status take_features(const origin *o)
+static strata_status take_features(const origin *o, strata_infer_hparams *hp)
 {
 	const char *act = o->d->hidden_act;
-	if (act[0] && strcmp(act, "silu") && strcmp(act, "swish")) {
+	if (!strcmp(act, "gelu_pytorch_tanh") &&
+	    (o->d->family == STRATA_FAMILY_GEMMA2 ||
+	     o->d->family == STRATA_FAMILY_GEMMA3)) {
+		hp->gelu = true;
+	} else if (act[0] && strcmp(act, "silu") && strcmp(act, "swish")) {
 		char shown[64];
 		strata_escape(shown, sizeof shown, act, strlen(act));
 		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
-				   "use a model with the SwiGLU (silu) MLP",
+				   "use a model with the SwiGLU (silu) MLP, or a "
+				   "Gemma with gelu_pytorch_tanh",
 				   "config.json: hidden_act %s is not supported",
 				   shown);
 	}
 	if (o->d->layer_windows)
 		return strata_fail(o->err, STRATA_E_UNSUPPORTED,
-				   "use a qwen2 model without "
-				   "use_sliding_window",
-				   "config.json: qwen2's per-layer "
-				   "sliding window is not supported");
+				   "use a model without use_sliding_window",
+				   "config.json: %s's per-layer sliding window "
+				   "(past max_window_layers) is not supported",
+				   strata_family_name(o->d->family));
 	return STRATA_OK;
 }
 
@@ -222,8 +285,10 @@ strata_status strata_infer_hparams_from_desc(const strata_model_desc *d,
 	strata_infer_hparams hp = {0};
 	strata_status st;
 	if ((st = take_family(&o, &hp)) || (st = take_sizes(&o, &hp)) ||
-	    (st = check(&hp, err)) || (st = take_rope(&o, &hp)) ||
-	    (st = take_features(&o)))
+	    (st = check(&hp, err)))
+		return st;
+	take_extras(&o, &hp);
+	if ((st = take_rope(&o, &hp)) || (st = take_features(&o, &hp)))
 		return st;
 	*out = hp;
 	return STRATA_OK;
@@ -289,14 +354,51 @@ strata_status strata_infer_config_parse(const char *json, size_t len,
 	return strata_infer_hparams_from_desc(&d, out, err);
 }
 
+uint32_t strata_infer_layer_window(const strata_infer_hparams *hp,
+				   uint32_t l)
+{
+	if (!hp->window || !hp->has_layer_types)
+		return hp->window;
+	return l < 4096 && (hp->window_layers[l / 64] >> (l % 64)) & 1
+		       ? hp->window
+		       : 0;
+}
+
+bool strata_infer_rope_local_freqs(const strata_infer_hparams *hp,
+				   float *inv_freq)
+{
+	if (!(hp->rope_local_theta > 0))
+		return false;
+	const uint32_t d = hp->head_dim;
+	for (uint32_t i = 0; i < d / 2; i++)
+		inv_freq[i] = (float)(1.0 / pow(hp->rope_local_theta,
+						(double)(2 * i) / d));
+	return true;
+}
+
 void strata_infer_rope_freqs(const strata_infer_hparams *hp, float *inv_freq)
 {
+	strata_infer_rope_freqs_for(hp, 0, inv_freq);
+}
+
+void strata_infer_rope_freqs_for(const strata_infer_hparams *hp,
+				 uint32_t context, float *inv_freq)
+{
 	const uint32_t d = hp->head_dim;
+	const float *ext = NULL;
+	if (hp->rope_ext_count)
+		ext = context > hp->rope_original_context ? hp->rope_long
+							  : hp->rope_short;
 	for (uint32_t i = 0; i < d / 2; i++) {
 		/* transformers forms theta^(2i/d) in float32. */
 		float f = (float)(1.0 / pow(hp->rope_theta,
 					    (double)(2 * i) / d));
-		if (hp->rope_factor > 0) {
+		if (ext) /* longrope: 1 / (ext_i * theta^(2i/d)) */
+			f = (float)(1.0 / (ext[i] * pow(hp->rope_theta,
+							(double)(2 * i) / d)));
+		if (hp->rope_linear)
+			f = (float)(f / hp->rope_factor);
+		if (hp->rope_factor > 0 && !hp->rope_linear) {
 			/* Llama 3: long wavelengths slowed by `factor`, short
 			 * ones kept, a smooth blend between. */
 			double wl = 2.0 * M_PI / f;

@@ -95,8 +95,57 @@ static void slot_shape(const strata_infer_hparams *hp, strata_infer_slot s,
 	case STRATA_SLOT_W_GATE:
 	case STRATA_SLOT_W_UP: *rows = hp->ffn; *cols = hp->dim; break;
 	case STRATA_SLOT_W_DOWN: *rows = hp->dim; *cols = hp->ffn; break;
+	case STRATA_SLOT_Q_NORM:
+	case STRATA_SLOT_K_NORM: *rows = hp->head_dim; *cols = 0; break;
 	default: *rows = hp->dim; *cols = 0; break;
 	}
+	if (hp->fused_qkv && s == STRATA_SLOT_WQ)
+		*rows = q + 2 * kv; /* qkv_proj */
+	if (hp->fused_qkv && s == STRATA_SLOT_W_GATE)
+		*rows = 2 * (uint64_t)hp->ffn; /* gate_up_proj */
+}
+
+/* Slot s's tensor name within a layer, as the family spells it, or NULL
+ * when the family has no such tensor; *required whether it must be there. */
+static const char *slot_name(const strata_infer_hparams *hp,
+			     strata_infer_slot s, bool *required)
+{
+	bool g = hp->gguf;
+	*required = !slots[s].optional;
+	switch (s) {
+	case STRATA_SLOT_Q_NORM:
+	case STRATA_SLOT_K_NORM:
+		*required = hp->qk_norm;
+		return hp->qk_norm ? (g ? slots[s].gguf : slots[s].hf) : NULL;
+	case STRATA_SLOT_ATTN_POST_NORM:
+	case STRATA_SLOT_FFN_POST_NORM:
+		*required = hp->sandwich_norms;
+		return hp->sandwich_norms ? (g ? slots[s].gguf : slots[s].hf)
+					  : NULL;
+	case STRATA_SLOT_FFN_NORM: /* Gemma's post_attention_layernorm is
+				      the attention output's norm */
+		return hp->sandwich_norms && !g ? "pre_feedforward_layernorm.weight"
+						: (g ? slots[s].gguf : slots[s].hf);
+	case STRATA_SLOT_WQ:
+		if (hp->fused_qkv)
+			return g ? "attn_qkv.weight" : "self_attn.qkv_proj.weight";
+		break;
+	case STRATA_SLOT_W_GATE: /* llama.cpp names the fused pair ffn_up */
+		if (hp->fused_qkv)
+			return g ? "ffn_up.weight" : "mlp.gate_up_proj.weight";
+		break;
+	case STRATA_SLOT_WK:
+	case STRATA_SLOT_WV:
+	case STRATA_SLOT_W_UP:
+		if (hp->fused_qkv) {
+			*required = false;
+			return NULL; /* rows of the fused tensor */
+		}
+		break;
+	default:
+		break;
+	}
+	return g ? slots[s].gguf : slots[s].hf;
 }
 
 static bool used(const strata_infer_tensors *t, const strata_tensor *x)
@@ -115,7 +164,7 @@ static bool used(const strata_infer_tensors *t, const strata_tensor *x)
  * buffers old transformers checkpoints saved (recomputed here anyway). */
 static strata_status check_extra(const strata_catalog *c,
 				 const strata_infer_tensors *t,
-				 strata_error *err)
+				 strata_infer_family family, strata_error *err)
 {
 	for (size_t i = 0; i < strata_catalog_count(c); i++) {
 		const strata_tensor *x = strata_catalog_tensor(c, i);
@@ -124,12 +173,12 @@ static strata_status check_extra(const strata_catalog *c,
 		char shown[160];
 		strata_escape(shown, sizeof shown, x->name, strlen(x->name));
 		return strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
-				   "use a plain llama, mistral or qwen2 "
-				   "checkpoint",
-				   "tensor '%s' has no place in the llama-family "
+				   "use a checkpoint of a family strata runs, "
+				   "without extra tensors",
+				   "tensor '%s' has no place in the %s "
 				   "forward pass; running without it would "
 				   "compute a different model",
-				   shown);
+				   shown, strata_infer_family_name(family));
 	}
 	return STRATA_OK;
 }
@@ -170,13 +219,17 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 		return STRATA_E_NOMEM;
 	for (uint32_t l = 0; l < hp->layers; l++) {
 		for (int s = 0; s < STRATA_SLOT_COUNT; s++) {
+			bool required;
+			const char *slot = slot_name(hp, (strata_infer_slot)s,
+						     &required);
+			if (!slot)
+				continue;
 			char name[160];
 			snprintf(name, sizeof name,
-				 g ? "blk.%u.%s" : "model.layers.%u.%s", l,
-				 g ? slots[s].gguf : slots[s].hf);
+				 g ? "blk.%u.%s" : "model.layers.%u.%s", l, slot);
 			uint64_t rows, cols;
 			slot_shape(hp, (strata_infer_slot)s, &rows, &cols);
-			st = find(c, name, slots[s].optional, rows, cols,
+			st = find(c, name, !required, rows, cols,
 				  &t.layer[l][s], err);
 			if (st) {
 				strata_free(t.layer);
@@ -184,7 +237,7 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 			}
 		}
 	}
-	if ((st = check_extra(c, &t, err))) {
+	if ((st = check_extra(c, &t, hp->family, err))) {
 		strata_free(t.layer);
 		return st;
 	}

@@ -9,11 +9,16 @@
 
 /* Which width a dimension is. */
 typedef enum dim {
-	D_HIDDEN, D_INTER, D_VOCAB, D_Q, D_KV, D_NONE
+	D_HIDDEN, D_INTER, D_VOCAB, D_Q, D_KV, D_HEAD, D_QKV, D_INTER2, D_NONE
 } dim;
 
+/* When a role is present: always; untied models only; with q/k/v or o
+ * biases; with per-head q/k norms; with llama's two norms (PLAIN) or
+ * Gemma's four (SANDWICH); with separate projections (SPLIT) or Phi-3's
+ * fused qkv and gate_up (FUSED). */
 typedef enum when {
-	ALWAYS, UNTIED, QKV_BIAS, O_BIAS
+	ALWAYS, UNTIED, QKV_BIAS, O_BIAS, QK_NORM, PLAIN, SANDWICH, SPLIT,
+	FUSED
 } when;
 
 /* One tensor role: names with %d for the layer (or none for static),
@@ -30,17 +35,24 @@ static const role roles[] = {
 	{"model.norm.weight", "output_norm.weight", false, ALWAYS, {D_HIDDEN, D_NONE}},
 	{"lm_head.weight", "output.weight", false, UNTIED, {D_VOCAB, D_HIDDEN}},
 	{"model.layers.%d.input_layernorm.weight", "blk.%d.attn_norm.weight", true, ALWAYS, {D_HIDDEN, D_NONE}},
-	{"model.layers.%d.post_attention_layernorm.weight", "blk.%d.ffn_norm.weight", true, ALWAYS, {D_HIDDEN, D_NONE}},
-	{"model.layers.%d.self_attn.q_proj.weight", "blk.%d.attn_q.weight", true, ALWAYS, {D_Q, D_HIDDEN}},
-	{"model.layers.%d.self_attn.k_proj.weight", "blk.%d.attn_k.weight", true, ALWAYS, {D_KV, D_HIDDEN}},
-	{"model.layers.%d.self_attn.v_proj.weight", "blk.%d.attn_v.weight", true, ALWAYS, {D_KV, D_HIDDEN}},
+	{"model.layers.%d.post_attention_layernorm.weight", "blk.%d.ffn_norm.weight", true, PLAIN, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.post_attention_layernorm.weight", "blk.%d.post_attention_norm.weight", true, SANDWICH, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.pre_feedforward_layernorm.weight", "blk.%d.ffn_norm.weight", true, SANDWICH, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.post_feedforward_layernorm.weight", "blk.%d.post_ffw_norm.weight", true, SANDWICH, {D_HIDDEN, D_NONE}},
+	{"model.layers.%d.self_attn.q_norm.weight", "blk.%d.attn_q_norm.weight", true, QK_NORM, {D_HEAD, D_NONE}},
+	{"model.layers.%d.self_attn.k_norm.weight", "blk.%d.attn_k_norm.weight", true, QK_NORM, {D_HEAD, D_NONE}},
+	{"model.layers.%d.self_attn.q_proj.weight", "blk.%d.attn_q.weight", true, SPLIT, {D_Q, D_HIDDEN}},
+	{"model.layers.%d.self_attn.k_proj.weight", "blk.%d.attn_k.weight", true, SPLIT, {D_KV, D_HIDDEN}},
+	{"model.layers.%d.self_attn.v_proj.weight", "blk.%d.attn_v.weight", true, SPLIT, {D_KV, D_HIDDEN}},
+	{"model.layers.%d.self_attn.qkv_proj.weight", "blk.%d.attn_qkv.weight", true, FUSED, {D_QKV, D_HIDDEN}},
 	{"model.layers.%d.self_attn.o_proj.weight", "blk.%d.attn_output.weight", true, ALWAYS, {D_HIDDEN, D_Q}},
 	{"model.layers.%d.self_attn.q_proj.bias", "blk.%d.attn_q.bias", true, QKV_BIAS, {D_Q, D_NONE}},
 	{"model.layers.%d.self_attn.k_proj.bias", "blk.%d.attn_k.bias", true, QKV_BIAS, {D_KV, D_NONE}},
 	{"model.layers.%d.self_attn.v_proj.bias", "blk.%d.attn_v.bias", true, QKV_BIAS, {D_KV, D_NONE}},
 	{"model.layers.%d.self_attn.o_proj.bias", "blk.%d.attn_output.bias", true, O_BIAS, {D_HIDDEN, D_NONE}},
-	{"model.layers.%d.mlp.gate_proj.weight", "blk.%d.ffn_gate.weight", true, ALWAYS, {D_INTER, D_HIDDEN}},
-	{"model.layers.%d.mlp.up_proj.weight", "blk.%d.ffn_up.weight", true, ALWAYS, {D_INTER, D_HIDDEN}},
+	{"model.layers.%d.mlp.gate_proj.weight", "blk.%d.ffn_gate.weight", true, SPLIT, {D_INTER, D_HIDDEN}},
+	{"model.layers.%d.mlp.up_proj.weight", "blk.%d.ffn_up.weight", true, SPLIT, {D_INTER, D_HIDDEN}},
+	{"model.layers.%d.mlp.gate_up_proj.weight", "blk.%d.ffn_up.weight", true, FUSED, {D_INTER2, D_HIDDEN}},
 	{"model.layers.%d.mlp.down_proj.weight", "blk.%d.ffn_down.weight", true, ALWAYS, {D_HIDDEN, D_INTER}},
 };
 
@@ -62,15 +74,25 @@ static uint64_t width(const strata_model_desc *d, dim x)
 	case D_VOCAB: return d->vocab;
 	case D_Q: return d->heads * d->head_dim;   /* each <= 2^40: checked */
 	case D_KV: return d->kv_heads * d->head_dim;
+	case D_HEAD: return d->head_dim;
+	case D_QKV: return (d->heads + 2 * d->kv_heads) * d->head_dim;
+	case D_INTER2: return 2 * d->intermediate;
 	default: return 0;
 	}
 }
 
 static bool wanted(const strata_model_desc *d, when w)
 {
-	return w == ALWAYS || w == UNTIED ||
-	       (w == QKV_BIAS && d->attention_bias) ||
-	       (w == O_BIAS && d->attention_out_bias);
+	switch (w) {
+	case QKV_BIAS: return d->attention_bias;
+	case O_BIAS: return d->attention_out_bias;
+	case QK_NORM: return d->qk_norm;
+	case PLAIN: return !d->sandwich_norms;
+	case SANDWICH: return d->sandwich_norms;
+	case SPLIT: return !d->fused_qkv;
+	case FUSED: return d->fused_qkv;
+	default: return true;
+	}
 }
 
 static strata_status check_one(const strata_model_desc *d,
@@ -114,7 +136,7 @@ strata_status strata_model_check_tensors(const strata_model_desc *d,
 {
 	if (d->family == STRATA_FAMILY_UNKNOWN)
 		return strata_fail(err, STRATA_E_MODEL_ARCH,
-				   "strata checks llama, mistral and qwen2 models",
+				   "strata checks llama, mistral, qwen2, qwen3, gemma2, gemma3_text and phi3 models",
 				   "architecture '%s' is not one strata knows",
 				   d->architecture);
 	size_t n = strata_catalog_count(c);

@@ -53,6 +53,17 @@ static void set_rope_kind(strata_rope_scaling *r, const char *type)
 	for (int k = 0; k < STRATA_ROPE_OTHER; k++)
 		if (!strcmp(type, rope_names[k]))
 			r->kind = (strata_rope_kind)k;
+	if (!strcmp(type, "su")) /* Phi-3's first name for longrope */
+		r->kind = STRATA_ROPE_LONGROPE;
+}
+
+bool strata_model_layer_windowed(const strata_model_desc *d, uint64_t l)
+{
+	if (!d->sliding_window)
+		return false;
+	if (!d->has_layer_types)
+		return true;
+	return l < 4096 && (d->window_layers[l / 64] >> (l % 64)) & 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -139,6 +150,32 @@ static strata_status get_str(cfg *c, json_t *obj, const char *key, char *dst,
 	return STRATA_OK;
 }
 
+/* longrope's two lists of positive divisors, of one length each. */
+static strata_status read_factors(cfg *c, json_t *o, const char *key,
+				  strata_rope_scaling *r)
+{
+	const char *names[2] = {"short_factor", "long_factor"};
+	float *dst[2] = {r->short_factor, r->long_factor};
+	size_t cap = sizeof r->short_factor / sizeof *r->short_factor;
+	for (int k = 0; k < 2; k++) {
+		json_t *a = json_object_get(o, names[k]);
+		size_t n = json_array_size(a);
+		if (!json_is_array(a) || n == 0 || n > cap ||
+		    (k == 1 && n != r->factor_count))
+			return bad(c, key,
+				   "a longrope scaling with short_factor and long_factor lists of one length (at most 256)");
+		for (size_t i = 0; i < n; i++) {
+			json_t *v = json_array_get(a, i);
+			double x = json_is_number(v) ? json_number_value(v) : 0;
+			if (!(x > 0) || !isfinite(x))
+				return bad(c, names[k], "a list of positive numbers");
+			dst[k][i] = (float)x;
+		}
+		r->factor_count = (uint32_t)n;
+	}
+	return STRATA_OK;
+}
+
 /* One rope object (rope_scaling or rope_parameters): its type and scaling
  * into *r, its rope_theta (when given) into *theta. */
 static strata_status read_rope_obj(cfg *c, const char *key, json_t *o,
@@ -156,6 +193,10 @@ static strata_status read_rope_obj(cfg *c, const char *key, json_t *o,
 			  &r->original_max_position_embeddings)))
 		return s;
 	set_rope_kind(r, type);
+	if (r->kind == STRATA_ROPE_LONGROPE &&
+	    ((s = get_num(c, o, "attention_factor", &r->attention_factor)) ||
+	     (s = read_factors(c, o, key, r))))
+		return s;
 	if (r->kind == STRATA_ROPE_LLAMA3 &&
 	    (r->factor <= 0 || !r->original_max_position_embeddings ||
 	     r->high_freq_factor <= r->low_freq_factor))
@@ -172,7 +213,42 @@ static bool same_scaling(const strata_rope_scaling *a,
 	       a->low_freq_factor == b->low_freq_factor &&
 	       a->high_freq_factor == b->high_freq_factor &&
 	       a->original_max_position_embeddings ==
-		       b->original_max_position_embeddings;
+		       b->original_max_position_embeddings &&
+	       a->attention_factor == b->attention_factor &&
+	       a->factor_count == b->factor_count &&
+	       !memcmp(a->short_factor, b->short_factor,
+		       a->factor_count * sizeof *a->short_factor) &&
+	       !memcmp(a->long_factor, b->long_factor,
+		       a->factor_count * sizeof *a->long_factor);
+}
+
+/* Gemma 3 under transformers 5 keys rope_parameters by layer type: the
+ * full-attention layers' object is the model's rope, the sliding layers'
+ * gives their base (their rope is never scaled). */
+static strata_status read_rope_by_layer_type(cfg *c, json_t *o,
+					     strata_model_desc *d,
+					     bool *handled)
+{
+	json_t *full = json_object_get(o, "full_attention");
+	json_t *slide = json_object_get(o, "sliding_attention");
+	*handled = full || slide;
+	if (!*handled)
+		return STRATA_OK;
+	if (!json_is_object(full) || !json_is_object(slide))
+		return bad(c, "rope_parameters",
+			   "an object for full_attention and for sliding_attention");
+	strata_rope_scaling r = {0}, local = {0};
+	strata_status s = read_rope_obj(c, "rope_parameters", full, &r,
+					&d->rope_theta);
+	if (!s)
+		s = read_rope_obj(c, "rope_parameters", slide, &local,
+				  &d->rope_local_theta);
+	if (!s && local.kind != STRATA_ROPE_DEFAULT)
+		return bad(c, "rope_parameters",
+			   "an unscaled rope for sliding_attention");
+	if (!s)
+		d->rope_scaling = r;
+	return s;
 }
 
 /* rope_theta, then rope_scaling (transformers 4.x), then rope_parameters
@@ -190,6 +266,13 @@ static strata_status read_rope(cfg *c, strata_model_desc *d)
 			continue;
 		if (!json_is_object(o))
 			return bad(c, keys[k], "an object or null");
+		bool by_type = false;
+		if ((s = read_rope_by_layer_type(c, o, d, &by_type)))
+			return s;
+		if (by_type) {
+			scaled = d->rope_scaling.kind != STRATA_ROPE_DEFAULT;
+			continue;
+		}
 		strata_rope_scaling r = {0};
 		if ((s = read_rope_obj(c, keys[k], o, &r, &d->rope_theta)))
 			return s;
@@ -248,6 +331,89 @@ static strata_status read_sizes(cfg *c, strata_model_desc *d)
 	return STRATA_OK;
 }
 
+/* layer_types (transformers 5, and Gemma's own): which layers slide. */
+static strata_status read_layer_types(cfg *c, strata_model_desc *d)
+{
+	json_t *a = json_object_get(c->root, "layer_types");
+	if (!a || json_is_null(a))
+		return STRATA_OK;
+	if (!json_is_array(a) || json_array_size(a) != d->layers ||
+	    d->layers > 4096)
+		return bad(c, "layer_types",
+			   "a list with one entry per layer (num_hidden_layers)");
+	memset(d->window_layers, 0, sizeof d->window_layers);
+	for (size_t l = 0; l < d->layers; l++) {
+		const char *t = json_string_value(json_array_get(a, l));
+		if (!t || (strcmp(t, "sliding_attention") &&
+			   strcmp(t, "full_attention")))
+			return bad(c, "layer_types",
+				   "a list of \"sliding_attention\" and \"full_attention\"");
+		if (!strcmp(t, "sliding_attention"))
+			d->window_layers[l / 64] |= 1ull << (l % 64);
+	}
+	d->has_layer_types = true;
+	return STRATA_OK;
+}
+
+/* Gemma's defaults when a config leaves layer_types out: Gemma 2
+ * alternates (layer 0 slides), Gemma 3 slides except every
+ * sliding_window_pattern-th layer. */
+static strata_status gemma_default_layers(cfg *c, strata_model_desc *d)
+{
+	uint64_t pattern = d->family == STRATA_FAMILY_GEMMA2 ? 2 : 6;
+	strata_status s = get_uint(c, c->root, "sliding_window_pattern", 1,
+				   &pattern);
+	if (s || d->has_layer_types || d->layers > 4096)
+		return s;
+	for (uint64_t l = 0; l < d->layers; l++)
+		if ((l + 1) % pattern)
+			d->window_layers[l / 64] |= 1ull << (l % 64);
+	d->has_layer_types = true;
+	return STRATA_OK;
+}
+
+/* What Qwen3, Gemma 2/3 and Phi-3 compute beyond llama. */
+static strata_status read_family_extras(cfg *c, strata_model_desc *d)
+{
+	strata_family f = d->family;
+	bool gemma = f == STRATA_FAMILY_GEMMA2 || f == STRATA_FAMILY_GEMMA3;
+	strata_status s = STRATA_OK;
+	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3;
+	d->fused_qkv = f == STRATA_FAMILY_PHI3;
+	if (!gemma)
+		return STRATA_OK;
+	d->norm_plus_one = d->sandwich_norms = d->embed_scaled = true;
+	if (f == STRATA_FAMILY_GEMMA2) { /* Gemma2Config's defaults */
+		d->attn_softcap = 50.0;
+		d->final_softcap = 30.0;
+	}
+	if (!d->tied_given)
+		d->tied_embeddings = true; /* Gemma ties by default */
+	json_t *r = c->root;
+	const char *caps[2] = {"attn_logit_softcapping",
+			       "final_logit_softcapping"};
+	double *dst[2] = {&d->attn_softcap, &d->final_softcap};
+	for (int k = 0; k < 2 && !s; k++) {
+		json_t *v = json_object_get(r, caps[k]);
+		if (json_is_null(v))
+			*dst[k] = 0; /* null: no capping */
+		else
+			s = get_num(c, r, caps[k], dst[k]);
+	}
+	if (!s)
+		s = get_num(c, r, "query_pre_attn_scalar", &d->query_scale);
+	if (!s)
+		s = get_num(c, r, "rope_local_base_freq", &d->rope_local_theta);
+	if (!s)
+		s = get_str(c, r, "hidden_activation", d->hidden_act,
+			    sizeof d->hidden_act);
+	if (!s)
+		s = read_layer_types(c, d);
+	if (!s)
+		s = gemma_default_layers(c, d);
+	return s;
+}
+
 static strata_status read_config(cfg *c, strata_model_desc *d)
 {
 	strata_status s = get_str(c, c->root, "model_type", d->architecture,
@@ -272,6 +438,9 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	d->bos_token_id = get_id(c, "bos_token_id");
 	d->eos_token_id = get_id(c, "eos_token_id");
 	d->attention_out_bias = d->attention_bias; /* llama: all four */
+	if (d->family == STRATA_FAMILY_QWEN3 || d->family == STRATA_FAMILY_GEMMA2 ||
+	    d->family == STRATA_FAMILY_GEMMA3)
+		d->attention_out_bias = false; /* their attention_bias: q/k/v */
 	if (d->family == STRATA_FAMILY_QWEN2) {
 		d->attention_bias = true; /* Qwen2 always biases q, k, v */
 		d->attention_out_bias = false;
@@ -279,14 +448,17 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	uint64_t window = 0;
 	if ((s = get_uint(c, c->root, "sliding_window", 0, &window)))
 		return s;
-	bool use_window = d->family == STRATA_FAMILY_MISTRAL;
-	if (d->family == STRATA_FAMILY_QWEN2) {
+	bool use_window = d->family == STRATA_FAMILY_MISTRAL ||
+			  d->family == STRATA_FAMILY_PHI3 ||
+			  d->family == STRATA_FAMILY_GEMMA2 ||
+			  d->family == STRATA_FAMILY_GEMMA3;
+	if (d->family == STRATA_FAMILY_QWEN2 || d->family == STRATA_FAMILY_QWEN3) {
 		if ((s = get_bool(c, "use_sliding_window", &use_window)))
 			return s;
 		d->layer_windows = use_window;
 	}
 	d->sliding_window = use_window ? window : 0;
-	return STRATA_OK;
+	return read_family_extras(c, d);
 }
 
 strata_status strata_model_describe_config(const char *text, size_t len,

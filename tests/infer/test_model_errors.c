@@ -100,8 +100,17 @@ static void test_config_faults_are_named(void **state)
 		{"max_position_embeddings", "5000000000", STRATA_E_MODEL_CONFIG,
 		 "'max_position_embeddings'"},
 		{"hidden_act", "3", STRATA_E_MODEL_CONFIG, "\"hidden_act\""},
-		{"rope_scaling", "{\"type\": \"linear\", \"factor\": 2}",
-		 STRATA_E_UNSUPPORTED, "'linear'"},
+		{"rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2}",
+		 STRATA_E_UNSUPPORTED, "'dynamic'"},
+		{"rope_scaling",
+		 "{\"type\": \"longrope\", \"short_factor\": [1, 2], "
+		 "\"long_factor\": [1, 2], "
+		 "\"original_max_position_embeddings\": 64}",
+		 STRATA_E_MODEL_CONFIG, "longrope needs"},
+		{"rope_scaling",
+		 "{\"type\": \"longrope\", \"short_factor\": [1, 2], "
+		 "\"long_factor\": [1]}",
+		 STRATA_E_MODEL_CONFIG, "short_factor and long_factor"},
 		{"rope_scaling",
 		 "{\"rope_type\": \"llama3\", \"factor\": 8, "
 		 "\"low_freq_factor\": 0, \"high_freq_factor\": 4, "

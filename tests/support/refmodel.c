@@ -38,32 +38,66 @@ static uint32_t ids(json_t *arr, int32_t *out, uint32_t cap)
 	return n;
 }
 
-void ref_load(const char *name, ref_data *r)
+const char *const ref_family_dense[REF_FAMILY_DENSE_COUNT] = {
+	"qwen3_f32", "qwen3_tied_bf16", "gemma2_f32", "gemma3_f32",
+	"gemma3_bf16", "phi3_f32", "phi3_longrope_f32",
+};
+
+void ref_family_path(char *path, size_t cap, const char *name,
+		     const char *file)
 {
-	char path[1024];
+	snprintf(path, cap, "%s/tests/data/families/%s%s%s", STRATA_SOURCE_DIR,
+		 name, file ? "/" : "", file ? file : "");
+}
+
+/* reference.json and the logits (f32 or f64 little-endian) at dir. */
+static void load_from(const char *json_path, const char *logits_path,
+		      bool f64, ref_data *r)
+{
 	memset(r, 0, sizeof *r);
-	ref_path(path, sizeof path, name, "reference.json");
 	json_error_t je;
-	json_t *root = json_load_file(path, 0, &je);
+	json_t *root = json_load_file(json_path, 0, &je);
 	if (!root)
-		fail_msg("%s: %s", path, je.text);
+		fail_msg("%s: %s", json_path, je.text);
 	r->n_tokens = ids(json_object_get(root, "tokens"), r->tokens, 64);
 	r->n_greedy = ids(json_object_get(root, "greedy"), r->greedy, 64);
 	r->vocab = (uint32_t)json_integer_value(json_object_get(root, "vocab"));
 	json_decref(root);
-
-	ref_path(path, sizeof path, name, "logits.f32");
 	char *bytes = NULL;
 	size_t len = 0;
 	strata_error err;
-	assert_int_equal(strata_file_read_all(path, 1u << 24, &bytes, &len,
-					      &err),
+	assert_int_equal(strata_file_read_all(logits_path, 1u << 24, &bytes,
+					      &len, &err),
 			 STRATA_OK);
-	assert_int_equal(len, (size_t)r->n_tokens * r->vocab * sizeof(float));
-	r->logits = strata_alloc(len);
+	uint64_t cells = (uint64_t)r->n_tokens * r->vocab;
+	assert_int_equal(len, cells * (f64 ? sizeof(double) : sizeof(float)));
+	r->logits = strata_alloc(cells * sizeof(float));
 	assert_non_null(r->logits);
-	memcpy(r->logits, bytes, len); /* little-endian host assumed (x86) */
+	/* little-endian host assumed (x86) */
+	for (uint64_t i = 0; f64 && i < cells; i++) {
+		double v;
+		memcpy(&v, bytes + i * sizeof v, sizeof v);
+		r->logits[i] = (float)v;
+	}
+	if (!f64)
+		memcpy(r->logits, bytes, len);
 	strata_free(bytes);
+}
+
+void ref_load(const char *name, ref_data *r)
+{
+	char json[1024], logits[1024];
+	ref_path(json, sizeof json, name, "reference.json");
+	ref_path(logits, sizeof logits, name, "logits.f32");
+	load_from(json, logits, false, r);
+}
+
+void ref_load_family(const char *name, ref_data *r)
+{
+	char json[1024], logits[1024];
+	ref_family_path(json, sizeof json, name, "reference.json");
+	ref_family_path(logits, sizeof logits, name, "logits.f64");
+	load_from(json, logits, true, r);
 }
 
 void ref_free(ref_data *r)

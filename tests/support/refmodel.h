@@ -23,6 +23,13 @@ typedef struct ref_data {
 void ref_path(char *path, size_t cap, const char *name, const char *file);
 /* Reads reference.json and logits.f32; asserts on failure. */
 void ref_load(const char *name, ref_data *r);
+/* The same for a model of tests/data/families (float64 logits, rounded to
+ * float here: 1e-7 relative, far inside every tolerance). */
+#define REF_FAMILY_DENSE_COUNT 7
+extern const char *const ref_family_dense[REF_FAMILY_DENSE_COUNT];
+void ref_family_path(char *path, size_t cap, const char *name,
+		     const char *file);
+void ref_load_family(const char *name, ref_data *r);
 void ref_free(ref_data *r);
 
 /* A model opened end to end with the plain loader. */

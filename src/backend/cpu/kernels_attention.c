@@ -79,6 +79,8 @@ static void attend_heads(const attn_job *j, uint32_t i, uint32_t kvh,
 			for (uint32_t t = 0; t < cnt; t++) {
 				float x = dot(qr + (uint64_t)h * d,
 					      kb + t * kv_stride, d) * s->scale;
+				if (s->softcap > 0) /* Gemma 2 */
+					x = s->softcap * tanhf(x / s->softcap);
 				sc[h][t] = x;
 				tm = x > tm ? x : tm;
 			}

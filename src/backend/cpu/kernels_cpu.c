@@ -92,5 +92,6 @@ const strata_kernel_ops strata_cpu_kernel_ops = {
 	.attention = strata__cpu_attention,
 	.swiglu = strata__cpu_swiglu,
 	.add = strata__cpu_add,
+	.map = strata__cpu_map,
 	.embed = cpu_embed,
 };

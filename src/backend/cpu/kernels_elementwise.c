@@ -18,6 +18,8 @@ typedef struct ew_job {
 	uint64_t count;
 	uint32_t dim;
 	float eps;
+	strata_map_op op; /* map only */
+	float a;
 } ew_job;
 
 /* ------------------------------------------------------------------------ */
@@ -63,6 +65,30 @@ static void add_chunk(void *arg, uint32_t t)
 		j->y[e] += j->x[e];
 }
 
+/* gelu with tanh's approximation (gelu_pytorch_tanh), in float as torch
+ * computes it for float tensors. */
+static float gelu_tanh(float x)
+{
+	const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+	return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static void map_chunk(void *arg, uint32_t t)
+{
+	const ew_job *j = arg;
+	uint64_t a, b;
+	chunk_range(j, t, &a, &b);
+	for (uint64_t e = a; e < b; e++) {
+		float x = j->x[e];
+		switch (j->op) {
+		case STRATA_MAP_SCALE: j->y[e] = x * j->a; break;
+		case STRATA_MAP_SOFTCAP: j->y[e] = j->a * tanhf(x / j->a); break;
+		case STRATA_MAP_ADD_CONST: j->y[e] = x + j->a; break;
+		case STRATA_MAP_GELU_MUL: j->y[e] = gelu_tanh(j->y[e]) * x; break;
+		}
+	}
+}
+
 static uint32_t chunks(uint64_t count)
 {
 	return (uint32_t)((count + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS);
@@ -100,6 +126,16 @@ strata_status strata__cpu_add(void *ctx, float *y, const float *x,
 	(void)err;
 	ew_job j = {.y = y, .x = x, .count = count};
 	strata__pool_run(ctx, add_chunk, &j, chunks(count));
+	return STRATA_OK;
+}
+
+strata_status strata__cpu_map(void *ctx, float *y, const float *x,
+			      uint64_t count, strata_map_op op, float a,
+			      strata_error *err)
+{
+	(void)err;
+	ew_job j = {.y = y, .x = x, .count = count, .op = op, .a = a};
+	strata__pool_run(ctx, map_chunk, &j, chunks(count));
 	return STRATA_OK;
 }
 

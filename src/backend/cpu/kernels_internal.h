@@ -43,6 +43,9 @@ strata_status strata__cpu_rmsnorm(void *ctx, float *y, const float *x,
 				  float eps, strata_error *err);
 strata_status strata__cpu_swiglu(void *ctx, float *gate, const float *up,
 				 uint64_t count, strata_error *err);
+strata_status strata__cpu_map(void *ctx, float *y, const float *x,
+			      uint64_t count, strata_map_op op, float a,
+			      strata_error *err);
 strata_status strata__cpu_add(void *ctx, float *y, const float *x,
 			      uint64_t count, strata_error *err);
 strata_status strata__cpu_embed(void *ctx, float *x, const float *table,

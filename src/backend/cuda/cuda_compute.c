@@ -263,7 +263,10 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				   "run this model with --device cpu",
 				   "CUDA attention: head size %u is above %u",
 				   sh->head_dim, ATTENTION_HEAD_DIM_MAX);
-	if (strata__cuda_flash_takes(sh->n, sh->heads, sh->kv_heads,
+	/* the tensor-core kernel has no soft-capping (Gemma 2 goes to the
+	 * key-splitting kernel) */
+	if (!(sh->softcap > 0) &&
+	    strata__cuda_flash_takes(sh->n, sh->heads, sh->kv_heads,
 				     sh->head_dim,
 				     strata__cuda_flash_min_blocks))
 		return launched(strata__cuda_flash_attention(
@@ -279,7 +282,7 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 	return launched(strata__cuda_attention(c->stream.cuda, out, q, k, v,
 					       sh->n, sh->pos0, sh->heads,
 					       sh->kv_heads, sh->head_dim,
-					       sh->window, sh->scale,
+					       sh->window, sh->scale, sh->softcap,
 					       strata__cuda_attention_blocks_per_sm *
 						       c->sm_count,
 					       partials,
@@ -293,6 +296,16 @@ static strata_status cuda_swiglu(void *ctx, float *gate, const float *up,
 	strata__cuda_compute *k = ctx;
 	return launched(strata__cuda_swiglu(k->stream.cuda, gate, up, count),
 			"swiglu", err);
+}
+
+static strata_status cuda_map(void *ctx, float *y, const float *x,
+			       uint64_t count, strata_map_op op, float a,
+			       strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	return launched(strata__cuda_map(k->stream.cuda, y, x, count, (int)op,
+					 a),
+			"map", err);
 }
 
 static strata_status cuda_add(void *ctx, float *y, const float *x,
@@ -748,6 +761,7 @@ const strata_kernel_ops strata_cuda_kernel_ops = {
 	.attention = cuda_attention,
 	.swiglu = cuda_swiglu,
 	.add = cuda_add,
+	.map = cuda_map,
 	.embed = cuda_embed,
 	.to_f32 = cuda_to_f32,
 	.products_take = cuda_products_take,

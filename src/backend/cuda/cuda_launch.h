@@ -51,7 +51,7 @@ cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
 				   const float *k, const float *v, uint32_t n,
 				   uint32_t pos0, uint32_t heads,
 				   uint32_t kv_heads, uint32_t head_dim,
-				   uint32_t window, float scale,
+				   uint32_t window, float scale, float softcap,
 				   uint32_t target_blocks, float *partials,
 				   uint64_t partial_floats);
 /* Whether the tensor-core prefill kernel (kernels_flash.cu) takes a call:
@@ -69,6 +69,8 @@ cudaError_t strata__cuda_flash_attention(cudaStream_t s, float *out,
 					 uint32_t kv_heads, uint32_t head_dim,
 					 uint32_t window, float scale,
 					 int terms);
+cudaError_t strata__cuda_map(cudaStream_t s, float *y, const float *x,
+			     uint64_t count, int op, float a);
 cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate, const float *up,
 				uint64_t count);
 cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,

@@ -64,10 +64,17 @@ typedef struct att_args {
 	const float *q, *k, *v;
 	uint32_t n, pos0, heads, kv_heads, head_dim, window;
 	float scale;
+	float softcap;		/* 0: none (Gemma 2: cap * tanh(s / cap)) */
 	uint32_t splits, chunk; /* keys of a pair cut into splits of chunk */
 	float *partials;	/* splits > 1: (pair, split, head_dim + 2) */
 	int vec;		/* head rows load as float4 */
 } att_args;
+
+/* A scaled score, soft-capped where the model caps them. */
+__device__ __forceinline__ float capped(const att_args &a, float s)
+{
+	return a.softcap > 0.0f ? a.softcap * tanhf(s / a.softcap) : s;
+}
 
 /* Score of one key row against sq (shared), by one thread: independent
  * 16-byte loads, so many keys are in flight at once. */
@@ -87,7 +94,7 @@ __device__ __forceinline__ float key_score(const att_args &a, const float *sq,
 		for (uint32_t e = 0; e < a.head_dim; e++)
 			d += sq[e] * kr[e];
 	}
-	return d * a.scale;
+	return capped(a, d * a.scale);
 }
 
 /* One block per (pair, split): the split's keys in tiles of ATT_TILE, a
@@ -237,8 +244,9 @@ __global__ void attention_decode_kernel(att_args a)
 #pragma unroll
 			for (int j = 0; j < PER; j++)
 				d += q[j] * kr[c][j];
-			sc[c] = (uint32_t)c < cnt ? strata__warp_sum(d) * a.scale
-						  : -INFINITY;
+			sc[c] = (uint32_t)c < cnt
+					? capped(a, strata__warp_sum(d) * a.scale)
+					: -INFINITY;
 			tm = fmaxf(tm, sc[c]);
 		}
 		/* c = 0 on the warp's first keys, where m is -inf */
@@ -380,7 +388,8 @@ extern "C" cudaError_t strata__cuda_attention(
 	cudaStream_t s, float *out, const float *q, const float *k,
 	const float *v, uint32_t n, uint32_t pos0, uint32_t heads,
 	uint32_t kv_heads, uint32_t head_dim, uint32_t window, float scale,
-	uint32_t target_blocks, float *partials, uint64_t partial_floats)
+	float softcap, uint32_t target_blocks, float *partials,
+	uint64_t partial_floats)
 {
 	const uint64_t pairs = (uint64_t)n * heads;
 	/* The most keys a query sees: the last one sees pos0 + n (or the
@@ -399,7 +408,7 @@ extern "C" cudaError_t strata__cuda_attention(
 						 min_keys, head_dim,
 						 partial_floats);
 	att_args a = {out, q, k, v, n, pos0, heads, kv_heads, head_dim,
-		      window, scale, (uint32_t)splits,
+		      window, scale, softcap, (uint32_t)splits,
 		      (uint32_t)((keys + splits - 1) / splits), partials,
 		      head_dim % 4 == 0 && (uintptr_t)k % 16 == 0};
 	if (!(decode && launch_decode(s, a, (unsigned)(pairs * splits))))

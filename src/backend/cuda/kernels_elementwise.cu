@@ -60,6 +60,30 @@ __global__ void add_kernel(float *y, const float *x, uint64_t count)
 		y[i] += x[i];
 }
 
+/* op as strata_map_op: 0 scale, 1 softcap, 2 add a constant, 3 GeGLU
+ * (y = gelu_tanh(y) * x). */
+__global__ void map_kernel(float *y, const float *x, uint64_t count, int op,
+			   float a)
+{
+	const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride) {
+		float v = x[i];
+		if (op == 0) {
+			y[i] = v * a;
+		} else if (op == 1) {
+			y[i] = a * tanhf(v / a);
+		} else if (op == 2) {
+			y[i] = v + a;
+		} else {
+			float g = y[i];
+			y[i] = 0.5f * g *
+			       (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * v;
+		}
+	}
+}
+
 __global__ void embed_kernel(float *x, const float *table,
 			     const int32_t *tokens, uint32_t n, uint32_t dim)
 {
@@ -144,6 +168,15 @@ extern "C" cudaError_t strata__cuda_add(cudaStream_t s, float *y,
 {
 	add_kernel<<<strata__grid(count, EW_THREADS), EW_THREADS, 0, s>>>(
 		y, x, count);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_map(cudaStream_t s, float *y,
+					const float *x, uint64_t count, int op,
+					float a)
+{
+	map_kernel<<<strata__grid(count, EW_THREADS), EW_THREADS, 0, s>>>(
+		y, x, count, op, a);
 	return cudaGetLastError();
 }
 
