@@ -59,15 +59,15 @@ void strata_backend_cuda_sys_reset(void);
  * against copies with events (strata_compute_stream and
  * strata_stream_wait_event) and read results after a synchronize.
  * matmul on f32 weights is cuBLAS SGEMM in full f32 (TF32 never enabled);
- * on bf16/f16 weights, strata_cuda_matmul_half; the fused slots are the
- * functions below. */
+ * on bf16/f16 weights, strata_cuda_matmul_half; on block types a GEMV on
+ * the stored blocks up to 8 rows, else the weights decoded to f32 a slice
+ * at a time for SGEMM (cuda_quant.c); the fused slots are the functions
+ * below. */
 extern const strata_kernel_ops strata_cuda_kernel_ops;
-/* Its weight types: f32, bf16 and f16 (the plan converts the others to
- * f32 at load). */
-#define STRATA_CUDA_WEIGHT_TYPES                                               \
-	(STRATA_WEIGHT_BIT(STRATA_WEIGHT_F32) |                                \
-	 STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16) |                               \
-	 STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16))
+/* Its weight types: f32, bf16, f16 and every GGUF block type, whose
+ * products, embedding rows and conversions read the blocks as stored
+ * (kernels_quant.cu); norms take f32 and half only. */
+#define STRATA_CUDA_WEIGHT_TYPES ((1u << STRATA_WEIGHT_TYPE_COUNT) - 1)
 
 #define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
 #define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \

@@ -3,7 +3,10 @@
  * the CPU: the weights stay in their stored type (the device bytes planned
  * and held are the file's, not four bytes an element), the logits are the
  * ones strata_infer_load_stored gives in process and within 1e-3 of the
- * exact float64 forward pass, closer than llama.cpp's own (layer: cli). */
+ * exact float64 forward pass, closer than llama.cpp's own; on CUDA (where
+ * a device is visible) the block kernels give the CPU's logits to 1e-3 in
+ * resident, host and disk modes, through the GEMV and the SGEMM path
+ * (layer: cli). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,18 +104,20 @@ static uint64_t residency_u64(const char *telemetry, const char *key)
 	return x;
 }
 
-/* One run of `strata logits` in mode m; its logits into got. */
-static void logits_run(const char *model, const char *ids, size_t m,
-		       const char *dir, float *got, uint64_t *device_bytes)
+/* One run of `strata logits` on `device` with options `mode` (NULL
+ * ended); its logits into got. */
+static void logits_on(const char *device, const char *model, const char *ids,
+		      const char *const *mode, size_t m, const char *dir,
+		      float *got, uint64_t *device_bytes)
 {
 	char out[1200], tel[1200];
 	snprintf(out, sizeof out, "%s/logits-%zu.f32", dir, m);
 	snprintf(tel, sizeof tel, "%s/telemetry-%zu.json", dir, m);
 	const char *argv[20] = {"logits", model, "--tokens", ids, "--out",
-				out, "--telemetry", tel, "--device", "cpu"};
+				out, "--telemetry", tel, "--device", device};
 	size_t n = 10;
-	for (size_t k = 0; modes[m][k]; k++)
-		argv[n++] = modes[m][k];
+	for (size_t k = 0; mode[k]; k++)
+		argv[n++] = mode[k];
 	cli_result r;
 	assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
 	if (r.exit_code != 0)
@@ -121,6 +126,12 @@ static void logits_run(const char *model, const char *ids, size_t m,
 	cli_result_free(&r);
 	read_floats(out, got, VALUES);
 	*device_bytes = residency_u64(tel, "peak_device_bytes");
+}
+
+static void logits_run(const char *model, const char *ids, size_t m,
+		       const char *dir, float *got, uint64_t *device_bytes)
+{
+	logits_on("cpu", model, ids, modes[m], m, dir, got, device_bytes);
 }
 
 static void every_type_runs_as_stored_in_every_mode(void **state)
@@ -179,10 +190,74 @@ static void every_type_runs_as_stored_in_every_mode(void **state)
 	free(llama);
 }
 
+/* On CUDA: the block kernels (kernels_quant.cu) on the stored blocks.
+ * Prefill chunks of 1 and 5 tokens take the GEMV, the 40-token prompt
+ * the decode-then-SGEMM path; the streamed modes move stored bytes. */
+static const char *const cuda_modes[][8] = {
+	{"--residency", "resident", NULL},
+	{"--residency", "resident", "--prefill-chunk", "1", NULL},
+	{"--residency", "resident", "--prefill-chunk", "5", NULL},
+	{"--residency", "host:1", NULL},
+	{"--residency", "disk", "--lookahead", "2", NULL},
+};
+#define CUDA_MODES (sizeof cuda_modes / sizeof *cuda_modes)
+
+static void cuda_gives_the_cpu_logits(void **state)
+{
+	(void)state;
+	if (strata_backend_device_count("cuda") == 0) {
+		print_message("no CUDA device visible: skipped\n");
+		skip();
+	}
+	int32_t tokens[POSITIONS];
+	char ids[1024], dir[1024];
+	read_tokens(tokens, ids, sizeof ids);
+	cli_tmpdir(dir, sizeof dir, "quant-run-cuda");
+	float *got = malloc(VALUES * sizeof *got),
+	      *cpu = malloc(VALUES * sizeof *got),
+	      *exact = malloc(VALUES * sizeof *got);
+	assert_true(got && cpu && exact);
+	for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+		char model[512], path[512];
+		snprintf(model, sizeof model, QUANT "model-%s.gguf", types[i]);
+		struct stat st;
+		assert_int_equal(stat(model, &st), 0);
+		stored_logits(model, tokens, cpu);
+		snprintf(path, sizeof path, QUANT "model-%s.ref.f32", types[i]);
+		read_floats(path, exact, VALUES);
+		for (size_t m = 0; m < CUDA_MODES; m++) {
+			uint64_t peak;
+			logits_on("cuda", model, ids, cuda_modes[m], m, dir, got,
+				  &peak);
+			double d = ref_max_diff(got, exact, VALUES);
+			double dc = ref_max_diff(got, cpu, VALUES);
+			print_message("%-7s cuda mode %zu: %.3g from exact, %.3g "
+				      "from the cpu; %llu device bytes, file "
+				      "%llu\n",
+				      types[i], m, d, dc,
+				      (unsigned long long)peak,
+				      (unsigned long long)st.st_size);
+			if (!(d < 1e-3 && dc < 1e-3))
+				fail_msg("%s cuda mode %zu: %.3g from exact, "
+					 "%.3g from the cpu", types[i], m, d,
+					 dc);
+			if (peak > (uint64_t)st.st_size)
+				fail_msg("%s cuda mode %zu: %llu device bytes "
+					 "for a file of %llu", types[i], m,
+					 (unsigned long long)peak,
+					 (unsigned long long)st.st_size);
+		}
+	}
+	free(got);
+	free(cpu);
+	free(exact);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_runs_as_stored_in_every_mode),
+		cmocka_unit_test(cuda_gives_the_cpu_logits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

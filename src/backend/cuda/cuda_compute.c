@@ -318,10 +318,13 @@ static strata_status cuda_add(void *ctx, float *y, const float *x,
 
 /* tokens are host memory (the wrapper has read them): they go to the
  * scratch block in chunks; stream order keeps a chunk from being
- * overwritten before the kernel that reads it has run. */
-static strata_status f32_embed(void *ctx, float *x, const float *table,
-			       const int32_t *tokens, uint32_t n, uint32_t dim,
-			       strata_error *err)
+ * overwritten before the kernel that reads it has run. An f32 table is
+ * gathered by the embed kernel, a block-type one (`blocks`) decoded row by
+ * row. */
+static strata_status gather_embed(void *ctx, float *x, const float *table,
+				  const strata_weight *blocks,
+				  const int32_t *tokens, uint32_t n,
+				  uint32_t dim, strata_error *err)
 {
 	strata__cuda_compute *k = ctx;
 	int32_t *dev_tokens =
@@ -337,11 +340,15 @@ static strata_status f32_embed(void *ctx, float *x, const float *table,
 			strata__cuda_fail(err, (cudaError_t)e, "token ids copy");
 			return strata_error_prefix(err, "embed");
 		}
-		strata_status s = launched(
-			strata__cuda_embed(k->stream.cuda,
-					   x + (uint64_t)at * dim, table,
-					   dev_tokens, m, dim),
-			"embed", err);
+		strata_status s =
+			blocks ? strata__cuda_quant_rows(k, x + (uint64_t)at * dim,
+							 blocks, dev_tokens, m,
+							 err)
+			       : launched(strata__cuda_embed(k->stream.cuda,
+							     x + (uint64_t)at * dim,
+							     table, dev_tokens,
+							     m, dim),
+					  "embed", err);
 		if (s != STRATA_OK)
 			return s;
 	}
@@ -368,8 +375,8 @@ static strata_status not_cuda_compute(strata_error *err, const char *call)
 
 /* Makes the half-precision input workspace hold `bytes`. The old one may
  * still be read by queued work, so the stream is drained before it goes. */
-static strata_status reserve_half_ws(strata__cuda_compute *k, uint64_t bytes,
-				     strata_error *err)
+strata_status strata__cuda_reserve_ws(strata__cuda_compute *k, uint64_t bytes,
+				      strata_error *err)
 {
 	if (bytes <= k->half_ws_bytes)
 		return STRATA_OK;
@@ -412,7 +419,7 @@ static strata_status split_input(strata__cuda_compute *k, const float *x,
 	if (s == STRATA_OK)
 		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
 	if (s == STRATA_OK)
-		s = reserve_half_ws(k, bytes, err);
+		s = strata__cuda_reserve_ws(k, bytes, err);
 	if (s != STRATA_OK)
 		return s;
 	if (k->prefill_terms == 1)
@@ -460,7 +467,7 @@ strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
 	strata__cuda_compute *k = strata__cuda_compute_of(c);
 	if (!k)
 		return not_cuda_compute(err, "strata_cuda_matmul_half_reserve");
-	return bytes ? reserve_half_ws(k, bytes, err) : STRATA_OK;
+	return bytes ? strata__cuda_reserve_ws(k, bytes, err) : STRATA_OK;
 }
 
 strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
@@ -613,6 +620,8 @@ static strata_status cuda_matmul(void *ctx, float *y, const float *x,
 	if (w->type == STRATA_WEIGHT_F32)
 		return f32_matmul(ctx, y, x, w->data, bias, n, w->cols, w->rows,
 				  err);
+	if (strata__cuda_is_block(w->type))
+		return strata__cuda_quant_matmul(ctx, y, x, w, bias, n, err);
 	return strata_cuda_matmul_half(AS_COMPUTE(ctx), y, x, w->data,
 				       half_of(w->type), bias, n, w->cols,
 				       w->rows, err);
@@ -624,6 +633,11 @@ static strata_status cuda_rmsnorm(void *ctx, float *y, const float *x,
 {
 	if (w->type == STRATA_WEIGHT_F32)
 		return f32_rmsnorm(ctx, y, x, w->data, n, w->cols, eps, err);
+	if (strata__cuda_is_block(w->type))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "load norms as f32 or half (the plan's rule does)",
+				   "rmsnorm kernel: the cuda kernels take no %s norm weights",
+				   strata_weight_type_name(w->type));
 	return strata_cuda_rmsnorm_half(AS_COMPUTE(ctx), y, x, w->data,
 					half_of(w->type), n, w->cols, eps, err);
 }
@@ -651,19 +665,24 @@ static strata_status half_to_f32(void *ctx, float *dst, const void *src,
 static strata_status cuda_to_f32(void *ctx, float *dst, const strata_weight *w,
 				 strata_error *err)
 {
+	if (strata__cuda_is_block(w->type))
+		return strata__cuda_quant_rows(ctx, dst, w, NULL, w->rows, err);
 	return half_to_f32(ctx, dst, w->data, w->type,
 			   (uint64_t)w->rows * w->cols, err);
 }
 
-/* An f32 table is gathered by the embed kernel; a half one is converted
- * row by row. */
+/* An f32 table is gathered by the embed kernel, a block-type one decoded
+ * on the device; a half one is converted row by row. */
 static strata_status cuda_embed(void *ctx, float *x, const strata_weight *table,
 				const int32_t *tokens, uint32_t n,
 				strata_error *err)
 {
 	uint32_t dim = table->cols;
 	if (table->type == STRATA_WEIGHT_F32)
-		return f32_embed(ctx, x, table->data, tokens, n, dim, err);
+		return gather_embed(ctx, x, table->data, NULL, tokens, n, dim,
+				    err);
+	if (strata__cuda_is_block(table->type))
+		return gather_embed(ctx, x, NULL, table, tokens, n, dim, err);
 	const uint16_t *rows = table->data;
 	strata_status st = STRATA_OK;
 	for (uint32_t i = 0; st == STRATA_OK && i < n; i++)

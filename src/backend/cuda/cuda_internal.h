@@ -94,6 +94,25 @@ strata_status strata__cublas_load(strata_error *err);
 strata_status strata__cublas_fail(strata_error *err, cublasStatus_t st,
 				  const char *what);
 
+/* Makes the context's product workspace (half_ws) hold `bytes`, draining
+ * the stream before an old one goes (cuda_compute.c). */
+strata_status strata__cuda_reserve_ws(strata__cuda_compute *k, uint64_t bytes,
+				      strata_error *err);
+
+/* The slots on ggml block types (cuda_quant.c): whether t is one; y (n,
+ * w->rows) = x (n, w->cols) . w^T (+ bias); dst (rows, w->cols, f32) =
+ * rows of w decoded (row i is w's row dev_ids[i], device int32, or row i
+ * when dev_ids is NULL). */
+bool strata__cuda_is_block(strata_weight_type t);
+strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
+					const float *x, const strata_weight *w,
+					const float *bias, uint32_t n,
+					strata_error *err);
+strata_status strata__cuda_quant_rows(strata__cuda_compute *k, float *dst,
+				      const strata_weight *w,
+				      const int32_t *dev_ids, uint64_t rows,
+				      strata_error *err);
+
 /* The compute context of c, or NULL when c is not a CUDA one. */
 strata__cuda_compute *strata__cuda_compute_of(strata_compute *c);
 

@@ -133,6 +133,42 @@ cudaError_t strata__cuda_gemv_half_glu(cudaStream_t s, float *y,
 				       uint32_t out, const void *norm,
 				       float eps);
 
+/* The block types of kernels_quant.cu: base's strata_block_type values
+ * (cuda_compute.c asserts each equal). */
+enum {
+	STRATA__CUDA_Q8_0 = 3,
+	STRATA__CUDA_Q4_0 = 4,
+	STRATA__CUDA_Q4_1 = 5,
+	STRATA__CUDA_Q5_0 = 6,
+	STRATA__CUDA_Q5_1 = 7,
+	STRATA__CUDA_Q2_K = 8,
+	STRATA__CUDA_Q3_K = 9,
+	STRATA__CUDA_Q4_K = 10,
+	STRATA__CUDA_Q5_K = 11,
+	STRATA__CUDA_Q6_K = 12,
+	STRATA__CUDA_IQ4_NL = 13,
+	STRATA__CUDA_IQ4_XS = 14,
+};
+
+/* Whether the block kernels take rows of `cols` elements of block type
+ * `type` (a type above, cols whole blocks). */
+int strata__cuda_quant_takes(int type, uint32_t cols);
+
+/* y (n, out) = x (n, in) . w (out, in, block type `type`, as stored)^T
+ * (+ bias), f32 accumulation; 1 <= n <= STRATA__CUDA_GEMV_ROWS, in whole
+ * blocks, x 16-byte aligned. */
+cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y, const float *x,
+				    const void *w, int type, const float *bias,
+				    uint32_t n, uint32_t in, uint32_t out);
+
+/* dst (rows, cols, f32) = rows of src (block type `type`, rows of cols
+ * elements) decoded bit-identically to base's strata_block_decode: row i
+ * is src's row ids[i] (device int32) when ids is not NULL, else row i.
+ * dst 16-byte aligned. */
+cudaError_t strata__cuda_dequant(cudaStream_t s, float *dst, const void *src,
+				 int type, uint64_t rows, uint32_t cols,
+				 const int32_t *ids);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,190 @@
+/* test_cuda_kernels_quant.c - the CUDA slots on weights in every GGUF
+ * block type, as stored, against the CPU's on the same bytes: decoding
+ * (to_f32 and embedding rows) bit for bit equal to strata_block_decode,
+ * products through the GEMV (1..8 rows, with and without a bias) and the
+ * decode-then-SGEMM path (more rows, in slices of the workspace) within
+ * 1e-4 relative of the CPU's stored product (only the summation order
+ * differs: both take f32 activations), and rows that are not whole blocks
+ * refused (layer: backend tests). Skipped (77) without a CUDA device. */
+#include "backend/kernels_fixture.h"
+
+#include "support/gpu_skip.h"
+
+static const strata_weight_type types[] = {
+	STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0,	  STRATA_WEIGHT_Q4_1,
+	STRATA_WEIGHT_Q5_0, STRATA_WEIGHT_Q5_1,	  STRATA_WEIGHT_Q2_K,
+	STRATA_WEIGHT_Q3_K, STRATA_WEIGHT_Q4_K,	  STRATA_WEIGHT_Q5_K,
+	STRATA_WEIGHT_Q6_K, STRATA_WEIGHT_IQ4_NL, STRATA_WEIGHT_IQ4_XS,
+};
+#define TYPES (sizeof types / sizeof *types)
+
+static uint32_t rng = 777;
+static unsigned char rbyte(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (unsigned char)(rng >> 24);
+}
+
+/* Byte offsets of each block type's f16 factors (ggml's layouts). */
+static void factor_offsets(strata_block_type t, int at[2], int *count)
+{
+	*count = 1;
+	at[0] = 0;
+	switch (t) {
+	case STRATA_BLOCK_Q4_1: case STRATA_BLOCK_Q5_1:
+	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K:
+		at[1] = 2, *count = 2;
+		break;
+	case STRATA_BLOCK_Q2_K:
+		at[0] = 80, at[1] = 82, *count = 2;
+		break;
+	case STRATA_BLOCK_Q3_K: at[0] = 108; break;
+	case STRATA_BLOCK_Q6_K: at[0] = 208; break;
+	default: break;
+	}
+}
+
+/* Random blocks whose f16 factors are finite and small (exponent bits of
+ * the high byte kept low), so products stay in range. */
+static unsigned char *random_blocks(strata_block_type t, uint64_t bytes)
+{
+	unsigned char *p = malloc(bytes);
+	assert_non_null(p);
+	for (uint64_t i = 0; i < bytes; i++)
+		p[i] = rbyte();
+	int at[2], count;
+	factor_offsets(t, at, &count);
+	uint32_t bb = strata_block_bytes(t);
+	for (uint64_t b = 0; b < bytes / bb; b++)
+		for (int k = 0; k < count; k++)
+			p[b * bb + (uint64_t)at[k] + 1] &= 0x2b;
+	return p;
+}
+
+static uint64_t weight_bytes(strata_weight_type t, uint32_t rows,
+			     uint32_t cols)
+{
+	strata_block_type b = strata_weight_type_block(t);
+	return (uint64_t)rows * (cols / strata_block_elements(b)) *
+	       strata_block_bytes(b);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_decoding_is_bit_exact(void **state)
+{
+	(void)state;
+	const uint32_t rows = 6, cols = 1024;
+	for (size_t i = 0; i < TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(types[i]);
+		uint64_t bytes = weight_bytes(types[i], rows, cols);
+		unsigned char *h = random_blocks(bt, bytes);
+		float *want = host_floats((size_t)rows * cols);
+		float *got = host_floats((size_t)rows * cols);
+		(void)strata_block_decode(bt, h, want, (uint64_t)rows * cols);
+		void *dw = upload(h, bytes);
+		float *dy = dev_alloc((uint64_t)rows * cols * 4);
+		strata_weight w = {types[i], dw, rows, cols};
+		OK(F.gpu->ops->to_f32(F.gpu->ctx, dy, &w, ERR));
+		download(got, dy, (uint64_t)rows * cols * 4);
+		if (memcmp(want, got, (size_t)rows * cols * 4))
+			fail_msg("%s: CUDA decoding differs from base's",
+				 strata_weight_type_name(types[i]));
+		/* embedding rows: the CPU's stored embed, bit for bit */
+		const int32_t tokens[5] = {5, 0, 3, 3, 1};
+		float *cpu_rows = host_floats(5 * cols);
+		OK(strata_kernel_embed(F.cpu, cpu_rows, &(strata_weight){types[i], h, rows, cols}, tokens, 5, ERR));
+		float *dx = dev_alloc((uint64_t)5 * cols * 4);
+		OK(strata_kernel_embed(F.gpu, dx, &w, tokens, 5, ERR));
+		download(got, dx, (uint64_t)5 * cols * 4);
+		if (memcmp(cpu_rows, got, (size_t)5 * cols * 4))
+			fail_msg("%s: CUDA embedding rows differ from the CPU's",
+				 strata_weight_type_name(types[i]));
+		printf("  %-8s decoding and embedding bit-exact\n",
+		       strata_weight_type_name(types[i]));
+		dev_free_all();
+		free(h), free(want), free(got), free(cpu_rows);
+	}
+}
+
+static void check_product(strata_weight_type t, uint32_t n, uint32_t in,
+			  uint32_t out, bool bias)
+{
+	strata_block_type bt = strata_weight_type_block(t);
+	uint64_t bytes = weight_bytes(t, out, in);
+	unsigned char *h = random_blocks(bt, bytes);
+	float *x = host_floats((size_t)n * in), *b = host_floats(out);
+	float *want = host_floats((size_t)n * out), *got = host_floats((size_t)n * out);
+	cuda_test_fill(x, (size_t)n * in, n * 31 + in, 1.0f);
+	cuda_test_fill(b, out, out, 1.0f);
+	OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){t, h, out, in}, bias ? b : NULL, n, ERR));
+	void *dw = upload(h, bytes);
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	float *db = upload(b, (uint64_t)out * 4);
+	float *dy = dev_alloc((uint64_t)n * out * 4);
+	OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){t, dw, out, in}, bias ? db : NULL, n, ERR));
+	download(got, dy, (uint64_t)n * out * 4);
+	char what[96];
+	snprintf(what, sizeof what, "%s n=%u in=%u out=%u%s%s",
+		 strata_weight_type_name(t), n, in, out, bias ? " +bias" : "",
+		 n <= STRATA__CUDA_GEMV_ROWS ? " (GEMV)" : " (SGEMM)");
+	expect_close(what, want, got, (size_t)n * out, F32_TOL);
+	dev_free_all();
+	free(h), free(x), free(b), free(want), free(got);
+}
+
+static void test_gemv_matches_cpu(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < TYPES; i++) {
+		check_product(types[i], 1, 4096, 300, false);
+		check_product(types[i], 3, 512, 77, true);
+		check_product(types[i], 8, 2048, 64, i % 2 == 0);
+	}
+	for (uint32_t n = 1; n <= STRATA__CUDA_GEMV_ROWS; n++)
+		check_product(STRATA_WEIGHT_Q4_K, n, 1024, 33, n == 5);
+}
+
+static void test_sgemm_path_matches_cpu(void **state)
+{
+	(void)state;
+	/* the workspace starts at nothing (the GEMV uses none), so the first
+	 * product, 9 rows of 512, decodes 9 weight rows a slice: 12 slices,
+	 * the last of one row */
+	for (size_t i = 0; i < TYPES; i++) {
+		check_product(types[i], 9, 512, 100, true);
+		check_product(types[i], 40, 1024, 257, false);
+	}
+}
+
+static void test_rows_of_partial_blocks_are_refused(void **state)
+{
+	(void)state;
+	float *d = dev_alloc(1 << 16);
+	strata_error err;
+	/* 48 columns: not whole 32-element blocks */
+	strata_weight w = {STRATA_WEIGHT_Q8_0, d + 4096, 4, 48};
+	strata_status st = strata_kernel_matmul(F.gpu, d + 8192, d, &w, NULL,
+						1, &err);
+	assert_int_not_equal(st, STRATA_OK);
+	printf("  refused: %s\n", err.message);
+	/* a K type on 32-element rows */
+	w = (strata_weight){STRATA_WEIGHT_Q4_K, d + 4096, 4, 32 * 3};
+	assert_int_not_equal(strata_kernel_matmul(F.gpu, d + 8192, d, &w, NULL,
+						  1, &err),
+			     STRATA_OK);
+	dev_free_all();
+}
+
+int main(void)
+{
+	if (gpu_skip_without_device("test_backend_cuda_kernels_quant"))
+		return GPU_SKIP_EXIT;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decoding_is_bit_exact),
+		cmocka_unit_test(test_gemv_matches_cpu),
+		cmocka_unit_test(test_sgemm_path_matches_cpu),
+		cmocka_unit_test(test_rows_of_partial_blocks_are_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
