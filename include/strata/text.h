@@ -1,6 +1,7 @@
 /* text.h - tokenizers: Hugging Face tokenizer.json (BPE, byte-level and
  * SentencePiece-style) and GGUF vocabularies (llama / gpt2), encoding,
- * decoding and streaming decoding of continuations (layer: text).
+ * decoding and streaming decoding of continuations; chat templates and
+ * chat prompts from OpenAI messages; stop strings (layer: text).
  *
  * Trust: tokenizer.json and GGUF metadata are hostile input. Every count,
  * id and string is checked; a component strata does not implement is
@@ -238,5 +239,140 @@ void strata_chat_template_destroy(strata_chat_template *t); /* NULL is fine */
 strata_status strata_chat_template_load(const char *model_path, char **source,
 					size_t *len, char **bos, char **eos,
 					strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Chat prompts: an OpenAI `messages` array through the model's template     */
+/* ------------------------------------------------------------------------ */
+
+struct json_t; /* jansson's; callers that pass messages include <jansson.h> */
+
+/* A model's chat format: its chat template and the bos_token / eos_token
+ * texts the template is given. Immutable after creation: renders may run
+ * concurrently. */
+typedef struct strata_chat_format strata_chat_format;
+
+#define STRATA_CHAT_MAX_MESSAGES 65536u
+
+/* Builds a format from template source (len bytes) and the token texts
+ * (NUL-terminated; NULL: the template sees them undefined). All three are
+ * copied. Errors as strata_chat_template_create, E_NOMEM. The caller owns
+ * *out (strata_chat_format_destroy); on failure *out is untouched. */
+strata_status strata_chat_format_create(const char *source, size_t len,
+					const char *bos, const char *eos,
+					strata_chat_format **out,
+					strata_error *err);
+
+/* The model's format: the template is template_file when not NULL
+ * (`--chat-template FILE`, read whole), else the model's own
+ * (strata_chat_template_load: tokenizer_config.json's chat_template or
+ * GGUF tokenizer.chat_template). The tokens are the model's (its
+ * tokenizer_config.json bos_token / eos_token, or the GGUF's), and where
+ * the model names none, the pieces of tok's special ids (tok may be
+ * NULL). Errors: E_NOT_FOUND for a model without a template (the fix says
+ * to pass --chat-template FILE) or a missing file, E_IO, E_PARSE,
+ * E_TEXT_TEMPLATE (the template does not parse), E_NOMEM. */
+strata_status strata_chat_format_load(const char *model_path,
+				      const char *template_file,
+				      const strata_tokenizer *tok,
+				      strata_chat_format **out,
+				      strata_error *err);
+
+void strata_chat_format_destroy(strata_chat_format *f); /* NULL is fine */
+
+/* The token texts the template is given; NULL where there is none. The
+ * eos text is what ends an assistant's turn in most templates
+ * (<|im_end|>, <|eot_id|>, </s>): generation stops at its id. */
+const char *strata_chat_format_bos(const strata_chat_format *f);
+const char *strata_chat_format_eos(const strata_chat_format *f);
+
+/* Checks an OpenAI Chat Completions `messages` array: 1 to
+ * STRATA_CHAT_MAX_MESSAGES objects, each with "role" one of system, user,
+ * assistant, tool, and "content" a string, an array of {"type": "text",
+ * "text": STRING} parts, or (an assistant's with "tool_calls", or a tool's)
+ * null or absent; "name" and "tool_call_id", when present, strings. Other
+ * members (tool_calls ...) go to the template unchanged. E_INVALID_ARG
+ * naming the message (1-based) and what is wrong, with the fix. */
+strata_status strata_chat_messages_check(const struct json_t *messages,
+					 strata_error *err);
+
+/* Renders messages (checked as above; borrowed, unchanged) through f: a
+ * content array of text parts becomes one string, the parts' texts joined
+ * by "\n" (as vLLM does), so every template sees string contents.
+ * add_generation_prompt ends with the opening of the assistant's turn
+ * (what generation continues). On success *out (NUL-terminated,
+ * strata_alloc'd, the caller frees) holds *out_len bytes; on failure both
+ * are untouched. Errors: E_INVALID_ARG (the messages), the template's
+ * errors (E_TEXT_TEMPLATE_RAISED with its own message ...), E_NOMEM. */
+strata_status strata_chat_format_render(const strata_chat_format *f,
+					const struct json_t *messages,
+					bool add_generation_prompt,
+					char **out, size_t *out_len,
+					strata_error *err);
+
+/* Renders as above and encodes the text with tok, special tokens written
+ * in it recognised and nothing added (the template writes its own BOS, as
+ * transformers' apply_chat_template(tokenize=True) does). *ids
+ * (strata_alloc'd, the caller frees) holds *count >= 1 ids; a rendering
+ * that encodes to nothing is E_TEXT_TEMPLATE_RENDER. Errors as render and
+ * strata_tokenizer_encode. */
+strata_status strata_chat_format_encode(const strata_chat_format *f,
+					const strata_tokenizer *tok,
+					const struct json_t *messages,
+					bool add_generation_prompt,
+					int32_t **ids, size_t *count,
+					strata_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Stop strings                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Generated text ends at the first of a few stop strings (OpenAI `stop`,
+ * `--stop`), the stop string itself not given out. Fed the text as it is
+ * decoded (strata_text_stream's pieces), the matcher gives out what is
+ * settled and holds back what could still be the start of a stop string
+ * (and an unfinished UTF-8 character), so a stop split over tokens is
+ * found and never partly printed. The stop string that ends first in the
+ * text wins (the longest of those ending at the same byte); the output
+ * does not depend on how the text was split into pieces.
+ * Not thread-safe: one matcher per sequence. */
+typedef struct strata_stop_matcher strata_stop_matcher;
+
+#define STRATA_STOP_MAX_COUNT 32u
+#define STRATA_STOP_MAX_BYTES 1024u
+
+/* Copies count stop strings (lens[i] bytes each, or NUL-terminated when
+ * lens is NULL); count 0 gives a matcher that only holds back unfinished
+ * characters. Errors: E_INVALID_ARG for more than STRATA_STOP_MAX_COUNT
+ * strings, an empty one, one longer than STRATA_STOP_MAX_BYTES or not
+ * valid UTF-8 (each naming the string, 1-based), E_NOMEM. The caller owns
+ * *out (strata_stop_matcher_destroy); on failure *out is untouched. */
+strata_status strata_stop_matcher_create(const char *const *stops,
+					 const size_t *lens, size_t count,
+					 strata_stop_matcher **out,
+					 strata_error *err);
+void strata_stop_matcher_destroy(strata_stop_matcher *m); /* NULL is fine */
+
+/* Forgets the held text and any match: a new text starts. */
+void strata_stop_matcher_reset(strata_stop_matcher *m);
+
+/* Adds len bytes of text. *text / *len (owned by m, valid until its next
+ * call, NUL-terminated) are the text now settled; *matched is the index
+ * of the stop string that matched, the text being everything before it
+ * (the matcher has then stopped: further pushes are E_INVALID_ARG until a
+ * reset), or -1. On failure *len is 0 and m is as before the call.
+ * Errors: E_INVALID_ARG, E_NOMEM. */
+strata_status strata_stop_matcher_push(strata_stop_matcher *m,
+				       const char *piece, size_t len,
+				       const char **text, size_t *text_len,
+				       int *matched, strata_error *err);
+
+/* The text ended without a match: what was held comes out. Output and
+ * errors as push; after a match it gives nothing. */
+strata_status strata_stop_matcher_finish(strata_stop_matcher *m,
+					 const char **text, size_t *len,
+					 strata_error *err);
+
+/* Bytes held back now (0 for NULL). */
+size_t strata_stop_matcher_held(const strata_stop_matcher *m);
 
 #endif

@@ -349,4 +349,15 @@ strata_status strata__text_token_text(const strata_tokenizer *t, int32_t id,
 				      bool skip_special, const char **p,
 				      size_t *n, strata_error *err);
 
+/* ------------------------------------------------------------------------ */
+/* Chat formats (template_load.c)                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The model's bos_token / eos_token texts as strata_chat_template_load
+ * finds them, without needing a template (a directory without
+ * tokenizer_config.json gives none). *bos and *eos are strata_alloc'd or
+ * NULL. Errors: E_NOT_FOUND (no such model), E_PARSE, E_NOMEM. */
+strata_status strata__chat_tokens_load(const char *model_path, char **bos,
+				       char **eos, strata_error *err);
+
 #endif

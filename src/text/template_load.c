@@ -40,8 +40,11 @@ static strata_status config_token(json_t *root, const char *key, char **out,
 		       ? STRATA_OK : STRATA_E_NOMEM;
 }
 
-static strata_status from_config(const char *dir, char **source, size_t *len,
-				 char **bos, char **eos, strata_error *err)
+/* With want_template false a missing file or template is no error: only
+ * the tokens are wanted (*source stays NULL). */
+static strata_status from_config(const char *dir, bool want_template,
+				 char **source, size_t *len, char **bos,
+				 char **eos, strata_error *err)
 {
 	size_t dn = strlen(dir);
 	char *path = strata_alloc_or_error(dn + 24, "a path", err);
@@ -54,9 +57,11 @@ static strata_status from_config(const char *dir, char **source, size_t *len,
 	strata_status st = strata_file_read_all(path, STRATA_TEXT_MAX_JSON_BYTES,
 						&text, &n, err);
 	if (st) {
+		strata_free(path);
+		if (!want_template && st == STRATA_E_NOT_FOUND)
+			return STRATA_OK;
 		if (st == STRATA_E_NOT_FOUND || st == STRATA_E_IO)
 			strata_error_set_fix(err, "%s", no_template_fix);
-		strata_free(path);
 		return st;
 	}
 	json_error_t je;
@@ -82,15 +87,16 @@ static strata_status from_config(const char *dir, char **source, size_t *len,
 		}
 		t = pick;
 	}
-	if (!json_is_string(t)) {
+	if (!json_is_string(t) && want_template) {
 		st = strata_fail(err, STRATA_E_NOT_FOUND, no_template_fix,
 				 "%s has no chat_template (a string, or a "
 				 "list with one named \"default\")", path);
-	} else if (!(*source = dup_n(json_string_value(t), json_string_length(t),
-				     err))) {
+	} else if (want_template &&
+		   !(*source = dup_n(json_string_value(t),
+				     json_string_length(t), err))) {
 		st = STRATA_E_NOMEM;
 	} else {
-		*len = json_string_length(t);
+		*len = want_template ? json_string_length(t) : 0;
 		if ((st = config_token(root, "bos_token", bos, err)) ||
 		    (st = config_token(root, "eos_token", eos, err))) {
 			strata_free(*source);
@@ -123,29 +129,32 @@ static strata_status gguf_token(const strata_gguf *g, const char *key,
 	return (*out = dup_n(s, n, err)) ? STRATA_OK : STRATA_E_NOMEM;
 }
 
-static strata_status from_gguf(const char *path, char **source, size_t *len,
-			       char **bos, char **eos, strata_error *err)
+static strata_status from_gguf(const char *path, bool want_template,
+			       char **source, size_t *len, char **bos,
+			       char **eos, strata_error *err)
 {
 	strata_catalog *c = NULL;
 	strata_status st = strata_catalog_open(path, &c, err);
 	if (st)
 		return st;
 	const strata_gguf *g = strata_catalog_gguf(c);
-	const char *s;
-	size_t n;
+	const char *s = NULL;
+	size_t n = 0;
 	if (!g) {
 		st = strata_fail(err, STRATA_E_NOT_FOUND, "give a .gguf file or "
 				 "a directory with tokenizer_config.json",
 				 "%s is not a GGUF file", path);
-	} else if (strata_gguf_find(g, "tokenizer.chat_template") < 0) {
+	} else if (want_template &&
+		   strata_gguf_find(g, "tokenizer.chat_template") < 0) {
 		st = strata_fail(err, STRATA_E_NOT_FOUND, no_template_fix,
 				 "%s has no tokenizer.chat_template", path);
-	} else if (!(st = strata_gguf_get_string(g, "tokenizer.chat_template",
+	} else if (!want_template ||
+		   !(st = strata_gguf_get_string(g, "tokenizer.chat_template",
 						 &s, &n, err))) {
-		if (!(*source = dup_n(s, n, err))) {
+		if (want_template && !(*source = dup_n(s, n, err))) {
 			st = STRATA_E_NOMEM;
 		} else {
-			*len = n;
+			*len = want_template ? n : 0;
 			if ((st = gguf_token(g, "tokenizer.ggml.bos_token_id", bos,
 					     err)) ||
 			    (st = gguf_token(g, "tokenizer.ggml.eos_token_id", eos,
@@ -160,9 +169,11 @@ static strata_status from_gguf(const char *path, char **source, size_t *len,
 	return st;
 }
 
-strata_status strata_chat_template_load(const char *model_path, char **source,
-					size_t *len, char **bos, char **eos,
-					strata_error *err)
+/* strata_chat_template_load, and with want_template false the tokens
+ * alone (text/internal.h). */
+static strata_status load(const char *model_path, bool want_template,
+			  char **source, size_t *len, char **bos, char **eos,
+			  strata_error *err)
 {
 	struct stat sb;
 	if (!model_path || stat(model_path, &sb) != 0)
@@ -173,13 +184,30 @@ strata_status strata_chat_template_load(const char *model_path, char **source,
 	char *s = NULL, *b = NULL, *e = NULL;
 	size_t n = 0;
 	strata_status st = S_ISDIR(sb.st_mode)
-				   ? from_config(model_path, &s, &n, &b, &e, err)
-				   : from_gguf(model_path, &s, &n, &b, &e, err);
+				   ? from_config(model_path, want_template, &s,
+						 &n, &b, &e, err)
+				   : from_gguf(model_path, want_template, &s, &n,
+					       &b, &e, err);
 	if (st)
 		return st;
-	*source = s;
-	*len = n;
+	if (source) {
+		*source = s;
+		*len = n;
+	}
 	*bos = b;
 	*eos = e;
 	return STRATA_OK;
+}
+
+strata_status strata_chat_template_load(const char *model_path, char **source,
+					size_t *len, char **bos, char **eos,
+					strata_error *err)
+{
+	return load(model_path, true, source, len, bos, eos, err);
+}
+
+strata_status strata__chat_tokens_load(const char *model_path, char **bos,
+				       char **eos, strata_error *err)
+{
+	return load(model_path, false, NULL, NULL, bos, eos, err);
 }
