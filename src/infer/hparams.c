@@ -62,14 +62,15 @@ static strata_status take_family(const origin *o, strata_infer_hparams *hp)
 	char shown[64];
 	strata_escape(shown, sizeof shown, d->architecture,
 		      strlen(d->architecture));
-	if (o->gguf && (d->family == STRATA_FAMILY_LLAMA ||
-			d->family == STRATA_FAMILY_QWEN2)) {
+	if (o->gguf && d->family != STRATA_FAMILY_UNKNOWN &&
+	    d->family != STRATA_FAMILY_MISTRAL) {
 		hp->rope_layout = d->family == STRATA_FAMILY_LLAMA
 					  ? STRATA_ROPE_INTERLEAVED
 					  : STRATA_ROPE_HALF;
 	} else if (o->gguf) {
 		return strata_fail(o->err, STRATA_E_MODEL_ARCH,
-				   "use a llama or qwen2 GGUF",
+				   "use a llama, qwen2, qwen3, gemma2, gemma3 or "
+				   "phi3 GGUF",
 				   "GGUF architecture '%s' is not a family "
 				   "strata can run",
 				   shown);
@@ -111,9 +112,13 @@ static strata_status take_sizes(const origin *o, strata_infer_hparams *hp)
 	    (st = fit(o, "vocab_size", "vocab_size", d->vocab, 0, INT32_MAX,
 		      &hp->vocab)))
 		return st;
-	/* GGUF's sliding_window is not applied (llama.cpp's llama ignores
-	 * it too); config.json's mistral window is. */
-	if (!o->gguf &&
+	/* GGUF's sliding_window is not applied to llama (llama.cpp ignores
+	 * it too) but is to the families whose layers slide there (Gemma,
+	 * Phi-3); config.json's windows are. */
+	bool slides = d->family == STRATA_FAMILY_GEMMA2 ||
+		      d->family == STRATA_FAMILY_GEMMA3 ||
+		      d->family == STRATA_FAMILY_PHI3;
+	if ((!o->gguf || slides) &&
 	    (st = fit(o, "sliding_window", "", d->sliding_window, 0,
 		      UINT32_MAX, &hp->window)))
 		return st;

@@ -146,6 +146,56 @@ static void tensor_facts(const strata_catalog *c, strata_model_desc *d)
 			 strata_dtype_get(emb->dtype)->name);
 }
 
+/* Gemma's sliding layers: every layer but each pattern-th (llama.cpp's
+ * set_swa_pattern: 2 for Gemma 2, 6 for Gemma 3, or the file's own). */
+static strata_status gemma_layers(meta *m, strata_model_desc *d)
+{
+	uint64_t pattern = d->family == STRATA_FAMILY_GEMMA2 ? 2 : 6;
+	strata_status st = get_uint(m, "attention.sliding_window_pattern",
+				    &pattern);
+	if (st || d->layers > 4096)
+		return st;
+	for (uint64_t l = 0; l < d->layers; l++)
+		if ((l + 1) % pattern)
+			d->window_layers[l / 64] |= 1ull << (l % 64);
+	d->has_layer_types = true;
+	return STRATA_OK;
+}
+
+/* What Qwen3, Gemma 2/3 and Phi-3 compute beyond llama, as llama.cpp's
+ * GGUF holds it. Its converter stores Gemma's norms as 1 + w already, so
+ * they are plain here; the scale of queries is 1/sqrt(head size) unless
+ * the file says query_pre_attn_scalar (llama.cpp's 27B rule is not
+ * guessed). */
+static strata_status family_extras(meta *m, const strata_catalog *c,
+				   strata_model_desc *d)
+{
+	strata_family f = d->family;
+	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3;
+	d->fused_qkv = f == STRATA_FAMILY_PHI3;
+	if (f == STRATA_FAMILY_PHI3 &&
+	    (strata_catalog_find(c, "rope_factors_long.weight") ||
+	     strata_catalog_find(c, "rope_factors_short.weight")))
+		return strata_fail(m->err, STRATA_E_UNSUPPORTED,
+				   "use the Hugging Face checkpoint (strata runs its longrope) or a Phi-3 without rope scaling",
+				   "GGUF Phi-3 with longrope factor tensors is not supported yet");
+	if (f != STRATA_FAMILY_GEMMA2 && f != STRATA_FAMILY_GEMMA3)
+		return STRATA_OK;
+	d->sandwich_norms = d->embed_scaled = true;
+	d->tied_embeddings = !strata_catalog_find(c, "output.weight");
+	snprintf(d->hidden_act, sizeof d->hidden_act, "gelu_pytorch_tanh");
+	if (f == STRATA_FAMILY_GEMMA3)
+		d->rope_local_theta = 10000.0; /* llama.cpp's fixed local base */
+	strata_status st;
+	if ((st = get_num(m, "attn_logit_softcapping", &d->attn_softcap)) ||
+	    (st = get_num(m, "final_logit_softcapping", &d->final_softcap)) ||
+	    (st = get_num(m, "attention.query_pre_attn_scalar",
+			  &d->query_scale)) ||
+	    (st = get_num(m, "rope.freq_base_swa", &d->rope_local_theta)))
+		return st;
+	return gemma_layers(m, d);
+}
+
 strata_status strata_model_describe_gguf(const strata_catalog *c,
 					 strata_model_desc *out,
 					 strata_error *err)
@@ -175,7 +225,11 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 	d.family = !strcmp(m.arch, "llama") ? STRATA_FAMILY_LLAMA
 		   : !strcmp(m.arch, "mistral") ? STRATA_FAMILY_MISTRAL
 		   : !strcmp(m.arch, "qwen2") ? STRATA_FAMILY_QWEN2
-					       : STRATA_FAMILY_UNKNOWN;
+		   : !strcmp(m.arch, "qwen3") ? STRATA_FAMILY_QWEN3
+		   : !strcmp(m.arch, "gemma2") ? STRATA_FAMILY_GEMMA2
+		   : !strcmp(m.arch, "gemma3") ? STRATA_FAMILY_GEMMA3
+		   : !strcmp(m.arch, "phi3") ? STRATA_FAMILY_PHI3
+					      : STRATA_FAMILY_UNKNOWN;
 	if (d.family != STRATA_FAMILY_UNKNOWN) { /* llama.cpp's defaults */
 		d.rope_theta = 10000.0;
 		d.rms_eps = 1e-5;
@@ -199,6 +253,8 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 		return st;
 	tensor_facts(c, &d);
 	if (d.family != STRATA_FAMILY_UNKNOWN && (st = check_known(&m, &d)))
+		return st;
+	if ((st = family_extras(&m, c, &d)))
 		return st;
 	d.bos_token_id = get_id(m.g, "tokenizer.ggml.bos_token_id");
 	d.eos_token_id = get_id(m.g, "tokenizer.ggml.eos_token_id");
