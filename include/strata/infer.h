@@ -66,6 +66,10 @@ typedef struct strata_infer_hparams {
 	float rope_short[256], rope_long[256];
 	bool has_layer_types;	    /* else the window is on every layer */
 	uint64_t window_layers[64]; /* bit l: layer l slides */
+	/* Mixture of experts (0 experts: dense). ffn is then the larger of
+	 * the experts' and the shared expert's widths (the MLP buffers). */
+	uint32_t experts, experts_used, moe_ffn, shared_ffn;
+	bool norm_topk_prob;
 } strata_infer_hparams;
 
 /* The window layer l attends through (0: full attention). */
@@ -138,7 +142,16 @@ bool strata_infer_rope_local_freqs(const strata_infer_hparams *hp,
 	X(ATTN_POST_NORM, attn_post_norm, "post_attention_layernorm.weight",  \
 	  "post_attention_norm.weight", 1)                                     \
 	X(FFN_POST_NORM, ffn_post_norm, "post_feedforward_layernorm.weight",  \
-	  "post_ffw_norm.weight", 1)
+	  "post_ffw_norm.weight", 1)                                           \
+	X(ROUTER, router, "mlp.gate.weight", "ffn_gate_inp.weight", 1)         \
+	X(SH_GATE, sh_gate, "mlp.shared_expert.gate_proj.weight",             \
+	  "ffn_gate_shexp.weight", 1)                                          \
+	X(SH_UP, sh_up, "mlp.shared_expert.up_proj.weight",                   \
+	  "ffn_up_shexp.weight", 1)                                            \
+	X(SH_DOWN, sh_down, "mlp.shared_expert.down_proj.weight",             \
+	  "ffn_down_shexp.weight", 1)                                          \
+	X(SH_ROUTER, sh_router, "mlp.shared_expert_gate.weight",              \
+	  "ffn_gate_inp_shexp.weight", 1)
 
 typedef enum strata_infer_slot {
 #define STRATA_INFER_SLOT_ENUM(name, field, hf, gguf, opt) STRATA_SLOT_##name,
@@ -184,7 +197,15 @@ typedef struct strata_infer_layer {
 	 * NULL): the forward pass takes rows of them. */
 	const float *q_norm, *k_norm;
 	const float *attn_post_norm, *ffn_post_norm;
+	/* Mixture of experts: the router (experts, dim) and Qwen2-MoE's
+	 * shared expert with its gate (1, dim); NULL where absent. */
+	const float *router, *sh_gate, *sh_up, *sh_down, *sh_router;
 	uint8_t elem[STRATA_SLOT_COUNT];   /* strata_infer_elem per slot */
+	/* Each expert's gate, up and down (STRATA_EXPERT_*): `experts`
+	 * pointers per kind, owned by the source, and the kind's one type. */
+	uint32_t experts;
+	const void *const *expert[3];
+	uint8_t expert_elem[3];
 } strata_infer_layer;
 
 /* The tensors outside the layers. */
@@ -206,7 +227,32 @@ typedef struct strata_infer_tensors {
 	const strata_tensor *rope_freqs; /* GGUF rope_freqs.weight or NULL */
 	const strata_tensor *(*layer)[STRATA_SLOT_COUNT]; /* [layers] */
 	uint32_t layers;
+	/* Mixture of experts: per layer, per kind (gate, up, down), one
+	 * tensor per expert (HF) or one stacked tensor whose experts follow
+	 * each other (GGUF, experts_stacked); NULL and 0 for dense models.
+	 * strata_infer_expert_tensor indexes it. */
+	uint32_t experts;
+	bool experts_stacked;
+	const strata_tensor **expert;
 } strata_infer_tensors;
+
+/* The kinds of an expert's tensors. */
+enum { STRATA_EXPERT_GATE, STRATA_EXPERT_UP, STRATA_EXPERT_DOWN };
+
+/* Tensors per layer per kind: 1 stacked, else one per expert. */
+static inline uint32_t strata_infer_expert_tensors(const strata_infer_tensors *t)
+{
+	return t->experts_stacked ? 1 : t->experts;
+}
+
+/* The tensor of layer l, kind k, expert e (e ignored when stacked). */
+static inline const strata_tensor *
+strata_infer_expert_tensor(const strata_infer_tensors *t, uint32_t l,
+			   uint32_t k, uint32_t e)
+{
+	uint32_t per = strata_infer_expert_tensors(t);
+	return t->expert[((uint64_t)l * 3 + k) * per + (t->experts_stacked ? 0 : e)];
+}
 
 /* Finds and checks every tensor: E_MODEL_TENSOR_MISSING naming the tensor
  * (an untied model without its LM head included), E_MODEL_TENSOR_SHAPE with

@@ -26,7 +26,10 @@
 	X(QWEN3, "qwen3")                                                      \
 	X(GEMMA2, "gemma2")                                                    \
 	X(GEMMA3, "gemma3_text")                                               \
-	X(PHI3, "phi3")
+	X(PHI3, "phi3")                                                        \
+	X(MIXTRAL, "mixtral")                                                  \
+	X(QWEN2_MOE, "qwen2_moe")                                              \
+	X(QWEN3_MOE, "qwen3_moe")
 
 typedef enum strata_family {
 #define STRATA_FAMILY_ENUM(name, text) STRATA_FAMILY_##name,
@@ -115,6 +118,13 @@ typedef struct strata_model_desc {
 	 * sliding_window is set (mistral, phi3). */
 	bool has_layer_types;
 	uint64_t window_layers[64]; /* 4096 layers */
+	/* Mixture of experts (mixtral, qwen2_moe, qwen3_moe): every layer's
+	 * MLP is `experts` experts of moe_intermediate, experts_used of them
+	 * per token by the router's softmax; norm_topk_prob: their weights
+	 * renormalised to sum 1 (always for Mixtral); shared_intermediate:
+	 * Qwen2-MoE's shared expert, gated by a sigmoid (0: none). */
+	uint64_t experts, experts_used, moe_intermediate, shared_intermediate;
+	bool norm_topk_prob;
 } strata_model_desc;
 
 /* Whether layer l of d attends through its sliding window. */

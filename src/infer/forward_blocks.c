@@ -57,7 +57,17 @@ void strata__forward_weights_of(const strata_forward *f,
 	W(K_NORM, k_norm, 1, hp->head_dim);
 	W(ATTN_POST_NORM, attn_post_norm, 1, dim);
 	W(FFN_POST_NORM, ffn_post_norm, 1, dim);
+	W(ROUTER, router, hp->experts, dim);
+	W(SH_GATE, sh_gate, hp->shared_ffn, dim);
+	W(SH_UP, sh_up, hp->shared_ffn, dim);
+	W(SH_DOWN, sh_down, dim, hp->shared_ffn);
+	W(SH_ROUTER, sh_router, 1, dim);
 #undef W
+	out->experts = l->experts;
+	for (int k = 0; k < 3; k++) {
+		out->expert[k] = l->expert[k];
+		out->expert_elem[k] = l->expert_elem[k];
+	}
 	if (hp->fused_qkv) { /* the tensors are whole in wq and w_gate */
 		const strata_weight qkv = {out->wq.type, out->wq.data,
 					   q + 2 * kv, dim};
@@ -100,6 +110,8 @@ strata_status strata__forward_mlp(strata_forward *f,
 {
 	const strata_kernel_norm norm = {w->ffn_norm, f->hp->norm_eps};
 	strata_status st;
+	if (f->hp->experts)
+		return strata__forward_moe(f, w, n, err);
 	if (f->hp->gelu) { /* GeGLU: the two products, then gelu(g) * u */
 		const strata_kernel_product gu[] = {{f->hb, w->w_gate, NULL},
 						    {f->hb2, w->w_up, NULL}};

@@ -14,7 +14,7 @@ typedef struct buf_spec {
 	const char *what;
 } buf_spec;
 
-#define MAX_BUFFERS 16
+#define MAX_BUFFERS 20
 
 /* ------------------------------------------------------------------------ */
 
@@ -40,6 +40,11 @@ static size_t buffer_list(strata_forward *f, buf_spec *out)
 	if (hp->rope_local_theta > 0)
 		BUF(inv_freq_local, hp->head_dim / 2, 1,
 		    "sliding layers' rope frequencies");
+	if (hp->experts) {
+		BUF(moe_logits, f->rows, hp->experts, "router logits");
+		BUF(moe_in, f->rows, hp->dim, "expert input rows");
+		BUF(moe_out, f->rows, hp->dim, "expert output rows");
+	}
 	if (strata__forward_norm_floats(hp))
 		BUF(norm_f32, 1, strata__forward_norm_floats(hp),
 		    "norm weights (1 + w, f32)");
@@ -224,6 +229,24 @@ static strata_status rope_frequencies(strata_forward *f, strata_error *err)
 	return st;
 }
 
+/* The routing's host arrays (one block): logits read back, then the
+ * chosen rows and weights. */
+static strata_status moe_host_buffers(strata_forward *f, strata_error *err)
+{
+	uint64_t bytes = strata__forward_moe_host_bytes(f->hp, f->rows);
+	if (!bytes)
+		return STRATA_OK;
+	char *p = strata_alloc_or_error(bytes, "expert routing (host)", err);
+	if (!p)
+		return STRATA_E_NOMEM;
+	uint64_t choices = (uint64_t)f->rows * f->hp->experts_used;
+	f->moe_host = (float *)p;
+	f->moe_rows = (int32_t *)(p + (uint64_t)f->rows * f->hp->experts *
+					      sizeof(float));
+	f->moe_weights = (float *)(f->moe_rows + choices);
+	return STRATA_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 
 strata_status strata_forward_create(const strata_forward_options *o,
@@ -255,6 +278,8 @@ strata_status strata_forward_create(const strata_forward_options *o,
 	if (st == STRATA_OK)
 		st = strata_kv_cache_create(&kvs, f->arena, f->c, &f->kv, err);
 	f->bias_f32 = f->own_bias ? f->own_bias : f->hb;
+	if (st == STRATA_OK)
+		st = moe_host_buffers(f, err);
 	if (st == STRATA_OK)
 		st = rope_frequencies(f, err);
 	if (st) {
@@ -293,6 +318,7 @@ void strata_forward_destroy(strata_forward *f)
 		return;
 	/* every buffer is a block of the arena */
 	strata_kv_cache_destroy(f->kv);
+	strata_free(f->moe_host);
 	strata_arena_destroy(f->arena);
 	strata_backend_destroy(f->own_b);
 	strata_free(f);

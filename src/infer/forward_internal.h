@@ -58,6 +58,14 @@ struct strata_forward {
 	float *inv_freq;	  /* (head_dim / 2) */
 	float *inv_freq_local;	  /* the sliding layers' (Gemma 3), or NULL */
 	float *norm_f32;	  /* Gemma's 1 + w norms (norm floats), or NULL */
+	/* Mixture of experts (NULL for dense models): the router's logits
+	 * (rows, experts), one expert's input rows and output rows (rows,
+	 * dim) on the device; on the host the logits read back, and the
+	 * routing (rows x experts_used ids and weights, grouped by expert). */
+	float *moe_logits, *moe_in, *moe_out;
+	float *moe_host;
+	int32_t *moe_rows;
+	float *moe_weights;
 	strata_backend *b;	  /* where every buffer lives */
 	strata_backend *own_b;	  /* b when made here (none was given) */
 	strata_arena *arena;	  /* every buffer above and below */
@@ -79,6 +87,10 @@ typedef struct strata_forward_weights {
 	strata_weight attn_norm, wq, wk, wv, bq, bk, bv, wo;
 	strata_weight ffn_norm, w_gate, w_up, w_down;
 	strata_weight q_norm, k_norm, attn_post_norm, ffn_post_norm;
+	strata_weight router, sh_gate, sh_up, sh_down, sh_router;
+	uint32_t experts; /* each expert's gate, up, down: the layer's */
+	const void *const *expert[3];
+	uint8_t expert_elem[3];
 } strata_forward_weights;
 
 /* forward_blocks.c. The weights of an acquired layer l. */
@@ -112,6 +124,16 @@ typedef strata_status (*strata_forward_layer_fn)(strata_forward *f,
 strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
 				    strata_forward_layer_fn step, void *arg,
 				    strata_error *err);
+
+/* forward_moe.c: x += the mixture of experts of rmsnorm(x) over n rows
+ * (the router's top-k softmax, each chosen expert's SwiGLU MLP, Qwen2-MoE's
+ * gated shared expert). */
+strata_status strata__forward_moe(strata_forward *f,
+				  const strata_forward_weights *w, uint32_t n,
+				  strata_error *err);
+/* Host bytes of the routing buffers for hp and `rows` rows (0: dense). */
+uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
+					uint32_t rows);
 
 /* forward_family.c: the steps of the families beyond llama (each a no-op
  * for llama, mistral and qwen2). */

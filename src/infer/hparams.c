@@ -229,6 +229,15 @@ static void take_extras(const origin *o, strata_infer_hparams *hp)
 	hp->rope_local_theta = d->rope_local_theta;
 	hp->has_layer_types = d->has_layer_types;
 	memcpy(hp->window_layers, d->window_layers, sizeof hp->window_layers);
+	if (d->experts) { /* sizes the model layer checked (<= 2^40, 4096) */
+		hp->experts = (uint32_t)d->experts;
+		hp->experts_used = (uint32_t)d->experts_used;
+		hp->moe_ffn = (uint32_t)d->moe_intermediate;
+		hp->shared_ffn = (uint32_t)d->shared_intermediate;
+		hp->norm_topk_prob = d->norm_topk_prob;
+		hp->ffn = hp->moe_ffn > hp->shared_ffn ? hp->moe_ffn
+						       : hp->shared_ffn;
+	}
 }
 
 /* What the MLP and attention support beyond the shape. */

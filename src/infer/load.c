@@ -20,6 +20,7 @@ struct strata_infer_loaded {
 	size_t count;
 	strata_infer_statics statics;
 	strata_infer_layer *layers; /* [layers] */
+	const void **expert_ptrs;   /* [layers][3][experts], or NULL */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -125,7 +126,9 @@ static bool is_matrix(int slot)
 	switch (slot) {
 	case STRATA_SLOT_WQ: case STRATA_SLOT_WK: case STRATA_SLOT_WV:
 	case STRATA_SLOT_WO: case STRATA_SLOT_W_GATE: case STRATA_SLOT_W_UP:
-	case STRATA_SLOT_W_DOWN:
+	case STRATA_SLOT_W_DOWN: case STRATA_SLOT_ROUTER:
+	case STRATA_SLOT_SH_GATE: case STRATA_SLOT_SH_UP:
+	case STRATA_SLOT_SH_DOWN:
 		return true;
 	default:
 		return false;
@@ -153,6 +156,47 @@ static strata_status load_layer(const strata_catalog *c,
 	return STRATA_OK;
 }
 
+/* Layer i's experts: each tensor loaded (as stored with `stored`), and
+ * the pointers of every expert of each kind (a stacked tensor's experts
+ * one after the other, its bytes split evenly). */
+static strata_status load_experts(const strata_catalog *c,
+				  strata_infer_loaded *l,
+				  const strata_infer_tensors *t, uint32_t i,
+				  strata_infer_layer *w, strata_error *err)
+{
+	if (!t->experts)
+		return STRATA_OK;
+	w->experts = t->experts;
+	for (uint32_t k = 0; k < 3; k++) {
+		const void **ptrs = l->expert_ptrs +
+				    ((uint64_t)i * 3 + k) * t->experts;
+		w->expert[k] = ptrs;
+		for (uint32_t e = 0; e < strata_infer_expert_tensors(t); e++) {
+			const strata_tensor *x =
+				strata_infer_expert_tensor(t, i, k, e);
+			const float *data;
+			strata_status st = load(c, l, x, &data,
+						l->stored ? &w->expert_elem[k]
+							  : NULL,
+						err);
+			if (st)
+				return st;
+			if (!t->experts_stacked) {
+				ptrs[e] = data;
+				continue;
+			}
+			bool kept = w->expert_elem[k] != STRATA_ELEM_F32 ||
+				    x->dtype == STRATA_DTYPE_F32;
+			uint64_t bytes = kept ? x->bytes
+					      : x->elements * sizeof(float);
+			for (uint32_t j = 0; j < t->experts; j++)
+				ptrs[j] = (const char *)data +
+					  bytes / t->experts * j;
+		}
+	}
+	return STRATA_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 
 static strata_status load_all(const strata_catalog *c,
@@ -165,13 +209,18 @@ static strata_status load_all(const strata_catalog *c,
 	if (!l)
 		return STRATA_E_NOMEM;
 	l->stored = stored;
-	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
+	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT +
+		       (uint64_t)t->layers * 3 * (t->experts ? strata_infer_expert_tensors(t) : 0);
 	l->bufs = strata_calloc_or_error(max, sizeof *l->bufs,
 					 "weight buffers", err);
 	l->layers = strata_calloc_or_error(t->layers, sizeof *l->layers,
 					   "layer weights", err);
+	if (t->experts)
+		l->expert_ptrs = strata_calloc_or_error(
+			(uint64_t)t->layers * 3 * t->experts,
+			sizeof *l->expert_ptrs, "expert pointers", err);
 	strata_status st = STRATA_E_NOMEM;
-	if (!l->bufs || !l->layers)
+	if (!l->bufs || !l->layers || (t->experts && !l->expert_ptrs))
 		goto fail;
 	strata_infer_statics *sx = &l->statics;
 	uint8_t *embed_elem = stored ? &sx->embed_elem : NULL;
@@ -189,7 +238,8 @@ static strata_status load_all(const strata_catalog *c,
 	if ((st = load(c, l, t->rope_freqs, &sx->rope_freqs, NULL, err)))
 		goto fail;
 	for (uint32_t i = 0; i < t->layers; i++)
-		if ((st = load_layer(c, l, t->layer[i], &l->layers[i], err)))
+		if ((st = load_layer(c, l, t->layer[i], &l->layers[i], err)) ||
+		    (st = load_experts(c, l, t, i, &l->layers[i], err)))
 			goto fail;
 	src->ops = &loaded_ops;
 	src->user = l;
@@ -226,6 +276,7 @@ void strata_infer_loaded_destroy(strata_infer_loaded *l)
 		strata_free(l->bufs[i]);
 	strata_free(l->bufs);
 	strata_free(l->layers);
+	strata_free(l->expert_ptrs);
 	strata_free(l);
 }
 

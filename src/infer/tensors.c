@@ -33,6 +33,8 @@ static void shape_text(char *buf, size_t cap, const uint64_t *s, uint32_t n)
 		snprintf(buf + at, cap - at, ")");
 }
 
+static strata_status check_type(const strata_tensor *t, strata_error *err);
+
 /* Checks t against the expected shape (rows, cols), cols 0 for a vector. */
 static strata_status check_shape(const strata_tensor *t, uint64_t rows,
 				 uint64_t cols, strata_error *err)
@@ -51,6 +53,12 @@ static strata_status check_shape(const strata_tensor *t, uint64_t rows,
 				   "tensor '%s' should be %s but is %s",
 				   t->name, a, b);
 	}
+	return check_type(t, err);
+}
+
+/* t's type must be one strata computes with. */
+static strata_status check_type(const strata_tensor *t, strata_error *err)
+{
 	const strata_dtype_info *info = strata_dtype_get(t->dtype);
 	if (!info || !info->is_float)
 		return strata_fail(err, STRATA_E_CKPT_DTYPE,
@@ -97,6 +105,14 @@ static void slot_shape(const strata_infer_hparams *hp, strata_infer_slot s,
 	case STRATA_SLOT_W_DOWN: *rows = hp->dim; *cols = hp->ffn; break;
 	case STRATA_SLOT_Q_NORM:
 	case STRATA_SLOT_K_NORM: *rows = hp->head_dim; *cols = 0; break;
+	case STRATA_SLOT_ROUTER: *rows = hp->experts; *cols = hp->dim; break;
+	case STRATA_SLOT_SH_GATE:
+	case STRATA_SLOT_SH_UP: *rows = hp->shared_ffn; *cols = hp->dim; break;
+	case STRATA_SLOT_SH_DOWN: *rows = hp->dim; *cols = hp->shared_ffn; break;
+	case STRATA_SLOT_SH_ROUTER: /* GGUF: a vector */
+		*rows = hp->gguf ? hp->dim : 1;
+		*cols = hp->gguf ? 0 : hp->dim;
+		break;
 	default: *rows = hp->dim; *cols = 0; break;
 	}
 	if (hp->fused_qkv && s == STRATA_SLOT_WQ)
@@ -130,13 +146,36 @@ static const char *slot_name(const strata_infer_hparams *hp,
 		if (hp->fused_qkv)
 			return g ? "attn_qkv.weight" : "self_attn.qkv_proj.weight";
 		break;
-	case STRATA_SLOT_W_GATE: /* llama.cpp names the fused pair ffn_up */
-		if (hp->fused_qkv)
+	case STRATA_SLOT_ROUTER:
+		*required = hp->experts > 0;
+		if (!hp->experts)
+			return NULL;
+		return g || hp->family != STRATA_FAMILY_MIXTRAL
+			       ? (g ? slots[s].gguf : slots[s].hf)
+			       : "block_sparse_moe.gate.weight";
+	case STRATA_SLOT_SH_GATE:
+	case STRATA_SLOT_SH_UP:
+	case STRATA_SLOT_SH_DOWN:
+	case STRATA_SLOT_SH_ROUTER:
+		*required = hp->shared_ffn > 0;
+		return hp->shared_ffn ? (g ? slots[s].gguf : slots[s].hf) : NULL;
+	case STRATA_SLOT_W_GATE:
+	case STRATA_SLOT_W_UP:
+	case STRATA_SLOT_W_DOWN:
+		if (hp->experts) { /* the experts' own, below */
+			*required = false;
+			return NULL;
+		}
+		if (hp->fused_qkv && s == STRATA_SLOT_W_GATE) /* llama.cpp
+			names the fused pair ffn_up */
 			return g ? "ffn_up.weight" : "mlp.gate_up_proj.weight";
+		if (hp->fused_qkv && s == STRATA_SLOT_W_UP) {
+			*required = false;
+			return NULL; /* rows of the fused tensor */
+		}
 		break;
 	case STRATA_SLOT_WK:
 	case STRATA_SLOT_WV:
-	case STRATA_SLOT_W_UP:
 		if (hp->fused_qkv) {
 			*required = false;
 			return NULL; /* rows of the fused tensor */
@@ -153,6 +192,11 @@ static bool used(const strata_infer_tensors *t, const strata_tensor *x)
 	if (x == t->embed || x == t->final_norm || x == t->lm_head ||
 	    x == t->rope_freqs)
 		return true;
+	uint64_t experts = (uint64_t)t->layers * 3 *
+			   (t->expert ? strata_infer_expert_tensors(t) : 0);
+	for (uint64_t i = 0; i < experts; i++)
+		if (t->expert[i] == x)
+			return true;
 	for (uint32_t l = 0; l < t->layers; l++)
 		for (int s = 0; s < STRATA_SLOT_COUNT; s++)
 			if (t->layer[l][s] == x)
@@ -180,6 +224,89 @@ static strata_status check_extra(const strata_catalog *c,
 				   "compute a different model",
 				   shown, strata_infer_family_name(family));
 	}
+	return STRATA_OK;
+}
+
+/* One expert tensor: (rows, cols), led by the expert count when stacked;
+ * every expert of a kind in one layer of one type (the kind's elem). */
+static strata_status find_expert(const strata_catalog *c,
+				 const strata_infer_hparams *hp, uint32_t l,
+				 uint32_t k, uint32_t e,
+				 const strata_tensor *first,
+				 const strata_tensor **out, strata_error *err)
+{
+	static const char *const hf_mixtral[3] = {"w1", "w3", "w2"};
+	static const char *const hf_qwen[3] = {"gate_proj", "up_proj",
+					       "down_proj"};
+	static const char *const gguf[3] = {"ffn_gate_exps", "ffn_up_exps",
+					    "ffn_down_exps"};
+	char name[192];
+	if (hp->gguf)
+		snprintf(name, sizeof name, "blk.%u.%s.weight", l, gguf[k]);
+	else if (hp->family == STRATA_FAMILY_MIXTRAL)
+		snprintf(name, sizeof name,
+			 "model.layers.%u.block_sparse_moe.experts.%u.%s.weight",
+			 l, e, hf_mixtral[k]);
+	else
+		snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%u.%s.weight",
+			 l, e, hf_qwen[k]);
+	uint64_t rows = k == STRATA_EXPERT_DOWN ? hp->dim : hp->moe_ffn;
+	uint64_t cols = k == STRATA_EXPERT_DOWN ? hp->moe_ffn : hp->dim;
+	const strata_tensor *t = strata_catalog_find(c, name);
+	*out = t;
+	if (!t)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
+				   "use a complete checkpoint of this "
+				   "architecture",
+				   "tensor '%s' is missing", name);
+	if (hp->gguf) {
+		bool ok = t->n_dims == 3 && t->shape_hf[0] == hp->experts &&
+			  t->shape_hf[1] == rows && t->shape_hf[2] == cols;
+		if (!ok)
+			return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+					   "use a checkpoint that matches its "
+					   "configuration",
+					   "tensor '%s' should be (%u, %llu, %llu)",
+					   name, hp->experts,
+					   (unsigned long long)rows,
+					   (unsigned long long)cols);
+		return check_type(t, err);
+	}
+	strata_status st = check_shape(t, rows, cols, err);
+	if (st == STRATA_OK && first && first->dtype != t->dtype)
+		st = strata_fail(err, STRATA_E_UNSUPPORTED,
+				 "store every expert of a layer in one type",
+				 "tensor '%s' is %s but expert 0's is %s", name,
+				 strata_dtype_get(t->dtype)->name,
+				 strata_dtype_get(first->dtype)->name);
+	return st;
+}
+
+static strata_status find_experts(const strata_catalog *c,
+				  const strata_infer_hparams *hp,
+				  strata_infer_tensors *t, strata_error *err)
+{
+	if (!hp->experts)
+		return STRATA_OK;
+	t->experts = hp->experts;
+	t->experts_stacked = hp->gguf;
+	uint32_t per = strata_infer_expert_tensors(t);
+	t->expert = strata_calloc_or_error((uint64_t)hp->layers * 3 * per,
+					   sizeof *t->expert,
+					   "expert tensor table", err);
+	if (!t->expert)
+		return STRATA_E_NOMEM;
+	for (uint32_t l = 0; l < hp->layers; l++)
+		for (uint32_t k = 0; k < 3; k++)
+			for (uint32_t e = 0; e < per; e++) {
+				const strata_tensor **slot =
+					&t->expert[((uint64_t)l * 3 + k) * per + e];
+				strata_status st = find_expert(
+					c, hp, l, k, e,
+					e ? slot[-(ptrdiff_t)e] : NULL, slot, err);
+				if (st)
+					return st;
+			}
 	return STRATA_OK;
 }
 
@@ -237,8 +364,10 @@ strata_status strata_infer_tensors_find(const strata_catalog *c,
 			}
 		}
 	}
-	if ((st = check_extra(c, &t, hp->family, err))) {
+	if ((st = find_experts(c, hp, &t, err)) ||
+	    (st = check_extra(c, &t, hp->family, err))) {
 		strata_free(t.layer);
+		strata_free(t.expert);
 		return st;
 	}
 	*out = t;
@@ -250,7 +379,9 @@ void strata_infer_tensors_fini(strata_infer_tensors *t)
 	if (!t)
 		return;
 	strata_free(t->layer);
+	strata_free(t->expert);
 	t->layer = NULL;
+	t->expert = NULL;
 }
 
 strata_status strata_infer_f32_bytes(const strata_tensor *t, uint64_t *out,

@@ -6,7 +6,9 @@
  * Each unit's tensors are given to the engine in slot order (infer.h's
  * STRATA_INFER_SLOT_MAP, absent biases skipped), and the slot of each is
  * remembered, so an acquired view maps to the layer struct without looking
- * at names.
+ * at names. A mixture of experts' expert tensors follow the slots (codes
+ * STRATA_SLOT_COUNT + kind * per + expert), each layer's pointers kept in
+ * exp_ptrs (a stacked GGUF tensor's experts one after the other).
  */
 #include <string.h>
 
@@ -16,7 +18,8 @@ struct strata_infer_window {
 	strata_residency *engine;
 	strata_residency_tensor *rt;  /* every tensor: statics then units */
 	strata_residency_unit *units; /* [layers] */
-	uint8_t (*slot)[STRATA_SLOT_COUNT]; /* [layers][k]: slot of k-th */
+	uint16_t *slot;	  /* [layers][per_layer]: slot code of the k-th */
+	uint32_t per_layer; /* tensors a layer may hold */
 	uint32_t layers;
 	const char *group[1]; /* the engine keeps the config's group list */
 	uint8_t (*elem)[STRATA_SLOT_COUNT]; /* [layers][slot]: strata_infer_elem */
@@ -24,7 +27,31 @@ struct strata_infer_window {
 	strata_residency_mode mode;
 	strata_stream *compute_stream; /* CUDA: drained before a release */
 	strata_backend *b;
+	/* experts: the table's shape, each layer's pointers [layers][3][E],
+	 * each (layer, kind)'s type and a stacked tensor's bytes per expert */
+	uint32_t experts, expert_tensors;
+	bool stacked;
+	const void **exp_ptrs;
+	uint8_t *exp_elem;
+	uint64_t *exp_stride;
 };
+
+/* One expert tensor of a view into the layer's pointers. */
+static void place_expert(strata_infer_window *w, uint32_t layer,
+			 uint32_t code, void *data, strata_infer_layer *out)
+{
+	uint32_t idx = code - STRATA_SLOT_COUNT;
+	uint32_t k = idx / w->expert_tensors, e = idx % w->expert_tensors;
+	uint64_t lk = (uint64_t)layer * 3 + k;
+	const void **ptrs = w->exp_ptrs + lk * w->experts;
+	if (!w->stacked)
+		ptrs[e] = data;
+	for (uint32_t j = 0; w->stacked && j < w->experts; j++)
+		ptrs[j] = (const char *)data + w->exp_stride[lk] * j;
+	out->expert[k] = ptrs;
+	out->expert_elem[k] = w->exp_elem[lk];
+	out->experts = w->experts;
+}
 
 /* ------------------------------------------------------------------------ */
 
@@ -63,8 +90,13 @@ static strata_status window_acquire(void *user, uint32_t layer,
 		STRATA_INFER_SLOT_MAP(STRATA_INFER_SLOT_FIELD)
 #undef STRATA_INFER_SLOT_FIELD
 	};
-	for (size_t k = 0; k < v.count; k++)
-		*field[w->slot[layer][k]] = v.data[k];
+	const uint16_t *codes = w->slot + (uint64_t)layer * w->per_layer;
+	for (size_t k = 0; k < v.count; k++) {
+		if (codes[k] >= STRATA_SLOT_COUNT)
+			place_expert(w, layer, codes[k], v.data[k], out);
+		else
+			*field[codes[k]] = v.data[k];
+	}
 	memcpy(out->elem, w->elem[layer], sizeof out->elem);
 	return STRATA_OK;
 }
@@ -126,13 +158,26 @@ static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 		u->group = 0;
 		u->unit = l;
 		u->tensors = &w->rt[n];
+		uint16_t *codes = w->slot + (uint64_t)l * w->per_layer;
 		for (int s = 0; s < STRATA_SLOT_COUNT; s++) {
 			if (!t->layer[l][s])
 				continue;
-			w->slot[l][u->tensor_count++] = (uint8_t)s;
+			codes[u->tensor_count++] = (uint16_t)s;
 			w->elem[l][s] = describe(&w->rt[n++], t->layer[l][s],
 						 d);
 		}
+		for (uint32_t k = 0; t->experts && k < 3; k++)
+			for (uint32_t e = 0; e < w->expert_tensors; e++) {
+				uint64_t lk = (uint64_t)l * 3 + k;
+				codes[u->tensor_count++] = (uint16_t)(
+					STRATA_SLOT_COUNT +
+					k * w->expert_tensors + e);
+				w->exp_elem[lk] = describe(
+					&w->rt[n],
+					strata_infer_expert_tensor(t, l, k, e), d);
+				w->exp_stride[lk] = w->rt[n++].exec_bytes /
+						    t->experts;
+			}
 	}
 	return statics;
 }
@@ -149,6 +194,11 @@ static strata_status reserve_reads(strata_weight_store *ws,
 		for (int s = 0; s < STRATA_SLOT_COUNT; s++)
 			if (t->layer[l][s])
 				sum += t->layer[l][s]->bytes;
+		for (uint32_t k = 0; t->experts && k < 3; k++)
+			for (uint32_t e = 0; e < strata_infer_expert_tensors(t);
+			     e++)
+				sum += strata_infer_expert_tensor(t, l, k, e)
+					       ->bytes;
 		largest = sum > largest ? sum : largest;
 	}
 	return strata_weight_store_reserve(ws, reader_threads ? reader_threads
@@ -179,17 +229,32 @@ strata_status strata_infer_window_create(strata_backend *b,
 	w->mode = cfg.mode;
 	w->compute_stream = o->compute_stream;
 	w->b = b;
-	uint64_t max = 4 + (uint64_t)t->layers * STRATA_SLOT_COUNT;
+	w->experts = t->experts;
+	w->stacked = t->experts_stacked;
+	w->expert_tensors = t->experts ? strata_infer_expert_tensors(t) : 0;
+	w->per_layer = STRATA_SLOT_COUNT + 3 * w->expert_tensors;
+	uint64_t max = 4 + (uint64_t)t->layers * w->per_layer;
+	uint64_t lk = (uint64_t)t->layers * 3;
 	w->rt = strata_calloc_or_error(max, sizeof *w->rt, "window tensors",
 				       err);
 	w->units = strata_calloc_or_error(t->layers, sizeof *w->units,
 					  "window units", err);
-	w->slot = strata_calloc_or_error(t->layers, sizeof *w->slot,
-					 "window slots", err);
+	w->slot = strata_calloc_or_error((uint64_t)t->layers * w->per_layer,
+					 sizeof *w->slot, "window slots", err);
 	w->elem = strata_calloc_or_error(t->layers, sizeof *w->elem,
 					 "window element types", err);
+	if (t->experts) {
+		w->exp_ptrs = strata_calloc_or_error(lk * t->experts,
+						     sizeof *w->exp_ptrs,
+						     "expert pointers", err);
+		w->exp_elem = strata_calloc_or_error(lk, 1, "expert types",
+						     err);
+		w->exp_stride = strata_calloc_or_error(
+			lk, sizeof *w->exp_stride, "expert strides", err);
+	}
 	st = STRATA_E_NOMEM;
-	if (!w->rt || !w->units || !w->slot || !w->elem)
+	if (!w->rt || !w->units || !w->slot || !w->elem ||
+	    (t->experts && (!w->exp_ptrs || !w->exp_elem || !w->exp_stride)))
 		goto fail;
 	size_t statics = build_units(w, t);
 	w->group[0] = strncmp(t->embed->name, "token_embd", 10) ? "model"
@@ -245,6 +310,9 @@ void strata_infer_window_destroy(strata_infer_window *w)
 	strata_free(w->units);
 	strata_free(w->slot);
 	strata_free(w->elem);
+	strata_free(w->exp_ptrs);
+	strata_free(w->exp_elem);
+	strata_free(w->exp_stride);
 	strata_free(w);
 }
 

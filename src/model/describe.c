@@ -372,13 +372,56 @@ static strata_status gemma_default_layers(cfg *c, strata_model_desc *d)
 	return STRATA_OK;
 }
 
-/* What Qwen3, Gemma 2/3 and Phi-3 compute beyond llama. */
+/* The mixture-of-experts keys: every layer sparse (decoder_sparse_step 1,
+ * no mlp_only_layers: other layouts are refused by name at run). */
+static strata_status read_moe(cfg *c, strata_model_desc *d)
+{
+	json_t *r = c->root;
+	strata_family f = d->family;
+	strata_status s;
+	d->norm_topk_prob = f == STRATA_FAMILY_MIXTRAL; /* Mixtral always */
+	d->moe_intermediate = d->intermediate;
+	if ((s = get_uint(c, r, "num_local_experts", 1, &d->experts)) ||
+	    (s = get_uint(c, r, "num_experts", 1, &d->experts)) ||
+	    (s = get_uint(c, r, "num_experts_per_tok", 1, &d->experts_used)) ||
+	    (s = get_uint(c, r, "moe_intermediate_size", 1,
+			  &d->moe_intermediate)) ||
+	    (s = get_uint(c, r, "shared_expert_intermediate_size", 0,
+			  &d->shared_intermediate)))
+		return s;
+	if (f != STRATA_FAMILY_MIXTRAL &&
+	    (s = get_bool(c, "norm_topk_prob", &d->norm_topk_prob)))
+		return s;
+	if (f != STRATA_FAMILY_QWEN2_MOE)
+		d->shared_intermediate = 0;
+	if (!d->experts || !d->experts_used || d->experts_used > d->experts ||
+	    d->experts > 4096)
+		return bad(c, "num_experts_per_tok",
+			   "between 1 and the number of experts (at most 4096)");
+	uint64_t step = 1;
+	if ((s = get_uint(c, r, "decoder_sparse_step", 0, &step)))
+		return s;
+	json_t *dense = json_object_get(r, "mlp_only_layers");
+	if (step != 1 || json_array_size(dense) > 0)
+		return bad(c, "decoder_sparse_step",
+			   "1 with no mlp_only_layers (every layer of experts)");
+	return STRATA_OK;
+}
+
+/* What Qwen3, Gemma 2/3, Phi-3 and the expert families compute beyond
+ * llama. */
 static strata_status read_family_extras(cfg *c, strata_model_desc *d)
 {
 	strata_family f = d->family;
 	bool gemma = f == STRATA_FAMILY_GEMMA2 || f == STRATA_FAMILY_GEMMA3;
 	strata_status s = STRATA_OK;
-	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3;
+	if (f == STRATA_FAMILY_MIXTRAL || f == STRATA_FAMILY_QWEN2_MOE ||
+	    f == STRATA_FAMILY_QWEN3_MOE) {
+		if ((s = read_moe(c, d)))
+			return s;
+	}
+	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3 ||
+		     f == STRATA_FAMILY_QWEN3_MOE;
 	d->fused_qkv = f == STRATA_FAMILY_PHI3;
 	if (!gemma)
 		return STRATA_OK;
@@ -439,8 +482,16 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	d->eos_token_id = get_id(c, "eos_token_id");
 	d->attention_out_bias = d->attention_bias; /* llama: all four */
 	if (d->family == STRATA_FAMILY_QWEN3 || d->family == STRATA_FAMILY_GEMMA2 ||
-	    d->family == STRATA_FAMILY_GEMMA3)
+	    d->family == STRATA_FAMILY_GEMMA3 ||
+	    d->family == STRATA_FAMILY_QWEN3_MOE)
 		d->attention_out_bias = false; /* their attention_bias: q/k/v */
+	if (d->family == STRATA_FAMILY_QWEN2_MOE) {
+		bool qkv = true; /* Qwen2-MoE's qkv_bias, true by default */
+		if ((s = get_bool(c, "qkv_bias", &qkv)))
+			return s;
+		d->attention_bias = qkv;
+		d->attention_out_bias = false;
+	}
 	if (d->family == STRATA_FAMILY_QWEN2) {
 		d->attention_bias = true; /* Qwen2 always biases q, k, v */
 		d->attention_out_bias = false;
@@ -449,10 +500,13 @@ static strata_status read_config(cfg *c, strata_model_desc *d)
 	if ((s = get_uint(c, c->root, "sliding_window", 0, &window)))
 		return s;
 	bool use_window = d->family == STRATA_FAMILY_MISTRAL ||
+			  d->family == STRATA_FAMILY_MIXTRAL ||
 			  d->family == STRATA_FAMILY_PHI3 ||
 			  d->family == STRATA_FAMILY_GEMMA2 ||
 			  d->family == STRATA_FAMILY_GEMMA3;
-	if (d->family == STRATA_FAMILY_QWEN2 || d->family == STRATA_FAMILY_QWEN3) {
+	if (d->family == STRATA_FAMILY_QWEN2 || d->family == STRATA_FAMILY_QWEN3 ||
+	    d->family == STRATA_FAMILY_QWEN2_MOE ||
+	    d->family == STRATA_FAMILY_QWEN3_MOE) {
 		if ((s = get_bool(c, "use_sliding_window", &use_window)))
 			return s;
 		d->layer_windows = use_window;

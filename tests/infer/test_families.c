@@ -1,5 +1,7 @@
-/* test_families.c - the dense families beyond llama (Qwen3, Gemma 2,
- * Gemma 3, Phi-3; tests/data/families) against transformers' float64
+/* test_families.c - the families beyond llama (Qwen3, Gemma 2, Gemma 3,
+ * Phi-3, and the mixture-of-experts Mixtral, Qwen3-MoE with and without
+ * normalised top-k, Qwen2-MoE with its shared expert; tests/data/families)
+ * against transformers' float64
  * logits: every position within 1e-4 with weights as f32 and as stored,
  * greedy text equal, one-token decode and a several-sequence step equal to
  * the prefill, and the residency window (host:1, disk) equal to the plain
@@ -202,11 +204,11 @@ static void check_family(const char *name)
 	ref_free(&r);
 }
 
-static void test_dense_families(void **state)
+static void test_families(void **state)
 {
 	(void)state;
-	for (int i = 0; i < REF_FAMILY_DENSE_COUNT; i++)
-		check_family(ref_family_dense[i]);
+	for (int i = 0; i < REF_FAMILY_COUNT; i++)
+		check_family(ref_families[i]);
 }
 
 /* Phi-3's longrope takes its long factors past the original context
@@ -235,7 +237,7 @@ static void test_longrope_long_factors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_dense_families),
+		cmocka_unit_test(test_families),
 		cmocka_unit_test(test_longrope_long_factors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

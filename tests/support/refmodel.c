@@ -38,9 +38,10 @@ static uint32_t ids(json_t *arr, int32_t *out, uint32_t cap)
 	return n;
 }
 
-const char *const ref_family_dense[REF_FAMILY_DENSE_COUNT] = {
+const char *const ref_families[REF_FAMILY_COUNT] = {
 	"qwen3_f32", "qwen3_tied_bf16", "gemma2_f32", "gemma3_f32",
-	"gemma3_bf16", "phi3_f32", "phi3_longrope_f32",
+	"gemma3_bf16", "phi3_f32", "phi3_longrope_f32", "mixtral_f32",
+	"qwen3_moe_f32", "qwen3_moe_unnorm_bf16", "qwen2_moe_shared_f32",
 };
 
 void ref_family_path(char *path, size_t cap, const char *name,

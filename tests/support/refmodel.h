@@ -25,8 +25,8 @@ void ref_path(char *path, size_t cap, const char *name, const char *file);
 void ref_load(const char *name, ref_data *r);
 /* The same for a model of tests/data/families (float64 logits, rounded to
  * float here: 1e-7 relative, far inside every tolerance). */
-#define REF_FAMILY_DENSE_COUNT 7
-extern const char *const ref_family_dense[REF_FAMILY_DENSE_COUNT];
+#define REF_FAMILY_COUNT 11
+extern const char *const ref_families[REF_FAMILY_COUNT];
 void ref_family_path(char *path, size_t cap, const char *name,
 		     const char *file);
 void ref_load_family(const char *name, ref_data *r);

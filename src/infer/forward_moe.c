@@ -1,0 +1,203 @@
+/* forward_moe.c - the mixture-of-experts MLP (Mixtral, Qwen2-MoE,
+ * Qwen3-MoE) over the kernel table (layer: infer).
+ *
+ * The router's logits come back to the host (rows x experts floats), where
+ * the softmax and the top-k choice are made in double, as transformers does
+ * in float32 on the softmax's output; every chosen expert then runs once
+ * over all the rows routed to it (gathered into moe_in with the embedding
+ * gather, which copies rows of any f32 table), and each output row is
+ * scaled by its weight and added to its row of the residual stream.
+ * Qwen2-MoE adds its shared expert, scaled by the sigmoid of its gate.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "infer/forward_internal.h"
+
+uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
+					uint32_t rows)
+{
+	if (!hp->experts)
+		return 0;
+	return (uint64_t)rows * hp->experts * sizeof(float) +
+	       (uint64_t)rows * hp->experts_used *
+		       (sizeof(int32_t) + sizeof(float));
+}
+
+/* Row r's experts_used choices from its logits: softmax, the largest
+ * (ties: the lower index, as torch.topk on CPU), renormalised when the
+ * model says. */
+static void route_row(const strata_infer_hparams *hp, const float *logits,
+		      uint32_t *chosen, float *weight)
+{
+	double max = -INFINITY, sum = 0.0, p[4096];
+	for (uint32_t e = 0; e < hp->experts; e++)
+		max = logits[e] > max ? logits[e] : max;
+	for (uint32_t e = 0; e < hp->experts; e++)
+		sum += (p[e] = exp((double)logits[e] - max));
+	double picked = 0.0;
+	for (uint32_t k = 0; k < hp->experts_used; k++) {
+		uint32_t best = 0;
+		double bp = -1.0;
+		for (uint32_t e = 0; e < hp->experts; e++)
+			if (p[e] > bp) {
+				bp = p[e];
+				best = e;
+			}
+		chosen[k] = best;
+		weight[k] = (float)(bp / sum);
+		picked += bp / sum;
+		p[best] = -2.0; /* taken */
+	}
+	for (uint32_t k = 0; hp->norm_topk_prob && k < hp->experts_used; k++)
+		weight[k] = (float)(weight[k] / picked);
+}
+
+/* Routes n rows: moe_rows / moe_weights grouped by expert, count[e] rows
+ * each. */
+static void route(strata_forward *f, uint32_t n, uint32_t *count)
+{
+	const strata_infer_hparams *hp = f->hp;
+	uint32_t chosen[4096];
+	float weight[4096];
+	uint32_t *first = count + hp->experts; /* scratch: offsets */
+	memset(count, 0, hp->experts * sizeof *count);
+	int32_t *ids = f->moe_rows;
+	float *ws = f->moe_weights;
+	/* two passes: counts, then each choice at its expert's offset */
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			uint32_t at = 0;
+			for (uint32_t e = 0; e < hp->experts; e++) {
+				first[e] = at;
+				at += count[e];
+			}
+		}
+		for (uint32_t r = 0; r < n; r++) {
+			route_row(hp, f->moe_host + (uint64_t)r * hp->experts,
+				  chosen, weight);
+			for (uint32_t k = 0; k < hp->experts_used; k++) {
+				uint32_t e = chosen[k];
+				if (pass == 0) {
+					count[e]++;
+					continue;
+				}
+				ids[first[e]] = (int32_t)r;
+				ws[first[e]++] = weight[k];
+			}
+		}
+	}
+}
+
+/* x[rows[i]] += weight[i] * out[i] for m rows of out. */
+static strata_status scatter_add(strata_forward *f, const int32_t *rows,
+				 const float *weight, uint32_t m,
+				 strata_error *err)
+{
+	const uint32_t dim = f->hp->dim;
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < m; i++) {
+		float *o = f->moe_out + (uint64_t)i * dim;
+		st = strata_kernel_map(f->c, o, o, dim, STRATA_MAP_SCALE,
+				       weight[i], err);
+		if (st == STRATA_OK)
+			st = strata_kernel_add(f->c,
+					       f->x + (uint64_t)rows[i] * dim, o,
+					       dim, err);
+	}
+	return st;
+}
+
+/* One expert over the m rows routed to it (their ids in rows). */
+static strata_status expert(strata_forward *f, const strata_forward_weights *w,
+			    uint32_t e, uint32_t n, const int32_t *rows,
+			    const float *weight, uint32_t m, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_weight normed = strata_weight_f32(f->xb, n, hp->dim);
+	const strata_weight gate = {w->expert_elem[STRATA_EXPERT_GATE],
+				    w->expert[STRATA_EXPERT_GATE][e],
+				    hp->moe_ffn, hp->dim};
+	const strata_weight up = {w->expert_elem[STRATA_EXPERT_UP],
+				  w->expert[STRATA_EXPERT_UP][e], hp->moe_ffn,
+				  hp->dim};
+	const strata_weight down = {w->expert_elem[STRATA_EXPERT_DOWN],
+				    w->expert[STRATA_EXPERT_DOWN][e], hp->dim,
+				    hp->moe_ffn};
+	strata_status st = strata_kernel_embed(f->c, f->moe_in, &normed, rows,
+					       m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_gated(f->c, f->hb, f->moe_in, NULL, NULL,
+					 &gate, &up, f->hb2, m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(f->c, f->moe_out, f->hb, &down, NULL,
+					  m, err);
+	return st ? st : scatter_add(f, rows, weight, m, err);
+}
+
+/* Qwen2-MoE: x += sigmoid(xb . g) * down(silu(gate xb) * up xb). */
+static strata_status shared_expert(strata_forward *f,
+				   const strata_forward_weights *w, uint32_t n,
+				   strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	strata_status st = strata_kernel_gated(f->c, f->hb, f->xb, NULL, NULL,
+					       &w->sh_gate, &w->sh_up, f->hb2,
+					       n, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(f->c, f->moe_out, f->hb, &w->sh_down,
+					  NULL, n, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(f->c, f->moe_logits, f->xb,
+					  &w->sh_router, NULL, n, err);
+	if (st == STRATA_OK)
+		st = strata_compute_download(f->c, f->moe_host, f->moe_logits,
+					     (uint64_t)n * sizeof(float), err);
+	if (st == STRATA_OK)
+		st = strata_compute_finish(f->c, err);
+	for (uint32_t r = 0; st == STRATA_OK && r < n; r++) {
+		f->moe_rows[r] = (int32_t)r;
+		f->moe_weights[r] = (float)(1.0 / (1.0 + exp(-(double)f->moe_host[r])));
+	}
+	(void)hp;
+	return st ? st : scatter_add(f, f->moe_rows, f->moe_weights, n, err);
+}
+
+strata_status strata__forward_moe(strata_forward *f,
+				  const strata_forward_weights *w, uint32_t n,
+				  strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	uint32_t count[2 * 4096];
+	strata_status st = strata_kernel_rmsnorm(f->c, f->xb, f->x,
+						 &w->ffn_norm, n, hp->norm_eps,
+						 err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(f->c, f->moe_logits, f->xb,
+					  &w->router, NULL, n, err);
+	if (st == STRATA_OK)
+		st = strata_compute_download(f->c, f->moe_host, f->moe_logits,
+					     (uint64_t)n * hp->experts *
+						     sizeof(float),
+					     err);
+	if (st == STRATA_OK)
+		st = strata_compute_finish(f->c, err);
+	if (st)
+		return st;
+	route(f, n, count);
+	uint32_t at = 0;
+	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
+		if (count[e])
+			st = expert(f, w, e, n, f->moe_rows + at,
+				    f->moe_weights + at, count[e], err);
+		at += count[e];
+	}
+	/* the expert outputs are added before the shared expert reuses the
+	 * routing arrays: the device runs them in order, and the host
+	 * arrays are only rewritten after the next finish */
+	if (st == STRATA_OK && hp->shared_ffn)
+		st = strata_compute_finish(f->c, err);
+	if (st == STRATA_OK && hp->shared_ffn)
+		st = shared_expert(f, w, n, err);
+	return st;
+}
