@@ -73,7 +73,7 @@ strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
 					const float *bias, uint32_t n,
 					strata_error *err)
 {
-	int type;
+	int type = 0;
 	uint32_t in = w->cols, out = w->rows;
 	strata_status s = block_of(w, &type, err);
 	if (s != STRATA_OK)
@@ -130,7 +130,7 @@ strata_status strata__cuda_quant_rows(strata__cuda_compute *k, float *dst,
 				      const int32_t *dev_ids, uint64_t rows,
 				      strata_error *err)
 {
-	int type;
+	int type = 0;
 	strata_status s = block_of(w, &type, err);
 	if (s != STRATA_OK)
 		return s;
