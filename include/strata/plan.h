@@ -655,6 +655,47 @@ void strata_plan_write_json(const strata_plan *p, const char *model,
 void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 				   strata_json *j);
 
+/* ------------------------------------------------------------------------ */
+/* Throughput against the batch (issue 19, src/plan/throughput.c)           */
+/* ------------------------------------------------------------------------ */
+
+/* The plan at one batch size: p's inputs (options, budgets from the same
+ * machine facts) with --batch `batch`. In streamed modes a pass of the
+ * weights serves every sequence of the batch (FlexGen's lesson), so
+ * tokens per second grow with the batch until the device's compute, the
+ * KV cache's reads or the budgets stop them. */
+typedef struct strata_plan_batch_point {
+	uint64_t batch;
+	bool fits;		  /* a candidate fits at this batch */
+	char selected[96];	  /* its name; "" when nothing fits */
+	double decode_ms;	  /* one step: a token of every sequence */
+	double tokens_per_second; /* batch / step */
+	uint64_t device_bytes, host_bytes;
+	uint64_t kv_cache_bytes;  /* of the batch at the plan's context */
+	uint64_t streamed_bytes;  /* over the link per step */
+} strata_plan_batch_point;
+
+#define STRATA_PLAN_BATCH_POINTS_MAX 24u
+
+/* The plans at batch 1, 2, 4 ... (powers of two up to max_batch), p's own
+ * batch and max_batch, in increasing order, into out[0 .. *count) (at most
+ * cap, which STRATA_PLAN_BATCH_POINTS_MAX always suffices for). A batch at
+ * which nothing fits is a point with fits false. Errors other than nothing
+ * fitting (E_NOMEM, E_OVERFLOW, E_PLAN_OPTIONS) are returned as they come
+ * from strata_plan_create, out then undefined. */
+strata_status strata_plan_batch_curve(const strata_plan *p, uint64_t max_batch,
+				      strata_plan_batch_point *out, size_t cap,
+				      size_t *count, strata_error *err);
+/* The batch with the most tokens per second among the points that fit (the
+ * smaller on a tie); 0 when none fits. */
+uint64_t strata_plan_batch_best(const strata_plan_batch_point *points,
+				size_t count);
+/* The points as a JSON array of {"batch", "fits", "selected",
+ * "predicted_decode_ms", "tokens_per_second", "device_bytes",
+ * "host_bytes", "kv_cache_bytes", "streamed_bytes"} into j. */
+void strata_plan_batch_curve_json(const strata_plan_batch_point *points,
+				  size_t count, strata_json *j);
+
 
 /* ------------------------------------------------------------------------ */
 /* Measured rates: strata calibrate and its file                            */

@@ -249,11 +249,12 @@ static void print_plan(FILE *f, const strata_plan *p)
 	}
 }
 
-/* The table of one plan. */
+/* The table of one plan, then its throughput against --batch. */
 static void print_table(FILE *f, const char *model, const strata_plan *p)
 {
 	print_model(f, model, p);
 	print_plan(f, p);
+	strata_cli_print_batch_curve(f, p);
 }
 
 /* The weight store's figures: the proof that planning read no payload. */
@@ -289,6 +290,7 @@ static int print_json(const char *model, const strata_plan *p,
 	strata_json_init(&j, true);
 	strata_json_object_begin(&j);
 	strata_plan_write_json_fields(p, model, &j);
+	strata_cli_write_batch_curve(&j, p);
 	write_store(&j, ws);
 	strata_json_object_end(&j);
 	return emit(&j);
@@ -390,6 +392,7 @@ static int print_devices_json(const char *model, strata_plan *const *plans,
 		strata_json_kv_u64(&j, "device_index",
 				   g->cuda ? g->index[i] : i);
 		strata_plan_write_json_fields(plans[i], model, &j);
+		strata_cli_write_batch_curve(&j, plans[i]);
 		strata_json_kv_u64(&j, "prefix_cache_budget_bytes",
 				   strata_plan_host_spare_bytes(plans[i]));
 		strata_json_object_end(&j);

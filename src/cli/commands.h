@@ -6,6 +6,8 @@
 #ifndef STRATA_CLI_COMMANDS_H
 #define STRATA_CLI_COMMANDS_H
 
+#include <stdio.h>
+
 #include "strata/base.h"
 #include "strata/plan.h"
 
@@ -114,6 +116,14 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
  * is its error (the fix says to calibrate again). */
 strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
 				    strata_error *err);
+
+/* strata plan's throughput against --batch (plan_batch.c): the plans of
+ * p's inputs at batch 1, 2, 4 ... 256 as a table to f, or as the key
+ * "throughput_by_batch" of the object open in j. A point that cannot be
+ * planned (other than by not fitting) is left out, with a line saying so
+ * in the table. */
+void strata_cli_print_batch_curve(FILE *f, const strata_plan *p);
+void strata_cli_write_batch_curve(strata_json *j, const strata_plan *p);
 
 /* For the commands that run one sequence (run, logits): --batch above 1
  * is a usage error pointing at strata batch. Returns 0 or the exit code. */

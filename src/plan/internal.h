@@ -45,6 +45,10 @@ struct strata_plan {
 	strata_plan_layout_info info;
 	strata_plan_arch arch;
 	strata_plan_options options; /* defaults resolved */
+	/* what strata_plan_create was given, for the plans at other batch
+	 * sizes (throughput.c) */
+	strata_plan_options given;
+	strata_plan_machine machine;
 	strata_plan_budgets budgets;
 	strata_plan_memory memory; /* staging of the selected candidate */
 	strata_dtype weight_dtype;

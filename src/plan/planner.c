@@ -517,6 +517,8 @@ strata_status strata_plan_create(const strata_plan_layout *layout,
 	if (arch)
 		p->arch = *arch;
 	p->options = *options;
+	p->given = *options;
+	p->machine = *machine;
 	p->weight_dtype = weight_dtype;
 	p->selected = -1;
 	strata_status s = resolve_options(p, err);

@@ -376,7 +376,7 @@ static void gpu_machine_peer_model_streams_at_2GiB(void **state)
 static const char *const single_keys[] = {
 	"model", "device", "shape", "budgets", "bandwidths", "layout",
 	"rates", "architecture", "memory", "candidates", "selected",
-	"explanations", "weight_store",
+	"explanations", "throughput_by_batch", "best_batch", "weight_store",
 };
 
 static void without_gpus_the_document_is_unchanged(void **state)
