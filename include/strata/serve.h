@@ -18,6 +18,7 @@
 
 #include "strata/infer.h"
 #include "strata/shard.h"
+#include "strata/text.h"
 
 /* Requests in flight per replica before the dispatcher waits for one to
  * finish: the allocator's loads are then the work queued now, released as
@@ -289,5 +290,169 @@ typedef struct strata_prefix_cache_stats {
 
 void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
 				   strata_prefix_cache_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* The continuous scheduler (src/serve/scheduler.c): what `strata serve`    */
+/* runs requests through                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Requests arrive at any time from any thread and leave as they finish.
+ * One worker thread owns the session and steps every running sequence
+ * together: each step is one strata_forward_step, one pass of the weights,
+ * whose rows are the next decode token of every decoding sequence and the
+ * next prompt token of every sequence still reading its prompt (a lone
+ * sequence with nothing beside it reads its prompt in chunks through
+ * strata_forward_run instead). A finished or cancelled sequence's slot
+ * takes the next waiting request at the next step; requests that find
+ * every slot taken wait in a bounded queue, and a full queue refuses. */
+
+#define STRATA_SCHEDULER_FINISH_MAP(X)                                         \
+	X(LENGTH, "length")       /* max_tokens drawn */                       \
+	X(EOS, "eos")             /* the model's end of text */                \
+	X(STOPPED, "stop")        /* the event callback asked to stop */       \
+	X(CONTEXT, "context")     /* the sequence's context is full */         \
+	X(CANCELLED, "cancelled") /* strata_scheduler_cancel or shutdown */   \
+	X(FAILED, "failed")       /* the forward pass failed: event's err */
+
+typedef enum strata_scheduler_finish {
+#define STRATA_SCHEDULER_FINISH_ENUM(name, text) STRATA_SCHEDULER_FINISH_##name,
+	STRATA_SCHEDULER_FINISH_MAP(STRATA_SCHEDULER_FINISH_ENUM)
+#undef STRATA_SCHEDULER_FINISH_ENUM
+} strata_scheduler_finish;
+
+const char *strata_scheduler_finish_name(strata_scheduler_finish f);
+
+/* What a request's callback is told: a token (done false), or once, last,
+ * the end (done true, token -1). */
+typedef struct strata_scheduler_event {
+	bool done;
+	int32_t token;
+	strata_scheduler_finish finish; /* when done */
+	const strata_error *err;	/* when done with FAILED, else NULL */
+	uint32_t prompt_tokens, generated_tokens;
+	uint64_t queue_ns;	 /* submit to taking a slot */
+	uint64_t first_token_ns; /* submit to the first token (0: none) */
+} strata_scheduler_event;
+
+/* Called on the worker thread, without the scheduler's lock held (so it
+ * may call strata_scheduler_cancel or read statistics). For a token event
+ * a false return ends the request with STOPPED (a stop string matched);
+ * the return of the done event is ignored. After the done event the
+ * request's user pointer is never used again. */
+typedef bool (*strata_scheduler_event_fn)(void *user,
+					  const strata_scheduler_event *ev);
+
+typedef struct strata_scheduler_options {
+	/* The session the worker opens (on its own thread): plan.shape.batch
+	 * is the slots, sequences running together; positions the context
+	 * when no --context is given. */
+	strata_session_options session;
+	uint32_t queue_cap; /* requests waiting for a slot; 0: 64 */
+	int32_t eos;	    /* the tokenizer's; -1: the model's */
+} strata_scheduler_options;
+
+typedef struct strata_scheduler_request {
+	const int32_t *prompt; /* n_prompt >= 1 ids, copied by submit */
+	uint32_t n_prompt;
+	uint32_t max_tokens; /* >= 1 */
+	strata_sampler_params sampler;
+	strata_scheduler_event_fn on_event;
+	void *user;
+} strata_scheduler_request;
+
+typedef struct strata_scheduler strata_scheduler;
+
+/* Starts the worker, which opens o->session; returns once it has (its
+ * error, when it could not, is this call's). The caller owns *out. */
+strata_status strata_scheduler_create(const strata_scheduler_options *o,
+				      strata_scheduler **out,
+				      strata_error *err);
+
+/* Cancels whatever still runs or waits (each gets its done event,
+ * CANCELLED), stops the worker, closes the session; NULL is fine. */
+void strata_scheduler_destroy(strata_scheduler *s);
+
+/* Queues a request; *id names it for strata_scheduler_cancel. On success
+ * the callback gets its events, the done event exactly once; on failure
+ * it gets none. Errors: E_INVALID_ARG (no prompt, a token outside the
+ * vocabulary, max_tokens 0, sampler parameters out of range: the
+ * sampler's message), E_INFER_CONTEXT (prompt + max_tokens past the
+ * context), E_BUSY (the queue is full, or the scheduler is draining),
+ * E_NOMEM. */
+strata_status strata_scheduler_submit(strata_scheduler *s,
+				      const strata_scheduler_request *r,
+				      uint64_t *id, strata_error *err);
+
+/* Ends request id with CANCELLED at the next step (at once when it still
+ * waits); an id that has finished, or was never given, is ignored. */
+void strata_scheduler_cancel(strata_scheduler *s, uint64_t id);
+
+/* Refuses new requests (E_BUSY), lets those running and waiting finish for
+ * up to grace_ns, then cancels the rest and waits for their done events.
+ * The worker stays up (destroy ends it). */
+void strata_scheduler_drain(strata_scheduler *s, uint64_t grace_ns);
+
+/* The positions each sequence holds. */
+uint32_t strata_scheduler_context(const strata_scheduler *s);
+/* The worker's session (plan, residency telemetry): only for reading
+ * figures, which the worker updates as it runs. */
+strata_session *strata_scheduler_session(strata_scheduler *s);
+
+typedef struct strata_scheduler_stats {
+	uint64_t submitted, refused_busy, finished, cancelled, failed;
+	uint64_t prompt_tokens, generated_tokens;
+	uint64_t steps;	      /* forward passes: weight passes */
+	uint64_t step_rows;   /* rows over every step */
+	uint64_t waiting, running; /* now */
+	uint64_t slots, queue_cap;
+	uint64_t first_token_ns_sum, first_token_count;
+	uint64_t queue_ns_sum;
+} strata_scheduler_stats;
+
+void strata_scheduler_get_stats(strata_scheduler *s,
+				strata_scheduler_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* The HTTP server (src/serve/http.c, http_api.c): OpenAI's API over a       */
+/* scheduler, on libmicrohttpd                                               */
+/* ------------------------------------------------------------------------ */
+
+/* POST /v1/completions, POST /v1/chat/completions (stream: server-sent
+ * events), GET /v1/models, GET /health, GET /metrics (Prometheus text) and
+ * the chat page at / (docs/serve.md). Every connection has a thread of its
+ * own; a request's tokens come from the scheduler's worker. Bad requests
+ * are OpenAI error objects with 400 / 401 / 404 / 405 / 413 / 503, never a
+ * crash: every byte of a request is hostile. */
+typedef struct strata_server strata_server;
+
+typedef struct strata_server_options {
+	const char *host;	   /* NULL: 127.0.0.1 (IPv4 or IPv6 text) */
+	uint16_t port;		   /* 0: a free one (strata_server_port) */
+	const char *api_key;	   /* Bearer key; NULL: none */
+	const char *model_name;	   /* what /v1/models and answers name */
+	strata_scheduler *scheduler;		/* borrowed */
+	const strata_tokenizer *tokenizer;	/* borrowed */
+	/* borrowed; NULL: chat requests are refused (400) naming the fix */
+	const strata_chat_template *chat_template;
+	const char *bos_token, *eos_token;	/* the template's; or NULL */
+	uint64_t max_body_bytes;   /* 0: 4 MiB; larger bodies get 413 */
+	uint32_t max_connections;  /* 0: 512 */
+	uint32_t default_max_tokens; /* 0: 256 (capped by the context) */
+} strata_server_options;
+
+/* Listens and serves until strata_server_destroy; the strings are copied.
+ * Errors: E_UNSUPPORTED when strata was built without libmicrohttpd (the
+ * fix names the package), E_INVALID_ARG for a host that is not an
+ * address, E_IO when the address cannot be bound, E_NOMEM. */
+strata_status strata_server_create(const strata_server_options *o,
+				   strata_server **out, strata_error *err);
+/* The port it listens on (the one picked for port 0). */
+uint16_t strata_server_port(const strata_server *s);
+/* Stops taking connections; /health answers 503 from then on. Requests
+ * already in flight go on (drain the scheduler to end them). */
+void strata_server_quiesce(strata_server *s);
+/* Closes every connection (waiting for their threads) and frees; drain the
+ * scheduler first so no answer is cut. NULL is fine. */
+void strata_server_destroy(strata_server *s);
 
 #endif

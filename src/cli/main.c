@@ -22,6 +22,7 @@ const strata_command strata_commands[] = {
 	{"logits", "write the logits of every position of a token list", strata_cmd_logits},
 	{"batch", "run JSONL generation requests over model replicas", strata_cmd_batch},
 	{"bench", "measure prompt and generation throughput (llama-bench's table)", strata_cmd_bench},
+	{"serve", "serve a model over HTTP with OpenAI's API", strata_cmd_serve},
 	{NULL, NULL, NULL},
 };
 

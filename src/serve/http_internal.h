@@ -1,0 +1,95 @@
+/* http_internal.h - the HTTP server's parts shared by http.c (the daemon,
+ * routing, errors, metrics, the page) and http_api.c (OpenAI requests and
+ * their answers) (layer: serve). Not a public header. */
+#ifndef STRATA_SERVE_HTTP_INTERNAL_H
+#define STRATA_SERVE_HTTP_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "strata/serve.h"
+#include "strata/text.h"
+
+#define STRATA__HTTP_MAX_STOPS 4u
+#define STRATA__HTTP_MAX_STOP_BYTES 256u
+
+/* An answer the handler decided on: a status and a JSON body (owned). */
+typedef struct strata__http_reply {
+	unsigned status;
+	json_t *body;
+} strata__http_reply;
+
+/* A request's generation, shared by the connection's thread (which waits
+ * on it or streams from it) and the scheduler's worker (which feeds it
+ * through the event callback). Freed when both let go (refs). */
+typedef struct strata__http_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs;
+	struct strata_server *srv;
+	uint64_t id;	      /* the scheduler's */
+	bool chat, stream, include_usage;
+	int fd;		      /* the client's socket, for hangups */
+	char name[48];	      /* "chatcmpl-N" / "cmpl-N" */
+	int64_t created;
+	strata_text_stream *ts;
+	char *stops[STRATA__HTTP_MAX_STOPS];
+	size_t n_stops, max_stop;
+	char *text;	      /* generated text, cut at a stop string */
+	size_t text_len, text_cap;
+	size_t emitted;	      /* bytes of text sent as deltas */
+	char *out;	      /* SSE bytes to send */
+	size_t out_len, out_cap, out_sent;
+	bool stopped;	      /* a stop string matched */
+	bool done;
+	bool failed_alloc;    /* an append failed: the answer is cut */
+	strata_scheduler_finish finish;
+	char fail_message[sizeof ((strata_error *)0)->message];
+	uint32_t prompt_tokens, completion_tokens;
+} strata__http_job;
+
+/* The server's figures for /metrics (atomics: every thread counts). */
+typedef struct strata__http_counts {
+	atomic_uint_fast64_t responses[6]; /* 2xx 4xx:400 401 404 413 503 */
+	atomic_uint_fast64_t other_4xx, server_errors;
+	atomic_uint_fast64_t completions, chat_completions, streams;
+	atomic_uint_fast64_t client_gone;
+} strata__http_counts;
+
+struct strata_server {
+	strata_server_options o;
+	char *api_key, *model_name;
+	struct MHD_Daemon *daemon;
+	uint16_t port;
+	atomic_bool draining;
+	atomic_uint_fast64_t next_job;
+	strata__http_counts counts;
+};
+
+/* Fills *r with an OpenAI error object {"error": {message, type, param,
+ * code}}; param and code may be NULL (JSON null). */
+void strata__http_error(strata__http_reply *r, unsigned status,
+			const char *type, const char *code, const char *param,
+			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* POST /v1/completions and /v1/chat/completions with the whole body
+ * (body_len bytes). Either *r is the answer (an error, or a whole
+ * completion), or *job is a started streaming job the caller sends from
+ * (one reference is the caller's: strata__http_job_unref). fd is the
+ * client's socket. */
+void strata__http_generate(struct strata_server *srv, bool chat,
+			   const char *body, size_t body_len, int fd,
+			   strata__http_reply *r, strata__http_job **job);
+
+/* Drops one reference; the last frees the job. */
+void strata__http_job_unref(strata__http_job *j);
+
+/* True when the client on fd has closed its side or the socket failed. */
+bool strata__http_client_gone(int fd);
+
+/* The chat page (src/serve/chat.html, embedded at build time). */
+extern const char strata__chat_page[];
+extern const size_t strata__chat_page_len;
+
+#endif
