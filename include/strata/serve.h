@@ -451,8 +451,9 @@ uint16_t strata_server_port(const strata_server *s);
 /* Stops taking connections; /health answers 503 from then on. Requests
  * already in flight go on (drain the scheduler to end them). */
 void strata_server_quiesce(strata_server *s);
-/* Closes every connection (waiting for their threads) and frees; drain the
- * scheduler first so no answer is cut. NULL is fine. */
+/* Waits (up to 10 s) for the answers in flight to be sent whole, then
+ * closes every connection (waiting for their threads) and frees; drain the
+ * scheduler first, so every answer is complete. NULL is fine. */
 void strata_server_destroy(strata_server *s);
 
 #endif

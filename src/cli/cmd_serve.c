@@ -37,7 +37,7 @@ static void help(FILE *f)
 		"model's)\n"
 		"  --name NAME           the model's name in answers (default:\n"
 		"                        MODEL's file name)\n"
-		"  --queue N             requests waiting for a sequence before "
+		"  --max-queue N         requests waiting for a sequence before "
 		"503\n"
 		"                        (default 64)\n"
 		"  --max-tokens N        max_tokens when a request gives none\n"
@@ -77,7 +77,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 	else if (!strcmp(opt, "--max-body")) {
 		if (strata_size_parse(v, &a->max_body, &err))
 			return strata_cli_fail(&err);
-	} else if (!strcmp(opt, "--port") || !strcmp(opt, "--queue") ||
+	} else if (!strcmp(opt, "--port") || !strcmp(opt, "--max-queue") ||
 		   !strcmp(opt, "--max-tokens") ||
 		   !strcmp(opt, "--threads") ||
 		   !strcmp(opt, "--shutdown-grace")) {
@@ -93,7 +93,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 						v, (unsigned long long)cap);
 		if (!strcmp(opt, "--port"))
 			a->port = u;
-		else if (!strcmp(opt, "--queue"))
+		else if (!strcmp(opt, "--max-queue"))
 			a->queue = u;
 		else if (!strcmp(opt, "--max-tokens"))
 			a->max_tokens = u;
@@ -269,7 +269,7 @@ int strata_cmd_serve(int argc, char **argv)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	if (a.max_body == 0 || a.queue == 0 || a.max_tokens == 0) {
 		strata_cli_residency_fini(&r);
-		return strata_cli_usage("serve", "--max-body, --queue and "
+		return strata_cli_usage("serve", "--max-body, --max-queue and "
 						 "--max-tokens must be above "
 						 "0");
 	}

@@ -421,6 +421,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 			return MHD_NO;
 		memset(k, 0, sizeof *k);
 		*con_cls = k;
+		atomic_fetch_add(&srv->active, 1);
 		const char *cl = MHD_lookup_connection_value(
 			c, MHD_HEADER_KIND, "Content-Length");
 		if (cl && strtoull(cl, NULL, 10) > srv->o.max_body_bytes)
@@ -454,13 +455,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		      enum MHD_RequestTerminationCode toe)
 {
-	(void)cls;
 	(void)c;
 	(void)toe;
+	strata_server *srv = cls;
 	conn *k = *con_cls;
 	if (k) {
 		strata_free(k->body);
 		strata_free(k);
+		atomic_fetch_sub(&srv->active, 1);
 	}
 	*con_cls = NULL;
 }
@@ -588,6 +590,13 @@ void strata_server_destroy(strata_server *s)
 {
 	if (!s)
 		return;
+	/* Answers still being sent (the scheduler drained: every one is
+	 * complete in memory) get up to 10 s to reach their clients. */
+	uint64_t until = strata_now_ns() + 10000000000ull;
+	while (atomic_load(&s->active) && strata_now_ns() < until) {
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
 	MHD_stop_daemon(s->daemon);
 	free_server(s);
 }

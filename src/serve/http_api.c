@@ -26,6 +26,7 @@ typedef struct gen_params {
 	bool max_given;
 	strata_sampler_params sp;
 	bool stream, include_usage;
+	const strata_tokenizer *tok;
 	const char *stops[STRATA__HTTP_MAX_STOPS];
 	size_t n_stops;
 } gen_params;
@@ -232,12 +233,14 @@ static bool id_prompt(json_t *a, gen_params *g, strata__http_reply *r)
 				   NULL, "the server is out of memory");
 		return false;
 	}
+	uint32_t vocab = strata_tokenizer_vocab_count(g->tok);
 	for (size_t i = 0; i < n; i++) {
 		json_t *t = json_array_get(a, i);
 		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-		    json_integer_value(t) > INT32_MAX)
+		    json_integer_value(t) >= vocab)
 			return bad(r, "prompt", "prompt item %zu is not a "
-						"token id", i);
+						"token id below the "
+						"vocabulary's %u", i, vocab);
 		g->ids[i] = (int32_t)json_integer_value(t);
 	}
 	g->n_ids = n;
@@ -770,7 +773,7 @@ void strata__http_generate(struct strata_server *srv, bool chat,
 	r->body = NULL;
 	json_error_t je;
 	json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
-	gen_params g = {0};
+	gen_params g = {.tok = srv->o.tokenizer};
 	if (!req) {
 		bad(r, NULL, "the body is not valid JSON: %s (line %d, column "
 			     "%d)", je.text, je.line, je.column);

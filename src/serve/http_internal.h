@@ -63,6 +63,9 @@ struct strata_server {
 	struct MHD_Daemon *daemon;
 	uint16_t port;
 	atomic_bool draining;
+	/* requests from their first byte to their answer's last (MHD's
+	 * completed callback), so destroy closes no answer half sent */
+	atomic_uint_fast64_t active;
 	atomic_uint_fast64_t next_job;
 	strata__http_counts counts;
 };

@@ -519,7 +519,7 @@ strata_status strata_scheduler_submit(strata_scheduler *s,
 				      "the server is shutting down")
 			: strata_fail(err, STRATA_E_BUSY,
 				      "retry later, or start the server with "
-				      "a larger --queue",
+				      "a larger --max-queue",
 				      "all %llu places of the queue are taken",
 				      (unsigned long long)cap_now);
 	}
