@@ -140,8 +140,13 @@ static void base_args(const char *cmd, const char **argv, size_t *n,
 		for (size_t i = 0; i < 6; i++)
 			argv[(*n)++] = a[i];
 	}
+	if (!strcmp(cmd, "serve")) { /* parses all, then cannot listen */
+		argv[(*n)++] = "--host";
+		argv[(*n)++] = "none";
+	}
 	if (!strcmp(cmd, "run") || !strcmp(cmd, "logits") ||
-	    !strcmp(cmd, "batch") || !strcmp(cmd, "bench"))
+	    !strcmp(cmd, "batch") || !strcmp(cmd, "bench") ||
+	    !strcmp(cmd, "serve"))
 		argv[(*n)++] = "--device=cpu";
 	if (!strcmp(cmd, "batch"))
 		*in = "{\"id\": \"a\", \"prompt\": \"x\", \"max_tokens\": 1}\n";
