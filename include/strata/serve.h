@@ -392,6 +392,11 @@ void strata_scheduler_cancel(strata_scheduler *s, uint64_t id);
  * The worker stays up (destroy ends it). */
 void strata_scheduler_drain(strata_scheduler *s, uint64_t grace_ns);
 
+/* While held the worker starts no step (the one running ends) and takes
+ * no request from the queue: requests submitted meanwhile all join the
+ * first step after the release (tests count weight passes with it). */
+void strata_scheduler_hold(strata_scheduler *s, bool hold);
+
 /* The positions each sequence holds. */
 uint32_t strata_scheduler_context(const strata_scheduler *s);
 /* The worker's session (plan, residency telemetry): only for reading

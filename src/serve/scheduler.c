@@ -51,7 +51,7 @@ struct strata_scheduler {
 	bool thread_started;
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv, done_cv;
-	bool ready, stop, draining;
+	bool ready, stop, draining, held;
 	strata_status open_status;
 	strata_error open_err;
 	strata_session *session;
@@ -351,7 +351,8 @@ static void *worker(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		while (!s->stop && !s->qhead && taken_locked(s) == 0)
+		while (!s->stop &&
+		       (s->held || (!s->qhead && taken_locked(s) == 0)))
 			pthread_cond_wait(&s->work_cv, &s->mu);
 		if (s->stop && !s->qhead && taken_locked(s) == 0)
 			break;
@@ -596,6 +597,14 @@ void strata_scheduler_drain(strata_scheduler *s, uint64_t grace_ns)
 		pthread_cond_signal(&s->work_cv);
 		wait_empty_locked(s, 0);
 	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void strata_scheduler_hold(strata_scheduler *s, bool hold)
+{
+	pthread_mutex_lock(&s->mu);
+	s->held = hold;
+	pthread_cond_broadcast(&s->work_cv);
 	pthread_mutex_unlock(&s->mu);
 }
 
