@@ -394,7 +394,8 @@ void strata_scheduler_drain(strata_scheduler *s, uint64_t grace_ns);
 
 /* While held the worker starts no step (the one running ends) and takes
  * no request from the queue: requests submitted meanwhile all join the
- * first step after the release (tests count weight passes with it). */
+ * first step after the release (tests count weight passes with it).
+ * strata_scheduler_drain releases it. */
 void strata_scheduler_hold(strata_scheduler *s, bool hold);
 
 /* The positions each sequence holds. */

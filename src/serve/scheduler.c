@@ -63,6 +63,7 @@ struct strata_scheduler {
 	int32_t *toks;		/* (nslots) a step's tokens */
 	sreq *qhead, *qtail;
 	uint64_t qcount;
+	uint64_t ending; /* taken off the queue, done event not yet fired */
 	uint64_t next_id;
 	strata_scheduler_stats st;
 };
@@ -132,6 +133,7 @@ static void take_cancelled_locked(strata_scheduler *s, sreq **ended)
 		if (s->qtail == r)
 			s->qtail = prev;
 		s->qcount--;
+		s->ending++;
 		count_end_locked(s, STRATA_SCHEDULER_FINISH_CANCELLED);
 		r->next = *ended;
 		*ended = r;
@@ -368,6 +370,10 @@ static void *worker(void *arg)
 			fire_done(ended, STRATA_SCHEDULER_FINISH_CANCELLED,
 				  NULL, 0);
 			ended = next;
+			pthread_mutex_lock(&s->mu);
+			s->ending--;
+			pthread_cond_broadcast(&s->done_cv);
+			pthread_mutex_unlock(&s->mu);
 		}
 		if (n)
 			run_step(s, n);
@@ -559,7 +565,7 @@ void strata_scheduler_cancel(strata_scheduler *s, uint64_t id)
  * passes; s->mu is held. True when empty. */
 static bool wait_empty_locked(strata_scheduler *s, uint64_t deadline_ns)
 {
-	while (s->qhead || taken_locked(s)) {
+	while (s->qhead || s->ending || taken_locked(s)) {
 		if (!deadline_ns) {
 			pthread_cond_wait(&s->done_cv, &s->mu);
 			continue;
@@ -586,6 +592,8 @@ void strata_scheduler_drain(strata_scheduler *s, uint64_t grace_ns)
 		return;
 	pthread_mutex_lock(&s->mu);
 	s->draining = true;
+	s->held = false; /* a held worker would never empty the queue */
+	pthread_cond_broadcast(&s->work_cv);
 	bool empty = grace_ns &&
 		     wait_empty_locked(s, strata_now_ns() + grace_ns);
 	if (!empty) {
