@@ -283,6 +283,10 @@ typedef struct strata_infer_source {
 	const strata_infer_source_ops *ops;
 	void *user;
 	strata_infer_statics statics;
+	/* Optional (NULL: one split): the passes that follow are prefill
+	 * passes (true) or decode passes, for a placement whose two splits
+	 * differ; called with no layer held. */
+	strata_status (*pass)(void *user, bool prefill, strata_error *err);
 } strata_infer_source;
 
 /* The plain source: every tensor read once (through `read`, or pread of the
@@ -325,6 +329,10 @@ typedef struct strata_infer_window_options {
 	 * release first waits for this stream's queued kernels. NULL on the
 	 * CPU, whose kernels finish before they return. */
 	strata_stream *compute_stream;
+	/* A placement over several devices (the plan's selected candidate
+	 * has `devices` of them): their backends, borrowed; b must be the
+	 * last (the window's). NULL: b alone. */
+	strata_backend *const *devices;
 } strata_infer_window_options;
 
 typedef struct strata_infer_window strata_infer_window;
@@ -354,8 +362,21 @@ typedef struct strata_kv_cache strata_kv_cache;
 /* The most sequences (KV caches) one forward pass holds. */
 #define STRATA_FORWARD_MAX_SEQUENCES 256u
 
-/* What a forward pass is made of. hp, backend, compute and src are
- * borrowed and must outlive it. */
+/* One site of a placement: where some layers (or the embedding and the
+ * head) run. device: a device of the split (resident or window units);
+ * else the CPU computing from host memory (cpu units, statics on the
+ * CPU); it names the links in the telemetry. */
+typedef struct strata_forward_site {
+	strata_backend *backend;
+	strata_compute *compute; /* made on that backend's kernel table */
+	bool device;
+} strata_forward_site;
+
+/* Sites a forward pass spans at most: the devices of a split and the CPU. */
+#define STRATA_FORWARD_MAX_SITES (STRATA_PLAN_MAX_DEVICES + 1)
+
+/* What a forward pass is made of. hp, backend, compute, src, sites and
+ * the site lists are borrowed and must outlive it. */
 typedef struct strata_forward_options {
 	const strata_infer_hparams *hp;
 	/* Where the buffers live: one arena of its device memory. NULL: a
@@ -367,6 +388,20 @@ typedef struct strata_forward_options {
 	uint32_t context;   /* positions each KV cache holds */
 	uint32_t batch;	    /* positions per pass at most (prefill chunk) */
 	uint32_t sequences; /* KV caches (issue 9's --batch B); 0 is 1 */
+	/* A placement: site_count sites (backend and compute above are then
+	 * not used), layer l running on sites[decode_site[l]] in decode
+	 * passes and on sites[prefill_site[l]] in chunks of at least
+	 * prefill_from positions (0: never; prefill_site NULL: decode's);
+	 * the embedding and the head on sites[head_site]. Each layer's KV
+	 * cache lives on its decode site. 0 sites: one, backend/compute. */
+	uint32_t site_count;
+	const strata_forward_site *sites;
+	const uint8_t *decode_site, *prefill_site; /* [hp->layers] */
+	uint32_t head_site;
+	uint32_t prefill_from;
+	/* Where the activation and KV staging copies between sites are
+	 * recorded (borrowed); NULL: nowhere. */
+	strata_telemetry *telemetry;
 } strata_forward_options;
 
 /* Creates a forward pass: the KV caches (`sequences` of `context`
@@ -388,12 +423,16 @@ typedef struct strata_forward_options {
 strata_status strata_forward_create(const strata_forward_options *o,
 				    strata_forward **out, strata_error *err);
 /* The device bytes strata_forward_create takes for o's hp, context, batch,
- * sequences and backend (compute and src are not read). */
+ * sequences and backend (compute and src are not read); with sites, the
+ * sum over every site's arena. */
 strata_status strata_forward_device_bytes(const strata_forward_options *o,
 					  uint64_t *out, strata_error *err);
-/* The device arena's figures. */
+/* The device arena's figures (of site 0 with a placement). */
 void strata_forward_arena_stats(const strata_forward *f,
 				strata_arena_stats *out);
+/* Site s's arena (zeros for a site with none or past the last). */
+void strata_forward_site_arena_stats(const strata_forward *f, uint32_t s,
+				     strata_arena_stats *out);
 void strata_forward_destroy(strata_forward *f);
 
 /* Runs tokens[0..n) at positions pos .. pos+n-1 (pos must equal the number

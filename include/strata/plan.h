@@ -68,6 +68,7 @@ typedef enum strata_place {
 #define STRATA_PLACE_ENUM(name, text) STRATA_PLACE_##name,
 	STRATA_PLACE_MAP(STRATA_PLACE_ENUM)
 #undef STRATA_PLACE_ENUM
+	STRATA_PLACE_COUNT
 } strata_place;
 
 /* "resident", "cpu", ...; "unknown" outside the enums. */
@@ -561,6 +562,12 @@ typedef struct strata_plan_candidate {
 	/* The smallest chunk from which the prefill split is predicted
 	 * faster than the decode split (0: never, or they are the same). */
 	uint64_t crossing_chunk;
+	/* What the residency engine runs a placement with: each device's
+	 * resident units' bytes (aligned, as device_total counts them), and
+	 * the window depth of each split (weights.depth is the larger
+	 * window's; each split streams through its own). */
+	uint64_t device_weight_bytes[STRATA_PLAN_MAX_DEVICES];
+	uint64_t decode_depth, prefill_depth;
 } strata_plan_candidate;
 
 typedef struct strata_plan_explanation {

@@ -81,7 +81,24 @@ typedef struct strata_telemetry_snapshot {
 	uint64_t stalls;	    /* acquires that had to wait */
 	uint64_t stall_ns;	    /* total time waited */
 	uint64_t evictions, evicted_bytes; /* host lookahead cache */
+	/* Per unit kind (strata_place: resident, window, cpu, disk): units
+	 * acquired, their block bytes, and the time they were held (acquire
+	 * to release: the compute of the unit where it runs; a cpu unit's is
+	 * the CPU's compute time). */
+	strata_transfer_stats units[STRATA_PLACE_COUNT];
+	/* Activations crossing between the sites of a placement (the
+	 * residual stream): host_to_device (CPU to a device),
+	 * device_to_host, device_to_device. And the KV staging of a layer
+	 * computed away from its cache: [0] to the computing site, [1] the
+	 * new rows back. */
+	strata_transfer_stats activations[3];
+	strata_transfer_stats kv_staged[2];
 } strata_telemetry_snapshot;
+
+/* The activation links, in the order of snapshot.activations. */
+#define STRATA_ACT_HOST_TO_DEVICE 0
+#define STRATA_ACT_DEVICE_TO_HOST 1
+#define STRATA_ACT_DEVICE_TO_DEVICE 2
 
 /* The recorder itself: a snapshot behind a mutex, so background threads may
  * record while the forward pass does. Caller-owned storage (init/fini). */
@@ -113,6 +130,15 @@ void strata_telemetry_record_hit(strata_telemetry *t);
 void strata_telemetry_record_miss(strata_telemetry *t);
 void strata_telemetry_record_stall(strata_telemetry *t, uint64_t ns);
 void strata_telemetry_record_eviction(strata_telemetry *t, uint64_t bytes);
+/* A unit of kind `where` held for ns (bytes: its block). */
+void strata_telemetry_record_unit(strata_telemetry *t, strata_place where,
+				  uint64_t bytes, uint64_t ns);
+/* An activation copy over link `link` (STRATA_ACT_*), and a KV staging
+ * copy (up: to the computing site; else back). */
+void strata_telemetry_record_activation(strata_telemetry *t, unsigned link,
+					uint64_t bytes, uint64_t ns);
+void strata_telemetry_record_kv_stage(strata_telemetry *t, bool up,
+				      uint64_t bytes, uint64_t ns);
 void strata_telemetry_get(strata_telemetry *t, strata_telemetry_snapshot *out);
 
 /* ------------------------------------------------------------------------ */
@@ -194,6 +220,12 @@ typedef struct strata_residency_unit {
 	uint64_t unit;
 	size_t tensor_count;
 	const strata_residency_tensor *tensors;
+	/* PLACEMENT mode only: where the unit runs in a decode pass and in a
+	 * prefill pass (strata_residency_set_pass): resident (then in both),
+	 * window (streamed to the window's device) or cpu (handed out as its
+	 * host copy), and the device index of a resident unit. */
+	strata_place place, prefill_place;
+	uint32_t device;
 } strata_residency_unit;
 
 /* Reads tensors[i]'s payload (tensors[i]->bytes, file dtype) into dst[i].
@@ -230,6 +262,15 @@ typedef struct strata_residency_sizes {
 	 * through a pinned staging buffer of one slot that exists during
 	 * create only. */
 	uint64_t host_bytes;
+	/* PLACEMENT: the window depth of the prefill split (depth is the
+	 * decode split's), the devices and each one's resident units' bytes
+	 * (device 0 also holds static_device_bytes, the last the window),
+	 * and whether the statics sit in host memory (host_bytes counts them
+	 * then) instead of on device 0. host_bytes: every unit not resident. */
+	uint64_t prefill_depth;
+	uint32_t device_count;
+	uint64_t device_weight_bytes[STRATA_PLAN_MAX_DEVICES];
+	bool statics_on_host;
 } strata_residency_sizes;
 
 typedef struct strata_residency_config {
@@ -249,6 +290,10 @@ typedef struct strata_residency_config {
 	void *read_user;
 	strata_residency_convert_fn convert; /* needed if any tensor converts */
 	void *convert_user;
+	/* PLACEMENT: the backends of devices 0 .. sizes.device_count - 1
+	 * (borrowed, outliving the engine); the window streams to the last,
+	 * which must be the engine's own backend. NULL: one device, b. */
+	strata_backend *const *devices;
 } strata_residency_config;
 
 /* A unit's tensors on the device, valid until its release. */
@@ -293,6 +338,14 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 				       strata_residency_view *view,
 				       strata_error *err);
 
+/* PLACEMENT: switches between the decode split (prefill false, the
+ * start) and the prefill split of the units not resident; window units
+ * of the other split already on the device are dropped (resident units
+ * never move). E_RES_STATE while a unit is held. A no-op in other modes
+ * and when the split does not change. */
+strata_status strata_residency_set_pass(strata_residency *e, bool prefill,
+					strata_error *err);
+
 /* Hands a held unit back: its device slot is free for the next prefetch.
  * E_RES_STATE when it is not held. */
 strata_status strata_residency_release(strata_residency *e, uint32_t group,
@@ -319,6 +372,11 @@ void strata_residency_device_arena_stats(const strata_residency *e,
 					 strata_arena_stats *out);
 void strata_residency_host_arena_stats(const strata_residency *e,
 				       strata_arena_stats *out);
+/* Device d's arena (PLACEMENT: device d of the split; else d 0 is the
+ * one device arena); zeros past the last. */
+void strata_residency_device_arena_stats_at(const strata_residency *e,
+					    uint32_t d,
+					    strata_arena_stats *out);
 
 /* A read hook over a weight store: pass the store as read_user. */
 strata_status strata_residency_read_store(void *store,

@@ -172,9 +172,19 @@ static strata_status chunk(strata_forward *f, const int32_t *tokens,
 {
 	const strata_infer_hparams *hp = f->hp;
 	rows r = {n, pos};
-	strata_status st = strata__forward_embed(f, tokens, n, err);
+	/* a placement runs a long enough chunk on its prefill split; the
+	 * embedding is where the statics are (the stream is rewritten) */
+	strata_status st = strata__forward_pass(
+		f, f->prefill_from && n >= f->prefill_from, err);
+	if (st == STRATA_OK)
+		st = strata__forward_move(f, f->head_site, n, false, err);
+	if (st == STRATA_OK)
+		st = strata__forward_embed(f, tokens, n, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
-		st = strata__forward_layer(f, l, layer_block, &r, err);
+		st = strata__forward_layer_at(f, l, n, pos, layer_block, &r,
+					      err);
+	if (st == STRATA_OK)
+		st = strata__forward_move(f, f->head_site, n, true, err);
 	if (st == STRATA_OK && (logits || last))
 		st = head(f, n, logits, last, err);
 	else if (st == STRATA_OK)

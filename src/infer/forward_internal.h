@@ -10,11 +10,19 @@
 
 #include "strata/infer.h"
 
+/* Each layer's keys and values are (sequences, context, kv_dim) f32 at
+ * k[layer] / v[layer]: in one pair of blocks of one arena (one site), or,
+ * for a placement, each layer's pair in the arena of the site that
+ * computes it in decode (strata__kv_cache_create_sites). A forward pass
+ * computing a layer elsewhere points k[layer] / v[layer] at a staging copy
+ * for that layer's step (forward_sites.c). */
 struct strata_kv_cache {
 	strata_kv_cache_shape shape;
-	strata_compute *c;    /* save and restore copy through it */
-	strata_arena *arena;  /* k and v are two of its blocks */
-	float *k, *v;	      /* (sequences, layers, context, kv_dim) each */
+	float **k, **v;		/* [layers] */
+	strata_compute **c;	/* [layers]: save and restore copy through it */
+	strata_arena **arena;	/* [layers]: where each pair was taken */
+	bool split;		/* a pair per layer; else k[0], v[0] are the two
+				   blocks of arena[0] */
 	uint32_t pos[STRATA_FORWARD_MAX_SEQUENCES]; /* cached positions */
 };
 
@@ -23,8 +31,7 @@ static inline float *strata__kv_keys(const strata_kv_cache *kv, uint32_t seq,
 				     uint32_t layer, uint32_t pos)
 {
 	const strata_kv_cache_shape *s = &kv->shape;
-	return kv->k + (((uint64_t)seq * s->layers + layer) * s->context + pos) *
-			       s->kv_dim;
+	return kv->k[layer] + ((uint64_t)seq * s->context + pos) * s->kv_dim;
 }
 
 static inline float *strata__kv_values(const strata_kv_cache *kv,
@@ -32,9 +39,37 @@ static inline float *strata__kv_values(const strata_kv_cache *kv,
 				       uint32_t pos)
 {
 	const strata_kv_cache_shape *s = &kv->shape;
-	return kv->v + (((uint64_t)seq * s->layers + layer) * s->context + pos) *
-			       s->kv_dim;
+	return kv->v[layer] + ((uint64_t)seq * s->context + pos) * s->kv_dim;
 }
+
+/* kv_cache.c. The cache with layer l's keys and values in arenas[l]
+ * (device memory of the backend computes[l] computes on), each a block of
+ * (sequences, context, kv_dim) f32. The caller owns *out. */
+strata_status strata__kv_cache_create_sites(const strata_kv_cache_shape *shape,
+					    strata_arena *const *arenas,
+					    strata_compute *const *computes,
+					    strata_kv_cache **out,
+					    strata_error *err);
+
+/* One site: its backend and compute context, one arena of its device
+ * memory with the activations (`rows` rows each, as below), the KV cache
+ * of the layers whose decode split computes here, and a one-layer KV
+ * staging pair where a pass computes here a layer whose cache is on
+ * another site. */
+typedef struct strata_forward_site_state {
+	strata_backend *b;
+	strata_compute *c;
+	strata_arena *arena;
+	bool device;	  /* a device of the split; else the CPU */
+	bool addressable; /* host code reads and writes its memory */
+	bool used;	  /* runs some layer, or the head */
+	bool stages;	  /* holds k_stage / v_stage */
+	float *x, *xb, *q, *att, *hb, *hb2, *k_new, *v_new, *inv_freq;
+	float *inv_freq_local, *norm_f32;
+	float *moe_logits, *moe_in, *moe_out;
+	float *logit_row, *own_bias, *bias_f32;
+	float *k_stage, *v_stage; /* (sequences, context, kv_dim) each */
+} strata_forward_site_state;
 
 struct strata_forward {
 	const strata_infer_hparams *hp;
@@ -79,6 +114,17 @@ struct strata_forward {
 	 * (its unused key/value/score buffers cover inv_freq). */
 	float *bias_f32;	  /* (max(q_dim + 2 kv_dim, head_dim / 2)) */
 	float *own_bias;
+	/* The sites (forward_sites.c). c, b, the activations, logit_row,
+	 * logits_in_place and bias_f32 above are those of site `cur`, where
+	 * the residual stream is now. One site without a placement. */
+	strata_forward_site_state site[STRATA_FORWARD_MAX_SITES];
+	uint32_t site_count, cur, head_site;
+	bool placed;		  /* made with sites: KV cache per layer */
+	uint8_t *layer_site[2];	  /* [layers]: decode, prefill split */
+	uint32_t prefill_from;	  /* chunk size running the prefill split */
+	bool prefill;		  /* the split the source was last told */
+	strata_telemetry *tel;	  /* NULL: copies not recorded */
+	float *bounce;		  /* (rows, dim) host, device to device */
 };
 
 /* One layer's weights as the kernels take them: each slot's data, stored
@@ -168,5 +214,23 @@ strata_attention_shape strata__forward_attention_shape(const strata_forward *f,
 						       uint32_t layer,
 						       uint32_t n,
 						       uint32_t pos);
+
+/* forward_sites.c. Makes site s the current one (the fields above); the
+ * residual stream's first `rows` rows follow it when copy is true. */
+strata_status strata__forward_move(strata_forward *f, uint32_t s,
+				   uint32_t rows, bool copy, strata_error *err);
+/* Tells the source which split the passes that follow run (a no-op when
+ * it does not change). */
+strata_status strata__forward_pass(strata_forward *f, bool prefill,
+				   strata_error *err);
+/* Runs layer `layer` on its site of the current split: the residual
+ * stream's n rows moved there, the layer's KV rows [0, pos) of the
+ * selected sequence staged there when its cache is elsewhere and the new
+ * rows [pos, pos + n) copied back after; then strata__forward_layer. */
+strata_status strata__forward_layer_at(strata_forward *f, uint32_t layer,
+				       uint32_t n, uint32_t pos,
+				       strata_forward_layer_fn step, void *arg,
+				       strata_error *err);
+
 
 #endif

@@ -216,9 +216,16 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 	}
 	const strata_infer_hparams *hp = f->hp;
 	step_rows r = {seqs, count};
-	st = strata__forward_embed(f, tokens, count, err);
+	/* decode: every layer where its KV cache is (no staging) */
+	if ((st = strata__forward_pass(f, false, err)) == STRATA_OK)
+		st = strata__forward_move(f, f->head_site, count, false, err);
+	if (st == STRATA_OK)
+		st = strata__forward_embed(f, tokens, count, err);
 	for (uint32_t l = 0; st == STRATA_OK && l < hp->layers; l++)
-		st = strata__forward_layer(f, l, layer_step, &r, err);
+		st = strata__forward_layer_at(f, l, count, 0, layer_step, &r,
+					      err);
+	if (st == STRATA_OK)
+		st = strata__forward_move(f, f->head_site, count, true, err);
 	if (st == STRATA_OK && logits)
 		st = head_step(f, count, logits, err);
 	if (st == STRATA_OK)

@@ -56,6 +56,34 @@ strata_status strata_kv_cache_keys_bytes(const strata_kv_cache_shape *s,
 	return STRATA_OK;
 }
 
+/* The cache object and its per-layer arrays, no blocks yet. */
+static strata_status start(const strata_kv_cache_shape *shape,
+			   strata_kv_cache **out, strata_error *err)
+{
+	strata_kv_cache *kv = strata_calloc_or_error(1, sizeof *kv, "KV cache",
+						     err);
+	if (!kv)
+		return STRATA_E_NOMEM;
+	kv->shape = *shape;
+	uint32_t n = shape->layers;
+	kv->k = strata_calloc_or_error(n, sizeof *kv->k, "KV cache layers", err);
+	kv->v = kv->k ? strata_calloc_or_error(n, sizeof *kv->v,
+					       "KV cache layers", err)
+		      : NULL;
+	kv->c = kv->v ? strata_calloc_or_error(n, sizeof *kv->c,
+					       "KV cache layers", err)
+		      : NULL;
+	kv->arena = kv->c ? strata_calloc_or_error(n, sizeof *kv->arena,
+						   "KV cache layers", err)
+			  : NULL;
+	if (!kv->arena) {
+		strata_kv_cache_destroy(kv);
+		return STRATA_E_NOMEM;
+	}
+	*out = kv;
+	return STRATA_OK;
+}
+
 strata_status strata_kv_cache_create(const strata_kv_cache_shape *shape,
 				     strata_arena *arena,
 				     strata_compute *compute,
@@ -69,22 +97,58 @@ strata_status strata_kv_cache_create(const strata_kv_cache_shape *shape,
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "KV cache: NULL arena, compute or output");
-	strata_kv_cache *kv = strata_calloc_or_error(1, sizeof *kv, "KV cache",
-						     err);
-	if (!kv)
-		return STRATA_E_NOMEM;
-	kv->shape = *shape;
-	kv->arena = arena;
-	kv->c = compute;
+	strata_kv_cache *kv = NULL;
+	if ((st = start(shape, &kv, err)))
+		return st;
 	void *k = NULL, *v = NULL;
 	if ((st = strata_arena_alloc(arena, bytes, &k, err)) ||
 	    (st = strata_arena_alloc(arena, bytes, &v, err))) {
 		strata_arena_free(arena, k, NULL);
-		strata_free(kv);
+		strata_kv_cache_destroy(kv);
 		return st;
 	}
-	kv->k = k;
-	kv->v = v;
+	/* layer-major: each layer's (sequences, context, kv_dim) in turn */
+	uint64_t per = bytes / sizeof(float) / shape->layers;
+	for (uint32_t l = 0; l < shape->layers; l++) {
+		kv->k[l] = (float *)k + l * per;
+		kv->v[l] = (float *)v + l * per;
+		kv->c[l] = compute;
+		kv->arena[l] = arena;
+	}
+	*out = kv;
+	return STRATA_OK;
+}
+
+strata_status strata__kv_cache_create_sites(const strata_kv_cache_shape *shape,
+					    strata_arena *const *arenas,
+					    strata_compute *const *computes,
+					    strata_kv_cache **out,
+					    strata_error *err)
+{
+	uint64_t bytes;
+	strata_kv_cache_shape one = *shape;
+	one.layers = 1;
+	strata_status st = strata_kv_cache_keys_bytes(&one, &bytes, err);
+	strata_kv_cache *kv = NULL;
+	if (st || (st = start(shape, &kv, err)))
+		return st;
+	kv->split = true;
+	for (uint32_t l = 0; st == STRATA_OK && l < shape->layers; l++) {
+		void *k = NULL, *v = NULL;
+		kv->arena[l] = arenas[l];
+		kv->c[l] = computes[l];
+		if ((st = strata_arena_alloc(arenas[l], bytes, &k, err)) == STRATA_OK &&
+		    (st = strata_arena_alloc(arenas[l], bytes, &v, err)) != STRATA_OK)
+			strata_arena_free(arenas[l], k, NULL);
+		if (st == STRATA_OK) {
+			kv->k[l] = k;
+			kv->v[l] = v;
+		}
+	}
+	if (st) {
+		strata_kv_cache_destroy(kv);
+		return st;
+	}
 	*out = kv;
 	return STRATA_OK;
 }
@@ -93,9 +157,35 @@ void strata_kv_cache_destroy(strata_kv_cache *kv)
 {
 	if (!kv)
 		return;
-	strata_arena_free(kv->arena, kv->k, NULL);
-	strata_arena_free(kv->arena, kv->v, NULL);
+	for (uint32_t l = 0; kv->arena && l < kv->shape.layers; l++) {
+		if (!kv->split && l > 0)
+			break;
+		strata_arena_free(kv->arena[l], kv->k[l], NULL);
+		strata_arena_free(kv->arena[l], kv->v[l], NULL);
+	}
+	strata_free(kv->k);
+	strata_free(kv->v);
+	strata_free(kv->c);
+	strata_free(kv->arena);
 	strata_free(kv);
+}
+
+/* Waits for every compute context the cache copies through (each once). */
+static strata_status finish_all(const strata_kv_cache *kv, strata_error *err)
+{
+	strata_status st = STRATA_OK;
+	for (uint32_t l = 0; l < kv->shape.layers; l++) {
+		bool seen = false;
+		for (uint32_t m = 0; m < l && !seen; m++)
+			seen = kv->c[m] == kv->c[l];
+		if (seen)
+			continue;
+		strata_status f = strata_compute_finish(kv->c[l],
+							st ? NULL : err);
+		if (st == STRATA_OK)
+			st = f;
+	}
+	return st;
 }
 
 const strata_kv_cache_shape *strata_kv_cache_get_shape(const strata_kv_cache *kv)
@@ -159,11 +249,11 @@ strata_status strata_kv_cache_save(const strata_kv_cache *kv, uint32_t seq,
 				   (unsigned long long)part_bytes,
 				   (unsigned long long)need);
 	for (uint32_t i = 0; need && st == STRATA_OK && i < count; i++)
-		st = strata_compute_download(kv->c, parts[i],
+		st = strata_compute_download(kv->c[i / 2], parts[i],
 					     part_at(kv, seq, i), need, err);
 	/* Waited for even after a failed queueing: what is queued writes
 	 * into the parts, which the caller may free once this returns. */
-	strata_status fin = strata_compute_finish(kv->c, st ? NULL : err);
+	strata_status fin = finish_all(kv, st ? NULL : err);
 	return st ? st : fin;
 }
 
@@ -188,9 +278,9 @@ strata_status strata_kv_cache_restore(strata_kv_cache *kv, uint32_t seq,
 				   positions, kv->shape.context);
 	uint64_t bytes = (uint64_t)positions * kv->shape.kv_dim * sizeof(float);
 	for (uint32_t i = 0; bytes && st == STRATA_OK && i < count; i++)
-		st = strata_compute_upload(kv->c, part_at(kv, seq, i), parts[i],
-					   bytes, err);
-	strata_status fin = strata_compute_finish(kv->c, st ? NULL : err);
+		st = strata_compute_upload(kv->c[i / 2], part_at(kv, seq, i),
+					   parts[i], bytes, err);
+	strata_status fin = finish_all(kv, st ? NULL : err);
 	if (st == STRATA_OK)
 		st = fin;
 	if (st) {

@@ -242,6 +242,7 @@ static strata_status load_all(const strata_catalog *c,
 		    (st = load_experts(c, l, t, i, &l->layers[i], err)))
 			goto fail;
 	src->ops = &loaded_ops;
+	src->pass = NULL;
 	src->user = l;
 	src->statics = l->statics;
 	*out = l;

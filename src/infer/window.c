@@ -34,6 +34,7 @@ struct strata_infer_window {
 	const void **exp_ptrs;
 	uint8_t *exp_elem;
 	uint64_t *exp_stride;
+	bool prefill; /* the engine's current split */
 };
 
 /* One expert tensor of a view into the layer's pointers. */
@@ -106,8 +107,14 @@ static strata_status window_release(void *user, uint32_t layer,
 {
 	strata_infer_window *w = user;
 	/* Streamed modes refill the slot as soon as it is released: the
-	 * kernels queued on it must have run first. Resident units stay. */
-	if (w->compute_stream && w->mode != STRATA_RESIDENCY_RESIDENT) {
+	 * kernels queued on it must have run first. Resident units stay, and
+	 * a placement's resident and cpu units have no slot. */
+	const strata_residency_unit *u = &w->units[layer];
+	bool streamed = w->mode != STRATA_RESIDENCY_RESIDENT &&
+			(w->mode != STRATA_RESIDENCY_PLACEMENT ||
+			 (w->prefill ? u->prefill_place : u->place) ==
+				 STRATA_PLACE_WINDOW);
+	if (w->compute_stream && streamed) {
 		strata_status st = strata_backend_synchronize(
 			w->b, w->compute_stream, err);
 		if (st) {
@@ -120,10 +127,36 @@ static strata_status window_release(void *user, uint32_t layer,
 	return strata_residency_release(w->engine, 0, layer, err);
 }
 
+static strata_status window_pass(void *user, bool prefill, strata_error *err)
+{
+	strata_infer_window *w = user;
+	strata_status st = strata_residency_set_pass(w->engine, prefill, err);
+	if (st == STRATA_OK)
+		w->prefill = prefill;
+	return st;
+}
+
 static const strata_infer_source_ops window_ops = {
 	.acquire = window_acquire,
 	.release = window_release,
 };
+
+/* A placement's units: where each runs in either split, from the plan's
+ * selected candidate (layers are the units, in layout order). */
+static void place_units(strata_infer_window *w, const strata_plan *p)
+{
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	if (!c || c->mode != STRATA_RESIDENCY_PLACEMENT)
+		return;
+	for (uint32_t l = 0; l < w->layers; l++) {
+		strata_residency_unit *u = &w->units[l];
+		uint32_t dev = 0, pdev = 0;
+		strata_plan_unit_place(c, w->layers, l, false, &u->place, &dev);
+		strata_plan_unit_place(c, w->layers, l, true, &u->prefill_place,
+				       &pdev);
+		u->device = dev;
+	}
+}
 
 static strata_status static_ptr(strata_infer_window *w, const strata_tensor *t,
 				 const float **out, uint8_t *elem,
@@ -257,6 +290,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 	    (t->experts && (!w->exp_ptrs || !w->exp_elem || !w->exp_stride)))
 		goto fail;
 	size_t statics = build_units(w, t);
+	place_units(w, o->plan);
 	w->group[0] = strncmp(t->embed->name, "token_embd", 10) ? "model"
 								 : "blk";
 	cfg.reader_threads = o->reader_threads;
@@ -269,6 +303,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 	cfg.read = strata_residency_read_store;
 	cfg.read_user = ws;
 	cfg.convert = strata_residency_convert_f32;
+	cfg.devices = o->devices;
 	if (ws && cfg.mode == STRATA_RESIDENCY_DISK &&
 	    (st = reserve_reads(ws, t, o->reader_threads, err)))
 		goto fail;
@@ -293,6 +328,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 		goto fail;
 	src->ops = &window_ops;
 	src->user = w;
+	src->pass = window_pass;
 	src->statics = s;
 	*out = w;
 	return STRATA_OK;

@@ -34,6 +34,8 @@ const char *strata_place_name(strata_place w)
 		return text;
 		STRATA_PLACE_MAP(STRATA_PLACE_CASE)
 #undef STRATA_PLACE_CASE
+	case STRATA_PLACE_COUNT:
+		break;
 	}
 	return "unknown";
 }
@@ -298,6 +300,8 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	if (s != STRATA_OK)
 		return s;
 	int big = win[1] > win[0];
+	c->decode_depth = depth[0];
+	c->prefill_depth = depth[1];
 	c->weights = (strata_plan_weights){
 		.static_bytes = c->statics_on_cpu ? 0 : p->info.static_bytes,
 		.window_bytes = win[big], .depth = depth[big]};
@@ -328,6 +332,7 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		for (uint64_t i = 0; i < k; i++)
 			bytes = sat_add(bytes, p->unit_bytes[next + i]);
 		next += k;
+		c->device_weight_bytes[d] = bytes ? align_sat(bytes) : 0;
 		bool sd = d == stream_dev;
 		uint64_t t = device_total(p, bytes, k + (sd ? on_dev : 0),
 					  d == 0 && !c->statics_on_cpu,

@@ -86,13 +86,51 @@ static strata_status check_tensors(const strata_residency_config *c,
 	return STRATA_OK;
 }
 
+static bool place_ok(strata_place w)
+{
+	return w == STRATA_PLACE_RESIDENT || w == STRATA_PLACE_WINDOW ||
+	       w == STRATA_PLACE_CPU;
+}
+
+/* PLACEMENT: each unit resident (in both splits, on a device of the
+ * split), window or cpu, and a window depth for each split that streams. */
+static strata_status check_places(const strata_residency_config *c,
+				  strata_error *err)
+{
+	const strata_residency_sizes *z = &c->sizes;
+	if (z->device_count == 0 || z->device_count > STRATA_PLAN_MAX_DEVICES ||
+	    (z->device_count > 1 && !c->devices))
+		return bad(err, "size the engine with strata_residency_config_from_plan",
+			   "a placement needs 1 to 8 devices and their backends");
+	bool streams[2] = {false, false};
+	for (size_t i = 0; i < c->unit_count; i++) {
+		const strata_residency_unit *u = &c->units[i];
+		bool res = u->place == STRATA_PLACE_RESIDENT;
+		if (!place_ok(u->place) || !place_ok(u->prefill_place) ||
+		    res != (u->prefill_place == STRATA_PLACE_RESIDENT) ||
+		    (res && u->device >= z->device_count))
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "place each unit resident (in both passes, on a device of the split), window or cpu",
+					   "residency config: unit %" PRIu64 " is %s in decode and %s in prefill (device %u of %u)",
+					   u->unit, strata_place_name(u->place),
+					   strata_place_name(u->prefill_place),
+					   u->device, z->device_count);
+		streams[0] |= u->place == STRATA_PLACE_WINDOW;
+		streams[1] |= u->prefill_place == STRATA_PLACE_WINDOW;
+	}
+	if ((streams[0] && !z->depth) || (streams[1] && !z->prefill_depth))
+		return bad(err, "size the engine with strata_residency_config_from_plan",
+			   "a placement that streams units needs a window depth");
+	return STRATA_OK;
+}
+
 static strata_status check_config(const strata_residency_config *c,
 				  strata_error *err)
 {
 	if (c->mode != STRATA_RESIDENCY_RESIDENT && c->mode != STRATA_RESIDENCY_HOST &&
-	    c->mode != STRATA_RESIDENCY_DISK)
+	    c->mode != STRATA_RESIDENCY_DISK && c->mode != STRATA_RESIDENCY_PLACEMENT)
 		return bad(err, "resolve the mode with the planner first",
-			   "the mode must be resident, host or disk");
+			   "the mode must be resident, host, disk or placement");
 	if (!c->read)
 		return bad(err, "give a read function (a weight store)",
 			   "no read function");
@@ -109,6 +147,8 @@ static strata_status check_config(const strata_residency_config *c,
 		return bad(err, "give --lookahead and --queue of at least 1, or host memory 0",
 			   "disk mode with host memory needs a lookahead and a queue");
 	strata_status s = check_tensors(c, c->statics, c->static_count, err);
+	if (s == STRATA_OK && c->mode == STRATA_RESIDENCY_PLACEMENT)
+		s = check_places(c, err);
 	for (size_t i = 0; s == STRATA_OK && i < c->unit_count; i++) {
 		if (c->units[i].group >= c->group_count)
 			return bad(err, "use a group index below the group count",
@@ -166,6 +206,17 @@ static strata_status build_units(strata_residency *e,
 		unit_slot *u = &e->units[i];
 		const strata_residency_unit *cu = p[i];
 		u->cfg = cu;
+		if (c->mode == STRATA_RESIDENCY_PLACEMENT) {
+			u->place[0] = cu->place;
+			u->place[1] = cu->prefill_place;
+		} else {
+			u->place[0] = c->mode == STRATA_RESIDENCY_RESIDENT ? STRATA_PLACE_RESIDENT
+				      : c->mode == STRATA_RESIDENCY_HOST   ? STRATA_PLACE_WINDOW
+									   : STRATA_PLACE_DISK;
+			u->place[1] = u->place[0];
+		}
+		u->fixed = c->mode == STRATA_RESIDENCY_PLACEMENT &&
+			   cu->place == STRATA_PLACE_RESIDENT;
 		u->offsets = offsets;
 		u->data = data;
 		offsets += cu->tensor_count;
@@ -212,43 +263,68 @@ static strata_status slot_bytes(void *ctx, size_t i, uint64_t *out,
 	return STRATA_OK;
 }
 
+/* Sizing params of measure(): the statics, then the units kept. */
+typedef struct measured {
+	const strata_residency *e;
+	const size_t *pos; /* unit position of param static_count + k */
+} measured;
+
+static strata_status measured_bytes(void *ctx, size_t i, uint64_t *out,
+				    strata_error *err)
+{
+	const measured *m = ctx;
+	size_t statics = m->e->cfg.static_count;
+	if (i < statics)
+		return slot_bytes((void *)m->e, i, out, err);
+	return slot_bytes((void *)m->e, statics + m->pos[i - statics], out, err);
+}
+
 /* What the engine's own tensors take, measured with the plan's sizing (one
  * implementation of the seed's sums, plan/sizing.c): the static slots, the
- * largest window of sizes.depth units (resident: every unit), every block
- * and the largest. */
-static strata_status measure(const strata_residency *e,
+ * largest window of `depth` units (resident: every unit), every block and
+ * the largest. split >= 0 (PLACEMENT): only the units that split streams
+ * weigh, the others count as absent indices (the seed's rule). */
+static strata_status measure(const strata_residency *e, int split,
+			     strata_residency_mode mode, uint64_t depth,
 			     strata_plan_weights *w,
 			     strata_plan_layout_info *info, strata_error *err)
 {
 	const strata_residency_config *c = &e->cfg;
-	size_t n = c->static_count + e->n;
+	size_t n = c->static_count + e->n, kept = 0;
 	strata_plan_param *p = strata_calloc_or_error(n ? n : 1, sizeof *p,
 						      "engine size check", err);
-	if (!p)
+	size_t *pos = p ? strata_calloc_or_error(e->n ? e->n : 1, sizeof *pos,
+						 "engine size check", err)
+			: NULL;
+	if (!pos) {
+		strata_free(p);
 		return STRATA_E_NOMEM;
+	}
 	for (size_t i = 0; i < c->static_count; i++)
 		p[i] = (strata_plan_param){.name = c->statics[i].tensor->name,
 					   .owner = {.kind = STRATA_OWNER_STATIC}};
 	for (size_t i = 0; i < e->n; i++) {
 		const strata_residency_unit *u = e->units[i].cfg;
 		const char *g = c->groups[u->group];
-		p[c->static_count + i] = (strata_plan_param){
+		if (split >= 0 && e->units[i].place[split] != STRATA_PLACE_WINDOW)
+			continue;
+		pos[kept] = i;
+		p[c->static_count + kept++] = (strata_plan_param){
 			.name = g,
 			.owner = {.kind = STRATA_OWNER_UNIT, .group = g,
 				  .group_len = strlen(g), .unit = u->unit}};
 	}
+	measured m = {e, pos};
 	strata_plan_layout *l = NULL;
-	strata_status s = strata_plan_layout_create(p, n, slot_bytes, (void *)e,
-						    NULL, 0, &l, err);
+	strata_status s = strata_plan_layout_create(p, c->static_count + kept,
+						    measured_bytes, &m, NULL, 0,
+						    &l, err);
 	strata_free(p);
+	strata_free(pos);
 	if (s != STRATA_OK)
 		return s;
 	strata_plan_layout_get_info(l, info);
-	s = strata_plan_layout_weights(l,
-				       c->mode == STRATA_RESIDENCY_RESIDENT
-					       ? STRATA_RESIDENCY_RESIDENT
-					       : STRATA_RESIDENCY_HOST,
-				       c->sizes.depth, w, err);
+	s = strata_plan_layout_weights(l, mode, depth, w, err);
 	strata_plan_layout_destroy(l);
 	return s;
 }
@@ -263,6 +339,49 @@ static strata_status short_error(strata_error *err, const char *tier,
 			   tier, what, need, STRATA_ALIGN, size);
 }
 
+/* PLACEMENT: the statics' slots on device 0 or in host memory, each
+ * split's window of its own depth over the units it streams, each
+ * device's resident blocks, and every unit not resident in host memory.
+ * Fills the host bytes taken. */
+static strata_status check_placement(strata_residency *e, uint64_t *host,
+				     strata_error *err)
+{
+	const strata_residency_sizes *z = &e->cfg.sizes;
+	strata_plan_weights w;
+	strata_plan_layout_info info;
+	uint64_t depth[2] = {z->depth, z->prefill_depth};
+	strata_status s = STRATA_OK;
+	for (int k = 0; k < 2 && s == STRATA_OK; k++) {
+		s = measure(e, k, STRATA_RESIDENCY_HOST, depth[k], &w, &info,
+			    err);
+		if (s == STRATA_OK && w.window_bytes > z->window_device_bytes)
+			return short_error(err, "device",
+					   k ? "the prefill split's window"
+					     : "the decode split's window",
+					   w.window_bytes, z->window_device_bytes);
+	}
+	if (s != STRATA_OK)
+		return s;
+	uint64_t statics = w.static_bytes, res[STRATA_PLAN_MAX_DEVICES] = {0};
+	*host = z->statics_on_host ? statics : 0;
+	if (!z->statics_on_host && statics > z->static_device_bytes)
+		return short_error(err, "device", "the static tensors", statics,
+				   z->static_device_bytes);
+	for (size_t i = 0; i < e->n; i++) {
+		const unit_slot *u = &e->units[i];
+		uint64_t *to = u->fixed ? &res[u->cfg->device] : host;
+		*to = strata_sat_add_u64(*to, u->block_bytes);
+	}
+	for (uint32_t d = 0; d < z->device_count; d++)
+		if (res[d] > z->device_weight_bytes[d])
+			return short_error(err, "device", "the resident units",
+					   res[d], z->device_weight_bytes[d]);
+	if (*host > z->host_bytes)
+		return short_error(err, "host", "the units not resident",
+				   *host, z->host_bytes);
+	return STRATA_OK;
+}
+
 /* Refuses sizes that do not hold the engine's tensors, and fills the
  * host bytes the mode takes (every block, or the lookahead slots). */
 static strata_status check_sizes(strata_residency *e, uint64_t *host,
@@ -272,7 +391,13 @@ static strata_status check_sizes(strata_residency *e, uint64_t *host,
 	const strata_residency_sizes *z = &c->sizes;
 	strata_plan_weights w;
 	strata_plan_layout_info info;
-	strata_status s = measure(e, &w, &info, err);
+	if (c->mode == STRATA_RESIDENCY_PLACEMENT)
+		return check_placement(e, host, err);
+	strata_status s = measure(e, -1,
+				  c->mode == STRATA_RESIDENCY_RESIDENT
+					  ? STRATA_RESIDENCY_RESIDENT
+					  : STRATA_RESIDENCY_HOST,
+				  c->sizes.depth, &w, &info, err);
 	if (s != STRATA_OK)
 		return s;
 	if (w.static_bytes > z->static_device_bytes)
@@ -299,6 +424,41 @@ static strata_status check_sizes(strata_residency *e, uint64_t *host,
 	return s;
 }
 
+/* PLACEMENT: one arena per device (device 0's with the statics unless
+ * they are on the host, the last's with the window), the host arena of
+ * every unit not resident, and the copy stream with each unit's events. */
+static strata_status take_placement(strata_residency *e, strata_error *err)
+{
+	const strata_residency_sizes *z = &e->cfg.sizes;
+	uint32_t last = z->device_count - 1;
+	strata_status s = STRATA_OK;
+	for (uint32_t d = 0; s == STRATA_OK && d < z->device_count; d++) {
+		uint64_t bytes = z->device_weight_bytes[d];
+		if (d == 0 && !z->statics_on_host)
+			bytes = strata_sat_add_u64(bytes, z->static_device_bytes);
+		if (d == last)
+			bytes = strata_sat_add_u64(bytes, z->window_device_bytes);
+		s = strata_backend_get_caps(e->devices[d], &e->dev_caps[d], err);
+		if (s == STRATA_OK)
+			s = strata_arena_create(e->devices[d], STRATA_ARENA_DEVICE,
+						bytes, "device weights",
+						&e->dev_arenas[d], err);
+	}
+	if (s != STRATA_OK)
+		return s;
+	e->dev_arena = e->dev_arenas[last];
+	s = strata_arena_create(e->b, STRATA_ARENA_HOST_PINNED, z->host_bytes,
+				"host weights", &e->host_arena, err);
+	if (s == STRATA_OK)
+		s = strata_stream_create(e->b, &e->copy_stream, err);
+	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
+		s = strata_event_create(e->b, &e->units[i].ev_start, err);
+		if (s == STRATA_OK)
+			s = strata_event_create(e->b, &e->units[i].ev_end, err);
+	}
+	return s;
+}
+
 /* Takes the arenas: exactly the plan's bytes, once they hold the tensors. */
 static strata_status take_memory(strata_residency *e, strata_error *err)
 {
@@ -306,6 +466,8 @@ static strata_status take_memory(strata_residency *e, strata_error *err)
 	const strata_residency_sizes *z = &c->sizes;
 	uint64_t host = 0, device = 0;
 	strata_status s = check_sizes(e, &host, err);
+	if (s == STRATA_OK && c->mode == STRATA_RESIDENCY_PLACEMENT)
+		return take_placement(e, err);
 	if (s == STRATA_OK)
 		s = strata_checked_add(z->static_device_bytes, z->window_device_bytes,
 				       &device, "device weight bytes", err);
@@ -337,10 +499,45 @@ static strata_status take_memory(strata_residency *e, strata_error *err)
 	return s;
 }
 
+/* Copies a staged load to device `dev` (its own stream, made for the
+ * load, where it is not the window's device) and waits for it. */
+static strata_status copy_staged(strata_residency *e, uint32_t dev,
+				 unsigned char *block,
+				 const strata_residency_tensor *t, size_t count,
+				 const uint64_t *offsets, uint64_t *moved,
+				 strata_error *err)
+{
+	strata_backend *b = e->devices[dev];
+	strata_stream *stream = e->copy_stream, *own = NULL;
+	strata_status s = STRATA_OK;
+	if (b != e->b || !stream) {
+		s = strata_stream_create(b, &own, err);
+		stream = own;
+	}
+	for (size_t i = 0; s == STRATA_OK && i < count; i++) {
+		uint64_t n = strata__res_tensor_exec(&t[i]);
+		*moved += n;
+		s = strata_backend_copy_h2d_async(b, stream, block + offsets[i],
+						  e->staging + offsets[i], n, err);
+	}
+	/* wait even after an error: the staging buffer is reused */
+	if (stream) {
+		strata_status w = strata_backend_synchronize(b, stream,
+							     s == STRATA_OK ? err : NULL);
+		if (s == STRATA_OK)
+			s = w;
+	}
+	if (own)
+		strata_stream_destroy(b, own);
+	return s;
+}
+
 /* Reads tensors into a fresh block of arena `a` on the calling thread,
- * charging `tier` and recording the transfer. */
+ * charging `tier` and recording the transfer; a device tier's block is
+ * on device `dev`. */
 static strata_status load_now(strata_residency *e, strata_arena *a,
 			      strata_tier tier, strata_direction dir,
+			      uint32_t dev,
 			      const strata_residency_tensor *t, size_t count,
 			      const uint64_t *offsets, uint64_t block_bytes,
 			      uint64_t file_bytes,
@@ -353,7 +550,8 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 	strata_telemetry_add_resident(&e->tel, tier, block_bytes);
 	/* a device host code cannot write (CUDA) is loaded through the staging
 	 * buffer: disk to host, then one copy per tensor */
-	bool staged = tier == STRATA_TIER_DEVICE && !e->caps.device_addressable;
+	bool staged = tier == STRATA_TIER_DEVICE &&
+		      !e->dev_caps[dev].device_addressable;
 	uint64_t t0 = strata_now_ns();
 	s = strata__res_read_tensors(e, t, count, offsets,
 				     staged ? e->staging : (unsigned char *)block,
@@ -366,18 +564,7 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 					 file_bytes, t1 - t0);
 	if (staged) {
 		uint64_t moved = 0;
-		for (size_t i = 0; s == STRATA_OK && i < count; i++) {
-			uint64_t b = strata__res_tensor_exec(&t[i]);
-			moved += b;
-			s = strata_backend_copy_h2d_async(e->b, e->copy_stream,
-							  (unsigned char *)block + offsets[i],
-							  e->staging + offsets[i], b, err);
-		}
-		/* wait even after an error: the staging buffer is reused */
-		strata_status w = strata_backend_synchronize(e->b, e->copy_stream,
-							     s == STRATA_OK ? err : NULL);
-		if (s == STRATA_OK)
-			s = w;
+		s = copy_staged(e, dev, block, t, count, offsets, &moved, err);
 		if (s != STRATA_OK)
 			return s;
 		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
@@ -393,7 +580,12 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 static strata_status take_staging(strata_residency *e, strata_error *err)
 {
 	const strata_residency_config *c = &e->cfg;
-	uint64_t need = c->mode == STRATA_RESIDENCY_RESIDENT ? e->host_slot_bytes : 0;
+	bool addressable = true, units = c->mode == STRATA_RESIDENCY_RESIDENT;
+	for (uint32_t d = 0; d < e->device_count; d++)
+		addressable &= e->dev_caps[d].device_addressable;
+	for (size_t i = 0; i < e->n; i++)
+		units |= e->units[i].fixed;
+	uint64_t need = units ? e->host_slot_bytes : 0;
 	for (size_t i = 0; i < c->static_count; i++) {
 		uint64_t b = 0;
 		strata_status s = strata_checked_align(strata__res_tensor_exec(&c->statics[i]),
@@ -403,7 +595,7 @@ static strata_status take_staging(strata_residency *e, strata_error *err)
 		if (b > need)
 			need = b;
 	}
-	if (e->caps.device_addressable || need == 0)
+	if (addressable || need == 0)
 		return STRATA_OK;
 	void *p = NULL;
 	strata_status s = strata_backend_host_alloc(e->b, need, true, &p, err);
@@ -436,25 +628,31 @@ static strata_status load_fixed(strata_residency *e, strata_error *err)
 		uint64_t aligned = 0;
 		s = strata_checked_align(strata__res_tensor_exec(t), &aligned,
 					 "static tensor bytes", err);
+		bool host = c->sizes.statics_on_host &&
+			    c->mode == STRATA_RESIDENCY_PLACEMENT;
 		if (s == STRATA_OK)
-			s = load_now(e, e->dev_arena, STRATA_TIER_DEVICE,
-				     STRATA_DIR_DISK_TO_DEVICE, t, 1, &zero_offset,
-				     aligned, t->tensor->bytes, &block, err);
+			s = load_now(e, host ? e->host_arena : e->dev_arenas[0],
+				     host ? STRATA_TIER_HOST : STRATA_TIER_DEVICE,
+				     host ? STRATA_DIR_DISK_TO_HOST
+					  : STRATA_DIR_DISK_TO_DEVICE,
+				     0, t, 1, &zero_offset, aligned,
+				     t->tensor->bytes, &block, err);
 		if (s == STRATA_OK)
 			e->static_data[i] = block;
 		else
 			strata_error_prefix(err, "loading static tensor '%s'", t->tensor->name);
 	}
-	bool resident = c->mode == STRATA_RESIDENCY_RESIDENT;
-	if (!resident && c->mode != STRATA_RESIDENCY_HOST)
+	if (c->mode == STRATA_RESIDENCY_DISK)
 		return s;
 	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
 		unit_slot *u = &e->units[i];
 		unsigned char *block = NULL;
-		s = load_now(e, resident ? e->dev_arena : e->host_arena,
+		bool resident = c->mode == STRATA_RESIDENCY_RESIDENT || u->fixed;
+		uint32_t dev = u->fixed ? u->cfg->device : 0;
+		s = load_now(e, resident ? e->dev_arenas[dev] : e->host_arena,
 			     resident ? STRATA_TIER_DEVICE : STRATA_TIER_HOST,
 			     resident ? STRATA_DIR_DISK_TO_DEVICE : STRATA_DIR_DISK_TO_HOST,
-			     u->cfg->tensors, u->cfg->tensor_count, u->offsets,
+			     dev, u->cfg->tensors, u->cfg->tensor_count, u->offsets,
 			     u->block_bytes, u->file_bytes, &block, err);
 		if (s != STRATA_OK) {
 			strata_error_prefix(err, "loading unit %" PRIu64 " of group '%s'",
@@ -480,9 +678,12 @@ static void set_plan_figures(strata_residency *e)
 	/* tiers are charged what their arenas hand out (256-aligned), the
 	 * same bytes the plan sizes with */
 	strata_arena_stats dev, host;
-	strata_arena_get_stats(e->dev_arena, &dev);
+	uint64_t planned_device = 0;
+	for (uint32_t d = 0; d < e->device_count; d++) {
+		strata_arena_get_stats(e->dev_arenas[d], &dev);
+		planned_device = strata_sat_add_u64(planned_device, dev.capacity_bytes);
+	}
 	strata_arena_get_stats(e->host_arena, &host);
-	uint64_t planned_device = dev.capacity_bytes;
 	uint64_t planned_host = host.capacity_bytes;
 	uint64_t planned_disk = 0;
 	if (c->mode == STRATA_RESIDENCY_DISK)
@@ -525,6 +726,26 @@ static strata_status start_disk(strata_residency *e, strata_error *err)
 	return strata__res_start_readers(e, err);
 }
 
+/* The devices: a placement's (the last being b), else b alone. */
+static strata_status set_devices(strata_residency *e, strata_backend *b,
+				 strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	bool placement = c->mode == STRATA_RESIDENCY_PLACEMENT;
+	e->device_count = placement ? c->sizes.device_count : 1;
+	for (uint32_t d = 0; d < e->device_count; d++) {
+		e->devices[d] = placement && c->devices ? c->devices[d] : b;
+		strata_status s = strata_backend_get_caps(e->devices[d],
+							  &e->dev_caps[d], err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	if (e->devices[e->device_count - 1] != b)
+		return bad(err, "create the engine on the backend of the split's last device",
+			   "the window's device is not the engine's backend");
+	return STRATA_OK;
+}
+
 strata_status strata_residency_create(strata_backend *b,
 				      const strata_residency_config *cfg,
 				      strata_residency **out,
@@ -547,6 +768,8 @@ strata_status strata_residency_create(strata_backend *b,
 	if (s == STRATA_OK)
 		s = strata_backend_get_caps(b, &e->caps, err);
 	if (s == STRATA_OK)
+		s = set_devices(e, b, err);
+	if (s == STRATA_OK)
 		s = sort_units(cfg, &order, err);
 	if (s == STRATA_OK)
 		s = build_units(e, order, err);
@@ -559,6 +782,8 @@ strata_status strata_residency_create(strata_backend *b,
 	}
 	if (s == STRATA_OK)
 		s = take_memory(e, err);
+	if (s == STRATA_OK && cfg->mode != STRATA_RESIDENCY_PLACEMENT)
+		e->dev_arenas[0] = e->dev_arena;
 	if (s == STRATA_OK) {
 		set_plan_figures(e);
 		s = strata__res_buffers_init(e, &e->main_buf, err);
@@ -592,7 +817,11 @@ void strata_residency_destroy(strata_residency *e)
 		strata_event_destroy(e->b, e->units[i].ev_start);
 		strata_event_destroy(e->b, e->units[i].ev_end);
 	}
-	strata_arena_destroy(e->dev_arena);
+	if (e->cfg.mode == STRATA_RESIDENCY_PLACEMENT)
+		for (uint32_t d = 0; d < e->device_count; d++)
+			strata_arena_destroy(e->dev_arenas[d]);
+	else
+		strata_arena_destroy(e->dev_arena);
 	strata_arena_destroy(e->host_arena);
 	if (e->units) {
 		strata_free(e->units[0].offsets);
@@ -652,6 +881,15 @@ void strata_residency_device_arena_stats(const strata_residency *e,
 					 strata_arena_stats *out)
 {
 	strata_arena_get_stats(e->dev_arena, out);
+}
+
+void strata_residency_device_arena_stats_at(const strata_residency *e,
+					    uint32_t d,
+					    strata_arena_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (d < e->device_count && e->dev_arenas[d])
+		strata_arena_get_stats(e->dev_arenas[d], out);
 }
 
 void strata_residency_host_arena_stats(const strata_residency *e,

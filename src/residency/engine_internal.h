@@ -31,6 +31,13 @@ typedef struct unit_slot {
 	bool copy_pending;  /* a host-to-device copy from host_block is queued */
 	strata_event *ev_start, *ev_end;
 	uint64_t last_use, uses; /* host cache policy */
+	/* PLACEMENT: where it runs in each split ([0] decode, [1] prefill);
+	 * a resident unit (fixed) stays DEV_READY in its device's arena, a
+	 * cpu unit of the current split is DEV_NONE or DEV_HELD with its
+	 * view on the host block. Other modes: one uniform kind, not fixed. */
+	strata_place place[2];
+	bool fixed;
+	uint64_t held_at; /* when acquired, for the per-kind telemetry */
 } unit_slot;
 
 struct strata_residency {
@@ -38,8 +45,15 @@ struct strata_residency {
 	strata_backend_caps caps;
 	strata_residency_config cfg; /* cfg.sizes: the plan's, enforced */
 	uint64_t host_slot_bytes; /* disk mode: one lookahead slot (largest unit) */
-	strata_arena *dev_arena, *host_arena;
+	strata_arena *dev_arena, *host_arena; /* dev_arena: the window's device */
 	strata_stream *copy_stream;
+	/* PLACEMENT: every device of the split (the last is b, its arena
+	 * dev_arena); one device elsewhere. prefill: the current split. */
+	uint32_t device_count;
+	strata_backend *devices[STRATA_PLAN_MAX_DEVICES];
+	strata_backend_caps dev_caps[STRATA_PLAN_MAX_DEVICES];
+	strata_arena *dev_arenas[STRATA_PLAN_MAX_DEVICES];
+	bool prefill;
 	unit_slot *units; /* by (group, unit) */
 	size_t n;
 	size_t *group_begin; /* group g is positions [group_begin[g], group_begin[g + 1]) */
@@ -76,6 +90,23 @@ struct strata_residency {
 	strata_telemetry tel;
 	bool tel_ok;
 };
+
+/* The window depth of the current split. */
+static inline uint64_t strata__res_depth(const struct strata_residency *e)
+{
+	return e->cfg.mode == STRATA_RESIDENCY_PLACEMENT && e->prefill
+		       ? e->cfg.sizes.prefill_depth
+		       : e->cfg.sizes.depth;
+}
+
+/* Whether unit u streams through the window in the current split. */
+static inline bool strata__res_streams(const struct strata_residency *e,
+				       const unit_slot *u)
+{
+	if (e->cfg.mode != STRATA_RESIDENCY_PLACEMENT)
+		return e->cfg.mode != STRATA_RESIDENCY_RESIDENT;
+	return u->place[e->prefill] == STRATA_PLACE_WINDOW;
+}
 
 static inline uint64_t strata__res_tensor_exec(const strata_residency_tensor *t)
 {

@@ -28,6 +28,19 @@ strata_status strata_residency_config_from_plan(const strata_plan *p,
 		.host_bytes = c->mode == STRATA_RESIDENCY_HOST ? c->host_weight_bytes
 			      : disk ? c->staging_bytes : 0,
 	};
+	if (c->mode == STRATA_RESIDENCY_PLACEMENT) {
+		/* each split streams through its own depth; the devices hold
+		 * their resident units, the host every other unit (and the
+		 * statics when the CPU computes them) */
+		cfg->sizes.depth = c->decode_depth;
+		cfg->sizes.prefill_depth = c->prefill_depth;
+		cfg->sizes.host_bytes = c->host_weight_bytes;
+		cfg->sizes.device_count = c->devices ? c->devices : 1;
+		for (uint32_t d = 0; d < cfg->sizes.device_count &&
+				     d < STRATA_PLAN_MAX_DEVICES; d++)
+			cfg->sizes.device_weight_bytes[d] = c->device_weight_bytes[d];
+		cfg->sizes.statics_on_host = c->statics_on_cpu;
+	}
 	cfg->lookahead_units = disk ? c->lookahead : 0;
 	cfg->queue_depth = disk ? c->queue : 0;
 	return STRATA_OK;

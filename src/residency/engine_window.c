@@ -46,8 +46,8 @@ static strata_status reader_failed(strata_residency *e, strata_error *err)
 static strata_status drop_device(strata_residency *e, unit_slot *u,
 				 strata_error *err)
 {
-	if (u->dev == DEV_NONE)
-		return STRATA_OK;
+	if (u->dev == DEV_NONE || u->fixed)
+		return STRATA_OK; /* a resident unit of a placement never moves */
 	if (u->dev == DEV_LOADING && !u->dev_by_reader) {
 		/* the copy happened: count it even though nobody used it */
 		double sec = 0;
@@ -182,8 +182,11 @@ static strata_status place_window(strata_residency *e, size_t want,
 	if (first >= ge)
 		return STRATA_OK;
 	uint64_t anchor = idx(e, first);
-	for (size_t p = first; p < ge && idx(e, p) - anchor < e->cfg.sizes.depth; p++) {
-		if (e->units[p].dev != DEV_NONE)
+	uint64_t depth = strata__res_depth(e);
+	for (size_t p = first; p < ge && idx(e, p) - anchor < depth; p++) {
+		/* units the split does not stream weigh nothing: skipped */
+		if (e->units[p].dev != DEV_NONE ||
+		    !strata__res_streams(e, &e->units[p]))
 			continue;
 		placed r;
 		strata_status s = place(e, p, want, &r, err);
@@ -389,7 +392,7 @@ static strata_status held_error(strata_residency *e, size_t held, size_t pos,
 			   "unit %" PRIu64 " of group '%s' is still held while acquiring unit %"
 			   PRIu64 " of group '%s' (window depth %" PRIu64 ")",
 			   h->unit, e->cfg.groups[h->group], w->unit,
-			   e->cfg.groups[w->group], e->cfg.sizes.depth);
+			   e->cfg.groups[w->group], strata__res_depth(e));
 }
 
 /* Moves the window to the group and position of `pos`: drains the old
@@ -414,7 +417,7 @@ static strata_status move_window(strata_residency *e, size_t pos,
 	for (size_t p = gb; p < ge; p++) {
 		unit_slot *u = &e->units[p];
 		uint64_t a = idx(e, p), b = idx(e, pos);
-		bool far = (a > b ? a - b : b - a) >= e->cfg.sizes.depth;
+		bool far = (a > b ? a - b : b - a) >= strata__res_depth(e);
 		if (u->dev == DEV_HELD && far)
 			return held_error(e, p, pos, err);
 		if (p != pos && u->dev != DEV_HELD && u->dev != DEV_NONE &&
@@ -494,7 +497,13 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 				unit, e->cfg.groups[group]);
 	if (s == STRATA_OK && e->cfg.mode != STRATA_RESIDENCY_RESIDENT)
 		s = move_window(e, pos, err);
-	if (s == STRATA_OK) {
+	if (s == STRATA_OK && e->cfg.mode == STRATA_RESIDENCY_PLACEMENT &&
+	    !strata__res_streams(e, u)) {
+		/* resident: on its device since create; cpu: its host copy */
+		if (!u->fixed)
+			for (size_t t = 0; t < u->cfg->tensor_count; t++)
+				u->data[t] = u->host_block + u->offsets[t];
+	} else if (s == STRATA_OK) {
 		poll_copies(e);
 		if (u->dev == DEV_READY) {
 			strata_telemetry_record_hit(&e->tel);
@@ -509,6 +518,7 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 	}
 	if (s == STRATA_OK) {
 		u->dev = DEV_HELD;
+		u->held_at = strata_now_ns();
 		e->cursor = pos;
 		e->cursor_valid = true;
 		e->cursor_done = true;
@@ -517,7 +527,8 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 		view->data = u->data;
 		s = pump(e, SIZE_MAX, err); /* the next units start now */
 		if (s != STRATA_OK)
-			u->dev = DEV_READY;
+			u->dev = u->fixed || strata__res_streams(e, u) ? DEV_READY
+								      : DEV_NONE;
 	}
 	pthread_mutex_unlock(&e->lock);
 	return s;
@@ -539,8 +550,16 @@ strata_status strata_residency_release(strata_residency *e, uint32_t group,
 				"release only units acquired and not yet released",
 				"unit %" PRIu64 " of group '%s' is not held",
 				unit, e->cfg.groups[group]);
-	if (s == STRATA_OK && e->cfg.mode == STRATA_RESIDENCY_RESIDENT) {
+	if (s == STRATA_OK)
+		strata_telemetry_record_unit(&e->tel, u->place[e->prefill],
+					     u->block_bytes,
+					     strata_now_ns() - u->held_at);
+	if (s == STRATA_OK && (e->cfg.mode == STRATA_RESIDENCY_RESIDENT || u->fixed)) {
 		u->dev = DEV_READY; /* resident: loaded once, kept */
+	} else if (s == STRATA_OK && !strata__res_streams(e, u)) {
+		u->dev = DEV_NONE; /* a cpu unit: its host copy stays */
+		if (!e->failed)
+			s = pump(e, SIZE_MAX, err);
 	} else if (s == STRATA_OK) {
 		u->dev = DEV_READY;
 		s = drop_device(e, u, err);
@@ -566,6 +585,35 @@ strata_status strata_residency_quiesce(strata_residency *e, strata_error *err)
 		strata_backend_synchronize(e->b, e->copy_stream, NULL);
 	pthread_mutex_lock(&e->lock);
 	poll_copies(e);
+	pthread_mutex_unlock(&e->lock);
+	return s;
+}
+
+strata_status strata_residency_set_pass(strata_residency *e, bool prefill,
+					strata_error *err)
+{
+	if (!e)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller; report it",
+				   "set_pass with a NULL engine");
+	if (e->cfg.mode != STRATA_RESIDENCY_PLACEMENT || e->prefill == prefill)
+		return STRATA_OK;
+	pthread_mutex_lock(&e->lock);
+	strata_status s = STRATA_OK;
+	for (size_t p = 0; p < e->n; p++)
+		if (e->units[p].dev == DEV_HELD)
+			s = strata_fail(err, STRATA_E_RES_STATE,
+					"release every unit before switching passes",
+					"unit %" PRIu64 " is held while switching to the %s split",
+					e->units[p].cfg->unit,
+					prefill ? "prefill" : "decode");
+	/* the other split's window goes: its units may be cpu units here */
+	for (size_t p = 0; s == STRATA_OK && p < e->n; p++)
+		s = drop_device(e, &e->units[p], err);
+	if (s == STRATA_OK) {
+		e->prefill = prefill;
+		e->cursor_valid = false;
+	}
 	pthread_mutex_unlock(&e->lock);
 	return s;
 }

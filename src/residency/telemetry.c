@@ -159,6 +159,48 @@ void strata_telemetry_record_eviction(strata_telemetry *t, uint64_t bytes)
 	pthread_mutex_unlock(&t->lock);
 }
 
+static void add_stats(strata_transfer_stats *x, uint64_t bytes, uint64_t ns)
+{
+	x->count = strata_sat_add_u64(x->count, 1);
+	x->bytes = strata_sat_add_u64(x->bytes, bytes);
+	x->ns = strata_sat_add_u64(x->ns, ns);
+}
+
+static void sum_stats(strata_transfer_stats *x, const strata_transfer_stats *y)
+{
+	x->count = strata_sat_add_u64(x->count, y->count);
+	x->bytes = strata_sat_add_u64(x->bytes, y->bytes);
+	x->ns = strata_sat_add_u64(x->ns, y->ns);
+}
+
+void strata_telemetry_record_unit(strata_telemetry *t, strata_place where,
+				  uint64_t bytes, uint64_t ns)
+{
+	if ((unsigned)where >= STRATA_PLACE_COUNT)
+		return;
+	pthread_mutex_lock(&t->lock);
+	add_stats(&t->s.units[where], bytes, ns);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void strata_telemetry_record_activation(strata_telemetry *t, unsigned link,
+					uint64_t bytes, uint64_t ns)
+{
+	if (link > STRATA_ACT_DEVICE_TO_DEVICE)
+		return;
+	pthread_mutex_lock(&t->lock);
+	add_stats(&t->s.activations[link], bytes, ns);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void strata_telemetry_record_kv_stage(strata_telemetry *t, bool up,
+				      uint64_t bytes, uint64_t ns)
+{
+	pthread_mutex_lock(&t->lock);
+	add_stats(&t->s.kv_staged[up ? 0 : 1], bytes, ns);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void strata_telemetry_get(strata_telemetry *t, strata_telemetry_snapshot *out)
 {
 	pthread_mutex_lock(&t->lock);
@@ -175,13 +217,14 @@ void strata_telemetry_snapshot_add(strata_telemetry_snapshot *a,
 		a->current_bytes[i] = strata_sat_add_u64(a->current_bytes[i], b->current_bytes[i]);
 		a->peak_bytes[i] = strata_sat_add_u64(a->peak_bytes[i], b->peak_bytes[i]);
 	}
-	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++) {
-		strata_transfer_stats *x = &a->transfers[d];
-		const strata_transfer_stats *y = &b->transfers[d];
-		x->count = strata_sat_add_u64(x->count, y->count);
-		x->bytes = strata_sat_add_u64(x->bytes, y->bytes);
-		x->ns = strata_sat_add_u64(x->ns, y->ns);
-	}
+	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++)
+		sum_stats(&a->transfers[d], &b->transfers[d]);
+	for (int k = 0; k < STRATA_PLACE_COUNT; k++)
+		sum_stats(&a->units[k], &b->units[k]);
+	for (int k = 0; k < 3; k++)
+		sum_stats(&a->activations[k], &b->activations[k]);
+	for (int k = 0; k < 2; k++)
+		sum_stats(&a->kv_staged[k], &b->kv_staged[k]);
 	a->prefetch_requests = strata_sat_add_u64(a->prefetch_requests, b->prefetch_requests);
 	a->prefetch_hits = strata_sat_add_u64(a->prefetch_hits, b->prefetch_hits);
 	a->prefetch_misses = strata_sat_add_u64(a->prefetch_misses, b->prefetch_misses);
