@@ -57,6 +57,8 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	}
 	if (!po.shape.batch)
 		po.shape.batch = 1;
+	/* the run runs placements (session_place.c): the plan may pick one */
+	po.mixed_placements = true;
 	if (po.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
 		return strata_fail(err, STRATA_E_INVALID_ARG, "lower --batch",
 				   "--batch %llu: a forward pass holds at most "
@@ -182,21 +184,25 @@ static strata_status start_window(strata_session *s, strata_error *err)
 					     err)))
 		return st;
 	wo.compute_stream = strata_compute_stream(s->compute);
-	if ((st = strata_infer_window_create(s->backend, &s->tensors, s->store,
-					     &wo, &s->window, &s->source,
-					     err)))
+	strata_backend *wb = s->backend;
+	strata__session_place_window(s, &wo, &wb);
+	if ((st = strata_infer_window_create(wb, &s->tensors, s->store, &wo,
+					     &s->window, &s->source, err)))
 		return st;
 	strata_forward_options fo = {
 		.hp = &s->hp, .backend = s->backend, .compute = s->compute,
 		.src = &s->source, .context = s->context, .batch = s->batch,
 		.sequences = s->sequences,
 	};
-	if ((st = check_forward_bytes(s, &fo, err)) ||
+	strata__session_place_forward(s, &fo);
+	/* a placement's sites are bounded by their backends (each device
+	 * by its budget); the one-site pass is checked against the plan */
+	if ((!s->place && (st = check_forward_bytes(s, &fo, err))) ||
 	    (st = strata_forward_create(&fo, &s->forward, err)))
 		return st;
 	/* The products' workspace now, as planned, not mid-run. */
 	uint64_t ws = strata_plan_get_memory(s->plan)->product_workspace_bytes;
-	return strata_compute_reserve(s->compute, ws, err);
+	return strata__session_place_reserve(s, ws, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -219,6 +225,8 @@ strata_status strata_session_open(const strata_session_options *o,
 	    (st = open_backend(s, o, false, err)) ||
 	    (st = plan_it(s, o, err)) ||
 	    (st = open_backend(s, o, true, err)) ||
+	    (st = strata__session_place_open(s, o->threads, o->device_index,
+					     err)) ||
 	    (st = start_window(s, err))) {
 		strata_session_close(s);
 		return st;
@@ -235,6 +243,7 @@ void strata_session_close(strata_session *s)
 	strata_forward_destroy(s->forward);
 	strata_compute_destroy(s->compute);
 	strata_infer_window_destroy(s->window);
+	strata__session_place_close(s);
 	strata_backend_destroy(s->backend);
 	strata_weight_store_destroy(s->store);
 	strata_plan_destroy(s->plan);

@@ -7,6 +7,8 @@
 
 #include "strata/infer.h"
 
+typedef struct strata_session_placement strata_session_placement;
+
 /* Everything one run holds, opened in order: catalog, hyper-parameters,
  * tensors, plan, weight store, backend, residency window, compute, forward
  * pass. */
@@ -30,6 +32,30 @@ struct strata_session {
 	 * (cuBLAS and the runtime's own included), measured; the plan
 	 * reserves this, not an estimate */
 	uint64_t compute_device_bytes;
+	/* A placement (session_place.c): devices 1 .. of the split with
+	 * their compute contexts (device 0 is backend / compute), the CPU's
+	 * backend and compute where the CPU computes units or the statics,
+	 * the forward pass's sites and each layer's site in either split. */
+	strata_session_placement *place;
 };
+
+/* session_place.c */
+/* Opens the split's other devices and the CPU site of a placement (a
+ * no-op for the uniform modes), after the plan and the first backend. */
+strata_status strata__session_place_open(strata_session *s, uint32_t threads,
+					 uint32_t device_index,
+					 strata_error *err);
+/* The window's and the forward pass's options for the placement: the
+ * window's device (the split's last) and the device list, the forward
+ * pass's sites. Uniform modes leave both as they are. */
+void strata__session_place_window(strata_session *s,
+				  strata_infer_window_options *wo,
+				  strata_backend **window_backend);
+void strata__session_place_forward(strata_session *s,
+				   strata_forward_options *fo);
+/* Every product workspace the plan sized, on each device. */
+strata_status strata__session_place_reserve(strata_session *s, uint64_t bytes,
+					    strata_error *err);
+void strata__session_place_close(strata_session *s);
 
 #endif

@@ -562,7 +562,9 @@ static strata_status search(strata_plan *p, bool statics_cpu, bool *mask,
 	uint64_t n = p->info.occupied_units, rlo, rhi, rstep;
 	double best_t = 0;
 	*found = false;
-	range_of(o->has_resident_units, o->resident_units, n, &rlo, &rhi,
+	/* forced cpu units are exactly min(N, n): they bound the resident */
+	uint64_t fc = o->has_cpu_units ? (o->cpu_units < n ? o->cpu_units : n) : 0;
+	range_of(o->has_resident_units, o->resident_units, n - fc, &rlo, &rhi,
 		 &rstep);
 	for (uint64_t r = rhi + 1; r-- > rlo;) {
 		if ((rhi - r) % rstep && r != rlo)

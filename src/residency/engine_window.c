@@ -38,6 +38,13 @@ static strata_status reader_failed(strata_residency *e, strata_error *err)
 	return STRATA_E_RES_READER;
 }
 
+/* Bytes one host-to-device load of u moves (queue_copy). */
+static uint64_t copied(const strata_residency *e, const unit_slot *u)
+{
+	return e->cfg.mode == STRATA_RESIDENCY_PLACEMENT ? u->block_bytes
+							 : u->exec_bytes;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Device slots                                                             */
 /* ------------------------------------------------------------------------ */
@@ -54,7 +61,7 @@ static strata_status drop_device(strata_residency *e, unit_slot *u,
 		strata_event_wait(e->b, u->ev_end, NULL);
 		strata_event_elapsed(e->b, u->ev_start, u->ev_end, &sec, NULL);
 		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
-						 u->exec_bytes, (uint64_t)(sec * 1e9));
+						 copied(e, u), (uint64_t)(sec * 1e9));
 		u->copy_pending = false;
 	}
 	while (u->dev == DEV_LOADING && u->dev_by_reader) {
@@ -84,7 +91,7 @@ static void poll_copies(strata_residency *e)
 		double sec = 0;
 		strata_event_elapsed(e->b, u->ev_start, u->ev_end, &sec, NULL);
 		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
-						 u->exec_bytes, (uint64_t)(sec * 1e9));
+						 copied(e, u), (uint64_t)(sec * 1e9));
 		u->dev = DEV_READY;
 		u->copy_pending = false;
 	}
@@ -97,7 +104,14 @@ static strata_status queue_copy(strata_residency *e, unit_slot *u,
 				strata_error *err)
 {
 	strata_status s = strata_event_record(e->b, u->ev_start, e->copy_stream, err);
-	for (size_t t = 0; s == STRATA_OK && t < u->cfg->tensor_count; t++)
+	/* a placement copies a unit's block in one go: one copy per unit on
+	 * the link, and its bytes are the plan's (aligned) unit bytes */
+	if (s == STRATA_OK && e->cfg.mode == STRATA_RESIDENCY_PLACEMENT)
+		s = strata_backend_copy_h2d_async(e->b, e->copy_stream,
+						  u->dev_block, u->host_block,
+						  u->block_bytes, err);
+	for (size_t t = 0; s == STRATA_OK && e->cfg.mode != STRATA_RESIDENCY_PLACEMENT &&
+			   t < u->cfg->tensor_count; t++)
 		s = strata_backend_copy_h2d_async(
 			e->b, e->copy_stream, u->dev_block + u->offsets[t],
 			u->host_block + u->offsets[t],

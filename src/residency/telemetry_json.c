@@ -85,6 +85,70 @@ static void write_device(strata_json *j, const strata_telemetry_device *d)
 	strata_json_object_end(j);
 }
 
+static void write_stats(strata_json *j, const char *key, const char *name,
+			const strata_transfer_stats *x)
+{
+	strata_json_object_begin(j);
+	if (key)
+		strata_json_kv_string(j, key, name);
+	strata_json_kv_u64(j, "count", x->count);
+	strata_json_kv_u64(j, "bytes", x->bytes);
+	strata_json_kv_double(j, "seconds", seconds(x->ns));
+	strata_json_object_end(j);
+}
+
+static double share(uint64_t ns, double run_seconds)
+{
+	return run_seconds > 0 ? seconds(ns) / run_seconds : 0.0;
+}
+
+/* The `placement` object (beside the seed's): per unit kind the units
+ * acquired, their bytes and the time they were held (a cpu unit's is the
+ * CPU's compute), the activation and KV staging copies between sites,
+ * and how much of the run each link and the CPU were busy. */
+static void write_placement(strata_json *j, const strata_telemetry_snapshot *s,
+			    double run_seconds)
+{
+	static const char *const links[] = {"host_to_device", "device_to_host",
+					    "device_to_device"};
+	strata_json_object_begin(j);
+	strata_json_key(j, "units");
+	strata_json_object_begin(j);
+	for (int k = 0; k < STRATA_PLACE_COUNT; k++) {
+		strata_json_key(j, strata_place_name((strata_place)k));
+		write_stats(j, NULL, NULL, &s->units[k]);
+	}
+	strata_json_object_end(j);
+	strata_json_key(j, "activations");
+	strata_json_array_begin(j);
+	for (int k = 0; k < 3; k++)
+		write_stats(j, "link", links[k], &s->activations[k]);
+	strata_json_array_end(j);
+	strata_json_key(j, "kv_staged");
+	strata_json_array_begin(j);
+	write_stats(j, "direction", "to_computing_site", &s->kv_staged[0]);
+	write_stats(j, "direction", "back_to_cache", &s->kv_staged[1]);
+	strata_json_array_end(j);
+	strata_json_key(j, "busy_fraction");
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "host_to_device",
+			      share(s->transfers[STRATA_DIR_HOST_TO_DEVICE].ns,
+				    run_seconds));
+	strata_json_kv_double(j, "disk",
+			      share(strata_sat_add_u64(
+					    s->transfers[STRATA_DIR_DISK_TO_HOST].ns,
+					    s->transfers[STRATA_DIR_DISK_TO_DEVICE].ns),
+				    run_seconds));
+	strata_json_kv_double(j, "cpu_compute",
+			      share(s->units[STRATA_PLACE_CPU].ns, run_seconds));
+	uint64_t act = 0;
+	for (int k = 0; k < 3; k++)
+		act = strata_sat_add_u64(act, s->activations[k].ns);
+	strata_json_kv_double(j, "activations", share(act, run_seconds));
+	strata_json_object_end(j);
+	strata_json_object_end(j);
+}
+
 /* ------------------------------------------------------------------------ */
 
 void strata_telemetry_write_json(strata_json *j,
@@ -127,6 +191,8 @@ void strata_telemetry_write_json(strata_json *j,
 
 	strata_json_key(j, "residency");
 	write_residency(j, r->residency ? r->residency : &zero);
+	strata_json_key(j, "placement");
+	write_placement(j, r->residency ? r->residency : &zero, r->run_seconds);
 	strata_json_key(j, "weight_store");
 	write_store(j, r->weight_store);
 	strata_json_key(j, "devices");
@@ -138,6 +204,38 @@ void strata_telemetry_write_json(strata_json *j,
 }
 
 /* ------------------------------------------------------------------------ */
+
+/* Units per kind with the time they were held, and the activation
+ * copies between sites, where there were any. */
+static void print_placement(FILE *f, const strata_telemetry_snapshot *s)
+{
+	static const char *const links[] = {"host_to_device", "device_to_host",
+					    "device_to_device"};
+	char a[32];
+	int kinds = 0;
+	for (int k = 0; k < STRATA_PLACE_COUNT; k++)
+		kinds += s->units[k].count > 0;
+	if (kinds > 1 || s->units[STRATA_PLACE_CPU].count) {
+		fprintf(f, "  units by placement:");
+		for (int k = 0; k < STRATA_PLACE_COUNT; k++)
+			if (s->units[k].count)
+				fprintf(f, " %s %" PRIu64 " (%s, held %.3f s)",
+					strata_place_name((strata_place)k),
+					s->units[k].count,
+					strata_size_format(s->units[k].bytes, a, sizeof a),
+					seconds(s->units[k].ns));
+		fprintf(f, "\n");
+	}
+	for (int k = 0; k < 3; k++)
+		if (s->activations[k].count)
+			fprintf(f, "  activations %-16s %10s in %6" PRIu64 " copies, %.3f s\n",
+				links[k],
+				strata_size_format(s->activations[k].bytes, a, sizeof a),
+				s->activations[k].count, seconds(s->activations[k].ns));
+	if (s->kv_staged[0].count || s->kv_staged[1].count)
+		fprintf(f, "  KV staged: %" PRIu64 " copies to the computing site, %" PRIu64 " back\n",
+			s->kv_staged[0].count, s->kv_staged[1].count);
+}
 
 void strata_telemetry_print_summary(FILE *f, const strata_telemetry_snapshot *s)
 {
@@ -183,4 +281,5 @@ void strata_telemetry_print_summary(FILE *f, const strata_telemetry_snapshot *s)
 	if (s->evictions)
 		fprintf(f, "  evictions: %" PRIu64 " (%s)\n", s->evictions,
 			strata_size_format(s->evicted_bytes, a, sizeof a));
+	print_placement(f, s);
 }
