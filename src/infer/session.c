@@ -57,8 +57,12 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	}
 	if (!po.shape.batch)
 		po.shape.batch = 1;
-	/* the run runs placements (session_place.c): the plan may pick one */
-	po.mixed_placements = true;
+	/* The run runs placements (session_place.c): the plan may pick one
+	 * where one can be faster, on CUDA or over a layer split. With one
+	 * CPU device the device and the CPU are one processor on one RAM,
+	 * so only a forced placement runs there. */
+	po.mixed_placements = po.device == STRATA_PLAN_DEVICE_CUDA ||
+			      po.device_count > 1;
 	if (po.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
 		return strata_fail(err, STRATA_E_INVALID_ARG, "lower --batch",
 				   "--batch %llu: a forward pass holds at most "

@@ -191,8 +191,6 @@ void strata_telemetry_write_json(strata_json *j,
 
 	strata_json_key(j, "residency");
 	write_residency(j, r->residency ? r->residency : &zero);
-	strata_json_key(j, "placement");
-	write_placement(j, r->residency ? r->residency : &zero, r->run_seconds);
 	strata_json_key(j, "weight_store");
 	write_store(j, r->weight_store);
 	strata_json_key(j, "devices");
@@ -200,6 +198,8 @@ void strata_telemetry_write_json(strata_json *j,
 	for (size_t i = 0; i < r->device_count; i++)
 		write_device(j, &r->devices[i]);
 	strata_json_array_end(j);
+	strata_json_key(j, "placement");
+	write_placement(j, r->residency ? r->residency : &zero, r->run_seconds);
 	strata_json_object_end(j);
 }
 

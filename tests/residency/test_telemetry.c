@@ -77,7 +77,22 @@ static void test_projection_preserves_every_tier_and_ordered_transfer(void **sta
 		 "\"devices\":[{\"name\":\"cpu\",\"budget_device_bytes\":0,"
 		 "\"budget_host_bytes\":0,\"residency\":%s,\"prefetch_requests\":0,"
 		 "\"prefetch_hits\":0,\"prefetch_misses\":0,\"stalls\":0,"
-		 "\"stall_seconds\":0,\"evictions\":0,\"evicted_bytes\":0}]}\n",
+		 "\"stall_seconds\":0,\"evictions\":0,\"evicted_bytes\":0}],"
+		 "\"placement\":{\"units\":{"
+		 "\"resident\":{\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "\"window\":{\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "\"cpu\":{\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "\"disk\":{\"count\":0,\"bytes\":0,\"seconds\":0}},"
+		 "\"activations\":["
+		 "{\"link\":\"host_to_device\",\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "{\"link\":\"device_to_host\",\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "{\"link\":\"device_to_device\",\"count\":0,\"bytes\":0,\"seconds\":0}],"
+		 "\"kv_staged\":["
+		 "{\"direction\":\"to_computing_site\",\"count\":0,\"bytes\":0,\"seconds\":0},"
+		 "{\"direction\":\"back_to_cache\",\"count\":0,\"bytes\":0,\"seconds\":0}],"
+		 /* h2d 0.5 s of a 2 s run; disk 0.5 + 0.5 s */
+		 "\"busy_fraction\":{\"host_to_device\":0.25,\"disk\":0.5,"
+		 "\"cpu_compute\":0,\"activations\":0}}}\n",
 		 expected_residency, expected_residency);
 	assert_string_equal(j.buf, expected);
 	strata_json_fini(&j);
