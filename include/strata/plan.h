@@ -157,6 +157,19 @@ strata_status strata_plan_layout_create(const strata_plan_param *params,
 					strata_error *err);
 void strata_plan_layout_destroy(strata_plan_layout *l); /* NULL is fine */
 
+/* The same, with every tensor also in its own slot of `alignment` bytes
+ * (the arenas' STRATA_ALIGN; 0 or 1: none): the callback gives each
+ * tensor's exact bytes, which the seed's figures sum
+ * (strata_plan_layout_weights, strata_plan_layout_exact_window_of, the
+ * info's exact_* fields); every other sum (strata_plan_unit.bytes,
+ * strata_plan_layout_window_of, static_bytes, all_units_bytes) is of the
+ * slots, what a device or host region holds. Errors as above, and
+ * E_OVERFLOW "tensor device bytes" when a slot does not fit in u64. */
+strata_status strata_plan_layout_create_aligned(
+	const strata_plan_param *params, size_t n, strata_plan_bytes_fn bytes,
+	void *ctx, const char *const *exclude, size_t n_exclude,
+	uint64_t alignment, strata_plan_layout **out, strata_error *err);
+
 /* Summary of a layout. unit_count is the seed's: per group the last index
  * + 1 (absent indices count), summed over groups. span is the largest
  * last - first + 1 of one group: a window that deep holds a whole group. */
@@ -170,6 +183,9 @@ typedef struct strata_plan_layout_info {
 	uint64_t largest_unit_bytes; /* one {group, unit}, device bytes */
 	uint64_t unit_file_bytes;    /* sum of file_bytes of unit tensors */
 	uint64_t sized_tensors, excluded_tensors;
+	/* the seed's sums of the tensors' own bytes (no slots): equal to
+	 * static_bytes and all_units_bytes in a layout without alignment */
+	uint64_t exact_static_bytes, exact_all_units_bytes;
 } strata_plan_layout_info;
 
 void strata_plan_layout_get_info(const strata_plan_layout *l,
@@ -188,7 +204,8 @@ typedef struct strata_plan_unit {
 	const char *group;
 	size_t group_len;
 	uint64_t unit;
-	uint64_t bytes; /* device bytes of its tensors */
+	uint64_t bytes;	      /* device bytes of its tensors, in their slots */
+	uint64_t exact_bytes; /* the same without the slots (the seed's) */
 } strata_plan_unit;
 
 /* Occupied units (layout_info.occupied_units) and the i-th of them. */
@@ -204,8 +221,16 @@ strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
 					   uint64_t depth,
 					   const bool *streamed,
 					   uint64_t *out, strata_error *err);
+/* The same window of the tensors' exact bytes (the seed's figure). */
+strata_status strata_plan_layout_exact_window_of(const strata_plan_layout *l,
+						 uint64_t depth,
+						 const bool *streamed,
+						 uint64_t *out,
+						 strata_error *err);
 
-/* The seed's numbers for a mode: RESIDENT -> depth = unit count, window =
+/* The seed's numbers for a mode, of the tensors' exact bytes (a layout
+ * made with an alignment keeps its slots out of them): RESIDENT -> depth
+ * = unit count, window =
  * every unit of every group; HOST -> depth = host_depth (not clamped);
  * DISK -> depth = min(unit count, 2). AUTO is E_INVALID_ARG. E_OVERFLOW
  * names "window bytes" or "total bytes". */

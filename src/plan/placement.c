@@ -289,22 +289,28 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 				    bool *mask, strata_error *err)
 {
 	uint64_t n = p->info.occupied_units, r = c->resident_units;
-	uint64_t win[2] = {0, 0}, depth[2];
+	uint64_t win[2] = {0, 0}, exact[2] = {0, 0}, depth[2];
 	uint64_t ws[2] = {c->window_units, c->prefill_window_units};
 	strata_status s = STRATA_OK;
 	for (int k = 0; k < 2 && s == STRATA_OK; k++) {
 		depth[k] = stream_mask(p, r, ws[k], mask);
 		s = strata_plan_layout_window_of(p->layout, depth[k], mask,
 						 &win[k], err);
+		if (s == STRATA_OK)
+			s = strata_plan_layout_exact_window_of(
+				p->layout, depth[k], mask, &exact[k], err);
 	}
 	if (s != STRATA_OK)
 		return s;
+	/* the larger of the two windows; its seed figures are the exact
+	 * bytes of the same units, its region their aligned slots */
 	int big = win[1] > win[0];
 	c->decode_depth = depth[0];
 	c->prefill_depth = depth[1];
 	c->weights = (strata_plan_weights){
-		.static_bytes = c->statics_on_cpu ? 0 : p->info.static_bytes,
-		.window_bytes = win[big], .depth = depth[big]};
+		.static_bytes =
+			c->statics_on_cpu ? 0 : p->info.exact_static_bytes,
+		.window_bytes = exact[big], .depth = depth[big]};
 	s = strata_checked_add(c->weights.static_bytes, c->weights.window_bytes,
 			       &c->weights.required_bytes, "total bytes", err);
 	if (s != STRATA_OK)
@@ -336,8 +342,7 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		bool sd = d == stream_dev;
 		uint64_t t = device_total(p, bytes, k + (sd ? on_dev : 0),
 					  d == 0 && !c->statics_on_cpu,
-					  sd ? c->weights.window_bytes : 0,
-					  pinned);
+					  sd ? win[big] : 0, pinned);
 		if (sd)
 			t = sat_add(t, moved_kv);
 		c->split_device_bytes[d] = t;
@@ -346,9 +351,7 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	c->device_bytes = c->split_device_bytes[0];
 	c->static_device_bytes =
 		c->statics_on_cpu ? 0 : align_sat(p->info.static_bytes);
-	c->window_device_bytes = c->weights.window_bytes
-					 ? align_sat(c->weights.window_bytes)
-					 : 0;
+	c->window_device_bytes = win[big] ? align_sat(win[big]) : 0;
 	c->staging_bytes = staging;
 	c->host_weight_bytes =
 		sat_add(host_units, c->statics_on_cpu ? p->info.static_bytes : 0);

@@ -261,17 +261,31 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 	return STRATA_OK;
 }
 
+/* The window of a uniform candidate in the device's region: its units in
+ * their aligned slots (the seed's figure, c->weights, has none). */
+static strata_status region_window(const strata_plan *p,
+				   const strata_plan_candidate *c,
+				   uint64_t *out, strata_error *err)
+{
+	if (c->mode == STRATA_RESIDENCY_RESIDENT) {
+		*out = p->info.all_units_bytes; /* no overflow: sized */
+		return STRATA_OK;
+	}
+	return strata_plan_layout_window(p->layout, c->weights.depth, out, err);
+}
+
 /* Fills a candidate's totals and fit from its mode's weights. */
 static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 				    strata_error *err)
 {
 	const strata_plan_memory *m = &p->memory;
-	strata_status s;
-	s = strata_checked_align(c->weights.static_bytes,
-				 &c->static_device_bytes, "static device bytes",
-				 err);
+	strata_status s = region_window(p, c, &c->window_device_bytes, err);
 	if (s == STRATA_OK)
-		s = strata_checked_align(c->weights.window_bytes,
+		s = strata_checked_align(p->info.static_bytes,
+					 &c->static_device_bytes,
+					 "static device bytes", err);
+	if (s == STRATA_OK)
+		s = strata_checked_align(c->window_device_bytes,
 					 &c->window_device_bytes,
 					 "window device bytes", err);
 	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1

@@ -140,6 +140,9 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_u64(j, "occupied_units", l->occupied_units);
 	strata_json_kv_u64(j, "all_units_bytes", l->all_units_bytes);
 	strata_json_kv_u64(j, "largest_unit_bytes", l->largest_unit_bytes);
+	strata_json_kv_u64(j, "exact_static_bytes", l->exact_static_bytes);
+	strata_json_kv_u64(j, "exact_all_units_bytes",
+			   l->exact_all_units_bytes);
 	strata_json_object_end(j);
 }
 
@@ -245,13 +248,18 @@ static void write_candidate(const strata_plan *p,
 	strata_json_object_begin(j);
 	strata_json_kv_string(j, "name", name);
 	strata_json_kv_string(j, "mode", strata_residency_mode_name(c->mode));
-	strata_json_key(j, "weights"); /* exactly the seed's four numbers */
+	/* exactly the seed's four numbers, of the tensors' own bytes; the
+	 * regions that hold them (each tensor in a STRATA_ALIGN slot, the
+	 * region rounded up) are the two keys after it */
+	strata_json_key(j, "weights");
 	strata_json_object_begin(j);
 	strata_json_kv_u64(j, "static_bytes", c->weights.static_bytes);
 	strata_json_kv_u64(j, "window_bytes", c->weights.window_bytes);
 	strata_json_kv_u64(j, "required_bytes", c->weights.required_bytes);
 	strata_json_kv_u64(j, "depth", c->weights.depth);
 	strata_json_object_end(j);
+	strata_json_kv_u64(j, "static_device_bytes", c->static_device_bytes);
+	strata_json_kv_u64(j, "window_device_bytes", c->window_device_bytes);
 	strata_json_kv_u64(j, "lookahead", c->lookahead);
 	strata_json_kv_u64(j, "queue", c->queue);
 	kv_arch_u64(j, "kv_cache_bytes", k, p->memory.kv_cache_bytes);

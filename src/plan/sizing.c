@@ -10,14 +10,16 @@
 /* Types                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* One occupied {group, unit} with its device bytes. Only present indices
- * are stored, so memory follows the tensor count, not the largest index
- * (seed 001: sparse indices). */
+/* One occupied {group, unit} with its device bytes: `bytes` with each
+ * tensor in its own aligned slot (the arenas' region), `exact` the sum of
+ * the tensors' own bytes (the seed's). Only present indices are stored, so
+ * memory follows the tensor count, not the largest index (seed 001: sparse
+ * indices). */
 typedef struct unit_entry {
 	const char *group;
 	size_t group_len;
 	uint64_t unit;
-	uint64_t bytes;
+	uint64_t bytes, exact;
 } unit_entry;
 
 typedef struct group_range {
@@ -30,6 +32,8 @@ struct strata_plan_layout {
 	group_range *groups;
 	size_t group_count;
 	bool all_units_overflow; /* resident window does not fit in u64 */
+	bool exact_units_overflow; /* the same of the exact bytes */
+	uint64_t alignment;	   /* each tensor's slot; 1: none */
 	strata_plan_layout_info info;
 };
 
@@ -68,6 +72,19 @@ static strata_status unit_error(strata_error *err, const unit_entry *e,
 	return s;
 }
 
+/* bytes rounded up to a multiple of a (a >= 1, not only powers of two). */
+static strata_status align_to(uint64_t bytes, uint64_t a, uint64_t *out,
+			      strata_error *err)
+{
+	uint64_t r = bytes % a;
+	if (r == 0) {
+		*out = bytes;
+		return STRATA_OK;
+	}
+	return strata_checked_add(bytes, a - r, out, "tensor device bytes",
+				  err);
+}
+
 /* Reads the params into `units` (unsorted) and the static sum. Excluded
  * tensors are skipped before their bytes are asked (seed 001). */
 static strata_status collect(strata_plan_layout *l,
@@ -83,17 +100,21 @@ static strata_status collect(strata_plan_layout *l,
 			info->excluded_tensors++;
 			continue;
 		}
-		uint64_t b = 0;
-		strata_status s = bytes(ctx, i, &b, err);
+		uint64_t exact = 0, b;
+		strata_status s = bytes(ctx, i, &exact, err);
+		if (s == STRATA_OK)
+			s = align_to(exact, l->alignment, &b, err);
 		if (s != STRATA_OK)
 			return s;
 		info->sized_tensors++;
 		if (p->owner.kind == STRATA_OWNER_STATIC) {
+			/* exact <= b: the region's sum overflows first */
 			s = strata_checked_add(info->static_bytes, b,
 					       &info->static_bytes,
 					       "static bytes", err);
 			if (s != STRATA_OK)
 				return s;
+			info->exact_static_bytes += exact;
 			continue;
 		}
 		/* unit_file_bytes only feeds time prediction: saturate */
@@ -104,6 +125,7 @@ static strata_status collect(strata_plan_layout *l,
 			.group_len = p->owner.group_len,
 			.unit = p->owner.unit,
 			.bytes = b,
+			.exact = exact,
 		};
 	}
 	return STRATA_OK;
@@ -125,6 +147,7 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 				"unit bytes", err);
 			if (s != STRATA_OK)
 				return unit_error(err, into, s);
+			into->exact += e->exact; /* <= into->bytes */
 			continue;
 		}
 		l->units[out++] = *e;
@@ -144,7 +167,7 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 static strata_status count_units(strata_plan_layout *l, strata_error *err)
 {
 	strata_plan_layout_info *info = &l->info;
-	uint64_t all = 0;
+	uint64_t all = 0, exact = 0;
 	for (size_t g = 0; g < l->group_count; g++) {
 		const unit_entry *first = &l->units[l->groups[g].first];
 		const unit_entry *last = first + l->groups[g].count - 1;
@@ -168,9 +191,13 @@ static strata_status count_units(strata_plan_layout *l, strata_error *err)
 				info->largest_unit_bytes = e->bytes;
 			if (!strata_add_u64(all, e->bytes, &all))
 				l->all_units_overflow = true;
+			if (!strata_add_u64(exact, e->exact, &exact))
+				l->exact_units_overflow = true;
 		}
 	}
 	info->all_units_bytes = l->all_units_overflow ? UINT64_MAX : all;
+	info->exact_all_units_bytes =
+		l->exact_units_overflow ? UINT64_MAX : exact;
 	info->groups = l->group_count;
 	info->occupied_units = l->unit_entries;
 	return STRATA_OK;
@@ -187,6 +214,15 @@ strata_status strata_plan_layout_create(const strata_plan_param *params,
 					strata_plan_layout **out,
 					strata_error *err)
 {
+	return strata_plan_layout_create_aligned(params, n, bytes, ctx, exclude,
+						 n_exclude, 1, out, err);
+}
+
+strata_status strata_plan_layout_create_aligned(
+	const strata_plan_param *params, size_t n, strata_plan_bytes_fn bytes,
+	void *ctx, const char *const *exclude, size_t n_exclude,
+	uint64_t alignment, strata_plan_layout **out, strata_error *err)
+{
 	if ((n > 0 && (!params || !bytes)) || !out)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "pass the parameter list and a bytes callback",
@@ -195,6 +231,7 @@ strata_status strata_plan_layout_create(const strata_plan_param *params,
 		strata_calloc_or_error(1, sizeof *l, "plan layout", err);
 	if (!l)
 		return STRATA_E_NOMEM;
+	l->alignment = alignment ? alignment : 1;
 	strata_status s = STRATA_E_NOMEM;
 	size_t cap = n ? n : 1;
 	l->units = strata_calloc_or_error(cap, sizeof *l->units,
@@ -241,10 +278,11 @@ strata_status strata_plan_layout_window(const strata_plan_layout *l,
 	return strata_plan_layout_window_of(l, depth, NULL, out, err);
 }
 
-strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
-					   uint64_t depth,
-					   const bool *streamed,
-					   uint64_t *out, strata_error *err)
+/* The seed's window over the streamed units (NULL: all), of the region
+ * bytes or of the exact ones. */
+static strata_status window_of(const strata_plan_layout *l, uint64_t depth,
+			       const bool *streamed, bool exact, uint64_t *out,
+			       strata_error *err)
 {
 	uint64_t best = 0;
 	if (depth == 0)
@@ -260,14 +298,15 @@ strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
 		for (size_t hi = 0; hi < count; hi++) {
 			while (u[hi].unit - u[lo].unit >= depth) {
 				if (!streamed || streamed[first + lo])
-					current -= u[lo].bytes;
+					current -= exact ? u[lo].exact
+							 : u[lo].bytes;
 				lo++;
 			}
 			if (streamed && !streamed[first + hi])
 				continue;
 			strata_status s = strata_checked_add(
-				current, u[hi].bytes, &current, "window bytes",
-				err);
+				current, exact ? u[hi].exact : u[hi].bytes,
+				&current, "window bytes", err);
 			if (s != STRATA_OK)
 				return unit_error(err, &u[hi], s);
 			if (current > best)
@@ -277,6 +316,23 @@ strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
 done:
 	*out = best;
 	return STRATA_OK;
+}
+
+strata_status strata_plan_layout_window_of(const strata_plan_layout *l,
+					   uint64_t depth,
+					   const bool *streamed,
+					   uint64_t *out, strata_error *err)
+{
+	return window_of(l, depth, streamed, false, out, err);
+}
+
+strata_status strata_plan_layout_exact_window_of(const strata_plan_layout *l,
+						 uint64_t depth,
+						 const bool *streamed,
+						 uint64_t *out,
+						 strata_error *err)
+{
+	return window_of(l, depth, streamed, true, out, err);
 }
 
 size_t strata_plan_layout_unit_count(const strata_plan_layout *l)
@@ -291,7 +347,8 @@ void strata_plan_layout_unit_at(const strata_plan_layout *l, size_t i,
 	*out = (strata_plan_unit){.group = e->group,
 				  .group_len = e->group_len,
 				  .unit = e->unit,
-				  .bytes = e->bytes};
+				  .bytes = e->bytes,
+				  .exact_bytes = e->exact};
 }
 
 strata_status strata_plan_layout_weights(const strata_plan_layout *l,
@@ -300,26 +357,27 @@ strata_status strata_plan_layout_weights(const strata_plan_layout *l,
 					 strata_plan_weights *out,
 					 strata_error *err)
 {
-	strata_plan_weights w = {.static_bytes = l->info.static_bytes};
+	/* the seed's figures: each tensor's own bytes, unaligned */
+	strata_plan_weights w = {.static_bytes = l->info.exact_static_bytes};
 	strata_status s = STRATA_OK;
 	switch (mode) {
 	case STRATA_RESIDENCY_RESIDENT:
 		/* every unit of every group is on the device at once */
 		w.depth = l->info.unit_count;
-		if (l->all_units_overflow)
+		if (l->exact_units_overflow)
 			return strata_fail(
 				err, STRATA_E_OVERFLOW,
 				"the input declares sizes too large to be real; check it is not corrupt",
 				"window bytes overflowed: the units of all groups together exceed 2^64-1");
-		w.window_bytes = l->info.all_units_bytes;
+		w.window_bytes = l->info.exact_all_units_bytes;
 		break;
 	case STRATA_RESIDENCY_HOST:
 		w.depth = host_depth; /* not clamped (seed 001) */
-		s = strata_plan_layout_window(l, w.depth, &w.window_bytes, err);
+		s = window_of(l, w.depth, NULL, true, &w.window_bytes, err);
 		break;
 	case STRATA_RESIDENCY_DISK:
 		w.depth = l->info.unit_count < 2 ? l->info.unit_count : 2;
-		s = strata_plan_layout_window(l, w.depth, &w.window_bytes, err);
+		s = window_of(l, w.depth, NULL, true, &w.window_bytes, err);
 		break;
 	case STRATA_RESIDENCY_AUTO:
 	default:

@@ -14,7 +14,8 @@ struct strata_plan_source {
 	strata_dtype weight_dtype;
 };
 
-/* Device bytes of catalog tensor i; only asked for tensors not excluded. */
+/* Exact device bytes of catalog tensor i (the layout puts each in its
+ * STRATA_ALIGN slot); only asked for tensors not excluded. */
 static strata_status tensor_bytes(void *ctx, size_t i, uint64_t *out,
 				  strata_error *err)
 {
@@ -23,8 +24,7 @@ static strata_status tensor_bytes(void *ctx, size_t i, uint64_t *out,
 	strata_plan_exec e;
 	strata_status st = strata_plan_tensor_exec(t, s->device, &e, err);
 	if (st == STRATA_OK)
-		st = strata_checked_align(e.bytes, out, "tensor device bytes",
-					  err);
+		*out = e.bytes; /* exact: the layout adds the slot */
 	if (st != STRATA_OK && err) {
 		char shown[128];
 		strata_escape(shown, sizeof shown, t->name, strlen(t->name));
@@ -93,8 +93,9 @@ strata_status strata_plan_source_create(const strata_catalog *c,
 		if (st != STRATA_OK)
 			goto fail;
 	}
-	st = strata_plan_layout_create(s->params, n, tensor_bytes, s, exclude,
-				       n_exclude, &s->layout, err);
+	st = strata_plan_layout_create_aligned(s->params, n, tensor_bytes, s,
+					       exclude, n_exclude, STRATA_ALIGN,
+					       &s->layout, err);
 	if (st != STRATA_OK)
 		goto fail;
 	s->weight_dtype = dominant_dtype(s, n);

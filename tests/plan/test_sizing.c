@@ -389,6 +389,58 @@ static void layout_info_counts_units_and_exclusions(void **state)
 	free(p);
 }
 
+/* issue 17: a layout with slots keeps the seed's figures of the tensors'
+ * own bytes and, apart, the sums of their 256-byte slots (what a region
+ * holds); a slot past 2^64 - 1 is named. */
+static void aligned_layout_keeps_the_seed_figures_exact(void **state)
+{
+	(void)state;
+	const char *excl[] = {"bank"};
+	strata_plan_param *p = params_of(seed_layout, N(seed_layout));
+	bytes_ctx ctx = {.t = seed_layout};
+	strata_plan_layout *l = NULL;
+	strata_error err;
+	assert_int_equal(strata_plan_layout_create_aligned(
+				 p, N(seed_layout), bytes_of, &ctx, excl, 1,
+				 256, &l, &err),
+			 STRATA_OK);
+	strata_plan_weights w;
+	assert_int_equal(strata_plan_layout_weights(l, STRATA_RESIDENCY_HOST, 2,
+						    &w, &err),
+			 STRATA_OK);
+	assert_true(w.static_bytes == 7 && w.window_bytes == 19 &&
+		    w.required_bytes == 26 && w.depth == 2);
+	uint64_t win;
+	assert_int_equal(strata_plan_layout_window(l, 2, &win, &err), STRATA_OK);
+	assert_true(win == 3 * 256); /* b, c, d */
+	assert_int_equal(strata_plan_layout_exact_window_of(l, 3, NULL, &win,
+							    &err),
+			 STRATA_OK);
+	assert_true(win == 30);
+	strata_plan_layout_info info;
+	strata_plan_layout_get_info(l, &info);
+	assert_true(info.static_bytes == 256 && info.exact_static_bytes == 7);
+	assert_true(info.all_units_bytes == 6 * 256 &&
+		    info.exact_all_units_bytes == 51);
+	strata_plan_unit u;
+	strata_plan_layout_unit_at(l, 1, &u); /* decoder 1: b + c */
+	assert_true(u.bytes == 512 && u.exact_bytes == 8);
+	assert_int_equal(strata_plan_layout_weights(l, STRATA_RESIDENCY_RESIDENT,
+						    0, &w, &err),
+			 STRATA_OK);
+	assert_true(w.window_bytes == 51 && w.depth == 6);
+	strata_plan_layout_destroy(l);
+	/* an unexcluded bank of 2^64 - 1 bytes has no slot */
+	l = NULL;
+	assert_int_equal(strata_plan_layout_create_aligned(
+				 p, N(seed_layout), bytes_of, &ctx, NULL, 0,
+				 256, &l, &err),
+			 STRATA_E_OVERFLOW);
+	assert_null(l);
+	assert_non_null(strstr(err.message, "tensor device bytes"));
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +456,7 @@ int main(void)
 		cmocka_unit_test(many_sparse_tensors_cost_follows_tensor_count),
 		cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),
 		cmocka_unit_test(layout_info_counts_units_and_exclusions),
+		cmocka_unit_test(aligned_layout_keeps_the_seed_figures_exact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

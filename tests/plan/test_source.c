@@ -153,21 +153,26 @@ static void catalog_tensors_get_owners_and_exec_bytes(void **state)
 	plan_model(DATA "/checkpoints/tiny-qwen2-sharded",
 		   STRATA_PLAN_DEVICE_CUDA, &c, &src, &p);
 	assert_int_equal(strata_plan_source_weight_dtype(src), STRATA_DTYPE_F16);
-	uint64_t st = 0, units = 0;
+	uint64_t st = 0, units = 0, st_slots = 0, unit_slots = 0;
 	for (size_t i = 0; i < strata_catalog_count(c); i++) {
 		const strata_tensor *t = strata_catalog_tensor(c, i);
 		const strata_owner *o = strata_plan_source_owner(src, i);
 		bool in_layer = strstr(t->name, "model.layers.") == t->name;
 		assert_int_equal(o->kind == STRATA_OWNER_UNIT, in_layer);
-		uint64_t b = (t->bytes + 255) / 256 * 256; /* f16 kept on cuda */
-		if (in_layer)
-			units += b;
-		else
-			st += b;
+		uint64_t b = t->bytes; /* f16 kept on cuda */
+		uint64_t slot = (b + 255) / 256 * 256;
+		*(in_layer ? &units : &st) += b;
+		*(in_layer ? &unit_slots : &st_slots) += slot;
 	}
+	/* the seed's figures are the tensors' own bytes; the regions hold
+	 * each in its 256-byte slot */
 	const strata_plan_candidate *r = strata_plan_candidate_at(p, 0);
 	assert_true(r->weights.static_bytes == st);
 	assert_true(r->weights.window_bytes == units);
+	assert_true(r->weights.required_bytes == st + units);
+	assert_true(r->static_device_bytes == st_slots);
+	assert_true(r->window_device_bytes == unit_slots);
+	assert_true(st_slots + unit_slots > st + units); /* the case differs */
 	strata_plan_destroy(p);
 	strata_plan_source_destroy(src);
 	strata_catalog_destroy(c);
