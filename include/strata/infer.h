@@ -640,6 +640,12 @@ typedef struct strata_session_options {
 	uint32_t threads;		/* compute threads; 0: every processor */
 	uint32_t positions;		/* positions the run needs (prompt + new) */
 	uint32_t prefill;		/* longest pass wanted (prompt length) */
+	/* Shape fields the options leave 0 take strata plan's defaults
+	 * (strata_plan_shape_defaults, the context raised to `positions`
+	 * when they need more), so plan and run size the same shape; false:
+	 * the context is `positions` and the prefill chunk `prefill` (at
+	 * most 512), the work in hand exactly (logits, batch). */
+	bool plan_shape;
 } strata_session_options;
 
 /* A model opened for running: catalog, hyper-parameters, tensors, plan,
@@ -652,7 +658,8 @@ typedef struct strata_session strata_session;
  * forced one), loads the static tensors and starts the window. The context
  * is --context when given, else o->positions; a run needing more positions
  * than the model was trained for is E_INFER_CONTEXT. The prefill pass is
- * --prefill-chunk when given, else o->prefill (capped at 512); the forward
+ * --prefill-chunk when given, else o->prefill (capped at 512); with
+ * o->plan_shape both defaults are strata plan's instead; the forward
  * pass holds --batch sequences (o->plan.shape.batch, 0 or 1: one; above
  * STRATA_FORWARD_MAX_SEQUENCES is E_INVALID_ARG), and the plan is made for
  * exactly that shape. Errors as they come from each step,

@@ -302,6 +302,23 @@ typedef struct strata_plan_shape {
 	uint64_t context, batch, prefill_chunk;
 } strata_plan_shape;
 
+/* The one set of shape defaults `strata plan` and `strata run` share, so
+ * that the same options size the same shapes in both (issue 17): a field
+ * left 0 takes
+ * - context: the trained context, at most STRATA_PLAN_DEFAULT_CONTEXT
+ *   (STRATA_PLAN_UNKNOWN_CONTEXT when trained is 0, unknown), raised to
+ *   `needed` positions when the run in hand needs more (plan: 0);
+ * - batch: 1;
+ * - prefill chunk: STRATA_PLAN_DEFAULT_PREFILL_CHUNK, at most the context.
+ * Given fields stay as they are (an explicit chunk above the context is
+ * the planner's E_PLAN_OPTIONS, a context above the trained one the
+ * session's E_INFER_CONTEXT). */
+#define STRATA_PLAN_DEFAULT_CONTEXT 4096u
+#define STRATA_PLAN_UNKNOWN_CONTEXT 2048u
+#define STRATA_PLAN_DEFAULT_PREFILL_CHUNK 512u
+void strata_plan_shape_defaults(strata_plan_shape *s, uint64_t trained,
+				uint64_t needed);
+
 /* The activation and workspace buffers of one forward pass, all f32, each
  * its own buffer rounded up to STRATA_ALIGN. T = prefill_chunk x
  * batch. X(field, "json name", "shape")  */
@@ -462,9 +479,10 @@ const char *strata_plan_rate_name(strata_plan_rate r);
  * that holds a whole group (explained by host_window_list_truncated). */
 #define STRATA_PLAN_MAX_HOST_CANDIDATES 256
 
-/* What the caller asks. Zero fields take defaults: context
- * min(arch max_context, 4096) or 2048 when unknown, batch 1, prefill_chunk
- * 1, bandwidths from the defaults above. */
+/* What the caller asks. Zero fields take defaults: the shape's from
+ * strata_plan_shape_defaults (context min(arch max_context, 4096) or 2048
+ * when unknown, batch 1, prefill chunk min(512, context)), bandwidths from
+ * the defaults above. */
 typedef struct strata_plan_options {
 	strata_residency_mode mode; /* AUTO: choose */
 	uint64_t host_depth;	    /* HOST: 0 = choose the depth */

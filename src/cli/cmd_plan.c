@@ -34,18 +34,18 @@ static void help(FILE *f)
 
 /* The architecture from config.json or the GGUF metadata, read by the
  * infer layer's hyper-parameter reader (the forward pass's own view of the
- * model). A checkpoint it cannot describe (no config.json, a family strata
- * cannot run) is planned with its weights only; the reason is kept in
- * `reason` and reported, never guessed around. */
+ * model), which makes run's checks too (strata_model_check_tensors:
+ * family, every tensor, its shape and type). A checkpoint it refuses is
+ * planned with its weights only; run's error is kept in *why (its message
+ * is the architecture's unknown_reason) and reported, never guessed
+ * around. */
 static void describe_arch(const char *model, const strata_catalog *c,
-			  strata_plan_arch *out, char *reason, size_t cap)
+			  strata_plan_arch *out, strata_error *why)
 {
 	memset(out, 0, sizeof *out);
 	strata_infer_hparams hp;
-	strata_error err;
-	if (strata_infer_hparams_read(model, c, &hp, &err) != STRATA_OK) {
-		snprintf(reason, cap, "%s", err.message);
-		out->unknown_reason = reason;
+	if (strata_infer_hparams_read(model, c, &hp, why) != STRATA_OK) {
+		out->unknown_reason = why->message;
 		return;
 	}
 	*out = (strata_plan_arch){
@@ -58,43 +58,19 @@ static void describe_arch(const char *model, const strata_catalog *c,
 	};
 }
 
-/* What `strata run` would refuse, found from the headers: a family it
- * cannot compute (the architecture is then unknown), a tensor its family
- * does not have or of another shape, a tensor type it cannot decode.
+/* What `strata run` would refuse: run's own error from describe_arch,
+ * said as such, with run's fix (or, where it has none, how plan read it).
  * Returns true and fills err when the checkpoint cannot run. */
-static bool cannot_run(const char *model, const strata_catalog *c,
-		       const strata_plan_arch *arch, strata_error *err)
+static bool cannot_run(const strata_plan_arch *arch, const strata_error *why,
+		       strata_error *err)
 {
-	if (!arch->known) {
-		strata_fail(err, STRATA_E_MODEL_ARCH,
-			    "plan sized the weights only; use a checkpoint of a family strata runs (docs/infer.md)",
-			    "strata cannot run this checkpoint: %.200s",
-			    arch->unknown_reason ? arch->unknown_reason
-						 : "its architecture is not described");
-		return true;
-	}
-	strata_model_desc d;
-	strata_status s = strata_model_describe(model, c, &d, err);
-	if (s == STRATA_OK)
-		s = strata_model_check_tensors(&d, c, err);
-	if (s != STRATA_OK) {
-		strata_error_prefix(err, "strata cannot run this checkpoint");
-		return true;
-	}
-	for (size_t i = 0; i < strata_catalog_count(c); i++) {
-		const strata_tensor *t = strata_catalog_tensor(c, i);
-		const strata_dtype_info *info = strata_dtype_get(t->dtype);
-		if (info && info->is_float)
-			continue;
-		char shown[128];
-		strata_escape(shown, sizeof shown, t->name, strlen(t->name));
-		strata_fail(err, STRATA_E_CKPT_DTYPE,
-			    STRATA_FIX_CONVERT_TYPE,
-			    "strata cannot run this checkpoint: tensor '%s' is %s, a type strata cannot compute",
-			    shown, info ? info->name : "unknown");
-		return true;
-	}
-	return false;
+	if (arch->known)
+		return false;
+	*err = *why;
+	strata_error_prefix(err, "strata cannot run this checkpoint");
+	if (!err->fix[0])
+		strata_error_set_fix(err, "plan sized the weights only; use a checkpoint of a family strata runs (docs/infer.md)");
+	return true;
 }
 
 /* Budget facts from the machine: MemAvailable always; on cuda, where the
@@ -468,6 +444,7 @@ typedef struct plan_run {
 	uint32_t first_failed;	     /* the first of them, and its error */
 	strata_error failure;
 	bool unrunnable;	     /* what strata run would refuse */
+	strata_error why;	     /* run's error (arch unknown_reason) */
 	strata_error refusal;
 } plan_run;
 
@@ -488,9 +465,8 @@ static strata_status plan_devices(plan_run *r, const char *model,
 				  const strata_cli_gpus *g, strata_error *err)
 {
 	strata_plan_arch arch;
-	char reason[STRATA_ERROR_MESSAGE_BYTES];
-	describe_arch(model, r->catalog, &arch, reason, sizeof reason);
-	r->unrunnable = cannot_run(model, r->catalog, &arch, &r->refusal);
+	describe_arch(model, r->catalog, &arch, &r->why);
+	r->unrunnable = cannot_run(&arch, &r->why, &r->refusal);
 	strata_plan_rates rates;
 	bool have_rates = false;
 	strata_status rs = strata_cli_load_rates(&rates, &have_rates, err);

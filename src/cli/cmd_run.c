@@ -273,6 +273,7 @@ int strata_cmd_run(int argc, char **argv)
 			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads,
 			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
+			.plan_shape = true, /* the shape strata plan sizes */
 		};
 		st = strata_session_open(&so, &s, &err);
 	}

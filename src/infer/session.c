@@ -48,6 +48,8 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 				   "the run needs %llu positions but the model "
 				   "was trained for %u",
 				   (unsigned long long)need, hp->context);
+	if (o->plan_shape) /* strata plan's defaults (issue 17) */
+		strata_plan_shape_defaults(&po.shape, hp->context, need);
 	if (!po.shape.context)
 		po.shape.context = need;
 	if (!po.shape.prefill_chunk) {
@@ -265,6 +267,22 @@ strata_status strata_session_finish(strata_session *s, strata_error *err)
 
 void strata_session_print_summary(strata_session *s, FILE *f)
 {
+	/* the shape and choice as strata plan shows them, so the two can be
+	 * compared line for line (issue 17) */
+	const strata_plan_options *po = strata_plan_get_options(s->plan);
+	const strata_plan_candidate *c = strata_plan_selected(s->plan);
+	char name[96] = "none", dev[32], host[32];
+	if (c)
+		strata_plan_candidate_name(c, name, sizeof name);
+	fprintf(f, "plan: %s, context %llu, batch %llu, prefill chunk %llu; "
+		"device %s, host %s planned\n", name,
+		(unsigned long long)po->shape.context,
+		(unsigned long long)po->shape.batch,
+		(unsigned long long)po->shape.prefill_chunk,
+		strata_size_format(strata_plan_device_total(s->plan), dev,
+				   sizeof dev),
+		strata_size_format(strata_plan_host_total(s->plan), host,
+				   sizeof host));
 	strata_residency *e = strata_infer_window_engine(s->window);
 	strata_telemetry_snapshot snap;
 	strata_telemetry_get(strata_residency_telemetry(e), &snap);

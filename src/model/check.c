@@ -174,6 +174,14 @@ static strata_status check_one(const strata_model_desc *d,
 				   "tensor '%s' has shape %s, but the config implies %s",
 				   name, got, w);
 	}
+	/* the one check of types run and plan share: an integer or bool
+	 * tensor where a weight goes is nothing the kernels compute on */
+	const strata_dtype_info *info = strata_dtype_get(t->dtype);
+	if (!info || !info->is_float)
+		return strata_fail(err, STRATA_E_CKPT_DTYPE,
+				   STRATA_FIX_CONVERT_TYPE,
+				   "tensor '%s' is %s, a type strata cannot compute",
+				   name, info ? info->name : "unknown");
 	return STRATA_OK;
 }
 

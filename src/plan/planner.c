@@ -99,14 +99,8 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 {
 	strata_plan_options *o = &p->options;
 	strata_plan_shape *sh = &o->shape;
-	if (sh->context == 0) {
-		uint64_t max = p->arch.known ? p->arch.max_context : 0;
-		sh->context = max ? (max < 4096 ? max : 4096) : 2048;
-	}
-	if (sh->batch == 0)
-		sh->batch = 1;
-	if (sh->prefill_chunk == 0)
-		sh->prefill_chunk = 1;
+	strata_plan_shape_defaults(sh, p->arch.known ? p->arch.max_context : 0,
+				   0);
 	if (sh->prefill_chunk > sh->context)
 		return options_error(err, "use a prefill chunk no longer than the context",
 				     "the prefill chunk is longer than the context");
@@ -129,6 +123,25 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 		return options_error(err, "drop --lookahead/--queue, or use --residency disk",
 				     "--lookahead and --queue apply to disk residency only");
 	return STRATA_OK;
+}
+
+void strata_plan_shape_defaults(strata_plan_shape *s, uint64_t trained,
+				uint64_t needed)
+{
+	if (s->context == 0) {
+		uint64_t c = trained ? trained : STRATA_PLAN_UNKNOWN_CONTEXT;
+		if (c > STRATA_PLAN_DEFAULT_CONTEXT)
+			c = STRATA_PLAN_DEFAULT_CONTEXT;
+		if (needed > c)
+			c = trained && needed > trained ? trained : needed;
+		s->context = c;
+	}
+	if (s->batch == 0)
+		s->batch = 1;
+	if (s->prefill_chunk == 0)
+		s->prefill_chunk = s->context < STRATA_PLAN_DEFAULT_PREFILL_CHUNK
+					   ? s->context
+					   : STRATA_PLAN_DEFAULT_PREFILL_CHUNK;
 }
 
 /* The budgets of one plan. With options.host_shared_by = n > 1 the plan is

@@ -123,10 +123,12 @@ static void json_plan_of_stories_is_exact(void **state)
 static void budgets_drive_the_choice(void **state)
 {
 	(void)state;
-	/* device room for static + 2 layers + KV + workspace, plenty of host */
+	/* device room for static + 2 layers + KV + workspace (a one-token
+	 * pass), plenty of host */
 	const char *argv[] = {"plan", STORIES, "--json", "--context", "256",
-			      "--device-memory", "1MiB", "--host-memory",
-			      "1GiB", "--device", "cpu", NULL};
+			      "--prefill-chunk", "1", "--device-memory",
+			      "1MiB", "--host-memory", "1GiB", "--device",
+			      "cpu", NULL};
 	json_t *doc = run_json(argv);
 	json_t *sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
@@ -135,8 +137,9 @@ static void budgets_drive_the_choice(void **state)
 	json_decref(doc);
 	/* host memory 0: disk straight to the device */
 	const char *disk[] = {"plan", STORIES, "--json", "--context", "256",
-			      "--device-memory", "1MiB", "--host-memory", "0",
-			      "--device", "cpu", NULL};
+			      "--prefill-chunk", "1", "--device-memory",
+			      "1MiB", "--host-memory", "0", "--device", "cpu",
+			      NULL};
 	doc = run_json(disk);
 	sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
@@ -182,7 +185,8 @@ static void table_lists_candidates_and_reasons(void **state)
 {
 	(void)state;
 	const char *argv[] = {"plan", QWEN, "--device-memory", "150KiB",
-			      "--host-memory", "1MiB", "--device", "cpu", NULL};
+			      "--host-memory", "1MiB", "--device", "cpu",
+			      "--prefill-chunk", "1", NULL};
 	cli_result r = run(argv);
 	assert_int_equal(r.exit_code, 0);
 	assert_non_null(strstr(r.out, "decode ms"));
@@ -466,7 +470,8 @@ static void gpus_table_has_a_section_per_device(void **state)
 	(void)state;
 	const char *argv[] = {"plan", STORIES, "--device", "cpu", "--gpus",
 			      "0,1", "--device-memory", "4MiB",
-			      "--host-memory", "2MiB", NULL};
+			      "--host-memory", "2MiB", "--prefill-chunk", "1",
+			      NULL};
 	cli_result r = run(argv);
 	assert_int_equal(r.exit_code, 0);
 	const char *want[] = {

@@ -75,7 +75,7 @@ static inline strata_plan_options opts(uint64_t device, uint64_t host)
 		.device = STRATA_PLAN_DEVICE_CPU,
 		.has_device_budget = true, .device_budget_bytes = device,
 		.has_host_budget = true, .host_budget_bytes = host,
-		.shape = {.context = 256, .batch = 1},
+		.shape = {.context = 256, .batch = 1, .prefill_chunk = 1},
 	};
 }
 

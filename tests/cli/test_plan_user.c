@@ -1,0 +1,314 @@
+/* test_plan_user.c - `strata plan` and `strata run` tried as a new user
+ * would (issue 17, "fixes found trying it"): on the CPU with no budgets
+ * every mode that fits runs; plan and run size the same shape from the
+ * same options and say so; plan refuses, exit 1, what run refuses, for the
+ * same reason; a nothing-fits fix is one change, in the options' units,
+ * that makes the plan fit when typed back (layer: cli). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "support/cli_runner.h"
+#include "strata/base.h"
+
+#define STORIES STRATA_SOURCE_DIR "/models/stories260K"
+
+static cli_result run(const char *const *argv)
+{
+	cli_result r;
+	assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
+	return r;
+}
+
+/* The line of `text` that starts with `prefix`, copied (without its
+ * newline) into out; fails when there is none. */
+static void line_of(const char *text, const char *prefix, char *out,
+		    size_t cap)
+{
+	const char *p = strstr(text, prefix);
+	if (!p)
+		fail_msg("no line '%s' in:\n%s", prefix, text);
+	size_t n = strcspn(p, "\n");
+	assert_true(n < cap);
+	memcpy(out, p, n);
+	out[n] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* One RAM: every mode that fits runs                                       */
+/* ------------------------------------------------------------------------ */
+
+/* cpu, no budgets: the device arena and the host tier share the RAM, so
+ * host:1 (and every other uniform mode) runs a small model; the device
+ * budget does not take all of it. */
+static void every_mode_runs_on_the_cpu_without_budgets(void **state)
+{
+	(void)state;
+	const char *modes[] = {"host:1", "host:2", "resident", "disk"};
+	for (size_t i = 0; i < 4; i++) {
+		const char *argv[] = {"run", STORIES, "--device", "cpu",
+				      "--residency", modes[i], "-p", "Once",
+				      "-n", "4", "--temperature", "0", NULL};
+		cli_result r = run(argv);
+		if (r.exit_code != 0)
+			fail_msg("%s: exit %d: %s", modes[i], r.exit_code, r.err);
+		char want[64];
+		snprintf(want, sizeof want, "plan: %s, ", modes[i]);
+		assert_non_null(strstr(r.err, want));
+		assert_null(strstr(r.err, "host budget 0"));
+		cli_result_free(&r);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* One set of shape defaults                                                */
+/* ------------------------------------------------------------------------ */
+
+/* "context C, batch 1, prefill chunk P" of plan's table and of run's
+ * summary, for the same options. */
+static void shapes_of(const char *const *opts, char *plan_shape,
+		      char *run_shape, size_t cap)
+{
+	const char *pa[24] = {"plan", STORIES, "--device", "cpu"};
+	const char *ra[24] = {"run", STORIES, "--device", "cpu", "-p", "Once",
+			      "-n", "3", "--temperature", "0"};
+	size_t np = 4, nr = 10;
+	for (; *opts; opts++)
+		pa[np++] = ra[nr++] = *opts;
+	pa[np] = ra[nr] = NULL;
+	cli_result p = run(pa), r = run(ra);
+	assert_int_equal(p.exit_code, 0);
+	if (r.exit_code != 0)
+		fail_msg("run: %s", r.err);
+	char line[256];
+	line_of(p.out, "device: cpu, ", line, sizeof line);
+	snprintf(plan_shape, cap, "%s", strstr(line, "context "));
+	line_of(r.err, "plan: ", line, sizeof line);
+	const char *at = strstr(line, "context ");
+	assert_non_null(at);
+	snprintf(run_shape, cap, "%.*s", (int)strcspn(at, ";"), at);
+	cli_result_free(&p);
+	cli_result_free(&r);
+}
+
+static void plan_and_run_size_the_same_shape(void **state)
+{
+	(void)state;
+	char ps[128], rs[128];
+	/* defaults: the trained context (512 here, under 4096), a chunk of
+	 * 512 at most the context */
+	const char *none[] = {NULL};
+	shapes_of(none, ps, rs, sizeof ps);
+	assert_string_equal(ps, "context 512, batch 1, prefill chunk 512");
+	assert_string_equal(rs, ps);
+	const char *ctx[] = {"--context", "128", NULL};
+	shapes_of(ctx, ps, rs, sizeof ps);
+	assert_string_equal(ps, "context 128, batch 1, prefill chunk 128");
+	assert_string_equal(rs, ps);
+	const char *both[] = {"--context", "256", "--prefill-chunk", "16",
+			      NULL};
+	shapes_of(both, ps, rs, sizeof ps);
+	assert_string_equal(ps, "context 256, batch 1, prefill chunk 16");
+	assert_string_equal(rs, ps);
+	/* and so the same candidate: the device and host totals agree */
+	const char *pa[] = {"plan", STORIES, "--device", "cpu", "--json",
+			    "--residency", "host:1", NULL};
+	cli_result p = run(pa);
+	json_t *doc = json_loads(p.out, 0, NULL);
+	assert_non_null(doc);
+	json_t *sel = json_object_get(doc, "selected");
+	uint64_t dev = (uint64_t)json_integer_value(
+		json_object_get(sel, "device_bytes"));
+	const char *ra[] = {"run", STORIES, "--device", "cpu", "--residency",
+			    "host:1", "-p", "Once", "-n", "2", NULL};
+	cli_result r = run(ra);
+	assert_int_equal(r.exit_code, 0);
+	char size[32], want[64];
+	strata_size_format(dev, size, sizeof size);
+	snprintf(want, sizeof want, "; device %s, host", size);
+	assert_non_null(strstr(r.err, want));
+	json_decref(doc);
+	cli_result_free(&p);
+	cli_result_free(&r);
+}
+
+/* Both helps say the defaults the commands take. */
+static void help_tells_the_shape_defaults(void **state)
+{
+	(void)state;
+	const char *cmds[] = {"plan", "run"};
+	for (size_t i = 0; i < 2; i++) {
+		const char *argv[] = {cmds[i], "--help", NULL};
+		cli_result r = run(argv);
+		assert_int_equal(r.exit_code, 0);
+		assert_non_null(strstr(r.out, "--prefill-chunk N     prompt tokens "
+					      "per forward pass (default 512, at\n"
+					      "                        most the context"));
+		assert_non_null(strstr(r.out, "the trained context, at most 4096"));
+		assert_null(strstr(r.out, "per forward pass (default 1"));
+		cli_result_free(&r);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* What run refuses, plan refuses                                           */
+/* ------------------------------------------------------------------------ */
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)n + 1);
+	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	b[n] = '\0';
+	*len = (size_t)n;
+	return b;
+}
+
+static void spill(const char *path, const char *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b, 1, n, f), n);
+	fclose(f);
+}
+
+/* dir: stories260K with `from` replaced by `to` (same length) in the
+ * file `name` (the others copied as they are). */
+static void bent_stories(const char *dir, const char *name, const char *from,
+			 const char *to)
+{
+	const char *files[] = {"config.json", "tokenizer.json",
+			       "model.safetensors"};
+	for (size_t i = 0; i < 3; i++) {
+		char src[1024], dst[1024];
+		snprintf(src, sizeof src, "%s/%s", STORIES, files[i]);
+		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+		size_t n;
+		char *b = slurp(src, &n);
+		if (!strcmp(files[i], name)) {
+			char *at = memmem(b, n, from, strlen(from));
+			assert_non_null(at);
+			assert_int_equal(strlen(from), strlen(to));
+			memcpy(at, to, strlen(to));
+		}
+		spill(dst, b, n);
+		free(b);
+	}
+}
+
+/* run's refusal and plan's: both exit 1, plan's names what run's does
+ * (after its table: the sizes are still shown). */
+static void refused_alike(const char *dir, const char *reason)
+{
+	const char *ra[] = {"run", dir, "--device", "cpu", "-p", "Once", "-n",
+			    "2", NULL};
+	const char *pa[] = {"plan", dir, "--device", "cpu", NULL};
+	const char *pj[] = {"plan", dir, "--device", "cpu", "--json", NULL};
+	cli_result r = run(ra), p = run(pa), j = run(pj);
+	assert_int_equal(r.exit_code, 1);
+	assert_int_equal(p.exit_code, 1);
+	assert_int_equal(j.exit_code, 1);
+	if (!strstr(r.err, reason) || !strstr(p.err, reason))
+		fail_msg("'%s' not in run's\n%s\nor plan's\n%s", reason, r.err,
+			 p.err);
+	assert_non_null(strstr(p.err, "strata cannot run this checkpoint"));
+	json_t *doc = json_loads(j.out, 0, NULL);
+	assert_non_null(doc); /* the sizes, still */
+	json_decref(doc);
+	cli_result_free(&r);
+	cli_result_free(&p);
+	cli_result_free(&j);
+}
+
+static void plan_refuses_what_run_refuses(void **state)
+{
+	(void)state;
+	char dir[512];
+	/* a layer's tensor of an integer type strata cannot compute */
+	cli_tmpdir(dir, sizeof dir, "plan_user_i32");
+	bent_stories(dir, "model.safetensors",
+		     "\"model.layers.0.mlp.down_proj.weight\":{\"dtype\":\"F32\"",
+		     "\"model.layers.0.mlp.down_proj.weight\":{\"dtype\":\"I32\"");
+	refused_alike(dir, "model.layers.0.mlp.down_proj.weight");
+	/* a family strata does not run */
+	cli_tmpdir(dir, sizeof dir, "plan_user_family");
+	bent_stories(dir, "config.json", "\"model_type\": \"llama\"",
+		     "\"model_type\": \"gemma\"");
+	refused_alike(dir, "model_type 'gemma' is not a family strata can run");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Nothing fits: the one change, typed back                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Plans with the budgets given; when nothing fits, the fix must name only
+ * `option` (never the other budget), with a size the options take; typed
+ * back in place of the budget it names, the plan fits. */
+static void one_change_fits(const char *device, const char *host,
+			    const char *option, const char *other)
+{
+	const char *argv[] = {"plan", STORIES, "--device", "cpu",
+			      "--residency", "host", "--context", "256",
+			      "--device-memory", device, "--host-memory", host,
+			      NULL};
+	cli_result r = run(argv);
+	assert_int_equal(r.exit_code, 1);
+	char fix[512];
+	line_of(r.err, "  fix: ", fix, sizeof fix);
+	char want[64];
+	snprintf(want, sizeof want, "  fix: give %s ", option);
+	if (strncmp(fix, want, strlen(want)) || strstr(fix, other))
+		fail_msg("not one change of %s: %s", option, fix);
+	/* the size, as typed: digits, an optional .dd, a binary unit */
+	char size[32];
+	sscanf(fix + strlen(want), "%31s", size);
+	size_t k = strspn(size, "0123456789.");
+	assert_true(k > 0 && (!strcmp(size + k, "KiB") ||
+			      !strcmp(size + k, "MiB") ||
+			      !strcmp(size + k, "GiB")));
+	const char *again[] = {"plan", STORIES, "--device", "cpu",
+			       "--residency", "host", "--context", "256",
+			       "--device-memory",
+			       !strcmp(option, "--device-memory") ? size : device,
+			       "--host-memory",
+			       !strcmp(option, "--host-memory") ? size : host,
+			       NULL};
+	cli_result a = run(again);
+	if (a.exit_code != 0)
+		fail_msg("the fix '%s' does not fit: %s", fix, a.err);
+	cli_result_free(&a);
+	cli_result_free(&r);
+}
+
+static void nothing_fits_names_the_one_change(void **state)
+{
+	(void)state;
+	/* only the host budget short: never cut or raise the device's */
+	one_change_fits("1GiB", "1KiB", "--host-memory", "--device-memory");
+	/* only the device budget short */
+	one_change_fits("100KiB", "1GiB", "--device-memory", "--host-memory");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(every_mode_runs_on_the_cpu_without_budgets),
+		cmocka_unit_test(plan_and_run_size_the_same_shape),
+		cmocka_unit_test(help_tells_the_shape_defaults),
+		cmocka_unit_test(plan_refuses_what_run_refuses),
+		cmocka_unit_test(nothing_fits_names_the_one_change),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
