@@ -121,6 +121,12 @@ typedef struct figures {
 	uint64_t weight_bytes, plan_device, device_used;
 	uint64_t used_at_open, used_first_pass; /* device memory by stage */
 	uint64_t stalls, stall_ns;
+	/* the session's own plan: the selected candidate, its predictions
+	 * for this shape (decode: one token; prefill: one chunk of the n
+	 * tokens) and totals, and the residency's measured peaks */
+	char plan_name[96];
+	double predicted_decode_ms, predicted_prefill_ms;
+	uint64_t plan_host, peak_device, peak_host, prefill_chunk;
 } figures;
 
 static strata_status weight_bytes(const strata_session *s, uint64_t *out)
@@ -220,7 +226,20 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	if (f && f < min_free)
 		min_free = f;
 	weight_bytes(s, &out->weight_bytes);
-	out->plan_device = strata_plan_device_total(strata_session_plan(s));
+	const strata_plan *plan = strata_session_plan(s);
+	const strata_plan_candidate *sel = strata_plan_selected(plan);
+	if (sel) {
+		strata_plan_candidate_name(sel, out->plan_name,
+					   sizeof out->plan_name);
+		out->predicted_decode_ms = sel->predicted_decode_ms;
+		out->predicted_prefill_ms = sel->predicted_prefill_ms;
+	}
+	out->prefill_chunk = strata_plan_get_options(plan)->shape.prefill_chunk;
+	out->plan_device = strata_plan_device_total(plan);
+	out->plan_host = strata_plan_host_total(plan);
+	strata_telemetry_get(t, &b);
+	out->peak_device = b.peak_bytes[STRATA_TIER_DEVICE];
+	out->peak_host = b.peak_bytes[STRATA_TIER_HOST];
 	out->device_used = free0 && min_free != UINT64_MAX && free0 > min_free
 				   ? free0 - min_free : 0;
 	if (strata_session_finish(s, &err))
@@ -258,12 +277,24 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 		       PRIu64 " (used/plan %.4f)\n", f->device_used,
 		       f->used_at_open, f->used_first_pass, f->plan_device,
 		       (double)f->device_used / (double)f->plan_device);
+	printf("  plan: %s, predicted decode %.3f ms/token, prefill of %"
+	       PRIu64 " tokens %.3f ms; residency peaks device %" PRIu64
+	       ", host %" PRIu64 " (plan %" PRIu64 ", %" PRIu64 ")\n",
+	       f->plan_name, f->predicted_decode_ms, f->prefill_chunk,
+	       f->predicted_prefill_ms, f->peak_device, f->peak_host,
+	       f->plan_device, f->plan_host);
 	printf("json {\"tokens\": %u, \"pass_ms\": %.4f, \"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
 	       "%.4f, \"device_used_bytes\": %" PRIu64 ", \"plan_device_bytes\": %"
-	       PRIu64 ", \"stalls\": %" PRIu64 "}\n",
+	       PRIu64 ", \"stalls\": %" PRIu64 ", \"plan\": \"%s\", "
+	       "\"predicted_decode_ms\": %.4f, \"predicted_prefill_ms\": %.4f, "
+	       "\"prefill_chunk\": %" PRIu64 ", \"plan_host_bytes\": %" PRIu64
+	       ", \"peak_device_bytes\": %" PRIu64 ", \"peak_host_bytes\": %"
+	       PRIu64 "}\n",
 	       n, ms, f->weight_bytes, f->h2d_bytes_per_pass,
-	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls);
+	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls,
+	       f->plan_name, f->predicted_decode_ms, f->predicted_prefill_ms,
+	       f->prefill_chunk, f->plan_host, f->peak_device, f->peak_host);
 }
 
 static int parse_tokens(cfg *c, const char *v)

@@ -6,9 +6,12 @@ transformers and accelerate on the same model and budget as strata.
                                     (random bf16 weights, 4 safetensors
                                     shards), or with `mid` a 1.2 GB one of
                                     the same family (bench_multi's GPUs)
-  gpu_peer.py accelerate DIR BUDGET one forward pass of 1 and of 128 tokens
-                                    with accelerate offload, max_memory BUDGET
-                                    on GPU 0 and the rest in host memory
+  gpu_peer.py accelerate DIR BUDGET [TOKENS] [decode]
+                                    one forward pass of each of TOKENS
+                                    (default 1,128) with accelerate offload,
+                                    max_memory BUDGET on GPU 0 and the rest
+                                    in host memory; with `decode`, also
+                                    decode ms/token (KV cache, 16 steps)
   gpu_peer.py resident DIR          decode ms/token, whole model on GPU 0
   gpu_peer.py drop DIR              evict DIR's files from the page cache
   gpu_peer.py direct DIR            read DIR's shards with O_DIRECT, 16 MiB
@@ -70,18 +73,40 @@ def timed_passes(model, n):
     return statistics.median(times) * 1e3
 
 
-def accelerate(d, budget):
+def decode_ms(model, steps):
+    """Median ms of one decode step with the KV cache, after a one-token
+    prompt (what strata's decode_ms measures)."""
+    import torch
+    times = []
+    with torch.no_grad():
+        out = model(tokens(1), use_cache=True)
+        past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(nxt, past_key_values=past, use_cache=True)
+            past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def accelerate(d, budget, sizes=(1, 128), decode=False):
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(
         d, dtype=torch.bfloat16, device_map="auto",
         max_memory={0: budget, "cpu": "100GiB"})
     model.eval()
-    for n in (1, 128):
+    for n in sizes:
         torch.cuda.reset_peak_memory_stats()
         ms = timed_passes(model, n)
         emit(peer="accelerate", budget=budget, tokens=n, pass_ms=ms,
              device_peak_bytes=torch.cuda.max_memory_allocated())
+    if decode:
+        torch.cuda.reset_peak_memory_stats()
+        emit(peer="accelerate", budget=budget, decode_ms=decode_ms(model, 16),
+             steps=16, device_peak_bytes=torch.cuda.max_memory_allocated())
 
 
 def resident(d, steps=64):
@@ -143,8 +168,14 @@ def main():
     cmd, d = sys.argv[1], sys.argv[2]
     if cmd == "make":
         make(d, MID if sys.argv[3:] == ["mid"] else SHAPE)
-    elif cmd == "accelerate" and len(sys.argv) == 4:
-        accelerate(d, sys.argv[3])
+    elif cmd == "accelerate" and 4 <= len(sys.argv) <= 6:
+        rest = sys.argv[4:]
+        sizes = (1, 128)
+        if rest and rest[0] != "decode":
+            sizes = tuple(int(t) for t in rest.pop(0).split(","))
+        if rest not in ([], ["decode"]):
+            sys.exit(__doc__)
+        accelerate(d, sys.argv[3], sizes, rest == ["decode"])
     elif cmd == "resident":
         resident(d)
     elif cmd == "drop":
