@@ -255,6 +255,23 @@ strata_status strata_file_read_all(const char *path, uint64_t max_bytes,
 strata_status strata_file_write_atomic(const char *path, const void *data,
 				       size_t len, strata_error *err);
 
+/* A file written in pieces with strata_file_write_atomic's guarantee: PATH
+ * holds its old content (or nothing) until commit renames the finished,
+ * fsynced temporary file over it. open takes a new or regular file (a
+ * link is followed); a device, FIFO or stream is E_INVALID_ARG, a missing
+ * folder too. commit and abort free f; abort (NULL is fine) removes the
+ * temporary file and leaves PATH as it was. One at a time per process
+ * (the signal handler knows one temporary file). */
+typedef struct strata_file_out strata_file_out;
+strata_status strata_file_out_open(const char *path, strata_file_out **out,
+				   strata_error *err);
+/* A failed write (E_IO, disk full) leaves f for strata_file_out_abort. */
+strata_status strata_file_out_write(strata_file_out *f, const void *data,
+				    size_t len, strata_error *err);
+/* Always frees f; on an error PATH is as it was and nothing is left. */
+strata_status strata_file_out_commit(strata_file_out *f, strata_error *err);
+void strata_file_out_abort(strata_file_out *f);
+
 /* The checks strata_file_write_atomic makes of path before it writes, so a
  * command can refuse an output it could never write before it runs. */
 strata_status strata_file_check_output(const char *path, strata_error *err);
@@ -345,6 +362,19 @@ uint32_t strata_block_bytes(strata_block_type t);
  * anyway), or STRATA_BLOCK_ALL_FINITE; 0 and nothing written for a t
  * outside the map. */
 uint64_t strata_block_decode(strata_block_type t, const void *src, float *dst,
+			     uint64_t elements);
+
+/* Encodes `elements` finite values at src (a whole number of blocks of t,
+ * which the caller checks) into dst in type t, with the project's own
+ * quantizers (docs/quantize.md): F32 exactly, F16/BF16 rounded to nearest
+ * even, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 by the format's defined rounding (the
+ * bytes llama.cpp writes), the K types, IQ4_NL and IQ4_XS by a search for
+ * the scales that minimise the squared error of the decoded block. Returns
+ * STRATA_BLOCK_ALL_FINITE, or the index of the first NaN or infinite
+ * element of src (nothing written); 0 and nothing written for a t outside
+ * the map. Finite values too large for a type's f16 scale decode as
+ * infinity: callers check the decode (strata_block_decode). */
+uint64_t strata_block_encode(strata_block_type t, const float *src, void *dst,
 			     uint64_t elements);
 
 #endif

@@ -292,6 +292,10 @@ uint32_t strata_gguf_version(const strata_gguf *g);
 /* Index of key, or -1 when absent. */
 long strata_gguf_find(const strata_gguf *g, const char *key);
 strata_gguf_type strata_gguf_kv_type(const strata_gguf *g, long kv);
+/* The number of pairs, and the key of pair kv (0 <= kv < count), in file
+ * order. */
+uint64_t strata_gguf_kv_count(const strata_gguf *g);
+const char *strata_gguf_kv_key(const strata_gguf *g, long kv);
 /* Scalar getters accept any integer type whose value fits; a wrong type or
  * a value that does not fit is E_CKPT_METADATA naming the key. */
 strata_status strata_gguf_get_u64(const strata_gguf *g, const char *key,
@@ -311,5 +315,66 @@ void strata_gguf_array_string(const strata_gguf *g, long kv, uint64_t i,
 			      const char **s, size_t *len);
 double strata_gguf_array_f64(const strata_gguf *g, long kv, uint64_t i);
 int64_t strata_gguf_array_i64(const strata_gguf *g, long kv, uint64_t i);
+
+/* ------------------------------------------------------------------------ */
+/* The GGUF writer                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A GGUF v3 file being assembled: metadata pairs in the order first set
+ * (setting a key again replaces its value in place), tensors in the order
+ * added. Keys and names are copied. Every call but destroy returns
+ * E_NOMEM on allocation failure, leaving the writer usable. */
+typedef struct strata_gguf_writer strata_gguf_writer;
+
+strata_status strata_gguf_writer_create(strata_gguf_writer **out,
+					strata_error *err);
+void strata_gguf_writer_destroy(strata_gguf_writer *w); /* NULL is fine */
+
+/* Copies pair kv (an index, strata_gguf_find) of g, any type, nested
+ * arrays included, byte for byte. */
+strata_status strata_gguf_writer_copy(strata_gguf_writer *w,
+				      const strata_gguf *g, long kv,
+				      strata_error *err);
+/* An unsigned integer, bool or signed integer of type t (its bits). */
+strata_status strata_gguf_writer_set_uint(strata_gguf_writer *w,
+					  const char *key, strata_gguf_type t,
+					  uint64_t v, strata_error *err);
+strata_status strata_gguf_writer_set_f32(strata_gguf_writer *w,
+					 const char *key, float v,
+					 strata_error *err);
+strata_status strata_gguf_writer_set_string(strata_gguf_writer *w,
+					    const char *key, const char *s,
+					    size_t len, strata_error *err);
+/* An array of count scalars of type elem (packed host values at items)
+ * or, for STRATA_GGUF_STRING, of NUL-terminated strings (items is
+ * `const char *const *`). */
+strata_status strata_gguf_writer_set_array(strata_gguf_writer *w,
+					   const char *key,
+					   strata_gguf_type elem,
+					   const void *items, uint64_t count,
+					   strata_error *err);
+/* A tensor of type t (one ggml knows) and shape ne[0..n_dims) (ne[0]
+ * innermost, GGUF's order; 1 to 4 dimensions); its bytes follow from
+ * both (E_CKPT_SHAPE when the elements are not whole blocks). */
+strata_status strata_gguf_writer_add_tensor(strata_gguf_writer *w,
+					    const char *name, strata_dtype t,
+					    uint32_t n_dims, const uint64_t *ne,
+					    strata_error *err);
+size_t strata_gguf_writer_tensor_count(const strata_gguf_writer *w);
+
+/* Fills dst with the `bytes` payload bytes of tensor i (in the order
+ * added); an error stops the write. */
+typedef strata_status (*strata_gguf_fill_fn)(void *ctx, size_t i, void *dst,
+					     uint64_t bytes,
+					     strata_error *err);
+
+/* Writes the file to path through strata_file_out: the header, then each
+ * tensor's payload as fill produces it, one at a time (memory: the header
+ * and the largest tensor). Any error (fill's, a write's, E_NOMEM) leaves
+ * path as it was and no temporary file. The writer stays the caller's. */
+strata_status strata_gguf_writer_write(strata_gguf_writer *w,
+				       const char *path,
+				       strata_gguf_fill_fn fill, void *ctx,
+				       strata_error *err);
 
 #endif

@@ -160,4 +160,40 @@ strata_status strata_model_check_tensors(const strata_model_desc *d,
 					 const strata_catalog *c,
 					 strata_error *err);
 
+/* ------------------------------------------------------------------------ */
+/* strata quantize                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strata_quantize_options {
+	const char *type; /* a preset of strata_quantize_type_names() */
+	unsigned threads; /* encoder threads; 0: one per online CPU */
+} strata_quantize_options;
+
+typedef struct strata_quantize_stats {
+	uint64_t tensors;    /* written */
+	uint64_t quantized;  /* of them, in a block type */
+	uint64_t fallbacks;  /* given a fallback type for their row length */
+	uint64_t in_bytes;   /* payload bytes read */
+	uint64_t out_bytes;  /* payload bytes written */
+	uint64_t elapsed_ns;
+} strata_quantize_stats;
+
+/* "F32|F16|...|IQ4_XS": the --type presets, llama-quantize's names. */
+const char *strata_quantize_type_names(void);
+
+/* Writes the model at `in` (a directory or single file of safetensors with
+ * config.json, of the llama, mistral or qwen2 family; or any .gguf) to
+ * `out` as GGUF of preset o->type: llama.cpp's tensor names and
+ * architecture metadata (a GGUF's pairs are copied), the tokenizer from
+ * tokenizer.json, each tensor in the type the preset gives it
+ * (docs/quantize.md). F32 writes every tensor dequantized, bit-exact.
+ * `out` is written through a temporary file and renamed: on any error it
+ * is as it was. Errors: E_USAGE (unknown type), the catalog's and model's
+ * (unreadable or unknown input), E_CKPT_VALUE (NaN or infinity in a
+ * tensor, named), E_IO (a failed write), E_NOMEM. stats (may be NULL) is
+ * filled on success. */
+strata_status strata_quantize(const char *in, const char *out,
+			      const strata_quantize_options *o,
+			      strata_quantize_stats *stats, strata_error *err);
+
 #endif

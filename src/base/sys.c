@@ -359,78 +359,156 @@ static void block_signals(sigset_t *old)
 	pthread_sigmask(SIG_BLOCK, &all, old);
 }
 
+/* One file being replaced: its temporary file (unnamed while written
+ * where the file system allows, else named tmp from the start) and the
+ * folder whose entry the rename changes. */
+struct strata_file_out {
+	int fd;
+	bool named;
+	char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+};
+
 /* The temporary file is unnamed (O_TMPFILE) while it is written, so no
  * signal or crash can leave it behind; it is fsynced, named PATH.tmp.PID
  * with every signal blocked and registered for the CLI's signal handler,
  * and renamed over PATH. Where the file system has no O_TMPFILE it is
  * named from the start and registered all along. */
-static strata_status write_replacing(const char *path, const void *data,
-				     size_t len, strata_error *err)
+static strata_status replace_begin(const char *path, strata_file_out *f,
+				   strata_error *err)
 {
-	char tmp[PATH_MAX], dir[PATH_MAX], fdpath[64];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >=
-	    (int)sizeof tmp)
+	if (snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path,
+		     (long)getpid()) >= (int)sizeof f->tmp ||
+	    strlen(path) >= sizeof f->path)
 		return strata_fail(err, STRATA_E_INVALID_ARG, "use a shorter path",
 				   "output path '%s' is too long", path);
-	folder_of(path, dir, sizeof dir);
-	bool named = false;
-	int fd = -1;
+	memcpy(f->path, path, strlen(path) + 1);
+	folder_of(path, f->dir, sizeof f->dir);
+	f->named = false;
+	f->fd = -1;
 #ifdef O_TMPFILE
-	fd = strata_sys.open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+	f->fd = strata_sys.open(f->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
 #endif
-	if (fd < 0) {
-		named = true;
-		memcpy(pending_path, tmp, sizeof tmp);
+	if (f->fd < 0) {
+		f->named = true;
+		memcpy(pending_path, f->tmp, sizeof f->tmp);
 		pending = 1;
-		fd = strata_sys.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-				     0644);
+		f->fd = strata_sys.open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC |
+						O_CLOEXEC, 0644);
 	}
-	if (fd < 0) {
+	if (f->fd < 0) {
 		int e = errno;
 		pending = 0;
 		return strata_fail(err, STRATA_E_IO,
 				   "check the folder exists and is writable",
-				   "cannot create '%s': %s", tmp, strerror(e));
+				   "cannot create '%s': %s", f->tmp, strerror(e));
 	}
-	strata_status s = write_all(fd, data, len, path, err);
-	if (s == STRATA_OK && fsync(fd) != 0)
+	return STRATA_OK;
+}
+
+/* Ends a replacement: with s == STRATA_OK fsyncs, names and renames the
+ * temporary file over the path; otherwise (or when that fails) removes
+ * it. Returns the first error. */
+static strata_status replace_end(strata_file_out *f, strata_status s,
+				 strata_error *err)
+{
+	char fdpath[64];
+	if (s == STRATA_OK && fsync(f->fd) != 0)
 		s = strata_fail(err, STRATA_E_IO, "check free disk space",
-				"cannot flush '%s' to disk: %s", path,
+				"cannot flush '%s' to disk: %s", f->path,
 				strerror(errno));
 	sigset_t old;
 	block_signals(&old);
-	if (s == STRATA_OK && !named) {
-		memcpy(pending_path, tmp, sizeof tmp);
+	if (s == STRATA_OK && !f->named) {
+		memcpy(pending_path, f->tmp, sizeof f->tmp);
 		pending = 1;
-		snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-		if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
+		snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", f->fd);
+		if (linkat(AT_FDCWD, fdpath, AT_FDCWD, f->tmp,
+			   AT_SYMLINK_FOLLOW) != 0)
 			s = strata_fail(err, STRATA_E_IO,
 					"check the folder is writable",
-					"cannot create '%s': %s", tmp,
+					"cannot create '%s': %s", f->tmp,
 					strerror(errno));
 	}
-	if (strata_sys.close(fd) != 0 && s == STRATA_OK)
+	if (strata_sys.close(f->fd) != 0 && s == STRATA_OK)
 		s = strata_fail(err, STRATA_E_IO,
 				"check free disk space and permissions",
-				"cannot finish writing '%s': %s", path,
+				"cannot finish writing '%s': %s", f->path,
 				strerror(errno));
-	if (s == STRATA_OK && rename(tmp, path) != 0)
+	f->fd = -1;
+	if (s == STRATA_OK && rename(f->tmp, f->path) != 0)
 		s = strata_fail(err, STRATA_E_IO,
 				"check free disk space and permissions",
-				"cannot finish writing '%s': %s", path,
+				"cannot finish writing '%s': %s", f->path,
 				strerror(errno));
-	if (s != STRATA_OK)
-		unlink(tmp);
+	if (s != STRATA_OK && pending)
+		unlink(f->tmp);
 	pending = 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (s == STRATA_OK) {
-		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {
 			(void)fsync(dfd); /* the rename itself, best effort */
 			close(dfd);
 		}
 	}
 	return s;
+}
+
+static strata_status write_replacing(const char *path, const void *data,
+				     size_t len, strata_error *err)
+{
+	strata_file_out f;
+	strata_status s = replace_begin(path, &f, err);
+	if (s)
+		return s;
+	s = write_all(f.fd, data, len, path, err);
+	return replace_end(&f, s, err);
+}
+
+strata_status strata_file_out_open(const char *path, strata_file_out **out,
+				   strata_error *err)
+{
+	out_target t;
+	strata_status s = resolve(path, &t, err);
+	if (s)
+		return s;
+	if (t.kind != OUT_REPLACE)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "name a regular file (new or to replace)",
+				   "output '%s' is a device, FIFO or stream, "
+				   "not a file that can be replaced whole",
+				   path);
+	strata_file_out *f = strata_alloc_or_error(sizeof *f, "an output file",
+						   err);
+	if (!f)
+		return STRATA_E_NOMEM;
+	if ((s = replace_begin(t.path, f, err))) {
+		strata_free(f);
+		return s;
+	}
+	*out = f;
+	return STRATA_OK;
+}
+
+strata_status strata_file_out_write(strata_file_out *f, const void *data,
+				    size_t len, strata_error *err)
+{
+	return write_all(f->fd, data, len, f->path, err);
+}
+
+strata_status strata_file_out_commit(strata_file_out *f, strata_error *err)
+{
+	strata_status s = replace_end(f, STRATA_OK, err);
+	strata_free(f);
+	return s;
+}
+
+void strata_file_out_abort(strata_file_out *f)
+{
+	if (!f)
+		return;
+	(void)replace_end(f, STRATA_E_IO, NULL);
+	strata_free(f);
 }
 
 strata_status strata_file_check_output(const char *path, strata_error *err)

@@ -104,6 +104,16 @@ long strata_gguf_find(const strata_gguf *g, const char *key)
 	return strata__gguf_lookup(g, key);
 }
 
+uint64_t strata_gguf_kv_count(const strata_gguf *g)
+{
+	return g->kv_count;
+}
+
+const char *strata_gguf_kv_key(const strata_gguf *g, long kv)
+{
+	return g->kv[kv].key;
+}
+
 strata_gguf_type strata_gguf_kv_type(const strata_gguf *g, long kv)
 {
 	return g->kv[kv].v.type;

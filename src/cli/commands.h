@@ -70,6 +70,7 @@ int strata_cmd_batch(int argc, char **argv);
 int strata_cmd_calibrate(int argc, char **argv);
 int strata_cmd_bench(int argc, char **argv);
 int strata_cmd_serve(int argc, char **argv);
+int strata_cmd_quantize(int argc, char **argv);
 
 /* Residency options shared by plan, run and logits (residency_options.c):
  * --residency auto|resident|host[:D]|disk, --device-memory SIZE,

@@ -23,6 +23,7 @@ const strata_command strata_commands[] = {
 	{"batch", "run JSONL generation requests over model replicas", strata_cmd_batch},
 	{"bench", "measure prompt and generation throughput (llama-bench's table)", strata_cmd_bench},
 	{"serve", "serve a model over HTTP with OpenAI's API", strata_cmd_serve},
+	{"quantize", "write a model as GGUF in a llama.cpp quantization type", strata_cmd_quantize},
 	{NULL, NULL, NULL},
 };
 

@@ -1,0 +1,487 @@
+/* quantize.c - strata quantize: a model directory of safetensors or a GGUF
+ * file in, a GGUF file of the chosen preset out, one tensor at a time,
+ * written whole or not at all (layer: model).
+ *
+ * Each output tensor is read in its stored type, decoded to f32 exactly,
+ * (for llama Hugging Face checkpoints, its q/k rows permuted as llama.cpp's
+ * converter does), encoded by strata_block_encode on several threads, and
+ * its encoding decoded again to check every value is finite. A tensor
+ * whose type does not change is copied as stored (after the same finite
+ * check). Memory: three buffers of the largest tensor. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/quantize_internal.h"
+
+#define MAX_THREADS 64u
+#define MIN_BLOCKS_PER_THREAD 64u
+
+typedef struct engine {
+	const strata__quant_preset *p;
+	const strata_catalog *c;
+	strata_weight_store *ws;
+	strata__quant_job *jobs;
+	size_t n_jobs;
+	unsigned threads;
+	float *f32, *tmp; /* the largest tensor's elements, twice */
+	unsigned char *raw; /* the largest source payload */
+	strata_quantize_stats stats;
+} engine;
+
+/* ------------------------------------------------------------------------ */
+/* Encoding on several threads                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct slice {
+	strata_block_type t;
+	const float *x;
+	unsigned char *dst;
+	uint64_t elements;
+} slice;
+
+static void *encode_slice(void *arg)
+{
+	slice *s = arg;
+	(void)strata_block_encode(s->t, s->x, s->dst, s->elements);
+	return NULL;
+}
+
+/* Encodes n finite elements (whole blocks of t) on up to `threads`
+ * threads; a thread that cannot be started leaves its share to this one. */
+static void encode_parallel(strata_block_type t, const float *x, void *dst,
+			    uint64_t n, unsigned threads)
+{
+	uint64_t be = strata_block_elements(t), bb = strata_block_bytes(t);
+	uint64_t blocks = n / be;
+	unsigned k = threads;
+	if (blocks / MIN_BLOCKS_PER_THREAD < k)
+		k = (unsigned)(blocks / MIN_BLOCKS_PER_THREAD);
+	if (k < 2) {
+		(void)strata_block_encode(t, x, dst, n);
+		return;
+	}
+	pthread_t tid[MAX_THREADS];
+	slice sl[MAX_THREADS];
+	bool started[MAX_THREADS];
+	for (unsigned i = 0; i < k; i++) {
+		uint64_t b0 = blocks * i / k, b1 = blocks * (i + 1) / k;
+		sl[i] = (slice){t, x + b0 * be, (unsigned char *)dst + b0 * bb,
+				(b1 - b0) * be};
+		started[i] = i > 0 &&
+			     pthread_create(&tid[i], NULL, encode_slice, &sl[i]) == 0;
+	}
+	for (unsigned i = 0; i < k; i++)
+		if (!started[i])
+			encode_slice(&sl[i]);
+	for (unsigned i = 1; i < k; i++)
+		if (started[i])
+			pthread_join(tid[i], NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One tensor                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* llama.cpp's converter permutation of a llama q or k projection: within
+ * each of `heads` heads, row 2 i + j of the output is row j (hd / 2) + i
+ * of the input (rotary pairs interleaved instead of split in halves). */
+static void permute_rows(const float *in, float *out, uint64_t rows,
+			 uint64_t cols, uint32_t heads)
+{
+	uint64_t hd = rows / heads, half = hd / 2;
+	for (uint64_t h = 0; h < heads; h++)
+		for (uint64_t i = 0; i < half; i++)
+			for (uint64_t j = 0; j < 2; j++)
+				memcpy(out + (h * hd + 2 * i + j) * cols,
+				       in + (h * hd + j * half + i) * cols,
+				       cols * sizeof *out);
+}
+
+static uint64_t job_elements(const strata__quant_job *j)
+{
+	uint64_t n = 1;
+	for (uint32_t i = 0; i < j->n_dims; i++)
+		n *= j->ne[i]; /* checked when the writer added it */
+	return n;
+}
+
+static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
+			  strata_error *err)
+{
+	engine *e = ctx;
+	const strata__quant_job *j = &e->jobs[i];
+	uint64_t n = job_elements(j);
+	strata_status s;
+	const float *x = j->values;
+	if (j->src) {
+		bool same = j->src->dtype == j->out && !j->permute_heads;
+		void *where = same ? dst : (void *)e->raw;
+		void *const dsts[1] = {where};
+		if ((s = strata_weight_store_read(e->ws, &j->src, dsts, 1, err)))
+			return s;
+		e->stats.in_bytes += j->src->bytes;
+		if (same) {
+			if ((s = strata_dtype_check_finite(j->out, dst, n, err)))
+				return strata_error_prefix(err, "tensor '%s'",
+							   j->src->name);
+			e->stats.out_bytes += bytes;
+			return STRATA_OK;
+		}
+		if ((s = strata_dtype_to_f32(j->src->dtype, e->raw, n, e->f32,
+					     err)))
+			return strata_error_prefix(err, "tensor '%s'",
+						   j->src->name);
+		x = e->f32;
+		if (j->permute_heads) {
+			permute_rows(e->f32, e->tmp, n / j->ne[0], j->ne[0],
+				     j->permute_heads);
+			x = e->tmp;
+		}
+	}
+	strata_block_type bt;
+	if (!strata_dtype_block(j->out, &bt))
+		return strata_fail(err, STRATA_E_INTERNAL, "report this bug",
+				   "tensor '%s': no encoder", j->name);
+	encode_parallel(bt, x, dst, n, e->threads);
+	uint64_t bad = strata_block_decode(bt, dst, e->tmp, n);
+	if (bad != STRATA_BLOCK_ALL_FINITE)
+		return strata_fail(err, STRATA_E_CKPT_VALUE,
+				   "use a wider type (F16 or F32) for this model",
+				   "tensor '%s': its values are too large for %s "
+				   "(block %" PRIu64 " decodes to infinity)",
+				   j->name, strata_block_name(bt), bad);
+	e->stats.out_bytes += bytes;
+	return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The jobs                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void jobs_free(engine *e)
+{
+	for (size_t i = 0; i < e->n_jobs; i++) {
+		strata_free(e->jobs[i].name);
+		strata_free(e->jobs[i].values);
+	}
+	strata_free(e->jobs);
+	e->jobs = NULL;
+	e->n_jobs = 0;
+}
+
+/* N of a name starting "blk.N.", else 0. */
+static uint64_t layer_of(const char *name)
+{
+	uint64_t n = 0;
+	if (strncmp(name, "blk.", 4))
+		return 0;
+	for (const char *p = name + 4; *p >= '0' && *p <= '9'; p++)
+		n = n * 10 + (uint64_t)(*p - '0');
+	return n;
+}
+
+/* The model facts the type rule needs, from GGUF metadata or config. */
+typedef struct rule_facts {
+	uint64_t layers, gqa;
+	bool has_output;
+} rule_facts;
+
+static strata_status add_job(engine *e, strata_gguf_writer *w,
+			     strata__quant_job *j, const rule_facts *f,
+			     strata_error *err)
+{
+	strata__quant_tensor t = {j->name, j->n_dims, j->ne[0],
+				  layer_of(j->name), f->layers, f->gqa,
+				  f->has_output};
+	bool fell = false;
+	j->out = strata__quant_tensor_type(e->p, &t, &fell);
+	strata_status s = strata_gguf_writer_add_tensor(w, j->name, j->out,
+							j->n_dims, j->ne, err);
+	if (s) {
+		strata_free(j->name);
+		strata_free(j->values);
+		return s;
+	}
+	e->jobs[e->n_jobs++] = *j;
+	e->stats.tensors++;
+	e->stats.fallbacks += fell;
+	if (j->out != STRATA_DTYPE_F32 && j->out != STRATA_DTYPE_F16 &&
+	    j->out != STRATA_DTYPE_BF16)
+		e->stats.quantized++;
+	return STRATA_OK;
+}
+
+static char *dup_str(const char *s, strata_error *err)
+{
+	size_t n = strlen(s);
+	char *d = strata_alloc_or_error(n + 1, "a tensor name", err);
+	if (d)
+		memcpy(d, s, n + 1);
+	return d;
+}
+
+static strata_status jobs_alloc(engine *e, size_t n, strata_error *err)
+{
+	e->jobs = strata_alloc_or_error((n ? n : 1) * sizeof *e->jobs,
+					"the tensor list", err);
+	return e->jobs ? STRATA_OK : STRATA_E_NOMEM;
+}
+
+/* general.file_type and general.quantization_version, as llama-quantize
+ * sets them. */
+static strata_status set_file_type(engine *e, strata_gguf_writer *w,
+				   strata_error *err)
+{
+	strata_status s = strata_gguf_writer_set_uint(
+		w, "general.quantization_version", STRATA_GGUF_U32, 2, err);
+	return s ? s
+		 : strata_gguf_writer_set_uint(w, "general.file_type",
+					       STRATA_GGUF_U32, e->p->ftype,
+					       err);
+}
+
+/* ARCH.KEY of g as an integer, or 0 when absent or not one. */
+static uint64_t arch_uint(const strata_gguf *g, const char *arch, size_t alen,
+			  const char *key)
+{
+	char k[160];
+	uint64_t v = 0;
+	snprintf(k, sizeof k, "%.*s.%s", (int)alen, arch, key);
+	if (strata_gguf_get_u64(g, k, &v, NULL))
+		return 0;
+	return v;
+}
+
+/* GGUF in: every pair copied, then the file type; every tensor kept by
+ * name and shape. */
+static strata_status gguf_jobs(engine *e, strata_gguf_writer *w,
+			       strata_error *err)
+{
+	const strata_gguf *g = strata_catalog_gguf(e->c);
+	strata_status s = STRATA_OK;
+	for (uint64_t i = 0; i < strata_gguf_kv_count(g) && !s; i++)
+		s = strata_gguf_writer_copy(w, g, (long)i, err);
+	if (s || (s = set_file_type(e, w, err)))
+		return s;
+	const char *arch = "";
+	size_t alen = 0;
+	(void)strata_gguf_get_string(g, "general.architecture", &arch, &alen,
+				     NULL);
+	rule_facts f = {arch_uint(g, arch, alen, "block_count"), 1,
+			strata_catalog_find(e->c, "output.weight") != NULL};
+	uint64_t heads = arch_uint(g, arch, alen, "attention.head_count");
+	uint64_t kv = arch_uint(g, arch, alen, "attention.head_count_kv");
+	if (heads && kv && heads % kv == 0)
+		f.gqa = heads / kv;
+	size_t n = strata_catalog_count(e->c);
+	for (size_t i = 0; i < n && !f.layers; i++) /* no block_count */
+		if (layer_of(strata_catalog_tensor(e->c, i)->name) + 1 > f.layers)
+			f.layers = layer_of(strata_catalog_tensor(e->c, i)->name) + 1;
+	if ((s = jobs_alloc(e, n, err)))
+		return s;
+	for (size_t i = 0; i < n && !s; i++) {
+		const strata_tensor *t = strata_catalog_tensor(e->c, i);
+		strata__quant_job j = {0};
+		j.src = t;
+		j.n_dims = t->n_dims;
+		memcpy(j.ne, t->shape, t->n_dims * sizeof *j.ne);
+		if (!(j.name = dup_str(t->name, err)))
+			return STRATA_E_NOMEM;
+		s = add_job(e, w, &j, &f, err);
+	}
+	return s;
+}
+
+/* Whether GGUF name `name` ends with `part`. */
+static bool ends(const char *name, const char *part)
+{
+	return strata_str_ends_with(name, part);
+}
+
+/* llama and mistral q/k projections are permuted (qwen2's are not: its
+ * GGUF rope stays in halves). */
+static strata_status hf_permute(const strata_model_desc *d,
+				const strata_tensor *t, strata__quant_job *j,
+				strata_error *err)
+{
+	if (d->family == STRATA_FAMILY_QWEN2)
+		return STRATA_OK;
+	bool q = ends(j->name, "attn_q.weight") || ends(j->name, "attn_q.bias");
+	bool k = ends(j->name, "attn_k.weight") || ends(j->name, "attn_k.bias");
+	if (!q && !k)
+		return STRATA_OK;
+	uint64_t heads = q ? d->heads : d->kv_heads;
+	if (!heads || d->head_dim % 2 || t->shape_hf[0] != heads * d->head_dim)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+				   "check config.json's head counts",
+				   "tensor '%s' has %" PRIu64 " rows, not %" PRIu64
+				   " heads of %" PRIu64, t->name, t->shape_hf[0],
+				   heads, d->head_dim);
+	j->permute_heads = (uint32_t)heads;
+	return STRATA_OK;
+}
+
+static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
+			       const strata_model_desc *d,
+			       const strata_tensor *t, const rule_facts *f,
+			       strata_error *err)
+{
+	char name[256];
+	bool skip = false;
+	strata_status s = strata__quant_hf_name(t->name, name, sizeof name,
+						&skip, err);
+	if (s || skip || (!f->has_output && !strcmp(name, "output.weight")))
+		return s;
+	if (t->n_dims < 1 || t->n_dims > 4)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+				   "GGUF holds 1 to 4 dimensions",
+				   "tensor '%s' has %u dimensions", t->name,
+				   t->n_dims);
+	strata__quant_job j = {0};
+	j.src = t;
+	j.n_dims = t->n_dims;
+	for (uint32_t i = 0; i < t->n_dims; i++)
+		j.ne[i] = t->shape_hf[t->n_dims - 1 - i];
+	if (!(j.name = dup_str(name, err)))
+		return STRATA_E_NOMEM;
+	if ((s = hf_permute(d, t, &j, err))) {
+		strata_free(j.name);
+		return s;
+	}
+	return add_job(e, w, &j, f, err);
+}
+
+/* Hugging Face in: llama.cpp's converter metadata and names, the q/k
+ * permutation, llama3's rope factors as rope_freqs.weight. */
+static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
+			     strata_error *err)
+{
+	strata_model_desc d;
+	strata_status s = strata_model_describe(in, e->c, &d, err);
+	if (s)
+		return s;
+	if (d.family != STRATA_FAMILY_LLAMA && d.family != STRATA_FAMILY_MISTRAL &&
+	    d.family != STRATA_FAMILY_QWEN2)
+		return strata_fail(err, STRATA_E_MODEL_ARCH,
+				   "convert it with llama.cpp's convert_hf_to_gguf.py, "
+				   "then quantize the GGUF",
+				   "strata quantize converts llama, mistral and qwen2 "
+				   "checkpoints; '%s' is %s", in,
+				   d.headers_only ? "without config.json"
+						  : d.architecture);
+	if ((s = strata__quant_hf_metadata(w, in, &d, err)) ||
+	    (s = set_file_type(e, w, err)))
+		return s;
+	rule_facts f = {d.layers, d.kv_heads && d.heads % d.kv_heads == 0
+					  ? d.heads / d.kv_heads : 1,
+			!d.tied_embeddings &&
+				strata_catalog_find(e->c, "lm_head.weight")};
+	float *rf = NULL;
+	size_t n = strata_catalog_count(e->c);
+	if ((s = strata__quant_rope_factors(&d, &rf, err)) ||
+	    (s = jobs_alloc(e, n + 1, err))) {
+		strata_free(rf);
+		return s;
+	}
+	if (rf) {
+		strata__quant_job j = {0};
+		j.values = rf;
+		j.n_dims = 1;
+		j.ne[0] = d.head_dim / 2;
+		if (!(j.name = dup_str("rope_freqs.weight", err))) {
+			strata_free(rf);
+			return STRATA_E_NOMEM;
+		}
+		if ((s = add_job(e, w, &j, &f, err)))
+			return s;
+	}
+	for (size_t i = 0; i < n && !s; i++)
+		s = hf_tensor(e, w, &d, strata_catalog_tensor(e->c, i), &f, err);
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The command                                                              */
+/* ------------------------------------------------------------------------ */
+
+static strata_status scratch(engine *e, strata_error *err)
+{
+	uint64_t most = 1, raw = 1;
+	for (size_t i = 0; i < e->n_jobs; i++) {
+		uint64_t n = job_elements(&e->jobs[i]);
+		if (n > most)
+			most = n;
+		if (e->jobs[i].src && e->jobs[i].src->bytes > raw)
+			raw = e->jobs[i].src->bytes;
+	}
+	if (most > SIZE_MAX / sizeof(float) || raw > SIZE_MAX)
+		return strata_fail(err, STRATA_E_OVERFLOW, "use a 64-bit build",
+				   "a tensor of %" PRIu64 " elements", most);
+	e->f32 = strata_alloc_or_error((size_t)most * sizeof(float),
+				       "quantize buffers", err);
+	e->tmp = e->f32 ? strata_alloc_or_error((size_t)most * sizeof(float),
+						"quantize buffers", err)
+			: NULL;
+	e->raw = e->tmp ? strata_alloc_or_error((size_t)raw, "quantize buffers",
+						err)
+			: NULL;
+	return e->raw ? STRATA_OK : STRATA_E_NOMEM;
+}
+
+static unsigned default_threads(unsigned asked)
+{
+	long n = asked ? (long)asked : sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return n > (long)MAX_THREADS ? MAX_THREADS : (unsigned)n;
+}
+
+strata_status strata_quantize(const char *in, const char *out,
+			      const strata_quantize_options *o,
+			      strata_quantize_stats *stats, strata_error *err)
+{
+	engine e;
+	memset(&e, 0, sizeof e);
+	e.p = o && o->type ? strata__quant_preset_find(o->type) : NULL;
+	if (!e.p)
+		return strata_fail(err, STRATA_E_USAGE,
+				   "use --type with one of F32|F16|BF16|Q8_0|"
+				   "Q4_0|Q4_1|Q5_0|Q5_1|Q2_K|Q3_K_M|Q4_K_M|"
+				   "Q5_K_M|Q6_K|IQ4_XS",
+				   "unknown quantization type '%s'",
+				   o && o->type ? o->type : "");
+	e.threads = default_threads(o->threads);
+	uint64_t t0 = strata_now_ns();
+	strata_catalog *c = NULL;
+	strata_gguf_writer *w = NULL;
+	strata_status s = strata_file_check_output(out, err);
+	if (!s)
+		s = strata_catalog_open(in, &c, err);
+	e.c = c;
+	if (!s)
+		s = strata_gguf_writer_create(&w, err);
+	if (!s)
+		s = strata_catalog_format(c) == STRATA_FORMAT_GGUF
+			    ? gguf_jobs(&e, w, err)
+			    : hf_jobs(&e, in, w, err);
+	if (!s)
+		s = strata_weight_store_create(c, NULL, &e.ws, err);
+	if (!s)
+		s = scratch(&e, err);
+	if (!s)
+		s = strata_gguf_writer_write(w, out, fill, &e, err);
+	e.stats.elapsed_ns = strata_now_ns() - t0;
+	if (!s && stats)
+		*stats = e.stats;
+	strata_free(e.f32);
+	strata_free(e.tmp);
+	strata_free(e.raw);
+	jobs_free(&e);
+	strata_weight_store_destroy(e.ws);
+	strata_gguf_writer_destroy(w);
+	strata_catalog_destroy(c);
+	return s;
+}

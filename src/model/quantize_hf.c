@@ -1,0 +1,203 @@
+/* quantize_hf.c - the Hugging Face side of strata quantize: tensor names,
+ * the architecture metadata and llama3's rope factors, as llama.cpp's
+ * convert_hf_to_gguf.py writes them for llama, mistral (as llama) and
+ * qwen2 (layer: model). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/quantize_internal.h"
+
+/* HF suffix (after model.layers.N.) -> GGUF suffix (after blk.N.). */
+static const struct {
+	const char *hf, *gguf;
+} layer_names[] = {
+	{"input_layernorm.weight", "attn_norm.weight"},
+	{"post_attention_layernorm.weight", "ffn_norm.weight"},
+	{"self_attn.q_proj.weight", "attn_q.weight"},
+	{"self_attn.k_proj.weight", "attn_k.weight"},
+	{"self_attn.v_proj.weight", "attn_v.weight"},
+	{"self_attn.o_proj.weight", "attn_output.weight"},
+	{"self_attn.q_proj.bias", "attn_q.bias"},
+	{"self_attn.k_proj.bias", "attn_k.bias"},
+	{"self_attn.v_proj.bias", "attn_v.bias"},
+	{"self_attn.o_proj.bias", "attn_output.bias"},
+	{"mlp.gate_proj.weight", "ffn_gate.weight"},
+	{"mlp.up_proj.weight", "ffn_up.weight"},
+	{"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+strata_status strata__quant_hf_name(const char *hf, char *out, size_t cap,
+				    bool *skip, strata_error *err)
+{
+	*skip = false;
+	const char *fixed[][2] = {
+		{"model.embed_tokens.weight", "token_embd.weight"},
+		{"model.norm.weight", "output_norm.weight"},
+		{"lm_head.weight", "output.weight"},
+	};
+	for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+		if (!strcmp(hf, fixed[i][0])) {
+			snprintf(out, cap, "%s", fixed[i][1]);
+			return STRATA_OK;
+		}
+	if (strata_str_ends_with(hf, "rotary_emb.inv_freq")) {
+		*skip = true; /* recomputed from rope_theta */
+		return STRATA_OK;
+	}
+	unsigned layer;
+	int at = 0;
+	if (sscanf(hf, "model.layers.%u.%n", &layer, &at) == 1 && at > 0)
+		for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names;
+		     i++)
+			if (!strcmp(hf + at, layer_names[i].hf)) {
+				snprintf(out, cap, "blk.%u.%s", layer,
+					 layer_names[i].gguf);
+				return STRATA_OK;
+			}
+	char esc[160];
+	return strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
+			   "convert the model with llama.cpp's convert_hf_to_gguf.py, "
+			   "then quantize the GGUF",
+			   "tensor '%s' has no GGUF name strata knows",
+			   strata_escape(esc, sizeof esc, hf, strlen(hf)));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metadata                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct meta {
+	strata_gguf_writer *w;
+	const char *arch;
+	strata_error *err;
+	strata_status s;
+} meta;
+
+static void put_u32(meta *m, const char *key, uint64_t v)
+{
+	char k[128];
+	snprintf(k, sizeof k, "%s.%s", m->arch, key);
+	if (!m->s && v > UINT32_MAX)
+		m->s = strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				   "check config.json",
+				   "'%s' is %" PRIu64 ", above GGUF's u32", k, v);
+	if (!m->s)
+		m->s = strata_gguf_writer_set_uint(m->w, k, STRATA_GGUF_U32, v,
+						   m->err);
+}
+
+static void put_f32(meta *m, const char *key, double v)
+{
+	char k[128];
+	snprintf(k, sizeof k, "%s.%s", m->arch, key);
+	if (!m->s)
+		m->s = strata_gguf_writer_set_f32(m->w, k, (float)v, m->err);
+}
+
+static void put_str(meta *m, const char *key, const char *v)
+{
+	if (!m->s)
+		m->s = strata_gguf_writer_set_string(m->w, key, v, strlen(v),
+						     m->err);
+}
+
+/* The last path component of dir (the model's folder name). */
+static void base_name(const char *path, char *out, size_t cap)
+{
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	size_t b = n;
+	while (b > 0 && path[b - 1] != '/')
+		b--;
+	snprintf(out, cap, "%.*s", (int)(n - b), path + b);
+	if (strata_str_ends_with(out, ".safetensors"))
+		out[strlen(out) - strlen(".safetensors")] = '\0';
+}
+
+strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
+					const char *model_dir,
+					const strata_model_desc *d,
+					strata_error *err)
+{
+	meta m = {w, d->family == STRATA_FAMILY_QWEN2 ? "qwen2" : "llama", err,
+		  STRATA_OK};
+	const strata_rope_scaling *r = &d->rope_scaling;
+	if (r->kind != STRATA_ROPE_DEFAULT && r->kind != STRATA_ROPE_LLAMA3 &&
+	    !(r->kind == STRATA_ROPE_LINEAR && r->factor > 0))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "convert it with llama.cpp's convert_hf_to_gguf.py",
+				   "rope scaling '%s' has no GGUF form strata writes",
+				   r->type);
+	char name[256];
+	base_name(model_dir, name, sizeof name);
+	put_str(&m, "general.architecture", m.arch);
+	put_str(&m, "general.type", "model");
+	put_str(&m, "general.name", name);
+	put_u32(&m, "block_count", d->layers);
+	put_u32(&m, "context_length", d->max_positions);
+	put_u32(&m, "embedding_length", d->hidden);
+	put_u32(&m, "feed_forward_length", d->intermediate);
+	put_u32(&m, "attention.head_count", d->heads);
+	put_u32(&m, "attention.head_count_kv", d->kv_heads);
+	put_f32(&m, "rope.freq_base", d->rope_theta);
+	put_f32(&m, "attention.layer_norm_rms_epsilon", d->rms_eps);
+	put_u32(&m, "attention.key_length", d->head_dim);
+	put_u32(&m, "attention.value_length", d->head_dim);
+	put_u32(&m, "rope.dimension_count", d->head_dim);
+	put_u32(&m, "vocab_size", d->vocab);
+	if (r->kind == STRATA_ROPE_LINEAR) {
+		char k[128];
+		snprintf(k, sizeof k, "%s.rope.scaling.type", m.arch);
+		put_str(&m, k, "linear");
+		put_f32(&m, "rope.scaling.factor", r->factor);
+	}
+	if (m.s)
+		return m.s;
+	return strata__quant_hf_vocab(w, model_dir, d, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* llama3 rope                                                              */
+/* ------------------------------------------------------------------------ */
+
+strata_status strata__quant_rope_factors(const strata_model_desc *d,
+					 float **out, strata_error *err)
+{
+	*out = NULL;
+	const strata_rope_scaling *r = &d->rope_scaling;
+	if (r->kind != STRATA_ROPE_LLAMA3)
+		return STRATA_OK;
+	uint64_t half = d->head_dim / 2;
+	if (!half || !(r->factor > 0) || !(r->high_freq_factor > r->low_freq_factor))
+		return strata_fail(err, STRATA_E_MODEL_CONFIG, "check config.json",
+				   "llama3 rope scaling needs factor > 0 and "
+				   "high_freq_factor > low_freq_factor");
+	float *f = strata_alloc_or_error(half * sizeof *f, "rope factors", err);
+	if (!f)
+		return STRATA_E_NOMEM;
+	/* llama.cpp's converter: per frequency, 1 above the high-frequency
+	 * wavelength bound, `factor` below the low one, a smooth blend
+	 * between */
+	double ctx = (double)r->original_max_position_embeddings;
+	double lo_wave = ctx / r->low_freq_factor, hi_wave = ctx / r->high_freq_factor;
+	for (uint64_t i = 0; i < half; i++) {
+		double freq = 1.0 / pow(d->rope_theta,
+					(double)(2 * i) / (double)d->head_dim);
+		double wave = 2.0 * M_PI / freq, v;
+		if (wave < hi_wave) {
+			v = 1.0;
+		} else if (wave > lo_wave) {
+			v = r->factor;
+		} else {
+			double smooth = (ctx / wave - r->low_freq_factor) /
+					(r->high_freq_factor - r->low_freq_factor);
+			v = 1.0 / ((1.0 - smooth) / r->factor + smooth);
+		}
+		f[i] = (float)v;
+	}
+	*out = f;
+	return STRATA_OK;
+}
