@@ -13,9 +13,9 @@
 
 #include "base/quant_internal.h"
 
-#define SPREAD_STEPS 5 /* candidates each side of the extreme's scale */
-#define SPREAD_STEP 0.2f /* their spacing, in codes */
-#define SOLVES 2 /* least-squares re-solves per candidate */
+#define SPREAD_STEPS 10 /* candidates each side of the extreme's scale */
+#define SPREAD_STEP 0.1f /* their spacing, in codes */
+#define SOLVES 3 /* least-squares re-solves per candidate */
 
 /* ------------------------------------------------------------------------ */
 /* Symmetric: x ~ s * q, q in [lo, hi]                                      */
