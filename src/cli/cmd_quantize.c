@@ -22,9 +22,8 @@ static void help(FILE *f)
 		"them (docs/quantize.md). OUT.gguf appears whole or not at all.\n"
 		"\n"
 		"options:\n"
-		"  --type %s\n"
-		"                the preset; F32 writes every tensor dequantized,\n"
-		"                bit-exact\n"
+		"  --type T      the preset: %s\n"
+		"                (F32: every tensor dequantized, bit-exact)\n"
 		"  --threads N   encoder threads (default: one per CPU)\n",
 		strata_quantize_type_names());
 }

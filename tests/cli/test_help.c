@@ -121,6 +121,11 @@ static void base_args(const char *cmd, const char **argv, size_t *n,
 		return;
 	}
 	argv[(*n)++] = MODEL;
+	if (!strcmp(cmd, "quantize")) {
+		static char q_path[4200];
+		snprintf(q_path, sizeof q_path, "%s/quantized.gguf", dir);
+		argv[(*n)++] = q_path;
+	}
 	if (!strcmp(cmd, "run") || !strcmp(cmd, "tokenize")) {
 		argv[(*n)++] = "-p";
 		argv[(*n)++] = "x";
