@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """make_fuzz_seeds.py - writes the small seed corpora of the checkpoint
 fuzzers (tests/fuzz/corpus/fuzz_gguf, fuzz_safetensors): valid files that
-reach every part of each parser, kept under 64 KiB each. Pure Python."""
+reach every part of each parser, kept under 64 KiB each; and of the block
+coder fuzzer (fuzz_quant): per block type, two blocks of bytes to decode
+and N(0, 0.05) values to encode (byte 0 the type, byte 1 the direction).
+Pure Python."""
 import json
 import os
 import struct
@@ -10,6 +13,27 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 GG = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_gguf")
 ST = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_safetensors")
+QU = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_quant")
+# strata_block_type order (include/strata/base.h): name, elements, bytes
+BLOCKS = [("F32", 1, 4), ("F16", 1, 2), ("BF16", 1, 2), ("Q8_0", 32, 34),
+          ("Q4_0", 32, 18), ("Q4_1", 32, 20), ("Q5_0", 32, 22), ("Q5_1", 32, 24),
+          ("Q2_K", 256, 84), ("Q3_K", 256, 110), ("Q4_K", 256, 144),
+          ("Q5_K", 256, 176), ("Q6_K", 256, 210), ("IQ4_NL", 32, 18),
+          ("IQ4_XS", 256, 136)]
+
+
+def quant_seeds():
+    import random
+    rng = random.Random(5)
+    os.makedirs(QU, exist_ok=True)
+    for t, (name, be, bb) in enumerate(BLOCKS):
+        dec = bytes([t, 0]) + bytes(rng.getrandbits(8) for _ in range(2 * bb))
+        n = max(be, 8)
+        enc = bytes([t, 1]) + b"".join(struct.pack("<f", rng.gauss(0, 0.05))
+                                       for _ in range(n))
+        for kind, data in (("decode", dec), ("encode", enc)):
+            with open(os.path.join(QU, f"{kind}-{name}"), "wb") as f:
+                f.write(data)
 
 
 def s(x):
@@ -84,6 +108,7 @@ def main():
     for name, data in sts.items():
         with open(os.path.join(ST, name), "wb") as f:
             f.write(data)
+    quant_seeds()
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ static void affine_integers(const float *x, const affine_kind *k,
 				float ml = b->dmin * (float)c;
 				float e = strata__aff_assign(xs, k->len, k->top,
 							     dl, ml, q);
-				if (e < best) {
+				/* the first candidate is always taken, so an
+				 * error that overflowed still leaves codes */
+				if (e < best || best == FLT_MAX) {
 					best = e;
 					b->sc[i] = (uint8_t)a;
 					b->m[i] = (uint8_t)c;
@@ -116,7 +118,7 @@ static void affine_encode(const float *x, const affine_kind *k,
 		b.d = strata__f16_round(d);
 		b.dmin = strata__f16_round(dmin);
 		affine_integers(x, k, s, m, &b);
-		if (b.err < out->err)
+		if (r == 0 || b.err < out->err)
 			*out = b;
 		if (!affine_resolve(x, k, &b, &d, &dmin))
 			break;
@@ -236,7 +238,7 @@ static void sym_integers(const float *x, const sym_kind *k, const float *s,
 			if (a < k->slo || a > k->shi)
 				continue;
 			float e = sym_sub_assign(k, xs, b->d * (float)a, q);
-			if (e < best) {
+			if (e < best || best == FLT_MAX) {
 				best = e;
 				b->sc[i] = (int8_t)a;
 				memcpy(b->q + i * k->len, q, (size_t)k->len);
@@ -290,7 +292,7 @@ static void sym_encode(const float *x, const sym_kind *k, sym_block *out)
 	for (int r = 0; r < ROUNDS; r++) {
 		b.d = strata__f16_round(d);
 		sym_integers(x, k, s, &b);
-		if (b.err < out->err)
+		if (r == 0 || b.err < out->err)
 			*out = b;
 		if (!sym_resolve(x, k, &b, &d))
 			break;

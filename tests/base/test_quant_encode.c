@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
 
 #include "base/quant_internal.h"
 #include "strata/base.h"
@@ -249,6 +251,57 @@ static void overflowing_scales_decode_as_infinite(void **state)
 	assert_int_equal(strata_block_decode(STRATA_BLOCK_Q8_0, b, y, 32), 0);
 }
 
+/* The committed fuzz_quant corpus (crash inputs included) under the
+ * fuzzer's checks: an encode names the first non-finite value or writes
+ * codes that decode; a decode reporting every block finite wrote finite
+ * values. */
+static void fuzz_corpus_replays(void **state)
+{
+	(void)state;
+	const char *folder = STRATA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_quant";
+	DIR *d = opendir(folder);
+	assert_non_null(d);
+	struct dirent *e;
+	size_t files = 0;
+	static unsigned char data[1 << 16], blocks[1 << 16];
+	static float x[1 << 14], y[1 << 14];
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, "README.md"))
+			continue;
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+		FILE *f = fopen(path, "rb");
+		assert_non_null(f);
+		size_t n = fread(data, 1, sizeof data, f);
+		fclose(f);
+		if (n < 2)
+			continue;
+		strata_block_type t = (strata_block_type)(data[0] % STRATA_BLOCK_COUNT);
+		uint32_t be = strata_block_elements(t), bb = strata_block_bytes(t);
+		if (data[1] & 1) {
+			uint64_t count = (n - 2) / 4 / be * be;
+			memcpy(x, data + 2, count * 4);
+			uint64_t first = STRATA_BLOCK_ALL_FINITE;
+			for (uint64_t i = 0; i < count && first == STRATA_BLOCK_ALL_FINITE; i++)
+				if (!isfinite(x[i]))
+					first = i;
+			assert_int_equal(strata_block_encode(t, x, blocks, count), first);
+			if (first == STRATA_BLOCK_ALL_FINITE &&
+			    strata_block_decode(t, blocks, y, count) == STRATA_BLOCK_ALL_FINITE)
+				for (uint64_t i = 0; i < count; i++)
+					assert_true(isfinite(y[i]));
+		} else {
+			uint64_t count = (n - 2) / bb * be;
+			if (strata_block_decode(t, data + 2, y, count) == STRATA_BLOCK_ALL_FINITE)
+				for (uint64_t i = 0; i < count; i++)
+					assert_true(isfinite(y[i]));
+		}
+		files++;
+	}
+	closedir(d);
+	assert_true(files >= 31);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -259,6 +312,7 @@ int main(void)
 		cmocka_unit_test(zeros_stay_zeros_and_power_of_two_scaling_is_exact),
 		cmocka_unit_test(non_finite_input_is_refused_naming_the_element),
 		cmocka_unit_test(overflowing_scales_decode_as_infinite),
+		cmocka_unit_test(fuzz_corpus_replays),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
