@@ -667,6 +667,13 @@ typedef struct strata_session strata_session;
  * (strata_session_close). */
 strata_status strata_session_open(const strata_session_options *o,
 				  strata_session **out, strata_error *err);
+
+/* Whether a session planned with options o lets the plan select a
+ * placement of units (strata_plan_options.mixed_placements): on CUDA and
+ * over a layer split; on one CPU device the device and the CPU are one
+ * processor on one RAM, so only a forced placement runs there. strata
+ * plan asks the same, so plan and run choose alike. */
+bool strata_session_runs_placements(const strata_plan_options *o);
 void strata_session_close(strata_session *s); /* NULL is fine */
 
 /* Ends the run's background work (reads and copies already started) so the

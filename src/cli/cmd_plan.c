@@ -476,6 +476,8 @@ static strata_status plan_devices(plan_run *r, const char *model,
 	for (uint32_t i = 0; i < n; i++) {
 		strata_plan_options po = opts->plan;
 		po.host_shared_by = g ? g->count : 0;
+		/* select a placement where run would (the same rule) */
+		po.mixed_placements = strata_session_runs_placements(&po);
 		uint32_t index = g ? g->index[i] : opts->device_index;
 		if (have_rates)
 			strata_plan_rates_apply(&rates, index, &po);

@@ -27,6 +27,14 @@ static const char *kind_of(strata_plan_device d)
 	return d == STRATA_PLAN_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
+bool strata_session_runs_placements(const strata_plan_options *o)
+{
+	/* on CUDA or over a layer split; with one CPU device the device and
+	 * the CPU are one processor on one RAM, so only a forced placement
+	 * runs there */
+	return o->device == STRATA_PLAN_DEVICE_CUDA || o->device_count > 1;
+}
+
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
 {
@@ -60,11 +68,8 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	if (!po.shape.batch)
 		po.shape.batch = 1;
 	/* The run runs placements (session_place.c): the plan may pick one
-	 * where one can be faster, on CUDA or over a layer split. With one
-	 * CPU device the device and the CPU are one processor on one RAM,
-	 * so only a forced placement runs there. */
-	po.mixed_placements = po.device == STRATA_PLAN_DEVICE_CUDA ||
-			      po.device_count > 1;
+	 * where one can be faster (strata_session_runs_placements). */
+	po.mixed_placements = strata_session_runs_placements(&po);
 	if (po.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
 		return strata_fail(err, STRATA_E_INVALID_ARG, "lower --batch",
 				   "--batch %llu: a forward pass holds at most "

@@ -243,7 +243,7 @@ static void placement_choice(strata_plan *p)
 		if (sel)
 			strata_plan_candidate_name(sel, other, sizeof other);
 		explain(p, STRATA_EXPLAIN_PLACEMENT_NOT_RUN_YET,
-			"%s would decode in %.3f ms per step against %s%s%.3f ms; the forward pass does not run placements of units yet, so it is not selected",
+			"%s would decode in %.3f ms per step against %s%s%.3f ms; the caller does not let the plan pick placements (strata run picks them on CUDA and over a layer split; on one CPU device give --resident-units/--cpu-units), so it is not selected",
 			name, b->predicted_decode_ms, sel ? other : "",
 			sel ? "'s " : "nothing that fits, ",
 			sel ? sel->predicted_decode_ms : 0.0);

@@ -139,6 +139,47 @@ static void plan_and_run_size_the_same_shape(void **state)
 	cli_result_free(&r);
 }
 
+/* plan's "selected: NAME," and run's "plan: NAME," for the same options:
+ * the same candidate, placements included (a layer split over two CPU
+ * devices, where run picks placements) and forced ones. */
+static void plan_and_run_select_alike(void **state)
+{
+	(void)state;
+	static const char *const cases[][8] = {
+		{"--device-memory", "600KiB,600KiB", "--host-memory", "1GiB",
+		 "--context", "64", "--prefill-chunk", "1"},
+		{"--device-memory", "1MiB", "--host-memory", "1GiB", "--context",
+		 "64", "--prefill-chunk", "1"},
+		{"--resident-units", "2", "--cpu-units", "3", "--context", "64",
+		 "--device-memory", "1GiB"},
+		{"--residency", "host:2", "--context", "128", "--prefill-chunk",
+		 "8", "--host-memory", "1GiB"},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		const char *pa[24] = {"plan", STORIES, "--device", "cpu"};
+		const char *ra[24] = {"run", STORIES, "--device", "cpu", "-p",
+				      "Once", "-n", "3", "--temperature", "0"};
+		size_t np = 4, nr = 10;
+		for (size_t i = 0; i < 8; i++)
+			pa[np++] = ra[nr++] = cases[k][i];
+		pa[np] = ra[nr] = NULL;
+		cli_result p = run(pa), r = run(ra);
+		if (p.exit_code || r.exit_code)
+			fail_msg("case %zu: plan %d, run %d: %s%s", k,
+				 p.exit_code, r.exit_code, p.err, r.err);
+		char pl[256], rl[256];
+		line_of(p.out, "selected: ", pl, sizeof pl);
+		line_of(r.err, "plan: ", rl, sizeof rl);
+		size_t pn = strcspn(pl + 10, ","), rn = strcspn(rl + 6, ",");
+		if (pn != rn || strncmp(pl + 10, rl + 6, pn))
+			fail_msg("case %zu: plan '%s', run '%s'", k, pl, rl);
+		if (k == 0)
+			assert_non_null(strstr(rl, "plan: placement:r"));
+		cli_result_free(&p);
+		cli_result_free(&r);
+	}
+}
+
 /* Both helps say the defaults the commands take. */
 static void help_tells_the_shape_defaults(void **state)
 {
@@ -306,6 +347,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_mode_runs_on_the_cpu_without_budgets),
 		cmocka_unit_test(plan_and_run_size_the_same_shape),
+		cmocka_unit_test(plan_and_run_select_alike),
 		cmocka_unit_test(help_tells_the_shape_defaults),
 		cmocka_unit_test(plan_refuses_what_run_refuses),
 		cmocka_unit_test(nothing_fits_names_the_one_change),
