@@ -114,7 +114,7 @@ strata_status strata_plan_tensor_device_bytes(strata_dtype t,
 					      strata_plan_device d,
 					      uint64_t *out, strata_error *err)
 {
-	strata_plan_exec e;
+	strata_plan_exec e = {0};
 	strata_status s = exec_of(t, elements, false, d, &e, err);
 	if (s != STRATA_OK)
 		return s;

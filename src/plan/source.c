@@ -21,7 +21,7 @@ static strata_status tensor_bytes(void *ctx, size_t i, uint64_t *out,
 {
 	strata_plan_source *s = ctx;
 	const strata_tensor *t = strata_catalog_tensor(s->catalog, i);
-	strata_plan_exec e;
+	strata_plan_exec e = {0};
 	strata_status st = strata_plan_tensor_exec(t, s->device, &e, err);
 	if (st == STRATA_OK)
 		*out = e.bytes; /* exact: the layout adds the slot */
