@@ -356,6 +356,10 @@ typedef struct strata_scheduler_request {
 	uint32_t n_prompt;
 	uint32_t max_tokens; /* >= 1 */
 	strata_sampler_params sampler;
+	/* A second id that ends the request as EOS does (a chat template's
+	 * end of turn, <|im_end|>), when has_stop_token. */
+	bool has_stop_token;
+	int32_t stop_token;
 	strata_scheduler_event_fn on_event;
 	void *user;
 } strata_scheduler_request;
@@ -439,8 +443,7 @@ typedef struct strata_server_options {
 	strata_scheduler *scheduler;		/* borrowed */
 	const strata_tokenizer *tokenizer;	/* borrowed */
 	/* borrowed; NULL: chat requests are refused (400) naming the fix */
-	const strata_chat_template *chat_template;
-	const char *bos_token, *eos_token;	/* the template's; or NULL */
+	const strata_chat_format *chat_format;
 	uint64_t max_body_bytes;   /* 0: 4 MiB; larger bodies get 413 */
 	uint32_t max_connections;  /* 0: 512 */
 	uint32_t default_max_tokens; /* 0: 256 (capped by the context) */

@@ -122,36 +122,22 @@ static const char *base_name(const char *path, char *buf, size_t cap)
 	return buf;
 }
 
-typedef struct chat_setup {
-	strata_chat_template *t;
-	char *bos, *eos;
-} chat_setup;
-
-/* --chat-template FILE, else the model's own; a model without one serves
- * completions only (chat requests get a 400 naming the option). */
-static strata_status load_template(const serve_args *a, chat_setup *c,
-				   strata_error *err)
+/* --chat-template FILE, else the model's own template; a model without
+ * one serves completions only (chat requests get a 400 naming the
+ * option). */
+static strata_status load_chat(const serve_args *a,
+			       const strata_tokenizer *tok,
+			       strata_chat_format **out, strata_error *err)
 {
-	char *src = NULL;
-	size_t len = 0;
-	strata_status st = strata_chat_template_load(a->model, &src, &len,
-						     &c->bos, &c->eos, err);
-	if (a->template_file) {
-		strata_free(src);
-		src = NULL;
-		st = strata_file_read_all(a->template_file,
-					  STRATA_TEMPLATE_MAX_SOURCE_BYTES,
-					  &src, &len, err);
-	} else if (st == STRATA_E_NOT_FOUND) {
+	strata_status st = strata_chat_format_load(a->model, a->template_file,
+						   tok, out, err);
+	if (st == STRATA_E_NOT_FOUND && !a->template_file) {
 		fprintf(stderr, "strata serve: %s has no chat template; "
 				"/v1/chat/completions needs --chat-template "
 				"FILE\n",
 			a->model);
 		return STRATA_OK;
 	}
-	if (st == STRATA_OK)
-		st = strata_chat_template_create(src, len, &c->t, err);
-	strata_free(src);
 	return st;
 }
 
@@ -175,11 +161,11 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 	strata_tokenizer *tok = NULL;
 	strata_scheduler *sched = NULL;
 	strata_server *srv = NULL;
-	chat_setup chat = {0};
+	strata_chat_format *chat = NULL;
 	strata_infer_hparams hp;
 	strata_status st = strata_tokenizer_load(a->model, &tok, &err);
 	if (st == STRATA_OK)
-		st = load_template(a, &chat, &err);
+		st = load_chat(a, tok, &chat, &err);
 	strata_catalog *cat = NULL;
 	if (st == STRATA_OK)
 		st = strata_catalog_open(a->model, &cat, &err);
@@ -215,8 +201,7 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 					      : base_name(a->model, name,
 							  sizeof name),
 			.scheduler = sched, .tokenizer = tok,
-			.chat_template = chat.t, .bos_token = chat.bos,
-			.eos_token = chat.eos, .max_body_bytes = a->max_body,
+			.chat_format = chat, .max_body_bytes = a->max_body,
 			.default_max_tokens = (uint32_t)a->max_tokens,
 		};
 		st = strata_server_create(&o, &srv, &err);
@@ -243,9 +228,7 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 	}
 	strata_server_destroy(srv);
 	strata_scheduler_destroy(sched);
-	strata_chat_template_destroy(chat.t);
-	strata_free(chat.bos);
-	strata_free(chat.eos);
+	strata_chat_format_destroy(chat);
 	strata_tokenizer_destroy(tok);
 	return st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
 }

@@ -26,8 +26,10 @@ typedef struct gen_params {
 	bool max_given;
 	strata_sampler_params sp;
 	bool stream, include_usage;
+	int32_t stop_token; /* the chat format's end of turn; -1: none */
 	const strata_tokenizer *tok;
 	const char *stops[STRATA__HTTP_MAX_STOPS];
+	size_t stop_lens[STRATA__HTTP_MAX_STOPS];
 	size_t n_stops;
 } gen_params;
 
@@ -132,15 +134,17 @@ static bool stop_field(json_t *req, gen_params *g, strata__http_reply *r)
 		if (!json_is_string(s))
 			return bad(r, "stop", "'stop' item %zu is not a "
 					      "string", i);
-		size_t len = json_string_length(s);
-		if (len == 0 || len > STRATA__HTTP_MAX_STOP_BYTES ||
-		    strlen(json_string_value(s)) != len)
-			return bad(r, "stop",
-				   "'stop' item %zu must have 1 to %u bytes "
-				   "and no NUL", i,
-				   STRATA__HTTP_MAX_STOP_BYTES);
+		g->stop_lens[g->n_stops] = json_string_length(s);
 		g->stops[g->n_stops++] = json_string_value(s);
 	}
+	/* the matcher's own checks (empty, too long): a trial build */
+	strata_stop_matcher *m = NULL;
+	strata_error err;
+	strata_status st = strata_stop_matcher_create(g->stops, g->stop_lens,
+						      g->n_stops, &m, &err);
+	strata_stop_matcher_destroy(m);
+	if (st == STRATA_E_INVALID_ARG)
+		return bad(r, "stop", "'stop': %s", err.message);
 	return true;
 }
 
@@ -272,57 +276,9 @@ static bool completion_prompt(struct strata_server *srv, json_t *req,
 				"token ids");
 }
 
-/* A message's content as text: a string, null, or text parts. */
-static bool content_text(json_t *m, size_t i, json_t **out,
-			 strata__http_reply *r)
-{
-	json_t *c = json_object_get(m, "content");
-	if (!c || json_is_null(c)) {
-		*out = json_string("");
-		return true;
-	}
-	if (json_is_string(c)) {
-		*out = json_incref(c);
-		return true;
-	}
-	if (!json_is_array(c))
-		return bad(r, "messages", "message %zu: 'content' must be a "
-					  "string or a list of parts", i);
-	char *acc = NULL;
-	size_t len = 0;
-	for (size_t k = 0; k < json_array_size(c); k++) {
-		json_t *part = json_array_get(c, k);
-		json_t *t = json_object_get(part, "text");
-		const char *type = json_string_value(json_object_get(part,
-								     "type"));
-		if (!json_is_object(part) || !type || strcmp(type, "text") ||
-		    !json_is_string(t)) {
-			strata_free(acc);
-			return bad(r, "messages",
-				   "message %zu part %zu: only text parts "
-				   "({\"type\": \"text\", \"text\": ...}) are "
-				   "taken", i, k);
-		}
-		size_t tl = json_string_length(t);
-		char *grown = strata_realloc(acc, len + tl + 1);
-		if (!grown) {
-			strata_free(acc);
-			strata__http_error(r, 503, "server_error",
-					   "out_of_memory", NULL,
-					   "the server is out of memory");
-			return false;
-		}
-		acc = grown;
-		memcpy(acc + len, json_string_value(t), tl);
-		len += tl;
-	}
-	*out = json_stringn(acc ? acc : "", len);
-	strata_free(acc);
-	return true;
-}
-
-/* messages: checked, copied to the template's input (role and text
- * content; other members kept), rendered with a generation prompt. */
+/* messages: checked and rendered through the model's chat format with a
+ * generation prompt, then encoded as the template wrote it (no second
+ * BOS): strata_chat_format_encode. */
 static bool chat_prompt(struct strata_server *srv, json_t *req, gen_params *g,
 			strata__http_reply *r)
 {
@@ -330,57 +286,30 @@ static bool chat_prompt(struct strata_server *srv, json_t *req, gen_params *g,
 	if (!json_is_array(ms) || json_array_size(ms) == 0)
 		return bad(r, "messages", "'messages' must be a non-empty "
 					  "array of messages");
-	if (!srv->o.chat_template)
+	if (!srv->o.chat_format)
 		return bad(r, "messages", "this model has no chat template: "
 					  "start strata serve with "
 					  "--chat-template FILE, or use "
 					  "/v1/completions");
-	json_t *conv = json_array();
-	for (size_t i = 0; i < json_array_size(ms); i++) {
-		json_t *m = json_array_get(ms, i), *text = NULL;
-		const char *role = json_string_value(json_object_get(m, "role"));
-		if (!json_is_object(m) || !role || !role[0]) {
-			json_decref(conv);
-			return bad(r, "messages", "message %zu needs a 'role' "
-						  "string", i);
-		}
-		if (!content_text(m, i, &text, r)) {
-			json_decref(conv);
-			return false;
-		}
-		json_t *copy = json_deep_copy(m);
-		json_object_set_new(copy, "content", text);
-		json_array_append_new(conv, copy);
-	}
-	char *msgs = json_dumps(conv, JSON_COMPACT);
-	json_decref(conv);
-	strata_chat_template_options to;
-	strata_chat_template_options_init(&to);
-	to.add_generation_prompt = true;
-	to.bos_token = srv->o.bos_token;
-	to.eos_token = srv->o.eos_token;
-	char *text = NULL;
-	size_t len = 0;
 	strata_error err;
-	strata_status st = msgs ? strata_chat_template_render(
-					  srv->o.chat_template, msgs,
-					  strlen(msgs), &to, &text, &len, &err)
-				: STRATA_E_NOMEM;
-	free(msgs);
+	strata_status st = strata_chat_format_encode(
+		srv->o.chat_format, srv->o.tokenizer, ms, true, &g->ids,
+		&g->n_ids, &err);
 	if (st == STRATA_E_NOMEM) {
 		strata__http_error(r, 503, "server_error", "out_of_memory",
 				   NULL, "the server is out of memory");
 		return false;
 	}
+	if (st == STRATA_E_INVALID_ARG)
+		return bad(r, "messages", "%s (%s)", err.message, err.fix);
 	if (st)
 		return bad(r, "messages", "the chat template refused the "
 					  "messages: %s", err.message);
-	/* a template that writes BOS itself must not get a second one */
-	const char *bos = srv->o.bos_token;
-	bool has_bos = bos && bos[0] && !strncmp(text, bos, strlen(bos));
-	bool ok = encode(srv, text, len, !has_bos, g, "messages", r);
-	strata_free(text);
-	return ok;
+	const char *eos = strata_chat_format_eos(srv->o.chat_format);
+	if (eos && eos[0])
+		g->stop_token =
+			strata_tokenizer_find(srv->o.tokenizer, eos, strlen(eos));
+	return true;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -448,54 +377,32 @@ static json_t *chunk(const strata__http_job *j, const char *text, size_t len,
 			 j->srv->model_name, "choices", choice);
 }
 
-/* The longest suffix of the text that begins some stop string. */
-static size_t held_back(const strata__http_job *j)
-{
-	size_t best = 0;
-	for (size_t s = 0; s < j->n_stops; s++) {
-		size_t sl = strlen(j->stops[s]);
-		for (size_t k = sl - 1; k > best; k--)
-			if (k <= j->text_len &&
-			    !memcmp(j->text + j->text_len - k, j->stops[s], k)) {
-				best = k;
-				break;
-			}
-	}
-	return best;
-}
-
-/* Appends a token's text, cuts at the first stop string that now
- * matches, and sends what can no longer be part of one. False when a
- * stop matched. j->mu is held. */
+/* Appends a token's text through the stop matcher (final: the text
+ * ended, what it held comes out), keeps what it settles and sends that
+ * as a delta. False when a stop string matched: the text ends before it.
+ * j->mu is held. */
 static bool add_text_locked(strata__http_job *j, const char *t, size_t len,
 			    bool final)
 {
-	if (!grow(&j->text, &j->text_cap, j->text_len + len + 1)) {
+	const char *out = NULL;
+	size_t n = 0;
+	int matched = -1;
+	strata_error err;
+	strata_status st =
+		final ? strata_stop_matcher_finish(j->stop, &out, &n, &err)
+		      : strata_stop_matcher_push(j->stop, t, len, &out, &n,
+						 &matched, &err);
+	if (st || !grow(&j->text, &j->text_cap, j->text_len + n + 1)) {
 		j->failed_alloc = true;
 		return false;
 	}
-	size_t from = j->text_len > j->max_stop ? j->text_len - j->max_stop : 0;
-	memcpy(j->text + j->text_len, t, len);
-	j->text_len += len;
-	bool go = true;
-	size_t cut = j->text_len;
-	for (size_t s = 0; s < j->n_stops; s++) {
-		char *hit = memmem(j->text + from, j->text_len - from,
-				   j->stops[s], strlen(j->stops[s]));
-		if (hit && (size_t)(hit - j->text) < cut) {
-			cut = (size_t)(hit - j->text);
-			go = false;
-		}
-	}
-	j->text_len = cut;
-	j->stopped |= !go;
-	size_t upto = go && !final ? j->text_len - held_back(j) : j->text_len;
-	if (j->stream && upto > j->emitted)
-		sse_locked(j, chunk(j, j->text + j->emitted,
-				    upto - j->emitted, false, NULL));
-	if (upto > j->emitted)
-		j->emitted = upto;
-	return go;
+	memcpy(j->text + j->text_len, out, n);
+	j->text_len += n;
+	if (j->stream && n)
+		sse_locked(j, chunk(j, out, n, false, NULL));
+	if (matched >= 0)
+		j->stopped = true;
+	return matched < 0;
 }
 
 static const char *finish_reason(const strata__http_job *j)
@@ -529,9 +436,10 @@ static void job_done_locked(strata__http_job *j,
 	size_t len = 0;
 	strata_error err;
 	if (!j->stopped && j->ts &&
-	    strata_text_stream_finish(j->ts, &t, &len, &err) == STRATA_OK)
-		add_text_locked(j, t ? t : "", len, true);
-	else
+	    strata_text_stream_finish(j->ts, &t, &len, &err) == STRATA_OK &&
+	    len)
+		add_text_locked(j, t, len, false);
+	if (!j->stopped)
 		add_text_locked(j, "", 0, true);
 	if (j->stream) {
 		bool cut = ev->finish == STRATA_SCHEDULER_FINISH_CANCELLED ||
@@ -592,8 +500,7 @@ void strata__http_job_unref(strata__http_job *j)
 	if (left)
 		return;
 	strata_text_stream_destroy(j->ts);
-	for (size_t i = 0; i < j->n_stops; i++)
-		strata_free(j->stops[i]);
+	strata_stop_matcher_destroy(j->stop);
 	strata_free(j->text);
 	strata_free(j->out);
 	pthread_cond_destroy(&j->cv);
@@ -637,20 +544,10 @@ static strata__http_job *job_create(struct strata_server *srv, bool chat,
 	snprintf(j->name, sizeof j->name, "%s-%llu",
 		 chat ? "chatcmpl" : "cmpl",
 		 (unsigned long long)atomic_fetch_add(&srv->next_job, 1));
-	for (size_t i = 0; i < g->n_stops; i++) {
-		size_t len = strlen(g->stops[i]);
-		j->stops[i] = strata_alloc(len + 1);
-		if (!j->stops[i]) {
-			strata__http_job_unref(j);
-			return NULL;
-		}
-		memcpy(j->stops[i], g->stops[i], len + 1);
-		j->n_stops++;
-		if (len > j->max_stop)
-			j->max_stop = len;
-	}
 	strata_error err;
-	if (strata_text_stream_create(srv->o.tokenizer, g->ids, g->n_ids, true,
+	if (strata_stop_matcher_create(g->stops, g->stop_lens, g->n_stops,
+				       &j->stop, &err) ||
+	    strata_text_stream_create(srv->o.tokenizer, g->ids, g->n_ids, true,
 				      &j->ts, &err)) {
 		strata__http_job_unref(j);
 		return NULL;
@@ -742,7 +639,8 @@ static strata__http_job *start(struct strata_server *srv, bool chat,
 	strata_scheduler_request q = {
 		.prompt = g->ids, .n_prompt = (uint32_t)g->n_ids,
 		.max_tokens = g->max_tokens, .sampler = g->sp,
-		.on_event = on_event, .user = j,
+		.has_stop_token = g->stop_token >= 0,
+		.stop_token = g->stop_token, .on_event = on_event, .user = j,
 	};
 	strata_error err;
 	strata_status st = strata_scheduler_submit(srv->o.scheduler, &q,
@@ -773,7 +671,7 @@ void strata__http_generate(struct strata_server *srv, bool chat,
 	r->body = NULL;
 	json_error_t je;
 	json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
-	gen_params g = {.tok = srv->o.tokenizer};
+	gen_params g = {.tok = srv->o.tokenizer, .stop_token = -1};
 	if (!req) {
 		bad(r, NULL, "the body is not valid JSON: %s (line %d, column "
 			     "%d)", je.text, je.line, je.column);
@@ -788,7 +686,7 @@ void strata__http_generate(struct strata_server *srv, bool chat,
 		  (chat ? chat_prompt(srv, req, &g, r)
 			: completion_prompt(srv, req, &g, r));
 	strata__http_job *j = ok ? start(srv, chat, &g, fd, r) : NULL;
-	json_decref(req); /* the stops were copied into the job */
+	json_decref(req); /* the job's matcher copied the stops */
 	strata_free(g.ids);
 	if (!j)
 		return;

@@ -11,8 +11,7 @@
 #include "strata/serve.h"
 #include "strata/text.h"
 
-#define STRATA__HTTP_MAX_STOPS 4u
-#define STRATA__HTTP_MAX_STOP_BYTES 256u
+#define STRATA__HTTP_MAX_STOPS 4u /* OpenAI's bound */
 
 /* An answer the handler decided on: a status and a JSON body (owned). */
 typedef struct strata__http_reply {
@@ -34,11 +33,9 @@ typedef struct strata__http_job {
 	char name[48];	      /* "chatcmpl-N" / "cmpl-N" */
 	int64_t created;
 	strata_text_stream *ts;
-	char *stops[STRATA__HTTP_MAX_STOPS];
-	size_t n_stops, max_stop;
+	strata_stop_matcher *stop; /* the request's stop strings (owned) */
 	char *text;	      /* generated text, cut at a stop string */
 	size_t text_len, text_cap;
-	size_t emitted;	      /* bytes of text sent as deltas */
 	char *out;	      /* SSE bytes to send */
 	size_t out_len, out_cap, out_sent;
 	bool stopped;	      /* a stop string matched */

@@ -26,6 +26,7 @@ typedef struct sreq {
 	uint64_t id;
 	int32_t *hist;	       /* prompt then generated; n_prompt + max */
 	uint32_t n_prompt, max_tokens;
+	int32_t stop_token;    /* -1: none */
 	strata_sampler *smp;
 	strata_scheduler_event_fn fn;
 	void *user;
@@ -208,7 +209,7 @@ static void advance(strata_scheduler *s, uint32_t i, float *logits)
 		s->st.first_token_count++;
 		pthread_mutex_unlock(&s->mu);
 	}
-	if (tok == s->eos && s->eos >= 0) {
+	if ((tok == s->eos && s->eos >= 0) || tok == r->stop_token) {
 		sl->done = true;
 		sl->finish = STRATA_SCHEDULER_FINISH_EOS;
 		return;
@@ -510,6 +511,7 @@ strata_status strata_scheduler_submit(strata_scheduler *s,
 	memcpy(q->hist, r->prompt, r->n_prompt * sizeof *q->hist);
 	q->n_prompt = r->n_prompt;
 	q->max_tokens = r->max_tokens;
+	q->stop_token = r->has_stop_token ? r->stop_token : -1;
 	q->fn = r->on_event;
 	q->user = r->user;
 	q->t_submit = strata_now_ns();

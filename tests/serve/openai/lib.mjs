@@ -10,6 +10,8 @@ import path from "node:path";
 export const STRATA = process.env.STRATA_BIN;
 export const SRC = process.env.STRATA_SOURCE_DIR;
 export const MODEL = path.join(SRC, "models/stories260K");
+// stories260K with a chat template of its own (Mistral Nemo's)
+export const CHAT_MODEL = path.join(SRC, "tests/data/chat-stories260K");
 export const TEMPLATE = path.join(SRC,
   "tests/data/chat-templates/microsoft-Phi-3.5-mini-instruct.jinja");
 export const SKIP = 77;
@@ -93,15 +95,24 @@ export function runGreedy(args) {
   return r.stdout.replace(/\n$/, "");
 }
 
-// strata template's rendering of messages with the test template.
-export function render(messages) {
+// strata template's rendering of messages (with the test template, or a
+// model's own).
+export function render(messages, template = TEMPLATE) {
   const f = path.join(os.tmpdir(), `strata-serve-test-${process.pid}.json`);
   writeFileSync(f, JSON.stringify(messages));
-  const r = spawnSync(STRATA, ["template", TEMPLATE, "--messages", f,
+  const r = spawnSync(STRATA, ["template", template, "--messages", f,
     "--add-generation-prompt"], { encoding: "utf8" });
   unlinkSync(f);
   if (r.status !== 0) throw new Error("strata template failed: " + r.stderr);
   return r.stdout;
+}
+
+// strata tokenize's ids of a text, with no special tokens added.
+export function tokenIds(text) {
+  const r = spawnSync(STRATA, ["tokenize", MODEL, "-p", text, "--ids", "--no-special"],
+    { encoding: "utf8" });
+  if (r.status !== 0) throw new Error("strata tokenize failed: " + r.stderr);
+  return r.stdout.trim().split(/\s+/).map(Number);
 }
 
 // The peak resident memory of a process in KiB (VmHWM).

@@ -62,6 +62,8 @@ const cases = [
   ["messages empty", "POST", CH, { messages: [] }, 400, "messages"],
   ["messages an object", "POST", CH, { messages: { role: "user" } }, 400, "messages"],
   ["message without role", "POST", CH, { messages: [{ content: "x" }] }, 400, "messages"],
+  ["unknown role", "POST", CH, { messages: [{ role: "wizard", content: "x" }] }, 400, "messages"],
+  ["stop of 2000 bytes", "POST", C, { ...ok, stop: ["x".repeat(2000)] }, 400, "stop"],
   ["message a string", "POST", CH, { messages: ["hi"] }, 400, "messages"],
   ["content a number", "POST", CH, { messages: [{ role: "user", content: 4 }] }, 400, "messages"],
   ["image part", "POST", CH, { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] }, 400, "messages"],

@@ -1,14 +1,15 @@
 // test_openai.mjs - the official openai client against strata serve on
 // loopback: completions and chat completions, streaming and not, greedy
-// text equal to strata run's (for chat: strata run of the rendered
-// conversation), usage counts, stop strings, /v1/models, and the
-// Bearer key.
-import { MODEL, TEMPLATE, check, equal, finish, openaiModule, render,
-  requireServer, runGreedy, startServer, stopServer } from "./lib.mjs";
+// text equal to strata run's (for chat, on a model with its own template:
+// strata run of the rendered conversation, whose <s> run adds itself),
+// usage counts, stop strings, --chat-template, /v1/models, and the Bearer
+// key.
+import { CHAT_MODEL, TEMPLATE, check, equal, finish, openaiModule, render,
+  requireServer, runGreedy, startServer, stopServer, tokenIds } from "./lib.mjs";
 
 requireServer();
 const OpenAI = openaiModule().default ?? openaiModule().OpenAI;
-const srv = await startServer(["--chat-template", TEMPLATE, "--api-key", "sekret"]);
+const srv = await startServer(["--api-key", "sekret", "--name", "stories260K"], CHAT_MODEL);
 const client = new OpenAI({ baseURL: srv.base + "/v1", apiKey: "sekret", maxRetries: 0 });
 
 const prompt = "Once upon a time";
@@ -39,8 +40,9 @@ equal(finishes, ["length"], "one finish chunk");
 // chat, whole and streamed, against strata run of the rendered prompt
 const messages = [{ role: "system", content: "You tell stories." },
   { role: "user", content: "Tell me about a cat." }];
-const rendered = render(messages);
-const wantChat = runGreedy(["-p", rendered, "-n", "30"]);
+const rendered = render(messages, CHAT_MODEL);
+check(rendered.startsWith("<s>"), "the model's template writes <s>");
+const wantChat = runGreedy(["-p", rendered.slice(3), "-n", "30"]);
 const chat = await client.chat.completions.create({ model: "stories260K", messages,
   max_tokens: 30, temperature: 0 });
 equal(chat.choices[0].message.content, wantChat, "chat text = strata run of the rendering");
@@ -59,11 +61,15 @@ equal(chatStreamed, wantChat, "streamed chat = strata run of the rendering");
 equal(roles, 1, "the role comes once");
 equal(usageSeen && usageSeen.completion_tokens, 30, "usage in the stream");
 
-// content as text parts is the same conversation
+equal(chat.usage.prompt_tokens, tokenIds(rendered).length, "chat prompt = the rendering's ids, one BOS");
+
+// content as text parts is the conversation with the parts joined by "\n"
+const joined = await client.chat.completions.create({ model: "x", max_tokens: 30, temperature: 0,
+  messages: [messages[0], { role: "user", content: "Tell me\nabout a cat." }] });
 const parts = await client.chat.completions.create({ model: "x", max_tokens: 30, temperature: 0,
-  messages: [messages[0], { role: "user", content: [{ type: "text", text: "Tell me " },
+  messages: [messages[0], { role: "user", content: [{ type: "text", text: "Tell me" },
     { type: "text", text: "about a cat." }] }] });
-equal(parts.choices[0].message.content, wantChat, "text parts joined");
+equal(parts.choices[0].message.content, joined.choices[0].message.content, "text parts joined");
 
 // stop strings: cut before the first match, finish_reason stop, streamed too
 const cut = want.indexOf(" girl");
@@ -93,4 +99,11 @@ equal(status, 401, "a wrong key is 401");
 
 const ex = await stopServer(srv);
 equal(ex.code, 0, "SIGTERM exits 0");
+
+// --chat-template overrides: Phi-3.5's template, which writes no BOS
+const phi = await startServer(["--chat-template", TEMPLATE]);
+const pc = new OpenAI({ baseURL: phi.base + "/v1", apiKey: "none", maxRetries: 0 });
+const pr = await pc.chat.completions.create({ model: "m", messages, max_tokens: 5, temperature: 0 });
+equal(pr.usage.prompt_tokens, tokenIds(render(messages)).length, "--chat-template's rendering");
+equal((await stopServer(phi)).code, 0, "SIGTERM exits 0 (phi)");
 finish("test_openai");
