@@ -64,7 +64,7 @@ struct strata_scheduler {
 	int32_t *toks;		/* (nslots) a step's tokens */
 	sreq *qhead, *qtail;
 	uint64_t qcount;
-	uint64_t ending; /* taken off the queue, done event not yet fired */
+	uint64_t ending; /* let go (queue or slot), done event not yet fired */
 	uint64_t next_id;
 	strata_scheduler_stats st;
 };
@@ -278,7 +278,10 @@ static void run_step(strata_scheduler *s, uint32_t n)
 	}
 }
 
-/* Fires the done events of finished slots and frees them. */
+/* Fires the done events of finished slots and frees them. Each slot is
+ * let go under the mutex first, its request counted as ending until its
+ * event has fired: cancel and drain never reach a request being freed,
+ * and a drain still waits for the event. */
 static void end_done_slots(strata_scheduler *s)
 {
 	for (uint32_t i = 0; i < s->nslots; i++) {
@@ -290,11 +293,13 @@ static void end_done_slots(strata_scheduler *s)
 		count_end_locked(s, sl->finish);
 		s->st.prompt_tokens += r->n_prompt;
 		s->st.generated_tokens += sl->generated;
+		sl->r = NULL;
+		sl->done = false;
+		s->ending++;
 		pthread_mutex_unlock(&s->mu);
 		fire_done(r, sl->finish, &sl->err, sl->generated);
 		pthread_mutex_lock(&s->mu);
-		sl->r = NULL;
-		sl->done = false;
+		s->ending--;
 		pthread_cond_broadcast(&s->done_cv);
 		pthread_mutex_unlock(&s->mu);
 	}

@@ -66,6 +66,8 @@ export function startServer(args = [], model = MODEL) {
   let out = "", err = "";
   proc.stderr.on("data", d => { err += d; });
   const exited = new Promise(res => proc.on("exit", (code, sig) => res({ code, sig })));
+  // a test that dies leaves no server behind
+  process.on("exit", () => { if (proc.exitCode === null) proc.kill("SIGKILL"); });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 20000);
     proc.stdout.on("data", d => {

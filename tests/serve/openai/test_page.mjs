@@ -1,8 +1,9 @@
 // test_page.mjs - the chat page at / in headless Chromium (Debian's
-// chromium): the page sends ?q=... through /v1/chat/completions with
-// stream on, and the answer it shows is the server's own greedy answer to
+// chromium), driven over the DevTools protocol on a pipe: the page sends
+// ?q=... through /v1/chat/completions with stream on, and the answer it
+// shows, once it says it is done, is the server's own greedy answer to
 // that conversation.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -24,15 +25,64 @@ const q = "Tell me a story";
 const want = await (await fetch(srv.base + "/v1/chat/completions", { method: "POST",
   body: JSON.stringify({ messages: [{ role: "user", content: q }], max_tokens: 20, temperature: 0 }) }))
   .json();
-const profile = mkdtempSync(path.join(os.tmpdir(), "strata-chromium-"));
-const r = spawnSync(chromium, ["--headless", "--no-sandbox", "--disable-gpu",
-  "--no-first-run", `--user-data-dir=${profile}`, "--virtual-time-budget=20000", "--dump-dom",
-  `${srv.base}/?q=${encodeURIComponent(q)}&max=20&temp=0`], { encoding: "utf8", timeout: 60000 });
-rmSync(profile, { recursive: true, force: true });
-const m = (r.stdout || "").match(/<div class="assistant" data-done="1" id="answer">([\s\S]*?)<\/div>/);
-check(m, `the page shows a finished answer (${(r.stdout || "").slice(0, 200)} ${r.stderr.slice(-300)})`);
-const shown = m ? m[1].replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&nbsp;/g, "\u00a0")
-  .replace(/&amp;/g, "&") : null;
+// Opens url in headless Chromium and polls expression in the page until it
+// gives a string (or 60 s pass): the DevTools protocol over
+// --remote-debugging-pipe (commands on fd 3, answers on fd 4, each message
+// ended by a NUL).
+async function evaluateWhenReady(url, expression) {
+  const profile = mkdtempSync(path.join(os.tmpdir(), "strata-chromium-"));
+  const proc = spawn(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--remote-debugging-pipe", `--user-data-dir=${profile}`, url],
+    { stdio: ["ignore", "ignore", "ignore", "pipe", "pipe"] });
+  const exited = new Promise(res => proc.on("exit", res));
+  const pending = new Map();
+  let buf = "", next = 1;
+  proc.stdio[4].on("data", d => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\0")) >= 0) {
+      const msg = JSON.parse(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+      if (msg.id && pending.has(msg.id)) {
+        pending.get(msg.id)(msg);
+        pending.delete(msg.id);
+      }
+    }
+  });
+  const call = (method, params = {}, sessionId) => new Promise(res => {
+    const id = next++;
+    pending.set(id, res);
+    proc.stdio[3].write(JSON.stringify({ id, method, params, sessionId }) + "\0");
+  });
+  let value = null;
+  try {
+    const deadline = Date.now() + 60000;
+    let target = null;
+    while (!target && Date.now() < deadline) {
+      const t = await call("Target.getTargets");
+      target = (t.result?.targetInfos ?? []).find(x => x.type === "page");
+      if (!target) await new Promise(r => setTimeout(r, 100));
+    }
+    const { result } = await call("Target.attachToTarget", { targetId: target.targetId, flatten: true });
+    while (value === null && Date.now() < deadline) {
+      const r = await call("Runtime.evaluate", { expression, returnByValue: true }, result.sessionId);
+      const v = r.result?.result?.value;
+      if (typeof v === "string") value = v;
+      else await new Promise(r => setTimeout(r, 100));
+    }
+    await call("Browser.close");
+  } finally {
+    proc.kill();
+    await exited;
+    rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+  }
+  return value;
+}
+
+const shown = await evaluateWhenReady(`${srv.base}/?q=${encodeURIComponent(q)}&max=20&temp=0`,
+  "(() => { const a = document.querySelector('#answer[data-done=\"1\"]');" +
+  " return a && a.className === 'assistant' ? a.textContent : null; })()");
+check(shown !== null, "the page shows a finished answer");
 equal(shown, want.choices[0].message.content, "the page's answer = the server's greedy answer");
 const metrics = await (await fetch(srv.base + "/metrics")).text();
 check(/^strata_requests_streamed_total [1-9]/m.test(metrics), "the page streamed");
