@@ -377,4 +377,12 @@ uint64_t strata_block_decode(strata_block_type t, const void *src, float *dst,
 uint64_t strata_block_encode(strata_block_type t, const float *src, void *dst,
 			     uint64_t elements);
 
+/* strata_block_decode's verdict without decoding: the index of the first
+ * block of `elements` elements of type t at src whose values are not all
+ * finite (read from its factors' bits; an element for the float types),
+ * or STRATA_BLOCK_ALL_FINITE; 0 for a t outside the map. Fast enough to
+ * run on every weight read. */
+uint64_t strata_block_first_nonfinite(strata_block_type t, const void *src,
+				      uint64_t elements);
+
 #endif

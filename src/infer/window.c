@@ -35,6 +35,7 @@ struct strata_infer_window {
 	uint8_t *exp_elem;
 	uint64_t *exp_stride;
 	bool prefill; /* the engine's current split */
+	strata_weight_store *ws; /* what the engine's reads go through */
 };
 
 /* One expert tensor of a view into the layer's pointers. */
@@ -74,6 +75,36 @@ static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
 	if (!e.convert)
 		(void)strata_infer_elem_of(t->dtype, &elem);
 	return elem;
+}
+
+/* The engine's read hook: the store's read, then each tensor checked for
+ * NaN and infinities from its factors' bits (strata_block_first_nonfinite:
+ * cheap enough for every read), since a tensor kept as stored is never
+ * decoded on its way in. The error is the decoder's own, naming the block,
+ * prefixed with the tensor's name. Thread-safe: reads only w->ws. */
+static strata_status window_read(void *user,
+				 const strata_tensor *const *tensors,
+				 void *const *dst, size_t n, strata_error *err)
+{
+	strata_infer_window *w = user;
+	strata_status st = strata_weight_store_read(w->ws, tensors, dst, n,
+						    err);
+	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
+		const strata_tensor *t = tensors[i];
+		strata_block_type b;
+		if (!strata_dtype_block(t->dtype, &b) ||
+		    strata_block_first_nonfinite(b, dst[i], t->elements) ==
+			    STRATA_BLOCK_ALL_FINITE)
+			continue;
+		st = strata_dtype_check_finite(t->dtype, dst[i], t->elements,
+					       err);
+		if (st == STRATA_OK)
+			st = strata_fail(err, STRATA_E_CKPT_VALUE,
+					 "re-download or re-convert the model",
+					 "a value is NaN or infinite");
+		strata_error_prefix(err, "tensor '%s'", t->name);
+	}
+	return st;
 }
 
 static strata_status window_acquire(void *user, uint32_t layer,
@@ -300,8 +331,9 @@ strata_status strata_infer_window_create(strata_backend *b,
 	cfg.statics = w->rt;
 	cfg.unit_count = t->layers;
 	cfg.units = w->units;
-	cfg.read = strata_residency_read_store;
-	cfg.read_user = ws;
+	w->ws = ws;
+	cfg.read = window_read;
+	cfg.read_user = w;
 	cfg.convert = strata_residency_convert_f32;
 	cfg.devices = o->devices;
 	if (ws && cfg.mode == STRATA_RESIDENCY_DISK &&

@@ -6,7 +6,8 @@
  * exact float64 forward pass, closer than llama.cpp's own; on CUDA (where
  * a device is visible) the block kernels give the CPU's logits to 1e-3 in
  * resident, host and disk modes, through the GEMV and the SGEMM path
- * (layer: cli). */
+ * (layer: cli); a NaN factor in a stored block is refused naming the
+ * tensor and the block, in every mode. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -253,11 +254,66 @@ static void cuda_gives_the_cpu_logits(void **state)
 	free(exact);
 }
 
+/* Copies src to dst with the f16 factor of block `block` of tensor `name`
+ * set to NaN (a block type whose factor is at byte 0 of its block). */
+static void write_nan_block(const char *src, const char *dst,
+			    const char *name, uint64_t block)
+{
+	strata_catalog *c;
+	strata_error err;
+	assert_int_equal(strata_catalog_open(src, &c, &err), STRATA_OK);
+	const strata_tensor *t = strata_catalog_find(c, name);
+	assert_non_null(t);
+	const strata_dtype_info *d = strata_dtype_get(t->dtype);
+	uint64_t at = t->offset + block * d->block_bytes;
+	strata_catalog_destroy(c);
+	FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+	assert_true(in && out);
+	int ch;
+	for (uint64_t i = 0; (ch = fgetc(in)) != EOF; i++)
+		fputc(i == at ? 0x00 : i == at + 1 ? 0x7e : ch, out);
+	fclose(in);
+	fclose(out);
+}
+
+/* A weight kept as stored is checked as it is read: a NaN factor is a
+ * clear error naming the tensor and the block, in every mode, not NaN
+ * logits. */
+static void nan_blocks_are_refused_naming_the_tensor(void **state)
+{
+	(void)state;
+	char dir[1024], model[1200], out[1300], ids[1024];
+	int32_t tokens[POSITIONS];
+	read_tokens(tokens, ids, sizeof ids);
+	cli_tmpdir(dir, sizeof dir, "quant-run-nan");
+	snprintf(model, sizeof model, "%s/nan-Q8_0.gguf", dir);
+	snprintf(out, sizeof out, "%s/logits.f32", dir);
+	write_nan_block(QUANT "model-Q8_0.gguf", model, "blk.1.ffn_down.weight",
+			5);
+	for (size_t m = 0; m < MODES; m++) {
+		const char *argv[20] = {"logits", model, "--tokens", ids,
+					"--out", out, "--device", "cpu"};
+		size_t n = 8;
+		for (size_t k = 0; modes[m][k]; k++)
+			argv[n++] = modes[m][k];
+		cli_result r;
+		assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
+		if (r.exit_code != 1 ||
+		    !strstr(r.err, "tensor 'blk.1.ffn_down.weight'") ||
+		    !strstr(r.err, "Q8_0 block 5 of") ||
+		    !strstr(r.err, "NaN or infinity") ||
+		    !strstr(r.err, "fix: "))
+			fail_msg("mode %zu: exit %d: %s", m, r.exit_code, r.err);
+		cli_result_free(&r);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_runs_as_stored_in_every_mode),
 		cmocka_unit_test(cuda_gives_the_cpu_logits),
+		cmocka_unit_test(nan_blocks_are_refused_naming_the_tensor),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
