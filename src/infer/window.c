@@ -77,10 +77,10 @@ static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
 	return elem;
 }
 
-/* The engine's read hook: the store's read, then each tensor checked for
- * NaN and infinities from its factors' bits (strata_block_first_nonfinite:
- * cheap enough for every read), since a tensor kept as stored is never
- * decoded on its way in. The error is the decoder's own, naming the block,
+/* The engine's read hook: the store's read, then each tensor of a
+ * half or block type checked for NaN and infinities from its factors' bits
+ * (strata_block_first_nonfinite: cheap enough for every read), as its
+ * conversion to f32 checked it before weights stayed stored. The error is the decoder's own, naming the block,
  * prefixed with the tensor's name. Thread-safe: reads only w->ws. */
 static strata_status window_read(void *user,
 				 const strata_tensor *const *tensors,
@@ -92,7 +92,10 @@ static strata_status window_read(void *user,
 	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
 		const strata_tensor *t = tensors[i];
 		strata_block_type b;
-		if (!strata_dtype_block(t->dtype, &b) ||
+		/* f32 is read as it is, unchecked as ever (a NaN there
+		 * shows as NaN logits, which the forward pass refuses) */
+		if (t->dtype == STRATA_DTYPE_F32 ||
+		    !strata_dtype_block(t->dtype, &b) ||
 		    strata_block_first_nonfinite(b, dst[i], t->elements) ==
 			    STRATA_BLOCK_ALL_FINITE)
 			continue;
