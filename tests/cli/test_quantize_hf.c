@@ -4,7 +4,8 @@
  * stories260K's tokenizer.json becomes the tokenizer.ggml.* pairs
  * llama.cpp wrote into stories260K.gguf; quantizing an HF model equals
  * quantizing its F32 GGUF; and bad input (unknown type, no --type, a
- * missing IN, OUT in a missing folder, a tensor with no GGUF name) is a
+ * missing IN, OUT in a missing folder, a tensor with no GGUF name, a
+ * GGUF block with a NaN scale, named by its tensor) is a
  * clear error that leaves OUT as it was, with no temporary file (layer:
  * cli). */
 #include <dirent.h>
@@ -238,6 +239,20 @@ static void bad_input_is_a_clear_error_leaving_out_as_it_was(void **state)
 	ckw_safetensors_file(st, t, 2, NULL);
 	const char *odd[] = {"quantize", model, out, "--type", "Q8_0", NULL};
 	refused(odd, 1, "'model.vision_tower.proj.weight' has no GGUF name");
+	/* a GGUF whose Q8_0 block has a NaN scale: the tensor is named */
+	char nan_gguf[4400];
+	snprintf(nan_gguf, sizeof nan_gguf, "%s/nan.gguf", model);
+	unsigned char block[2 * 34] = {0};
+	block[34] = 0x00;
+	block[35] = 0x7e; /* the second block's f16 scale: NaN */
+	ckw_tensor q[] = {{.name = "blk.0.attn_q.weight", .type = CKW_Q8_0,
+			   .n_dims = 2, .shape = {1, 64}, .data = block}};
+	ckw_kv kv[] = {CKW_KV_STR("general.architecture", "llama")};
+	ckw_gguf_file(nan_gguf, kv, 1, q, 1, NULL);
+	const char *nan_in[] = {"quantize", nan_gguf, out, "--type", "F32", NULL};
+	refused(nan_in, 1, "tensor 'blk.0.attn_q.weight'");
+	const char *nan_q[] = {"quantize", nan_gguf, out, "--type", "Q8_0", NULL};
+	refused(nan_q, 1, "blk.0.attn_q.weight");
 	/* OUT kept its old bytes and nothing else appeared beside it */
 	FILE *f = fopen(out, "rb");
 	char buf[8] = {0};
