@@ -319,12 +319,15 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	 * a unit the prefill split streams but decode computes on the CPU
 	 * brings its KV through the window with its weights (moved_kv) */
 	uint64_t on_dev = 0, on_cpu = 0, moved = 0, rest = n - r, host_units = 0;
+	uint64_t to_cpu = 0; /* streamed in decode, computed on the CPU in
+				prefill: staged through one pair on the host */
 	for (uint64_t i = r; i < n; i++) {
 		bool a = streamed_at(i - r, rest, ws[0]);
 		bool b = streamed_at(i - r, rest, ws[1]);
 		on_dev += a;
 		on_cpu += !a;
 		moved += b && !a;
+		to_cpu += a && !b;
 		host_units = sat_add(host_units, p->unit_bytes[i]);
 	}
 	uint64_t moved_kv = kv_of(p, moved < 2 ? moved : 2);
@@ -357,6 +360,7 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		sat_add(host_units, c->statics_on_cpu ? p->info.static_bytes : 0);
 	uint64_t h = sat_add(c->host_weight_bytes, staging);
 	h = sat_add(h, kv_of(p, on_cpu));
+	h = sat_add(h, kv_of(p, to_cpu < 1 ? to_cpu : 1));
 	if (on_cpu || c->statics_on_cpu)
 		h = sat_add(h, p->memory.workspace_bytes);
 	c->host_bytes = h;

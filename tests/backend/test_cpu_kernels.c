@@ -207,6 +207,46 @@ static void check_rope(strata_rope_layout layout)
 	strata_compute_destroy(c);
 }
 
+/* Half norm weights and biases (a unit a CUDA run keeps as CUDA does,
+ * computed on the CPU: issue 17): a bf16 norm gives the bits of its f32
+ * decoding, and as_f32 decodes an f16 vector exactly. */
+static void test_half_norms_and_vectors(void **state)
+{
+	(void)state;
+	strata_compute *c = make(1);
+	enum { N = 3, DIM = 64 };
+	float *x = rand_buf(N * DIM), want[N * DIM], got[N * DIM], wf[DIM];
+	uint16_t wb[DIM], wh[DIM];
+	for (int e = 0; e < DIM; e++) {
+		wb[e] = (uint16_t)(0x3f80 + e);	/* bf16 near 1 */
+		wh[e] = (uint16_t)(0x3c00 + 7 * e); /* f16 near 1 */
+	}
+	strata_block_decode(STRATA_BLOCK_BF16, wb, wf, DIM);
+	strata_error err;
+	assert_int_equal(strata_kernel_rmsnorm(
+				 c, want, x,
+				 &(strata_weight){STRATA_WEIGHT_F32, wf, 1, DIM},
+				 N, 1e-5f, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_kernel_rmsnorm(
+				 c, got, x,
+				 &(strata_weight){STRATA_WEIGHT_BF16, wb, 1, DIM},
+				 N, 1e-5f, &err),
+			 STRATA_OK);
+	assert_memory_equal(got, want, sizeof got);
+	float scratch[DIM], exact[DIM];
+	const float *out = NULL;
+	strata_block_decode(STRATA_BLOCK_F16, wh, exact, DIM);
+	assert_int_equal(strata_kernel_as_f32(
+				 c, &(strata_weight){STRATA_WEIGHT_F16, wh, 1, DIM},
+				 scratch, &out, &err),
+			 STRATA_OK);
+	assert_ptr_equal(out, scratch);
+	assert_memory_equal(scratch, exact, sizeof exact);
+	strata_free(x);
+	strata_compute_destroy(c);
+}
+
 static void test_rope_rotate_half_layout(void **state)
 {
 	(void)state;
@@ -496,6 +536,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_matches_reference_on_odd_shapes),
 		cmocka_unit_test(test_matmul_bits_do_not_depend_on_threads),
 		cmocka_unit_test(test_rmsnorm_matches_reference),
+		cmocka_unit_test(test_half_norms_and_vectors),
 		cmocka_unit_test(test_rope_rotate_half_layout),
 		cmocka_unit_test(test_rope_interleaved_layout),
 		cmocka_unit_test(test_attention_causal_gqa),

@@ -190,7 +190,7 @@ static void bad_widths_and_types_are_refused(void **state)
 	strata_weight bad = {STRATA_WEIGHT_TYPE_COUNT, w, 1, 256};
 	assert_int_equal(strata_kernel_matmul(c, y, x, &bad, NULL, 1, &e),
 			 STRATA_E_UNSUPPORTED);
-	/* norms stay f32 on the CPU */
+	/* norms are f32 or half on the CPU: a block type is refused */
 	strata_weight norm = {STRATA_WEIGHT_Q8_0, w, 1, 32};
 	assert_int_equal(strata_kernel_rmsnorm(c, y, x, &norm, 1, 1e-5f, &e),
 			 STRATA_E_UNSUPPORTED);

@@ -4,8 +4,8 @@
  * The table takes every weight type: f32 products go to the f32 kernel,
  * the others (bf16, f16, the GGUF block types) to the stored product
  * (kernels_quant.c), which reads them as stored; an embedding row in a
- * stored type is decoded exactly; norms stay f32 (a norm in another type is
- * E_UNSUPPORTED). None of the optional fused slots is filled: the wrappers'
+ * stored type is decoded exactly; norms are f32, or half (bf16, f16) decoded
+ * exactly as they are used (a norm in a block type is E_UNSUPPORTED). None of the optional fused slots is filled: the wrappers'
  * compositions of these kernels are what the CPU runs. */
 #include <inttypes.h>
 
@@ -52,12 +52,29 @@ static strata_status cpu_rmsnorm(void *ctx, float *y, const float *x,
 				const strata_weight *w, uint32_t n, float eps,
 				strata_error *err)
 {
-	if (w->type != STRATA_WEIGHT_F32)
+	if (w->type == STRATA_WEIGHT_F32)
+		return strata__cpu_rmsnorm(ctx, y, x, w->data, n, w->cols, eps,
+					   err);
+	/* a half norm (the CPU computing a unit a CUDA run keeps as CUDA
+	 * does, issue 17): decoded exactly, on the stack up to 16384 */
+	strata_block_type bt = strata_weight_type_block(w->type);
+	if (w->type != STRATA_WEIGHT_BF16 && w->type != STRATA_WEIGHT_F16)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "load norms as f32 (every strata weight source does)",
+				   "load norms as f32 or half (every strata weight source does)",
 				   "rmsnorm kernel: the cpu kernels take no %s norm weights",
 				   strata_weight_type_name(w->type));
-	return strata__cpu_rmsnorm(ctx, y, x, w->data, n, w->cols, eps, err);
+	float local[16384];
+	float *f32 = w->cols <= 16384 ? local
+				      : strata_alloc_or_error((uint64_t)w->cols * sizeof(float),
+							      "rmsnorm weight (f32)", err);
+	if (!f32)
+		return STRATA_E_NOMEM;
+	strata_block_decode(bt, w->data, f32, w->cols);
+	strata_status st = strata__cpu_rmsnorm(ctx, y, x, f32, n, w->cols, eps,
+					       err);
+	if (f32 != local)
+		strata_free(f32);
+	return st;
 }
 
 static strata_status cpu_embed(void *ctx, float *x, const strata_weight *table,
@@ -80,6 +97,25 @@ static strata_status cpu_embed(void *ctx, float *x, const strata_weight *table,
 	return STRATA_OK;
 }
 
+/* A vector or matrix of another type as f32 (half biases and divisors of
+ * a unit a CUDA run keeps as CUDA does, computed here: issue 17), each row
+ * decoded exactly. */
+static strata_status cpu_to_f32(void *ctx, float *dst, const strata_weight *w,
+				strata_error *err)
+{
+	(void)ctx;
+	strata_block_type bt = strata_weight_type_block(w->type);
+	uint32_t per = strata_block_elements(bt);
+	if (!per || w->cols % per)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the weight source; report it",
+				   "to_f32 kernel: %u columns are not whole %s blocks",
+				   w->cols, strata_weight_type_name(w->type));
+	(void)strata_block_decode(bt, w->data, dst,
+				  (uint64_t)w->rows * w->cols);
+	return STRATA_OK;
+}
+
 const strata_kernel_ops strata_cpu_kernel_ops = {
 	.name = "cpu",
 	.weight_types = STRATA_CPU_WEIGHT_TYPES,
@@ -88,6 +124,7 @@ const strata_kernel_ops strata_cpu_kernel_ops = {
 	.compute_threads = cpu_compute_threads,
 	.matmul = cpu_matmul,
 	.rmsnorm = cpu_rmsnorm,
+	.to_f32 = cpu_to_f32,
 	.rope = strata__cpu_rope,
 	.attention = strata__cpu_attention,
 	.swiglu = strata__cpu_swiglu,
