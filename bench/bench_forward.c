@@ -356,6 +356,12 @@ int main(int argc, char **argv)
 		c.r.plan.device = strata_backend_device_count("cuda") > 0
 					  ? STRATA_PLAN_DEVICE_CUDA
 					  : STRATA_PLAN_DEVICE_CPU;
+	/* plan as `strata run` does: with the rates `strata calibrate` wrote */
+	strata_error rerr;
+	if (!quick && strata_cli_residency_rates(&c.r, &rerr) != STRATA_OK) {
+		fprintf(stderr, "bench_forward: %s\n", rerr.message);
+		return 1;
+	}
 	int rc = 0;
 	for (size_t i = 0; i < c.n_tokens && !rc; i++) {
 		figures f;

@@ -419,7 +419,9 @@ int strata_cmd_batch(int argc, char **argv)
 	strata_error err;
 	strata_tokenizer *tok = NULL;
 	batch_input in = {0};
-	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
+	strata_status st = strata_cli_residency_rates(&r, &err);
+	if (st == STRATA_OK)
+		st = strata_tokenizer_load(a.model, &tok, &err);
 	if (st == STRATA_OK) {
 		batch_input_options bo = {.tok = tok, .sampler = a.sp,
 					  .default_max_tokens = a.n};

@@ -426,6 +426,8 @@ int strata_cmd_bench(int argc, char **argv)
 					       "free memory and retry",
 					       "cannot allocate %zu bench tests",
 					       n);
+	if (st == STRATA_OK)
+		st = strata_cli_residency_rates(&r, &err);
 	if (st == STRATA_OK) {
 		strata_session_options so = {
 			.model_path = a.model, .plan = r.plan,

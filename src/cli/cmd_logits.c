@@ -181,7 +181,9 @@ int strata_cmd_logits(int argc, char **argv)
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
-	strata_status st = parse_tokens(a.tokens, &ids, &n, &err);
+	strata_status st = strata_cli_residency_rates(&r, &err);
+	if (st == STRATA_OK)
+		st = parse_tokens(a.tokens, &ids, &n, &err);
 	if (st == STRATA_OK) {
 		strata_session_options so = {
 			.model_path = a.model, .plan = r.plan,

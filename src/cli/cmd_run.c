@@ -262,7 +262,9 @@ int strata_cmd_run(int argc, char **argv)
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
-	strata_status st = strata_tokenizer_load(a.model, &tok, &err);
+	strata_status st = strata_cli_residency_rates(&r, &err);
+	if (st == STRATA_OK)
+		st = strata_tokenizer_load(a.model, &tok, &err);
 	if (st == STRATA_OK)
 		st = encode_prompt(&a, tok, &ids, &n, &err);
 	if (st == STRATA_OK) {

@@ -250,6 +250,11 @@ int strata_cmd_serve(int argc, char **argv)
 	}
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
+	strata_error rerr;
+	if (strata_cli_residency_rates(&r, &rerr) != STRATA_OK) {
+		strata_cli_residency_fini(&r);
+		return strata_cli_fail(&rerr);
+	}
 	if (a.max_body == 0 || a.queue == 0 || a.max_tokens == 0) {
 		strata_cli_residency_fini(&r);
 		return strata_cli_usage("serve", "--max-body, --max-queue and "

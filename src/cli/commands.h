@@ -116,6 +116,12 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 /* The rates file strata calibrate writes (strata_plan_rates_path): *found
  * false and STRATA_OK when there is none; an unreadable or malformed file
  * is its error (the fix says to calibrate again). */
+/* The rates file's rates for r's device into r->plan where no option gave
+ * them (strata_plan_rates_apply), so run, logits, batch, bench and serve
+ * plan with the rates `strata plan` shows. A missing file changes nothing;
+ * an unreadable one is the error. */
+strata_status strata_cli_residency_rates(strata_cli_residency *r,
+					 strata_error *err);
 strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
 				    strata_error *err);
 

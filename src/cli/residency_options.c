@@ -392,3 +392,14 @@ strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
 		*found = true;
 	return s == STRATA_OK || !exists ? STRATA_OK : s;
 }
+
+strata_status strata_cli_residency_rates(strata_cli_residency *r,
+					 strata_error *err)
+{
+	strata_plan_rates rates;
+	bool found = false;
+	strata_status s = strata_cli_load_rates(&rates, &found, err);
+	if (s == STRATA_OK && found)
+		strata_plan_rates_apply(&rates, r->device_index, &r->plan);
+	return s;
+}

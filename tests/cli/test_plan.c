@@ -769,7 +769,30 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 	assert_non_null(strstr(r.err, "schema_version"));
 	assert_non_null(strstr(r.err, "strata calibrate"));
 	cli_result_free(&r);
+	/* run, logits and bench plan with the same file (their plans are the
+	 * plan command's): the broken one stops them too */
+	const char *users[][12] = {
+		{"run", STORIES, "-p", "Once", "-n", "1", "--device", "cpu", NULL},
+		{"logits", STORIES, "--tokens", "1 2", "--out", "/dev/null",
+		 "--device", "cpu", NULL},
+		{"bench", STORIES, "-p", "4", "-n", "2", "-r", "1", "--device",
+		 "cpu", NULL},
+	};
+	for (int i = 0; i < 3; i++) {
+		r = run(users[i]);
+		if (r.exit_code != 1 || !strstr(r.err, "schema_version"))
+			fail_msg("%s with a broken rates file: exit %d, %s",
+				 users[i][0], r.exit_code, r.err);
+		cli_result_free(&r);
+	}
 	unlink(path);
+	for (int i = 0; i < 3; i++) { /* and run with none */
+		r = run(users[i]);
+		if (r.exit_code != 0)
+			fail_msg("%s without a rates file: exit %d, %s",
+				 users[i][0], r.exit_code, r.err);
+		cli_result_free(&r);
+	}
 	const char *bad[] = {"calibrate", "--bytes", "1MiB", "--cpu-only", NULL};
 	r = run(bad);
 	assert_int_equal(r.exit_code, 1);
