@@ -33,6 +33,11 @@ static const char usage_text[] =
 	"  --seed-load DEV:COST  load already queued on device DEV (repeatable)\n"
 	"  --stats FILE          write statistics as JSON to FILE on success\n";
 
+static void help(FILE *f)
+{
+	fputs(usage_text, f);
+}
+
 typedef struct options {
 	uint64_t gpus, threshold;
 	bool have_gpus, have_threshold;
@@ -104,7 +109,7 @@ static int parse_options(int argc, char **argv, options *o)
 		const char *v = NULL;
 		int rc = -1;
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(usage_text, stdout);
+			help(stdout);
 			return -2;
 		}
 		if (option_value(argc, argv, &i, "--gpus", &v, &rc)) {
@@ -138,8 +143,14 @@ static int parse_options(int argc, char **argv, options *o)
 			if ((rc = strata_cli_output("--stats", v)))
 				return rc;
 		} else {
+			/* an option's name is what comes before any '=' */
 			char shown[64];
-			strata_escape(shown, sizeof shown, argv[i], strlen(argv[i]));
+			bool dash = argv[i][0] == '-' && argv[i][1];
+			size_t k = dash ? strcspn(argv[i], "=") : strlen(argv[i]);
+			strata_escape(shown, sizeof shown, argv[i], k);
+			if (dash) /* did you mean, from the help text */
+				return strata_cli_unknown_option("shard", shown,
+								 help);
 			return strata_cli_usage("shard", "unexpected argument '%s'",
 						shown);
 		}

@@ -381,7 +381,17 @@ static void test_usage_errors_exit_2(void **state)
 		    "is more than the 16777216 devices");
 	usage_error((const char *[]){"shard", "--gpus", "2", "--spill-threshold",
 				     "1", "--frobnicate", NULL},
-		    "unexpected argument '--frobnicate'");
+		    "unknown option '--frobnicate'");
+	usage_error((const char *[]){"shard", "--gpus", "2", "--spill-treshold",
+				     "1", NULL},
+		    "unknown option '--spill-treshold' (did you mean "
+		    "'--spill-threshold'?)");
+	usage_error((const char *[]){"shard", "--gpu=2", "--spill-threshold",
+				     "1", NULL},
+		    "unknown option '--gpu' (did you mean '--gpus'?)");
+	usage_error((const char *[]){"shard", "--gpus", "2", "--spill-threshold",
+				     "1", "stray", NULL},
+		    "unexpected argument 'stray'");
 	usage_error((const char *[]){"shard", "--gpus", NULL},
 		    "--gpus needs a value");
 	usage_error((const char *[]){"shard", "--gpus", "2", "--gpus", "3",
