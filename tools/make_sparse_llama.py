@@ -6,17 +6,43 @@ payload is a sparse hole: real headers and real file sizes, no real weights.
 the real model of that shape (sizes, windows, KV cache, predictions) at no
 disk cost. Not runnable: the weights read back as zeros.
 
+--fill writes every payload byte instead (small finite random values, one
+random 1 MiB pattern repeated), so the file really occupies the disk: what
+the load benchmark (bench/bench_load.sh) reads cold and warm.
+
 usage: make_sparse_llama.py DIR [--dim 4096] [--ffn 14336] [--layers 16]
            [--heads 32] [--kv-heads 8] [--vocab 32000] [--context 4096]
-           [--dtype BF16|F16|F32] [--tied]
+           [--dtype BF16|F16|F32] [--tied] [--fill]
 Defaults are the 7.5 GB peer model of shared/GPU-MACHINE.md.
 """
 import argparse
 import json
 import os
+import random
 import struct
 
 SIZES = {"BF16": 2, "F16": 2, "F32": 4}
+
+
+def pattern(dtype, nbytes):
+    """nbytes of finite values in (-0.05, 0.05) of dtype, seeded."""
+    rng = random.Random(1234)
+    vals = [rng.uniform(-0.05, 0.05) for _ in range(nbytes // SIZES[dtype])]
+    if dtype == "F32":
+        return struct.pack(f"<{len(vals)}f", *vals)
+    if dtype == "F16":
+        return struct.pack(f"<{len(vals)}e", *vals)
+    f32 = struct.unpack(f"<{len(vals)}I", struct.pack(f"<{len(vals)}f", *vals))
+    return struct.pack(f"<{len(vals)}H", *(v >> 16 for v in f32))
+
+
+def fill(path, nbytes, dtype):
+    block = pattern(dtype, 1 << 20)
+    with open(path, "ab") as f:
+        while nbytes > 0:
+            n = min(nbytes, len(block))
+            f.write(block[:n])
+            nbytes -= n
 
 
 def main():
@@ -31,6 +57,7 @@ def main():
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--dtype", default="BF16", choices=sorted(SIZES))
     ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--fill", action="store_true")
     a = ap.parse_args()
     hd = a.dim // a.heads
     header, off = {"__metadata__": {"format": "pt"}}, 0
@@ -66,6 +93,8 @@ def main():
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
+    if a.fill:
+        fill(path, off, a.dtype)
     os.truncate(path, 8 + len(text) + off)
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",

@@ -212,9 +212,13 @@ strata_status strata_json_finish(strata_json *j, strata_error *err);
  * short reads, EINTR, EIO (SQLite aSyscall). Restore with
  * strata_sys_reset(). Not thread-safe to change while I/O is running. */
 struct stat;
+struct iovec;
 typedef struct strata_sys_table {
 	int (*open)(const char *path, int flags, mode_t mode);
 	ssize_t (*pread)(int fd, void *buf, size_t count, off_t offset);
+	/* a test that replaces pread alone sees scatter reads through it */
+	ssize_t (*preadv)(int fd, const struct iovec *iov, int iovcnt,
+			  off_t offset);
 	ssize_t (*write)(int fd, const void *buf, size_t count);
 	int (*close)(int fd);
 	int (*fstat)(int fd, struct stat *st);
@@ -227,6 +231,15 @@ void strata_sys_reset(void);
  * read that ends early is E_IO naming `path` and the offsets. */
 strata_status strata_pread_full(int fd, void *buf, size_t count, off_t offset,
 				const char *path, strata_error *err);
+
+/* Reads the buffers iov[0..iovcnt) (at most STRATA_PREADV_MAX) from the
+ * file's bytes starting at offset, in order, with as few calls as the
+ * kernel allows, retrying EINTR and short reads; a read that ends early is
+ * E_IO naming `path`. iov itself is not changed. */
+#define STRATA_PREADV_MAX 64
+strata_status strata_preadv_full(int fd, const struct iovec *iov, int iovcnt,
+				 off_t offset, const char *path,
+				 strata_error *err);
 
 /* Opens path for reading (O_RDONLY | O_CLOEXEC | flags) only if it is a
  * regular file, with *st its fstat. The open itself never blocks: a FIFO,
@@ -298,13 +311,19 @@ uint64_t strata_random_seed(void);
 /* Prints "strata: error: WHAT" and "  fix: HOW" to f. */
 void strata_error_print(FILE *f, const strata_error *err);
 
-/* A one-line progress display on a terminal; silent when f is not a tty. */
+/* A one-line progress display on a terminal; silent when f is NULL or not
+ * a tty. After init a caller may set `bytes` (done and total shown as
+ * sizes, 1.2 GiB) and `delay_ns` (nothing drawn until that long after init,
+ * so a short task shows no bar; finish then ends the line only if one was
+ * drawn). */
 typedef struct strata_progress {
 	FILE *f;
 	bool tty;
+	bool bytes;
+	bool drawn;
 	const char *label;
 	uint64_t total, done;
-	uint64_t start_ns, last_draw_ns;
+	uint64_t start_ns, last_draw_ns, delay_ns;
 } strata_progress;
 
 void strata_progress_init(strata_progress *p, FILE *f, const char *label,

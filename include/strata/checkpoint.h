@@ -247,6 +247,24 @@ strata_status strata_weight_store_reserve(strata_weight_store *ws,
 void strata_weight_store_get_stats(const strata_weight_store *ws,
 				   strata_weight_store_stats *out);
 
+/* Maps tensor t (of the store's catalog, t->bytes > 0) read-only from its
+ * file and brings its pages in (the page cache's own pages, shared: no
+ * copy and no fresh memory to fault in), setting *data to its first byte.
+ * Each shard is mapped once, whole, on first use, from a descriptor that
+ * passed the catalog's identity check, and stays mapped until the store is
+ * destroyed: *data is valid until then. Each call counts as one physical
+ * read of t->bytes. Limits: the mapping holds the file it was made from,
+ * so a shard replaced (renamed over) later is never seen; one truncated
+ * in place while mapped is E_CKPT_READ at this call, and after it the
+ * process would be stopped by SIGBUS on the missing pages (docs/infer.md:
+ * --no-mmap reads instead). E_UNSUPPORTED where the file cannot be mapped
+ * (the caller reads instead); E_CKPT_READ for a file that fails the
+ * identity check or cannot be read; E_INVALID_ARG for a foreign or empty
+ * tensor. Thread-safe. */
+strata_status strata_weight_store_map(strata_weight_store *ws,
+				      const strata_tensor *t,
+				      const void **data, strata_error *err);
+
 /* Converts n elements of type t at src to f32 at dst, bit-exact against
  * gguf-py's dequantizer: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
  * Q2_K-Q6_K, IQ4_NL, IQ4_XS (the types whose is_float is true). Another type

@@ -333,6 +333,12 @@ typedef struct strata_infer_window_options {
 	 * has `devices` of them): their backends, borrowed; b must be the
 	 * last (the window's). NULL: b alone. */
 	strata_backend *const *devices;
+	/* Resident weights the CPU computes on as stored are read, not
+	 * mapped from their files (--no-mmap; strata_weight_store_map). */
+	bool no_map;
+	/* The load's progress (strata_residency_progress_fn); optional. */
+	void (*progress)(void *user, uint64_t done_bytes, uint64_t total_bytes);
+	void *progress_user;
 } strata_infer_window_options;
 
 typedef struct strata_infer_window strata_infer_window;
@@ -646,6 +652,13 @@ typedef struct strata_session_options {
 	 * the context is `positions` and the prefill chunk `prefill` (at
 	 * most 512), the work in hand exactly (logits, batch). */
 	bool plan_shape;
+	/* Read resident CPU weights instead of mapping them (--no-mmap). */
+	bool no_map;
+	/* Called on the opening thread as the weights load, with the file
+	 * bytes loaded so far and in all (a progress bar); optional. */
+	void (*load_progress)(void *user, uint64_t done_bytes,
+			      uint64_t total_bytes);
+	void *load_progress_user;
 } strata_session_options;
 
 /* A model opened for running: catalog, hyper-parameters, tensors, plan,

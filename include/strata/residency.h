@@ -234,6 +234,22 @@ typedef strata_status (*strata_residency_read_fn)(
 	void *user, const strata_tensor *const *tensors, void *const *dst,
 	size_t n, strata_error *err);
 
+/* Maps one tensor kept as stored from its file (read-only, valid for the
+ * engine's life) and sets *data to it: a resident tensor on a backend whose
+ * device memory is this process's (the CPU) is then computed on in place,
+ * never read or copied. E_UNSUPPORTED: this file cannot be mapped, the
+ * engine reads the tensor instead; any other error fails the load. */
+typedef strata_status (*strata_residency_map_fn)(void *user,
+						 const strata_tensor *t,
+						 const void **data,
+						 strata_error *err);
+
+/* The load's progress, on the creating thread: file bytes loaded so far of
+ * those the create loads in all (statics, and every unit when resident or
+ * host). */
+typedef void (*strata_residency_progress_fn)(void *user, uint64_t done_bytes,
+					     uint64_t total_bytes);
+
 /* Converts one tensor from its file form (src, t->bytes) to its compute form
  * (dst, dst_bytes). Called from background threads. */
 typedef strata_status (*strata_residency_convert_fn)(
@@ -294,6 +310,9 @@ typedef struct strata_residency_config {
 	 * (borrowed, outliving the engine); the window streams to the last,
 	 * which must be the engine's own backend. NULL: one device, b. */
 	strata_backend *const *devices;
+	strata_residency_map_fn map; /* optional, given read_user */
+	strata_residency_progress_fn progress; /* optional */
+	void *progress_user;
 } strata_residency_config;
 
 /* A unit's tensors on the device, valid until its release. */
@@ -383,6 +402,10 @@ strata_status strata_residency_read_store(void *store,
 					  const strata_tensor *const *tensors,
 					  void *const *dst, size_t n,
 					  strata_error *err);
+
+/* The map hook over a weight store (strata_weight_store_map). */
+strata_status strata_residency_map_store(void *store, const strata_tensor *t,
+					 const void **data, strata_error *err);
 
 /* A convert hook to f32 (F32, F16, BF16, Q8_0 through the checkpoint
  * layer's converter); dst_bytes must be 4 bytes per element. */

@@ -16,13 +16,9 @@ void strata_error_print(FILE *f, const strata_error *err)
 void strata_progress_init(strata_progress *p, FILE *f, const char *label,
 			  uint64_t total)
 {
-	p->f = f;
-	p->tty = f && isatty(fileno(f));
-	p->label = label;
-	p->total = total;
-	p->done = 0;
-	p->start_ns = strata_now_ns();
-	p->last_draw_ns = 0;
+	*p = (strata_progress){
+		.f = f, .tty = f && isatty(fileno(f)), .label = label,
+		.total = total, .start_ns = strata_now_ns()};
 }
 
 static void draw(strata_progress *p, uint64_t now)
@@ -36,10 +32,19 @@ static void draw(strata_progress *p, uint64_t now)
 	fprintf(p->f, "\r%s [", p->label);
 	for (int i = 0; i < width; i++)
 		fputc(i < filled ? '#' : '.', p->f);
-	fprintf(p->f, "] %3d%% %llu/%llu %.1fs", (int)(frac * 100),
-		(unsigned long long)p->done, (unsigned long long)p->total, secs);
+	if (p->bytes) {
+		char d[32], t[32];
+		fprintf(p->f, "] %3d%% %10s of %-10s %.1fs", (int)(frac * 100),
+			strata_size_format(p->done, d, sizeof d),
+			strata_size_format(p->total, t, sizeof t), secs);
+	} else {
+		fprintf(p->f, "] %3d%% %llu/%llu %.1fs", (int)(frac * 100),
+			(unsigned long long)p->done,
+			(unsigned long long)p->total, secs);
+	}
 	fflush(p->f);
 	p->last_draw_ns = now;
+	p->drawn = true;
 }
 
 void strata_progress_update(strata_progress *p, uint64_t done)
@@ -48,13 +53,15 @@ void strata_progress_update(strata_progress *p, uint64_t done)
 	if (!p->tty)
 		return;
 	uint64_t now = strata_now_ns();
+	if (now - p->start_ns < p->delay_ns)
+		return;
 	if (now - p->last_draw_ns >= 100000000ull || done >= p->total)
 		draw(p, now);
 }
 
 void strata_progress_finish(strata_progress *p)
 {
-	if (!p->tty)
+	if (!p->tty || (p->delay_ns && !p->drawn))
 		return;
 	draw(p, strata_now_ns());
 	fputc('\n', p->f);

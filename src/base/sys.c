@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@ static int sys_open(const char *path, int flags, mode_t mode)
 static const strata_sys_table defaults = {
 	.open = sys_open,
 	.pread = pread,
+	.preadv = preadv,
 	.write = write,
 	.close = close,
 	.fstat = fstat,
@@ -32,6 +34,7 @@ static const strata_sys_table defaults = {
 strata_sys_table strata_sys = {
 	.open = sys_open,
 	.pread = pread,
+	.preadv = preadv,
 	.write = write,
 	.close = close,
 	.fstat = fstat,
@@ -72,6 +75,64 @@ strata_status strata_pread_full(int fd, void *buf, size_t count, off_t offset,
 					   path, (uint64_t)offset + done, count,
 					   (uint64_t)offset);
 		done += (size_t)n;
+	}
+	return STRATA_OK;
+}
+
+/* Scatter read in the table's preadv, or, when a test replaced pread and
+ * left preadv as it was, through that pread one buffer at a time, so one
+ * hook sees every read. */
+static ssize_t scatter(int fd, const struct iovec *iov, int n, off_t offset)
+{
+	if (!(strata_sys.preadv == preadv && strata_sys.pread != pread))
+		return strata_sys.preadv(fd, iov, n, offset);
+	return strata_sys.pread(fd, iov[0].iov_base, iov[0].iov_len, offset);
+}
+
+strata_status strata_preadv_full(int fd, const struct iovec *iov, int iovcnt,
+				 off_t offset, const char *path,
+				 strata_error *err)
+{
+	struct iovec left[STRATA_PREADV_MAX];
+	if (iovcnt < 0 || iovcnt > STRATA_PREADV_MAX)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "read at most STRATA_PREADV_MAX buffers at once",
+				   "a scatter read of %d buffers", iovcnt);
+	size_t count = 0, done = 0;
+	int first = 0;
+	for (int i = 0; i < iovcnt; i++) {
+		left[i] = iov[i];
+		count += iov[i].iov_len;
+	}
+	while (first < iovcnt) {
+		if (left[first].iov_len == 0) {
+			first++;
+			continue;
+		}
+		ssize_t n = scatter(fd, left + first, iovcnt - first,
+				    offset + (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return strata_fail(
+				err, STRATA_E_IO,
+				n < 0 ? "check the disk and the file's permissions"
+				      : "the file is shorter than it should be; re-download or regenerate it",
+				"reading %zu bytes at offset %" PRIu64
+				" of '%s' failed after %zu: %s",
+				count, (uint64_t)offset, path, done,
+				n < 0 ? strerror(errno) : "end of file");
+		done += (size_t)n;
+		/* a short read: step past the buffers it filled */
+		for (size_t k = (size_t)n; k && first < iovcnt;) {
+			size_t take = k < left[first].iov_len ? k
+							      : left[first].iov_len;
+			left[first].iov_base = (char *)left[first].iov_base + take;
+			left[first].iov_len -= take;
+			k -= take;
+			if (left[first].iov_len == 0)
+				first++;
+		}
 	}
 	return STRATA_OK;
 }

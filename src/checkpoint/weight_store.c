@@ -1,6 +1,9 @@
 /* weight_store.c - payload reads into caller buffers: pread by default,
  * O_DIRECT through aligned bounce buffers where asked, adjacent tensors of a
- * shard coalesced into one read, a bounded LRU of open shards, diagnostics
+ * shard coalesced into one read (a scatter read straight into the callers'
+ * buffers, or one O_DIRECT read into a bounce buffer), tensors mapped
+ * from their shard where the caller computes on them in place, a bounded
+ * LRU of open shards, diagnostics
  * (layer: checkpoint). Thread-safe: a mutex guards the shard cache and the
  * counters; reads themselves run outside it. */
 #include <errno.h>
@@ -9,7 +12,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "checkpoint/catalog.h"
 
@@ -37,6 +43,7 @@ struct strata_weight_store {
 	uint64_t hits, misses, evictions, reads, read_bytes, coalesced;
 	/* per catalog file: first touch / first payload order */
 	bool *touched, *payload;
+	void **maps; /* per catalog file: its whole mapping, or NULL */
 	const char **touched_paths, **payload_paths;
 	size_t touched_count, payload_count;
 	char note[512];
@@ -247,11 +254,17 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 {
 	const char *path = ws->c->files[g->file].path;
 	strata_status s;
-	if (!sh->direct && g->count == 1) {
+	if (!sh->direct) {
+		/* one scatter read into the callers' buffers: no second copy
+		 * (a group's tensors are back to back in the file) */
+		struct iovec iov[STRATA_PREADV_MAX];
+		for (size_t i = 0; i < g->count; i++)
+			iov[i] = (struct iovec){
+				.iov_base = dst[order[g->first + i]],
+				.iov_len = (size_t)tensors[order[g->first + i]]->bytes};
 		*physical = g->bytes;
-		return strata_pread_full(sh->fd, dst[order[g->first]],
-					 (size_t)g->bytes, (off_t)g->offset,
-					 path, err);
+		return strata_preadv_full(sh->fd, iov, (int)g->count,
+					  (off_t)g->offset, path, err);
 	}
 	uint64_t start = g->offset, len = g->bytes, skip = 0;
 	if (sh->direct) {
@@ -347,8 +360,10 @@ strata_status strata_weight_store_create(const strata_catalog *c,
 	ws->payload = strata_calloc(nf, sizeof *ws->payload);
 	ws->touched_paths = strata_calloc(nf, sizeof *ws->touched_paths);
 	ws->payload_paths = strata_calloc(nf, sizeof *ws->payload_paths);
+	ws->maps = strata_calloc(nf, sizeof *ws->maps);
 	if (!ws->open || !ws->touched || !ws->payload || !ws->touched_paths ||
-	    !ws->payload_paths) {
+	    !ws->payload_paths || !ws->maps) {
+		strata_free(ws->maps);
 		strata_free(ws->open);
 		strata_free(ws->touched);
 		strata_free(ws->payload);
@@ -370,6 +385,10 @@ void strata_weight_store_destroy(strata_weight_store *ws)
 		return;
 	for (uint32_t i = 0; i < ws->n_open; i++)
 		strata_sys.close(ws->open[i].fd);
+	for (size_t f = 0; f < ws->c->file_count; f++)
+		if (ws->maps[f])
+			munmap(ws->maps[f], (size_t)ws->c->files[f].size);
+	strata_free(ws->maps);
 	pthread_mutex_destroy(&ws->mu);
 	pthread_cond_destroy(&ws->idle);
 	while (ws->spare_bounces) {
@@ -487,7 +506,8 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 		while (i + g.count < n) {
 			const strata_tensor *u = tensors[order[i + g.count]];
 			if (u->file != g.file || u->offset != g.offset + g.bytes ||
-			    g.bytes + u->bytes > MAX_GROUP_BYTES)
+			    g.bytes + u->bytes > MAX_GROUP_BYTES ||
+			    g.count == STRATA_PREADV_MAX)
 				break;
 			g.bytes += u->bytes;
 			g.count++;
@@ -499,6 +519,99 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 	if (!small)
 		strata_free(order);
 	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mapping                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Maps file f whole (mutex held). */
+static strata_status map_file(strata_weight_store *ws, uint32_t f,
+			      strata_error *err)
+{
+	const strata_catalog_file *cf = &ws->c->files[f];
+	int fd = -1;
+	strata_status s = strata_catalog_file_open(ws->c, f, 0, &fd, err);
+	if (s)
+		return s;
+	void *m = cf->size <= SIZE_MAX
+			  ? mmap(NULL, (size_t)cf->size, PROT_READ, MAP_PRIVATE,
+				 fd, 0)
+			  : MAP_FAILED;
+	int e = errno;
+	strata_sys.close(fd);
+	if (m == MAP_FAILED)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "read the file instead (--no-mmap)",
+				   "cannot map '%s': %s", cf->path, strerror(e));
+	ws->maps[f] = m;
+	if (!ws->touched[f]) {
+		ws->touched[f] = true;
+		ws->touched_paths[ws->touched_count++] = cf->path;
+	}
+	return STRATA_OK;
+}
+
+/* Brings the pages of [p, p + bytes) in: read-ahead of the whole range
+ * first (MADV_WILLNEED starts it), then the page tables filled
+ * (MADV_POPULATE_READ, Linux 5.14; before it, one read per page). A page
+ * past the file's end is EFAULT there, never SIGBUS. */
+static int populate(const unsigned char *p, uint64_t bytes)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(page - 1);
+	size_t len = (size_t)((uintptr_t)p + bytes - lo);
+	(void)madvise((void *)lo, len, MADV_WILLNEED);
+#ifdef MADV_POPULATE_READ
+	if (madvise((void *)lo, len, MADV_POPULATE_READ) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return errno;
+#endif
+	unsigned sum = 0;
+	for (uintptr_t a = lo; a < (uintptr_t)p + bytes; a += page)
+		sum += *(const volatile unsigned char *)a;
+	(void)sum;
+	return 0;
+}
+
+strata_status strata_weight_store_map(strata_weight_store *ws,
+				      const strata_tensor *t,
+				      const void **data, strata_error *err)
+{
+	const strata_catalog *c = ws->c;
+	if (t < c->tensors || t >= c->tensors + c->count || !t->bytes)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "map a non-empty tensor of the store's own catalog",
+				   "weight store map: not a tensor of this catalog, or empty");
+	pthread_mutex_lock(&ws->mu);
+	strata_status s = ws->maps[t->file] ? STRATA_OK
+					    : map_file(ws, t->file, err);
+	unsigned char *base = ws->maps[t->file];
+	pthread_mutex_unlock(&ws->mu);
+	if (s == STRATA_E_UNSUPPORTED)
+		return s;
+	if (s) {
+		err->code = STRATA_E_CKPT_READ;
+		return strata_error_prefix(err, "mapping tensor '%s'", t->name);
+	}
+	const char *path = c->files[t->file].path;
+	int e = populate(base + t->offset, t->bytes);
+	if (e)
+		return strata_fail(err, STRATA_E_CKPT_READ,
+				   "check the disk, and that nothing rewrites the file while strata runs",
+				   "reading tensor '%s' of '%s' through its mapping failed: %s",
+				   t->name, path, strerror(e));
+	pthread_mutex_lock(&ws->mu);
+	ws->reads++;
+	ws->read_bytes += t->bytes;
+	if (!ws->payload[t->file]) {
+		ws->payload[t->file] = true;
+		ws->payload_paths[ws->payload_count++] = path;
+	}
+	pthread_mutex_unlock(&ws->mu);
+	*data = base + t->offset;
+	return STRATA_OK;
 }
 
 void strata_weight_store_get_stats(const strata_weight_store *ws,

@@ -334,7 +334,8 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 	strata_batch_options o = {
 		.session = {.model_path = a->model, .plan = r->plan,
 			    .exclude = (const char *const *)r->exclude,
-			    .exclude_count = r->exclude_count},
+			    .exclude_count = r->exclude_count,
+			    .no_map = r->no_map},
 		.replicas = d->count,
 		.prefix_cache_bytes = a->prefix_bytes,
 		.route = a->route,
@@ -379,14 +380,14 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 					    (unsigned long long)in->items[bad]
 						    .line);
 	}
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && !r->quiet)
 		warn_failures(b, d);
 	if (st == STRATA_OK)
 		st = write_results(in, res, tok, d, err);
 	for (size_t i = 0; st == STRATA_OK && i < in->count; i++)
 		tokens += res[i].gen.prompt_tokens - res[i].prefix_tokens +
 			  res[i].n_tokens;
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && !r->quiet)
 		print_summary(b, in->count, res, wall);
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_batch_write_telemetry(b, a->telemetry, d->ptrs,

@@ -85,6 +85,7 @@ static strata_status parse_tokens(const char *text, int32_t **ids,
 typedef struct logits_args {
 	const char *model, *tokens, *out, *telemetry;
 	uint64_t threads;
+	bool quiet; /* --quiet: nothing on stderr but errors */
 } logits_args;
 
 /* Options with a value; 0 when handled, else an exit code. */
@@ -153,7 +154,7 @@ static strata_status compute_and_write(strata_session *s, const int32_t *ids,
 		st = strata_file_write_atomic(a->out, logits, bytes, err);
 	if (st == STRATA_OK)
 		st = strata_session_finish(s, err);
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && !a->quiet)
 		strata_session_print_summary(s, stderr);
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_session_write_telemetry(
@@ -178,6 +179,8 @@ int strata_cmd_logits(int argc, char **argv)
 	int32_t *ids = NULL;
 	uint32_t n = 0;
 	strata_session *s = NULL;
+	strata_progress bar;
+	a.quiet = r.quiet;
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
@@ -191,9 +194,13 @@ int strata_cmd_logits(int argc, char **argv)
 			.exclude_count = r.exclude_count,
 			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads, .positions = n,
-			.prefill = n,
+			.prefill = n, .no_map = r.no_map,
+			.load_progress = strata_cli_load_bar_update,
+			.load_progress_user = &bar,
 		};
+		strata_cli_load_bar_init(&bar, &r);
 		st = strata_session_open(&so, &s, &err);
+		strata_progress_finish(&bar);
 	}
 	if (st == STRATA_OK)
 		st = compute_and_write(s, ids, n, &a, &err);

@@ -21,7 +21,7 @@ static void help(FILE *f)
 		"byte from its headers alone, checks each against the budgets and\n"
 		"chooses the fastest that fits.\n\n"
 		"options:\n");
-	strata_cli_residency_print_help(f, 0);
+	strata_cli_residency_print_help(f, STRATA_CLI_HELP_NO_LOAD);
 	fprintf(f,
 		"  --gpus all|N|LIST     one plan per device: all visible GPUs,\n"
 		"                        the first N or the listed indices, each\n"

@@ -43,6 +43,7 @@ typedef struct run_args {
 	const char *model, *prompt, *prompt_file, *telemetry;
 	uint64_t n, threads;
 	bool seed_given;
+	bool quiet; /* --quiet: nothing on stderr but errors */
 	strata_sampler_params sp;
 } run_args;
 
@@ -202,7 +203,7 @@ static strata_status generate(const run_args *a, strata_session *s,
 	if (st == STRATA_OK)
 		st = strata_text_stream_create(tok, ids, n, true, &out.text,
 					       err);
-	out.show_progress = !isatty(STDOUT_FILENO);
+	out.show_progress = !a->quiet && !isatty(STDOUT_FILENO);
 	strata_progress_init(&out.progress, stderr, "generating", a->n);
 	if (st == STRATA_OK)
 		st = strata_generate(strata_session_forward(s), smp, ids,
@@ -224,7 +225,7 @@ static strata_status generate(const run_args *a, strata_session *s,
 	}
 	if (st == STRATA_OK)
 		st = strata_session_finish(s, err);
-	if (st == STRATA_OK) {
+	if (st == STRATA_OK && !a->quiet) {
 		print_stats(&g, a->sp.seed);
 		strata_session_print_summary(s, stderr);
 	}
@@ -254,11 +255,13 @@ int strata_cmd_run(int argc, char **argv)
 	}
 	if (!a.seed_given)
 		a.sp.seed = strata_random_seed();
+	a.quiet = r.quiet;
 	strata_error err;
 	strata_tokenizer *tok = NULL;
 	strata_session *s = NULL;
 	int32_t *ids = NULL;
 	size_t n = 0;
+	strata_progress bar;
 	/* --device absent: cuda if one is visible, else cpu (DESIGN.md) */
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
@@ -276,8 +279,13 @@ int strata_cmd_run(int argc, char **argv)
 			.threads = (uint32_t)a.threads,
 			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
 			.plan_shape = true, /* the shape strata plan sizes */
+			.no_map = r.no_map,
+			.load_progress = strata_cli_load_bar_update,
+			.load_progress_user = &bar,
 		};
+		strata_cli_load_bar_init(&bar, &r);
 		st = strata_session_open(&so, &s, &err);
+		strata_progress_finish(&bar);
 	}
 	if (st == STRATA_OK && a.n)
 		st = generate(&a, s, tok, ids, n, &err);

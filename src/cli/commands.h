@@ -84,6 +84,10 @@ typedef struct strata_cli_residency {
 	unsigned device_index;	  /* N of cuda:N */
 	const char **exclude;	  /* pointers into argv, strata_free'd */
 	size_t exclude_count;
+	/* The commands that load a model (strata_cli_model_args) also take
+	 * --no-mmap (no_map) and --quiet (quiet: nothing on stderr but
+	 * errors). */
+	bool loads, no_map, quiet;
 } strata_cli_residency;
 
 void strata_cli_residency_init(strata_cli_residency *r);
@@ -98,6 +102,7 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
  * help lists exactly what it accepts. */
 #define STRATA_CLI_HELP_NO_BATCH 1u /* run, logits: one sequence; batch:
 				       its own --batch entry */
+#define STRATA_CLI_HELP_NO_LOAD 2u /* plan: no --no-mmap, --quiet */
 void strata_cli_residency_print_help(FILE *f, unsigned omit);
 
 /* The argument loop of the commands that run a model (run, logits,
@@ -112,6 +117,17 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 			  strata_cli_residency *r, void (*help)(FILE *),
 			  strata_cli_option_fn option, void *ctx,
 			  const char **model);
+
+/* The load's progress bar of the commands that load a model: on stderr
+ * when it is a terminal and --quiet was not given, drawn from one second
+ * into the load (a fast load shows none). strata_cli_load_bar_init before
+ * strata_session_open, with strata_cli_load_bar_update as the session's
+ * load_progress and the bar as its user; strata_progress_finish after the
+ * open ends the bar's line if it was drawn. */
+void strata_cli_load_bar_init(strata_progress *bar,
+			      const strata_cli_residency *r);
+void strata_cli_load_bar_update(void *bar, uint64_t done_bytes,
+				uint64_t total_bytes);
 
 /* The rates file strata calibrate writes (strata_plan_rates_path): *found
  * false and STRATA_OK when there is none; an unreadable or malformed file

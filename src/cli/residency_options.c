@@ -32,7 +32,11 @@ static const char residency_help[] =
 	"                        (rates not given come from `strata calibrate`'s\n"
 	"                        file, else defaults the plan names)\n"
 	"  --resident-units N    exactly N units resident on the device(s)\n"
-	"  --cpu-units N         exactly N units computed on the CPU from host memory\n";
+	"  --cpu-units N         exactly N units computed on the CPU from host memory\n"
+	"  --no-mmap             read resident CPU weights into memory instead of\n"
+	"                        mapping them from the checkpoint's files\n"
+	"  --quiet               no progress bar, summary or warnings on stderr\n"
+	"                        (errors still print)\n";
 
 /* The option names strata_cli_residency_print_help can leave out. */
 static const struct {
@@ -40,6 +44,8 @@ static const struct {
 	const char *name;
 } omittable[] = {
 	{STRATA_CLI_HELP_NO_BATCH, "--batch"},
+	{STRATA_CLI_HELP_NO_LOAD, "--no-mmap"},
+	{STRATA_CLI_HELP_NO_LOAD, "--quiet"},
 };
 
 /* Does the help entry starting at `line` ("  --name ...") name an option
@@ -305,6 +311,11 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
 				char **argv, int *i, strata_error *err)
 {
 	const char *arg = argv[*i];
+	/* the flags of the commands that load a model (strata_cli_model_args) */
+	if (r->loads && !strcmp(arg, "--no-mmap"))
+		return r->no_map = true, 1;
+	if (r->loads && !strcmp(arg, "--quiet"))
+		return r->quiet = true, 1;
 	for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
 		size_t n = strlen(options[k].name);
 		if (strncmp(arg, options[k].name, n) != 0 ||
@@ -332,6 +343,7 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 			  const char **model)
 {
 	strata_error err;
+	r->loads = true;
 	for (int i = 1; i < argc; i++) {
 		int used = strata_cli_residency_option(r, argc, argv, &i, &err);
 		if (used < 0)

@@ -75,3 +75,19 @@ int strata_cli_parse_float(const char *cmd, const char *option,
 	*out = x;
 	return 0;
 }
+
+void strata_cli_load_bar_init(strata_progress *bar,
+			      const strata_cli_residency *r)
+{
+	strata_progress_init(bar, r->quiet ? NULL : stderr, "loading", 0);
+	bar->bytes = true;
+	bar->delay_ns = 1000000000ull;
+}
+
+void strata_cli_load_bar_update(void *bar, uint64_t done_bytes,
+				uint64_t total_bytes)
+{
+	strata_progress *p = bar;
+	p->total = total_bytes;
+	strata_progress_update(p, done_bytes);
+}

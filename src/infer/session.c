@@ -179,11 +179,15 @@ static strata_status check_forward_bytes(strata_session *s,
 			   (unsigned long long)need, (unsigned long long)have);
 }
 
-static strata_status start_window(strata_session *s, strata_error *err)
+static strata_status start_window(strata_session *s,
+				  const strata_session_options *o,
+				  strata_error *err)
 {
 	const strata_plan *p = s->plan;
 	/* The window runs the plan's sizes (strata_residency_config_from_plan) */
-	strata_infer_window_options wo = {.plan = p};
+	strata_infer_window_options wo = {
+		.plan = p, .no_map = o->no_map, .progress = o->load_progress,
+		.progress_user = o->load_progress_user};
 	/* Disk mode reads every weight from the files on every pass: around
 	 * the page cache (O_DIRECT, where the filesystem allows), which would
 	 * otherwise fill with what is read once and evict the host's memory. */
@@ -238,7 +242,7 @@ strata_status strata_session_open(const strata_session_options *o,
 	    (st = open_backend(s, o, true, err)) ||
 	    (st = strata__session_place_open(s, o->threads, o->device_index,
 					     err)) ||
-	    (st = start_window(s, err))) {
+	    (st = start_window(s, o, err))) {
 		strata_session_close(s);
 		return st;
 	}

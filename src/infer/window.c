@@ -339,6 +339,9 @@ strata_status strata_infer_window_create(strata_backend *b,
 	cfg.read_user = w;
 	cfg.convert = strata_residency_convert_f32;
 	cfg.devices = o->devices;
+	cfg.map = ws && !o->no_map ? strata_residency_map_store : NULL;
+	cfg.progress = o->progress;
+	cfg.progress_user = o->progress_user;
 	if (ws && cfg.mode == STRATA_RESIDENCY_DISK &&
 	    (st = reserve_reads(ws, t, o->reader_threads, err)))
 		goto fail;

@@ -532,9 +532,44 @@ static strata_status copy_staged(strata_residency *e, uint32_t dev,
 	return s;
 }
 
-/* Reads tensors into a fresh block of arena `a` on the calling thread,
- * charging `tier` and recording the transfer; a device tier's block is
- * on device `dev`. */
+/* On a backend whose device memory is this process's (the CPU), each
+ * tensor of a device block kept as stored is mapped from its file
+ * (cfg.map) rather than read into the block: no copy, and none of the
+ * block's fresh pages faulted in, which was most of a load's time (issue
+ * 25). A file that cannot be mapped, or a tensor at an address its
+ * kernels could not read (below 4-byte alignment), is read as before. The
+ * block stays allocated, so the tiers' figures are the plan's either way.
+ * Fills e->main_buf.mapped[0..count). */
+static strata_status map_tensors(strata_residency *e, strata_tier tier,
+				 uint32_t dev, const strata_residency_tensor *t,
+				 size_t count, strata_error *err)
+{
+	const void **m = e->main_buf.mapped;
+	if (!m)
+		return STRATA_OK;
+	bool may = tier == STRATA_TIER_DEVICE &&
+		   e->dev_caps[dev].device_addressable;
+	for (size_t i = 0; i < count; i++) {
+		m[i] = NULL;
+		if (!may || t[i].convert || !t[i].tensor->bytes)
+			continue;
+		const void *p = NULL;
+		strata_status s = e->cfg.map(e->cfg.read_user, t[i].tensor, &p,
+					     err);
+		if (s == STRATA_E_UNSUPPORTED)
+			continue;
+		if (s != STRATA_OK)
+			return s;
+		if ((uintptr_t)p % 4 == 0)
+			m[i] = p;
+	}
+	return STRATA_OK;
+}
+
+/* Reads tensors into a fresh block of arena `a` on the calling thread
+ * (or maps them, map_tensors: e->main_buf.mapped says which), charging
+ * `tier` and recording the transfer; a device tier's block is on device
+ * `dev`. */
 static strata_status load_now(strata_residency *e, strata_arena *a,
 			      strata_tier tier, strata_direction dir,
 			      uint32_t dev,
@@ -553,6 +588,9 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 	bool staged = tier == STRATA_TIER_DEVICE &&
 		      !e->dev_caps[dev].device_addressable;
 	uint64_t t0 = strata_now_ns();
+	s = map_tensors(e, tier, dev, t, count, err);
+	if (s != STRATA_OK)
+		return s;
 	s = strata__res_read_tensors(e, t, count, offsets,
 				     staged ? e->staging : (unsigned char *)block,
 				     &e->main_buf, err);
@@ -617,33 +655,34 @@ static void drop_staging(strata_residency *e)
 	e->staging_bytes = 0;
 }
 
-static strata_status load_fixed(strata_residency *e, strata_error *err)
+/* The file bytes the create loads: the statics, and every unit unless
+ * they stream from disk. */
+static uint64_t load_total(const strata_residency *e)
 {
 	const strata_residency_config *c = &e->cfg;
-	static const uint64_t zero_offset = 0;
+	uint64_t total = 0;
+	for (size_t i = 0; i < c->static_count; i++)
+		total = strata_sat_add_u64(total, c->statics[i].tensor->bytes);
+	for (size_t i = 0; c->mode != STRATA_RESIDENCY_DISK && i < e->n; i++)
+		total = strata_sat_add_u64(total, e->units[i].file_bytes);
+	return total;
+}
+
+static void progress(const strata_residency *e, uint64_t *done,
+		     uint64_t bytes, uint64_t total)
+{
+	*done = strata_sat_add_u64(*done, bytes);
+	if (e->cfg.progress)
+		e->cfg.progress(e->cfg.progress_user, *done, total);
+}
+
+/* Every unit, onto its device (resident, or fixed by the placement) or
+ * into host memory. */
+static strata_status load_units(strata_residency *e, uint64_t *done,
+				uint64_t total, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
 	strata_status s = STRATA_OK;
-	for (size_t i = 0; s == STRATA_OK && i < c->static_count; i++) {
-		const strata_residency_tensor *t = &c->statics[i];
-		unsigned char *block = NULL;
-		uint64_t aligned = 0;
-		s = strata_checked_align(strata__res_tensor_exec(t), &aligned,
-					 "static tensor bytes", err);
-		bool host = c->sizes.statics_on_host &&
-			    c->mode == STRATA_RESIDENCY_PLACEMENT;
-		if (s == STRATA_OK)
-			s = load_now(e, host ? e->host_arena : e->dev_arenas[0],
-				     host ? STRATA_TIER_HOST : STRATA_TIER_DEVICE,
-				     host ? STRATA_DIR_DISK_TO_HOST
-					  : STRATA_DIR_DISK_TO_DEVICE,
-				     0, t, 1, &zero_offset, aligned,
-				     t->tensor->bytes, &block, err);
-		if (s == STRATA_OK)
-			e->static_data[i] = block;
-		else
-			strata_error_prefix(err, "loading static tensor '%s'", t->tensor->name);
-	}
-	if (c->mode == STRATA_RESIDENCY_DISK)
-		return s;
 	for (size_t i = 0; s == STRATA_OK && i < e->n; i++) {
 		unit_slot *u = &e->units[i];
 		unsigned char *block = NULL;
@@ -660,15 +699,60 @@ static strata_status load_fixed(strata_residency *e, strata_error *err)
 			break;
 		}
 		if (resident) {
+			const void **m = e->main_buf.mapped;
 			u->dev_block = block;
 			u->dev = DEV_READY;
 			for (size_t t = 0; t < u->cfg->tensor_count; t++)
-				u->data[t] = block + u->offsets[t];
+				u->data[t] = m && m[t] ? (void *)m[t]
+						       : block + u->offsets[t];
 		} else {
 			u->host_block = block;
 			u->host = HOST_CACHED;
 		}
+		progress(e, done, u->file_bytes, total);
 	}
+	return s;
+}
+
+static strata_status load_fixed(strata_residency *e, strata_error *err)
+{
+	const strata_residency_config *c = &e->cfg;
+	static const uint64_t zero_offset = 0;
+	strata_status s = STRATA_OK;
+	uint64_t done = 0, total = load_total(e);
+	if (c->map && !(e->main_buf.mapped = strata_calloc_or_error(
+				e->max_tensors ? e->max_tensors : 1,
+				sizeof *e->main_buf.mapped, "mapped tensor list",
+				err)))
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; s == STRATA_OK && i < c->static_count; i++) {
+		const strata_residency_tensor *t = &c->statics[i];
+		unsigned char *block = NULL;
+		uint64_t aligned = 0;
+		s = strata_checked_align(strata__res_tensor_exec(t), &aligned,
+					 "static tensor bytes", err);
+		bool host = c->sizes.statics_on_host &&
+			    c->mode == STRATA_RESIDENCY_PLACEMENT;
+		if (s == STRATA_OK)
+			s = load_now(e, host ? e->host_arena : e->dev_arenas[0],
+				     host ? STRATA_TIER_HOST : STRATA_TIER_DEVICE,
+				     host ? STRATA_DIR_DISK_TO_HOST
+					  : STRATA_DIR_DISK_TO_DEVICE,
+				     0, t, 1, &zero_offset, aligned,
+				     t->tensor->bytes, &block, err);
+		if (s == STRATA_OK) {
+			const void **m = e->main_buf.mapped;
+			e->static_data[i] = m && m[0] ? (void *)m[0] : block;
+			progress(e, &done, t->tensor->bytes, total);
+		} else {
+			strata_error_prefix(err, "loading static tensor '%s'", t->tensor->name);
+		}
+	}
+	if (s == STRATA_OK && c->mode != STRATA_RESIDENCY_DISK)
+		s = load_units(e, &done, total, err);
+	/* later reads on this thread (the window's) map nothing */
+	strata_free(e->main_buf.mapped);
+	e->main_buf.mapped = NULL;
 	return s;
 }
 

@@ -47,6 +47,7 @@ void strata__res_buffers_fini(reader_buffers *b)
 	strata_free(b->tensors);
 	strata_free(b->dst);
 	strata_free(b->scratch);
+	strata_free(b->mapped);
 	memset(b, 0, sizeof *b);
 }
 
@@ -62,7 +63,7 @@ strata_status strata__res_read_tensors(strata_residency *e,
 	const strata_residency_config *c = &e->cfg;
 	size_t n = 0;
 	for (size_t i = 0; i < count; i++) {
-		if (t[i].convert)
+		if (t[i].convert || (buf->mapped && buf->mapped[i]))
 			continue;
 		buf->tensors[n] = t[i].tensor;
 		buf->dst[n] = block + offsets[i];

@@ -23,6 +23,9 @@ typedef struct reader_buffers {
 	const strata_tensor **tensors; /* max_tensors */
 	void **dst;		       /* max_tensors */
 	unsigned char *scratch;	       /* file bytes of the largest converted tensor */
+	/* max_tensors: a tensor already mapped (non-NULL) is not read; only
+	 * during the loads at create (engine.c load_fixed), else NULL */
+	const void **mapped;
 } reader_buffers;
 
 /* A background read finished (status s, its error jerr, ns taken); called
@@ -32,7 +35,8 @@ typedef void (*strata__res_read_done_fn)(strata_residency *e, const read_job *j,
 					 uint64_t ns);
 
 /* Reads `count` tensors into block at their offsets: file bytes, or read
- * into the scratch and converted in place. */
+ * into the scratch and converted in place; those buf->mapped names are
+ * left alone. */
 strata_status strata__res_read_tensors(strata_residency *e,
 				       const strata_residency_tensor *t,
 				       size_t count, const uint64_t *offsets,

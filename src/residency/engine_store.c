@@ -1,5 +1,5 @@
 /* engine_store.c - the engine's read and convert hooks over the checkpoint
- * layer: reads through a weight store, conversion to f32 at load
+ * layer: reads and maps through a weight store, conversion to f32 at load
  * (layer: residency). */
 #include <inttypes.h>
 
@@ -11,6 +11,12 @@ strata_status strata_residency_read_store(void *store,
 					  strata_error *err)
 {
 	return strata_weight_store_read(store, tensors, dst, n, err);
+}
+
+strata_status strata_residency_map_store(void *store, const strata_tensor *t,
+					 const void **data, strata_error *err)
+{
+	return strata_weight_store_map(store, t, data, err);
 }
 
 strata_status strata_residency_convert_f32(void *user, const strata_tensor *t,

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,6 +153,69 @@ static void test_pread_full_reports_early_end(void **state)
 	assert_non_null(strstr(e.message, strerror(EBADF)));
 	/* Zero bytes asked: nothing read, success. */
 	assert_int_equal(strata_pread_full(-1, buf, 0, 0, "x", &e), STRATA_OK);
+}
+
+/* preadv_full: a scatter read through the table's preadv, here one that
+ * stops short inside and at the edges of buffers and is interrupted. */
+static int v_calls;
+static ssize_t short_preadv(int fd, const struct iovec *iov, int n, off_t o)
+{
+	if (++v_calls % 3 == 0) {
+		errno = EINTR;
+		return -1;
+	}
+	/* at most 4 bytes, from the first buffer and into the second */
+	size_t want = 4, got = 0;
+	for (int i = 0; i < n && want; i++) {
+		size_t k = iov[i].iov_len < want ? iov[i].iov_len : want;
+		ssize_t r = real_pread(fd, iov[i].iov_base, k, o + (off_t)got);
+		if (r <= 0)
+			return got ? (ssize_t)got : r;
+		got += (size_t)r;
+		want -= (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+static void test_preadv_full_fills_buffers_in_order(void **state)
+{
+	(void)state;
+	reset();
+	int fd = open_data("v.bin", "0123456789abcdefghij");
+	char a[4] = {0}, b[1] = {0}, c[8] = {0};
+	struct iovec iov[4] = {{a, 3}, {b, 1}, {NULL, 0}, {c, 7}};
+	strata_error e;
+	strata_sys.preadv = short_preadv;
+	v_calls = 0;
+	assert_int_equal(strata_preadv_full(fd, iov, 4, 2, "v.bin", &e),
+			 STRATA_OK);
+	assert_string_equal(a, "234");
+	assert_true(b[0] == '5');
+	assert_string_equal(c, "6789abc");
+	assert_true(v_calls >= 4); /* short reads and interruptions retried */
+	assert_true(iov[0].iov_base == a && iov[0].iov_len == 3);
+	reset();
+	/* a test's pread alone sees the scatter read, one buffer a call */
+	strata_sys.pread = fake_pread;
+	memset(a, 0, sizeof a);
+	memset(c, 0, sizeof c);
+	assert_int_equal(strata_preadv_full(fd, iov, 4, 0, "v.bin", &e),
+			 STRATA_OK);
+	assert_string_equal(a, "012");
+	assert_string_equal(c, "456789a");
+	assert_int_equal(calls, 5); /* 3 + 1 + 3 + 3 + 1 bytes */
+	/* the file ends inside the last buffer: E_IO naming it */
+	reset();
+	struct iovec tail[2] = {{a, 3}, {c, 7}};
+	assert_int_equal(strata_preadv_full(fd, tail, 2, 15, "v.bin", &e),
+			 STRATA_E_IO);
+	assert_non_null(strstr(e.message, "'v.bin'"));
+	assert_non_null(strstr(e.message, "end of file"));
+	assert_int_equal(strata_preadv_full(fd, tail, STRATA_PREADV_MAX + 1, 0,
+					    "v.bin", &e),
+			 STRATA_E_INVALID_ARG);
+	close(fd);
+	reset();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -439,6 +503,7 @@ int main(void)
 		cmocka_unit_test(test_pread_full_retries_short_reads_and_eintr),
 		cmocka_unit_test(test_pread_full_reports_eio),
 		cmocka_unit_test(test_pread_full_reports_early_end),
+		cmocka_unit_test(test_preadv_full_fills_buffers_in_order),
 		cmocka_unit_test(test_write_atomic_survives_eintr_and_short_writes),
 		cmocka_unit_test(test_write_atomic_failure_keeps_old_content),
 		cmocka_unit_test(test_write_atomic_keeps_what_the_path_names),

@@ -1,7 +1,9 @@
 /* test_changed.c - a checkpoint changed while the weight store uses it is
  * an error at the next open, never read without notice (issue 20, defects
  * 3 and 4): a same-size shard renamed over the original, a new mtime, a
- * truncation, and a FIFO in a shard's place (refused at once, no hang). */
+ * truncation, and a FIFO in a shard's place (refused at once, no hang);
+ * for a mapped shard (strata_weight_store_map, issue 25), what a mapping
+ * can and cannot see. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -172,6 +174,97 @@ static void test_fifo_model_file_is_refused(void **state)
 	unlink(p);
 }
 
+/* The first tensor stored in file f. */
+static const strata_tensor *first_in(const strata_catalog *c, uint32_t f)
+{
+	for (size_t i = 0; i < strata_catalog_count(c); i++)
+		if (strata_catalog_tensor(c, i)->file == f)
+			return strata_catalog_tensor(c, i);
+	fail_msg("no tensor in file %u", f);
+	return NULL;
+}
+
+static void test_mapping_checks_identity_and_keeps_its_file(void **state)
+{
+	(void)state;
+	strata_catalog *c;
+	strata_weight_store *ws;
+	open_copy(&c, &ws);
+	uint32_t f1 = file_of(c, shard(1)), f2 = file_of(c, shard(2));
+	const strata_tensor *t1 = first_in(c, f1), *t2 = first_in(c, f2);
+	strata_error e;
+	/* shard 1 mapped; then both are replaced by renamed copies with
+	 * other bytes */
+	const void *m1 = NULL, *m2 = NULL;
+	assert_int_equal(strata_weight_store_map(ws, t1, &m1, &e), STRATA_OK);
+	unsigned char *was = malloc(t1->bytes);
+	void *dst = was;
+	assert_int_equal(strata_weight_store_read(ws, &t1, &dst, 1, &e),
+			 STRATA_OK);
+	assert_memory_equal(m1, was, t1->bytes);
+	for (int i = 1; i <= 2; i++) {
+		char tmp[4400], cmd[9000];
+		snprintf(tmp, sizeof tmp, "%s/new", dir);
+		snprintf(cmd, sizeof cmd, "cp '%s' '%s'", shard(i), tmp);
+		assert_int_equal(system(cmd), 0);
+		int fd = open(tmp, O_WRONLY);
+		unsigned char junk[64];
+		memset(junk, 0x5a, sizeof junk);
+		assert_int_equal(pwrite(fd, junk, sizeof junk,
+					(off_t)first_in(c, (uint32_t)(i == 1 ? f1 : f2))->offset),
+				 (ssize_t)sizeof junk);
+		close(fd);
+		assert_int_equal(rename(tmp, shard(i)), 0);
+	}
+	/* the mapping made before holds the old file: its bytes, unchanged
+	 * (a later map of shard 1 is the same mapping) */
+	assert_memory_equal(m1, was, t1->bytes);
+	assert_int_equal(strata_weight_store_map(ws, t1, &m1, &e), STRATA_OK);
+	assert_memory_equal(m1, was, t1->bytes);
+	/* a shard first mapped after its change fails the identity check */
+	assert_int_equal(strata_weight_store_map(ws, t2, &m2, &e),
+			 STRATA_E_CKPT_READ);
+	assert_non_null(strstr(e.message, "another inode"));
+	assert_null(m2);
+	/* and a tensor of another catalog is refused */
+	strata_tensor foreign = *t1;
+	assert_int_equal(strata_weight_store_map(ws, &foreign, &m2, &e),
+			 STRATA_E_INVALID_ARG);
+	free(was);
+	strata_weight_store_destroy(ws);
+	strata_catalog_destroy(c);
+}
+
+static void test_mapped_shard_truncated_in_place_is_an_error(void **state)
+{
+	(void)state;
+	strata_catalog *c;
+	strata_weight_store *ws;
+	open_copy(&c, &ws);
+	uint32_t f1 = file_of(c, shard(1));
+	/* the tensor ending last in shard 1 */
+	const strata_tensor *last = NULL;
+	for (size_t i = 0; i < strata_catalog_count(c); i++) {
+		const strata_tensor *t = strata_catalog_tensor(c, i);
+		if (t->file == f1 && (!last || t->offset > last->offset))
+			last = t;
+	}
+	strata_error e;
+	const void *m = NULL;
+	assert_int_equal(strata_weight_store_map(ws, first_in(c, f1), &m, &e),
+			 STRATA_OK);
+	/* cut in place under the mapping: the pages past the new end are
+	 * gone, and bringing them in is an error, not SIGBUS */
+	assert_int_equal(truncate(shard(1), 0), 0);
+	m = NULL;
+	assert_int_equal(strata_weight_store_map(ws, last, &m, &e),
+			 STRATA_E_CKPT_READ);
+	assert_null(m);
+	assert_non_null(strstr(e.message, last->name));
+	strata_weight_store_destroy(ws);
+	strata_catalog_destroy(c);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -195,6 +288,8 @@ int main(void)
 		cmocka_unit_test(test_new_mtime_or_size_is_refused),
 		cmocka_unit_test(test_fifo_in_a_shards_place_fails_at_once),
 		cmocka_unit_test(test_fifo_model_file_is_refused),
+		cmocka_unit_test(test_mapping_checks_identity_and_keeps_its_file),
+		cmocka_unit_test(test_mapped_shard_truncated_in_place_is_an_error),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,7 @@
 /* test_habits.c - what a new user meets first (issue 25): "did you
  * mean" for a mistyped option, named from the command's own help; a
  * version line with the commit and the build's features; `-f -` reading
- * the prompt from stdin (layer: cli). */
+ * the prompt from stdin; --quiet and --no-mmap (layer: cli). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -213,6 +213,69 @@ static void test_cli_run_default_seed_is_new_and_printed(void **state)
 	cli_result_free(&c);
 }
 
+/* --quiet: the same stdout, nothing on stderr; an error still prints.
+ * --no-mmap: the same text read instead of mapped. Neither is plan's. */
+static void test_cli_quiet_and_no_mmap(void **state)
+{
+	(void)state;
+	const char *run[] = {"run", MODEL, "-p", "Once upon a", "-n", "12",
+			     "--seed", "7", "--device", "cpu", NULL};
+	const char *quiet[] = {"run", MODEL, "-p", "Once upon a", "-n", "12",
+			       "--seed", "7", "--device", "cpu", "--quiet",
+			       NULL};
+	const char *read[] = {"run", MODEL, "-p", "Once upon a", "-n", "12",
+			      "--seed", "7", "--device", "cpu", "--no-mmap",
+			      NULL};
+	cli_result a = run_in(run, NULL), q = run_in(quiet, NULL),
+		   r = run_in(read, NULL);
+	assert_int_equal(a.exit_code, 0);
+	assert_int_equal(q.exit_code, 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_true(a.err_len > 0 && a.out_len > 0);
+	assert_string_equal(q.err, "");
+	assert_string_equal(a.out, q.out);
+	assert_string_equal(a.out, r.out);
+	/* no bar where stderr is not a terminal */
+	assert_null(strstr(a.err, "loading ["));
+	cli_result_free(&a);
+	cli_result_free(&q);
+	cli_result_free(&r);
+	const char *bad[] = {"run", MODEL, "-p", "x", "--quiet", "-n", "-3",
+			     NULL};
+	cli_result b = run_in(bad, NULL);
+	assert_int_equal(b.exit_code, 2);
+	assert_non_null(strstr(b.err, "strata: error: "));
+	cli_result_free(&b);
+	char dir[4096], out[8192];
+	cli_tmpdir(dir, sizeof dir, "habits-quiet");
+	snprintf(out, sizeof out, "%s/l.f32", dir);
+	const char *logits[] = {"logits", MODEL, "--tokens", "1 403 407",
+				"--out", out, "--device", "cpu", "--quiet",
+				NULL};
+	cli_result l = run_in(logits, NULL);
+	assert_int_equal(l.exit_code, 0);
+	assert_string_equal(l.err, "");
+	cli_result_free(&l);
+	const char *batch[] = {"batch", MODEL, "--device", "cpu", "--quiet",
+			       NULL};
+	cli_result t = run_in(batch, "{\"id\":\"a\",\"prompt\":\"Once\","
+				     "\"max_tokens\":4}\n");
+	assert_int_equal(t.exit_code, 0);
+	assert_string_equal(t.err, "");
+	assert_non_null(strstr(t.out, "\"id\":\"a\""));
+	cli_result_free(&t);
+	const char *plan_help[] = {"plan", "--help", NULL};
+	cli_result h = run_in(plan_help, NULL);
+	assert_null(strstr(h.out, "--no-mmap"));
+	assert_null(strstr(h.out, "--quiet"));
+	cli_result_free(&h);
+	const char *run_help[] = {"run", "--help", NULL};
+	h = run_in(run_help, NULL);
+	assert_non_null(strstr(h.out, "--no-mmap"));
+	assert_non_null(strstr(h.out, "--quiet"));
+	cli_result_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -223,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_cli_single_safetensors_file_is_its_folder),
 		cmocka_unit_test(test_cli_foreign_model_folders_say_what_to_do),
 		cmocka_unit_test(test_cli_run_default_seed_is_new_and_printed),
+		cmocka_unit_test(test_cli_quiet_and_no_mmap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
