@@ -58,6 +58,7 @@ typedef enum strata_batch_route {
 
 const char *strata_batch_route_name(strata_batch_route r); /* or "unknown" */
 
+struct strata_batch_result; /* below */
 typedef struct strata_batch_options {
 	/* The session every replica opens (positions and prefill are the
 	 * largest any request needs; plan.device names the kind;
@@ -77,6 +78,19 @@ typedef struct strata_batch_options {
 	 * NULL: every replica uses session.device_index. Borrowed for
 	 * strata_batch_create. */
 	const uint32_t *device_indices;
+	/* Optional: strata_batch_run hands each result here as soon as it
+	 * and every request before it are complete, in input order, on the
+	 * thread that called strata_batch_run, outside the batch's lock;
+	 * after the call its tokens are freed (r->tokens NULL, the figures
+	 * kept), so results wait only while an earlier one runs (at most
+	 * 4 x the in-flight bound are dispatched ahead of the last handed
+	 * over). A result handed over stays handed over when a later
+	 * request fails the run. An error returned fails the run with that
+	 * error (strata_batch_failed_request names the request). */
+	strata_status (*on_result)(void *user, size_t index,
+				   const struct strata_batch_result *r,
+				   strata_error *err);
+	void *on_result_user;
 } strata_batch_options;
 
 /* One request; every pointer is borrowed for strata_batch_run. */
@@ -165,7 +179,8 @@ void strata_batch_destroy(strata_batch *b);
  * run goes on (the replica stats count failures and moves). A request
  * that fails a second time, or a failure with no live replica left, fails
  * the run: E_INFER_REPLICA naming the replica and request with the cause,
- * results all freed (nothing is answered twice or partly);
+ * results all freed (nothing is answered twice or partly; those already
+ * handed to o->on_result stay answered);
  * strata_batch_failed_request gives the request's index. Every replica is
  * live again at the next run. */
 strata_status strata_batch_run(strata_batch *b,

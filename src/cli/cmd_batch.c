@@ -1,6 +1,7 @@
 /* cmd_batch.c - `strata batch MODEL`: generation requests as JSONL on
  * stdin, spread over replicas of the model by the shard allocator, results
- * as JSONL on stdout in input order (layer: cli). docs/batch.md. */
+ * as JSONL on stdout in input order, each written as soon as it and all
+ * before it are done (layer: cli). docs/batch.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,38 +251,38 @@ static strata_status detok(const strata_tokenizer *tok,
 	return st;
 }
 
-static strata_status write_results(const batch_input *in,
-				   const strata_batch_result *res,
-				   const strata_tokenizer *tok,
-				   const strata_cli_gpus *d, strata_error *err)
+/* Writes each result as one JSON line as soon as it and every request
+ * before it are done (strata_batch_options.on_result), so what is done
+ * is on stdout even if a later request fails the run. */
+typedef struct writer {
+	const batch_input *in;
+	const strata_tokenizer *tok;
+	const strata_cli_gpus *d;
+	char *text; /* the decoder's buffer, reused */
+	size_t len, cap;
+} writer;
+
+static strata_status write_one(void *user, size_t i,
+			       const strata_batch_result *r, strata_error *err)
 {
-	char *text = NULL;
-	size_t len = 0, cap = 0;
-	strata_status st = STRATA_OK;
-	for (size_t i = 0; st == STRATA_OK && i < in->count; i++) {
-		st = detok(tok, &in->items[i].req, &res[i], &text, &len, &cap,
-			   err);
-		json_t *o = st ? NULL
-			       : result_json(in, i, &res[i], text ? text : "",
-					     len, d);
-		if (st == STRATA_OK && !o)
-			st = strata_fail(err, STRATA_E_NOMEM, "free memory",
-					 "cannot build result %zu", i);
-		if (st == STRATA_OK &&
-		    /* 9 digits: timings to the nanosecond, not %.17g noise */
-		    (json_dumpf(o, stdout,
-				JSON_COMPACT | JSON_ENSURE_ASCII |
-					JSON_REAL_PRECISION(9)) ||
-		     fputc('\n', stdout) == EOF))
-			st = strata_fail(err, STRATA_E_IO,
-					 "check where stdout goes",
-					 "cannot write the results");
-		json_decref(o);
-	}
-	strata_free(text);
-	if (st == STRATA_OK && fflush(stdout))
+	writer *w = user;
+	strata_status st = detok(w->tok, &w->in->items[i].req, r, &w->text,
+				 &w->len, &w->cap, err);
+	json_t *o = st ? NULL
+		       : result_json(w->in, i, r, w->text ? w->text : "",
+				     w->len, w->d);
+	if (st == STRATA_OK && !o)
+		st = strata_fail(err, STRATA_E_NOMEM, "free memory",
+				 "cannot build result %zu", i);
+	if (st == STRATA_OK &&
+	    /* 9 digits: timings to the nanosecond, not %.17g noise */
+	    (json_dumpf(o, stdout,
+			JSON_COMPACT | JSON_ENSURE_ASCII |
+				JSON_REAL_PRECISION(9)) ||
+	     fputc('\n', stdout) == EOF || fflush(stdout)))
 		st = strata_fail(err, STRATA_E_IO, "check where stdout goes",
 				 "cannot write the results");
+	json_decref(o);
 	return st;
 }
 
@@ -341,6 +342,9 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		.route = a->route,
 		.device_indices = d->index,
 	};
+	writer w = {.in = in, .tok = tok, .d = d};
+	o.on_result = write_one;
+	o.on_result_user = &w;
 	uint64_t positions = 0, prefill = 0, largest = 0;
 	for (size_t i = 0; i < in->count; i++) {
 		const strata_batch_request *q = &in->items[i].req;
@@ -382,8 +386,6 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 	}
 	if (st == STRATA_OK && !r->quiet)
 		warn_failures(b, d);
-	if (st == STRATA_OK)
-		st = write_results(in, res, tok, d, err);
 	for (size_t i = 0; st == STRATA_OK && i < in->count; i++)
 		tokens += res[i].gen.prompt_tokens - res[i].prefix_tokens +
 			  res[i].n_tokens;
@@ -394,6 +396,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 						  wall, tokens, err);
 	strata_batch_results_free(res, in->count);
 	strata_free(res);
+	strata_free(w.text);
 	strata_free(reqs);
 	strata_batch_destroy(b);
 	return st;

@@ -45,6 +45,9 @@ struct strata_batch {
 	strata_batch_result *results;
 	uint64_t *dispatched_ns;
 	uint64_t *failures; /* per request: failed attempts in this run */
+	bool *finished;	    /* per request: its result is complete */
+	size_t delivered;   /* results handed to o.on_result so far */
+	bool refused;	    /* o.on_result failed: hand over no more */
 	size_t in_flight;
 	bool failed;
 	size_t failed_request;
@@ -184,6 +187,7 @@ static void settle_locked(strata_batch *b, replica *r, strata_status rs,
 			r->stats.load_charged += (uint64_t)b->reqs[i].n_prompt +
 						 b->reqs[i].max_tokens;
 			release_locked(b, r, i);
+			b->finished[i] = true;
 		} else if (s->failed)
 			failed[nf++] = i;
 		else
@@ -566,6 +570,44 @@ static strata_status dispatch_locked(strata_batch *b, size_t i,
 	return STRATA_OK;
 }
 
+/* Hands o.on_result every result that is complete and whose predecessors
+ * have all been handed over, in input order, outside the lock, and frees
+ * its tokens, also once a later request has failed the run (what is done
+ * is not lost); a refusal fails the run with the callback's error and
+ * ends the handing over. b->mu is held (and released around each call). */
+static void deliver_locked(strata_batch *b, size_t n)
+{
+	while (b->o.on_result && !b->refused && b->delivered < n &&
+	       b->finished[b->delivered]) {
+		size_t i = b->delivered++;
+		strata_batch_result *r = &b->results[i];
+		strata_error e;
+		pthread_mutex_unlock(&b->mu);
+		strata_status st = b->o.on_result(b->o.on_result_user, i, r, &e);
+		strata_free(r->tokens);
+		r->tokens = NULL;
+		pthread_mutex_lock(&b->mu);
+		if (st != STRATA_OK)
+			b->refused = true;
+		if (st != STRATA_OK && !b->failed) {
+			b->failed = true;
+			b->failed_request = i;
+			b->fail_err = e;
+		}
+	}
+}
+
+/* The dispatcher waits while the queues are full, and with on_result
+ * while this many requests are dispatched but not yet handed over (a long
+ * request early in the input holds the results after it: this bounds
+ * them). */
+static bool must_wait_locked(const strata_batch *b, size_t next)
+{
+	return !b->failed &&
+	       (b->in_flight >= b->queue_cap ||
+		(b->o.on_result && next - b->delivered >= 4 * b->queue_cap));
+}
+
 strata_status strata_batch_run(strata_batch *b,
 			       const strata_batch_request *reqs, size_t n,
 			       strata_batch_result *results, uint64_t *wall_ns,
@@ -582,8 +624,15 @@ strata_status strata_batch_run(strata_batch *b,
 	uint64_t *stamps = strata_calloc_or_error(n ? 2 * n : 1,
 						  sizeof *stamps,
 						  "dispatch times", err);
-	if (!stamps)
+	bool *finished = stamps ? strata_calloc_or_error(n ? n : 1,
+							 sizeof *finished,
+							 "finished requests",
+							 err)
+				: NULL;
+	if (!finished) {
+		strata_free(stamps);
 		return STRATA_E_NOMEM;
+	}
 	uint64_t t0 = strata_now_ns();
 	strata_status st = STRATA_OK;
 	pthread_mutex_lock(&b->mu);
@@ -591,17 +640,21 @@ strata_status strata_batch_run(strata_batch *b,
 	b->results = results;
 	b->dispatched_ns = stamps;
 	b->failures = stamps + n;
+	b->finished = finished;
+	b->delivered = 0;
+	b->refused = false;
 	b->failed = false;
 	for (uint32_t d = 0; d < b->o.replicas; d++)
 		b->r[d].dead = false;
 	for (size_t i = 0; i < n && st == STRATA_OK && !b->failed; i++) {
-		while (!b->failed && b->in_flight >= b->queue_cap)
+		while (deliver_locked(b, n), must_wait_locked(b, i))
 			pthread_cond_wait(&b->done_cv, &b->mu);
 		if (!b->failed)
 			st = dispatch_locked(b, i, err);
 	}
-	while (b->in_flight)
+	while (deliver_locked(b, n), b->in_flight)
 		pthread_cond_wait(&b->done_cv, &b->mu);
+	deliver_locked(b, n);
 	if (st == STRATA_OK && b->failed) {
 		st = b->fail_err.code;
 		if (err)
@@ -611,11 +664,13 @@ strata_status strata_batch_run(strata_batch *b,
 	b->results = NULL;
 	b->dispatched_ns = NULL;
 	b->failures = NULL;
+	b->finished = NULL;
 	pthread_mutex_unlock(&b->mu);
 	strata_free(stamps);
+	strata_free(finished);
 	if (wall_ns)
 		*wall_ns = strata_now_ns() - t0;
-	if (st) /* all or nothing: no partial answers */
+	if (st) /* no partial answers (beyond those handed over) */
 		strata_batch_results_free(results, n);
 	return st;
 }
