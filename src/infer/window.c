@@ -77,18 +77,12 @@ static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
 	return elem;
 }
 
-/* The engine's read hook: the store's read, then each tensor of a
- * half or block type checked for NaN and infinities from its factors' bits
- * (strata_block_first_nonfinite: cheap enough for every read), as its
- * conversion to f32 checked it before weights stayed stored. The error is the decoder's own, naming the block,
- * prefixed with the tensor's name. Thread-safe: reads only w->ws. */
-static strata_status window_read(void *user,
-				 const strata_tensor *const *tensors,
-				 void *const *dst, size_t n, strata_error *err)
+/* Each of tensors[0..n) at dst[i] checked for NaN and infinities from its
+ * factors' bits (block types; others pass). */
+static strata_status check_finite(const strata_tensor *const *tensors,
+				  void *const *dst, size_t n, strata_error *err)
 {
-	strata_infer_window *w = user;
-	strata_status st = strata_weight_store_read(w->ws, tensors, dst, n,
-						    err);
+	strata_status st = STRATA_OK;
 	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
 		const strata_tensor *t = tensors[i];
 		strata_block_type b;
@@ -108,6 +102,39 @@ static strata_status window_read(void *user,
 		strata_error_prefix(err, "tensor '%s'", t->name);
 	}
 	return st;
+}
+
+/* The engine's read hook: the store's read, then each tensor of a
+ * half or block type checked for NaN and infinities from its factors' bits
+ * (strata_block_first_nonfinite: cheap enough for every read), as its
+ * conversion to f32 checked it before weights stayed stored. The error is the decoder's own, naming the block,
+ * prefixed with the tensor's name. Thread-safe: reads only w->ws. */
+static strata_status window_read(void *user,
+				 const strata_tensor *const *tensors,
+				 void *const *dst, size_t n, strata_error *err)
+{
+	strata_infer_window *w = user;
+	strata_status st = strata_weight_store_read(w->ws, tensors, dst, n,
+						    err);
+	return st ? st : check_finite(tensors, dst, n, err);
+}
+
+/* The engine's map hook: the store's mapping of one tensor, checked for
+ * NaN and infinities as window_read checks what it reads. */
+static strata_status window_map(void *user, const strata_tensor *t,
+				const void **data, strata_error *err)
+{
+	strata_infer_window *w = user;
+	const void *p = NULL;
+	strata_status st = strata_weight_store_map(w->ws, t, &p, err);
+	if (st != STRATA_OK)
+		return st;
+	void *dst = (void *)p;
+	const strata_tensor *const one[1] = {t};
+	if ((st = check_finite(one, &dst, 1, err)))
+		return st;
+	*data = p;
+	return STRATA_OK;
 }
 
 static strata_status window_acquire(void *user, uint32_t layer,
@@ -339,7 +366,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 	cfg.read_user = w;
 	cfg.convert = strata_residency_convert_f32;
 	cfg.devices = o->devices;
-	cfg.map = ws && !o->no_map ? strata_residency_map_store : NULL;
+	cfg.map = ws && !o->no_map ? window_map : NULL;
 	cfg.progress = o->progress;
 	cfg.progress_user = o->progress_user;
 	if (ws && cfg.mode == STRATA_RESIDENCY_DISK &&
