@@ -125,17 +125,18 @@ static const char *base_name(const char *path, char *buf, size_t cap)
 /* --chat-template FILE, else the model's own template; a model without
  * one serves completions only (chat requests get a 400 naming the
  * option). */
-static strata_status load_chat(const serve_args *a,
+static strata_status load_chat(const serve_args *a, bool quiet,
 			       const strata_tokenizer *tok,
 			       strata_chat_format **out, strata_error *err)
 {
 	strata_status st = strata_chat_format_load(a->model, a->template_file,
 						   tok, out, err);
 	if (st == STRATA_E_NOT_FOUND && !a->template_file) {
-		fprintf(stderr, "strata serve: %s has no chat template; "
-				"/v1/chat/completions needs --chat-template "
-				"FILE\n",
-			a->model);
+		if (!quiet)
+			fprintf(stderr, "strata serve: %s has no chat "
+					"template; /v1/chat/completions needs "
+					"--chat-template FILE\n",
+				a->model);
 		return STRATA_OK;
 	}
 	return st;
@@ -165,7 +166,7 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 	strata_infer_hparams hp;
 	strata_status st = strata_tokenizer_load(a->model, &tok, &err);
 	if (st == STRATA_OK)
-		st = load_chat(a, tok, &chat, &err);
+		st = load_chat(a, r->quiet, tok, &chat, &err);
 	strata_catalog *cat = NULL;
 	if (st == STRATA_OK)
 		st = strata_catalog_open(a->model, &cat, &err);
@@ -181,7 +182,7 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 			.model_path = a->model, .plan = r->plan,
 			.exclude = (const char *const *)r->exclude,
 			.exclude_count = r->exclude_count,
-			.device_index = r->device_index,
+			.device_index = r->device_index, .no_map = r->no_map,
 			.threads = (uint32_t)a->threads,
 			.positions = hp.context < DEFAULT_CONTEXT
 					     ? hp.context
@@ -220,9 +221,10 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 		int sig = 0;
 		while (sigwait(&set, &sig) != 0)
 			;
-		fprintf(stderr, "strata serve: %s: finishing in-flight "
-				"requests (up to %llu s)\n",
-			strsignal(sig), (unsigned long long)a->grace);
+		if (!r->quiet)
+			fprintf(stderr, "strata serve: %s: finishing "
+					"in-flight requests (up to %llu s)\n",
+				strsignal(sig), (unsigned long long)a->grace);
 		strata_server_quiesce(srv);
 		strata_scheduler_drain(sched, a->grace * 1000000000ull);
 	}
