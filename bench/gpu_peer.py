@@ -12,7 +12,9 @@ transformers and accelerate on the same model and budget as strata.
                                     max_memory BUDGET on GPU 0 and the rest
                                     in host memory; with `decode`, also
                                     decode ms/token (KV cache, 16 steps)
-  gpu_peer.py resident DIR          decode ms/token, whole model on GPU 0
+  gpu_peer.py resident DIR [TOKENS] passes of each of TOKENS (default
+                                    1,128; sdpa attention) and decode
+                                    ms/token, whole model on GPU 0
   gpu_peer.py drop DIR              evict DIR's files from the page cache
   gpu_peer.py direct DIR            read DIR's shards with O_DIRECT, 16 MiB
                                     at a time: the disk's rate
@@ -109,14 +111,15 @@ def accelerate(d, budget, sizes=(1, 128), decode=False):
              steps=16, device_peak_bytes=torch.cuda.max_memory_allocated())
 
 
-def resident(d, steps=64):
+def resident(d, sizes=(1, 128), steps=64):
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(
-        d, dtype=torch.bfloat16, device_map={"": 0})
+        d, dtype=torch.bfloat16, device_map={"": 0},
+        attn_implementation="sdpa")
     model.eval()
     ids = tokens(1)
-    for n in (1, 128):
+    for n in sizes:
         emit(peer="transformers", tokens=n, pass_ms=timed_passes(model, n))
     times = []
     with torch.no_grad():
@@ -176,8 +179,11 @@ def main():
         if rest not in ([], ["decode"]):
             sys.exit(__doc__)
         accelerate(d, sys.argv[3], sizes, rest == ["decode"])
-    elif cmd == "resident":
-        resident(d)
+    elif cmd == "resident" and len(sys.argv) <= 4:
+        sizes = (1, 128)
+        if len(sys.argv) == 4:
+            sizes = tuple(int(t) for t in sys.argv[3].split(","))
+        resident(d, sizes)
     elif cmd == "drop":
         drop(d)
     elif cmd == "direct":
