@@ -4,7 +4,7 @@
  *
  * Each output tensor is read in its stored type, decoded to f32 exactly,
  * (for llama Hugging Face checkpoints, its q/k rows permuted as llama.cpp's
- * converter does), encoded by strata_block_encode on several threads, and
+ * converter does; Gemma's norms stored as 1 + w), encoded by strata_block_encode on several threads, and
  * its encoding decoded again to check every value is finite. A tensor
  * whose type does not change is copied as stored (after the same finite
  * check). Memory: three buffers of the largest tensor. */
@@ -117,7 +117,8 @@ static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
 	strata_status s;
 	const float *x = j->values;
 	if (j->src) {
-		bool same = j->src->dtype == j->out && !j->permute_heads;
+		bool same = j->src->dtype == j->out && !j->permute_heads &&
+			    !j->add_one;
 		void *where = same ? dst : (void *)e->raw;
 		void *const dsts[1] = {where};
 		if ((s = strata_weight_store_read(e->ws, &j->src, dsts, 1, err)))
@@ -135,6 +136,8 @@ static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
 			return strata_error_prefix(err, "tensor '%s'",
 						   j->src->name);
 		x = e->f32;
+		for (uint64_t i = 0; j->add_one && i < n; i++)
+			e->f32[i] += 1.0f; /* as llama.cpp's converter, in f32 */
 		if (j->permute_heads) {
 			permute_rows(e->f32, e->tmp, n / j->ne[0], j->ne[0],
 				     j->permute_heads);
@@ -301,14 +304,14 @@ static bool ends(const char *name, const char *part)
 	return strata_str_ends_with(name, part);
 }
 
-/* llama and mistral q/k projections are permuted (qwen2's are not: its
- * GGUF rope stays in halves). */
+/* llama and mistral q/k projections are permuted (qwen2, qwen3, gemma
+ * and phi3 are not: their GGUF rope stays in halves). */
 static strata_status hf_permute(const strata_model_desc *d,
 				const strata_tensor *t, strata__quant_job *j,
 				strata_error *err)
 {
-	if (d->family == STRATA_FAMILY_QWEN2)
-		return STRATA_OK;
+	if (d->family != STRATA_FAMILY_LLAMA && d->family != STRATA_FAMILY_MISTRAL)
+		return STRATA_OK; /* NEOX rope: halves stay */
 	bool q = ends(j->name, "attn_q.weight") || ends(j->name, "attn_q.bias");
 	bool k = ends(j->name, "attn_k.weight") || ends(j->name, "attn_k.bias");
 	if (!q && !k)
@@ -331,8 +334,8 @@ static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 {
 	char name[256];
 	bool skip = false;
-	strata_status s = strata__quant_hf_name(t->name, name, sizeof name,
-						&skip, err);
+	strata_status s = strata__quant_hf_name(t->name, d->family, name,
+						sizeof name, &skip, err);
 	if (s || skip || (!f->has_output && !strcmp(name, "output.weight")))
 		return s;
 	if (t->n_dims < 1 || t->n_dims > 4)
@@ -347,6 +350,10 @@ static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 		j.ne[i] = t->shape_hf[t->n_dims - 1 - i];
 	if (!(j.name = dup_str(name, err)))
 		return STRATA_E_NOMEM;
+	/* llama.cpp's Gemma converters store every norm as 1 + w */
+	j.add_one = (d->family == STRATA_FAMILY_GEMMA2 ||
+		     d->family == STRATA_FAMILY_GEMMA3) &&
+		    ends(name, "norm.weight");
 	if ((s = hf_permute(d, t, &j, err))) {
 		strata_free(j.name);
 		return s;
@@ -363,12 +370,12 @@ static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
 	strata_status s = strata_model_describe(in, e->c, &d, err);
 	if (s)
 		return s;
-	if (d.family != STRATA_FAMILY_LLAMA && d.family != STRATA_FAMILY_MISTRAL &&
-	    d.family != STRATA_FAMILY_QWEN2)
+	if (!strata__quant_hf_arch(d.family) || d.experts)
 		return strata_fail(err, STRATA_E_MODEL_ARCH,
 				   "convert it with llama.cpp's convert_hf_to_gguf.py, "
 				   "then quantize the GGUF",
-				   "strata quantize converts llama, mistral and qwen2 "
+				   "strata quantize converts llama, mistral, qwen2, "
+				   "qwen3, gemma2, gemma3_text and phi3 "
 				   "checkpoints; '%s' is %s", in,
 				   d.headers_only ? "without config.json"
 						  : d.architecture);

@@ -1,7 +1,7 @@
 /* quantize_hf.c - the Hugging Face side of strata quantize: tensor names,
  * the architecture metadata and llama3's rope factors, as llama.cpp's
- * convert_hf_to_gguf.py writes them for llama, mistral (as llama) and
- * qwen2 (layer: model). */
+ * convert_hf_to_gguf.py writes them for llama, mistral (as llama), qwen2,
+ * qwen3, gemma2, gemma3 (text) and phi3 (layer: model). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,10 +26,29 @@ static const struct {
 	{"mlp.gate_proj.weight", "ffn_gate.weight"},
 	{"mlp.up_proj.weight", "ffn_up.weight"},
 	{"mlp.down_proj.weight", "ffn_down.weight"},
+	{"self_attn.q_norm.weight", "attn_q_norm.weight"},
+	{"self_attn.k_norm.weight", "attn_k_norm.weight"},
+	{"self_attn.qkv_proj.weight", "attn_qkv.weight"},  /* phi3, fused */
+	{"mlp.gate_up_proj.weight", "ffn_up.weight"},	    /* phi3, fused */
+	{"pre_feedforward_layernorm.weight", "ffn_norm.weight"}, /* gemma */
+	{"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
 };
 
-strata_status strata__quant_hf_name(const char *hf, char *out, size_t cap,
-				    bool *skip, strata_error *err)
+/* Gemma's post_attention_layernorm is the norm of the attention's output
+ * (llama.cpp's post_attention_norm), not the MLP's input norm. */
+static const char *layer_name(const char *hf, bool gemma)
+{
+	if (gemma && !strcmp(hf, "post_attention_layernorm.weight"))
+		return "post_attention_norm.weight";
+	for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
+		if (!strcmp(hf, layer_names[i].hf))
+			return layer_names[i].gguf;
+	return NULL;
+}
+
+strata_status strata__quant_hf_name(const char *hf, strata_family family,
+				    char *out, size_t cap, bool *skip,
+				    strata_error *err)
 {
 	*skip = false;
 	const char *fixed[][2] = {
@@ -48,14 +67,14 @@ strata_status strata__quant_hf_name(const char *hf, char *out, size_t cap,
 	}
 	unsigned layer;
 	int at = 0;
-	if (sscanf(hf, "model.layers.%u.%n", &layer, &at) == 1 && at > 0)
-		for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names;
-		     i++)
-			if (!strcmp(hf + at, layer_names[i].hf)) {
-				snprintf(out, cap, "blk.%u.%s", layer,
-					 layer_names[i].gguf);
-				return STRATA_OK;
-			}
+	bool gemma = family == STRATA_FAMILY_GEMMA2 ||
+		     family == STRATA_FAMILY_GEMMA3;
+	const char *g = NULL;
+	if (sscanf(hf, "model.layers.%u.%n", &layer, &at) == 1 && at > 0 &&
+	    (g = layer_name(hf + at, gemma))) {
+		snprintf(out, cap, "blk.%u.%s", layer, g);
+		return STRATA_OK;
+	}
 	char esc[160];
 	return strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
 			   "convert the model with llama.cpp's convert_hf_to_gguf.py, "
@@ -117,20 +136,88 @@ static void base_name(const char *path, char *out, size_t cap)
 		out[strlen(out) - strlen(".safetensors")] = '\0';
 }
 
+const char *strata__quant_hf_arch(strata_family f)
+{
+	switch (f) {
+	case STRATA_FAMILY_LLAMA:
+	case STRATA_FAMILY_MISTRAL: return "llama";
+	case STRATA_FAMILY_QWEN2: return "qwen2";
+	case STRATA_FAMILY_QWEN3: return "qwen3";
+	case STRATA_FAMILY_GEMMA2: return "gemma2";
+	case STRATA_FAMILY_GEMMA3: return "gemma3";
+	case STRATA_FAMILY_PHI3: return "phi3";
+	default: return NULL;
+	}
+}
+
+/* Gemma's sliding layers as llama.cpp's pattern: layer l slides unless
+ * (l + 1) % p == 0. The smallest p >= 1 that gives d's layers, or 0 when
+ * none does (a pattern GGUF cannot say). */
+static uint64_t swa_pattern(const strata_model_desc *d)
+{
+	for (uint64_t p = 1; p <= d->layers + 1; p++) {
+		bool ok = true;
+		for (uint64_t l = 0; l < d->layers && ok; l++)
+			ok = strata_model_layer_windowed(d, l) == ((l + 1) % p != 0);
+		if (ok)
+			return p;
+	}
+	return 0;
+}
+
+/* What Gemma 2 and 3 add: the soft caps, the window and its pattern
+ * (written when it is not llama.cpp's 2 or 6), query_pre_attn_scalar
+ * (strata's own key; llama.cpp has none), Gemma 3's local rope base. */
+static void gemma_metadata(meta *m, const strata_model_desc *d)
+{
+	bool g2 = d->family == STRATA_FAMILY_GEMMA2;
+	if (d->attn_softcap > 0)
+		put_f32(m, "attn_logit_softcapping", d->attn_softcap);
+	if (d->final_softcap > 0)
+		put_f32(m, "final_logit_softcapping", d->final_softcap);
+	if (d->sliding_window)
+		put_u32(m, "attention.sliding_window", d->sliding_window);
+	uint64_t p = swa_pattern(d);
+	if (!m->s && d->sliding_window && !p)
+		m->s = strata_fail(m->err, STRATA_E_UNSUPPORTED,
+				   "use the Hugging Face checkpoint",
+				   "config.json's layer_types follow no "
+				   "every-n-th-layer-is-global pattern, which is "
+				   "all GGUF %s can say", m->arch);
+	if (d->sliding_window && p != (g2 ? 2u : 6u))
+		put_u32(m, "attention.sliding_window_pattern", p);
+	if (d->query_scale > 0)
+		put_f32(m, "attention.query_pre_attn_scalar", d->query_scale);
+	if (!g2 && d->rope_local_theta > 0)
+		put_f32(m, "rope.freq_base_swa", d->rope_local_theta);
+}
+
+/* The rope scalings GGUF holds as metadata or as rope_freqs; Phi-3's
+ * longrope (rope_factors_long/short tensors) is refused. */
+static strata_status check_rope(const strata_model_desc *d, strata_error *err)
+{
+	const strata_rope_scaling *r = &d->rope_scaling;
+	if (r->kind == STRATA_ROPE_DEFAULT || r->kind == STRATA_ROPE_LLAMA3 ||
+	    (r->kind == STRATA_ROPE_LINEAR && r->factor > 0))
+		return STRATA_OK;
+	return strata_fail(err, STRATA_E_UNSUPPORTED,
+			   "run the Hugging Face checkpoint itself (strata runs "
+			   "its rope scaling), or convert it with llama.cpp's "
+			   "convert_hf_to_gguf.py",
+			   "rope scaling '%s' has no GGUF form strata writes "
+			   "or reads", r->type);
+}
+
 strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
 					const char *model_dir,
 					const strata_model_desc *d,
 					strata_error *err)
 {
-	meta m = {w, d->family == STRATA_FAMILY_QWEN2 ? "qwen2" : "llama", err,
-		  STRATA_OK};
+	meta m = {w, strata__quant_hf_arch(d->family), err, STRATA_OK};
 	const strata_rope_scaling *r = &d->rope_scaling;
-	if (r->kind != STRATA_ROPE_DEFAULT && r->kind != STRATA_ROPE_LLAMA3 &&
-	    !(r->kind == STRATA_ROPE_LINEAR && r->factor > 0))
-		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "convert it with llama.cpp's convert_hf_to_gguf.py",
-				   "rope scaling '%s' has no GGUF form strata writes",
-				   r->type);
+	strata_status s = check_rope(d, err);
+	if (s)
+		return s;
 	char name[256];
 	base_name(model_dir, name, sizeof name);
 	put_str(&m, "general.architecture", m.arch);
@@ -146,7 +233,8 @@ strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
 	put_f32(&m, "attention.layer_norm_rms_epsilon", d->rms_eps);
 	put_u32(&m, "attention.key_length", d->head_dim);
 	put_u32(&m, "attention.value_length", d->head_dim);
-	put_u32(&m, "rope.dimension_count", d->head_dim);
+	put_u32(&m, "rope.dimension_count",
+		d->rope_dims ? d->rope_dims : d->head_dim);
 	put_u32(&m, "vocab_size", d->vocab);
 	if (r->kind == STRATA_ROPE_LINEAR) {
 		char k[128];
@@ -154,6 +242,11 @@ strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
 		put_str(&m, k, "linear");
 		put_f32(&m, "rope.scaling.factor", r->factor);
 	}
+	if (d->family == STRATA_FAMILY_GEMMA2 ||
+	    d->family == STRATA_FAMILY_GEMMA3)
+		gemma_metadata(&m, d);
+	else if (d->family == STRATA_FAMILY_PHI3 && d->sliding_window)
+		put_u32(&m, "attention.sliding_window", d->sliding_window);
 	if (m.s)
 		return m.s;
 	return strata__quant_hf_vocab(w, model_dir, d, err);

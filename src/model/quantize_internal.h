@@ -48,13 +48,18 @@ typedef struct strata__quant_job {
 	uint32_t n_dims;
 	uint64_t ne[4];		  /* ne0 first */
 	uint32_t permute_heads;	  /* llama q/k rows: heads to permute, or 0 */
+	bool add_one;		  /* gemma norms: stored as 1 + w */
 } strata__quant_job;
 
 /* The Hugging Face side (quantize_hf.c). The GGUF name of an HF tensor:
  * STRATA_OK with *skip true for tensors GGUF leaves out (rotary
  * inv_freq), E_MODEL_TENSOR_EXTRA for a name it has no place for. */
-strata_status strata__quant_hf_name(const char *hf, char *out, size_t cap,
-				    bool *skip, strata_error *err);
+strata_status strata__quant_hf_name(const char *hf, strata_family family,
+				    char *out, size_t cap, bool *skip,
+				    strata_error *err);
+/* The GGUF general.architecture llama.cpp writes for family f, or NULL
+ * for a family strata quantize does not convert. */
+const char *strata__quant_hf_arch(strata_family f);
 /* llama.cpp's converter metadata for d (general.*, ARCH.*, the rope
  * scaling) and, when model_dir has tokenizer.json, tokenizer.ggml.*. */
 strata_status strata__quant_hf_metadata(strata_gguf_writer *w,

@@ -1,0 +1,303 @@
+/* test_families_gguf.c - strata quantize's GGUF of the families beyond
+ * llama (tests/data/families): each dense model written as F32 runs to
+ * transformers' float64 logits within 1e-4 and to the Hugging Face run's
+ * within 1e-5; as Q8_0 within Q8_0_TOLERANCE relative RMS; its metadata and tensor
+ * names are llama.cpp's (architecture, Gemma's four norms stored as
+ * 1 + w, Phi-3's fused tensors, Qwen3's q/k norms, the q/k rows not
+ * permuted); Phi-3 longrope and the mixture-of-experts models are refused
+ * with a clear error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "support/refmodel.h"
+
+#define TOLERANCE 1e-4
+#define SAME 1e-5
+/* Q8_0 (an f16 scale per 32 weights, 8-bit codes: each weight within
+ * 1/254 of its block's largest) measured 2.1e-3 to 3.2e-2 relative RMS
+ * logit error against float64 over these models (largest for phi3_f32
+ * and qwen3_tied_bf16: rows of 48-64 weights are one or two blocks, so
+ * errors do not average out). 6e-2 is twice the worst; a wrong scale,
+ * layout or a missing 1 + w moves it to the order of 1. */
+#define Q8_0_TOLERANCE 6e-2
+#define CONTEXT 64
+
+static const char *const dense[] = {
+	"qwen3_f32", "qwen3_tied_bf16", "gemma2_f32", "gemma3_f32",
+	"gemma3_bf16", "phi3_f32",
+};
+
+static char tmp_dir[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmp_dir, sizeof tmp_dir, "/tmp/strata-famgguf-XXXXXX");
+	return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return rmdir(tmp_dir);
+}
+
+static strata_status quantize(const char *name, const char *type, char *out,
+			      size_t cap, strata_error *err)
+{
+	char in[1024];
+	ref_family_path(in, sizeof in, name, NULL);
+	snprintf(out, cap, "%s/%s-%s.gguf", tmp_dir, name, type);
+	strata_quantize_options o = {.type = type, .threads = 2};
+	return strata_quantize(in, out, &o, NULL, err);
+}
+
+/* Prefill logits of the model at path, on the CPU. */
+static float *prefill(const char *path, const ref_data *r)
+{
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_compute *c;
+	strata_forward *f;
+	strata_error err;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	if (strata_forward_create(
+		    &(strata_forward_options){.hp = &m.hp, .compute = c,
+					      .src = &m.src, .context = CONTEXT,
+					      .batch = 8, .sequences = 1},
+		    &f, &err))
+		fail_msg("%s: forward create: %s", path, err.message);
+	float *logits = strata_alloc((uint64_t)r->n_tokens * r->vocab *
+				     sizeof *logits);
+	assert_non_null(logits);
+	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
+			       &err))
+		fail_msg("%s: forward: %s", path, err.message);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+	return logits;
+}
+
+static void read_f32(const strata_catalog *cat, const char *name, float *out,
+		     uint64_t n)
+{
+	const strata_tensor *t = strata_catalog_find(cat, name);
+	if (!t)
+		fail_msg("tensor '%s' is missing", name);
+	strata_error err;
+	strata_weight_store *ws;
+	void *raw = strata_alloc(t->bytes);
+	void *const dsts[1] = {raw};
+	assert_int_equal(strata_weight_store_create(cat, NULL, &ws, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_weight_store_read(ws, &t, dsts, 1, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_dtype_to_f32(t->dtype, raw, n, out, &err),
+			 STRATA_OK);
+	strata_weight_store_destroy(ws);
+	strata_free(raw);
+}
+
+static void expect_key(const strata_gguf *g, const char *key, double want)
+{
+	double v = -1;
+	strata_error err;
+	if (strata_gguf_get_f64(g, key, &v, &err) != STRATA_OK) {
+		uint64_t u;
+		if (strata_gguf_get_u64(g, key, &u, &err))
+			fail_msg("key '%s' is missing", key);
+		v = (double)u;
+	}
+	if (!(v == want || (want != 0 && v / want - 1 < 1e-6 &&
+			    v / want - 1 > -1e-6)))
+		fail_msg("key '%s' is %g, not %g", key, v, want);
+}
+
+/* llama.cpp's names and keys, Gemma's 1 + w, and halves kept (the q rows
+ * are the Hugging Face rows exactly). */
+static void check_layout(const char *name, const char *gguf)
+{
+	char hf[1024];
+	ref_family_path(hf, sizeof hf, name, NULL);
+	strata_catalog *g, *h;
+	strata_error err;
+	assert_int_equal(strata_catalog_open(gguf, &g, &err), STRATA_OK);
+	assert_int_equal(strata_catalog_open(hf, &h, &err), STRATA_OK);
+	const strata_gguf *m = strata_catalog_gguf(g);
+	const char *arch;
+	size_t n;
+	assert_int_equal(strata_gguf_get_string(m, "general.architecture",
+						&arch, &n, &err),
+			 STRATA_OK);
+	bool gemma = !strncmp(name, "gemma", 5), phi = !strncmp(name, "phi3", 4);
+	const char *want = gemma ? (name[5] == '2' ? "gemma2" : "gemma3")
+			   : phi ? "phi3" : "qwen3";
+	assert_int_equal(n, strlen(want));
+	assert_memory_equal(arch, want, n);
+	strata_model_desc d;
+	assert_int_equal(strata_model_describe(hf, h, &d, &err), STRATA_OK);
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.key_length", want);
+	expect_key(m, key, (double)d.head_dim);
+	snprintf(key, sizeof key, "%s.embedding_length", want);
+	expect_key(m, key, (double)d.hidden);
+	if (!strcmp(want, "gemma2")) {
+		expect_key(m, "gemma2.attn_logit_softcapping", 5.0);
+		expect_key(m, "gemma2.final_logit_softcapping", 12.0);
+		expect_key(m, "gemma2.attention.sliding_window", 4);
+		expect_key(m, "gemma2.attention.query_pre_attn_scalar", 24);
+	}
+	if (!strcmp(want, "gemma3")) {
+		expect_key(m, "gemma3.rope.freq_base", 1e6);
+		expect_key(m, "gemma3.rope.freq_base_swa", 1e4);
+		uint64_t p = 1; /* the first global layer's number */
+		while (p <= d.layers && strata_model_layer_windowed(&d, p - 1))
+			p++;
+		if (p != 6)
+			expect_key(m, "gemma3.attention.sliding_window_pattern",
+				   (double)p);
+	}
+	const char *names[] = {"blk.0.attn_q_norm.weight",
+			       "blk.0.post_attention_norm.weight",
+			       "blk.0.post_ffw_norm.weight",
+			       "blk.0.attn_qkv.weight", "blk.0.attn_k.weight",
+			       "blk.0.ffn_gate.weight"};
+	bool has[] = {!phi && !(gemma && name[5] == '2'), gemma, gemma, phi,
+		      !phi, !phi};
+	for (int i = 0; i < 6; i++)
+		if ((strata_catalog_find(g, names[i]) != NULL) != has[i])
+			fail_msg("%s: tensor '%s' %s", name, names[i],
+				 has[i] ? "is missing" : "should not be there");
+	float a[4096], b[4096];
+	const char *hq = phi ? "model.layers.0.self_attn.qkv_proj.weight"
+			     : "model.layers.0.self_attn.q_proj.weight";
+	const strata_tensor *q = strata_catalog_find(h, hq);
+	assert_non_null(q);
+	uint64_t cells = q->shape_hf[0] * q->shape_hf[1];
+	float *x = strata_alloc(cells * sizeof *x), *y = strata_alloc(cells * sizeof *y);
+	read_f32(h, hq, x, cells);
+	read_f32(g, phi ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight", y,
+		 cells);
+	assert_memory_equal(x, y, cells * sizeof *x); /* not permuted */
+	strata_free(x);
+	strata_free(y);
+	assert_true(d.hidden <= 4096);
+	read_f32(h, "model.layers.0.input_layernorm.weight", a, d.hidden);
+	read_f32(g, "blk.0.attn_norm.weight", b, d.hidden);
+	for (uint64_t i = 0; i < d.hidden; i++)
+		assert_float_equal(b[i], a[i] + (gemma ? 1.0f : 0.0f), 0);
+	strata_catalog_destroy(g);
+	strata_catalog_destroy(h);
+}
+
+/* RMS of a - b over RMS of b. */
+static double rel_rms(const float *a, const float *b, const ref_data *r)
+{
+	double num = 0, den = 0;
+	for (uint64_t i = 0; i < (uint64_t)r->n_tokens * r->vocab; i++) {
+		num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		den += (double)b[i] * b[i];
+	}
+	return den > 0 ? sqrt(num / den) : 1;
+}
+
+static double worst_diff(const float *a, const float *b, const ref_data *r)
+{
+	return ref_max_diff(a, b, (uint64_t)r->n_tokens * r->vocab);
+}
+
+static void test_dense_f32(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
+		const char *name = dense[i];
+		char hf[1024], out[1024];
+		strata_error err;
+		if (quantize(name, "F32", out, sizeof out, &err))
+			fail_msg("%s: quantize: %s", name, err.message);
+		ref_data r;
+		ref_load_family(name, &r);
+		ref_family_path(hf, sizeof hf, name, NULL);
+		float *want = prefill(hf, &r), *got = prefill(out, &r);
+		double ref = worst_diff(got, r.logits, &r);
+		double same = worst_diff(got, want, &r);
+		print_message("%-18s F32  vs float64 %.2e  vs HF run %.2e\n",
+			      name, ref, same);
+		if (!(ref <= TOLERANCE) || !(same <= SAME))
+			fail_msg("%s: GGUF F32 logits %.3g from transformers', "
+				 "%.3g from the HF run", name, ref, same);
+		check_layout(name, out);
+		assert_int_equal(unlink(out), 0);
+		strata_free(want);
+		strata_free(got);
+		ref_free(&r);
+	}
+}
+
+static void test_dense_q8_0(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
+		const char *name = dense[i];
+		char out[1024];
+		strata_error err;
+		if (quantize(name, "Q8_0", out, sizeof out, &err))
+			fail_msg("%s: quantize: %s", name, err.message);
+		ref_data r;
+		ref_load_family(name, &r);
+		float *got = prefill(out, &r);
+		double d = rel_rms(got, r.logits, &r);
+		print_message("%-18s Q8_0 vs float64: relative RMS %.2e, "
+			      "max %.2e\n", name, d,
+			      worst_diff(got, r.logits, &r));
+		if (!(d <= Q8_0_TOLERANCE))
+			fail_msg("%s: Q8_0 logits %.3g from transformers'", name,
+				 d);
+		assert_int_equal(unlink(out), 0);
+		strata_free(got);
+		ref_free(&r);
+	}
+}
+
+/* Refused with a message and nothing written. */
+static void expect_refused(const char *name, strata_status code,
+			   const char *says)
+{
+	char out[1024];
+	strata_error err;
+	assert_int_equal(quantize(name, "F32", out, sizeof out, &err), code);
+	if (!strstr(err.message, says))
+		fail_msg("%s: message '%s' lacks '%s'", name, err.message, says);
+	assert_int_equal(access(out, F_OK), -1);
+}
+
+static void test_refused(void **state)
+{
+	(void)state;
+	expect_refused("phi3_longrope_f32", STRATA_E_UNSUPPORTED, "longrope");
+	const char *moe[] = {"mixtral_f32", "qwen3_moe_f32",
+			     "qwen2_moe_shared_f32"};
+	for (int i = 0; i < 3; i++)
+		expect_refused(moe[i], STRATA_E_MODEL_ARCH, "converts");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dense_f32),
+		cmocka_unit_test(test_dense_q8_0),
+		cmocka_unit_test(test_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
