@@ -131,7 +131,24 @@ typedef struct split_bytes {
 	uint64_t cpu;	   /* computed on the CPU */
 	uint64_t streamed; /* over the link (or read from disk) per pass */
 	uint64_t kv_device, kv_cpu;
+	uint64_t statics;  /* the statics, on the CPU when statics_cpu */
+	bool statics_cpu;
 } split_bytes;
+
+/* Seconds of the statics in a pass of any chunk: the embedding is a row
+ * lookup and the LM head computes each sequence's last row only
+ * (forward.c head_in_place), so they cost what a decode step's statics
+ * cost, whatever the chunk: their bytes once from memory, or the head's
+ * product over one row per sequence where that is slower. */
+static double statics_seconds(const strata_plan *p, const split_bytes *b)
+{
+	const strata_plan_options *o = &p->options;
+	double T = (double)o->shape.batch, e = p->element_bytes;
+	double mem = b->statics_cpu ? o->host_memory_bandwidth
+				    : o->memory_bandwidth;
+	double flops = b->statics_cpu ? o->cpu_flops : o->device_flops;
+	return (double)b->statics * per_byte(T, e, mem, flops);
+}
 
 /* Predicted seconds of one pass of T tokens (docs/plan.md). */
 static double pass_seconds(const strata_plan *p, const strata_plan_candidate *c,
@@ -146,6 +163,10 @@ static double pass_seconds(const strata_plan *p, const strata_plan_candidate *c,
 					       o->cpu_flops) +
 		     (double)b->kv_cpu / o->host_memory_bandwidth;
 	double link = (double)b->streamed / o->h2d_bandwidth;
+	if (b->statics_cpu)
+		cpu += statics_seconds(p, b);
+	else
+		dev += statics_seconds(p, b);
 	if (c->mode == STRATA_RESIDENCY_DISK) {
 		uint64_t f = p->info.unit_file_bytes ? p->info.unit_file_bytes
 						     : b->streamed;
@@ -380,12 +401,14 @@ static void candidate_split(const strata_plan *p, const strata_plan_candidate *c
 	memset(b, 0, sizeof *b);
 	switch (c->mode) {
 	case STRATA_RESIDENCY_RESIDENT:
-		b->device = sat_add(p->info.static_bytes, units);
+		b->device = units;
+		b->statics = p->info.static_bytes;
 		b->kv_device = kv;
 		return;
 	case STRATA_RESIDENCY_HOST:
 	case STRATA_RESIDENCY_DISK:
-		b->device = sat_add(p->info.static_bytes, units);
+		b->device = units;
+		b->statics = p->info.static_bytes;
 		b->kv_device = kv;
 		/* one group wholly in the window moves nothing after the
 		 * first pass */
@@ -401,10 +424,8 @@ static void candidate_split(const strata_plan *p, const strata_plan_candidate *c
 	split_sums(p, r, w, b);
 	uint64_t resident = p->unit_prefix[r];
 	b->device = sat_add(resident, b->streamed);
-	if (c->statics_on_cpu)
-		b->cpu = sat_add(b->cpu, p->info.static_bytes);
-	else
-		b->device = sat_add(b->device, p->info.static_bytes);
+	b->statics = p->info.static_bytes;
+	b->statics_cpu = c->statics_on_cpu;
 	/* KV stays where decode computes; prefill streams the KV of the
 	 * units it moves from the CPU to the device */
 	uint64_t rest = n - r, cpu_units = 0, moved = 0;
@@ -457,7 +478,7 @@ void strata__plan_predict_passes(const strata_plan *p,
 	split_bytes d, f;
 	candidate_split(p, c, false, &d);
 	candidate_split(p, c, true, &f);
-	c->cpu_bytes = d.cpu;
+	c->cpu_bytes = d.statics_cpu ? sat_add(d.cpu, d.statics) : d.cpu;
 	c->streamed_bytes = d.streamed;
 	c->predicted_decode_ms = pass_seconds(p, c, &d, decode_tokens(p)) * 1e3;
 	c->predicted_prefill_ms =

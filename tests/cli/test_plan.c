@@ -387,6 +387,48 @@ static void gpu_machine_peer_model_streams_at_2GiB(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* The prompt pass of the GPU machine's run (bf16 peer model, 2 GiB, 512
+ * tokens, the rates it planned with): the LM head computes the last row
+ * only and the embedding is a lookup, so the statics cost a prompt pass
+ * what they cost a decode step. Priced at 512 rows on the CPU they made
+ * the prediction 1369.7 ms where the run, streaming, took 133 ms. */
+static void peer_model_prompt_prices_the_head_once(void **state)
+{
+	(void)state;
+	char dir[4096];
+	cli_tmpdir(dir, sizeof dir, "plan-big-llama-prompt");
+	uint64_t layer, st;
+	write_big_llama(dir, &layer, &st);
+	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
+			      "--device-memory", "2GiB", "--host-memory",
+			      "100GiB", "--context", "512", "--prefill-chunk",
+			      "512", "--host-memory-bandwidth", "20GB", NULL};
+	json_t *doc = run_json(argv);
+	json_t *sel = json_object_get(doc, "selected");
+	size_t at = (size_t)u(sel, "index");
+	json_t *c = json_array_get(json_object_get(doc, "candidates"), at);
+	assert_string_equal(json_string_value(json_object_get(c, "mode")),
+			    "placement");
+	json_t *pp = json_object_get(c, "prefill_placement");
+	uint64_t streamed = u(pp, "window_units");
+	uint64_t cpu = u(pp, "cpu_units");
+	/* the prompt streams what it does not hold: the CPU is slower than
+	 * the link for 512 tokens */
+	assert_true(cpu == 0);
+	assert_true(streamed > 0);
+	assert_true(u(c, "crossing_chunk") <= 512);
+	double link = (double)(streamed * layer) / 55e9 * 1e3;
+	double ms = json_real_value(json_object_get(sel, "predicted_prefill_ms"));
+	/* at least the link time, and not the head priced at 512 rows on
+	 * the CPU (2 x 262 MB at 512 tokens on 0.2 TFLOP/s is 1.3 s) */
+	assert_true(ms >= link);
+	assert_true(ms < 1.5 * (double)(16 * layer) / 55e9 * 1e3);
+	json_decref(doc);
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* The keys of a single plan's document (docs/plan.md); --gpus must leave
  * it as it is. */
 static const char *const single_keys[] = {
@@ -815,6 +857,7 @@ int main(void)
 		cmocka_unit_test(exclude_removes_tensors_before_sizing),
 		cmocka_unit_test(unknown_architecture_still_sizes_weights),
 		cmocka_unit_test(gpu_machine_peer_model_streams_at_2GiB),
+		cmocka_unit_test(peer_model_prompt_prices_the_head_once),
 		cmocka_unit_test(without_gpus_the_document_is_unchanged),
 		cmocka_unit_test(gpus_plans_each_device_and_a_total),
 		cmocka_unit_test(gpus_table_has_a_section_per_device),
