@@ -5,6 +5,11 @@
 
 #include "strata/plan.h"
 
+/* The request a placement is chosen for: one prompt pass (a prefill
+ * chunk) and this many decode steps; placements are compared on decode
+ * + prompt / this (docs/plan.md "Choosing"). */
+#define STRATA_PLAN_DECODE_STEPS_PER_PROMPT 256.0
+
 /* Fills c's moved bytes, predicted ms per forward and tokens/s from its
  * mode, depth and lookahead (predict.c). o holds resolved bandwidths. */
 void strata__plan_predict(const strata_plan_layout_info *info,

@@ -576,6 +576,71 @@ static double quick_decode(const strata_plan *p, bool statics_cpu,
 	return pass_seconds(p, &c, &b, decode_tokens(p));
 }
 
+/* The least prefill time of the split (r, c) with its prefill split
+ * either c (as decode) or 0 CPU units (stream everything it does not
+ * hold), whichever fits and is faster; 1e300 when the decode split does
+ * not fit. */
+static strata_status prompt_of(strata_plan *p, bool statics_cpu, uint64_t r,
+			       uint64_t c, bool *mask, double *ms,
+			       strata_error *err)
+{
+	*ms = 1e300;
+	uint64_t pcs[2] = {c, 0};
+	for (int k = 0; k < (c ? 2 : 1); k++) {
+		strata_plan_candidate t;
+		strata_status s = make(p, statics_cpu, r, c, pcs[k], mask, &t,
+				       err);
+		if (s != STRATA_OK)
+			return s;
+		if (!t.fits && k == 0) /* the decode split must fit */
+			return STRATA_OK;
+		if (t.fits && t.predicted_prefill_ms < *ms)
+			*ms = t.predicted_prefill_ms;
+	}
+	return STRATA_OK;
+}
+
+/* The fitting decode split of least decode + prompt / steps per prompt,
+ * starting from the decode search's best (ties keep it): a split that
+ * decodes nearly as fast but keeps a window for the prompt to stream
+ * through beats one that fills the device and computes a 512-token
+ * prompt on the CPU. best is replaced by that split (its prefill split as
+ * decode's; the caller then searches the prefill split). */
+static strata_status near_best(strata_plan *p, bool statics_cpu, bool *mask,
+			       strata_plan_candidate *best, strata_error *err)
+{
+	const strata_plan_options *o = &p->options;
+	uint64_t n = p->info.occupied_units, rlo, rhi, rstep;
+	uint64_t br = best->resident_units, bc = best->cpu_units;
+	double pt;
+	strata_status s = prompt_of(p, statics_cpu, br, bc, mask, &pt, err);
+	double bj = best->predicted_decode_ms + pt / STRATA_PLAN_DECODE_STEPS_PER_PROMPT;
+	range_of(o->has_resident_units, o->resident_units, n, &rlo, &rhi,
+		 &rstep);
+	for (uint64_t r = rhi + 1; s == STRATA_OK && r-- > rlo;) {
+		if ((rhi - r) % rstep && r != rlo)
+			continue;
+		uint64_t clo, chi, cstep;
+		range_of(false, 0, n - r, &clo, &chi, &cstep);
+		for (uint64_t c = clo; s == STRATA_OK && c <= chi; c += cstep) {
+			double d = quick_decode(p, statics_cpu, r, c) * 1e3;
+			if (d >= bj)
+				continue;
+			s = prompt_of(p, statics_cpu, r, c, mask, &pt, err);
+			double j = d + pt / STRATA_PLAN_DECODE_STEPS_PER_PROMPT;
+			if (s == STRATA_OK && j < bj * (1.0 - 1e-9)) {
+				bj = j;
+				br = r;
+				bc = c;
+			}
+		}
+	}
+	if (s != STRATA_OK ||
+	    (br == best->resident_units && bc == best->cpu_units))
+		return s;
+	return make(p, statics_cpu, br, bc, bc, mask, best, err);
+}
+
 /* The best decode split for one statics placement: the fitting (r, c)
  * of least predicted decode time (ties: more resident, then fewer CPU
  * units). Then, its resident units fixed, the prefill split of least
@@ -589,6 +654,7 @@ static strata_status search(strata_plan *p, bool statics_cpu, bool *mask,
 	const strata_plan_options *o = &p->options;
 	uint64_t n = p->info.occupied_units, rlo, rhi, rstep;
 	double best_t = 0;
+	strata_status s0;
 	*found = false;
 	/* forced cpu units are exactly min(N, n): they bound the resident */
 	uint64_t fc = o->has_cpu_units ? (o->cpu_units < n ? o->cpu_units : n) : 0;
@@ -620,6 +686,9 @@ static strata_status search(strata_plan *p, bool statics_cpu, bool *mask,
 	}
 	if (!*found || o->has_cpu_units)
 		return STRATA_OK;
+	s0 = near_best(p, statics_cpu, mask, best, err);
+	if (s0 != STRATA_OK)
+		return s0;
 	/* the prefill pass: same resident units, its own CPU share */
 	uint64_t r = best->resident_units, pbest = best->cpu_units;
 	double pt = best->predicted_prefill_ms;

@@ -186,16 +186,14 @@ static void explain_placement(strata_plan *p, const strata_plan_candidate *c)
 			(unsigned long long)c->crossing_chunk);
 }
 
-/* Decode time decides; within 1 % of it, the prefill time (a placement
- * that decodes as fast and prefills faster is the better one). */
+/* The request objective (docs/plan.md "Choosing"): decode time plus the
+ * prompt pass spread over STRATA_PLAN_DECODE_STEPS_PER_PROMPT steps. */
 static bool better(const strata_plan_candidate *a,
 		   const strata_plan_candidate *b)
 {
-	double da = a->predicted_decode_ms, db = b->predicted_decode_ms;
-	double lo = da < db ? da : db, hi = da < db ? db : da;
-	if (hi - lo <= lo * 0.01)
-		return a->predicted_prefill_ms < b->predicted_prefill_ms;
-	return da < db;
+	double k = STRATA_PLAN_DECODE_STEPS_PER_PROMPT;
+	return a->predicted_decode_ms + a->predicted_prefill_ms / k <
+	       b->predicted_decode_ms + b->predicted_prefill_ms / k;
 }
 
 /* The placements: the fastest that fits is selected when the caller runs

@@ -429,6 +429,68 @@ static void peer_model_prompt_prices_the_head_once(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* The placement of the peer model at 7100 MiB with 136 GB/s host reads.
+ * The fastest decode fills the device (r15, c1, no window) and computes a
+ * 512-token prompt on the CPU in over a second; the plan chooses on
+ * decode + prompt / 256 (docs/plan.md "Choosing"): every unit resident,
+ * the statics on the CPU, the prompt on the device. */
+static json_t *plan_7100(const char *dir, bool force)
+{
+	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
+			      "--device-memory", "7100MiB", "--host-memory",
+			      "100GiB", "--context", "512", "--prefill-chunk",
+			      "512", "--host-memory-bandwidth", "136GB",
+			      force ? "--resident-units" : NULL, "15",
+			      "--cpu-units", "1", NULL};
+	return run_json(argv);
+}
+
+static double objective(json_t *doc)
+{
+	json_t *sel = json_object_get(doc, "selected");
+	return json_real_value(json_object_get(sel, "predicted_decode_ms")) +
+	       json_real_value(json_object_get(sel, "predicted_prefill_ms")) /
+		       256.0;
+}
+
+static void peer_model_keeps_a_window_for_the_prompt(void **state)
+{
+	(void)state;
+	char dir[4096];
+	cli_tmpdir(dir, sizeof dir, "plan-big-llama-window");
+	uint64_t layer, st;
+	write_big_llama(dir, &layer, &st);
+	json_t *all = plan_7100(dir, false), *full = plan_7100(dir, true);
+	json_t *fs = json_object_get(full, "selected");
+	json_t *as = json_object_get(all, "selected");
+	/* filling the device (the fastest decode, forced): no window, the
+	 * prompt on the CPU */
+	json_t *fc = json_array_get(json_object_get(full, "candidates"),
+				    (size_t)u(fs, "index"));
+	assert_true(u(json_object_get(fc, "prefill_placement"),
+		      "window_units") == 0);
+	double fp = json_real_value(json_object_get(fs, "predicted_prefill_ms"));
+	assert_true(fp > 500);
+	/* the choice computes no unit of the prompt on the CPU and wins
+	 * the request objective */
+	json_t *ac = json_array_get(json_object_get(all, "candidates"),
+				    (size_t)u(as, "index"));
+	assert_true(u(json_object_get(ac, "prefill_placement"),
+		      "cpu_units") == 0);
+	double ap = json_real_value(json_object_get(as, "predicted_prefill_ms"));
+	assert_true(ap * 5 < fp);
+	assert_true(objective(all) < objective(full));
+	/* and decodes at most 256 x the prompt's saving slower */
+	double ad = json_real_value(json_object_get(as, "predicted_decode_ms"));
+	double fd = json_real_value(json_object_get(fs, "predicted_decode_ms"));
+	assert_true(ad - fd < (fp - ap) / 256.0);
+	json_decref(all);
+	json_decref(full);
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* The keys of a single plan's document (docs/plan.md); --gpus must leave
  * it as it is. */
 static const char *const single_keys[] = {
@@ -858,6 +920,7 @@ int main(void)
 		cmocka_unit_test(unknown_architecture_still_sizes_weights),
 		cmocka_unit_test(gpu_machine_peer_model_streams_at_2GiB),
 		cmocka_unit_test(peer_model_prompt_prices_the_head_once),
+		cmocka_unit_test(peer_model_keeps_a_window_for_the_prompt),
 		cmocka_unit_test(without_gpus_the_document_is_unchanged),
 		cmocka_unit_test(gpus_plans_each_device_and_a_total),
 		cmocka_unit_test(gpus_table_has_a_section_per_device),
