@@ -315,11 +315,12 @@ void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
  * One worker thread owns the session and steps every running sequence
  * together: each step is one strata_forward_step, one pass of the weights,
  * whose rows are the next decode token of every decoding sequence and the
- * next prompt token of every sequence still reading its prompt (a lone
- * sequence with nothing beside it reads its prompt in chunks through
- * strata_forward_run instead). A finished or cancelled sequence's slot
- * takes the next waiting request at the next step; requests that find
- * every slot taken wait in a bounded queue, and a full queue refuses. */
+ * next prompt token of every sequence with a short prompt left (16 tokens
+ * or fewer); a longer prompt, or a lone sequence's, is read in chunks of
+ * its own (strata_forward_run, a pass each) in the same round. A finished
+ * or cancelled sequence's slot takes the next waiting request at the next
+ * step; requests that find every slot taken wait in a bounded queue, and a
+ * full queue refuses. */
 
 #define STRATA_SCHEDULER_FINISH_MAP(X)                                         \
 	X(LENGTH, "length")       /* max_tokens drawn */                       \

@@ -1,8 +1,9 @@
 /* scheduler.c - the continuous scheduler: requests come and go at any time,
  * every step runs every running sequence's next token (a decode token, or
- * the next prompt token of one still reading its prompt) in one pass of the
- * weights, and a slot freed by a finished request takes a waiting one at
- * the next step (layer: serve).
+ * the next prompt token of one with a short prompt left) in one pass of
+ * the weights, long prompts are read in chunks of their own, and a slot
+ * freed by a finished request takes a waiting one at the next step (layer:
+ * serve).
  *
  * Threads: any thread submits and cancels; one worker owns the session and
  * every slot. One mutex guards the queue, the slots' ownership, the flags
@@ -233,45 +234,86 @@ static void advance(strata_scheduler *s, uint32_t i, float *logits)
 	}
 }
 
-/* One pass over the rows built: a lone slot reading its prompt reads the
- * rest of it in chunks (strata_forward_run); otherwise one forward step
- * of every row. Each row whose prompt is then all computed, or that
- * decoded, draws its next token. A failed pass fails every row. */
-static void run_step(strata_scheduler *s, uint32_t n)
+/* A prompt with more than this many tokens still to read is read in
+ * chunks of its own (strata_forward_run, one pass each) instead of one
+ * token per step beside the others: a row per token would take one step
+ * per prompt token, which on a device is far slower than a chunk. A pass
+ * that took both in one weight pass needs a forward step with several
+ * tokens per sequence (not in the infer layer yet). */
+#define ROW_PROMPT_MAX 16u
+
+static void fail_slot(slot *sl, const strata_error *e)
 {
-	strata_forward *f = strata_session_forward(s->session);
-	strata_error e;
-	strata_status st;
-	slot *first = &s->slots[s->ids[0]];
-	bool chunked = n == 1 && first->fed + 1 < first->r->n_prompt;
-	uint32_t fed = 1;
-	if (chunked) {
-		fed = first->r->n_prompt - first->fed;
-		if (fed > s->chunk)
-			fed = s->chunk;
-		st = strata_forward_select(f, s->ids[0], &e);
-		if (st == STRATA_OK)
-			st = strata_forward_run(f, first->r->hist + first->fed,
-						fed, first->fed, NULL,
-						s->logits, &e);
-	} else {
-		st = strata_forward_step(f, s->ids, s->toks, n, s->logits, &e);
-	}
+	sl->done = true;
+	sl->finish = STRATA_SCHEDULER_FINISH_FAILED;
+	sl->err = *e;
+}
+
+static void count_pass(strata_scheduler *s, uint32_t rows)
+{
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
-	s->st.step_rows += n;
+	s->st.step_rows += rows;
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* Rows whose slot has a long prompt left (or that are alone and have two
+ * tokens or more left) read the next chunk of it, one pass each, and
+ * leave the step; a chunk that ends the prompt draws the first token.
+ * Returns the rows left for the step (compacted). */
+static uint32_t read_chunks(strata_scheduler *s, uint32_t n)
+{
+	strata_forward *f = strata_session_forward(s->session);
+	uint32_t kept = 0, rows = n;
+	for (uint32_t k = 0; k < rows; k++) {
+		uint32_t i = s->ids[k];
+		slot *sl = &s->slots[i];
+		uint32_t left = sl->r->n_prompt - sl->fed;
+		if (left <= ROW_PROMPT_MAX && !(rows == 1 && left >= 2)) {
+			s->ids[kept] = i;
+			s->toks[kept++] = s->toks[k];
+			continue;
+		}
+		uint32_t take = left < s->chunk ? left : s->chunk;
+		strata_error e;
+		strata_status st = strata_forward_select(f, i, &e);
+		if (st == STRATA_OK)
+			st = strata_forward_run(f, sl->r->hist + sl->fed, take,
+						sl->fed, NULL, s->logits, &e);
+		count_pass(s, take);
+		if (st) {
+			fail_slot(sl, &e);
+			continue;
+		}
+		sl->fed += take;
+		if (sl->fed == sl->r->n_prompt)
+			advance(s, i, s->logits);
+	}
+	return kept;
+}
+
+/* One pass over the rows built: long prompts in chunks of their own
+ * (read_chunks), then one forward step of every other row. Each row whose
+ * prompt is then all computed, or that decoded, draws its next token. A
+ * failed pass fails every row of it. */
+static void run_step(strata_scheduler *s, uint32_t n)
+{
+	n = read_chunks(s, n);
+	if (n == 0)
+		return;
+	strata_error e;
+	strata_status st = strata_forward_step(strata_session_forward(s->session),
+					       s->ids, s->toks, n, s->logits,
+					       &e);
+	count_pass(s, n);
 	for (uint32_t k = 0; k < n; k++) {
 		slot *sl = &s->slots[s->ids[k]];
 		if (st) {
-			sl->done = true;
-			sl->finish = STRATA_SCHEDULER_FINISH_FAILED;
-			sl->err = e;
+			fail_slot(sl, &e);
 			continue;
 		}
-		bool decoding = sl->fed == sl->r->n_prompt;
-		if (!decoding)
-			sl->fed += fed;
+		if (sl->fed < sl->r->n_prompt)
+			sl->fed++;
 		if (sl->fed == sl->r->n_prompt)
 			advance(s, s->ids[k],
 				s->logits + (uint64_t)k * s->vocab);

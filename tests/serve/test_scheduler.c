@@ -92,11 +92,11 @@ static strata_scheduler *open_sched(uint32_t slots, uint32_t queue)
 	return s;
 }
 
-/* Request i: a prompt of 3 + i % 7 tokens, greedy for even i, seeded
- * sampling for odd. */
+/* Request i: a prompt of 3 + i % 7 tokens (i >= 100: i - 100 tokens),
+ * greedy for even i, seeded sampling for odd. */
 static uint32_t make_prompt(int i, int32_t *p)
 {
-	uint32_t n = 3 + (uint32_t)(i % 7);
+	uint32_t n = i >= 100 ? (uint32_t)(i - 100) : 3 + (uint32_t)(i % 7);
 	p[0] = 1;
 	for (uint32_t t = 1; t < n; t++)
 		p[t] = 1 + (int32_t)((41 * i + 13 * t) % 500);
@@ -128,7 +128,7 @@ static void reference(int i, uint32_t max_new, seen *out)
 	strata_session *ses = NULL;
 	strata_sampler *smp = NULL;
 	strata_error err;
-	int32_t p[16];
+	int32_t p[128];
 	uint32_t n = make_prompt(i, p);
 	strata_sampler_params sp;
 	params_of(i, &sp);
@@ -145,7 +145,7 @@ static void reference(int i, uint32_t max_new, seen *out)
 
 static void submit(strata_scheduler *s, int i, uint32_t max_new, seen *out)
 {
-	int32_t p[16];
+	int32_t p[128];
 	strata_scheduler_request r = {.n_prompt = make_prompt(i, p),
 				      .prompt = p, .max_tokens = max_new,
 				      .on_event = on_event, .user = out};
@@ -218,6 +218,33 @@ static void test_scheduler_weight_passes(void **state)
 	assert_int_equal(st.step_rows, 16 * (4 + 7));
 	print_message("16 x 8 tokens at 16 slots: %llu weight passes\n",
 		      (unsigned long long)st.steps);
+	strata_scheduler_destroy(s);
+}
+
+/* Long prompts (read in chunks of their own, then rows) beside short ones
+ * (rows from the start) and sequences decoding: every request still gets
+ * strata_generate's tokens. */
+static void test_scheduler_long_prompts(void **state)
+{
+	(void)state;
+	static const int id[] = {140, 104, 170, 103, 117, 118};
+	static seen want[6], got[6];
+	for (int k = 0; k < 6; k++) {
+		seen_init(&want[k]);
+		seen_init(&got[k]);
+		reference(id[k], 12, &want[k]);
+	}
+	strata_scheduler *s = open_sched(3, 64);
+	strata_scheduler_hold(s, true);
+	for (int k = 0; k < 6; k++)
+		submit(s, id[k], 12, &got[k]);
+	strata_scheduler_hold(s, false);
+	for (int k = 0; k < 6; k++) {
+		wait_done(&got[k]);
+		assert_int_equal(got[k].n, want[k].n);
+		assert_memory_equal(got[k].tokens, want[k].tokens,
+				    want[k].n * sizeof(int32_t));
+	}
 	strata_scheduler_destroy(s);
 }
 
@@ -309,6 +336,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scheduler_tokens_match_generate),
 		cmocka_unit_test(test_scheduler_weight_passes),
+		cmocka_unit_test(test_scheduler_long_prompts),
 		cmocka_unit_test(test_scheduler_refusals),
 		cmocka_unit_test(test_scheduler_cancel_stop_drain),
 	};
