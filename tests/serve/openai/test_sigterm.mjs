@@ -7,11 +7,13 @@ import { check, equal, finish, requireServer, startServer } from "./lib.mjs";
 
 requireServer(false);
 
-async function streamsThenTerm(args, maxTokens) {
+// Starts n streams (each answered with headers: submitted), waits for the
+// first bytes of the first `running` of them, then sends SIGTERM.
+async function streamsThenTerm(args, maxTokens, n, running) {
   const srv = await startServer(args);
   const bodies = [];
   const firsts = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < n; i++) {
     const r = await fetch(srv.base + "/v1/completions", { method: "POST", body: JSON.stringify({
       prompt: "Once", max_tokens: maxTokens, temperature: 0, stream: true }) });
     const reader = r.body.getReader();
@@ -27,14 +29,14 @@ async function streamsThenTerm(args, maxTokens) {
       return text;
     })());
   }
-  await Promise.all(firsts);
+  await Promise.all(firsts.slice(0, running));
   srv.proc.kill("SIGTERM");
   const texts = await Promise.all(bodies);
   const exit = await srv.exited;
   return { texts, exit };
 }
 
-const graceful = await streamsThenTerm([], 200);
+const graceful = await streamsThenTerm([], 200, 3, 3);
 equal(graceful.exit.code, 0, "graceful: exit 0");
 graceful.texts.forEach((t, i) => {
   equal(t.split("data: [DONE]").length - 1, 1, `graceful stream ${i}: one [DONE]`);
@@ -42,7 +44,9 @@ graceful.texts.forEach((t, i) => {
   check(!/"error"/.test(t), `graceful stream ${i}: no error`);
 });
 
-const cut = await streamsThenTerm(["--shutdown-grace", "0", "--batch", "1"], 480);
+// one sequence: the first stream runs, five wait in the queue when the
+// signal comes, and a grace of 0 cancels them
+const cut = await streamsThenTerm(["--shutdown-grace", "0", "--batch", "1"], 480, 6, 1);
 equal(cut.exit.code, 0, "grace 0: exit 0");
 cut.texts.forEach((t, i) => {
   equal(t.split("data: [DONE]").length - 1, 1, `cut stream ${i}: one [DONE]`);
