@@ -56,6 +56,12 @@ static double now_s(void)
 	return (double)strata_now_ns() / 1e9;
 }
 
+static void free_files(files *f)
+{
+	for (size_t i = 0; i < f->count; i++)
+		free(f->path[i]);
+}
+
 static void die(const char *what, const strata_error *e)
 {
 	fprintf(stderr, "bench_load: %s: %s\n", what, e ? e->message : "");
@@ -233,8 +239,10 @@ int main(int argc, char **argv)
 	printf("  warm: strata open+load %.3f s (%.2f GB/s), cat %.3f s "
 	       "(%.2f GB/s): %.2fx (target <= 1.5x)\n",
 	       s, gb / s, c, gb / c, s / c);
-	if (warm_only || quick)
+	if (warm_only || quick) {
+		free_files(&f);
 		return 0;
+	}
 	double left = 0, d = 0;
 	bool direct = true;
 	for (int r = 0; r < runs && direct; r++) {
@@ -245,6 +253,7 @@ int main(int argc, char **argv)
 	}
 	if (!direct) {
 		printf("  cold: the filesystem refuses O_DIRECT; no peer\n");
+		free_files(&f);
 		return 0;
 	}
 	d = median(dio, runs);
@@ -253,7 +262,6 @@ int main(int argc, char **argv)
 	       "(%.2f GB/s): %.2fx (target <= 1.2x); %.1f%% of pages still "
 	       "cached after eviction\n",
 	       s, gb / s, d, gb / d, s / d, 100 * left / (2 * runs));
-	for (size_t i = 0; i < f.count; i++)
-		free(f.path[i]);
+	free_files(&f);
 	return 0;
 }
