@@ -4,8 +4,10 @@
  *
  * Tolerances: 1e-4 relative for f32 work (only the summation order
  * differs; the tensor-core prefill kernel's split bf16 inputs keep ~16
- * bits), 2e-2 for half-precision inputs (issue 8) and for that kernel at
- * prefill precision bf16 (inputs rounded once). Each case prints its
+ * bits), 2e-2 for half-precision inputs (issue 8), and 5e-2 for that
+ * kernel at prefill precision bf16 (q, k, v and the weights rounded to 8
+ * bits once: up to 2.4e-2 measured by a host emulation of the kernel on
+ * these shapes). Each case prints its
  * measured worst error. Skipped (77) where no CUDA device is present. */
 #include "backend/kernels_fixture.h"
 
@@ -13,7 +15,7 @@
 /* Attention                                                                */
 /* ------------------------------------------------------------------------ */
 
-#define BF16_ATTENTION_TOL 2e-2
+#define BF16_ATTENTION_TOL 5e-2
 
 static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
 			    uint32_t kv_heads, uint32_t hd, uint32_t window,
