@@ -343,11 +343,36 @@ static cudaError_t launch(cudaStream_t s, const fa_args &a, int terms)
 	return cudaGetLastError();
 }
 
+/* The shared memory a block of this device may opt in to (bytes; 0 when
+ * it cannot be told), asked once per device: a GPU with less than the
+ * kernel needs (consumer parts running the PTX) keeps the other kernel. */
+static size_t smem_optin(void)
+{
+	static int known[64];
+	int dev = 0, v = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
+		return 0;
+	if (dev < 64 && known[dev])
+		return (size_t)known[dev];
+	if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+				   dev) != cudaSuccess || v < 0) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	if (dev < 64)
+		known[dev] = v; /* idempotent: a race writes the same value */
+	return (size_t)v;
+}
+
 extern "C" int strata__cuda_flash_takes(uint32_t n, uint32_t heads,
 					uint32_t kv_heads, uint32_t head_dim,
 					uint32_t min_blocks)
 {
 	if (n < 2 || (head_dim != 64 && head_dim != 128))
+		return 0;
+	const size_t need = head_dim == 64 ? fa_smem<64>::TOTAL
+					   : fa_smem<128>::TOTAL;
+	if (smem_optin() < need)
 		return 0;
 	const uint64_t rows = (uint64_t)n * (heads / kv_heads);
 	const uint64_t blocks = (rows + FA_ROWS - 1) / FA_ROWS * kv_heads;
