@@ -6,14 +6,12 @@
  * tile it is computed in: eight lane sums over k in steps of 8, reduced in a
  * fixed tree, then the tail k added in order, then the bias. So a logit does
  * not depend on the thread count, on n, or on which tile shape produced it.
- * The AVX2+FMA variant is chosen at run time where the processor has it.
+ * The AVX2+FMA variant is chosen at run time where the processor has it;
+ * its multiply-adds are fused explicitly (dot8.h), the generic variant's
+ * are not, and the file is built -ffp-contract=off so no compiler decides.
  */
-#include <string.h>
-
+#include "backend/cpu/dot8.h"
 #include "backend/cpu/kernels_internal.h"
-
-/* Eight floats; alignment 4 so loads from any float address are legal. */
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
 /* A micro-tile: 4 rows of w by 3 rows of x. 12 accumulators, 3 x vectors
  * and 1 w vector fill the 16 AVX registers; 7 loads feed 12 FMAs, so the
@@ -30,17 +28,10 @@ typedef struct mm_job {
 
 /* ------------------------------------------------------------------------ */
 
-static inline __attribute__((always_inline)) float reduce8(const v8 *a)
-{
-	float l[8];
-	memcpy(l, a, sizeof l);
-	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-}
-
 /* y[c][r] for R rows of w starting at o and C rows of x starting at t; R and
  * C are constants after inlining, so acc lives in registers. */
 static inline __attribute__((always_inline)) void
-tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C)
+tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C, int fused)
 {
 	const uint32_t in = j->in, in8 = in & ~7u;
 	const float *wr[TILE_W], *xr[TILE_X];
@@ -59,14 +50,15 @@ tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C)
 		for (int r = 0; r < R; r++) {
 			v8 wv = *(const v8 *)(wr[r] + k);
 			for (int c = 0; c < C; c++)
-				acc[r][c] += wv * xv[c];
+				dot8_madd8(&acc[r][c], &wv, &xv[c],
+					   fused);
 		}
 	}
 	for (int r = 0; r < R; r++)
 		for (int c = 0; c < C; c++) {
-			float s = reduce8(&acc[r][c]);
+			float s = dot8_reduce(&acc[r][c]);
 			for (uint32_t k = in8; k < in; k++)
-				s += wr[r][k] * xr[c][k];
+				s = dot8_madd1(s, wr[r][k], xr[c][k], fused);
 			if (j->bias)
 				s += j->bias[o + r];
 			j->y[(uint64_t)(t + c) * j->out + o + r] = s;
@@ -74,19 +66,19 @@ tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C)
 }
 
 static inline __attribute__((always_inline)) void
-rows(const mm_job *j, uint32_t o0, uint32_t o1)
+rows(const mm_job *j, uint32_t o0, uint32_t o1, int fused)
 {
 	uint32_t o = o0;
 	for (; o + TILE_W <= o1; o += TILE_W) {
 		uint32_t t = 0;
 		for (; t + TILE_X <= j->n; t += TILE_X)
-			tile(j, o, t, TILE_W, TILE_X);
+			tile(j, o, t, TILE_W, TILE_X, fused);
 		for (; t < j->n; t++)
-			tile(j, o, t, TILE_W, 1);
+			tile(j, o, t, TILE_W, 1, fused);
 	}
 	for (; o < o1; o++)
 		for (uint32_t t = 0; t < j->n; t++)
-			tile(j, o, t, 1, 1);
+			tile(j, o, t, 1, 1, fused);
 }
 
 static void task_generic(void *arg, uint32_t task)
@@ -94,17 +86,17 @@ static void task_generic(void *arg, uint32_t task)
 	const mm_job *j = arg;
 	uint32_t o0 = task * j->rows_per_task;
 	uint32_t o1 = o0 + j->rows_per_task;
-	rows(j, o0, o1 < j->out ? o1 : j->out);
+	rows(j, o0, o1 < j->out ? o1 : j->out, 0);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void task_avx2(void *arg,
-							   uint32_t task)
+__attribute__((target("avx2,fma"), flatten)) static void
+task_avx2(void *arg, uint32_t task)
 {
 	const mm_job *j = arg;
 	uint32_t o0 = task * j->rows_per_task;
 	uint32_t o1 = o0 + j->rows_per_task;
-	rows(j, o0, o1 < j->out ? o1 : j->out);
+	rows(j, o0, o1 < j->out ? o1 : j->out, 1);
 }
 #endif
 

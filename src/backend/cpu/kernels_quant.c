@@ -13,11 +13,8 @@
  * 8 bits for its integer dot products; keeping x f32 is what keeps strata
  * within 1e-3 of the exact logits (tests/infer/test_quant_logits.c).
  */
-#include <string.h>
-
+#include "backend/cpu/dot8.h"
 #include "backend/cpu/kernels_internal.h"
-
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
 /* Floats of one decoded chunk on a task's stack (64 KiB): a multiple of
  * 256, so chunks hold whole blocks of every type. */
@@ -38,20 +35,14 @@ typedef struct mq_job {
 
 /* ------------------------------------------------------------------------ */
 
-static inline __attribute__((always_inline)) float reduce8(const v8 *a)
-{
-	float l[8];
-	memcpy(l, a, sizeof l);
-	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-}
-
 /* acc += w[0..k8) * x[0..k8) lane by lane, k8 = k rounded down to 8. */
 static inline __attribute__((always_inline)) void
-lanes(v8 *acc, const float *w, const float *x, uint32_t k8)
+lanes(v8 *acc, const float *w, const float *x, uint32_t k8, int fused)
 {
 	v8 a = *acc;
 	for (uint32_t i = 0; i < k8; i += 8)
-		a += *(const v8 *)(w + i) * *(const v8 *)(x + i);
+		dot8_madd8(&a, (const v8 *)(w + i), (const v8 *)(x + i),
+			   fused);
 	*acc = a;
 }
 
@@ -60,11 +51,11 @@ lanes(v8 *acc, const float *w, const float *x, uint32_t k8)
  * decoding give the same bits. */
 static inline __attribute__((always_inline)) float
 finish(const v8 *acc, const float *w, const float *x, uint32_t k8,
-       uint32_t k)
+       uint32_t k, int fused)
 {
-	float s = reduce8(acc);
+	float s = dot8_reduce(acc);
 	for (uint32_t i = k8; i < k; i++)
-		s += w[i] * x[i];
+		s = dot8_madd1(s, w[i], x[i], fused);
 	return s;
 }
 
@@ -80,7 +71,7 @@ static void decode_exact(strata_block_type t, const unsigned char *src, float *d
  * has a tail). */
 static inline __attribute__((always_inline)) float
 dot_chunked(const mq_job *j, const unsigned char *wr, const float *xr,
-	    float *buf, decode_fn decode)
+	    float *buf, decode_fn decode, int fused)
 {
 	v8 acc = {0};
 	uint32_t k = 0, m = 0;
@@ -89,16 +80,17 @@ dot_chunked(const mq_job *j, const unsigned char *wr, const float *xr,
 		decode(j->type,
 		       wr + (uint64_t)k / j->block_elements * j->block_bytes,
 		       buf, m);
-		lanes(&acc, buf, xr + k, m & ~7u);
+		lanes(&acc, buf, xr + k, m & ~7u, fused);
 		if (k + m == j->in)
 			break;
 	}
-	return finish(&acc, buf, xr + k, m & ~7u, m);
+	return finish(&acc, buf, xr + k, m & ~7u, m, fused);
 }
 
 /* Rows o0..o1 of the job with one decoder. */
 static inline __attribute__((always_inline)) void
-rows(const mq_job *j, uint32_t o0, uint32_t o1, decode_fn decode)
+rows(const mq_job *j, uint32_t o0, uint32_t o1, decode_fn decode,
+     int fused)
 {
 	float buf[ROW_CHUNK];
 	const uint32_t in = j->in, in8 = in & ~7u;
@@ -111,10 +103,10 @@ rows(const mq_job *j, uint32_t o0, uint32_t o1, decode_fn decode)
 			float s;
 			if (in <= ROW_CHUNK) {
 				v8 acc = {0};
-				lanes(&acc, buf, xr, in8);
-				s = finish(&acc, buf, xr, in8, in);
+				lanes(&acc, buf, xr, in8, fused);
+				s = finish(&acc, buf, xr, in8, in, fused);
 			} else {
-				s = dot_chunked(j, wr, xr, buf, decode);
+				s = dot_chunked(j, wr, xr, buf, decode, fused);
 			}
 			if (j->bias)
 				s += j->bias[o];
@@ -127,7 +119,7 @@ static void task_generic(void *arg, uint32_t task)
 {
 	const mq_job *j = arg;
 	uint32_t o0 = task * j->rows_per_task, o1 = o0 + j->rows_per_task;
-	rows(j, o0, o1 < j->out ? o1 : j->out, decode_exact);
+	rows(j, o0, o1 < j->out ? o1 : j->out, decode_exact, 0);
 }
 
 #if defined(__x86_64__)
@@ -137,12 +129,12 @@ void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
 			       float *dst, uint32_t elements);
 bool strata__quant_avx2_usable(void);
 
-__attribute__((target("avx2,fma"))) static void task_avx2(void *arg,
-							   uint32_t task)
+__attribute__((target("avx2,fma"), flatten)) static void
+task_avx2(void *arg, uint32_t task)
 {
 	const mq_job *j = arg;
 	uint32_t o0 = task * j->rows_per_task, o1 = o0 + j->rows_per_task;
-	rows(j, o0, o1 < j->out ? o1 : j->out, strata__quant_decode_avx2);
+	rows(j, o0, o1 < j->out ? o1 : j->out, strata__quant_decode_avx2, 1);
 }
 #endif
 
