@@ -453,6 +453,12 @@ strata_status strata_forward_run(strata_forward *f, const int32_t *tokens,
 				 float *last, strata_error *err);
 /* Forgets every cached position (of the selected sequence). */
 void strata_forward_reset(strata_forward *f);
+/* Keeps the first `positions` cached positions of the selected sequence
+ * and forgets the rest, so a conversation whose new prompt shares only a
+ * prefix with what is cached recomputes only the rest. More than are
+ * cached is E_INVALID_ARG (nothing changes). */
+strata_status strata_forward_truncate(strata_forward *f, uint32_t positions,
+				      strata_error *err);
 uint32_t strata_forward_position(const strata_forward *f);
 
 /* Makes sequence `seq` (< strata_forward_sequences) the one that run,
@@ -611,7 +617,10 @@ int32_t strata_sampler_sample(strata_sampler *s, float *logits,
 /* ------------------------------------------------------------------------ */
 
 /* Called with each new token; a non-OK return stops generation with that
- * status (err already filled). */
+ * status (err already filled), except STRATA_E_INFER_STOP: the caller has
+ * what it wants (a stop string matched), generation ends there as it ends
+ * at EOS, successfully, with stats.stopped_by_caller set (that token
+ * counted as generated, not fed back). */
 typedef strata_status (*strata_token_fn)(void *user, int32_t token,
 					 strata_error *err);
 
@@ -621,6 +630,7 @@ typedef struct strata_generate_stats {
 	uint64_t first_token_ns;   /* start to the first sampled token */
 	uint64_t generate_ns;	   /* after the first token to the end */
 	bool stopped_at_eos;
+	bool stopped_by_caller; /* on_token returned STRATA_E_INFER_STOP */
 } strata_generate_stats;
 
 /* Prefills prompt[0..n_prompt) (n_prompt >= 1) then samples up to max_new

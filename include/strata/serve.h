@@ -226,10 +226,11 @@ strata_status strata_batch_router_device_stats(const strata_batch *b,
 /* Writes the telemetry document (DESIGN.md) with one devices[] entry per
  * replica (named by `device_names`, one per replica) and a `router`
  * object: home-hit rate, spills, load per device, max/mean, prefix cache
- * figures. Totals in `residency` add the replicas'. Atomic write. */
+ * figures. Totals in `residency` add the replicas'; run gives the
+ * timing figures and the default seed (`sampling`). Atomic write. */
 strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 					   const char *const *device_names,
-					   uint64_t run_ns, uint64_t tokens,
+					   const strata_session_run *run,
 					   strata_error *err);
 
 /* ------------------------------------------------------------------------ */

@@ -68,6 +68,7 @@
 	X(E_INFER_BATCH_INPUT, 802, "malformed batch request")                 \
 	X(E_INFER_REPLICA, 803, "a replica failed")                            \
 	X(E_INFER_NONFINITE, 804, "non-finite logits")                         \
+	X(E_INFER_STOP, 805, "generation stopped by its caller")               \
 	/* text: 900-999 */                                                    \
 	X(E_TEXT_TOKENIZER, 900, "malformed tokenizer")                        \
 	X(E_TEXT_UNSUPPORTED, 901, "unsupported tokenizer component")          \

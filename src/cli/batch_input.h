@@ -9,13 +9,24 @@
 #include "strata/text.h"
 
 /* One request line: the runner's view of it (prompt and key point into
- * the input's pools) and where its id is. */
+ * the input's pools), where its id is and its stop strings. */
 typedef struct batch_item {
 	strata_batch_request req;
 	uint64_t line;	 /* 1-based line number on stdin */
 	size_t id_at;	 /* the id's compact JSON: text[id_at, + id_len) */
 	uint32_t id_len;
+	/* its stop strings: stops[stop_at, + stop_count), or the options'
+	 * defaults when it has no "stop" (stop_default) */
+	size_t stop_at;
+	uint32_t stop_count;
+	bool stop_default;
+	bool chat; /* the prompt was rendered from "messages" */
 } batch_item;
+
+/* One stop string: text[at, + len). */
+typedef struct batch_stop {
+	size_t at, len;
+} batch_stop;
 
 /* The requests and the pools they point into (no JSON is kept). */
 typedef struct batch_input {
@@ -25,19 +36,30 @@ typedef struct batch_input {
 	size_t text_len, text_cap;
 	int32_t *tokens; /* every prompt's ids */
 	size_t tokens_len, tokens_cap;
+	batch_stop *stops; /* every request's stop strings */
+	size_t stops_len, stops_cap;
 } batch_input;
 
 typedef struct batch_input_options {
 	const strata_tokenizer *tok;
 	strata_sampler_params sampler; /* defaults for every request */
 	uint64_t default_max_tokens;
+	/* The model's chat format for "messages"; NULL: chat_error says why
+	 * there is none (code 0: no format was asked for). */
+	const strata_chat_format *chat;
+	strata_error chat_error;
 } batch_input_options;
 
 /* Reads all of stdin, one JSON request per line (blank lines skipped), and
  * checks and encodes every one (at most 1048576 requests; a repeated id
- * is an error naming both lines). The first bad line is
- * E_INFER_BATCH_INPUT "line N: ..." (or the tokenizer's error prefixed by
- * its line) and *in is then empty. The caller frees with batch_input_fini. */
+ * is an error naming both lines). Fields are OpenAI's (docs/batch.md):
+ * "prompt" or "messages" (rendered through bo->chat), "max_tokens",
+ * "temperature", "top_p", "top_k", "min_p", "seed", "stop" (a string or
+ * an array), plus "id" and "key"; null is the same as absent, unknown
+ * fields are ignored as OpenAI does. The first bad line is
+ * E_INFER_BATCH_INPUT "line N: ..." (or the tokenizer's or template's
+ * error prefixed by its line) and *in is then empty. The caller frees
+ * with batch_input_fini. */
 strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
 			       strata_error *err);
 /* The same over len bytes at buf (untrusted; NUL bytes are data: a line
@@ -48,6 +70,11 @@ strata_status batch_input_parse(const batch_input_options *bo,
 				strata_error *err);
 /* Request i's id as compact JSON (len bytes, not NUL-terminated). */
 const char *batch_input_id(const batch_input *in, size_t i, size_t *len);
+/* Request i's own stop strings into v / lens (room for
+ * STRATA_STOP_MAX_COUNT); returns their count, or -1 when it has none of
+ * its own (the command's --stop apply). */
+long batch_input_stops(const batch_input *in, size_t i, const char **v,
+		       size_t *lens);
 void batch_input_fini(batch_input *in);
 
 #endif

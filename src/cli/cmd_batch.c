@@ -10,6 +10,7 @@
 #include "cli/batch_input.h"
 #include "cli/commands.h"
 #include "cli/gpus.h"
+#include "cli/text_out.h"
 #include "strata/backend.h"
 
 #define DEFAULT_NEW_TOKENS 256
@@ -18,11 +19,13 @@ static void help(FILE *f)
 {
 	fprintf(f,
 		"usage: strata batch MODEL [options] < requests.jsonl\n\n"
-		"Runs one generation per input line, {\"id\", \"prompt\",\n"
-		"optional \"max_tokens\", \"temperature\", \"seed\", \"key\"},\n"
-		"over replicas of the model, one per device; writes one JSON\n"
-		"result per request to stdout in input order. Every line is\n"
-		"checked before anything runs: a bad line runs nothing.\n\n"
+		"Runs one generation per input line, {\"id\", \"prompt\" or\n"
+		"\"messages\", optional \"max_tokens\", \"temperature\", \"top_p\",\n"
+		"\"top_k\", \"min_p\", \"seed\", \"stop\", \"key\"} (OpenAI's names;\n"
+		"other fields are ignored), over replicas of the model, one per\n"
+		"device; writes one JSON result per request to stdout in input\n"
+		"order. Every line is checked before anything runs: a bad line\n"
+		"runs nothing.\n\n"
 		"options:\n"
 		"  --gpus all|N|LIST     replicas: all GPUs, the first N, or the\n"
 		"                        listed indices (0,2); with --device cpu,\n"
@@ -44,7 +47,11 @@ static void help(FILE *f)
 		"                        1 to %u (default 1)\n"
 		"  -n TOKENS             default max_tokens (default %d)\n"
 		"  --temperature T       default temperature (default 0.8)\n"
-		"  --seed S              default seed (default 0)\n"
+		"  --stop STR            default stop string (repeatable)\n"
+		"  --chat-template FILE  the template for \"messages\" instead of\n"
+		"                        the model's own\n"
+		"  --seed S              default seed (default: a new one each\n"
+		"                        run, printed on stderr)\n"
 		"  --threads N           compute threads per replica (default:\n"
 		"                        processors / replicas)\n"
 		"  --telemetry FILE      write the telemetry document with one\n"
@@ -54,11 +61,12 @@ static void help(FILE *f)
 }
 
 typedef struct batch_args {
-	const char *model, *gpus, *telemetry;
+	const char *model, *gpus, *telemetry, *chat_template;
 	uint64_t n, threads, spill, prefix_bytes;
-	bool spill_given;
+	bool spill_given, seed_given;
 	strata_batch_route route;
 	strata_sampler_params sp;
+	strata_cli_stops stops;
 } batch_args;
 
 /* Options with a value; 0 when handled, else an exit code. */
@@ -71,6 +79,10 @@ static int value_option(void *ctx, const char *opt, const char *v,
 	*known = true;
 	if (!strcmp(opt, "--gpus")) {
 		a->gpus = v;
+	} else if (!strcmp(opt, "--stop")) {
+		return strata_cli_stops_add("batch", &a->stops, v);
+	} else if (!strcmp(opt, "--chat-template")) {
+		a->chat_template = v;
 	} else if (!strcmp(opt, "--telemetry")) {
 		a->telemetry = v;
 		return strata_cli_output(opt, v);
@@ -103,7 +115,7 @@ static int value_option(void *ctx, const char *opt, const char *v,
 		if (!strcmp(opt, "-n"))
 			a->n = u;
 		else if (!strcmp(opt, "--seed"))
-			a->sp.seed = u;
+			a->sp.seed = u, a->seed_given = true;
 		else if (!strcmp(opt, "--threads"))
 			a->threads = u;
 		else
@@ -163,14 +175,29 @@ static int parse_gpus(const char *spec, const strata_cli_residency *r,
 /* Output                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* What the results are written with. */
+typedef struct out_ctx {
+	const batch_input *in;
+	const strata_tokenizer *tok;
+	const strata_cli_gpus *d;
+	const strata_cli_stops *stops; /* --stop: for requests without "stop" */
+	int32_t chat_eos; /* ends a "messages" request's text; -1: none */
+} out_ctx;
+
+/* One result's text and where it ended. */
+typedef struct result_text {
+	strata_cli_text_out o;
+	uint32_t used;	    /* tokens up to the end of the text */
+	const char *finish; /* OpenAI's finish_reason: "stop" or "length" */
+} result_text;
+
 /* One result line as a jansson object (NULL on allocation failure). */
-static json_t *result_json(const batch_input *in, size_t i,
-			   const strata_batch_result *r, const char *text,
-			   size_t len, const strata_cli_gpus *d)
+static json_t *result_json(const out_ctx *c, size_t i,
+			   const strata_batch_result *r, const result_text *t)
 {
-	const batch_item *it = &in->items[i];
+	const batch_item *it = &c->in->items[i];
 	size_t id_len;
-	const char *id_text = batch_input_id(in, i, &id_len);
+	const char *id_text = batch_input_id(c->in, i, &id_len);
 	json_t *o = json_object(), *toks = json_array(), *tm = json_object();
 	json_t *id = json_loadb(id_text, id_len, JSON_DECODE_ANY, NULL);
 	if (!o || !toks || !tm || !id) {
@@ -181,7 +208,7 @@ static json_t *result_json(const batch_input *in, size_t i,
 		return NULL;
 	}
 	int bad = 0;
-	for (uint32_t k = 0; k < r->n_tokens; k++)
+	for (uint32_t k = 0; k < t->used; k++)
 		bad |= json_array_append_new(toks, json_integer(r->tokens[k]));
 	const strata_generate_stats *g = &r->gen;
 	bad |= json_object_set_new(tm, "queue_s", json_real(r->queue_ns / 1e9));
@@ -191,11 +218,14 @@ static json_t *result_json(const batch_input *in, size_t i,
 	bad |= json_object_set_new(tm, "generate_s",
 				   json_real(g->generate_ns / 1e9));
 	bad |= json_object_set_new(o, "id", id);
-	bad |= json_object_set_new(o, "text", json_stringn(text, len));
+	bad |= json_object_set_new(o, "text", json_stringn(t->o.text ? t->o.text
+								      : "",
+							     t->o.len));
 	bad |= json_object_set_new(o, "tokens", toks);
+	bad |= json_object_set_new(o, "finish_reason", json_string(t->finish));
 	bad |= json_object_set_new(o, "device", json_integer(r->device));
 	bad |= json_object_set_new(o, "device_name",
-				   json_string(d->names[r->device]));
+				   json_string(c->d->names[r->device]));
 	bad |= json_object_set_new(o, "home_device",
 				   json_integer(r->home_device));
 	bad |= json_object_set_new(o, "resident_device",
@@ -215,62 +245,54 @@ static json_t *result_json(const batch_input *in, size_t i,
 }
 
 /* Text of one result through the streaming decoder, the way `strata run`
- * prints it (the continuation of the prompt's text), into *buf (grown as
- * needed). */
-static strata_status detok(const strata_tokenizer *tok,
-			   const strata_batch_request *q,
-			   const strata_batch_result *r, char **buf,
-			   size_t *len, size_t *cap, strata_error *err)
+ * prints it (the continuation of the prompt's text), ended at the first
+ * of its stop strings and, for a "messages" request, at the chat
+ * template's end of turn: the runner generated to max_tokens or EOS, and
+ * the tokens past the end are dropped here. */
+static strata_status detok(const out_ctx *c, size_t i,
+			   const strata_batch_result *r, result_text *t,
+			   strata_error *err)
 {
-	strata_text_stream *d = NULL;
-	strata_status st = strata_text_stream_create(tok, q->prompt, q->n_prompt,
-						     true, &d, err);
-	*len = 0;
-	for (uint32_t i = 0; st == STRATA_OK && i <= r->n_tokens; i++) {
-		const char *t;
-		size_t n;
-		st = i < r->n_tokens
-			     ? strata_text_stream_push(d, r->tokens[i], &t, &n, err)
-			     : strata_text_stream_finish(d, &t, &n, err);
-		if (st == STRATA_OK && *len + n + 1 > *cap) {
-			size_t ncap = (*len + n + 1) * 2;
-			char *nb = strata_realloc(*buf, ncap);
-			if (!nb)
-				st = strata_fail(err, STRATA_E_NOMEM,
-						 "free memory",
-						 "cannot hold a result's text");
-			else
-				*buf = nb, *cap = ncap;
+	const strata_batch_request *q = &c->in->items[i].req;
+	const char *own[STRATA_STOP_MAX_COUNT];
+	size_t lens[STRATA_STOP_MAX_COUNT];
+	long n = batch_input_stops(c->in, i, own, lens);
+	strata_status st = strata_cli_text_out_init(
+		&t->o, c->tok, q->prompt, q->n_prompt,
+		n < 0 ? c->stops->v : own, n < 0 ? NULL : lens,
+		n < 0 ? c->stops->count : (size_t)n, NULL, true, err);
+	bool chat = c->in->items[i].chat;
+	t->used = r->n_tokens;
+	t->finish = r->gen.stopped_at_eos ? "stop" : "length";
+	for (uint32_t k = 0; st == STRATA_OK && k < r->n_tokens; k++) {
+		if (chat && r->tokens[k] == c->chat_eos) {
+			t->used = k;
+			t->finish = "stop";
+			break;
 		}
-		if (st == STRATA_OK) {
-			memcpy(*buf + *len, t, n);
-			*len += n;
+		st = strata_cli_text_out_token(&t->o, r->tokens[k], err);
+		if (st == STRATA_E_INFER_STOP) {
+			st = STRATA_OK;
+			t->used = k + 1;
+			t->finish = "stop";
+			break;
 		}
 	}
-	strata_text_stream_destroy(d);
+	if (st == STRATA_OK)
+		st = strata_cli_text_out_finish(&t->o, err);
 	return st;
 }
 
 /* Writes each result as one JSON line as soon as it and every request
  * before it are done (strata_batch_options.on_result), so what is done
  * is on stdout even if a later request fails the run. */
-typedef struct writer {
-	const batch_input *in;
-	const strata_tokenizer *tok;
-	const strata_cli_gpus *d;
-	char *text; /* the decoder's buffer, reused */
-	size_t len, cap;
-} writer;
-
 static strata_status write_one(void *user, size_t i,
 			       const strata_batch_result *r, strata_error *err)
 {
-	writer *w = user;
-	strata_status st = detok(w->tok, &w->in->items[i].req, r, &w->text,
-				 &w->len, &w->cap, err);
-	json_t *o = st ? NULL
-		       : result_json(w->in, i, r, w->text ? w->text : "",
-				     w->len, w->d);
+	const out_ctx *c = user;
+	result_text t = {0};
+	strata_status st = detok(c, i, r, &t, err);
+	json_t *o = st ? NULL : result_json(c, i, r, &t);
 	if (st == STRATA_OK && !o)
 		st = strata_fail(err, STRATA_E_NOMEM, "free memory",
 				 "cannot build result %zu", i);
@@ -283,6 +305,7 @@ static strata_status write_one(void *user, size_t i,
 		st = strata_fail(err, STRATA_E_IO, "check where stdout goes",
 				 "cannot write the results");
 	json_decref(o);
+	strata_cli_text_out_fini(&t.o);
 	return st;
 }
 
@@ -303,7 +326,8 @@ static void warn_failures(const strata_batch *b, const strata_cli_gpus *d)
 }
 
 static void print_summary(const strata_batch *b, size_t requests,
-			  const strata_batch_result *res, uint64_t wall_ns)
+			  const strata_batch_result *res, uint64_t wall_ns,
+			  uint64_t seed)
 {
 	uint64_t gen = 0;
 	for (size_t i = 0; i < requests; i++)
@@ -315,7 +339,7 @@ static void print_summary(const strata_batch *b, size_t requests,
 		"strata: batch of %zu request%s on %u replica%s (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
 		"%llu; prefix cache hits %llu of %llu; --batch %u, %.2f "
-		"sequences per decode step\n",
+		"sequences per decode step; seed %llu\n",
 		requests, requests == 1 ? "" : "s", strata_batch_replicas(b),
 		strata_batch_replicas(b) == 1 ? "" : "s",
 		strata_batch_route_name(strata_batch_route_of(b)), t,
@@ -323,14 +347,16 @@ static void print_summary(const strata_batch *b, size_t requests,
 		(unsigned long long)s.routed_home, (unsigned long long)s.routed,
 		(unsigned long long)s.prefix_hits,
 		(unsigned long long)s.prefix_lookups, strata_batch_sequences(b),
-		s.decode_steps ? (double)s.decode_rows / s.decode_steps : 0.0);
+		s.decode_steps ? (double)s.decode_rows / s.decode_steps : 0.0,
+		(unsigned long long)seed);
 }
 
 /* ------------------------------------------------------------------------ */
 
 static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 			       const strata_cli_gpus *d, const batch_input *in,
-			       const strata_tokenizer *tok, strata_error *err)
+			       const strata_tokenizer *tok, int32_t chat_eos,
+			       strata_error *err)
 {
 	strata_batch_options o = {
 		.session = {.model_path = a->model, .plan = r->plan,
@@ -342,7 +368,8 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		.route = a->route,
 		.device_indices = d->index,
 	};
-	writer w = {.in = in, .tok = tok, .d = d};
+	out_ctx w = {.in = in, .tok = tok, .d = d, .stops = &a->stops,
+		     .chat_eos = chat_eos};
 	o.on_result = write_one;
 	o.on_result_user = &w;
 	uint64_t positions = 0, prefill = 0, largest = 0;
@@ -390,16 +417,38 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		tokens += res[i].gen.prompt_tokens - res[i].prefix_tokens +
 			  res[i].n_tokens;
 	if (st == STRATA_OK && !r->quiet)
-		print_summary(b, in->count, res, wall);
+		print_summary(b, in->count, res, wall, a->sp.seed);
+	strata_session_run run = {.run_ns = wall, .tokens = tokens,
+				  .has_seed = true, .seed = a->sp.seed};
 	if (st == STRATA_OK && a->telemetry)
-		st = strata_batch_write_telemetry(b, a->telemetry, d->ptrs,
-						  wall, tokens, err);
+		st = strata_batch_write_telemetry(b, a->telemetry, d->ptrs, &run,
+						  err);
 	strata_batch_results_free(res, in->count);
 	strata_free(res);
-	strata_free(w.text);
 	strata_free(reqs);
 	strata_batch_destroy(b);
 	return st;
+}
+
+/* The model's chat format for "messages" (or --chat-template's): a
+ * model without one is an error only for the lines that need it, unless
+ * --chat-template was given and fails. *eos: the id of its eos text. */
+static strata_status load_chat(const batch_args *a, const strata_tokenizer *tok,
+			       strata_chat_format **f, batch_input_options *bo,
+			       int32_t *eos, strata_error *err)
+{
+	strata_status st = strata_chat_format_load(a->model, a->chat_template,
+						   tok, f, err);
+	if (st && a->chat_template)
+		return st;
+	if (st) {
+		bo->chat_error = *err;
+		return STRATA_OK;
+	}
+	bo->chat = *f;
+	const char *e = strata_chat_format_eos(*f);
+	*eos = e ? strata_tokenizer_find(tok, e, strlen(e)) : -1;
+	return STRATA_OK;
 }
 
 int strata_cmd_batch(int argc, char **argv)
@@ -418,24 +467,35 @@ int strata_cmd_batch(int argc, char **argv)
 		rc = parse_gpus(a.gpus, &r, &d);
 	if (rc) {
 		strata_cli_residency_fini(&r);
+		strata_cli_stops_fini(&a.stops);
 		return rc < 0 ? STRATA_EXIT_OK : rc;
 	}
+	/* 63 bits: results and telemetry are read by JSON libraries that
+	 * hold integers as int64 (jansson) */
+	if (!a.seed_given)
+		a.sp.seed = strata_random_seed() & INT64_MAX;
 	strata_error err;
 	strata_tokenizer *tok = NULL;
+	strata_chat_format *chat = NULL;
+	int32_t chat_eos = -1;
 	batch_input in = {0};
+	batch_input_options bo = {.sampler = a.sp, .default_max_tokens = a.n};
 	strata_status st = strata_cli_residency_rates(&r, &err);
 	if (st == STRATA_OK)
 		st = strata_tokenizer_load(a.model, &tok, &err);
+	if (st == STRATA_OK)
+		st = load_chat(&a, tok, &chat, &bo, &chat_eos, &err);
 	if (st == STRATA_OK) {
-		batch_input_options bo = {.tok = tok, .sampler = a.sp,
-					  .default_max_tokens = a.n};
+		bo.tok = tok;
 		st = batch_input_read(&bo, &in, &err);
 	}
 	if (st == STRATA_OK)
-		st = run_batch(&a, &r, &d, &in, tok, &err);
+		st = run_batch(&a, &r, &d, &in, tok, chat_eos, &err);
 	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
 	batch_input_fini(&in);
+	strata_chat_format_destroy(chat);
 	strata_tokenizer_destroy(tok);
 	strata_cli_residency_fini(&r);
+	strata_cli_stops_fini(&a.stops);
 	return rc;
 }

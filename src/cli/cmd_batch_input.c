@@ -3,13 +3,15 @@
  * (layer: cli).
  *
  * Trust: stdin is untrusted. Each line is parsed by jansson with duplicate
- * keys refused; every field is checked for type and range; unknown fields
- * are refused (a misspelt `max_tokens` would otherwise silently run with
- * the default). The first bad line is the error and nothing runs.
+ * keys refused; every field strata reads is checked for type and range
+ * (null counting as absent); other fields are ignored, as OpenAI's API
+ * ignores them, so requests written for it run unchanged. The first bad
+ * line is the error and nothing runs.
  *
  * Memory: no parsed JSON is kept. A request keeps its fixed part
- * (batch_item) and, in two shared pools, its id's compact JSON, its key
- * and its prompt's token ids: a bounded multiple of its line's bytes, and
+ * (batch_item) and, in shared pools, its id's compact JSON, its key, its
+ * stop strings and its prompt's token ids: a bounded multiple of its
+ * line's bytes (or of its rendering, for messages), and
  * at most MAX_REQUESTS requests. Repeated ids are found by sorting the ids'
  * texts (O(n log n)).
  */
@@ -59,11 +61,18 @@ static strata_status bad(strata_error *err, uint64_t line, const char *fix,
 			   (unsigned long long)line, what);
 }
 
+/* Field k of o, NULL when absent or null (OpenAI's "not given"). */
+static json_t *field(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	return json_is_null(v) ? NULL : v;
+}
+
 /* An optional non-negative integer field at most cap. */
 static strata_status opt_uint(json_t *o, const char *k, uint64_t cap,
 			      uint64_t *out, uint64_t line, strata_error *err)
 {
-	json_t *v = json_object_get(o, k);
+	json_t *v = field(o, k);
 	if (!v)
 		return STRATA_OK;
 	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
@@ -80,34 +89,22 @@ static strata_status opt_uint(json_t *o, const char *k, uint64_t cap,
 
 static strata_status check_fields(json_t *o, uint64_t line, strata_error *err)
 {
-	static const char *const known[] = {"id",   "prompt", "max_tokens",
-					    "temperature", "seed", "key"};
-	const char *k;
-	json_t *v;
-	json_object_foreach(o, k, v)
-	{
-		bool ok = false;
-		for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-			ok |= !strcmp(k, known[i]);
-		if (!ok) {
-			char shown[96], what[160];
-			strata_escape(shown, sizeof shown, k, strlen(k));
-			snprintf(what, sizeof what, "unknown field '%s'",
-				 shown);
-			return bad(err, line,
-				   "use only id, prompt, max_tokens, "
-				   "temperature, seed and key",
-				   what);
-		}
-	}
 	json_t *id = json_object_get(o, "id");
 	if (!id || !(json_is_string(id) || json_is_integer(id)))
 		return bad(err, line, "give each request an \"id\"",
 			   "'id' is missing or not a string or integer");
-	if (!json_is_string(json_object_get(o, "prompt")))
+	json_t *prompt = field(o, "prompt"), *messages = field(o, "messages");
+	if (prompt && messages)
+		return bad(err, line, "give either \"prompt\" or \"messages\"",
+			   "both 'prompt' and 'messages' given");
+	if (!prompt && !messages)
+		return bad(err, line, "give each request a \"prompt\" string or "
+			   "a \"messages\" array",
+			   "'prompt' and 'messages' are both missing");
+	if (prompt && !json_is_string(prompt))
 		return bad(err, line, "give each request a \"prompt\" string",
-			   "'prompt' is missing or not a string");
-	json_t *key = json_object_get(o, "key");
+			   "'prompt' is not a string");
+	json_t *key = field(o, "key");
 	if (key && !json_is_string(key))
 		return bad(err, line, "give \"key\" as a string",
 			   "'key' is not a string");
@@ -202,6 +199,74 @@ static strata_status put_tokens(batch_input *in, const int32_t *ids,
 	return STRATA_OK;
 }
 
+/* An optional number field in [lo, hi] ((lo, hi] when lo_open). */
+static strata_status opt_float(json_t *o, const char *k, double lo,
+			       bool lo_open, double hi, float *out,
+			       uint64_t line, strata_error *err)
+{
+	json_t *v = field(o, k);
+	if (!v)
+		return STRATA_OK;
+	double x = json_number_value(v);
+	if (!json_is_number(v) || !(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
+		char what[160], fix[96];
+		snprintf(what, sizeof what, "'%s' is not a number in %c%g, %g]",
+			 k, lo_open ? '(' : '[', lo, hi);
+		snprintf(fix, sizeof fix, "give %s as a number in %c%g, %g]", k,
+			 lo_open ? '(' : '[', lo, hi);
+		return bad(err, line, fix, what);
+	}
+	*out = (float)x;
+	return STRATA_OK;
+}
+
+/* "stop": a string or an array of strings (OpenAI), each checked by the
+ * stop matcher's rules, into the stop pool. */
+static strata_status parse_stop(json_t *o, uint64_t line, batch_input *in,
+				batch_item *q, strata_error *err)
+{
+	json_t *v = field(o, "stop");
+	q->stop_default = v == NULL;
+	if (!v)
+		return STRATA_OK;
+	bool one = json_is_string(v);
+	size_t n = one ? 1 : json_array_size(v);
+	if (!one && !json_is_array(v))
+		return bad(err, line, "give \"stop\" as a string or an array of "
+			   "strings", "'stop' is not a string or an array");
+	if (n > STRATA_STOP_MAX_COUNT)
+		return bad(err, line, "give at most 32 stop strings",
+			   "'stop' holds more than 32 strings");
+	q->stop_at = in->stops_len;
+	for (size_t i = 0; i < n; i++) {
+		json_t *s = one ? v : json_array_get(v, i);
+		const char *p = json_string_value(s);
+		size_t len = json_string_length(s);
+		strata_stop_matcher *m = NULL;
+		strata_status st = p ? strata_stop_matcher_create(&p, &len, 1, &m,
+								  err)
+				     : bad(err, line, "give \"stop\" as strings",
+					   "'stop' holds something that is not "
+					   "a string");
+		strata_stop_matcher_destroy(m);
+		if (st == STRATA_E_INVALID_ARG && p)
+			return bad(err, line, "give non-empty stop strings of at "
+				   "most 1024 bytes", strstr(err->message,
+							     "is empty")
+				   ? "'stop' holds an empty string"
+				   : "'stop' holds a string over 1024 bytes");
+		size_t at = 0;
+		if (st || (st = strata_grow((void **)&in->stops, &in->stops_cap,
+					    in->stops_len + 1, sizeof *in->stops,
+					    "stop strings", err)) ||
+		    (st = put_text(in, p, len, &at, err)))
+			return st;
+		in->stops[in->stops_len++] = (batch_stop){at, len};
+	}
+	q->stop_count = (uint32_t)n;
+	return STRATA_OK;
+}
+
 /* The sampler and length fields of object o into q. */
 static strata_status parse_numbers(const batch_input_options *bo, json_t *o,
 				   uint64_t line, const uint64_t *big_seed,
@@ -217,34 +282,70 @@ static strata_status parse_numbers(const batch_input_options *bo, json_t *o,
 	q->req.sampler = bo->sampler;
 	q->req.sampler.seed = big_seed ? *big_seed : seed;
 	q->req.max_tokens = (uint32_t)max_tokens;
-	json_t *t = json_object_get(o, "temperature");
-	if (t) {
-		double v = json_number_value(t);
-		if (!json_is_number(t) || !(v >= 0 && v <= 1e6))
-			return bad(err, line, "give a temperature in [0, 1e6]",
-				   "'temperature' is not a number in [0, 1e6]");
-		q->req.sampler.temperature = (float)v;
-	}
+	uint64_t top_k = q->req.sampler.top_k;
+	if ((st = opt_uint(o, "top_k", UINT32_MAX, &top_k, line, err)))
+		return st;
+	q->req.sampler.top_k = (uint32_t)top_k;
+	if ((st = opt_float(o, "temperature", 0, false, 1e6,
+			    &q->req.sampler.temperature, line, err)) ||
+	    (st = opt_float(o, "top_p", 0, true, 1, &q->req.sampler.top_p,
+			    line, err)) ||
+	    (st = opt_float(o, "min_p", 0, false, 1, &q->req.sampler.min_p,
+			    line, err)))
+		return st;
 	return STRATA_OK;
 }
 
-/* The prompt's ids and the key of object o into the pools; q->req's
- * prompt and key hold pool offsets until batch_input_parse ends (the
- * pools move as they grow). */
+/* "messages" rendered through the model's chat template into *text
+ * (strata_alloc'd): the generation prompt added, as the server does. */
+static strata_status render_messages(const batch_input_options *bo,
+				     json_t *messages, uint64_t line,
+				     char **text, size_t *len,
+				     strata_error *err)
+{
+	strata_status st;
+	if (!bo->chat) {
+		if (bo->chat_error.code)
+			*err = bo->chat_error;
+		else
+			strata_fail(err, STRATA_E_NOT_FOUND, "pass a chat template",
+				    "no chat template to render messages with");
+		st = err->code;
+	} else {
+		st = strata_chat_format_render(bo->chat, messages, true, text,
+					       len, err);
+	}
+	if (st)
+		strata_error_prefix(err, "line %llu", (unsigned long long)line);
+	if (st == STRATA_E_INVALID_ARG || st == STRATA_E_TEXT_TEMPLATE_RAISED)
+		err->code = STRATA_E_INFER_BATCH_INPUT; /* the line is bad */
+	return st ? err->code : STRATA_OK;
+}
+
+/* The prompt's ids (the text of "prompt" with the tokenizer's BOS rule,
+ * or the rendering of "messages" as it is) and the key of object o into
+ * the pools; q->req's prompt and key hold pool offsets until
+ * batch_input_parse ends (the pools move as they grow). */
 static strata_status parse_prompt(const batch_input_options *bo, json_t *o,
 				  uint64_t line, batch_input *in,
 				  batch_item *q, strata_error *err)
 {
-	json_t *p = json_object_get(o, "prompt");
+	json_t *p = field(o, "prompt"), *messages = field(o, "messages");
+	char *rendered = NULL;
 	const char *text = json_string_value(p);
 	size_t len = json_string_length(p), count = 0, at = 0;
 	int32_t *ids = NULL;
-	strata_status st = strata_tokenizer_encode(bo->tok, text, len, true,
-						   &ids, &count, err);
-	if (st)
-		return strata_error_prefix(err, "line %llu",
-					   (unsigned long long)line);
-	if (count == 0 || count > UINT32_MAX - MAX_TOKENS_CAP)
+	strata_status st = STRATA_OK;
+	q->chat = messages != NULL;
+	if (q->chat) {
+		st = render_messages(bo, messages, line, &rendered, &len, err);
+		text = rendered;
+	}
+	if (st == STRATA_OK &&
+	    (st = strata_tokenizer_encode(bo->tok, text, len, !q->chat, &ids,
+					  &count, err)))
+		strata_error_prefix(err, "line %llu", (unsigned long long)line);
+	if (st == STRATA_OK && (count == 0 || count > UINT32_MAX - MAX_TOKENS_CAP))
 		st = bad(err, line,
 			 "give a non-empty prompt (this tokenizer adds no "
 			 "BOS token)",
@@ -253,17 +354,18 @@ static strata_status parse_prompt(const batch_input_options *bo, json_t *o,
 	if (st == STRATA_OK)
 		st = put_tokens(in, ids, count, &at, err);
 	strata_free(ids);
-	if (st)
-		return st;
-	q->req.prompt = (const int32_t *)(uintptr_t)at;
-	q->req.n_prompt = (uint32_t)count;
-	json_t *key = json_object_get(o, "key");
-	const char *kp = key ? json_string_value(key) : text;
-	q->req.key_bytes = key ? json_string_length(key)
-			       : (len < DEFAULT_KEY_BYTES ? len
-							  : DEFAULT_KEY_BYTES);
-	st = put_text(in, kp, q->req.key_bytes, &at, err);
-	q->req.key = (const void *)(uintptr_t)at;
+	if (st == STRATA_OK) {
+		q->req.prompt = (const int32_t *)(uintptr_t)at;
+		q->req.n_prompt = (uint32_t)count;
+		json_t *key = field(o, "key");
+		const char *kp = key ? json_string_value(key) : text;
+		q->req.key_bytes = key ? json_string_length(key)
+				       : (len < DEFAULT_KEY_BYTES
+						  ? len : DEFAULT_KEY_BYTES);
+		st = put_text(in, kp, q->req.key_bytes, &at, err);
+		q->req.key = (const void *)(uintptr_t)at;
+	}
+	strata_free(rendered);
 	return st;
 }
 
@@ -292,6 +394,8 @@ static strata_status parse_line(const batch_input_options *bo,
 	strata_status st = check_fields(o, line, err);
 	if (st == STRATA_OK)
 		st = parse_numbers(bo, o, line, big ? &big_seed : NULL, q, err);
+	if (st == STRATA_OK)
+		st = parse_stop(o, line, in, q, err);
 	if (st == STRATA_OK)
 		st = put_id(in, json_object_get(o, "id"), q, err);
 	if (st == STRATA_OK)
@@ -439,10 +543,25 @@ const char *batch_input_id(const batch_input *in, size_t i, size_t *len)
 	return in->text + in->items[i].id_at;
 }
 
+long batch_input_stops(const batch_input *in, size_t i, const char **v,
+		       size_t *lens)
+{
+	const batch_item *q = &in->items[i];
+	if (q->stop_default)
+		return -1;
+	for (uint32_t k = 0; k < q->stop_count; k++) {
+		const batch_stop *s = &in->stops[q->stop_at + k];
+		v[k] = in->text + s->at;
+		lens[k] = s->len;
+	}
+	return q->stop_count;
+}
+
 void batch_input_fini(batch_input *in)
 {
 	strata_free(in->items);
 	strata_free(in->text);
 	strata_free(in->tokens);
+	strata_free(in->stops);
 	memset(in, 0, sizeof *in);
 }

@@ -109,8 +109,11 @@ void strata_cli_residency_print_help(FILE *f, unsigned omit);
  * batch): residency options into r; --help / -h (help(stdout), returns
  * -1); every other option takes a value, handed to option(ctx, name,
  * value, &known), which returns 0 or an exit code and sets known false for
- * a name it does not take; one MODEL into *model. Returns 0, -1 or the
- * exit code of a usage error naming command `cmd`. */
+ * a name it does not take, or STRATA_CLI_FLAG for an option that takes no
+ * value (--chat: the value it was shown is not consumed); one MODEL into
+ * *model. Returns 0, -1 or the exit code of a usage error naming command
+ * `cmd`. */
+#define STRATA_CLI_FLAG (-2)
 typedef int (*strata_cli_option_fn)(void *ctx, const char *opt,
 				    const char *value, bool *known);
 int strata_cli_model_args(const char *cmd, int argc, char **argv,

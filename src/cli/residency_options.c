@@ -363,6 +363,8 @@ int strata_cli_model_args(const char *cmd, int argc, char **argv,
 					&known);
 			if (!known)
 				return strata_cli_unknown_option(cmd, arg, help);
+			if (rc == STRATA_CLI_FLAG)
+				continue;
 			if (last)
 				return strata_cli_usage(cmd, "%s needs a value",
 							arg);

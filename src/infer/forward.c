@@ -237,6 +237,18 @@ void strata_forward_reset(strata_forward *f)
 	f->kv->pos[f->seq] = 0;
 }
 
+strata_status strata_forward_truncate(strata_forward *f, uint32_t positions,
+				      strata_error *err)
+{
+	if (positions > f->kv->pos[f->seq])
+		return strata_fail(err, STRATA_E_INVALID_ARG, "this is a bug in "
+				   "the caller", "forward pass: keep %u "
+				   "positions of %u cached", positions,
+				   f->kv->pos[f->seq]);
+	f->kv->pos[f->seq] = positions; /* rows past it are overwritten */
+	return STRATA_OK;
+}
+
 strata_status strata_forward_select(strata_forward *f, uint32_t seq,
 				   strata_error *err)
 {

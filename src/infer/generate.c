@@ -54,7 +54,11 @@ strata_status strata_generate(strata_forward *f, strata_sampler *s,
 		}
 		hist[n_hist++] = tok;
 		st0.generated_tokens++;
-		if ((st = on_token(user, tok, err)))
+		if ((st = on_token(user, tok, err)) == STRATA_E_INFER_STOP) {
+			st0.stopped_by_caller = true;
+			break;
+		}
+		if (st)
 			goto out;
 		if (i + 1 == max_new)
 			break;

@@ -197,7 +197,7 @@ static strata_status splice_write(const char *path, const strata_json *doc,
 
 strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 					   const char *const *device_names,
-					   uint64_t run_ns, uint64_t tokens,
+					   const strata_session_run *run,
 					   strata_error *err)
 {
 	uint32_t n = strata_batch_replicas(b);
@@ -240,8 +240,10 @@ strata_status strata_batch_write_telemetry(strata_batch *b, const char *path,
 		.static_bytes = sizes.static_bytes,
 		.window_bytes = sizes.window_bytes,
 		.load_seconds = load_ns / 1e9,
-		.run_seconds = run_ns / 1e9,
-		.tokens = tokens,
+		.run_seconds = run->run_ns / 1e9,
+		.tokens = run->tokens,
+		.has_seed = run->has_seed,
+		.seed = run->seed,
 		.residency = &total,
 		.weight_store = &ws,
 		.device_count = n,

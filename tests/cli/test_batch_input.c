@@ -18,6 +18,7 @@
 #include "cli/batch_input.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
+#define CHAT_MODEL STRATA_SOURCE_DIR "/tests/data/chat-stories260K"
 #define CORPUS STRATA_SOURCE_DIR "/tests/fuzz/corpus/fuzz_batch_input"
 
 static strata_tokenizer *tok;
@@ -105,6 +106,71 @@ static void test_parse_oom(void **state)
 	assert_true(n >= 3);
 	assert_int_equal(in.count, 2);
 	batch_input_fini(&in);
+}
+
+/* The OpenAI fields parse into the request (stop strings pooled,
+ * messages rendered with no second BOS), and every allocation of such a
+ * parse fails cleanly. */
+static void test_openai_fields_and_their_oom(void **state)
+{
+	(void)state;
+	const char *text =
+		"{\"id\":1,\"prompt\":\"Once\",\"stop\":[\"a b\",\"cd\"],"
+		"\"top_p\":0.5,\"top_k\":3,\"min_p\":null,\"model\":\"m\"}\n"
+		"{\"id\":2,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+		"\"stop\":\"x\"}\n"
+		"{\"id\":3,\"prompt\":\"Lily\"}\n";
+	strata_tokenizer *ct = NULL;
+	strata_chat_format *f = NULL;
+	strata_error err;
+	assert_int_equal(strata_tokenizer_load(CHAT_MODEL, &ct, &err), STRATA_OK);
+	assert_int_equal(strata_chat_format_load(CHAT_MODEL, NULL, ct, &f, &err),
+			 STRATA_OK);
+	batch_input_options bo = options();
+	bo.tok = ct;
+	bo.chat = f;
+	batch_input in;
+	long n = 0;
+	for (;; n++) {
+		assert_true(n < 100000); /* the parse succeeds unhindered */
+		strata_alloc_fail_after(n);
+		strata_status st =
+			batch_input_parse(&bo, text, strlen(text), &in, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		if (st != STRATA_E_NOMEM && st != STRATA_E_INFER_BATCH_INPUT &&
+		    st != STRATA_E_TEXT_TEMPLATE_LIMIT)
+			fail_msg("n=%ld: %s", n, err.message);
+		assert_int_equal(in.count, 0);
+		assert_null(in.items);
+	}
+	assert_int_equal(in.count, 3);
+	const char *v[STRATA_STOP_MAX_COUNT];
+	size_t lens[STRATA_STOP_MAX_COUNT];
+	assert_int_equal(batch_input_stops(&in, 0, v, lens), 2);
+	assert_int_equal(lens[0], 3);
+	assert_memory_equal(v[0], "a b", 3);
+	assert_int_equal(lens[1], 2);
+	assert_memory_equal(v[1], "cd", 2);
+	assert_int_equal(batch_input_stops(&in, 1, v, lens), 1);
+	assert_int_equal(batch_input_stops(&in, 2, v, lens), -1);
+	const strata_batch_request *a = &in.items[0].req, *b = &in.items[1].req;
+	assert_true(a->sampler.top_p == 0.5f);
+	assert_int_equal(a->sampler.top_k, 3);
+	assert_true(a->sampler.min_p == bo.sampler.min_p);
+	assert_false(in.items[0].chat);
+	assert_true(in.items[1].chat);
+	/* "<s>[INST]Hi[/INST]": one BOS, from the template */
+	strata_tokenizer_specials sp;
+	strata_tokenizer_get_specials(ct, &sp);
+	assert_int_equal(b->prompt[0], sp.bos);
+	assert_int_not_equal(b->prompt[1], sp.bos);
+	/* the key defaults to the rendering */
+	assert_memory_equal(b->key, "<s>[INST]Hi[/INST]", b->key_bytes);
+	batch_input_fini(&in);
+	strata_chat_format_destroy(f);
+	strata_tokenizer_destroy(ct);
 }
 
 /* Every input the fuzzer kept parses or fails with a line named, as in
@@ -270,6 +336,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_and_fields),
 		cmocka_unit_test(test_parse_oom),
+		cmocka_unit_test(test_openai_fields_and_their_oom),
 		cmocka_unit_test(test_fuzz_corpus_replays),
 		cmocka_unit_test(test_repeated_id_is_the_first_repeat),
 		cmocka_unit_test(test_repeated_id_among_many_is_fast),

@@ -214,12 +214,83 @@ static void test_hf_layout_greedy_ids_match(void **state)
 	ref_close_model(&m);
 }
 
+/* A callback that has what it wants after `stop_after` tokens. */
+typedef struct stop_run {
+	run r;
+	uint32_t stop_after;
+} stop_run;
+
+static strata_status collect_then_stop(void *user, int32_t tok,
+				       strata_error *err)
+{
+	stop_run *s = user;
+	collect(&s->r, tok, err);
+	return s->r.n == s->stop_after ? STRATA_E_INFER_STOP : STRATA_OK;
+}
+
+/* STRATA_E_INFER_STOP from the callback ends generation successfully,
+ * that token not fed back; a truncated cache then continues exactly as a
+ * fresh one fed the same tokens (greedy ids equal the reference's). */
+static void test_caller_stop_and_truncate_continue_exactly(void **state)
+{
+	(void)state;
+	ref_open m;
+	ref_open_model(HF_PATH, &m);
+	int32_t want[256];
+	uint32_t n;
+	load_json_ids("greedy_200_ids", want, &n);
+	strata_compute *c;
+	strata_forward *f;
+	strata_sampler *s;
+	strata_error err;
+	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
+				    .repeat_penalty = 1};
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err), STRATA_OK);
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .compute = c,
+							   .src = &m.src,
+							   .context = 256,
+							   .batch = 32},
+				 &f, &err), STRATA_OK);
+	assert_int_equal(strata_sampler_create(&sp, m.hp.vocab, &s, &err),
+			 STRATA_OK);
+	stop_run sr = {.stop_after = 7};
+	strata_generate_stats g;
+	assert_int_equal(strata_generate(f, s, want, 1, 50, -1,
+					 collect_then_stop, &sr, &g, &err),
+			 STRATA_OK);
+	assert_true(g.stopped_by_caller);
+	assert_false(g.stopped_at_eos);
+	assert_int_equal(g.generated_tokens, 7);
+	assert_int_equal(sr.r.n, 7);
+	assert_memory_equal(sr.r.ids, want + 1, 7 * sizeof(int32_t));
+	/* BOS and 6 fed tokens; the 7th was not fed */
+	assert_int_equal(strata_forward_position(f), 7);
+	assert_int_equal(strata_forward_truncate(f, 8, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_truncate(f, 3, &err), STRATA_OK);
+	assert_int_equal(strata_forward_position(f), 3);
+	/* continue from position 3 with the reference's tokens 3 .. 5 */
+	run r = {0};
+	assert_int_equal(strata_generate(f, s, want + 3, 3, 20, -1, collect,
+					 &r, NULL, &err), STRATA_OK);
+	assert_int_equal(r.n, 20);
+	assert_memory_equal(r.ids, want + 6, 20 * sizeof(int32_t));
+	strata_sampler_destroy(s);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gguf_greedy_text_matches_llama2c),
 		cmocka_unit_test(test_prompt_logits_match_transformers),
 		cmocka_unit_test(test_hf_layout_greedy_ids_match),
+		cmocka_unit_test(test_caller_stop_and_truncate_continue_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
