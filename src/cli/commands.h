@@ -67,6 +67,7 @@ int strata_cmd_run(int argc, char **argv);
 int strata_cmd_logits(int argc, char **argv);
 int strata_cmd_inspect(int argc, char **argv);
 int strata_cmd_batch(int argc, char **argv);
+int strata_cmd_chat(int argc, char **argv);
 int strata_cmd_calibrate(int argc, char **argv);
 int strata_cmd_bench(int argc, char **argv);
 int strata_cmd_serve(int argc, char **argv);

@@ -21,6 +21,7 @@ const strata_command strata_commands[] = {
 	{"run", "generate text from a prompt", strata_cmd_run},
 	{"logits", "write the logits of every position of a token list", strata_cmd_logits},
 	{"batch", "run JSONL generation requests over model replicas", strata_cmd_batch},
+	{"chat", "talk with a model: each line a message, replies streamed", strata_cmd_chat},
 	{"bench", "measure prompt and generation throughput (llama-bench's table)", strata_cmd_bench},
 	{"serve", "serve a model over HTTP with OpenAI's API", strata_cmd_serve},
 	{"quantize", "write a model as GGUF in a llama.cpp quantization type", strata_cmd_quantize},

@@ -3,8 +3,10 @@
  * over tokens (exit 0, the stop not printed), batch's OpenAI fields give
  * what `strata run` gives with the same options, "messages" and `run
  * --chat` render the model's template (tests/data/chat-stories260K), the
- * default batch seed is new each run, printed and recorded, and the bad
- * cases are refused naming their line (layer: cli). */
+ * default batch seed is new each run, printed and recorded, `strata
+ * chat` through a pipe answers as a fresh rendering of the conversation
+ * would while reusing the KV cache, and the bad cases are refused naming
+ * their line (layer: cli). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -343,6 +345,103 @@ static void test_chat_and_stop_errors(void **state)
 	cli_result_free(&r);
 }
 
+/* A batch "messages" request's greedy text (max_tokens 20) on CHAT. */
+static char *batch_reply(const char *messages_json)
+{
+	char in[4096];
+	snprintf(in, sizeof in, "{\"id\":1,\"messages\":%s,\"max_tokens\":20,"
+		 "\"temperature\":0}\n", messages_json);
+	json_t *all = batch(CHAT, in, NULL, NULL);
+	char *t = strdup(text_of(all, 0));
+	json_decref(all);
+	return t;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+/* strata chat through a pipe: each reply is what a fresh render of the
+ * whole conversation gives (batch "messages"), though the second turn
+ * reuses the first turn's KV; /exit ends it (the line after it is not
+ * answered); /reset starts over. */
+static void test_chat_through_a_pipe_reuses_the_kv_exactly(void **state)
+{
+	(void)state;
+	char *t1 = batch_reply("[{\"role\":\"user\",\"content\":\"Tell me a "
+			       "story\"}]");
+	json_t *m2 = json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "role",
+			       "user", "content", "Tell me a story", "role",
+			       "assistant", "content", t1, "role", "user",
+			       "content", "What next?");
+	char *m2s = json_dumps(m2, JSON_COMPACT);
+	char *t2 = batch_reply(m2s);
+	const char *argv[] = {"chat", CHAT, "-n", "20", "--temperature", "0",
+			      "--device", "cpu", NULL};
+	const char *in = "Tell me a story\nWhat next?\n/exit\nnot read\n";
+	cli_result r;
+	assert_int_equal(cli_run(argv, in, strlen(in), NULL, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	char want[2048];
+	snprintf(want, sizeof want, "%s\n%s\n", t1, t2);
+	if (strcmp(r.out, want))
+		fail_msg("chat wrote '%s', expected '%s'", r.out, want);
+	/* two turns; the second reused the first's 24 prompt positions
+	 * and the 19 replies' tokens fed back */
+	assert_int_equal(count(r.err, "strata: prompt "), 2);
+	assert_non_null(strstr(r.err, "prompt 24 tokens (0 reused)"));
+	assert_non_null(strstr(r.err, "(43 reused)"));
+	cli_result_free(&r);
+	/* /reset: the same first message gives the same first reply */
+	const char *again = "Tell me a story\n/reset\nTell me a story\n";
+	assert_int_equal(cli_run(argv, again, strlen(again), NULL, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	snprintf(want, sizeof want, "%s\n%s\n", t1, t1);
+	assert_string_equal(r.out, want);
+	cli_result_free(&r);
+	free(m2s);
+	json_decref(m2);
+	free(t1);
+	free(t2);
+}
+
+/* Chat errors: no template (exit 1, how to give one); a message the
+ * context cannot hold is refused and the conversation goes on; a turn
+ * the template refuses likewise. */
+static void test_chat_errors(void **state)
+{
+	(void)state;
+	const char *none[] = {"chat", MODEL, "--device", "cpu", NULL};
+	cli_result r;
+	assert_int_equal(cli_run(none, "hi\n", 3, NULL, &r), 0);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "--chat-template FILE"));
+	cli_result_free(&r);
+	const char *small[] = {"chat", CHAT, "--context", "64", "-n", "4",
+			       "--temperature", "0", "--device", "cpu", NULL};
+	char in[1024] = "";
+	for (int i = 0; i < 40; i++)
+		strcat(in, "Lily and Tom ");
+	strcat(in, "\nhi\n");
+	assert_int_equal(cli_run(small, in, strlen(in), NULL, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_non_null(strstr(r.err, "the context 64"));
+	assert_non_null(strstr(r.err, "/reset"));
+	/* the long message was dropped: "hi" is answered alone (17 tokens:
+	 * "<s>[INST]hi[/INST]" in stories260K's small vocabulary) */
+	assert_int_equal(count(r.err, "strata: prompt "), 1);
+	assert_non_null(strstr(r.err, "strata: prompt 17 tokens"));
+	cli_result_free(&r);
+	const char *bad[] = {"chat", CHAT, "--stop", "", NULL};
+	assert_int_equal(cli_run(bad, "", 0, NULL, &r), 0);
+	assert_int_equal(r.exit_code, 2);
+	cli_result_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -352,6 +451,8 @@ int main(void)
 		cmocka_unit_test(test_batch_default_seed_is_new_printed_and_recorded),
 		cmocka_unit_test(test_run_chat_and_batch_messages_render_the_template),
 		cmocka_unit_test(test_chat_and_stop_errors),
+		cmocka_unit_test(test_chat_through_a_pipe_reuses_the_kv_exactly),
+		cmocka_unit_test(test_chat_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
