@@ -1,7 +1,7 @@
 /* test_cuda_placement.c - placements on CUDA (issue 17): on every
  * reference model, runs with units computed on the CPU from host memory,
  * streamed through the GPU's window and interleaved with CPU units, and
- * with the statics on the CPU, give logits within 1e-4 of the resident
+ * with the statics on the CPU, give logits within 1e-3 of the resident
  * CUDA run (the CPU's f32 kernels against the GPU's) and the same greedy
  * text; the kinds run are the plan's and the window moved the plan's
  * streamed bytes per pass. Skipped (77) without a GPU (layer: infer). */
@@ -150,7 +150,7 @@ static void check_model(const char *name)
 		snapshot(s, &before);
 		run_it(s, &r, g, got, got_g);
 		double d = ref_max_diff(got, want, cells);
-		if (d > 1e-4)
+		if (d > 1e-3) /* CUDA's half products against the CPU's f32 */
 			fail_msg("%s: logits %g from resident", what, d);
 		if (memcmp(got_g, want_g, (1 + g) * sizeof(int32_t)))
 			fail_msg("%s: greedy text differs from resident", what);
