@@ -68,8 +68,6 @@ static int value_option(void *ctx, const char *opt, const char *v,
 			bool *known)
 {
 	chat_args *a = ctx;
-	strata_error err;
-	uint64_t u;
 	*known = true;
 	if (!strcmp(opt, "--chat-template"))
 		a->chat_template = v;
@@ -77,36 +75,12 @@ static int value_option(void *ctx, const char *opt, const char *v,
 		a->system = v;
 	else if (!strcmp(opt, "--stop"))
 		return strata_cli_stops_add("chat", &a->stops, v);
-	else if (!strcmp(opt, "--temperature"))
-		return strata_cli_parse_float("chat", opt, v, 0, 1e6f,
-					      &a->sp.temperature);
-	else if (!strcmp(opt, "--top-p"))
-		return strata_cli_parse_float("chat", opt, v, 1e-9f, 1,
-					      &a->sp.top_p);
-	else if (!strcmp(opt, "--min-p"))
-		return strata_cli_parse_float("chat", opt, v, 0, 1,
-					      &a->sp.min_p);
-	else if (!strcmp(opt, "--repeat-penalty"))
-		return strata_cli_parse_float("chat", opt, v, 1e-6f, 1e6f,
-					      &a->sp.repeat_penalty);
-	else if (!strcmp(opt, "-n") || !strcmp(opt, "--top-k") ||
-		 !strcmp(opt, "--seed") || !strcmp(opt, "--threads")) {
-		if (strata_cli_parse_u64(opt, v, &u, &err))
-			return strata_cli_fail(&err);
-		if (!strcmp(opt, "-n"))
-			a->n = u;
-		else if (!strcmp(opt, "--top-k"))
-			a->sp.top_k = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
-		else if (!strcmp(opt, "--seed"))
-			a->sp.seed = u, a->seed_given = true;
-		else
-			a->threads = u;
-		if (a->n > (1u << 24) || a->threads > 4096)
-			return strata_cli_usage("chat", "%s: '%s' is too large",
-						opt, v);
-	} else {
-		*known = false;
-	}
+	else
+		return strata_cli_generation_option(
+			"chat", opt, v,
+			&(strata_cli_generation){&a->sp, &a->n, &a->threads,
+						 &a->seed_given},
+			known);
 	return 0;
 }
 

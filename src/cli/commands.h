@@ -10,6 +10,7 @@
 
 #include "strata/base.h"
 #include "strata/plan.h"
+#include "strata/infer.h"
 
 #define STRATA_EXIT_OK 0
 #define STRATA_EXIT_ERROR 1
@@ -50,6 +51,20 @@ int strata_cli_unknown_option(const char *cmd, const char *opt,
 strata_status strata_cli_read_stdin(size_t cap, char **text, size_t *len,
 				    strata_error *err);
 
+/* What run and chat both generate with: the sampler and the -n, --seed
+ * and --threads values. */
+typedef struct strata_cli_generation {
+	strata_sampler_params *sp;
+	uint64_t *n, *threads;
+	bool *seed_given;
+} strata_cli_generation;
+
+/* Parses one of --temperature, --top-p, --min-p, --repeat-penalty, -n,
+ * --top-k, --seed, --threads into g (messages name `cmd`); *known false
+ * for any other option. Returns 0 or the exit code of a bad value. */
+int strata_cli_generation_option(const char *cmd, const char *opt,
+				 const char *v, const strata_cli_generation *g,
+				 bool *known);
 int strata_cli_parse_float(const char *cmd, const char *option,
 			   const char *text, float lo, float hi, float *out);
 

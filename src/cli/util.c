@@ -91,3 +91,40 @@ void strata_cli_load_bar_update(void *bar, uint64_t done_bytes,
 	p->total = total_bytes;
 	strata_progress_update(p, done_bytes);
 }
+
+int strata_cli_generation_option(const char *cmd, const char *opt,
+				 const char *v, const strata_cli_generation *g,
+				 bool *known)
+{
+	strata_sampler_params *sp = g->sp;
+	if (!strcmp(opt, "--temperature"))
+		return strata_cli_parse_float(cmd, opt, v, 0, 1e6f,
+					      &sp->temperature);
+	if (!strcmp(opt, "--top-p"))
+		return strata_cli_parse_float(cmd, opt, v, 1e-9f, 1, &sp->top_p);
+	if (!strcmp(opt, "--min-p"))
+		return strata_cli_parse_float(cmd, opt, v, 0, 1, &sp->min_p);
+	if (!strcmp(opt, "--repeat-penalty"))
+		return strata_cli_parse_float(cmd, opt, v, 1e-6f, 1e6f,
+					      &sp->repeat_penalty);
+	if (strcmp(opt, "-n") && strcmp(opt, "--top-k") &&
+	    strcmp(opt, "--seed") && strcmp(opt, "--threads")) {
+		*known = false;
+		return 0;
+	}
+	uint64_t u;
+	strata_error err;
+	if (strata_cli_parse_u64(opt, v, &u, &err))
+		return strata_cli_fail(&err);
+	if (!strcmp(opt, "-n"))
+		*g->n = u;
+	else if (!strcmp(opt, "--top-k"))
+		sp->top_k = u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
+	else if (!strcmp(opt, "--seed"))
+		sp->seed = u, *g->seed_given = true;
+	else
+		*g->threads = u;
+	if (*g->n > (1u << 24) || *g->threads > 4096)
+		return strata_cli_usage(cmd, "%s: '%s' is too large", opt, v);
+	return 0;
+}
