@@ -64,13 +64,15 @@ static strata_status take_family(const origin *o, strata_infer_hparams *hp)
 		      strlen(d->architecture));
 	if (o->gguf && d->family != STRATA_FAMILY_UNKNOWN &&
 	    d->family != STRATA_FAMILY_MISTRAL) {
-		hp->rope_layout = d->family == STRATA_FAMILY_LLAMA
+		/* llama.cpp writes Mixtral as a llama, rows permuted too */
+		hp->rope_layout = d->family == STRATA_FAMILY_LLAMA ||
+						  d->family == STRATA_FAMILY_MIXTRAL
 					  ? STRATA_ROPE_INTERLEAVED
 					  : STRATA_ROPE_HALF;
 	} else if (o->gguf) {
 		return strata_fail(o->err, STRATA_E_MODEL_ARCH,
-				   "use a llama, qwen2, qwen3, gemma2, gemma3 or "
-				   "phi3 GGUF",
+				   "use a llama, qwen2, qwen3, gemma2, gemma3, "
+				   "phi3, qwen2moe or qwen3moe GGUF",
 				   "GGUF architecture '%s' is not a family "
 				   "strata can run",
 				   shown);

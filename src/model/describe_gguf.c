@@ -162,6 +162,52 @@ static strata_status gemma_layers(meta *m, strata_model_desc *d)
 	return STRATA_OK;
 }
 
+/* The mixture-of-experts keys (llama.cpp's): expert_count (a llama file
+ * with it is Mixtral), expert_used_count, the experts' width
+ * (expert_feed_forward_length, else feed_forward_length as Mixtral's),
+ * the shared expert's (qwen2moe), expert_weights_norm (absent: what
+ * llama.cpp's graph of the architecture does: Mixtral and Qwen3-MoE
+ * renormalise, Qwen2-MoE does not). */
+static strata_status moe_keys(meta *m, strata_model_desc *d)
+{
+	strata_status st;
+	if ((st = get_uint(m, "expert_count", &d->experts)) || !d->experts)
+		return st;
+	if (d->family == STRATA_FAMILY_LLAMA)
+		d->family = STRATA_FAMILY_MIXTRAL;
+	d->moe_intermediate = d->intermediate;
+	if ((st = get_uint(m, "expert_used_count", &d->experts_used)) ||
+	    (st = get_uint(m, "expert_feed_forward_length",
+			   &d->moe_intermediate)) ||
+	    (st = get_uint(m, "expert_shared_feed_forward_length",
+			   &d->shared_intermediate)))
+		return st;
+	if (d->family != STRATA_FAMILY_MIXTRAL &&
+	    d->family != STRATA_FAMILY_QWEN2_MOE &&
+	    d->family != STRATA_FAMILY_QWEN3_MOE)
+		return strata_fail(m->err, STRATA_E_UNSUPPORTED,
+				   "use a llama (Mixtral), qwen2moe or qwen3moe GGUF of experts",
+				   "GGUF %s with experts is not a family strata runs",
+				   m->arch);
+	if (d->experts > 4096 || !d->experts_used ||
+	    d->experts_used > d->experts)
+		return strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				   "the file is corrupt; re-convert the model",
+				   "GGUF metadata: '%s.expert_used_count' (%" PRIu64
+				   ") must be between 1 and '%s.expert_count' (%" PRIu64
+				   ", at most 4096)",
+				   m->arch, d->experts_used, m->arch, d->experts);
+	if (d->family != STRATA_FAMILY_QWEN2_MOE)
+		d->shared_intermediate = 0;
+	d->norm_topk_prob = d->family != STRATA_FAMILY_QWEN2_MOE;
+	char full[160];
+	snprintf(full, sizeof full, "%s.expert_weights_norm", m->arch);
+	if (strata_gguf_find(m->g, full) >= 0 &&
+	    strata_gguf_get_bool(m->g, full, &d->norm_topk_prob, m->err))
+		return m->err->code = STRATA_E_MODEL_CONFIG;
+	return STRATA_OK;
+}
+
 /* What Qwen3, Gemma 2/3 and Phi-3 compute beyond llama, as llama.cpp's
  * GGUF holds it. Its converter stores Gemma's norms as 1 + w already, so
  * they are plain here; the scale of queries is 1/sqrt(head size) unless
@@ -171,7 +217,8 @@ static strata_status family_extras(meta *m, const strata_catalog *c,
 				   strata_model_desc *d)
 {
 	strata_family f = d->family;
-	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3;
+	d->qk_norm = f == STRATA_FAMILY_QWEN3 || f == STRATA_FAMILY_GEMMA3 ||
+		     f == STRATA_FAMILY_QWEN3_MOE;
 	d->fused_qkv = f == STRATA_FAMILY_PHI3;
 	if (f == STRATA_FAMILY_PHI3 &&
 	    (strata_catalog_find(c, "rope_factors_long.weight") ||
@@ -229,6 +276,8 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 		   : !strcmp(m.arch, "gemma2") ? STRATA_FAMILY_GEMMA2
 		   : !strcmp(m.arch, "gemma3") ? STRATA_FAMILY_GEMMA3
 		   : !strcmp(m.arch, "phi3") ? STRATA_FAMILY_PHI3
+		   : !strcmp(m.arch, "qwen2moe") ? STRATA_FAMILY_QWEN2_MOE
+		   : !strcmp(m.arch, "qwen3moe") ? STRATA_FAMILY_QWEN3_MOE
 					      : STRATA_FAMILY_UNKNOWN;
 	if (d.family != STRATA_FAMILY_UNKNOWN) { /* llama.cpp's defaults */
 		d.rope_theta = 10000.0;
@@ -250,6 +299,8 @@ strata_status strata_model_describe_gguf(const strata_catalog *c,
 	if ((st = get_uint(&m, "attention.head_count_kv", &d.kv_heads)) ||
 	    (st = get_uint(&m, "attention.key_length", &d.head_dim)) ||
 	    (st = get_uint(&m, "rope.dimension_count", &d.rope_dims)))
+		return st;
+	if (d.family != STRATA_FAMILY_UNKNOWN && (st = moe_keys(&m, &d)))
 		return st;
 	tensor_facts(c, &d);
 	if (d.family != STRATA_FAMILY_UNKNOWN && (st = check_known(&m, &d)))

@@ -108,6 +108,61 @@ static uint64_t job_elements(const strata__quant_job *j)
 	return n;
 }
 
+/* Encodes x (n finite elements) as j's type into dst, then checks that
+ * the encoding decodes to finite values. */
+static strata_status encode_checked(engine *e, const strata__quant_job *j,
+				    const float *x, void *dst, uint64_t n,
+				    uint64_t bytes, strata_error *err)
+{
+	strata_block_type bt;
+	if (!strata_dtype_block(j->out, &bt))
+		return strata_fail(err, STRATA_E_INTERNAL, "report this bug",
+				   "tensor '%s': no encoder", j->name);
+	encode_parallel(bt, x, dst, n, e->threads);
+	uint64_t bad = strata_block_decode(bt, dst, e->tmp, n);
+	if (bad != STRATA_BLOCK_ALL_FINITE)
+		return strata_fail(err, STRATA_E_CKPT_VALUE,
+				   "use a wider type (F16 or F32) for this model",
+				   "tensor '%s': its values are too large for %s "
+				   "(block %" PRIu64 " decodes to infinity)",
+				   j->name, strata_block_name(bt), bad);
+	e->stats.out_bytes += bytes;
+	return STRATA_OK;
+}
+
+/* An expert stack: each expert's tensor read in turn, copied as stored
+ * when every one already has the output type, else decoded to f32 at its
+ * place in the stack and the whole stack encoded. */
+static strata_status fill_stack(engine *e, const strata__quant_job *j,
+				void *dst, uint64_t bytes, strata_error *err)
+{
+	bool same = true;
+	for (uint32_t k = 0; k < j->stack_count; k++)
+		same = same && j->stack[k]->dtype == j->out;
+	uint64_t n = job_elements(j), per = n / j->stack_count, at = 0;
+	for (uint32_t k = 0; k < j->stack_count; k++) {
+		const strata_tensor *t = j->stack[k];
+		void *where = same ? (unsigned char *)dst + at : (void *)e->raw;
+		void *const dsts[1] = {where};
+		strata_status s = strata_weight_store_read(e->ws, &t, dsts, 1,
+							   err);
+		if (!s && same)
+			s = strata_dtype_check_finite(t->dtype, where,
+						      t->elements, err);
+		if (!s && !same)
+			s = strata_dtype_to_f32(t->dtype, e->raw, t->elements,
+						e->f32 + k * per, err);
+		if (s)
+			return strata_error_prefix(err, "tensor '%s'", t->name);
+		e->stats.in_bytes += t->bytes;
+		at += t->bytes;
+	}
+	if (!same)
+		return encode_checked(e, j, e->f32, dst, n, bytes, err);
+	e->stats.out_bytes += bytes;
+	return STRATA_OK;
+}
+
 static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
 			  strata_error *err)
 {
@@ -116,6 +171,8 @@ static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
 	uint64_t n = job_elements(j);
 	strata_status s;
 	const float *x = j->values;
+	if (j->stack)
+		return fill_stack(e, j, dst, bytes, err);
 	if (j->src) {
 		bool same = j->src->dtype == j->out && !j->permute_heads &&
 			    !j->add_one;
@@ -144,20 +201,7 @@ static strata_status fill(void *ctx, size_t i, void *dst, uint64_t bytes,
 			x = e->tmp;
 		}
 	}
-	strata_block_type bt;
-	if (!strata_dtype_block(j->out, &bt))
-		return strata_fail(err, STRATA_E_INTERNAL, "report this bug",
-				   "tensor '%s': no encoder", j->name);
-	encode_parallel(bt, x, dst, n, e->threads);
-	uint64_t bad = strata_block_decode(bt, dst, e->tmp, n);
-	if (bad != STRATA_BLOCK_ALL_FINITE)
-		return strata_fail(err, STRATA_E_CKPT_VALUE,
-				   "use a wider type (F16 or F32) for this model",
-				   "tensor '%s': its values are too large for %s "
-				   "(block %" PRIu64 " decodes to infinity)",
-				   j->name, strata_block_name(bt), bad);
-	e->stats.out_bytes += bytes;
-	return STRATA_OK;
+	return encode_checked(e, j, x, dst, n, bytes, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -169,6 +213,7 @@ static void jobs_free(engine *e)
 	for (size_t i = 0; i < e->n_jobs; i++) {
 		strata_free(e->jobs[i].name);
 		strata_free(e->jobs[i].values);
+		strata_free(e->jobs[i].stack);
 	}
 	strata_free(e->jobs);
 	e->jobs = NULL;
@@ -206,6 +251,7 @@ static strata_status add_job(engine *e, strata_gguf_writer *w,
 	if (s) {
 		strata_free(j->name);
 		strata_free(j->values);
+		strata_free(j->stack);
 		return s;
 	}
 	e->jobs[e->n_jobs++] = *j;
@@ -304,13 +350,15 @@ static bool ends(const char *name, const char *part)
 	return strata_str_ends_with(name, part);
 }
 
-/* llama and mistral q/k projections are permuted (qwen2, qwen3, gemma
+/* llama, mistral and mixtral q/k projections are permuted (qwen2, qwen3, gemma
  * and phi3 are not: their GGUF rope stays in halves). */
 static strata_status hf_permute(const strata_model_desc *d,
 				const strata_tensor *t, strata__quant_job *j,
 				strata_error *err)
 {
-	if (d->family != STRATA_FAMILY_LLAMA && d->family != STRATA_FAMILY_MISTRAL)
+	if (d->family != STRATA_FAMILY_LLAMA &&
+	    d->family != STRATA_FAMILY_MISTRAL &&
+	    d->family != STRATA_FAMILY_MIXTRAL) /* written as llama */
 		return STRATA_OK; /* NEOX rope: halves stay */
 	bool q = ends(j->name, "attn_q.weight") || ends(j->name, "attn_q.bias");
 	bool k = ends(j->name, "attn_k.weight") || ends(j->name, "attn_k.bias");
@@ -327,6 +375,71 @@ static strata_status hf_permute(const strata_model_desc *d,
 	return STRATA_OK;
 }
 
+/* The HF name of expert e's tensor from expert x's (name), or false when
+ * it does not fit. */
+static bool expert_hf_name(const char *name, int64_t x, int64_t e, char *out,
+			   size_t cap)
+{
+	char num[48];
+	snprintf(num, sizeof num, ".experts.%" PRId64 ".", x);
+	const char *at = strstr(name, num);
+	if (!at)
+		return false;
+	int n = snprintf(out, cap, "%.*s.experts.%" PRId64 ".%s",
+			 (int)(at - name), name, e, at + strlen(num));
+	return n > 0 && (size_t)n < cap;
+}
+
+/* Expert 0's tensor t of a layer (kind k) starts the stack of all
+ * d->experts of them: each there, of one shape; other experts' tensors
+ * are taken with it (an expert past the count is an error). */
+static strata_status hf_stack(engine *e, const strata_model_desc *d,
+			      const strata_tensor *t, int64_t expert,
+			      strata__quant_job *j, strata_error *err)
+{
+	char esc[160];
+	if (expert >= (int64_t)d->experts)
+		return strata_fail(err, STRATA_E_MODEL_TENSOR_EXTRA,
+				   "check config.json's expert count",
+				   "tensor '%s' is of expert %" PRId64
+				   " but the model has %" PRIu64 " experts",
+				   strata_escape(esc, sizeof esc, t->name,
+						 strlen(t->name)),
+				   expert, d->experts);
+	j->stack = strata_calloc_or_error(d->experts, sizeof *j->stack,
+					  "an expert stack", err);
+	if (!j->stack)
+		return STRATA_E_NOMEM;
+	j->stack_count = (uint32_t)d->experts;
+	for (uint64_t x = 0; x < d->experts; x++) {
+		char hf[256];
+		const strata_tensor *m = NULL;
+		if (expert_hf_name(t->name, expert, (int64_t)x, hf, sizeof hf))
+			m = strata_catalog_find(e->c, hf);
+		if (!m)
+			return strata_fail(err, STRATA_E_MODEL_TENSOR_MISSING,
+					   "use a complete checkpoint",
+					   "expert %" PRIu64 " of '%s' is missing",
+					   x, strata_escape(esc, sizeof esc,
+							    t->name,
+							    strlen(t->name)));
+		if (m->n_dims != 2 || m->shape_hf[0] != t->shape_hf[0] ||
+		    m->shape_hf[1] != t->shape_hf[1] || t->n_dims != 2)
+			return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+					   "use a checkpoint whose experts "
+					   "are of one shape",
+					   "tensor '%s' is not of expert 0's "
+					   "2-D shape", m->name);
+		j->stack[x] = m;
+	}
+	j->src = j->stack[0];
+	j->n_dims = 3;
+	j->ne[0] = t->shape_hf[1];
+	j->ne[1] = t->shape_hf[0];
+	j->ne[2] = d->experts;
+	return STRATA_OK;
+}
+
 static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 			       const strata_model_desc *d,
 			       const strata_tensor *t, const rule_facts *f,
@@ -334,10 +447,23 @@ static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 {
 	char name[256];
 	bool skip = false;
+	int64_t expert;
 	strata_status s = strata__quant_hf_name(t->name, d->family, name,
-						sizeof name, &skip, err);
+						sizeof name, &skip, &expert,
+						err);
 	if (s || skip || (!f->has_output && !strcmp(name, "output.weight")))
 		return s;
+	if (expert >= 0 && expert < (int64_t)d->experts && expert != 0)
+		return STRATA_OK; /* in expert 0's stack */
+	if (expert >= 0) {
+		strata__quant_job j = {0};
+		if ((s = hf_stack(e, d, t, expert, &j, err)) ||
+		    !(j.name = dup_str(name, err))) {
+			strata_free(j.stack);
+			return s ? s : STRATA_E_NOMEM;
+		}
+		return add_job(e, w, &j, f, err);
+	}
 	if (t->n_dims < 1 || t->n_dims > 4)
 		return strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
 				   "GGUF holds 1 to 4 dimensions",
@@ -348,6 +474,9 @@ static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 	j.n_dims = t->n_dims;
 	for (uint32_t i = 0; i < t->n_dims; i++)
 		j.ne[i] = t->shape_hf[t->n_dims - 1 - i];
+	if (ends(name, "ffn_gate_inp_shexp.weight") && t->n_dims == 2 &&
+	    t->shape_hf[0] == 1)
+		j.n_dims = 1; /* llama.cpp's shared-expert gate: a vector */
 	if (!(j.name = dup_str(name, err)))
 		return STRATA_E_NOMEM;
 	/* llama.cpp's Gemma converters store every norm as 1 + w */
@@ -370,13 +499,13 @@ static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
 	strata_status s = strata_model_describe(in, e->c, &d, err);
 	if (s)
 		return s;
-	if (!strata__quant_hf_arch(d.family) || d.experts)
+	if (!strata__quant_hf_arch(d.family))
 		return strata_fail(err, STRATA_E_MODEL_ARCH,
 				   "convert it with llama.cpp's convert_hf_to_gguf.py, "
 				   "then quantize the GGUF",
 				   "strata quantize converts llama, mistral, qwen2, "
-				   "qwen3, gemma2, gemma3_text and phi3 "
-				   "checkpoints; '%s' is %s", in,
+				   "qwen3, gemma2, gemma3_text, phi3, mixtral, "
+				   "qwen2_moe and qwen3_moe checkpoints; '%s' is %s", in,
 				   d.headers_only ? "without config.json"
 						  : d.architecture);
 	if ((s = strata__quant_hf_metadata(w, in, &d, err)) ||
@@ -423,6 +552,9 @@ static strata_status scratch(engine *e, strata_error *err)
 			most = n;
 		if (e->jobs[i].src && e->jobs[i].src->bytes > raw)
 			raw = e->jobs[i].src->bytes;
+		for (uint32_t k = 0; k < e->jobs[i].stack_count; k++)
+			if (e->jobs[i].stack[k]->bytes > raw)
+				raw = e->jobs[i].stack[k]->bytes;
 	}
 	if (most > SIZE_MAX / sizeof(float) || raw > SIZE_MAX)
 		return strata_fail(err, STRATA_E_OVERFLOW, "use a 64-bit build",

@@ -32,7 +32,43 @@ static const struct {
 	{"mlp.gate_up_proj.weight", "ffn_up.weight"},	    /* phi3, fused */
 	{"pre_feedforward_layernorm.weight", "ffn_norm.weight"}, /* gemma */
 	{"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+	/* mixture of experts: the router, Qwen2-MoE's shared expert */
+	{"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}, /* mixtral */
+	{"mlp.gate.weight", "ffn_gate_inp.weight"},
+	{"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+	{"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+	{"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+	{"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
+
+/* An expert's tensor after model.layers.N.: its expert number and the
+ * stacked GGUF name of its kind (llama.cpp's ffn_{gate,up,down}_exps,
+ * every expert of a layer one 3-D tensor), or NULL. */
+static const char *expert_name(const char *hf, unsigned *expert)
+{
+	static const struct {
+		const char *hf, *gguf;
+	} kinds[] = {
+		{"w1", "ffn_gate_exps.weight"}, {"w3", "ffn_up_exps.weight"},
+		{"w2", "ffn_down_exps.weight"},
+		{"gate_proj", "ffn_gate_exps.weight"},
+		{"up_proj", "ffn_up_exps.weight"},
+		{"down_proj", "ffn_down_exps.weight"},
+	};
+	char kind[16];
+	int at = 0;
+	if ((sscanf(hf, "block_sparse_moe.experts.%u.%15[a-z_0-9].weight%n",
+		    expert, kind, &at) != 2 &&
+	     sscanf(hf, "mlp.experts.%u.%15[a-z_0-9].weight%n", expert, kind,
+		    &at) != 2) ||
+	    at <= 0 || hf[at] != '\0')
+		return NULL;
+	bool mixtral = hf[0] == 'b';
+	for (size_t i = mixtral ? 0 : 3; i < (mixtral ? 3u : 6u); i++)
+		if (!strcmp(kind, kinds[i].hf))
+			return kinds[i].gguf;
+	return NULL;
+}
 
 /* Gemma's post_attention_layernorm is the norm of the attention's output
  * (llama.cpp's post_attention_norm), not the MLP's input norm. */
@@ -48,9 +84,10 @@ static const char *layer_name(const char *hf, bool gemma)
 
 strata_status strata__quant_hf_name(const char *hf, strata_family family,
 				    char *out, size_t cap, bool *skip,
-				    strata_error *err)
+				    int64_t *expert, strata_error *err)
 {
 	*skip = false;
+	*expert = -1;
 	const char *fixed[][2] = {
 		{"model.embed_tokens.weight", "token_embd.weight"},
 		{"model.norm.weight", "output_norm.weight"},
@@ -73,6 +110,12 @@ strata_status strata__quant_hf_name(const char *hf, strata_family family,
 	if (sscanf(hf, "model.layers.%u.%n", &layer, &at) == 1 && at > 0 &&
 	    (g = layer_name(hf + at, gemma))) {
 		snprintf(out, cap, "blk.%u.%s", layer, g);
+		return STRATA_OK;
+	}
+	unsigned e;
+	if (at > 0 && (g = expert_name(hf + at, &e))) {
+		snprintf(out, cap, "blk.%u.%s", layer, g);
+		*expert = e;
 		return STRATA_OK;
 	}
 	char esc[160];
@@ -146,6 +189,9 @@ const char *strata__quant_hf_arch(strata_family f)
 	case STRATA_FAMILY_GEMMA2: return "gemma2";
 	case STRATA_FAMILY_GEMMA3: return "gemma3";
 	case STRATA_FAMILY_PHI3: return "phi3";
+	case STRATA_FAMILY_MIXTRAL: return "llama"; /* as llama.cpp writes it */
+	case STRATA_FAMILY_QWEN2_MOE: return "qwen2moe";
+	case STRATA_FAMILY_QWEN3_MOE: return "qwen3moe";
 	default: return NULL;
 	}
 }
@@ -190,6 +236,28 @@ static void gemma_metadata(meta *m, const strata_model_desc *d)
 		put_f32(m, "attention.query_pre_attn_scalar", d->query_scale);
 	if (!g2 && d->rope_local_theta > 0)
 		put_f32(m, "rope.freq_base_swa", d->rope_local_theta);
+}
+
+/* The mixture-of-experts keys llama.cpp's converters write: the expert
+ * counts, the experts' and the shared expert's widths (not for Mixtral,
+ * whose experts are feed_forward_length wide), and expert_weights_norm
+ * (whether the chosen experts' weights are renormalised: llama.cpp's own
+ * qwen2moe and qwen3moe graphs fix it, so strata writes the config's). */
+static void moe_metadata(meta *m, const strata_model_desc *d)
+{
+	put_u32(m, "expert_count", d->experts);
+	put_u32(m, "expert_used_count", d->experts_used);
+	if (d->family == STRATA_FAMILY_MIXTRAL)
+		return;
+	put_u32(m, "expert_feed_forward_length", d->moe_intermediate);
+	if (d->shared_intermediate)
+		put_u32(m, "expert_shared_feed_forward_length",
+			d->shared_intermediate);
+	char k[128];
+	snprintf(k, sizeof k, "%s.expert_weights_norm", m->arch);
+	if (!m->s)
+		m->s = strata_gguf_writer_set_uint(m->w, k, STRATA_GGUF_BOOL,
+						   d->norm_topk_prob, m->err);
 }
 
 /* The rope scalings GGUF holds as metadata or as rope_freqs; Phi-3's
@@ -247,6 +315,8 @@ strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
 		gemma_metadata(&m, d);
 	else if (d->family == STRATA_FAMILY_PHI3 && d->sliding_window)
 		put_u32(&m, "attention.sliding_window", d->sliding_window);
+	if (d->experts)
+		moe_metadata(&m, d);
 	if (m.s)
 		return m.s;
 	return strata__quant_hf_vocab(w, model_dir, d, err);

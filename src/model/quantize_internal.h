@@ -43,6 +43,10 @@ strata_dtype strata__quant_tensor_type(const strata__quant_preset *p,
 typedef struct strata__quant_job {
 	char *name;		  /* GGUF name, owned */
 	const strata_tensor *src; /* in the input catalog, or NULL */
+	/* an expert stack: stack_count tensors of the input (src is the
+	 * first), one after another along the outermost dimension; owned */
+	const strata_tensor **stack;
+	uint32_t stack_count;
 	float *values;		  /* generated values (rope_freqs), owned */
 	strata_dtype out;
 	uint32_t n_dims;
@@ -53,10 +57,12 @@ typedef struct strata__quant_job {
 
 /* The Hugging Face side (quantize_hf.c). The GGUF name of an HF tensor:
  * STRATA_OK with *skip true for tensors GGUF leaves out (rotary
- * inv_freq), E_MODEL_TENSOR_EXTRA for a name it has no place for. */
+ * inv_freq), E_MODEL_TENSOR_EXTRA for a name it has no place for. An
+ * expert's tensor gets its layer's stacked name and *expert its number
+ * (else -1). */
 strata_status strata__quant_hf_name(const char *hf, strata_family family,
 				    char *out, size_t cap, bool *skip,
-				    strata_error *err);
+				    int64_t *expert, strata_error *err);
 /* The GGUF general.architecture llama.cpp writes for family f, or NULL
  * for a family strata quantize does not convert. */
 const char *strata__quant_hf_arch(strata_family f);

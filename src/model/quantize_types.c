@@ -136,6 +136,10 @@ strata_dtype strata__quant_tensor_type(const strata__quant_preset *p,
 	 * quantizes only tensors of two or more dimensions */
 	if (t->n_dims < 2)
 		return STRATA_DTYPE_F32;
+	/* the router stays f32 in every preset, as llama.cpp's converter
+	 * and llama-quantize keep ffn_gate_inp */
+	if (has(t->name, "ffn_gate_inp.weight"))
+		return STRATA_DTYPE_F32;
 	strata_dtype base = p->base;
 	if (!strata__quant_preset_is_block(p))
 		return base;
