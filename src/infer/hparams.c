@@ -286,6 +286,50 @@ static strata_status check(const strata_infer_hparams *hp, strata_error *err)
 	return STRATA_OK;
 }
 
+/* GGUF Phi-3 longrope: the divisor lists are tensors (the model layer
+ * checked both are vectors of head_dim / 2), read here: two small
+ * payload reads, the only ones making hyper-parameters takes. */
+static strata_status gguf_longrope(const strata_catalog *c,
+				   const strata_model_desc *d,
+				   strata_infer_hparams *hp, strata_error *err)
+{
+	if (!hp->gguf || d->rope_scaling.kind != STRATA_ROPE_LONGROPE)
+		return STRATA_OK;
+	strata_rope_scaling local = d->rope_scaling;
+	const char *names[2] = {"rope_factors_long.weight",
+				"rope_factors_short.weight"};
+	float *dst[2] = {local.long_factor, local.short_factor};
+	strata_weight_store *ws = NULL;
+	strata_status st = strata_weight_store_create(c, NULL, &ws, err);
+	unsigned char raw[256 * 4];
+	for (int i = 0; st == STRATA_OK && i < 2; i++) {
+		const strata_tensor *t = strata_catalog_find(c, names[i]);
+		if (!t || t->bytes > sizeof raw || t->elements != local.factor_count) {
+			st = strata_fail(err, STRATA_E_MODEL_TENSOR_SHAPE,
+					 "the file is corrupt; re-convert the model",
+					 "tensor '%s' is not a vector of %u",
+					 names[i], local.factor_count);
+			break;
+		}
+		void *const dsts[1] = {raw};
+		st = strata_weight_store_read(ws, &t, dsts, 1, err);
+		if (st == STRATA_OK)
+			st = strata_dtype_to_f32(t->dtype, raw, t->elements,
+						 dst[i], err);
+		for (uint32_t k = 0; st == STRATA_OK && k < local.factor_count; k++)
+			if (!(dst[i][k] > 0 && isfinite(dst[i][k])))
+				st = strata_fail(err, STRATA_E_MODEL_CONFIG,
+						 "fix or regenerate the GGUF file",
+						 "%s[%u] is %g, not a positive divisor",
+						 names[i], k, (double)dst[i][k]);
+	}
+	strata_weight_store_destroy(ws);
+	if (st)
+		return st;
+	origin o = {d, true, err};
+	return take_longrope(&o, &local, hp);
+}
+
 /* ------------------------------------------------------------------------ */
 
 const char *strata_infer_family_name(strata_infer_family f)
@@ -331,7 +375,8 @@ strata_status strata_infer_hparams_read(const char *model_path,
 				      "config.json",
 				      "%s: no config.json next to the weights",
 				      model_path);
-	if ((st = strata_infer_hparams_from_desc(&d, &hp, err)))
+	if ((st = strata_infer_hparams_from_desc(&d, &hp, err)) ||
+	    (st = gguf_longrope(c, &d, &hp, err)))
 		return st;
 	/* The one check of config against tensors that inspect makes too:
 	 * run and plan never use a vocab_size, head count or tie that the

@@ -212,7 +212,11 @@ static strata_status check_extra(const strata_catalog *c,
 {
 	for (size_t i = 0; i < strata_catalog_count(c); i++) {
 		const strata_tensor *x = strata_catalog_tensor(c, i);
-		if (used(t, x) || strata_str_ends_with(x->name, "rotary_emb.inv_freq"))
+		/* Phi-3's GGUF longrope factors are hyper-parameters, read
+		 * with them (hparams.c) */
+		if (used(t, x) || strata_str_ends_with(x->name, "rotary_emb.inv_freq") ||
+		    !strcmp(x->name, "rope_factors_long.weight") ||
+		    !strcmp(x->name, "rope_factors_short.weight"))
 			continue;
 		char shown[160];
 		strata_escape(shown, sizeof shown, x->name, strlen(x->name));

@@ -80,7 +80,9 @@ static bool ignorable(const char *name)
 	const char *inv = "rotary_emb.inv_freq";
 	size_t k = strlen(inv);
 	return (n >= k && !strcmp(name + n - k, inv)) ||
-	       !strcmp(name, "rope_freqs.weight");
+	       !strcmp(name, "rope_freqs.weight") ||
+	       !strcmp(name, "rope_factors_long.weight") ||
+	       !strcmp(name, "rope_factors_short.weight");
 }
 
 static uint64_t width(const strata_model_desc *d, dim x)

@@ -208,6 +208,39 @@ static strata_status moe_keys(meta *m, strata_model_desc *d)
 	return STRATA_OK;
 }
 
+/* Phi-3's longrope as llama.cpp's converter writes it: the divisor
+ * lists as tensors rope_factors_long/short (both, of head_dim / 2 or of
+ * the rope's dimensions / 2 entries; their values are payload, read by
+ * the forward pass's hyper-parameters, strata_infer_hparams_read), the
+ * original context and rope.scaling.attn_factor. */
+static strata_status phi3_longrope(meta *m, const strata_catalog *c,
+				   strata_model_desc *d)
+{
+	const strata_tensor *l = strata_catalog_find(c, "rope_factors_long.weight");
+	const strata_tensor *s = strata_catalog_find(c, "rope_factors_short.weight");
+	strata_rope_scaling *r = &d->rope_scaling;
+	uint64_t half = (d->rope_dims ? d->rope_dims : d->head_dim) / 2;
+	if (!l || !s || l->n_dims != 1 || s->n_dims != 1 ||
+	    l->shape_hf[0] != half || s->shape_hf[0] != half || !half ||
+	    half > 256)
+		return strata_fail(m->err, STRATA_E_MODEL_TENSOR_SHAPE,
+				   "the file is corrupt; re-convert the model",
+				   "GGUF Phi-3 longrope needs rope_factors_long.weight "
+				   "and rope_factors_short.weight, each a vector of "
+				   "%" PRIu64 " (at most 256)", half);
+	r->kind = STRATA_ROPE_LONGROPE;
+	snprintf(r->type, sizeof r->type, "longrope");
+	r->factor_count = (uint32_t)half;
+	strata_status st = get_num(m, "rope.scaling.attn_factor",
+				   &r->attention_factor);
+	if (!st && !r->original_max_position_embeddings)
+		st = strata_fail(m->err, STRATA_E_MODEL_CONFIG,
+				 "the file lacks hyperparameters; re-convert it with a current llama.cpp",
+				 "GGUF metadata: '%s.rope.scaling.original_context_length' "
+				 "is missing (longrope needs it)", m->arch);
+	return st;
+}
+
 /* What Qwen3, Gemma 2/3 and Phi-3 compute beyond llama, as llama.cpp's
  * GGUF holds it. Its converter stores Gemma's norms as 1 + w already, so
  * they are plain here; the scale of queries is 1/sqrt(head size) unless
@@ -223,9 +256,7 @@ static strata_status family_extras(meta *m, const strata_catalog *c,
 	if (f == STRATA_FAMILY_PHI3 &&
 	    (strata_catalog_find(c, "rope_factors_long.weight") ||
 	     strata_catalog_find(c, "rope_factors_short.weight")))
-		return strata_fail(m->err, STRATA_E_UNSUPPORTED,
-				   "use the Hugging Face checkpoint (strata runs its longrope) or a Phi-3 without rope scaling",
-				   "GGUF Phi-3 with longrope factor tensors is not supported yet");
+		return phi3_longrope(m, c, d);
 	if (f != STRATA_FAMILY_GEMMA2 && f != STRATA_FAMILY_GEMMA3)
 		return STRATA_OK;
 	d->sandwich_norms = d->embed_scaled = true;

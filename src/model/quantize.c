@@ -490,6 +490,38 @@ static strata_status hf_tensor(engine *e, strata_gguf_writer *w,
 	return add_job(e, w, &j, f, err);
 }
 
+/* Phi-3 longrope's two divisor lists as llama.cpp's converter writes
+ * them: rope_factors_long.weight and rope_factors_short.weight, f32. */
+static strata_status longrope_jobs(engine *e, strata_gguf_writer *w,
+				   const strata_model_desc *d,
+				   const rule_facts *f, strata_error *err)
+{
+	const strata_rope_scaling *r = &d->rope_scaling;
+	if (r->kind != STRATA_ROPE_LONGROPE)
+		return STRATA_OK;
+	const char *names[2] = {"rope_factors_long.weight",
+				"rope_factors_short.weight"};
+	const float *lists[2] = {r->long_factor, r->short_factor};
+	for (int i = 0; i < 2; i++) {
+		strata__quant_job j = {0};
+		j.n_dims = 1;
+		j.ne[0] = r->factor_count;
+		j.values = strata_alloc_or_error(r->factor_count * sizeof(float),
+						 "rope factors", err);
+		if (!j.values)
+			return STRATA_E_NOMEM;
+		memcpy(j.values, lists[i], r->factor_count * sizeof(float));
+		if (!(j.name = dup_str(names[i], err))) {
+			strata_free(j.values);
+			return STRATA_E_NOMEM;
+		}
+		strata_status s = add_job(e, w, &j, f, err);
+		if (s)
+			return s;
+	}
+	return STRATA_OK;
+}
+
 /* Hugging Face in: llama.cpp's converter metadata and names, the q/k
  * permutation, llama3's rope factors as rope_freqs.weight. */
 static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
@@ -518,7 +550,7 @@ static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
 	float *rf = NULL;
 	size_t n = strata_catalog_count(e->c);
 	if ((s = strata__quant_rope_factors(&d, &rf, err)) ||
-	    (s = jobs_alloc(e, n + 1, err))) {
+	    (s = jobs_alloc(e, n + 3, err))) {
 		strata_free(rf);
 		return s;
 	}
@@ -534,6 +566,8 @@ static strata_status hf_jobs(engine *e, const char *in, strata_gguf_writer *w,
 		if ((s = add_job(e, w, &j, &f, err)))
 			return s;
 	}
+	if ((s = longrope_jobs(e, w, &d, &f, err)))
+		return s;
 	for (size_t i = 0; i < n && !s; i++)
 		s = hf_tensor(e, w, &d, strata_catalog_tensor(e->c, i), &f, err);
 	return s;

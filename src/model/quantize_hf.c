@@ -260,13 +260,15 @@ static void moe_metadata(meta *m, const strata_model_desc *d)
 						   d->norm_topk_prob, m->err);
 }
 
-/* The rope scalings GGUF holds as metadata or as rope_freqs; Phi-3's
- * longrope (rope_factors_long/short tensors) is refused. */
+/* The rope scalings GGUF holds as metadata or as tensors (rope_freqs,
+ * Phi-3's rope_factors_long/short). */
 static strata_status check_rope(const strata_model_desc *d, strata_error *err)
 {
 	const strata_rope_scaling *r = &d->rope_scaling;
 	if (r->kind == STRATA_ROPE_DEFAULT || r->kind == STRATA_ROPE_LLAMA3 ||
-	    (r->kind == STRATA_ROPE_LINEAR && r->factor > 0))
+	    (r->kind == STRATA_ROPE_LINEAR && r->factor > 0) ||
+	    (r->kind == STRATA_ROPE_LONGROPE && d->family == STRATA_FAMILY_PHI3 &&
+	     r->factor_count && r->original_max_position_embeddings))
 		return STRATA_OK;
 	return strata_fail(err, STRATA_E_UNSUPPORTED,
 			   "run the Hugging Face checkpoint itself (strata runs "
@@ -309,6 +311,14 @@ strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
 		snprintf(k, sizeof k, "%s.rope.scaling.type", m.arch);
 		put_str(&m, k, "linear");
 		put_f32(&m, "rope.scaling.factor", r->factor);
+	}
+	if (r->kind == STRATA_ROPE_LONGROPE) {
+		/* llama.cpp's Phi-3 converter: the original context and the
+		 * cos/sin scale; the factors are tensors */
+		put_u32(&m, "rope.scaling.original_context_length",
+			r->original_max_position_embeddings);
+		put_f32(&m, "rope.scaling.attn_factor",
+			strata__quant_longrope_scale(d));
 	}
 	if (d->family == STRATA_FAMILY_GEMMA2 ||
 	    d->family == STRATA_FAMILY_GEMMA3)
@@ -363,4 +373,21 @@ strata_status strata__quant_rope_factors(const strata_model_desc *d,
 	}
 	*out = f;
 	return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Phi-3 longrope                                                           */
+/* ------------------------------------------------------------------------ */
+
+double strata__quant_longrope_scale(const strata_model_desc *d)
+{
+	const strata_rope_scaling *r = &d->rope_scaling;
+	if (r->attention_factor > 0)
+		return r->attention_factor;
+	/* transformers' default (and llama.cpp's converter's) from the ratio
+	 * of the context to the original one */
+	double orig = (double)r->original_max_position_embeddings;
+	double ratio = (d->max_positions ? (double)d->max_positions : 2048.0) /
+		       orig;
+	return ratio <= 1.0 ? 1.0 : sqrt(1.0 + log(ratio) / log(orig));
 }

@@ -76,6 +76,10 @@ strata_status strata__quant_hf_metadata(strata_gguf_writer *w,
  * the caller), or NULL with STRATA_OK when d's rope is not llama3. */
 strata_status strata__quant_rope_factors(const strata_model_desc *d,
 					 float **out, strata_error *err);
+/* Phi-3 longrope's cos/sin scale: config.json's attention_factor, else
+ * transformers' default from the context ratio (the value llama.cpp's
+ * converter writes as rope.scaling.attn_factor). */
+double strata__quant_longrope_scale(const strata_model_desc *d);
 /* The GGUF tokenizer.ggml.* pairs from model_dir/tokenizer.json
  * (quantize_vocab.c); nothing when there is no tokenizer.json. */
 strata_status strata__quant_hf_vocab(strata_gguf_writer *w,

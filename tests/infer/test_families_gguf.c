@@ -5,8 +5,8 @@
  * names are llama.cpp's (architecture, Gemma's four norms stored as
  * 1 + w, Phi-3's fused tensors, Qwen3's q/k norms, the q/k rows not
  * permuted); the mixture-of-experts models likewise, their experts
- * stacked as llama.cpp's ffn_*_exps with its expert keys; Phi-3 longrope
- * is refused with a clear error. */
+ * stacked as llama.cpp's ffn_*_exps with its expert keys; Phi-3
+ * longrope with llama.cpp's rope_factors_long/short tensors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,8 +73,11 @@ static strata_status quantize(const char *name, const char *type, char *out,
 	return strata_quantize(in, out, &o, NULL, err);
 }
 
-/* Prefill logits of the model at path, on the CPU. */
-static float *prefill(const char *path, const ref_data *r)
+/* Prefill logits of the model at path, on the CPU, with a KV cache of
+ * `context` positions (Phi-3 longrope: past its original 64, the long
+ * factors). */
+static float *prefill_in(const char *path, const ref_data *r,
+			 uint32_t context)
 {
 	ref_open m;
 	ref_open_model(path, &m);
@@ -86,7 +89,7 @@ static float *prefill(const char *path, const ref_data *r)
 			 STRATA_OK);
 	if (strata_forward_create(
 		    &(strata_forward_options){.hp = &m.hp, .compute = c,
-					      .src = &m.src, .context = CONTEXT,
+					      .src = &m.src, .context = context,
 					      .batch = 8, .sequences = 1},
 		    &f, &err))
 		fail_msg("%s: forward create: %s", path, err.message);
@@ -100,6 +103,11 @@ static float *prefill(const char *path, const ref_data *r)
 	strata_compute_destroy(c);
 	ref_close_model(&m);
 	return logits;
+}
+
+static float *prefill(const char *path, const ref_data *r)
+{
+	return prefill_in(path, r, CONTEXT);
 }
 
 static void read_f32(const strata_catalog *cat, const char *name, float *out,
@@ -439,22 +447,66 @@ static void test_dense_q8_0(void **state)
 	}
 }
 
-/* Refused with a message and nothing written. */
-static void expect_refused(const char *name, strata_status code,
-			   const char *says)
-{
-	char out[1024];
-	strata_error err;
-	assert_int_equal(quantize(name, "F32", out, sizeof out, &err), code);
-	if (!strstr(err.message, says))
-		fail_msg("%s: message '%s' lacks '%s'", name, err.message, says);
-	assert_int_equal(access(out, F_OK), -1);
-}
-
-static void test_refused(void **state)
+/* Phi-3 longrope: the divisor lists as llama.cpp's rope_factors_long
+ * and rope_factors_short tensors, the original context and attn_factor
+ * as keys; the GGUF runs as the Hugging Face folder with the short
+ * factors (context 64, transformers' float64 within 1e-4) and with the
+ * long ones (context 256, equal to the HF run). */
+static void test_longrope(void **state)
 {
 	(void)state;
-	expect_refused("phi3_longrope_f32", STRATA_E_UNSUPPORTED, "longrope");
+	const char *name = "phi3_longrope_f32";
+	char hf[1024], out[1024];
+	strata_error err;
+	if (quantize(name, "F32", out, sizeof out, &err))
+		fail_msg("%s: quantize: %s", name, err.message);
+	ref_data r;
+	ref_load_family(name, &r);
+	ref_family_path(hf, sizeof hf, name, NULL);
+	strata_catalog *g, *h;
+	assert_int_equal(strata_catalog_open(out, &g, &err), STRATA_OK);
+	assert_int_equal(strata_catalog_open(hf, &h, &err), STRATA_OK);
+	strata_model_desc d;
+	assert_int_equal(strata_model_describe(hf, h, &d, &err), STRATA_OK);
+	const strata_rope_scaling *rs = &d.rope_scaling;
+	float got[256];
+	read_f32(g, "rope_factors_long.weight", got, rs->factor_count);
+	assert_memory_equal(got, rs->long_factor, rs->factor_count * sizeof *got);
+	read_f32(g, "rope_factors_short.weight", got, rs->factor_count);
+	assert_memory_equal(got, rs->short_factor, rs->factor_count * sizeof *got);
+	const strata_gguf *m = strata_catalog_gguf(g);
+	expect_key(m, "phi3.rope.scaling.original_context_length",
+		   (double)rs->original_max_position_embeddings);
+	expect_key(m, "phi3.context_length", (double)d.max_positions);
+	double ratio = (double)d.max_positions /
+		       (double)rs->original_max_position_embeddings;
+	expect_key(m, "phi3.rope.scaling.attn_factor",
+		   rs->attention_factor > 0
+			   ? rs->attention_factor
+			   : sqrt(1 + log(ratio) /
+					      log((double)rs->original_max_position_embeddings)));
+	strata_catalog_destroy(g);
+	strata_catalog_destroy(h);
+	for (int i = 0; i < 2; i++) {
+		uint32_t context = i ? 256 : CONTEXT;
+		float *want = prefill_in(hf, &r, context);
+		float *gg = prefill_in(out, &r, context);
+		double same = worst_diff(gg, want, &r);
+		double ref = worst_diff(gg, r.logits, &r);
+		print_message("%s context %u: vs HF run %.2e, vs float64 %.2e\n",
+			      name, context, same, ref);
+		if (!(same <= SAME) || (!i && !(ref <= TOLERANCE)))
+			fail_msg("%s context %u: GGUF %.3g from the HF run, "
+				 "%.3g from float64", name, context, same, ref);
+		/* the long factors change the logits: they are applied */
+		if (i && !(ref > 1e-2))
+			fail_msg("%s: context 256 gave the short factors' logits",
+				 name);
+		strata_free(want);
+		strata_free(gg);
+	}
+	assert_int_equal(unlink(out), 0);
+	ref_free(&r);
 }
 
 int main(void)
@@ -464,7 +516,7 @@ int main(void)
 		cmocka_unit_test(test_dense_q8_0),
 		cmocka_unit_test(test_moe_f32),
 		cmocka_unit_test(test_moe_q8_0),
-		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_longrope),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
