@@ -57,7 +57,7 @@ cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
 /* Whether the tensor-core prefill kernel (kernels_flash.cu) takes a call:
  * two queries or more, head size 64 or 128, at least min_blocks blocks of
  * work (fewer go to strata__cuda_attention, which splits keys), and a
- * device whose blocks may take the kernel's shared memory (174 KiB at
+ * device whose blocks may take the kernel's shared memory (72 KiB at
  * head size 128). */
 int strata__cuda_flash_takes(uint32_t n, uint32_t heads, uint32_t kv_heads,
 			     uint32_t head_dim, uint32_t min_blocks);

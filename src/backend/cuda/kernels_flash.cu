@@ -6,11 +6,14 @@
  * A block takes FA_ROWS "rows" of one key/value head: row r of kv head g is
  * query r / group of query head g * group + r % group, so the query heads
  * that share a kv head read each tile of keys and values once. Each of the
- * FA_WARPS warps owns 16 rows. Per tile of FA_KEYS keys: the tile is loaded
- * into shared memory, each warp forms its 16 x FA_KEYS scores with WMMA
- * (bf16 inputs, f32 accumulation), the running softmax of each row updates
- * its maximum and sum and rescales the row's output, and the warp adds P . V
- * (again on tensor cores) to its output rows, which live in shared memory.
+ * FA_WARPS warps owns 16 rows and keeps everything of them in registers, as
+ * FlashAttention-2 does: its queries as mma A fragments, its scores of a
+ * tile of FA_KEYS keys (16 x 64, from mma.sync m16n8k16), the running
+ * softmax's maximum and sum, and its 16 x D output. The scores' accumulator
+ * layout is the A fragment layout of the next product, so the softmax's
+ * weights go into P . V without passing through shared memory; only the
+ * tile's keys (row-major) and values (transposed) are shared, converted to
+ * bf16 once per block and tile.
  *
  * Precision: the f32 queries, keys, values and weights are each split into
  * a bf16 term and the bf16 of the remainder (hi + lo, about 16 bits), and a
@@ -24,22 +27,16 @@
  * Head sizes of 64 and 128 run here; others, decode (one query) and calls
  * with too few rows to fill the device go to kernels_attention.cu.
  */
-#include <mma.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.h"
 
-using namespace nvcuda;
-
-#define FA_WARPS 8
+#define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_ROWS (FA_WARPS * 16) /* rows of a block: 16 per warp */
 #define FA_KEYS 64		/* keys of a tile */
-/* A score row: FA_KEYS f32, or after the softmax its weights as bf16 hi at
- * element 0 and lo at element FA_PLO (both 32-byte aligned, as WMMA's loads
- * want), 288 bytes either way. */
-#define FA_LDS 72
-#define FA_PLO 80
 
 typedef __nv_bfloat16 bf16;
 
@@ -47,52 +44,70 @@ typedef struct fa_args {
 	float *out;
 	const float *q, *k, *v;
 	uint32_t n, pos0, heads, kv_heads, window;
-	float scale;
+	float scale; /* times log2(e): the softmax runs on exp2 */
+	int vec4;    /* keys and values 16-byte aligned: float4 loads */
 } fa_args;
 
-/* Shared memory of one block, for head size D: the tile's keys and values
- * (hi, lo; the queries' hi and lo use the same bytes before the first
- * tile), the scores, and the output rows. Row strides keep every WMMA
- * fragment's start 32-byte aligned. */
+/* Shared memory of one block for head size D and T terms: per term the
+ * tile's keys [key][dim] and values transposed [dim][key], both bf16; the
+ * row strides (+8 elements) make every fragment load of a warp hit 32
+ * distinct banks. */
 template <int D> struct fa_smem {
-	static constexpr int LDH = D + 8; /* bf16 row stride, keys and values */
-	static constexpr int LDO = D + 4; /* f32 row stride of the output */
-	static constexpr size_t HALF_TILE = (size_t)FA_KEYS * LDH;
-	static constexpr size_t KV_BYTES = 4 * HALF_TILE * sizeof(bf16);
-	static constexpr size_t Q_BYTES = 2 * (size_t)FA_ROWS * LDH * sizeof(bf16);
-	static constexpr size_t S_BYTES = (size_t)FA_ROWS * FA_LDS * sizeof(float);
-	static constexpr size_t O_BYTES = (size_t)FA_ROWS * LDO * sizeof(float);
-	static constexpr size_t TOTAL = KV_BYTES + S_BYTES + O_BYTES;
-	static_assert(Q_BYTES <= KV_BYTES, "the queries fit the tile's bytes");
+	static constexpr int LDK = D + 8;
+	static constexpr int LDV = FA_KEYS + 8;
+	static constexpr size_t K_ELEMS = (size_t)FA_KEYS * LDK;
+	static constexpr size_t V_ELEMS = (size_t)D * LDV;
+	static constexpr size_t TERM_BYTES = (K_ELEMS + V_ELEMS) * sizeof(bf16);
+	static constexpr size_t bytes(int terms)
+	{
+		return (terms > 1 ? 2 : 1) * TERM_BYTES;
+	}
 };
-
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>
-	frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>
-	frag_bt; /* K^T from row-major keys */
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>
-	frag_b;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 /* ------------------------------------------------------------------------ */
 
-__device__ __forceinline__ void split_store(bf16 *hi, bf16 *lo, float x)
+__device__ __forceinline__ uint32_t pack2(bf16 a, bf16 b)
 {
-	bf16 h = __float2bfloat16_rn(x);
-	*hi = h;
-	*lo = __float2bfloat16_rn(x - __bfloat162float(h));
+	return (uint32_t)__bfloat16_as_ushort(a) |
+	       ((uint32_t)__bfloat16_as_ushort(b) << 16);
 }
 
-/* acc += a . b over the split terms (terms 3: hi.hi + hi.lo + lo.hi). */
-template <typename FB>
-__device__ __forceinline__ void mma_terms(frag_c &acc, const frag_a &ah,
-					  const frag_a &al, const FB &bh,
-					  const FB &bl, int terms)
+/* x, y (consecutive along k) as the bf16 pair hi and the pair of their
+ * remainders lo. */
+__device__ __forceinline__ void split2(float x, float y, uint32_t &hi,
+				       uint32_t &lo)
 {
-	wmma::mma_sync(acc, ah, bh, acc);
-	if (terms > 1) {
-		wmma::mma_sync(acc, ah, bl, acc);
-		wmma::mma_sync(acc, al, bh, acc);
+	const bf16 hx = __float2bfloat16_rn(x), hy = __float2bfloat16_rn(y);
+	hi = pack2(hx, hy);
+	lo = pack2(__float2bfloat16_rn(x - __bfloat162float(hx)),
+		   __float2bfloat16_rn(y - __bfloat162float(hy)));
+}
+
+/* c (16 x 8, f32) += a (16 x 16, bf16, row-major) . b (16 x 8, bf16). */
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
+					 uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+		       "r"(b1));
+}
+
+/* c += a . b over the terms (T 3: hi.hi + hi.lo + lo.hi). */
+template <int T>
+__device__ __forceinline__ void mma_terms(float c[4], const uint32_t ah[4],
+					  const uint32_t al[4], const bf16 *bh,
+					  const bf16 *bl, int off8)
+{
+	const uint32_t h0 = *(const uint32_t *)bh;
+	const uint32_t h1 = *(const uint32_t *)(bh + off8);
+	mma16816(c, ah, h0, h1);
+	if (T > 1) {
+		mma16816(c, ah, *(const uint32_t *)bl,
+			 *(const uint32_t *)(bl + off8));
+		mma16816(c, al, h0, h1);
 	}
 }
 
@@ -102,235 +117,236 @@ __device__ __forceinline__ uint64_t first_key(uint64_t p, uint32_t window)
 	return window && p + 1 > window ? p + 1 - window : 0;
 }
 
-/* Rows [row0, row0 + FA_ROWS) of kv head kvh: the queries split into the
- * tile bytes, then each warp's 16 rows as fragments; the output rows
- * zeroed. */
-template <int D>
-__device__ __forceinline__ void load_queries(const fa_args &a, uint64_t row0,
-					     uint32_t kvh, bf16 *tile,
-					     float *so, frag_a *qh, frag_a *ql)
+/* Four consecutive floats (aligned to 16 bytes when vec4). */
+__device__ __forceinline__ float4 load4(const float *p, int vec4)
 {
-	typedef fa_smem<D> L;
-	const uint32_t group = a.heads / a.kv_heads, warp = threadIdx.x >> 5;
-	const uint64_t rows = (uint64_t)a.n * group;
-	bf16 *hi = tile, *lo = tile + (size_t)FA_ROWS * L::LDH;
-	for (uint32_t idx = threadIdx.x; idx < FA_ROWS * D; idx += FA_THREADS) {
-		const uint32_t row = idx / D, e = idx % D;
-		const uint64_t r = row0 + row;
-		float x = 0.0f;
-		if (r < rows)
-			x = a.q[((r / group) * a.heads + (uint64_t)kvh * group +
-				 r % group) * D + e];
-		split_store(&hi[row * L::LDH + e], &lo[row * L::LDH + e], x);
-		so[row * L::LDO + e] = 0.0f;
-	}
-	__syncthreads();
-#pragma unroll
-	for (int c = 0; c < D / 16; c++) {
-		wmma::load_matrix_sync(qh[c], hi + warp * 16 * L::LDH + c * 16,
-				       L::LDH);
-		wmma::load_matrix_sync(ql[c], lo + warp * 16 * L::LDH + c * 16,
-				       L::LDH);
-	}
-	__syncthreads(); /* the tile bytes are free for keys */
+	if (vec4)
+		return *(const float4 *)p;
+	return make_float4(p[0], p[1], p[2], p[3]);
 }
 
-/* Keys and values t0 .. t0 + FA_KEYS of kv head kvh, split; rows past cnt
- * are zero. */
-template <int D>
+/* Keys and values t0 .. t0 + FA_KEYS of kv head kvh into the shared tile
+ * (keys row-major, values transposed), split per term; keys past cnt are
+ * zero. */
+template <int D, int T>
 __device__ __forceinline__ void load_tile(const fa_args &a, uint64_t t0,
 					  uint32_t cnt, uint32_t kvh,
-					  bf16 *tile)
+					  bf16 *sh)
 {
 	typedef fa_smem<D> L;
 	const uint64_t kv_stride = (uint64_t)a.kv_heads * D;
-	bf16 *kh = tile, *kl = tile + L::HALF_TILE;
-	bf16 *vh = tile + 2 * L::HALF_TILE, *vl = tile + 3 * L::HALF_TILE;
-	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D; idx += FA_THREADS) {
-		const uint32_t kk = idx / D, e = idx % D;
-		float kx = 0.0f, vx = 0.0f;
-		if (kk < cnt) {
-			const uint64_t at =
-				(t0 + kk) * kv_stride + (uint64_t)kvh * D + e;
-			kx = a.k[at];
-			vx = a.v[at];
+	bf16 *kh = sh, *vh = sh + L::K_ELEMS;
+	bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
+	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / 4;
+	     idx += FA_THREADS) {
+		const uint32_t key = idx / (D / 4), e = idx % (D / 4) * 4;
+		float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
+		if (key < cnt) {
+			const uint64_t at = (t0 + key) * kv_stride +
+					    (uint64_t)kvh * D + e;
+			kx = load4(a.k + at, a.vec4);
+			vx = load4(a.v + at, a.vec4);
 		}
-		const uint32_t s = kk * L::LDH + e;
-		split_store(&kh[s], &kl[s], kx);
-		split_store(&vh[s], &vl[s], vx);
+		uint32_t h0, l0, h1, l1;
+		split2(kx.x, kx.y, h0, l0);
+		split2(kx.z, kx.w, h1, l1);
+		*(uint2 *)&kh[key * L::LDK + e] = make_uint2(h0, h1);
+		if (T > 1)
+			*(uint2 *)&kl[key * L::LDK + e] = make_uint2(l0, l1);
+		const float vv[4] = {vx.x, vx.y, vx.z, vx.w};
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const bf16 h = __float2bfloat16_rn(vv[j]);
+			vh[(e + j) * L::LDV + key] = h;
+			if (T > 1)
+				vl[(e + j) * L::LDV + key] = __float2bfloat16_rn(
+					vv[j] - __bfloat162float(h));
+		}
 	}
 }
 
-/* The running softmax of row `row` (two lanes per row, 32 keys each) over
- * the tile's scores, which it replaces with the weights (hi, lo); the
- * row's output rescaled. m and l are the row's maximum and sum so far. */
-template <int D>
-__device__ __forceinline__ void softmax_row(const fa_args &a, float *srow,
-					    float *orow, uint64_t t0,
-					    uint64_t first, uint64_t pos,
-					    float &m, float &l)
+/* A row's query index in q and out (units of D floats). */
+__device__ __forceinline__ uint64_t row_at(const fa_args &a, uint64_t r,
+					   uint32_t kvh, uint32_t group)
 {
-	const uint32_t half = threadIdx.x & 1;
-	float sv[32], tm = -INFINITY;
-#pragma unroll
-	for (int j = 0; j < 32; j++) {
-		const uint64_t t = t0 + half * 32 + j;
-		const bool ok = t >= first && t <= pos; /* causal, window */
-		sv[j] = ok ? srow[half * 32 + j] * a.scale : -INFINITY;
-		tm = fmaxf(tm, sv[j]);
-	}
-	tm = fmaxf(tm, __shfl_xor_sync(STRATA__FULL_MASK, tm, 1));
-	const float nm = fmaxf(m, tm);
-	/* no key yet (nm -inf): nothing to rescale; else c = 0 on the
-	 * row's first keys, where m is -inf */
-	const float c = nm == -INFINITY ? 1.0f : expf(m - nm);
-	__syncwarp(); /* both lanes have read the scores the weights replace */
-	bf16 *ph = (bf16 *)srow, *pl = ph + FA_PLO;
-	float rs = 0.0f;
-#pragma unroll
-	for (int j = 0; j < 32; j++) {
-		const float p = sv[j] == -INFINITY ? 0.0f : expf(sv[j] - nm);
-		rs += p;
-		split_store(&ph[half * 32 + j], &pl[half * 32 + j], p);
-	}
-	rs += __shfl_xor_sync(STRATA__FULL_MASK, rs, 1);
-	l = l * c + rs;
-	m = nm;
-	for (uint32_t e = half * (D / 2); e < (half + 1) * (D / 2); e++)
-		orow[e] *= c;
-}
-
-/* One warp's 16 rows: scores against the tile's keys into s (16 x FA_KEYS,
- * ldm FA_LDS). */
-template <int D>
-__device__ __forceinline__ void warp_scores(const frag_a *qh, const frag_a *ql,
-					    const bf16 *tile, float *s,
-					    int terms)
-{
-	typedef fa_smem<D> L;
-	const bf16 *kh = tile, *kl = tile + L::HALF_TILE;
-#pragma unroll
-	for (int kb = 0; kb < FA_KEYS / 16; kb++) {
-		frag_c acc;
-		wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-		for (int c = 0; c < D / 16; c++) {
-			frag_bt bh, bl;
-			const size_t at = (size_t)kb * 16 * L::LDH + c * 16;
-			wmma::load_matrix_sync(bh, kh + at, L::LDH);
-			if (terms > 1)
-				wmma::load_matrix_sync(bl, kl + at, L::LDH);
-			mma_terms(acc, qh[c], ql[c], bh, bl, terms);
-		}
-		wmma::store_matrix_sync(s + kb * 16, acc, FA_LDS,
-					wmma::mem_row_major);
-	}
-}
-
-/* One warp's 16 output rows o (ldm LDO) += P (the weights in s) . V. */
-template <int D>
-__device__ __forceinline__ void warp_values(const float *s, const bf16 *tile,
-					    float *o, int terms)
-{
-	typedef fa_smem<D> L;
-	const bf16 *vh = tile + 2 * L::HALF_TILE, *vl = tile + 3 * L::HALF_TILE;
-	const bf16 *ph = (const bf16 *)s, *pl = ph + FA_PLO;
-	frag_a pah[FA_KEYS / 16], pal[FA_KEYS / 16];
-#pragma unroll
-	for (int kb = 0; kb < FA_KEYS / 16; kb++) {
-		wmma::load_matrix_sync(pah[kb], ph + kb * 16, 2 * FA_LDS);
-		wmma::load_matrix_sync(pal[kb], pl + kb * 16, 2 * FA_LDS);
-	}
-#pragma unroll 2
-	for (int db = 0; db < D / 16; db++) {
-		frag_c acc;
-		wmma::load_matrix_sync(acc, o + db * 16, L::LDO,
-				       wmma::mem_row_major);
-#pragma unroll
-		for (int kb = 0; kb < FA_KEYS / 16; kb++) {
-			frag_b bh, bl;
-			const size_t at = (size_t)kb * 16 * L::LDH + db * 16;
-			wmma::load_matrix_sync(bh, vh + at, L::LDH);
-			if (terms > 1)
-				wmma::load_matrix_sync(bl, vl + at, L::LDH);
-			mma_terms(acc, pah[kb], pal[kb], bh, bl, terms);
-		}
-		wmma::store_matrix_sync(o + db * 16, acc, L::LDO,
-					wmma::mem_row_major);
-	}
+	return (r / group) * a.heads + (uint64_t)kvh * group + r % group;
 }
 
 /* One block per (FA_ROWS rows, kv head); the row tiles run last first, so
- * the longest (latest queries, most keys) start first. */
-template <int D>
+ * the longest (latest queries, most keys) start first. Lane l of a warp
+ * holds rows g = l / 4 and g + 8 of the warp's 16, columns 2 (l % 4) and
+ * 2 (l % 4) + 1 of every 8-wide fragment (mma.sync's accumulator layout). */
+template <int D, int T>
 __global__ void __launch_bounds__(FA_THREADS)
-	flash_attention_kernel(fa_args a, int terms)
+	flash_attention_kernel(fa_args a)
 {
 	typedef fa_smem<D> L;
 	extern __shared__ __align__(128) unsigned char fa_sh[];
-	bf16 *tile = (bf16 *)fa_sh;
-	float *ss = (float *)(fa_sh + L::KV_BYTES);
-	float *so = (float *)(fa_sh + L::KV_BYTES + L::S_BYTES);
+	bf16 *sh = (bf16 *)fa_sh;
+	const bf16 *kh = sh, *vh = sh + L::K_ELEMS;
+	const bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
 	const uint32_t group = a.heads / a.kv_heads, kvh = blockIdx.y;
 	const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const uint32_t g = lane >> 2, t2 = (lane & 3) * 2;
 	const uint64_t rows = (uint64_t)a.n * group;
 	const uint64_t row0 = (uint64_t)(gridDim.x - 1 - blockIdx.x) * FA_ROWS;
 	const uint64_t last = (row0 + FA_ROWS < rows ? row0 + FA_ROWS : rows) - 1;
 	const uint64_t hi = a.pos0 + last / group + 1;
 	const uint64_t lo = first_key(a.pos0 + row0 / group, a.window);
 
-	frag_a qh[D / 16], ql[D / 16];
-	load_queries<D>(a, row0, kvh, tile, so, qh, ql);
+	/* this lane's two rows; a padding row past the last takes the last
+	 * one's position, so it never meets an empty row */
+	uint64_t r[2], pos[2], first[2];
+	bool live[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const uint64_t want = row0 + warp * 16 + g + 8 * h;
+		live[h] = want < rows;
+		r[h] = live[h] ? want : rows - 1;
+		pos[h] = a.pos0 + r[h] / group;
+		first[h] = first_key(pos[h], a.window);
+	}
 
-	/* this lane's row (two lanes a row); a padding row past the last
-	 * takes the last one's position, so it never meets an empty row */
-	const uint32_t mine = warp * 16 + (lane >> 1);
-	const uint64_t r = row0 + mine < rows ? row0 + mine : rows - 1;
-	const uint64_t pos = a.pos0 + r / group, first = first_key(pos, a.window);
-	float *srow = ss + (size_t)mine * FA_LDS, *orow = so + (size_t)mine * L::LDO;
-	float *swarp = ss + (size_t)warp * 16 * FA_LDS;
-	float *owarp = so + (size_t)warp * 16 * L::LDO;
-	float m = -INFINITY, l = 0.0f;
+	/* the queries as A fragments, k-step c: registers {row g, k 2t},
+	 * {row g+8, k 2t}, {row g, k 2t+8}, {row g+8, k 2t+8} */
+	uint32_t qh[D / 16][4], ql[D / 16][4];
+#pragma unroll
+	for (int c = 0; c < D / 16; c++) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int h = i & 1, kof = c * 16 + t2 + (i >> 1) * 8;
+			const float *p = a.q + row_at(a, r[h], kvh, group) * D + kof;
+			const float x = live[h] ? p[0] : 0.f;
+			const float y = live[h] ? p[1] : 0.f;
+			split2(x, y, qh[c][i], ql[c][i]);
+		}
+	}
+
+	float o[D / 8][4];
+#pragma unroll
+	for (int j = 0; j < D / 8; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
 	for (uint64_t t0 = lo; t0 < hi; t0 += FA_KEYS) {
 		const uint32_t cnt =
 			(uint32_t)(hi - t0 < FA_KEYS ? hi - t0 : FA_KEYS);
-		load_tile<D>(a, t0, cnt, kvh, tile);
+		__syncthreads(); /* the last tile is read */
+		load_tile<D, T>(a, t0, cnt, kvh, sh);
 		__syncthreads();
-		warp_scores<D>(qh, ql, tile, swarp, terms);
-		__syncwarp();
-		softmax_row<D>(a, srow, orow, t0, first, pos, m, l);
-		__syncwarp();
-		warp_values<D>(swarp, tile, owarp, terms);
-		__syncthreads(); /* the tile is read before the next loads */
+
+		/* scores: 8 fragments of 16 x 8 keys */
+		float s[FA_KEYS / 8][4];
+#pragma unroll
+		for (int j = 0; j < FA_KEYS / 8; j++) {
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+			const size_t at = (size_t)(j * 8 + g) * L::LDK + t2;
+#pragma unroll
+			for (int c = 0; c < D / 16; c++)
+				mma_terms<T>(s[j], qh[c], ql[c], kh + at + c * 16,
+					     kl + at + c * 16, 8);
+		}
+
+		/* the online softmax, per row: mask, maximum over the quad */
+		float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+		for (int j = 0; j < FA_KEYS / 8; j++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int h = i >> 1;
+				const uint64_t key = t0 + j * 8 + t2 + (i & 1);
+				const bool ok = key >= first[h] && key <= pos[h];
+				s[j][i] = ok ? s[j][i] * a.scale : -INFINITY;
+				mx[h] = fmaxf(mx[h], s[j][i]);
+			}
+		float c[2];
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(STRATA__FULL_MASK,
+							     mx[h], 1));
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(STRATA__FULL_MASK,
+							     mx[h], 2));
+			const float nm = fmaxf(m[h], mx[h]);
+			/* no key yet (nm -inf): nothing to rescale; else c
+			 * = 0 on the row's first keys, where m is -inf */
+			c[h] = nm == -INFINITY ? 1.0f : exp2f(m[h] - nm);
+			m[h] = nm;
+			l[h] *= c[h]; /* this lane's part of the sum */
+		}
+#pragma unroll
+		for (int j = 0; j < D / 8; j++) {
+			o[j][0] *= c[0];
+			o[j][1] *= c[0];
+			o[j][2] *= c[1];
+			o[j][3] *= c[1];
+		}
+
+		/* the weights, straight into P . V's A fragments: keys of
+		 * k-step ks are score fragments 2 ks and 2 ks + 1 */
+#pragma unroll
+		for (int ks = 0; ks < FA_KEYS / 16; ks++) {
+			uint32_t ph[4], pl[4];
+#pragma unroll
+			for (int f = 0; f < 2; f++) {
+				float p[4];
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const float sv = s[2 * ks + f][i];
+					p[i] = sv == -INFINITY
+						       ? 0.f
+						       : exp2f(sv - m[i >> 1]);
+					l[i >> 1] += p[i];
+				}
+				split2(p[0], p[1], ph[2 * f], pl[2 * f]);
+				split2(p[2], p[3], ph[2 * f + 1], pl[2 * f + 1]);
+			}
+#pragma unroll
+			for (int j = 0; j < D / 8; j++) {
+				const size_t at = (size_t)(j * 8 + g) * L::LDV +
+						  ks * 16 + t2;
+				mma_terms<T>(o[j], ph, pl, vh + at, vl + at, 8);
+			}
+		}
 	}
-	if (row0 + mine >= rows)
-		return;
-	const float inv = 1.0f / l;
-	const uint32_t half = lane & 1;
-	float *dst = a.out + ((r / group) * a.heads + (uint64_t)kvh * group +
-			      r % group) * D;
-	for (uint32_t e = half * (D / 2); e < (half + 1) * (D / 2); e++)
-		dst[e] = orow[e] * inv;
+
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		l[h] += __shfl_xor_sync(STRATA__FULL_MASK, l[h], 1);
+		l[h] += __shfl_xor_sync(STRATA__FULL_MASK, l[h], 2);
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		if (!live[h])
+			continue;
+		const float inv = 1.0f / l[h];
+		float *dst = a.out + row_at(a, r[h], kvh, group) * D + t2;
+#pragma unroll
+		for (int j = 0; j < D / 8; j++) {
+			dst[j * 8] = o[j][2 * h] * inv;
+			dst[j * 8 + 1] = o[j][2 * h + 1] * inv;
+		}
+	}
 }
 
 /* ------------------------------------------------------------------------ */
 
-template <int D>
-static cudaError_t launch(cudaStream_t s, const fa_args &a, int terms)
+template <int D, int T>
+static cudaError_t launch(cudaStream_t s, const fa_args &a)
 {
 	/* above 48 KiB of shared memory a kernel must ask for it, on each
-	 * device; asked once per head size and device (the call is
-	 * idempotent, so a race between threads is harmless) */
+	 * device; asked once per kernel and device (the call is idempotent,
+	 * so a race between threads is harmless) */
 	static unsigned long long asked = 0;
+	const size_t bytes = fa_smem<D>::bytes(T);
 	int dev = 0;
 	cudaError_t e = cudaGetDevice(&dev);
 	if (e != cudaSuccess)
 		return e;
 	const unsigned long long bit = 1ull << (dev & 63);
 	if (dev >= 64 || !(asked & bit)) {
-		e = cudaFuncSetAttribute(flash_attention_kernel<D>,
+		e = cudaFuncSetAttribute(flash_attention_kernel<D, T>,
 					 cudaFuncAttributeMaxDynamicSharedMemorySize,
-					 (int)fa_smem<D>::TOTAL);
+					 (int)bytes);
 		if (e != cudaSuccess)
 			return e;
 		if (dev < 64)
@@ -338,8 +354,7 @@ static cudaError_t launch(cudaStream_t s, const fa_args &a, int terms)
 	}
 	const uint64_t rows = (uint64_t)a.n * (a.heads / a.kv_heads);
 	dim3 grid((unsigned)((rows + FA_ROWS - 1) / FA_ROWS), a.kv_heads);
-	flash_attention_kernel<D><<<grid, FA_THREADS, fa_smem<D>::TOTAL, s>>>(
-		a, terms);
+	flash_attention_kernel<D, T><<<grid, FA_THREADS, bytes, s>>>(a);
 	return cudaGetLastError();
 }
 
@@ -370,8 +385,8 @@ extern "C" int strata__cuda_flash_takes(uint32_t n, uint32_t heads,
 {
 	if (n < 2 || (head_dim != 64 && head_dim != 128))
 		return 0;
-	const size_t need = head_dim == 64 ? fa_smem<64>::TOTAL
-					   : fa_smem<128>::TOTAL;
+	const size_t need = head_dim == 64 ? fa_smem<64>::bytes(3)
+					   : fa_smem<128>::bytes(3);
 	if (smem_optin() < need)
 		return 0;
 	const uint64_t rows = (uint64_t)n * (heads / kv_heads);
@@ -385,13 +400,16 @@ extern "C" cudaError_t strata__cuda_flash_attention(
 	uint32_t kv_heads, uint32_t head_dim, uint32_t window, float scale,
 	int terms)
 {
-	fa_args a = {out, q, k, v, n, pos0, heads, kv_heads, window, scale};
-	terms = terms == 1 ? 1 : 3;
+	const int vec4 = !(((uintptr_t)k | (uintptr_t)v) & 15);
+	fa_args a = {out,      q,      k,	   v,
+		     n,	       pos0,   heads,	   kv_heads,
+		     window,   scale * 1.4426950408889634f, vec4};
+	const bool one = terms == 1;
 	switch (head_dim) {
 	case 64:
-		return launch<64>(s, a, terms);
+		return one ? launch<64, 1>(s, a) : launch<64, 3>(s, a);
 	case 128:
-		return launch<128>(s, a, terms);
+		return one ? launch<128, 1>(s, a) : launch<128, 3>(s, a);
 	}
 	return cudaErrorInvalidValue;
 }
