@@ -2,10 +2,11 @@
  * block type, as stored, against the CPU's on the same bytes: decoding
  * (to_f32 and embedding rows) bit for bit equal to strata_block_decode,
  * products through the GEMV (1..8 rows, with and without a bias) and the
- * decode-then-SGEMM path (more rows, in slices of the workspace) within
- * 1e-4 relative of the CPU's stored product (only the summation order
- * differs: both take f32 activations), and rows that are not whole blocks
- * refused (layer: backend tests). Skipped (77) without a CUDA device. */
+ * decode-then-SGEMM path (more rows, in slices of the workspace) and the
+ * tensor-core path (bf16 hi + lo tiles) within 1e-4 relative of the CPU's
+ * stored product (only the summation order differs, and ~16 bits kept on
+ * tensor cores), the memory-rate GEMV on its awkward shapes, and rows that
+ * are not whole blocks refused (layer: backend tests). Skipped (77) without a CUDA device. */
 #include "backend/kernels_fixture.h"
 
 #include "support/gpu_skip.h"
@@ -107,6 +108,10 @@ static void test_decoding_is_bit_exact(void **state)
 	}
 }
 
+/* Bytes past the device buffer's (256-byte aligned) start that
+ * check_product places the weights at. */
+static uint32_t w_offset;
+
 static void check_product(strata_weight_type t, uint32_t n, uint32_t in,
 			  uint32_t out, bool bias)
 {
@@ -118,7 +123,8 @@ static void check_product(strata_weight_type t, uint32_t n, uint32_t in,
 	cuda_test_fill(x, (size_t)n * in, n * 31 + in, 1.0f);
 	cuda_test_fill(b, out, out, 1.0f);
 	OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){t, h, out, in}, bias ? b : NULL, n, ERR));
-	void *dw = upload(h, bytes);
+	char *dw = (char *)dev_alloc(bytes + 16) + w_offset;
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, dw, h, bytes, ERR));
 	float *dx = upload(x, (uint64_t)n * in * 4);
 	float *db = upload(b, (uint64_t)out * 4);
 	float *dy = dev_alloc((uint64_t)n * out * 4);
@@ -151,9 +157,101 @@ static void test_sgemm_path_matches_cpu(void **state)
 	/* the workspace starts at nothing (the GEMV uses none), so the first
 	 * product, 9 rows of 512, decodes 9 weight rows a slice: 12 slices,
 	 * the last of one row */
+	strata__cuda_quant_prefill = 0;
 	for (size_t i = 0; i < TYPES; i++) {
 		check_product(types[i], 9, 512, 100, true);
 		check_product(types[i], 40, 1024, 257, false);
+	}
+	strata__cuda_quant_prefill = 1;
+}
+
+/* The default for more than the GEMV's rows: bf16 tiles on tensor cores,
+ * x and the weights each split hi + lo, within the f32 tolerance; tiles
+ * of several column chunks (kc_max) and of many row tiles (a workspace
+ * of only n x in x 4 bytes), in every type. */
+static void test_tensor_core_path_matches_cpu(void **state)
+{
+	(void)state;
+	assert_int_equal(strata__cuda_quant_prefill, 1);
+	for (size_t i = 0; i < TYPES; i++) {
+		check_product(types[i], 9, 512, 100, true);
+		check_product(types[i], 40, 1024, 257, false);
+		strata__cuda_quant_kc_max = 256; /* four column chunks */
+		check_product(types[i], 33, 1024, 130, i % 2 == 1);
+		strata__cuda_quant_kc_max = 0;
+	}
+	/* a prefill-sized product: 600 rows, one chunk per 2048 columns */
+	check_product(STRATA_WEIGHT_Q8_0, 600, 4096, 96, true);
+	check_product(STRATA_WEIGHT_Q4_K, 128, 2304, 512, false);
+}
+
+/* Prefill precision bf16 (inputs and weights rounded to bf16 once, one
+ * product): within half precision's tolerance of the CPU. */
+static void test_tensor_core_bf16_precision(void **state)
+{
+	(void)state;
+	strata__cuda_compute *k = F.gpu->ctx;
+	const int terms = k->prefill_terms;
+	k->prefill_terms = 1;
+	for (size_t i = 0; i < TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(types[i]);
+		const uint32_t n = 24, in = 1024, out = 200;
+		uint64_t bytes = weight_bytes(types[i], out, in);
+		unsigned char *h = random_blocks(bt, bytes);
+		float *x = host_floats((size_t)n * in);
+		float *want = host_floats((size_t)n * out);
+		float *got = host_floats((size_t)n * out);
+		cuda_test_fill(x, (size_t)n * in, 5 + i, 1.0f);
+		OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){types[i], h, out, in}, NULL, n, ERR));
+		void *dw = upload(h, bytes);
+		float *dx = upload(x, (uint64_t)n * in * 4);
+		float *dy = dev_alloc((uint64_t)n * out * 4);
+		OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){types[i], dw, out, in}, NULL, n, ERR));
+		download(got, dy, (uint64_t)n * out * 4);
+		char what[64];
+		snprintf(what, sizeof what, "%s n=%u bf16 once",
+			 strata_weight_type_name(types[i]), n);
+		expect_close(what, want, got, (size_t)n * out, 2e-2);
+		dev_free_all();
+		free(h), free(x), free(want), free(got);
+	}
+	k->prefill_terms = terms;
+}
+
+/* The memory-rate GEMV (kernels_qgemv.cu) on the shapes that stress its
+ * indexing: rows of blocks that do not fill a warp step (Q8_0 and Q4_0 on
+ * 800 and 96 columns), rows that start off a word boundary (34 x 25
+ * bytes), weights 4 bytes past a 16-byte boundary, every row split and
+ * both unrolls, against the CPU. */
+static void test_fast_gemv_shapes(void **state)
+{
+	(void)state;
+	static const strata_weight_type fast[] = {
+		STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
+		STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
+	};
+	const float *x16 = (const float *)(uintptr_t)0x10000;
+	for (size_t i = 0; i < sizeof fast / sizeof *fast; i++) {
+		int bt = (int)strata_weight_type_block(fast[i]);
+		bool k = strata_block_elements((strata_block_type)bt) == 256;
+		/* the kernel takes these (not the general GEMV) */
+		assert_true(strata__cuda_qgemv_takes(bt, (const char *)x16 + 4,
+						     x16, k ? 1280 : 800));
+		assert_false(strata__cuda_qgemv_takes(bt, (const char *)x16 + 2,
+						      x16, 256));
+		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
+			for (int unroll = 4; unroll <= 8; unroll += 4) {
+				strata__cuda_qgemv_split = split;
+				strata__cuda_qgemv_unroll = unroll;
+				w_offset = unroll == 8 ? 4 : 0;
+				check_product(fast[i], 1, k ? 1280 : 800, 45, true);
+				check_product(fast[i], 5, k ? 2304 : 96, 19, false);
+			}
+		strata__cuda_qgemv_split = 0;
+		strata__cuda_qgemv_unroll = 4;
+		w_offset = 0;
+		for (uint32_t n = 1; n <= STRATA__CUDA_GEMV_ROWS; n++)
+			check_product(fast[i], n, 4096, 70, n % 3 == 0);
 	}
 }
 
@@ -184,6 +282,9 @@ int main(void)
 		cmocka_unit_test(test_decoding_is_bit_exact),
 		cmocka_unit_test(test_gemv_matches_cpu),
 		cmocka_unit_test(test_sgemm_path_matches_cpu),
+		cmocka_unit_test(test_tensor_core_path_matches_cpu),
+		cmocka_unit_test(test_tensor_core_bf16_precision),
+		cmocka_unit_test(test_fast_gemv_shapes),
 		cmocka_unit_test(test_rows_of_partial_blocks_are_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

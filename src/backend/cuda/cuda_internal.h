@@ -64,6 +64,12 @@ extern uint32_t strata__cuda_flash_min_blocks;
  * STRATA__CUDA_GEMV_ROWS) use the GEMV kernel, more use cuBLAS. */
 extern uint32_t strata__cuda_gemv_rows_max;
 
+/* Test and bench hooks of the block-type products (cuda_quant.c): more
+ * rows than the GEMV takes go to tensor cores (1, the default) or f32
+ * SGEMM (0); a tensor-core tile's columns at most (0: 2048). */
+extern int strata__cuda_quant_prefill;
+extern uint32_t strata__cuda_quant_kc_max;
+
 /* Fills err from a failed CUDA call: E_DEVICE_OOM for allocation failures,
  * E_BACKEND_UNAVAILABLE when there is no usable device or driver, E_DEVICE
  * otherwise; the message names `what` and CUDA's own name and text for the

@@ -163,6 +163,38 @@ cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y, const float *x,
 				    const void *w, int type, const float *bias,
 				    uint32_t n, uint32_t in, uint32_t out);
 
+/* The decode GEMV built for the memory's rate (kernels_qgemv.cu): whether
+ * it takes a product (Q8_0, Q4_0 on whole 32-element blocks; Q4_K, Q5_K,
+ * Q6_K; w 4-byte and x 16-byte aligned), and the product itself, with
+ * strata__cuda_gemv_quant's contract (which calls it where it takes).
+ * Tuning (tests and benches set them to compare): warps sharing a row (0:
+ * picked from the row count; 1, 2, 4, 8) and steps whose loads a lane
+ * issues before using any (4 or 8). */
+extern int strata__cuda_qgemv_split;
+extern int strata__cuda_qgemv_unroll;
+int strata__cuda_qgemv_takes(int type, const void *w, const float *x,
+			     uint32_t in);
+cudaError_t strata__cuda_qgemv(cudaStream_t s, float *y, const float *x,
+			       const void *w, int type, const float *bias,
+			       uint32_t n, uint32_t in, uint32_t out);
+
+/* dst = columns [c0, c0 + cols) of `rows` rows of src (block type `type`,
+ * rows of `in` elements) decoded as strata__cuda_dequant does, then in
+ * bf16, row-major (rows, cols): `terms` 1, rounded once; 2, rounded and
+ * (at dst + rows cols) the rounding's remainder rounded, so hi + lo keeps
+ * ~16 bits. c0 and cols whole 32-element chunks, dst 16-byte aligned. */
+cudaError_t strata__cuda_dequant_bf16(cudaStream_t s, void *dst,
+				      const void *src, int type, uint64_t rows,
+				      uint32_t in, uint32_t c0, uint32_t cols,
+				      int terms);
+
+/* dst (terms planes of (n, cols), bf16) = columns [c0, c0 + cols) of x
+ * (n, in, f32): rounded, and with terms 2 the remainder rounded (as
+ * strata__cuda_to_half_split). */
+cudaError_t strata__cuda_split_cols(cudaStream_t s, void *dst,
+				    const float *x, uint32_t n, uint32_t in,
+				    uint32_t c0, uint32_t cols, int terms);
+
 /* dst (rows, cols, f32) = rows of src (block type `type`, rows of cols
  * elements) decoded bit-identically to base's strata_block_decode: row i
  * is src's row ids[i] (device int32) when ids is not NULL, else row i.

@@ -1,12 +1,14 @@
 /* cuda_quant.c - the CUDA kernel table's slots on weights in ggml's block
  * types, as stored: products (a GEMV reading the blocks once for up to
- * STRATA__CUDA_GEMV_ROWS rows; for more, the weights decoded to f32 a
- * slice of rows at a time into the context's workspace and multiplied by
- * cuBLAS SGEMM in full f32), embedding rows and conversions, all decoded
+ * STRATA__CUDA_GEMV_ROWS rows; for more, the weights decoded a tile at a
+ * time into the context's workspace, in bf16 planes for cuBLAS on tensor
+ * cores, or in f32 for SGEMM), embedding rows and conversions, all decoded
  * bit-identically to base's strata_block_decode (layer: backend).
  *
- * Activations stay f32 on every path (no quantized dot products), so the
- * logits track the CPU's stored products to rounding (docs/quant.md).
+ * Activations are never quantized: the GEMV takes them in f32, the
+ * tensor-core product as bf16 hi + lo (~16 bits, the default prefill
+ * precision) or rounded once (STRATA_CUDA_PREFILL_PRECISION=bf16), so the
+ * logits track the CPU's stored products (docs/quant.md).
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -68,37 +70,40 @@ bool strata__cuda_is_block(strata_weight_type t)
 	       t != STRATA_WEIGHT_F16;
 }
 
-strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
-					const float *x, const strata_weight *w,
-					const float *bias, uint32_t n,
-					strata_error *err)
+/* Products of more rows than the GEMV takes: 1 decodes the weights into
+ * bf16 tiles for cuBLAS on tensor cores (tensor_gemm), 0 into f32 slices
+ * for SGEMM (sgemm_slices); tests and benches set it to compare. */
+int strata__cuda_quant_prefill = 1;
+/* Columns of a tensor-core tile at most (0: QUANT_KC); tests set it low so
+ * a product runs in several column chunks. */
+uint32_t strata__cuda_quant_kc_max = 0;
+
+#define QUANT_KC 2048u	     /* columns a tile, at most */
+#define QUANT_TILE_ROWS 2048u /* weight rows a tile should reach */
+
+static uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
+static uint64_t row_bytes_of(const strata_weight *w, int type)
 {
-	int type = 0;
+	return (uint64_t)w->cols / strata_block_elements((strata_block_type)type) *
+	       strata_block_bytes((strata_block_type)type);
+}
+
+/* The f32 way: the weights decoded to f32 a slice of rows at a time into
+ * the workspace (at least n rows: it holds n x in x 4 bytes, the plan's
+ * product workspace) and multiplied by cuBLAS SGEMM. */
+static strata_status sgemm_slices(strata__cuda_compute *k, float *y,
+				  const float *x, const strata_weight *w,
+				  int type, uint32_t n, strata_error *err)
+{
 	uint32_t in = w->cols, out = w->rows;
-	strata_status s = block_of(w, &type, err);
-	if (s != STRATA_OK)
-		return s;
-	if (n <= STRATA__CUDA_GEMV_ROWS)
-		return launched(strata__cuda_gemv_quant(k->stream.cuda, y, x,
-							w->data, type, bias, n,
-							in, out),
-				"block-type matmul (GEMV)", err);
-	if (n > INT_MAX || in > INT_MAX || out > INT_MAX)
-		return strata_fail(err, STRATA_E_UNSUPPORTED,
-				   "split the product into pieces below 2^31 rows",
-				   "CUDA matmul of %u x %u by %u x %u: a dimension is above %d",
-				   n, in, out, in, INT_MAX);
-	/* The workspace holds n x in x 4 bytes (the plan's product
-	 * workspace), so a slice of at least n weight rows at a time. */
 	uint64_t row_f32 = (uint64_t)in * 4;
-	s = strata__cuda_reserve_ws(k, (uint64_t)n * row_f32, err);
+	strata_status s = strata__cuda_reserve_ws(k, (uint64_t)n * row_f32, err);
 	if (s != STRATA_OK)
 		return s;
 	uint64_t slice = k->half_ws_bytes / row_f32;
 	slice = slice < out ? slice : out;
-	uint64_t row_bytes = (uint64_t)in /
-			     strata_block_elements((strata_block_type)type) *
-			     strata_block_bytes((strata_block_type)type);
+	uint64_t row_bytes = row_bytes_of(w, type);
 	const float one = 1.0f, zero = 0.0f;
 	for (uint64_t r0 = 0; r0 < out; r0 += slice) {
 		uint64_t m = out - r0 < slice ? out - r0 : slice;
@@ -119,8 +124,127 @@ strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
 			return strata__cublas_fail(err, bs,
 						   "block-type matmul (cublasSgemm)");
 	}
-	if (!bias)
-		return STRATA_OK;
+	return STRATA_OK;
+}
+
+/* The tile shape for tensor_gemm in a workspace of ws bytes: kc columns
+ * (whole blocks of be) of x split into `terms` bf16 planes first, then
+ * weight tiles of *rows rows of those columns; columns are halved until a
+ * tile reaches QUANT_TILE_ROWS rows (or every row). *rows is 0 when not
+ * even one row fits. */
+static uint32_t tile_shape(uint64_t ws, uint32_t n, uint32_t in,
+			   uint32_t out, uint32_t be, int terms,
+			   uint64_t *rows)
+{
+	uint32_t cap = strata__cuda_quant_kc_max ? strata__cuda_quant_kc_max
+						 : QUANT_KC;
+	uint32_t kc = in < cap ? in : (cap / be ? cap / be * be : be);
+	uint32_t want = out < QUANT_TILE_ROWS ? out : QUANT_TILE_ROWS;
+	for (;;) {
+		uint64_t xb = align256((uint64_t)n * kc * 2 * (uint64_t)terms);
+		uint64_t per = (uint64_t)kc * 2 * (uint64_t)terms;
+		*rows = ws > xb ? (ws - xb) / per : 0;
+		if (*rows >= want || kc <= be)
+			break;
+		kc = (kc / 2 + be - 1) / be * be;
+	}
+	if (*rows > out)
+		*rows = out;
+	return kc;
+}
+
+/* y (n, out) = x . w^T on tensor cores: for each chunk of kc columns, x's
+ * columns split into bf16 planes (hi, and lo at the default prefill
+ * precision), then each tile of weight rows decoded into bf16 planes the
+ * same way and multiplied by cublasGemmEx (f32 accumulation), adding into
+ * y: hi.hi + hi.lo + lo.hi keeps ~16 bits of both (f32 SGEMM's result to
+ * ~1e-5); at prefill precision bf16, hi.hi alone. Every weight is decoded
+ * once. */
+static strata_status tensor_gemm(strata__cuda_compute *k, float *y,
+				 const float *x, const strata_weight *w,
+				 int type, uint32_t n, strata_error *err)
+{
+	const uint32_t in = w->cols, out = w->rows;
+	const int terms = k->prefill_terms == 1 ? 1 : 2;
+	const uint32_t be = strata_block_elements((strata_block_type)type);
+	uint64_t need = (uint64_t)n * in * 4, least = align256(
+		((uint64_t)n + 1) * be * 2 * (uint64_t)terms) + 256;
+	strata_status s = strata__cuda_reserve_ws(k, need > least ? need : least,
+						  err);
+	if (s != STRATA_OK)
+		return s;
+	uint64_t tile_rows = 0;
+	uint32_t kc = tile_shape(k->half_ws_bytes, n, in, out, be, terms,
+				 &tile_rows);
+	if (!tile_rows)
+		return strata_fail(err, STRATA_E_DEVICE_OOM,
+				   "raise --device-memory so the plan's product workspace fits",
+				   "block-type matmul: a workspace of %" PRIu64 " bytes holds no weight tile",
+				   k->half_ws_bytes);
+	char *ws = k->half_ws;
+	char *wtile = ws + align256((uint64_t)n * kc * 2 * (uint64_t)terms);
+	const uint64_t row_bytes = row_bytes_of(w, type);
+	const float one = 1.0f, zero = 0.0f;
+	for (uint32_t k0 = 0; k0 < in; k0 += kc) {
+		uint32_t kw = in - k0 < kc ? in - k0 : kc;
+		s = launched(strata__cuda_split_cols(k->stream.cuda, ws, x, n,
+						     in, k0, kw, terms),
+			     "block-type matmul (input split)", err);
+		for (uint64_t r0 = 0; s == STRATA_OK && r0 < out; r0 += tile_rows) {
+			uint64_t m = out - r0 < tile_rows ? out - r0 : tile_rows;
+			s = launched(strata__cuda_dequant_bf16(
+					     k->stream.cuda, wtile,
+					     (const char *)w->data + r0 * row_bytes,
+					     type, m, in, k0, kw, terms),
+				     "block-type matmul (decoding to bf16)", err);
+			/* (weight plane, x plane): hi.hi, hi.lo, lo.hi */
+			static const int pw[3] = {0, 0, 1}, px[3] = {0, 1, 0};
+			for (int p = 0; s == STRATA_OK && p < (terms == 2 ? 3 : 1);
+			     p++) {
+				const char *a = wtile + (uint64_t)pw[p] * m * kw * 2;
+				const char *b = ws + (uint64_t)px[p] * n * kw * 2;
+				cublasStatus_t bs = strata__cublas.gemm_ex(
+					k->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m,
+					(int)n, (int)kw, &one, a, CUDA_R_16BF,
+					(int)kw, b, CUDA_R_16BF, (int)kw,
+					k0 == 0 && p == 0 ? &zero : &one, y + r0,
+					CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F,
+					CUBLAS_GEMM_DEFAULT);
+				if (bs != CUBLAS_STATUS_SUCCESS)
+					s = strata__cublas_fail(err, bs,
+								"block-type matmul (cublasGemmEx)");
+			}
+		}
+		if (s != STRATA_OK)
+			return s;
+	}
+	return STRATA_OK;
+}
+
+strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
+					const float *x, const strata_weight *w,
+					const float *bias, uint32_t n,
+					strata_error *err)
+{
+	int type = 0;
+	uint32_t in = w->cols, out = w->rows;
+	strata_status s = block_of(w, &type, err);
+	if (s != STRATA_OK)
+		return s;
+	if (n <= STRATA__CUDA_GEMV_ROWS)
+		return launched(strata__cuda_gemv_quant(k->stream.cuda, y, x,
+							w->data, type, bias, n,
+							in, out),
+				"block-type matmul (GEMV)", err);
+	if (n > INT_MAX || in > INT_MAX || out > INT_MAX)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "split the product into pieces below 2^31 rows",
+				   "CUDA matmul of %u x %u by %u x %u: a dimension is above %d",
+				   n, in, out, in, INT_MAX);
+	s = strata__cuda_quant_prefill ? tensor_gemm(k, y, x, w, type, n, err)
+				       : sgemm_slices(k, y, x, w, type, n, err);
+	if (s != STRATA_OK || !bias)
+		return s;
 	return launched(strata__cuda_bias_add(k->stream.cuda, y, bias, n, out),
 			"bias add", err);
 }

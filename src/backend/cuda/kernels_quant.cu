@@ -13,6 +13,7 @@
  * decode the weights into f32 (strata__cuda_dequant) for cuBLAS SGEMM
  * (cuda_compute.c).
  */
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -280,6 +281,58 @@ __global__ void dequant_kernel(float *dst, const uint8_t *src, uint64_t rows,
 	}
 }
 
+/* dst = the decoding of columns [c0, c0 + cols) of rows [r0, r0 + rows)
+ * of src in bf16, row-major (rows, cols), as `terms` terms: term 0 the
+ * value rounded, term 1 (terms 2) what rounding left, rounded, at dst +
+ * rows cols. One thread a 32-element chunk; c0 and cols whole chunks. */
+template <int T>
+__global__ void dequant_bf16_kernel(__nv_bfloat16 *dst, const uint8_t *src,
+				    uint64_t rows, uint32_t cols, uint32_t c0,
+				    uint64_t row_bytes, int terms)
+{
+	const uint32_t per_row = cols / 32;
+	const uint64_t total = rows * per_row, plane = rows * cols;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < total; i += (uint64_t)gridDim.x * blockDim.x) {
+		const uint64_t r = i / per_row;
+		const uint32_t c = (uint32_t)(i % per_row);
+		float v[32];
+		decode32<T>(src + r * row_bytes, c0 / 32 + c, v);
+		__nv_bfloat16 *d = dst + r * cols + (uint64_t)c * 32;
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			__align__(16) __nv_bfloat16 hi[8], lo[8];
+#pragma unroll
+			for (int t = 0; t < 8; t++) {
+				hi[t] = __float2bfloat16_rn(v[8 * q + t]);
+				lo[t] = __float2bfloat16_rn(
+					v[8 * q + t] - __bfloat162float(hi[t]));
+			}
+			((uint4 *)d)[q] = *(const uint4 *)hi;
+			if (terms > 1)
+				((uint4 *)(d + plane))[q] = *(const uint4 *)lo;
+		}
+	}
+}
+
+/* dst (terms planes of (n, cols), bf16) = columns [c0, c0 + cols) of x
+ * (n, in) split as to_half_split_kernel does (term 1 the remainder). */
+__global__ void split_cols_kernel(__nv_bfloat16 *dst, const float *x,
+				  uint32_t n, uint32_t in, uint32_t c0,
+				  uint32_t cols, int terms)
+{
+	const uint64_t total = (uint64_t)n * cols;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < total; i += (uint64_t)gridDim.x * blockDim.x) {
+		const uint64_t r = i / cols;
+		const float v = x[r * in + c0 + i % cols];
+		const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+		dst[i] = hi;
+		if (terms > 1)
+			dst[total + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* Launchers                                                                */
 /* ------------------------------------------------------------------------ */
@@ -351,6 +404,8 @@ extern "C" cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y,
 	const uint8_t *wb = (const uint8_t *)w;
 	if (!rb || n == 0 || n > STRATA__CUDA_GEMV_ROWS)
 		return cudaErrorInvalidValue;
+	if (strata__cuda_qgemv_takes(type, w, x, in))
+		return strata__cuda_qgemv(s, y, x, w, type, bias, n, in, out);
 	switch (type) {
 #define GEMV_CASE(name)                                                        \
 	case STRATA__CUDA_##name:                                              \
@@ -386,5 +441,44 @@ extern "C" cudaError_t strata__cuda_dequant(cudaStream_t s, float *dst,
 	default:
 		return cudaErrorInvalidValue;
 	}
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_dequant_bf16(cudaStream_t s, void *dst,
+						 const void *src, int type,
+						 uint64_t rows, uint32_t in,
+						 uint32_t c0, uint32_t cols,
+						 int terms)
+{
+	uint64_t rb = row_bytes_of(type, in);
+	const uint8_t *sb = (const uint8_t *)src;
+	__nv_bfloat16 *d = (__nv_bfloat16 *)dst;
+	if (!rb || cols % 32 || c0 % 32 || (uint64_t)c0 + cols > in ||
+	    terms < 1 || terms > 2 || ((uintptr_t)dst & 15))
+		return cudaErrorInvalidValue;
+	unsigned grid = strata__grid(rows * (cols / 32), 256);
+	switch (type) {
+#define DEQUANT_BF16_CASE(name)                                                \
+	case STRATA__CUDA_##name:                                              \
+		dequant_bf16_kernel<STRATA__CUDA_##name><<<grid, 256, 0, s>>>(  \
+			d, sb, rows, cols, c0, rb, terms);                     \
+		break;
+		QUANT_TYPES(DEQUANT_BF16_CASE)
+#undef DEQUANT_BF16_CASE
+	default:
+		return cudaErrorInvalidValue;
+	}
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_split_cols(cudaStream_t s, void *dst,
+					       const float *x, uint32_t n,
+					       uint32_t in, uint32_t c0,
+					       uint32_t cols, int terms)
+{
+	if ((uint64_t)c0 + cols > in || terms < 1 || terms > 2)
+		return cudaErrorInvalidValue;
+	split_cols_kernel<<<strata__grid((uint64_t)n * cols, 256), 256, 0, s>>>(
+		(__nv_bfloat16 *)dst, x, n, in, c0, cols, terms);
 	return cudaGetLastError();
 }

@@ -1,0 +1,515 @@
+/* kernels_qgemv.cu - the decode GEMV on the block types most files hold,
+ * as stored (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), f32 activations and
+ * accumulation, built to stream the weights at the memory's rate (layer:
+ * backend).
+ *
+ * Decode reads every weight once per token, so what decides the time is
+ * how many bytes are in flight. kernels_quant.cu's general GEMV gives each
+ * lane a whole 32-element chunk and reads it byte by byte (34 loads a
+ * Q8_0 block, strided by 34 bytes across the warp); here a warp reads a
+ * contiguous run of blocks per step, each lane 4 or 8 bytes of codes as
+ * aligned 32-bit words (a block that starts off a word boundary is put
+ * together with a funnel shift), every lane's loads of QG_UNROLL steps
+ * issued before any is used, and small matrices split their columns over
+ * several warps of a block (QG_TARGET_WARPS) so the whole device streams.
+ *
+ * Codes become floats without the conversion unit (a quarter-rate
+ * instruction): a byte b placed under the exponent of 2^23 is the float
+ * 2^23 + b, so one byte permute and one subtraction give the code exactly.
+ * Each lane sums code x activation over its elements of a (sub-)block and
+ * applies the block's factor once: the same products as decoding each
+ * weight first, rounded in a different order (within the tests' 1e-4 of
+ * the CPU's stored product; docs/quant.md).
+ */
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.h"
+
+#define QG_THREADS 256u /* 8 warps */
+#define QG_WARPS (QG_THREADS / 32u)
+/* Warps a launch aims at before it splits rows (8 warps of a block on
+ * each of ~132 multiprocessors, several blocks each). */
+#define QG_TARGET_WARPS 8192u
+
+extern "C" {
+int strata__cuda_qgemv_split = 0;
+int strata__cuda_qgemv_unroll = 4;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loads and code conversion                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Eight bytes at p (any alignment), as two words, from aligned word loads
+ * streamed past the caches (the weights are read once). The third word
+ * is read only when p is off a word boundary; it then holds at least one
+ * byte of the eight, so the read stays inside the allocation's words. */
+__device__ __forceinline__ uint2 ld64(const uint8_t *p)
+{
+	const uintptr_t a = (uintptr_t)p;
+	const unsigned *q = (const unsigned *)(a & ~(uintptr_t)3);
+	const unsigned sh = (unsigned)(a & 3) * 8;
+	const unsigned w0 = __ldcs(q), w1 = __ldcs(q + 1);
+	const unsigned w2 = sh ? __ldcs(q + 2) : 0u;
+	return make_uint2(__funnelshift_r(w0, w1, sh),
+			  __funnelshift_r(w1, w2, sh));
+}
+
+/* Four bytes at p (any alignment), as ld64. */
+__device__ __forceinline__ unsigned ld32(const uint8_t *p)
+{
+	const uintptr_t a = (uintptr_t)p;
+	const unsigned *q = (const unsigned *)(a & ~(uintptr_t)3);
+	const unsigned sh = (unsigned)(a & 3) * 8;
+	const unsigned w0 = __ldcs(q);
+	const unsigned w1 = sh ? __ldcs(q + 1) : 0u;
+	return __funnelshift_r(w0, w1, sh);
+}
+
+/* An f16 at p (2-byte aligned) as f32. */
+__device__ __forceinline__ float ld_f16(const uint8_t *p)
+{
+	return __half2float(__ushort_as_half(__ldcs((const unsigned short *)p)));
+}
+
+/* The four bytes of v as floats minus `bias`: byte k under 2^23's
+ * exponent is the float 2^23 + byte, exactly. */
+__device__ __forceinline__ void bytes4(unsigned v, float bias, float *f)
+{
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		f[k] = __int_as_float((int)__byte_perm(v, 0x4b000000u,
+						       0x7440u + (unsigned)k)) -
+		       (8388608.0f + bias);
+}
+
+/* Sum of w[0..3] x (a.x..a.w); the second form also sums the x. */
+__device__ __forceinline__ float dot4(const float *w, float4 a)
+{
+	return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w;
+}
+
+__device__ __forceinline__ float4 ldx(const float *x)
+{
+	return __ldg((const float4 *)x);
+}
+
+__device__ __forceinline__ float sum4(float4 a)
+{
+	return (a.x + a.y) + (a.z + a.w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The types: what a lane loads for one warp step, and its products         */
+/* ------------------------------------------------------------------------ */
+
+/* Each type: STEP elements of a row per warp step; load() fills a lane's
+ * registers for step s (ok false past the row's end or when !live);
+ * dot() adds the lane's products with the rows of x to acc. x rows are
+ * `in` floats, 16-byte aligned. */
+
+/* Q8_0 (34 bytes, f16 d then 32 int8): 8 blocks a step, 4 lanes a block,
+ * 8 codes a lane. */
+struct QgQ8_0 {
+	enum { STEP = 256 };
+	struct regs {
+		uint2 q;
+		float d;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t b = 8 * s + lane / 4;
+		g.ok = live && b < in / 32;
+		if (!g.ok)
+			return;
+		const uint8_t *blk = row + (uint64_t)b * 34;
+		g.d = ld_f16(blk);
+		g.q = ld64(blk + 2 + 8 * (lane % 4));
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		float w[8];
+		bytes4(g.q.x ^ 0x80808080u, 128.0f, w);
+		bytes4(g.q.y ^ 0x80808080u, 128.0f, w + 4);
+		const uint32_t col = 256 * s + 8 * lane;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in + col;
+			acc[r] += g.d * (dot4(w, ldx(xr)) + dot4(w + 4, ldx(xr + 4)));
+		}
+	}
+};
+
+/* Q4_0 (18 bytes, f16 d then 16 bytes: element j < 16 the low nibble of
+ * byte j, j >= 16 the high nibble of byte j - 16; value nibble - 8): 8
+ * blocks a step, 4 lanes a block, 4 bytes (8 codes) a lane. */
+struct QgQ4_0 {
+	enum { STEP = 256 };
+	struct regs {
+		unsigned q;
+		float d;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t b = 8 * s + lane / 4;
+		g.ok = live && b < in / 32;
+		if (!g.ok)
+			return;
+		const uint8_t *blk = row + (uint64_t)b * 18;
+		g.d = ld_f16(blk);
+		g.q = ld32(blk + 2 + 4 * (lane % 4));
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		float lo[4], hi[4];
+		bytes4(g.q & 0x0f0f0f0fu, 8.0f, lo);
+		bytes4((g.q >> 4) & 0x0f0f0f0fu, 8.0f, hi);
+		const uint32_t col = 32 * (8 * s + lane / 4) + 4 * (lane % 4);
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in + col;
+			acc[r] += g.d * (dot4(lo, ldx(xr)) + dot4(hi, ldx(xr + 16)));
+		}
+	}
+};
+
+/* The 16-byte head of Q4_K and Q5_K (f16 d, f16 dmin, 12 bytes of 6-bit
+ * scales and mins), as words; sub-block j's scale and min as base's
+ * strata__q4k_scale_min reads them. */
+__device__ __forceinline__ int head_byte(const unsigned (&h)[4], int i)
+{
+	return (int)((h[1 + i / 4] >> (8 * (i % 4))) & 0xffu);
+}
+
+__device__ __forceinline__ void head_scale_min(const unsigned (&h)[4], int j,
+					       float *dl, float *ml)
+{
+	int sc, m;
+	if (j < 4) {
+		sc = head_byte(h, j) & 63;
+		m = head_byte(h, j + 4) & 63;
+	} else {
+		sc = (head_byte(h, j + 4) & 0x0f) |
+		     ((head_byte(h, j - 4) >> 2) & 0x30);
+		m = (head_byte(h, j + 4) >> 4) | ((head_byte(h, j) >> 2) & 0x30);
+	}
+	const float d = __half2float(__ushort_as_half((unsigned short)(h[0] & 0xffffu)));
+	const float dmin = __half2float(__ushort_as_half((unsigned short)(h[0] >> 16)));
+	*dl = __fmul_rn(d, (float)sc);
+	*ml = __fmul_rn(dmin, (float)m);
+}
+
+/* Q4_K (144 bytes: head, then 128 bytes of nibbles; sub-block s at bytes
+ * 32 (s / 2), nibble s % 2) and Q5_K (176: head, 32 bytes of fifth bits,
+ * element l of sub-block s has bit s of byte l, then the nibbles at 48):
+ * 2 super-blocks a step, 16 lanes each, a lane 8 bytes of nibbles (8
+ * elements of two sub-blocks). */
+template <bool FIVE> struct QgK45 {
+	enum { STEP = 512, BYTES = FIVE ? 176 : 144, QS = FIVE ? 48 : 16 };
+	struct regs {
+		unsigned h[4];
+		uint2 q, qh;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t sb = 2 * s + lane / 16, j = lane % 16;
+		g.ok = live && sb < in / 256;
+		if (!g.ok)
+			return;
+		const uint8_t *b = row + (uint64_t)sb * BYTES;
+		const uint2 h01 = ld64(b), h23 = ld64(b + 8);
+		g.h[0] = h01.x, g.h[1] = h01.y, g.h[2] = h23.x, g.h[3] = h23.y;
+		g.q = ld64(b + QS + 32 * (j / 4) + 8 * (j % 4));
+		g.qh = FIVE ? ld64(b + 16 + 8 * (j % 4)) : make_uint2(0u, 0u);
+	}
+	/* The 8 values of sub-block `sub` from nibbles (shifted down by 0
+	 * or 4) and fifth bits. */
+	static __device__ __forceinline__ void values(unsigned q, unsigned qh,
+						      int sub, float *v)
+	{
+		unsigned c = q & 0x0f0f0f0fu;
+		if (FIVE)
+			c |= ((qh >> sub) & 0x01010101u) << 4;
+		bytes4(c, 0.0f, v);
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		const uint32_t sb = 2 * s + lane / 16, j = lane % 16;
+		const int grp = (int)(j / 4);
+		float dl0, ml0, dl1, ml1, lo[8], hi[8];
+		head_scale_min(g.h, 2 * grp, &dl0, &ml0);
+		head_scale_min(g.h, 2 * grp + 1, &dl1, &ml1);
+		values(g.q.x, g.qh.x, 2 * grp, lo);
+		values(g.q.y, g.qh.y, 2 * grp, lo + 4);
+		values(g.q.x >> 4, g.qh.x, 2 * grp + 1, hi);
+		values(g.q.y >> 4, g.qh.y, 2 * grp + 1, hi + 4);
+		const uint32_t col = 256 * sb + 64 * grp + 8 * (j % 4);
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in + col;
+			const float4 a0 = ldx(xr), a1 = ldx(xr + 4);
+			const float4 b0 = ldx(xr + 32), b1 = ldx(xr + 36);
+			acc[r] += dl0 * (dot4(lo, a0) + dot4(lo + 4, a1)) -
+				  ml0 * (sum4(a0) + sum4(a1)) +
+				  dl1 * (dot4(hi, b0) + dot4(hi + 4, b1)) -
+				  ml1 * (sum4(b0) + sum4(b1));
+		}
+	}
+};
+
+/* Q6_K (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16
+ * int8 scales, f16 d; element e = 128 h + r: low nibble r / 64 of byte
+ * 64 h + r % 64, high bits 2 (r / 32) of byte 128 + 32 h + r % 32, scale
+ * e / 16, value - 32): a super-block a step, a lane 4 bytes of low
+ * nibbles (8 elements, 4 and 4 in two 16-element scale groups). */
+struct QgQ6_K {
+	enum { STEP = 256 };
+	struct regs {
+		unsigned ql, qh;
+		float d0, d1;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		g.ok = live && s < in / 256;
+		if (!g.ok)
+			return;
+		const uint32_t h = lane / 16, u = lane % 16;
+		const uint8_t *b = row + (uint64_t)s * 210;
+		g.ql = ld32(b + 64 * h + 4 * u);
+		g.qh = ld32(b + 128 + 32 * h + 4 * (u % 8));
+		const float d = ld_f16(b + 208);
+		const int8_t s0 = (int8_t)__ldcs((const signed char *)(b + 192 + 8 * h + u / 4));
+		const int8_t s1 = (int8_t)__ldcs((const signed char *)(b + 196 + 8 * h + u / 4));
+		g.d0 = __fmul_rn(d, (float)s0);
+		g.d1 = __fmul_rn(d, (float)s1);
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		const uint32_t h = lane / 16, u = lane % 16;
+		const unsigned sh = 2 * (u / 8);
+		float lo[4], hi[4];
+		bytes4((g.ql & 0x0f0f0f0fu) | ((g.qh >> sh) & 0x03030303u) << 4,
+		       32.0f, lo);
+		bytes4(((g.ql >> 4) & 0x0f0f0f0fu) |
+			       ((g.qh >> (sh + 4)) & 0x03030303u) << 4,
+		       32.0f, hi);
+		const uint32_t col = 256 * s + 128 * h + 4 * u;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in + col;
+			acc[r] += g.d0 * dot4(lo, ldx(xr)) + g.d1 * dot4(hi, ldx(xr + 64));
+		}
+	}
+};
+
+/* ------------------------------------------------------------------------ */
+/* The kernel                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* y (n, out) = x (n, in) . w^T (+ bias): `split` warps of a block share a
+ * row, warp `part` of them its steps [steps part / split, steps (part + 1)
+ * / split); each lane issues the loads of U steps before using any. */
+template <typename B, int NR, int U>
+__global__ void __launch_bounds__(QG_THREADS)
+qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
+	     uint32_t n, uint32_t in, uint32_t out, uint64_t rb, int split)
+{
+	__shared__ float red[QG_WARPS][NR];
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t per_block = QG_WARPS / (uint32_t)split;
+	const uint64_t row = (uint64_t)blockIdx.x * per_block + warp / split;
+	const uint32_t part = warp % (uint32_t)split;
+	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
+	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
+	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
+	float acc[NR];
+#pragma unroll
+	for (int r = 0; r < NR; r++)
+		acc[r] = 0.0f;
+	if (row < out) {
+		const uint8_t *wr = w + row * rb;
+		for (uint32_t s = s0; s < s1; s += U) {
+			typename B::regs g[U];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				B::load(g[u], wr, s + u, lane, in, s + u < s1);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				B::template dot<NR>(g[u], x, in, s + u, lane, n,
+						    acc);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < NR; r++)
+		acc[r] = strata__warp_sum(acc[r]);
+	if (split > 1) { /* uniform: every thread reaches the barrier */
+		if (lane == 0)
+#pragma unroll
+			for (int r = 0; r < NR; r++)
+				red[warp][r] = acc[r];
+		__syncthreads();
+		if (part == 0)
+			for (int p = 1; p < split; p++)
+#pragma unroll
+				for (int r = 0; r < NR; r++)
+					acc[r] += red[warp + p][r];
+	}
+	if (part != 0 || lane != 0 || row >= out)
+		return;
+	const float b = bias ? bias[row] : 0.0f;
+#pragma unroll
+	for (int r = 0; r < NR; r++)
+		if ((uint32_t)r < n)
+			y[(uint64_t)r * out + row] = acc[r] + b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Launch                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Warps a row: enough rows in flight for QG_TARGET_WARPS (1 .. 8), at
+ * least one step a warp; strata__cuda_qgemv_split overrides (tests). */
+static int qgemv_split(uint32_t out, uint32_t steps)
+{
+	int split = strata__cuda_qgemv_split;
+	if (split <= 0) {
+		split = 1;
+		while (split < (int)QG_WARPS &&
+		       (uint64_t)out * (uint64_t)split * 2 <= QG_TARGET_WARPS)
+			split *= 2;
+	}
+	if (split > (int)QG_WARPS)
+		split = (int)QG_WARPS;
+	while (split > 1 && (split & (split - 1)))
+		split--; /* a power of two divides the block's warps */
+	while (split > 1 && steps < (uint32_t)split)
+		split /= 2;
+	return split;
+}
+
+template <typename B, int NR>
+static void qgemv_rows(cudaStream_t s, unsigned grid, float *y,
+		       const float *x, const uint8_t *w, const float *bias,
+		       uint32_t n, uint32_t in, uint32_t out, uint64_t rb,
+		       int split)
+{
+	if (strata__cuda_qgemv_unroll >= 8)
+		qgemv_kernel<B, NR, 8><<<grid, QG_THREADS, 0, s>>>(
+			y, x, w, bias, n, in, out, rb, split);
+	else
+		qgemv_kernel<B, NR, 4><<<grid, QG_THREADS, 0, s>>>(
+			y, x, w, bias, n, in, out, rb, split);
+}
+
+template <typename B>
+static void qgemv_launch(cudaStream_t s, float *y, const float *x,
+			 const uint8_t *w, const float *bias, uint32_t n,
+			 uint32_t in, uint32_t out, uint64_t rb)
+{
+	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
+	const int split = qgemv_split(out, steps);
+	const uint64_t per = QG_WARPS / (uint32_t)split;
+	const unsigned grid = (unsigned)((out + per - 1) / per);
+	if (n == 1)
+		qgemv_rows<B, 1>(s, grid, y, x, w, bias, n, in, out, rb, split);
+	else if (n == 2)
+		qgemv_rows<B, 2>(s, grid, y, x, w, bias, n, in, out, rb, split);
+	else if (n <= 4)
+		qgemv_rows<B, 4>(s, grid, y, x, w, bias, n, in, out, rb, split);
+	else
+		qgemv_rows<B, 8>(s, grid, y, x, w, bias, n, in, out, rb, split);
+}
+
+extern "C" int strata__cuda_qgemv_takes(int type, const void *w,
+					const float *x, uint32_t in)
+{
+	if (((uintptr_t)w & 3) || ((uintptr_t)x & 15) || in % 32)
+		return 0;
+	switch (type) {
+	case STRATA__CUDA_Q8_0:
+	case STRATA__CUDA_Q4_0: return 1;
+	case STRATA__CUDA_Q4_K:
+	case STRATA__CUDA_Q5_K:
+	case STRATA__CUDA_Q6_K: return in % 256 == 0;
+	default: return 0;
+	}
+}
+
+extern "C" cudaError_t strata__cuda_qgemv(cudaStream_t s, float *y,
+					  const float *x, const void *w,
+					  int type, const float *bias,
+					  uint32_t n, uint32_t in, uint32_t out)
+{
+	const uint8_t *wb = (const uint8_t *)w;
+	if (n == 0 || n > STRATA__CUDA_GEMV_ROWS || out == 0 ||
+	    !strata__cuda_qgemv_takes(type, w, x, in))
+		return cudaErrorInvalidValue;
+	switch (type) {
+	case STRATA__CUDA_Q8_0:
+		qgemv_launch<QgQ8_0>(s, y, x, wb, bias, n, in, out,
+				     (uint64_t)in / 32 * 34);
+		break;
+	case STRATA__CUDA_Q4_0:
+		qgemv_launch<QgQ4_0>(s, y, x, wb, bias, n, in, out,
+				     (uint64_t)in / 32 * 18);
+		break;
+	case STRATA__CUDA_Q4_K:
+		qgemv_launch<QgK45<false> >(s, y, x, wb, bias, n, in, out,
+					    (uint64_t)in / 256 * 144);
+		break;
+	case STRATA__CUDA_Q5_K:
+		qgemv_launch<QgK45<true> >(s, y, x, wb, bias, n, in, out,
+					   (uint64_t)in / 256 * 176);
+		break;
+	default:
+		qgemv_launch<QgQ6_K>(s, y, x, wb, bias, n, in, out,
+				     (uint64_t)in / 256 * 210);
+		break;
+	}
+	return cudaGetLastError();
+}
