@@ -167,9 +167,11 @@ cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y, const float *x,
  * it takes a product (Q8_0, Q4_0 on whole 32-element blocks; Q4_K, Q5_K,
  * Q6_K; w 4-byte and x 16-byte aligned), and the product itself, with
  * strata__cuda_gemv_quant's contract (which calls it where it takes).
- * Tuning (tests and benches set them to compare): warps sharing a row (0:
- * picked from the row count; 1, 2, 4, 8) and steps whose loads a lane
- * issues before using any (4 or 8). */
+ * Tuning (tests and benches set them to compare): whether it is used at
+ * all (0: every product takes kernels_quant.cu's general GEMV), warps
+ * sharing a row (0: picked from the row count; 1, 2, 4, 8) and steps
+ * whose loads a lane issues before using any (4 or 8). */
+extern int strata__cuda_qgemv_enabled;
 extern int strata__cuda_qgemv_split;
 extern int strata__cuda_qgemv_unroll;
 int strata__cuda_qgemv_takes(int type, const void *w, const float *x,

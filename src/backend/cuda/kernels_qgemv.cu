@@ -33,6 +33,7 @@
 #define QG_TARGET_WARPS 8192u
 
 extern "C" {
+int strata__cuda_qgemv_enabled = 1;
 int strata__cuda_qgemv_split = 0;
 int strata__cuda_qgemv_unroll = 4;
 }
@@ -468,7 +469,8 @@ static void qgemv_launch(cudaStream_t s, float *y, const float *x,
 extern "C" int strata__cuda_qgemv_takes(int type, const void *w,
 					const float *x, uint32_t in)
 {
-	if (((uintptr_t)w & 3) || ((uintptr_t)x & 15) || in % 32)
+	if (!strata__cuda_qgemv_enabled || ((uintptr_t)w & 3) ||
+	    ((uintptr_t)x & 15) || in % 32)
 		return 0;
 	switch (type) {
 	case STRATA__CUDA_Q8_0:

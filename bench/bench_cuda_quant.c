@@ -1,0 +1,411 @@
+/* bench_cuda_quant.c - the CUDA products on weights in their stored type
+ * at the 7.5 GB llama's shapes (hidden 4096, GQA 32/8 heads of 128,
+ * intermediate 14336, vocabulary 32000), against the device's own copy
+ * rate measured in the same run (bench, layer: backend).
+ *
+ *   bench_cuda_quant [--quick] [--reps N] [--types Q8_0,Q4_K,...]
+ *                    [--rows 512,2048] [--no-sweep]
+ *
+ * Decode: each type's one-row product (the GEMV) at every shape, in GB/s
+ * of stored bytes and as a share of the copy rate, Q8_0 and Q4_K also
+ * through the general block GEMV (kernels_quant.cu) and over every row
+ * split and unroll (the tuning strata__cuda_qgemv_* picks from), 1..8
+ * rows of x on the largest shape, and the sum of a token's products (16
+ * layers of q, k, v, o, gate, up, down and the output head) as ms/token.
+ * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:
+ * tensor cores (bf16 hi + lo, the default; bf16 once) against the f32
+ * SGEMM slices and the bf16 weights' own cuBLAS product, with the plan's
+ * product workspace (rows x 14336 x 4 bytes). Values are random blocks
+ * with small factors: the time does not depend on them. Prints a table,
+ * then one "json {...}" line per figure. Exit 77 without a CUDA device.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_launch.h"
+#include "strata/backend_kernels.h"
+
+typedef struct shape {
+	const char *name;
+	uint32_t out, in;
+	uint32_t per_token; /* how many a token multiplies */
+} shape;
+
+/* A token of the 7.5 GB llama: 16 layers, then the output head. */
+static const shape full_shapes[] = {
+	{"q,o 4096x4096", 4096, 4096, 32},
+	{"k,v 1024x4096", 1024, 4096, 32},
+	{"gate,up 14336x4096", 14336, 4096, 32},
+	{"down 4096x14336", 4096, 14336, 16},
+	{"output 32000x4096", 32000, 4096, 1},
+};
+static const shape quick_shapes[] = {
+	{"quick 512x1024", 512, 1024, 1},
+	{"quick 256x2048", 256, 2048, 1},
+};
+
+typedef struct bench {
+	strata_backend *b;
+	strata_compute *c;
+	strata_stream *s;
+	strata__cuda_compute *k;
+	int reps;
+	double copy_rate; /* bytes of traffic per second */
+} bench;
+
+static void die(const char *what, const strata_error *e)
+{
+	fprintf(stderr, "bench_cuda_quant: %s: %s\n  fix: %s\n", what,
+		e ? e->message : "", e ? e->fix : "");
+	exit(1);
+}
+
+static void *dev(uint64_t bytes)
+{
+	void *p = NULL;
+	if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+		fprintf(stderr, "bench_cuda_quant: cudaMalloc of %" PRIu64 " bytes failed\n",
+			bytes);
+		exit(1);
+	}
+	return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data and timing                                                          */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t lcg = 12345;
+static uint32_t rnd(void)
+{
+	lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(lcg >> 33);
+}
+
+/* Random weights of type t (rows x cols) on the device: random bytes, each
+ * block's f16 factors kept small and finite; bf16 values of |v| < 2. */
+static void *random_weights(strata_weight_type t, uint32_t rows,
+			    uint32_t cols, uint64_t *bytes_out)
+{
+	strata_block_type bt = strata_weight_type_block(t);
+	uint64_t bytes = (uint64_t)rows * (cols / strata_block_elements(bt)) *
+			 strata_block_bytes(bt);
+	unsigned char *h = malloc(bytes);
+	if (!h)
+		exit(1);
+	for (uint64_t i = 0; i < bytes; i++)
+		h[i] = (unsigned char)rnd();
+	uint32_t bb = strata_block_bytes(bt);
+	if (t == STRATA_WEIGHT_BF16) {
+		for (uint64_t i = 1; i < bytes; i += 2)
+			h[i] &= 0xbf; /* exponent below 2^1 */
+	} else {
+		/* every layout keeps its f16 factors in a block's first or
+		 * last 4 bytes: their high bytes get a small exponent */
+		for (uint64_t i = 1; i < bytes; i += 2)
+			h[i] &= (i % bb) < 4 || (i % bb) >= bb - 4 ? 0x2b : 0xff;
+	}
+	void *d = dev(bytes);
+	if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+		exit(1);
+	free(h);
+	*bytes_out = bytes;
+	return d;
+}
+
+typedef struct product {
+	bench *B;
+	strata_weight w;
+	float *y;
+	const float *x;
+	uint32_t n;
+} product;
+
+static void run_product(product *p)
+{
+	strata_error e;
+	if (strata_kernel_matmul(p->B->c, p->y, p->x, &p->w, NULL, p->n, &e) !=
+	    STRATA_OK)
+		die("matmul", &e);
+}
+
+/* Seconds per product, best of three runs of B->reps back to back. */
+static double time_product(product *p)
+{
+	strata_error e;
+	strata_event *a = NULL, *z = NULL;
+	if (strata_event_create(p->B->b, &a, &e) ||
+	    strata_event_create(p->B->b, &z, &e))
+		die("event", &e);
+	run_product(p); /* warm-up: workspace, cuBLAS heuristics */
+	double best = 1e30;
+	for (int round = 0; round < 3; round++) {
+		double sec = 0;
+		if (strata_event_record(p->B->b, a, p->B->s, &e))
+			die("event record", &e);
+		for (int i = 0; i < p->B->reps; i++)
+			run_product(p);
+		if (strata_event_record(p->B->b, z, p->B->s, &e) ||
+		    strata_event_wait(p->B->b, z, &e) ||
+		    strata_event_elapsed(p->B->b, a, z, &sec, &e))
+			die("event timing", &e);
+		if (sec / p->B->reps < best)
+			best = sec / p->B->reps;
+	}
+	strata_event_destroy(p->B->b, a);
+	strata_event_destroy(p->B->b, z);
+	return best;
+}
+
+/* Device-to-device copy of `bytes`: read and written, so 2x of traffic. */
+static double copy_rate(bench *B, uint64_t bytes)
+{
+	void *a = dev(bytes), *d = dev(bytes);
+	cudaStream_t cs = B->k->stream.cuda;
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	cudaMemsetAsync(a, 1, bytes, cs);
+	cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, cs);
+	float best = 1e30f;
+	for (int round = 0; round < 3; round++) {
+		float ms = 0;
+		cudaEventRecord(e0, cs);
+		for (int i = 0; i < 5; i++)
+			cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, cs);
+		cudaEventRecord(e1, cs);
+		cudaEventSynchronize(e1);
+		cudaEventElapsedTime(&ms, e0, e1);
+		best = ms / 5 < best ? ms / 5 : best;
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	cudaFree(a);
+	cudaFree(d);
+	return 2.0 * (double)bytes / (best / 1e3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decode                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void gemv_line(bench *B, const char *type, const shape *sh,
+		      const char *path, uint32_t n, double t, uint64_t bytes)
+{
+	double rate = (double)bytes / t;
+	printf("  %-7s %-20s %-22s n=%u %9.1f us %7.0f GB/s %5.1f%% of copy\n",
+	       type, sh->name, path, n, t * 1e6, rate / 1e9,
+	       100.0 * rate / B->copy_rate);
+	printf("json {\"figure\":\"gemv\",\"type\":\"%s\",\"shape\":\"%s\",\"path\":\"%s\",\"n\":%u,\"us\":%.2f,\"gbps\":%.1f,\"copy_share\":%.4f}\n",
+	       type, sh->name, path, n, t * 1e6, rate / 1e9, rate / B->copy_rate);
+}
+
+/* The product's time with the fast GEMV's split and unroll swept; prints
+ * the best and what the automatic choice gives. */
+static void sweep(bench *B, product *p, const char *type, const shape *sh,
+		  uint64_t bytes)
+{
+	double best = 1e30;
+	int bs = 0, bu = 4;
+	for (int split = 1; split <= 8; split *= 2)
+		for (int unroll = 4; unroll <= 8; unroll += 4) {
+			strata__cuda_qgemv_split = split;
+			strata__cuda_qgemv_unroll = unroll;
+			double t = time_product(p);
+			if (t < best)
+				best = t, bs = split, bu = unroll;
+		}
+	strata__cuda_qgemv_split = 0;
+	strata__cuda_qgemv_unroll = 4;
+	char path[48];
+	snprintf(path, sizeof path, "best: split %d unroll %d", bs, bu);
+	gemv_line(B, type, sh, path, 1, best, bytes);
+}
+
+/* One type's decode products; returns the ms of a token's products. */
+static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
+			  size_t count, bool do_sweep)
+{
+	const char *name = strata_weight_type_name(t);
+	double token = 0, token_bytes = 0;
+	for (size_t i = 0; i < count; i++) {
+		const shape *sh = &shapes[i];
+		uint64_t bytes = 0;
+		void *w = random_weights(t, sh->out, sh->in, &bytes);
+		float *x = dev((uint64_t)8 * sh->in * 4);
+		float *y = dev((uint64_t)8 * sh->out * 4);
+		cudaMemset(x, 0, (uint64_t)8 * sh->in * 4);
+		product p = {B, {t, w, sh->out, sh->in}, y, x, 1};
+		double tm = time_product(&p);
+		token += tm * sh->per_token;
+		token_bytes += (double)bytes * sh->per_token;
+		gemv_line(B, name, sh, "default", 1, tm, bytes);
+		bool fast = t != STRATA_WEIGHT_BF16 &&
+			    strata__cuda_qgemv_takes((int)strata_weight_type_block(t), w, x, sh->in);
+		if (fast && do_sweep && (t == STRATA_WEIGHT_Q8_0 || t == STRATA_WEIGHT_Q4_K)) {
+			strata__cuda_qgemv_enabled = 0;
+			gemv_line(B, name, sh, "general block GEMV", 1,
+				  time_product(&p), bytes);
+			strata__cuda_qgemv_enabled = 1;
+			sweep(B, &p, name, sh, bytes);
+		}
+		if (i + 1 == count || sh->out == 14336)
+			for (uint32_t n = 2; n <= 8 && do_sweep; n *= 2) {
+				p.n = n;
+				gemv_line(B, name, sh, "default", n, time_product(&p),
+					  bytes);
+			}
+		cudaFree(w);
+		cudaFree(x);
+		cudaFree(y);
+	}
+	printf("  %-7s a token's products: %.3f ms (%.2f TB/s of %.2f GB of weights)\n",
+	       name, token * 1e3, token_bytes / token / 1e12, token_bytes / 1e9);
+	printf("json {\"figure\":\"token\",\"type\":\"%s\",\"ms\":%.4f,\"bytes\":%.0f}\n",
+	       name, token * 1e3, token_bytes);
+	return token * 1e3;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prefill                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void prefill_line(const char *type, const shape *sh, const char *path,
+			 uint32_t n, double t)
+{
+	double fl = 2.0 * n * (double)sh->in * sh->out / t;
+	printf("  %-7s %-20s %-26s n=%-5u %9.1f us %7.1f TFLOP/s\n", type,
+	       sh->name, path, n, t * 1e6, fl / 1e12);
+	printf("json {\"figure\":\"prefill\",\"type\":\"%s\",\"shape\":\"%s\",\"path\":\"%s\",\"n\":%u,\"us\":%.2f,\"tflops\":%.2f}\n",
+	       type, sh->name, path, n, t * 1e6, fl / 1e12);
+}
+
+static void prefill_type(bench *B, strata_weight_type t, const shape *sh,
+			 uint32_t n, uint32_t widest)
+{
+	const char *name = strata_weight_type_name(t);
+	strata_error e;
+	uint64_t bytes = 0;
+	void *w = random_weights(t, sh->out, sh->in, &bytes);
+	float *x = dev((uint64_t)n * sh->in * 4);
+	float *y = dev((uint64_t)n * sh->out * 4);
+	cudaMemset(x, 0, (uint64_t)n * sh->in * 4);
+	/* the plan's product workspace: rows x the widest input x 4 */
+	if (strata_compute_reserve(B->c, (uint64_t)n * widest * 4, &e))
+		die("workspace", &e);
+	product p = {B, {t, w, sh->out, sh->in}, y, x, n};
+	const int terms = B->k->prefill_terms;
+	if (t == STRATA_WEIGHT_BF16) {
+		prefill_line(name, sh, "cuBLAS bf16 hi+lo x", n, time_product(&p));
+		B->k->prefill_terms = 1;
+		prefill_line(name, sh, "cuBLAS bf16 once", n, time_product(&p));
+	} else {
+		B->k->prefill_terms = 3;
+		prefill_line(name, sh, "tensor cores hi+lo", n, time_product(&p));
+		B->k->prefill_terms = 1;
+		prefill_line(name, sh, "tensor cores bf16 once", n,
+			     time_product(&p));
+		B->k->prefill_terms = terms;
+		strata__cuda_quant_prefill = 0;
+		prefill_line(name, sh, "f32 SGEMM slices", n, time_product(&p));
+		strata__cuda_quant_prefill = 1;
+	}
+	B->k->prefill_terms = terms;
+	cudaFree(w);
+	cudaFree(x);
+	cudaFree(y);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static bool listed(const char *list, const char *name)
+{
+	if (!list)
+		return true;
+	size_t n = strlen(name);
+	for (const char *p = list; (p = strstr(p, name)); p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n]))
+			return true;
+	return false;
+}
+
+int main(int argc, char **argv)
+{
+	bool quick = false, do_sweep = true;
+	const char *types = NULL;
+	uint32_t rows[4] = {512, 2048}, nrows = 2;
+	bench B = {.reps = 20};
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick"))
+			quick = true;
+		else if (!strcmp(argv[i], "--no-sweep"))
+			do_sweep = false;
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			B.reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--types") && i + 1 < argc)
+			types = argv[++i];
+		else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
+			nrows = 0;
+			for (char *t = strtok(argv[++i], ","); t && nrows < 4;
+			     t = strtok(NULL, ","))
+				rows[nrows++] = (uint32_t)atoi(t);
+		} else {
+			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep]\n");
+			return 2;
+		}
+	}
+	if (strata_backend_device_count("cuda") <= 0) {
+		printf("bench_cuda_quant: no CUDA device visible: skipped\n");
+		return 77;
+	}
+	if (B.reps < 1)
+		B.reps = 1;
+	if (quick) {
+		B.reps = 2, do_sweep = false, nrows = 1, rows[0] = 64;
+	}
+	strata_error e;
+	if (strata_backend_cuda_create(NULL, &B.b, &e) ||
+	    strata_compute_create_on(B.b, 0, &B.c, &e))
+		die("CUDA backend", &e);
+	B.s = strata_compute_stream(B.c);
+	B.k = strata__cuda_compute_of(B.c);
+	B.copy_rate = copy_rate(&B, quick ? (16u << 20) : (512u << 20));
+	printf("bench_cuda_quant: device-to-device copy %.0f GB/s of traffic (the reference)\n",
+	       B.copy_rate / 1e9);
+	printf("json {\"figure\":\"copy\",\"gbps\":%.1f}\n", B.copy_rate / 1e9);
+	const shape *shapes = quick ? quick_shapes : full_shapes;
+	size_t count = quick ? 2 : sizeof full_shapes / sizeof *full_shapes;
+	static const strata_weight_type all[] = {
+		STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0,	 STRATA_WEIGHT_Q4_0,
+		STRATA_WEIGHT_Q4_K, STRATA_WEIGHT_Q5_K,	 STRATA_WEIGHT_Q6_K,
+		STRATA_WEIGHT_Q4_1, STRATA_WEIGHT_Q5_0,	 STRATA_WEIGHT_Q5_1,
+		STRATA_WEIGHT_Q2_K, STRATA_WEIGHT_Q3_K,	 STRATA_WEIGHT_IQ4_NL,
+		STRATA_WEIGHT_IQ4_XS,
+	};
+	printf("decode (one row of x unless n says otherwise):\n");
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		if (listed(types, strata_weight_type_name(all[i])))
+			decode_type(&B, all[i], shapes, count, do_sweep);
+	printf("prefill:\n");
+	static const strata_weight_type pre[] = {
+		STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
+		STRATA_WEIGHT_Q6_K,
+	};
+	for (uint32_t r = 0; r < nrows; r++)
+		for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
+			if (!listed(types, strata_weight_type_name(pre[i])))
+				continue;
+			for (size_t j = 0; j < count; j++)
+				if (quick || shapes[j].per_token >= 16)
+					prefill_type(&B, pre[i], &shapes[j],
+						     rows[r], quick ? 2048 : 14336);
+		}
+	strata_compute_destroy(B.c);
+	strata_backend_destroy(B.b);
+	return 0;
+}
