@@ -13,7 +13,8 @@
  * layout is the A fragment layout of the next product, so the softmax's
  * weights go into P . V without passing through shared memory; only the
  * tile's keys (row-major) and values (transposed) are shared, converted to
- * bf16 once per block and tile.
+ * bf16 once per block and tile from f32 that cp.async brought into a stage
+ * while the warps computed on the tile before.
  *
  * Precision: the f32 queries, keys, values and weights are each split into
  * a bf16 term and the bf16 of the remainder (hi + lo, about 16 bits), and a
@@ -33,7 +34,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.h"
 
-#define FA_WARPS 4
+#define FA_WARPS 8
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_ROWS (FA_WARPS * 16) /* rows of a block: 16 per warp */
 #define FA_KEYS 64		/* keys of a tile */
@@ -48,19 +49,24 @@ typedef struct fa_args {
 	int vec4;    /* keys and values 16-byte aligned: float4 loads */
 } fa_args;
 
-/* Shared memory of one block for head size D and T terms: per term the
- * tile's keys [key][dim] and values transposed [dim][key], both bf16; the
- * row strides (+8 elements) make every fragment load of a warp hit 32
- * distinct banks. */
+/* Shared memory of one block for head size D and T terms: the stage, where
+ * the next tile's f32 keys and values arrive by cp.async while the warps
+ * compute on the current one, then per term the current tile's keys
+ * [key][dim] and values transposed [dim][key] as bf16. The row strides
+ * (+4 floats, +8 bf16) make the conversion's and the fragments' accesses of
+ * a warp hit distinct banks. */
 template <int D> struct fa_smem {
+	static constexpr int LDS = D + 4;
 	static constexpr int LDK = D + 8;
 	static constexpr int LDV = FA_KEYS + 8;
+	static constexpr size_t STAGE_FLOATS = (size_t)FA_KEYS * LDS;
+	static constexpr size_t STAGE_BYTES = 2 * STAGE_FLOATS * sizeof(float);
 	static constexpr size_t K_ELEMS = (size_t)FA_KEYS * LDK;
 	static constexpr size_t V_ELEMS = (size_t)D * LDV;
 	static constexpr size_t TERM_BYTES = (K_ELEMS + V_ELEMS) * sizeof(bf16);
 	static constexpr size_t bytes(int terms)
 	{
-		return (terms > 1 ? 2 : 1) * TERM_BYTES;
+		return STAGE_BYTES + (terms > 1 ? 2 : 1) * TERM_BYTES;
 	}
 };
 
@@ -111,42 +117,85 @@ __device__ __forceinline__ void mma_terms(float c[4], const uint32_t ah[4],
 	}
 }
 
+/* 2^x in one instruction (relative error ~2^-22; 2^-inf is 0). */
+__device__ __forceinline__ float fast_exp2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
 /* First key a query at position p sees. */
 __device__ __forceinline__ uint64_t first_key(uint64_t p, uint32_t window)
 {
 	return window && p + 1 > window ? p + 1 - window : 0;
 }
 
-/* Four consecutive floats (aligned to 16 bytes when vec4). */
-__device__ __forceinline__ float4 load4(const float *p, int vec4)
+/* 16 bytes global -> shared without passing through registers; bytes 0
+ * fills the 16 with zeros (keys past the last). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src,
+					   int bytes)
 {
-	if (vec4)
-		return *(const float4 *)p;
-	return make_float4(p[0], p[1], p[2], p[3]);
+	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
+		     "l"(src), "r"(bytes));
 }
 
-/* Keys and values t0 .. t0 + FA_KEYS of kv head kvh into the shared tile
- * (keys row-major, values transposed), split per term; keys past cnt are
- * zero. */
-template <int D, int T>
-__device__ __forceinline__ void load_tile(const fa_args &a, uint64_t t0,
-					  uint32_t cnt, uint32_t kvh,
-					  bf16 *sh)
+__device__ __forceinline__ void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+
+__device__ __forceinline__ void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+/* Keys and values t0 .. t0 + FA_KEYS of kv head kvh into the stage (keys
+ * past cnt zero): asynchronously where they are 16-byte aligned, else by
+ * plain loads. */
+template <int D>
+__device__ __forceinline__ void stage_tile(const fa_args &a, uint64_t t0,
+					   uint32_t cnt, uint32_t kvh,
+					   float *stage)
 {
 	typedef fa_smem<D> L;
 	const uint64_t kv_stride = (uint64_t)a.kv_heads * D;
+	float *sk = stage, *sv = stage + L::STAGE_FLOATS;
+	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / 4;
+	     idx += FA_THREADS) {
+		const uint32_t key = idx / (D / 4), e = idx % (D / 4) * 4;
+		const bool in = key < cnt;
+		const uint64_t at =
+			in ? (t0 + key) * kv_stride + (uint64_t)kvh * D + e : 0;
+		float *dk = sk + key * L::LDS + e, *dv = sv + key * L::LDS + e;
+		if (a.vec4) {
+			cp_async16(dk, a.k + at, in ? 16 : 0);
+			cp_async16(dv, a.v + at, in ? 16 : 0);
+			continue;
+		}
+		for (int j = 0; j < 4; j++) {
+			dk[j] = in ? a.k[at + j] : 0.f;
+			dv[j] = in ? a.v[at + j] : 0.f;
+		}
+	}
+	cp_async_commit();
+}
+
+/* The staged tile as bf16 terms: keys row-major, values transposed. A
+ * warp's 32 threads take 32 consecutive keys of the same four elements. */
+template <int D, int T>
+__device__ __forceinline__ void convert_tile(const float *stage, bf16 *sh)
+{
+	typedef fa_smem<D> L;
+	const float *sk = stage, *sv = stage + L::STAGE_FLOATS;
 	bf16 *kh = sh, *vh = sh + L::K_ELEMS;
 	bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
 	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / 4;
 	     idx += FA_THREADS) {
-		const uint32_t key = idx / (D / 4), e = idx % (D / 4) * 4;
-		float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
-		if (key < cnt) {
-			const uint64_t at = (t0 + key) * kv_stride +
-					    (uint64_t)kvh * D + e;
-			kx = load4(a.k + at, a.vec4);
-			vx = load4(a.v + at, a.vec4);
-		}
+		const uint32_t key = idx % FA_KEYS, e = idx / FA_KEYS * 4;
+		const float4 kx = *(const float4 *)(sk + key * L::LDS + e);
+		const float4 vx = *(const float4 *)(sv + key * L::LDS + e);
 		uint32_t h0, l0, h1, l1;
 		split2(kx.x, kx.y, h0, l0);
 		split2(kx.z, kx.w, h1, l1);
@@ -182,7 +231,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 {
 	typedef fa_smem<D> L;
 	extern __shared__ __align__(128) unsigned char fa_sh[];
-	bf16 *sh = (bf16 *)fa_sh;
+	float *stage = (float *)fa_sh;
+	bf16 *sh = (bf16 *)(fa_sh + L::STAGE_BYTES);
 	const bf16 *kh = sh, *vh = sh + L::K_ELEMS;
 	const bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
 	const uint32_t group = a.heads / a.kv_heads, kvh = blockIdx.y;
@@ -207,6 +257,17 @@ __global__ void __launch_bounds__(FA_THREADS)
 		first[h] = first_key(pos[h], a.window);
 	}
 
+	/* the same as offsets from lo, and the block's bounds: a tile of keys
+	 * inside every row's range needs no mask */
+	uint32_t rpos[2], rfirst[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		rpos[h] = (uint32_t)(pos[h] - lo);
+		rfirst[h] = (uint32_t)(first[h] - lo);
+	}
+	const uint64_t pos_min = a.pos0 + row0 / group;
+	const uint64_t first_max = first_key(a.pos0 + last / group, a.window);
+
 	/* the queries as A fragments, k-step c: registers {row g, k 2t},
 	 * {row g+8, k 2t}, {row g, k 2t+8}, {row g+8, k 2t+8} */
 	uint32_t qh[D / 16][4], ql[D / 16][4];
@@ -228,12 +289,20 @@ __global__ void __launch_bounds__(FA_THREADS)
 		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
+	/* the next tile copies in while the warps compute on this one */
+	stage_tile<D>(a, lo, (uint32_t)(hi - lo < FA_KEYS ? hi - lo : FA_KEYS),
+		      kvh, stage);
 	for (uint64_t t0 = lo; t0 < hi; t0 += FA_KEYS) {
-		const uint32_t cnt =
-			(uint32_t)(hi - t0 < FA_KEYS ? hi - t0 : FA_KEYS);
-		__syncthreads(); /* the last tile is read */
-		load_tile<D, T>(a, t0, cnt, kvh, sh);
-		__syncthreads();
+		cp_async_wait();
+		__syncthreads(); /* staged, and the last tile is read */
+		convert_tile<D, T>(stage, sh);
+		__syncthreads(); /* converted: the stage is free */
+		const uint64_t t1 = t0 + FA_KEYS;
+		if (t1 < hi)
+			stage_tile<D>(a, t1,
+				      (uint32_t)(hi - t1 < FA_KEYS ? hi - t1
+								   : FA_KEYS),
+				      kvh, stage);
 
 		/* scores: 8 fragments of 16 x 8 keys */
 		float s[FA_KEYS / 8][4];
@@ -247,19 +316,24 @@ __global__ void __launch_bounds__(FA_THREADS)
 					     kl + at + c * 16, 8);
 		}
 
-		/* the online softmax, per row: mask, maximum over the quad */
+		/* the online softmax, per row: scale, mask where the tile
+		 * crosses a row's first or last key (the diagonal, a
+		 * window's edge), maximum over the quad */
 		float mx[2] = {-INFINITY, -INFINITY};
+		const bool whole = t0 + FA_KEYS <= pos_min + 1 && t0 >= first_max;
 #pragma unroll
 		for (int j = 0; j < FA_KEYS / 8; j++)
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				const int h = i >> 1;
-				const uint64_t key = t0 + j * 8 + t2 + (i & 1);
-				const bool ok = key >= first[h] && key <= pos[h];
+				const uint32_t key = (uint32_t)(t0 - lo) + j * 8 +
+						     t2 + (i & 1);
+				const bool ok = whole || (key >= rfirst[h] &&
+							  key <= rpos[h]);
 				s[j][i] = ok ? s[j][i] * a.scale : -INFINITY;
 				mx[h] = fmaxf(mx[h], s[j][i]);
 			}
-		float c[2];
+		float c[2], mz[2];
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			mx[h] = fmaxf(mx[h], __shfl_xor_sync(STRATA__FULL_MASK,
@@ -269,8 +343,11 @@ __global__ void __launch_bounds__(FA_THREADS)
 			const float nm = fmaxf(m[h], mx[h]);
 			/* no key yet (nm -inf): nothing to rescale; else c
 			 * = 0 on the row's first keys, where m is -inf */
-			c[h] = nm == -INFINITY ? 1.0f : exp2f(m[h] - nm);
+			c[h] = nm == -INFINITY ? 1.0f : fast_exp2(m[h] - nm);
 			m[h] = nm;
+			/* a row with no key yet subtracts 0: its scores are
+			 * all -inf, whose weights exp2 makes 0 */
+			mz[h] = nm == -INFINITY ? 0.f : nm;
 			l[h] *= c[h]; /* this lane's part of the sum */
 		}
 #pragma unroll
@@ -292,9 +369,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
 				for (int i = 0; i < 4; i++) {
 					const float sv = s[2 * ks + f][i];
-					p[i] = sv == -INFINITY
-						       ? 0.f
-						       : exp2f(sv - m[i >> 1]);
+					p[i] = fast_exp2(sv - mz[i >> 1]);
 					l[i >> 1] += p[i];
 				}
 				split2(p[0], p[1], ph[2 * f], pl[2 * f]);
