@@ -383,6 +383,63 @@ typedef struct strata_forward_site {
 
 /* What a forward pass is made of. hp, backend, compute, src, sites and
  * the site lists are borrowed and must outlive it. */
+/* ------------------------------------------------------------------------ */
+/* Experts on the CPU (experts.c)                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The routed experts of a model's first `layers` layers, held in host
+ * memory and computed on the CPU, with a device cache of `cache_slots`
+ * of them whose hits run on the device (llama.cpp's --n-cpu-moe,
+ * KTransformers; docs/infer.md "Experts on the CPU"). */
+typedef struct strata_infer_experts strata_infer_experts;
+
+typedef struct strata_infer_experts_options {
+	const strata_infer_hparams *hp;	     /* must outlive the store */
+	const strata_infer_tensors *tensors; /* read at create only */
+	strata_weight_store *ws;	     /* read at create only */
+	uint32_t layers;      /* 1 .. hp->layers */
+	uint32_t cache_slots; /* 0: every expert of those layers on the CPU */
+	uint32_t rows;	      /* activation rows of a pass at most */
+	uint32_t threads;     /* the CPU's compute threads; 0: every processor */
+	/* the cache's device and the compute context the forward pass runs
+	 * those layers on (hits run there); needed with slots only */
+	strata_backend *device;
+	strata_compute *device_compute;
+	strata_plan_device device_kind; /* the form the device computes */
+} strata_infer_experts_options;
+
+typedef struct strata_infer_experts_stats {
+	uint32_t layers, cache_slots;
+	uint64_t routed;	/* expert calls asked: hits + misses */
+	uint64_t hits, misses;	/* ran on the device / on the CPU */
+	uint64_t admissions, evictions; /* experts into / out of the cache */
+	uint64_t cpu_bytes;	/* expert weights the CPU computed with */
+	uint64_t device_bytes;	/* expert weights hits read on the device */
+	uint64_t upload_bytes;	/* copied host to device into the cache */
+} strata_infer_experts_stats;
+
+/* Reads the experts (their bytes are the plan's expert host_bytes),
+ * makes the cache (one device block of cache_slots x the largest
+ * expert's slot) and the CPU's compute context. E_INVALID_ARG for a
+ * dense model, a layer count out of range or a cache without a device,
+ * E_UNSUPPORTED where the device and the CPU compute a type in different
+ * forms with a cache, read errors naming the tensor, E_NOMEM,
+ * E_DEVICE_OOM. The caller owns *out. */
+strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
+					  strata_infer_experts **out,
+					  strata_error *err);
+void strata_infer_experts_destroy(strata_infer_experts *x); /* NULL is fine */
+void strata_infer_experts_get_stats(const strata_infer_experts *x,
+				    strata_infer_experts_stats *out);
+/* How often expert `expert` of layer `layer` was routed so far (0 for a
+ * layer whose experts are not here). */
+uint64_t strata_infer_experts_routed(const strata_infer_experts *x,
+				     uint32_t layer, uint32_t expert);
+/* The host scratch a store of `rows` rows takes (the plan's
+ * strata_plan_experts.scratch_bytes). */
+uint64_t strata_infer_experts_scratch_bytes(const strata_infer_hparams *hp,
+					    uint32_t rows);
+
 typedef struct strata_forward_options {
 	const strata_infer_hparams *hp;
 	/* Where the buffers live: one arena of its device memory. NULL: a
@@ -408,6 +465,9 @@ typedef struct strata_forward_options {
 	/* Where the activation and KV staging copies between sites are
 	 * recorded (borrowed); NULL: nowhere. */
 	strata_telemetry *telemetry;
+	/* The routed experts of the store's layers run through it
+	 * (borrowed; NULL: every expert from the source) */
+	strata_infer_experts *experts;
 } strata_forward_options;
 
 /* Creates a forward pass: the KV caches (`sequences` of `context`
@@ -729,6 +789,9 @@ strata_status strata_session_write_telemetry(strata_session *s,
  * to be destroyed by the caller. */
 /* The forward pass, with the session's --batch sequences. */
 strata_forward *strata_session_forward(const strata_session *s);
+/* The store of the experts the plan computes on the CPU (--n-cpu-moe), or
+ * NULL. */
+strata_infer_experts *strata_session_experts(const strata_session *s);
 /* The model's hyper-parameters (vocab, eos, layers ...). */
 const strata_infer_hparams *strata_session_hparams(const strata_session *s);
 /* The backend the forward pass runs on (its memory, its pinned host

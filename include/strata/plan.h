@@ -479,6 +479,44 @@ const char *strata_plan_rate_name(strata_plan_rate r);
  * that holds a whole group (explained by host_window_list_truncated). */
 #define STRATA_PLAN_MAX_HOST_CANDIDATES 256
 
+/* Routed experts computed on the CPU from host memory (llama.cpp's
+ * --n-cpu-moe, KTransformers), with a device cache of the most routed
+ * ones. The experts of the first `layers` MoE layers leave their units
+ * (strata_plan_experts_size names them, so the layout never sizes them);
+ * the plan adds host_bytes to every candidate's host total,
+ * cache_bytes to device 0's, and the CPU's time for the experts a token
+ * routes past the cache to its predictions (docs/plan.md "Experts"). */
+typedef struct strata_plan_experts {
+	uint64_t layers;	   /* MoE layers whose experts run on the CPU */
+	uint64_t experts, experts_used; /* per layer; per token */
+	uint64_t expert_bytes;	   /* one expert's three tensors, host */
+	uint64_t expert_elements;  /* one expert's weights (products) */
+	uint64_t host_bytes;	   /* every such expert, exact */
+	uint64_t cache_slots;	   /* experts the device cache holds */
+	uint64_t slot_bytes;	   /* one slot: three aligned device buffers */
+	uint64_t cache_bytes;	   /* slots x slot_bytes */
+	uint64_t scratch_bytes;	   /* the CPU's activation buffers (host) */
+} strata_plan_experts;
+
+/* Fills out's sizes from catalog c for `layers` layers (at most the
+ * model's; 0: none) and `slots` cache slots, the expert tensors being HF's
+ * model.layers.N.*.experts.E.* or GGUF's blk.N.ffn_*_exps; experts and
+ * experts_used as the caller read them (the hyper-parameters). *globs (an
+ * owned array of owned strings, *n_globs of them; free with
+ * strata_plan_experts_globs_free) matches exactly those tensors: the
+ * caller adds them to its --exclude globs for the plan source. E_NOMEM,
+ * E_OVERFLOW naming the sum. */
+strata_status strata_plan_experts_size(const strata_catalog *c,
+				       strata_plan_device device,
+				       uint64_t layers, uint64_t slots,
+				       uint64_t experts, uint64_t experts_used,
+				       strata_plan_experts *out, char ***globs,
+				       size_t *n_globs, strata_error *err);
+void strata_plan_experts_globs_free(char **globs, size_t n);
+/* The layer of an expert tensor name (HF or GGUF), or -1 when name is not
+ * one of a layer's routed experts (shared experts are not). */
+int64_t strata_plan_expert_layer(const char *name);
+
 /* What the caller asks. Zero fields take defaults: the shape's from
  * strata_plan_shape_defaults (context min(arch max_context, 4096) or 2048
  * when unknown, batch 1, prefill chunk min(512, context)), bandwidths from
@@ -530,6 +568,10 @@ typedef struct strata_plan_options {
 	 * between them, and on cpu so is the RAM of their device arenas
 	 * when no device budget is given. 0 or 1: this plan is alone. */
 	uint32_t host_shared_by;
+	/* --n-cpu-moe N / --expert-cache N: the experts of the first N MoE
+	 * layers on the CPU, a cache of that many on the device; the caller
+	 * sizes the rest of the struct (strata_plan_experts_size) */
+	strata_plan_experts experts;
 } strata_plan_options;
 
 /* What the machine has, measured by the caller (the backend and

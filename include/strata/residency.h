@@ -154,6 +154,17 @@ typedef struct strata_telemetry_device {
 } strata_telemetry_device;
 
 /* Everything the document says; pointers are borrowed for the call. */
+/* The routed experts computed on the CPU with a device cache of hot ones
+ * (infer's strata_infer_experts_stats, as the document shows them in
+ * "experts"): expert calls routed, hits run on the device from the cache,
+ * misses run on the CPU, experts copied into and out of the cache, and
+ * the expert weight bytes each side computed with or copied. */
+typedef struct strata_telemetry_experts {
+	uint64_t layers, cache_slots;
+	uint64_t routed, hits, misses, admissions, evictions;
+	uint64_t cpu_bytes, device_bytes, upload_bytes;
+} strata_telemetry_experts;
+
 typedef struct strata_telemetry_report {
 	const char *model;	  /* MODEL as given on the command line */
 	const char *mode;	  /* "resident", "host", "disk" */
@@ -175,6 +186,8 @@ typedef struct strata_telemetry_report {
 	const strata_weight_store_stats *weight_store;
 	size_t device_count;
 	const strata_telemetry_device *devices;
+	/* NULL: no experts on the CPU, no "experts" object */
+	const strata_telemetry_experts *experts;
 } strata_telemetry_report;
 
 /* Writes the document as one JSON object into j (which the caller inits and

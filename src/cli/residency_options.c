@@ -33,6 +33,10 @@ static const char residency_help[] =
 	"                        file, else defaults the plan names)\n"
 	"  --resident-units N    exactly N units resident on the device(s)\n"
 	"  --cpu-units N         exactly N units computed on the CPU from host memory\n"
+	"  --n-cpu-moe N         the routed experts of the first N layers computed\n"
+	"                        on the CPU from host memory (mixture of experts)\n"
+	"  --expert-cache N      with --n-cpu-moe: N of those experts cached on the\n"
+	"                        device, the most routed (default 0)\n"
 	"  --no-mmap             read resident CPU weights into memory instead of\n"
 	"                        mapping them from the checkpoint's files\n"
 	"  --quiet               no progress bar, summary or warnings on stderr\n"
@@ -82,7 +86,7 @@ typedef enum opt_kind {
 	OPT_RESIDENCY, OPT_DEVICE, OPT_DEVICE_MEMORY, OPT_HOST_MEMORY,
 	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
 	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW, OPT_HOSTBW,
-	OPT_RESIDENT_UNITS, OPT_CPU_UNITS,
+	OPT_RESIDENT_UNITS, OPT_CPU_UNITS, OPT_CPU_MOE, OPT_EXPERT_CACHE,
 } opt_kind;
 
 static const struct {
@@ -105,6 +109,8 @@ static const struct {
 	{"--host-memory-bandwidth", OPT_HOSTBW},
 	{"--resident-units", OPT_RESIDENT_UNITS},
 	{"--cpu-units", OPT_CPU_UNITS},
+	{"--n-cpu-moe", OPT_CPU_MOE},
+	{"--expert-cache", OPT_EXPERT_CACHE},
 };
 
 void strata_cli_residency_init(strata_cli_residency *r)
@@ -303,6 +309,10 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	case OPT_CPU_UNITS:
 		o->has_cpu_units = true;
 		return parse_count(opt, v, false, &o->cpu_units, err);
+	case OPT_CPU_MOE:
+		return parse_count(opt, v, false, &o->experts.layers, err);
+	case OPT_EXPERT_CACHE:
+		return parse_count(opt, v, false, &o->experts.cache_slots, err);
 	}
 	return 0;
 }

@@ -141,6 +141,7 @@ strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
 		return strata_error_prefix(err, "layer %u", layer);
 	strata_forward_weights w;
 	strata__forward_weights_of(f, &l, &w);
+	w.layer = layer;
 	st = strata__forward_norms(f, &w, err);
 	if (st == STRATA_OK)
 		st = step(f, &w, layer, arg, err);

@@ -138,6 +138,7 @@ static strata_status set_sites(strata_forward *f,
 	f->head_site = o->site_count ? o->head_site : 0;
 	f->prefill_from = o->site_count ? o->prefill_from : 0;
 	f->tel = o->telemetry;
+	f->experts = o->experts;
 	for (uint32_t s = 0; s < n; s++) {
 		strata_forward_site_state *st = &f->site[s];
 		st->b = o->site_count ? o->sites[s].backend : o->backend;

@@ -124,6 +124,7 @@ struct strata_forward {
 	uint32_t prefill_from;	  /* chunk size running the prefill split */
 	bool prefill;		  /* the split the source was last told */
 	strata_telemetry *tel;	  /* NULL: copies not recorded */
+	strata_infer_experts *experts; /* experts on the CPU, or NULL */
 	float *bounce;		  /* (rows, dim) host, device to device */
 };
 
@@ -134,6 +135,7 @@ typedef struct strata_forward_weights {
 	strata_weight ffn_norm, w_gate, w_up, w_down;
 	strata_weight q_norm, k_norm, attn_post_norm, ffn_post_norm;
 	strata_weight router, sh_gate, sh_up, sh_down, sh_router;
+	uint32_t layer;	  /* the layer's index */
 	uint32_t experts; /* each expert's gate, up, down: the layer's */
 	const void *const *expert[3];
 	uint8_t expert_elem[3];
@@ -180,6 +182,26 @@ strata_status strata__forward_moe(strata_forward *f,
 /* Host bytes of the routing buffers for hp and `rows` rows (0: dense). */
 uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
 					uint32_t rows);
+
+/* experts.c: what the MoE step asks of the experts on the CPU. apart:
+ * layer's experts are the store's. input: the host rows (rows, dim) the
+ * layer's normed input is read back into. hit: counts expert e's call;
+ * true with its device weights when its cache slot can serve compute
+ * context c. begin zeroes the host sum of n rows; cpu adds expert e's
+ * weighted outputs of the m rows `rows` (of input) into it; sum is it.
+ * admit may copy expert e into the cache after its miss. */
+bool strata__experts_apart(const strata_infer_experts *x, uint32_t layer);
+float *strata__experts_input(strata_infer_experts *x);
+bool strata__experts_hit(strata_infer_experts *x, uint32_t layer, uint32_t e,
+			 const strata_compute *c, strata_weight w[3]);
+void strata__experts_begin(strata_infer_experts *x, uint32_t n);
+strata_status strata__experts_cpu(strata_infer_experts *x, uint32_t layer,
+				  uint32_t e, uint32_t n, const int32_t *rows,
+				  const float *weight, uint32_t m,
+				  strata_error *err);
+float *strata__experts_sum(strata_infer_experts *x);
+strata_status strata__experts_admit(strata_infer_experts *x, uint32_t layer,
+				    uint32_t e, strata_error *err);
 
 /* forward_family.c: the steps of the families beyond llama (each a no-op
  * for llama, mistral and qwen2). */

@@ -8,6 +8,8 @@
  * gather, which copies rows of any f32 table), and each output row is
  * scaled by its weight and added to its row of the residual stream.
  * Qwen2-MoE adds its shared expert, scaled by the sigmoid of its gate.
+ * A layer whose routed experts are on the CPU (experts.c) runs them
+ * through the expert store instead: cache hits here, misses there.
  */
 #include <math.h>
 #include <string.h>
@@ -108,13 +110,33 @@ static strata_status scatter_add(strata_forward *f, const int32_t *rows,
 	return st;
 }
 
-/* One expert over the m rows routed to it (their ids in rows). */
+/* One expert (its gate, up and down) over the m rows routed to it (their
+ * ids in rows). */
+static strata_status expert_run(strata_forward *f, const strata_weight *gate,
+				const strata_weight *up,
+				const strata_weight *down, uint32_t n,
+				const int32_t *rows, const float *weight,
+				uint32_t m, strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	const strata_weight normed = strata_weight_f32(f->xb, n, hp->dim);
+	strata_status st = strata_kernel_embed(f->c, f->moe_in, &normed, rows,
+					       m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_gated(f->c, f->hb, f->moe_in, NULL, NULL,
+					 gate, up, f->hb2, m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(f->c, f->moe_out, f->hb, down, NULL,
+					  m, err);
+	return st ? st : scatter_add(f, rows, weight, m, err);
+}
+
+/* Expert e of the layer's own weights (from the source). */
 static strata_status expert(strata_forward *f, const strata_forward_weights *w,
 			    uint32_t e, uint32_t n, const int32_t *rows,
 			    const float *weight, uint32_t m, strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
-	const strata_weight normed = strata_weight_f32(f->xb, n, hp->dim);
 	const strata_weight gate = {w->expert_elem[STRATA_EXPERT_GATE],
 				    w->expert[STRATA_EXPERT_GATE][e],
 				    hp->moe_ffn, hp->dim};
@@ -124,15 +146,62 @@ static strata_status expert(strata_forward *f, const strata_forward_weights *w,
 	const strata_weight down = {w->expert_elem[STRATA_EXPERT_DOWN],
 				    w->expert[STRATA_EXPERT_DOWN][e], hp->dim,
 				    hp->moe_ffn};
-	strata_status st = strata_kernel_embed(f->c, f->moe_in, &normed, rows,
-					       m, err);
+	return expert_run(f, &gate, &up, &down, n, rows, weight, m, err);
+}
+
+/* A layer whose experts are on the CPU (experts.c): hits run here from
+ * the device cache; the misses on the CPU over the normed rows read back
+ * (f->xb, already there: the router's read-back waited for it), their sum
+ * added to the residual stream in one step; then the missed experts may
+ * enter the cache. */
+static strata_status experts_apart(strata_forward *f, uint32_t layer,
+				   uint32_t n, const uint32_t *count,
+				   strata_error *err)
+{
+	const strata_infer_hparams *hp = f->hp;
+	strata_infer_experts *x = f->experts;
+	bool miss[4096];
+	uint32_t at = 0, misses = 0;
+	strata_status st = STRATA_OK;
+	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
+		strata_weight dw[3];
+		miss[e] = false;
+		if (count[e] && strata__experts_hit(x, layer, e, f->c, dw))
+			st = expert_run(f, &dw[STRATA_EXPERT_GATE],
+					&dw[STRATA_EXPERT_UP],
+					&dw[STRATA_EXPERT_DOWN], n,
+					f->moe_rows + at, f->moe_weights + at,
+					count[e], err);
+		else if (count[e])
+			misses += miss[e] = true;
+		at += count[e];
+	}
+	if (st || !misses)
+		return st;
+	uint64_t bytes = (uint64_t)n * hp->dim * sizeof(float);
+	strata__experts_begin(x, n);
+	at = 0;
+	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
+		if (miss[e])
+			st = strata__experts_cpu(x, layer, e, n, f->moe_rows + at,
+						 f->moe_weights + at, count[e],
+						 err);
+		at += count[e];
+	}
+	/* the sum into moe_out after the hits' kernels that use it, then
+	 * added; the host sum is the next layer's again: wait for it */
 	if (st == STRATA_OK)
-		st = strata_kernel_gated(f->c, f->hb, f->moe_in, NULL, NULL,
-					 &gate, &up, f->hb2, m, err);
+		st = strata_compute_upload(f->c, f->moe_out,
+					   strata__experts_sum(x), bytes, err);
 	if (st == STRATA_OK)
-		st = strata_kernel_matmul(f->c, f->moe_out, f->hb, &down, NULL,
-					  m, err);
-	return st ? st : scatter_add(f, rows, weight, m, err);
+		st = strata_kernel_add(f->c, f->x, f->moe_out,
+				       (uint64_t)n * hp->dim, err);
+	if (st == STRATA_OK)
+		st = strata_compute_finish(f->c, err);
+	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++)
+		if (miss[e])
+			st = strata__experts_admit(x, layer, e, err);
+	return st;
 }
 
 /* Qwen2-MoE: x += sigmoid(xb . g) * down(silu(gate xb) * up xb). */
@@ -180,13 +249,22 @@ strata_status strata__forward_moe(strata_forward *f,
 					     (uint64_t)n * hp->experts *
 						     sizeof(float),
 					     err);
+	bool apart = strata__experts_apart(f->experts, w->layer);
+	if (st == STRATA_OK && apart) /* the CPU's input rows */
+		st = strata_compute_download(f->c,
+					     strata__experts_input(f->experts),
+					     f->xb,
+					     (uint64_t)n * hp->dim * sizeof(float),
+					     err);
 	if (st == STRATA_OK)
 		st = strata_compute_finish(f->c, err);
 	if (st)
 		return st;
 	route(f, n, count);
 	uint32_t at = 0;
-	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
+	if (apart)
+		st = experts_apart(f, w->layer, n, count, err);
+	for (uint32_t e = 0; !apart && st == STRATA_OK && e < hp->experts; e++) {
 		if (count[e])
 			st = expert(f, w, e, n, f->moe_rows + at,
 				    f->moe_weights + at, count[e], err);

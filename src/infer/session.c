@@ -35,6 +35,60 @@ bool strata_session_runs_placements(const strata_plan_options *o)
 	return o->device == STRATA_PLAN_DEVICE_CUDA || o->device_count > 1;
 }
 
+/* The plan's view of the checkpoint: the --exclude globs, and with
+ * --n-cpu-moe the experts of those layers, which leave their units for
+ * the CPU (po->experts sized here, strata_plan_experts_size). */
+static strata_status plan_source(strata_session *s,
+				 const strata_session_options *o,
+				 strata_plan_options *po, strata_error *err)
+{
+	const strata_infer_hparams *hp = &s->hp;
+	strata_plan_experts *x = &po->experts;
+	if (!x->layers && x->cache_slots)
+		return strata_fail(err, STRATA_E_USAGE,
+				   "give --n-cpu-moe N with --expert-cache",
+				   "--expert-cache %llu: no experts are on the "
+				   "CPU to cache",
+				   (unsigned long long)x->cache_slots);
+	if (!x->layers)
+		return strata_plan_source_create(s->catalog, po->device,
+						 o->exclude, o->exclude_count,
+						 &s->plan_source, err);
+	if (!hp->experts)
+		return strata_fail(err, STRATA_E_USAGE,
+				   "drop --n-cpu-moe and --expert-cache",
+				   "--n-cpu-moe: %s has no experts (a dense %s)",
+				   s->model_path,
+				   strata_infer_family_name(hp->family));
+	char **globs = NULL;
+	size_t n = 0;
+	uint64_t rows = po->shape.prefill_chunk > po->shape.batch
+				? po->shape.prefill_chunk : po->shape.batch;
+	strata_status st = strata_plan_experts_size(
+		s->catalog, po->device, x->layers, x->cache_slots, hp->experts,
+		hp->experts_used, x, &globs, &n, err);
+	const char **all = NULL;
+	if (st == STRATA_OK) {
+		x->scratch_bytes = strata_infer_experts_scratch_bytes(
+			hp, (uint32_t)rows);
+		all = strata_calloc_or_error(o->exclude_count + n + 1,
+					     sizeof *all, "exclude globs", err);
+		st = all ? STRATA_OK : STRATA_E_NOMEM;
+	}
+	if (st == STRATA_OK) {
+		for (size_t i = 0; i < o->exclude_count; i++)
+			all[i] = o->exclude[i];
+		for (size_t i = 0; i < n; i++)
+			all[o->exclude_count + i] = globs[i];
+		st = strata_plan_source_create(s->catalog, po->device, all,
+					       o->exclude_count + n,
+					       &s->plan_source, err);
+	}
+	strata_free(all);
+	strata_plan_experts_globs_free(globs, n);
+	return st;
+}
+
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
 {
@@ -99,9 +153,7 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			s->backend, &mem, &ignored) == STRATA_OK;
 		m.device_free_bytes = mem.free_bytes + s->compute_device_bytes;
 	}
-	strata_status st = strata_plan_source_create(
-		s->catalog, po.device, o->exclude, o->exclude_count,
-		&s->plan_source, err);
+	strata_status st = plan_source(s, o, &po, err);
 	if (st)
 		return st;
 	/* The compute context as measured (at least what its kind always
@@ -179,6 +231,28 @@ static strata_status check_forward_bytes(strata_session *s,
 			   (unsigned long long)need, (unsigned long long)have);
 }
 
+/* The expert store of the plan's experts on the CPU, its cache on the
+ * session's device (the one resident layers compute on). */
+static strata_status open_experts(strata_session *s,
+				  const strata_session_options *o,
+				  strata_forward_options *fo, strata_error *err)
+{
+	const strata_plan_options *po = strata_plan_get_options(s->plan);
+	if (!po->experts.layers)
+		return STRATA_OK;
+	strata_infer_experts_options xo = {
+		.hp = &s->hp, .tensors = &s->tensors, .ws = s->store,
+		.layers = (uint32_t)po->experts.layers,
+		.cache_slots = (uint32_t)po->experts.cache_slots,
+		.rows = s->batch > s->sequences ? s->batch : s->sequences,
+		.threads = o->threads, .device = s->backend,
+		.device_compute = s->compute, .device_kind = po->device,
+	};
+	strata_status st = strata_infer_experts_create(&xo, &s->experts, err);
+	fo->experts = s->experts;
+	return st;
+}
+
 static strata_status start_window(strata_session *s,
 				  const strata_session_options *o,
 				  strata_error *err)
@@ -210,6 +284,8 @@ static strata_status start_window(strata_session *s,
 		.sequences = s->sequences,
 	};
 	strata__session_place_forward(s, &fo);
+	if ((st = open_experts(s, o, &fo, err)))
+		return st;
 	/* a placement's sites are bounded by their backends (each device
 	 * by its budget); the one-site pass is checked against the plan */
 	if ((!s->place && (st = check_forward_bytes(s, &fo, err))) ||
@@ -256,6 +332,7 @@ void strata_session_close(strata_session *s)
 	if (!s)
 		return;
 	strata_forward_destroy(s->forward);
+	strata_infer_experts_destroy(s->experts);
 	strata_compute_destroy(s->compute);
 	strata_infer_window_destroy(s->window);
 	strata__session_place_close(s);
@@ -296,6 +373,35 @@ void strata_session_print_summary(strata_session *s, FILE *f)
 	strata_telemetry_snapshot snap;
 	strata_telemetry_get(strata_residency_telemetry(e), &snap);
 	strata_telemetry_print_summary(f, &snap);
+	if (s->experts) {
+		strata_telemetry_experts x;
+		strata__session_experts_telemetry(s, &x);
+		char cpu[32], up[32];
+		fprintf(f, "  experts on the cpu (%llu layers): %llu routed, "
+			"%llu cache hits, %llu misses (%s on the cpu), "
+			"%llu into the cache of %llu (%s)\n",
+			(unsigned long long)x.layers,
+			(unsigned long long)x.routed,
+			(unsigned long long)x.hits,
+			(unsigned long long)x.misses,
+			strata_size_format(x.cpu_bytes, cpu, sizeof cpu),
+			(unsigned long long)x.admissions,
+			(unsigned long long)x.cache_slots,
+			strata_size_format(x.upload_bytes, up, sizeof up));
+	}
+}
+
+void strata__session_experts_telemetry(const strata_session *s,
+				       strata_telemetry_experts *out)
+{
+	strata_infer_experts_stats st;
+	strata_infer_experts_get_stats(s->experts, &st);
+	*out = (strata_telemetry_experts){
+		.layers = st.layers, .cache_slots = st.cache_slots,
+		.routed = st.routed, .hits = st.hits, .misses = st.misses,
+		.admissions = st.admissions, .evictions = st.evictions,
+		.cpu_bytes = st.cpu_bytes, .device_bytes = st.device_bytes,
+		.upload_bytes = st.upload_bytes};
 }
 
 strata_status strata_session_write_telemetry(strata_session *s,
@@ -314,6 +420,9 @@ strata_status strata_session_write_telemetry(strata_session *s,
 	strata_error ignored;
 	strata_backend_get_caps(s->backend, &caps, &ignored);
 	strata_telemetry_device dev = {.name = caps.name, .snapshot = &snap};
+	strata_telemetry_experts ex;
+	if (s->experts)
+		strata__session_experts_telemetry(s, &ex);
 	strata_telemetry_report r = {
 		.model = s->model_path,
 		.mode = strata_residency_mode_name(strata_plan_mode(s->plan)),
@@ -331,6 +440,7 @@ strata_status strata_session_write_telemetry(strata_session *s,
 		.weight_store = &ws,
 		.device_count = 1,
 		.devices = &dev,
+		.experts = s->experts ? &ex : NULL,
 	};
 	strata_json j;
 	strata_json_init(&j, true);
@@ -345,6 +455,11 @@ strata_status strata_session_write_telemetry(strata_session *s,
 /* ------------------------------------------------------------------------ */
 /* Accessors                                                                */
 /* ------------------------------------------------------------------------ */
+
+strata_infer_experts *strata_session_experts(const strata_session *s)
+{
+	return s->experts;
+}
 
 strata_forward *strata_session_forward(const strata_session *s)
 {

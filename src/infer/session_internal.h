@@ -37,7 +37,13 @@ struct strata_session {
 	 * backend and compute where the CPU computes units or the statics,
 	 * the forward pass's sites and each layer's site in either split. */
 	strata_session_placement *place;
+	/* The routed experts the plan puts on the CPU, or NULL */
+	strata_infer_experts *experts;
 };
+
+/* session.c: the expert store's counts as the telemetry shows them */
+void strata__session_experts_telemetry(const strata_session *s,
+				       strata_telemetry_experts *out);
 
 /* session_place.c */
 /* Opens the split's other devices and the CPU site of a placement (a

@@ -8,7 +8,9 @@
  * remembered, so an acquired view maps to the layer struct without looking
  * at names. A mixture of experts' expert tensors follow the slots (codes
  * STRATA_SLOT_COUNT + kind * per + expert), each layer's pointers kept in
- * exp_ptrs (a stacked GGUF tensor's experts one after the other).
+ * exp_ptrs (a stacked GGUF tensor's experts one after the other). The
+ * experts of the layers the plan computes on the CPU are not the engine's
+ * (experts.c holds them): those layers come without expert pointers.
  */
 #include <string.h>
 
@@ -35,6 +37,7 @@ struct strata_infer_window {
 	uint8_t *exp_elem;
 	uint64_t *exp_stride;
 	bool prefill; /* the engine's current split */
+	uint64_t cpu_expert_layers; /* the plan's: their experts not here */
 	strata_weight_store *ws; /* what the engine's reads go through */
 };
 
@@ -260,7 +263,10 @@ static size_t build_units(strata_infer_window *w, const strata_infer_tensors *t)
 			w->elem[l][s] = describe(&w->rt[n++], t->layer[l][s],
 						 d);
 		}
-		for (uint32_t k = 0; t->experts && k < 3; k++)
+		/* experts the CPU computes stay out of the engine (they live
+		 * in the expert store, strata_infer_experts) */
+		bool apart = l < w->cpu_expert_layers;
+		for (uint32_t k = 0; t->experts && !apart && k < 3; k++)
 			for (uint32_t e = 0; e < w->expert_tensors; e++) {
 				uint64_t lk = (uint64_t)l * 3 + k;
 				codes[u->tensor_count++] = (uint16_t)(
@@ -326,6 +332,7 @@ strata_status strata_infer_window_create(strata_backend *b,
 	w->experts = t->experts;
 	w->stacked = t->experts_stacked;
 	w->expert_tensors = t->experts ? strata_infer_expert_tensors(t) : 0;
+	w->cpu_expert_layers = strata_plan_get_options(o->plan)->experts.layers;
 	w->per_layer = STRATA_SLOT_COUNT + 3 * w->expert_tensors;
 	uint64_t max = 4 + (uint64_t)t->layers * w->per_layer;
 	uint64_t lk = (uint64_t)t->layers * 3;

@@ -28,6 +28,11 @@ void strata__plan_uniform_placement(const strata_plan *p,
 				    strata_plan_candidate *c);
 strata_status strata__plan_placements(strata_plan *p, strata_error *err);
 
+/* Adds the options' experts on the CPU (experts.c) to candidate c: its
+ * host and device-0 totals, fit and predicted times; a no-op without. */
+void strata__plan_experts_apply(const strata_plan *p,
+				strata_plan_candidate *c);
+
 /* Appends a copy of c to the candidates (planner.c). */
 strata_status strata__plan_push(strata_plan *p, const strata_plan_candidate *c,
 				strata_error *err);

@@ -490,6 +490,7 @@ void strata__plan_predict_passes(const strata_plan *p,
 		double t = c->predicted_decode_ms / 1e3;
 		c->tokens_per_second = t > 0 ? decode_tokens(p) / t : 0.0;
 	}
+	strata__plan_experts_apply(p, c); /* experts on the CPU, if any */
 }
 
 /* Fills a uniform candidate's placement fields (every unit alike). */

@@ -151,6 +151,24 @@ static void write_placement(strata_json *j, const strata_telemetry_snapshot *s,
 
 /* ------------------------------------------------------------------------ */
 
+/* "experts": the CPU's experts and the device cache's counts. */
+static void write_experts(strata_json *j, const strata_telemetry_experts *x)
+{
+	strata_json_key(j, "experts");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "layers", x->layers);
+	strata_json_kv_u64(j, "cache_slots", x->cache_slots);
+	strata_json_kv_u64(j, "routed", x->routed);
+	strata_json_kv_u64(j, "hits", x->hits);
+	strata_json_kv_u64(j, "misses", x->misses);
+	strata_json_kv_u64(j, "admissions", x->admissions);
+	strata_json_kv_u64(j, "evictions", x->evictions);
+	strata_json_kv_u64(j, "cpu_bytes", x->cpu_bytes);
+	strata_json_kv_u64(j, "device_bytes", x->device_bytes);
+	strata_json_kv_u64(j, "upload_bytes", x->upload_bytes);
+	strata_json_object_end(j);
+}
+
 void strata_telemetry_write_json(strata_json *j,
 				 const strata_telemetry_report *r)
 {
@@ -200,6 +218,8 @@ void strata_telemetry_write_json(strata_json *j,
 	strata_json_array_end(j);
 	strata_json_key(j, "placement");
 	write_placement(j, r->residency ? r->residency : &zero, r->run_seconds);
+	if (r->experts)
+		write_experts(j, r->experts);
 	strata_json_object_end(j);
 }
 

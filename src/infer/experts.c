@@ -1,0 +1,443 @@
+/* experts.c - routed experts computed on the CPU from host memory, with a
+ * device cache of the hot ones whose hits run on the device (llama.cpp's
+ * --n-cpu-moe, KTransformers) (layer: infer).
+ *
+ * The experts of the plan's first `layers` MoE layers are read once into
+ * host memory in the type the CPU computes them in (the residency engine
+ * never holds them: window.c leaves them out). The forward pass's MoE
+ * step (forward_moe.c) asks for each routed expert: a hit runs on the
+ * device from its cache slot; a miss runs on this store's own CPU compute
+ * context over the layer's normed rows read back from the device, its
+ * weighted outputs summed on the host and added on the device once per
+ * layer. After the layer, each missed expert may enter the cache: the
+ * victim is the cached expert routed least often so far (ties: the least
+ * recently used), and the missed one takes its slot only when routed at
+ * least as often (so one cold token does not flush the hot experts).
+ * Copies into a slot are queued on the device's compute context after
+ * the kernels already queued there, so a slot a hit of this layer reads
+ * is overwritten only after that hit ran.
+ *
+ * Sizes are the plan's (strata_plan_experts_size): the host copies are
+ * exactly its host_bytes, the cache one device block of cache_bytes, the
+ * scratch its scratch_bytes (strata_infer_experts_scratch_bytes).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "infer/forward_internal.h"
+
+/* One (layer, kind): each expert's host weights and device slab sizes. */
+typedef struct kind_data {
+	void *host;	     /* stacked: every expert; else NULL */
+	void **each;	     /* [experts] per-expert tensors' host copies */
+	uint64_t host_per;   /* bytes of one expert here */
+	uint64_t dev_bytes;  /* one expert on the device, unaligned */
+	uint64_t dev_offset; /* in a slot */
+	uint8_t host_elem, dev_elem;
+	uint32_t rows, cols;
+} kind_data;
+
+struct strata_infer_experts {
+	const strata_infer_hparams *hp;
+	uint32_t layers, experts, slots;
+	kind_data *kind;	  /* [layers][3] */
+	strata_backend *cpu_b;
+	strata_compute *cpu_c;
+	strata_compute *dev_c;	  /* the cache's context; NULL: no cache */
+	strata_arena *arena;	  /* the cache's block */
+	unsigned char *cache;	  /* slots x slot_bytes */
+	uint64_t slot_bytes;
+	int32_t *where;		  /* [layers][experts]: slot or -1 */
+	uint64_t *routed;	  /* [layers][experts] */
+	uint32_t *slot_key;	  /* [slots]: layer * experts + expert */
+	uint64_t *slot_used;	  /* [slots]: tick of the last hit; 0 empty */
+	uint64_t tick;
+	/* host scratch, `rows` rows each: the layer's normed input, one
+	 * expert's gathered rows, its gate/up, its output, the sum */
+	float *in, *gather, *hb, *hb2, *out, *acc;
+	uint32_t rows;
+	strata_infer_experts_stats stats;
+};
+
+/* ------------------------------------------------------------------------ */
+
+uint64_t strata_infer_experts_scratch_bytes(const strata_infer_hparams *hp,
+					    uint32_t rows)
+{
+	return (uint64_t)rows * (4ull * hp->dim + 2ull * hp->moe_ffn) *
+	       sizeof(float);
+}
+
+/* The kind's host copy of tensor t: read as stored when the CPU takes its
+ * type, else read and converted to f32 (elem F32). */
+static strata_status load_host(strata_weight_store *ws, const strata_tensor *t,
+			       void **out, uint8_t *elem, strata_error *err)
+{
+	strata_plan_exec e;
+	strata_status st = strata_plan_tensor_exec(t, STRATA_PLAN_DEVICE_CPU, &e,
+						   err);
+	if (st)
+		return st;
+	void *dst = strata_alloc_or_error(e.bytes, "expert weights (host)", err);
+	void *raw = e.convert ? strata_alloc_or_error(t->bytes,
+						      "expert read buffer", err)
+			      : dst;
+	if (!dst || !raw) {
+		strata_free(dst);
+		return STRATA_E_NOMEM;
+	}
+	void *const dsts[1] = {raw};
+	st = strata_weight_store_read(ws, &t, dsts, 1, err);
+	if (st == STRATA_OK && e.convert)
+		st = strata_dtype_to_f32(t->dtype, raw, t->elements, dst, err);
+	if (e.convert)
+		strata_free(raw);
+	if (st) {
+		strata_free(dst);
+		return strata_error_prefix(err, "tensor '%s'", t->name);
+	}
+	*elem = STRATA_ELEM_F32;
+	if (!e.convert)
+		(void)strata_infer_elem_of(t->dtype, elem);
+	*out = dst;
+	return STRATA_OK;
+}
+
+/* One (layer, kind): host copies and the device form of one expert. */
+static strata_status load_kind(strata_infer_experts *x,
+			       const strata_infer_experts_options *o,
+			       uint32_t l, uint32_t k, uint64_t *offset,
+			       strata_error *err)
+{
+	const strata_infer_tensors *t = o->tensors;
+	kind_data *d = &x->kind[(uint64_t)l * 3 + k];
+	const strata_tensor *first = strata_infer_expert_tensor(t, l, k, 0);
+	bool stacked = t->experts_stacked;
+	uint32_t per = stacked ? x->experts : 1;
+	d->rows = k == STRATA_EXPERT_DOWN ? o->hp->dim : o->hp->moe_ffn;
+	d->cols = k == STRATA_EXPERT_DOWN ? o->hp->moe_ffn : o->hp->dim;
+	strata_plan_exec h, v;
+	strata_status st;
+	if ((st = strata_plan_tensor_exec(first, STRATA_PLAN_DEVICE_CPU, &h,
+					  err)) ||
+	    (st = strata_plan_tensor_exec(first, o->device_kind, &v, err)))
+		return st;
+	if (h.convert != v.convert && x->slots)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use --expert-cache 0 for this model's type",
+				   "tensor '%s': the device and the CPU compute "
+				   "its type in different forms; the expert "
+				   "cache holds one", first->name);
+	d->host_per = h.bytes / per;
+	d->dev_bytes = v.bytes / per;
+	d->dev_offset = *offset;
+	uint64_t a;
+	if ((st = strata_checked_align(d->dev_bytes, &a, "expert slot", err)))
+		return st;
+	*offset += a;
+	if (stacked) {
+		st = load_host(o->ws, first, &d->host, &d->host_elem, err);
+	} else {
+		d->each = strata_calloc_or_error(x->experts, sizeof *d->each,
+						 "expert pointers", err);
+		if (!d->each)
+			return STRATA_E_NOMEM;
+		for (uint32_t e = 0; e < x->experts && st == STRATA_OK; e++)
+			st = load_host(o->ws,
+				       strata_infer_expert_tensor(t, l, k, e),
+				       &d->each[e], &d->host_elem, err);
+	}
+	d->dev_elem = d->host_elem; /* one form (above) */
+	return st;
+}
+
+static const void *host_of(const kind_data *d, uint32_t e)
+{
+	return d->host ? (const char *)d->host + d->host_per * e : d->each[e];
+}
+
+static strata_status make_cache(strata_infer_experts *x,
+				const strata_infer_experts_options *o,
+				strata_error *err)
+{
+	uint64_t n = (uint64_t)x->layers * x->experts;
+	x->where = strata_alloc_or_error(n * sizeof *x->where, "expert slots",
+					 err);
+	x->routed = strata_calloc_or_error(n, sizeof *x->routed,
+					   "expert routing counts", err);
+	if (!x->where || !x->routed)
+		return STRATA_E_NOMEM;
+	for (uint64_t i = 0; i < n; i++)
+		x->where[i] = -1;
+	if (!x->slots)
+		return STRATA_OK;
+	x->slot_key = strata_calloc_or_error(x->slots, sizeof *x->slot_key,
+					     "expert cache", err);
+	x->slot_used = strata_calloc_or_error(x->slots, sizeof *x->slot_used,
+					      "expert cache", err);
+	if (!x->slot_key || !x->slot_used)
+		return STRATA_E_NOMEM;
+	uint64_t bytes;
+	strata_status st = strata_checked_mul(x->slots, x->slot_bytes, &bytes,
+					      "expert cache bytes", err);
+	if (st == STRATA_OK)
+		st = strata_arena_create(o->device, STRATA_ARENA_DEVICE, bytes,
+					 "expert cache", &x->arena, err);
+	if (st == STRATA_OK)
+		st = strata_arena_alloc(x->arena, bytes, (void **)&x->cache,
+					err);
+	x->dev_c = o->device_compute;
+	return st;
+}
+
+static strata_status make_scratch(strata_infer_experts *x, strata_error *err)
+{
+	const strata_infer_hparams *hp = x->hp;
+	uint64_t bytes = strata_infer_experts_scratch_bytes(hp, x->rows);
+	float *p = strata_alloc_or_error(bytes, "expert scratch (host)", err);
+	if (!p)
+		return STRATA_E_NOMEM;
+	uint64_t r = x->rows, dim = hp->dim, ffn = hp->moe_ffn;
+	x->in = p;
+	x->gather = x->in + r * dim;
+	x->out = x->gather + r * dim;
+	x->acc = x->out + r * dim;
+	x->hb = x->acc + r * dim;
+	x->hb2 = x->hb + r * ffn;
+	return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
+					  strata_infer_experts **out,
+					  strata_error *err)
+{
+	*out = NULL;
+	const strata_infer_hparams *hp = o->hp;
+	if (!hp->experts || !o->layers || o->layers > hp->layers || !o->rows ||
+	    (o->cache_slots && (!o->device || !o->device_compute)))
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "give an expert model, 1 to its layer count "
+				   "and a device for a cache",
+				   "experts on the CPU: %u layers of %u (%u "
+				   "experts), %u cache slots",
+				   o->layers, hp->layers, hp->experts,
+				   o->cache_slots);
+	strata_infer_experts *x = strata_calloc_or_error(1, sizeof *x,
+							 "expert store", err);
+	if (!x)
+		return STRATA_E_NOMEM;
+	x->hp = hp;
+	x->layers = o->layers;
+	x->experts = hp->experts;
+	x->slots = o->cache_slots;
+	x->rows = o->rows;
+	strata_status st = STRATA_OK;
+	x->kind = strata_calloc_or_error((uint64_t)x->layers * 3,
+					 sizeof *x->kind, "expert table", err);
+	if (!x->kind)
+		st = STRATA_E_NOMEM;
+	for (uint32_t l = 0; st == STRATA_OK && l < x->layers; l++) {
+		uint64_t off = 0;
+		for (uint32_t k = 0; st == STRATA_OK && k < 3; k++)
+			st = load_kind(x, o, l, k, &off, err);
+		x->slot_bytes = off > x->slot_bytes ? off : x->slot_bytes;
+	}
+	if (st == STRATA_OK)
+		st = make_cache(x, o, err);
+	if (st == STRATA_OK)
+		st = make_scratch(x, err);
+	if (st == STRATA_OK)
+		st = strata_backend_cpu_create(NULL, &x->cpu_b, err);
+	if (st == STRATA_OK)
+		st = strata_compute_create_on(x->cpu_b, o->threads, &x->cpu_c,
+					      err);
+	if (st) {
+		strata_infer_experts_destroy(x);
+		return st;
+	}
+	*out = x;
+	return STRATA_OK;
+}
+
+void strata_infer_experts_destroy(strata_infer_experts *x)
+{
+	if (!x)
+		return;
+	for (uint64_t i = 0; x->kind && i < (uint64_t)x->layers * 3; i++) {
+		strata_free(x->kind[i].host);
+		for (uint32_t e = 0; x->kind[i].each && e < x->experts; e++)
+			strata_free(x->kind[i].each[e]);
+		strata_free(x->kind[i].each);
+	}
+	strata_free(x->kind);
+	strata_compute_destroy(x->cpu_c);
+	strata_backend_destroy(x->cpu_b);
+	strata_arena_destroy(x->arena);
+	strata_free(x->where);
+	strata_free(x->routed);
+	strata_free(x->slot_key);
+	strata_free(x->slot_used);
+	strata_free(x->in);
+	strata_free(x);
+}
+
+void strata_infer_experts_get_stats(const strata_infer_experts *x,
+				    strata_infer_experts_stats *out)
+{
+	*out = x->stats;
+	out->cache_slots = x->slots;
+	out->layers = x->layers;
+}
+
+uint64_t strata_infer_experts_routed(const strata_infer_experts *x,
+				     uint32_t layer, uint32_t expert)
+{
+	if (layer >= x->layers || expert >= x->experts)
+		return 0;
+	return x->routed[(uint64_t)layer * x->experts + expert];
+}
+
+/* ------------------------------------------------------------------------ */
+/* What the forward pass's MoE step asks                                    */
+/* ------------------------------------------------------------------------ */
+
+bool strata__experts_apart(const strata_infer_experts *x, uint32_t layer)
+{
+	return x && layer < x->layers;
+}
+
+float *strata__experts_input(strata_infer_experts *x)
+{
+	return x->in;
+}
+
+static uint64_t expert_bytes(const strata_infer_experts *x, uint32_t layer,
+			     bool device)
+{
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	uint64_t b = 0;
+	for (int k = 0; k < 3; k++)
+		b += device ? d[k].dev_bytes : d[k].host_per;
+	return b;
+}
+
+bool strata__experts_hit(strata_infer_experts *x, uint32_t layer, uint32_t e,
+			 const strata_compute *c, strata_weight w[3])
+{
+	uint64_t key = (uint64_t)layer * x->experts + e;
+	x->routed[key]++;
+	x->stats.routed++;
+	int32_t s = x->where[key];
+	if (s < 0 || c != x->dev_c) {
+		x->stats.misses++;
+		x->stats.cpu_bytes += expert_bytes(x, layer, false);
+		return false;
+	}
+	x->slot_used[s] = ++x->tick;
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	const unsigned char *base = x->cache + (uint64_t)s * x->slot_bytes;
+	for (int k = 0; k < 3; k++)
+		w[k] = (strata_weight){(strata_weight_type)d[k].dev_elem,
+				       base + d[k].dev_offset, d[k].rows,
+				       d[k].cols};
+	x->stats.hits++;
+	x->stats.device_bytes += expert_bytes(x, layer, true);
+	return true;
+}
+
+void strata__experts_begin(strata_infer_experts *x, uint32_t n)
+{
+	memset(x->acc, 0, (uint64_t)n * x->hp->dim * sizeof *x->acc);
+}
+
+float *strata__experts_sum(strata_infer_experts *x)
+{
+	return x->acc;
+}
+
+strata_status strata__experts_cpu(strata_infer_experts *x, uint32_t layer,
+				  uint32_t e, uint32_t n, const int32_t *rows,
+				  const float *weight, uint32_t m,
+				  strata_error *err)
+{
+	const strata_infer_hparams *hp = x->hp;
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	strata_weight w[3];
+	for (int k = 0; k < 3; k++)
+		w[k] = (strata_weight){(strata_weight_type)d[k].host_elem,
+				       host_of(&d[k], e), d[k].rows, d[k].cols};
+	const strata_weight in = strata_weight_f32(x->in, n, hp->dim);
+	strata_status st = strata_kernel_embed(x->cpu_c, x->gather, &in, rows,
+					       m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_gated(x->cpu_c, x->hb, x->gather, NULL, NULL,
+					 &w[STRATA_EXPERT_GATE],
+					 &w[STRATA_EXPERT_UP], x->hb2, m, err);
+	if (st == STRATA_OK)
+		st = strata_kernel_matmul(x->cpu_c, x->out, x->hb,
+					  &w[STRATA_EXPERT_DOWN], NULL, m, err);
+	if (st == STRATA_OK)
+		st = strata_compute_finish(x->cpu_c, err);
+	for (uint32_t i = 0; st == STRATA_OK && i < m; i++) {
+		float *a = x->acc + (uint64_t)rows[i] * hp->dim;
+		const float *o = x->out + (uint64_t)i * hp->dim;
+		for (uint32_t j = 0; j < hp->dim; j++)
+			a[j] += weight[i] * o[j];
+	}
+	return st;
+}
+
+/* The slot a missed expert may take: an empty one, else the one routed
+ * least often (ties: least recently used); -1 when the missed expert is
+ * routed less often than that one. */
+static int32_t victim(const strata_infer_experts *x, uint64_t key)
+{
+	int32_t best = -1;
+	for (uint32_t s = 0; s < x->slots; s++) {
+		if (!x->slot_used[s])
+			return (int32_t)s;
+		if (best < 0 ||
+		    x->routed[x->slot_key[s]] < x->routed[x->slot_key[best]] ||
+		    (x->routed[x->slot_key[s]] == x->routed[x->slot_key[best]] &&
+		     x->slot_used[s] < x->slot_used[best]))
+			best = (int32_t)s;
+	}
+	if (best >= 0 && x->routed[key] < x->routed[x->slot_key[best]])
+		return -1;
+	return best;
+}
+
+strata_status strata__experts_admit(strata_infer_experts *x, uint32_t layer,
+				    uint32_t e, strata_error *err)
+{
+	uint64_t key = (uint64_t)layer * x->experts + e;
+	if (!x->slots || x->where[key] >= 0)
+		return STRATA_OK;
+	int32_t s = victim(x, key);
+	if (s < 0)
+		return STRATA_OK;
+	if (x->slot_used[s]) {
+		x->where[x->slot_key[s]] = -1;
+		x->stats.evictions++;
+	}
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	unsigned char *base = x->cache + (uint64_t)s * x->slot_bytes;
+	strata_status st = STRATA_OK;
+	for (int k = 0; k < 3 && st == STRATA_OK; k++) {
+		/* host and device hold one form (load_kind) */
+		st = strata_compute_upload(x->dev_c, base + d[k].dev_offset,
+					   host_of(&d[k], e), d[k].dev_bytes,
+					   err);
+		x->stats.upload_bytes += d[k].dev_bytes;
+	}
+	if (st)
+		return strata_error_prefix(err, "expert %u of layer %u into "
+					   "the device cache", e, layer);
+	x->where[key] = s;
+	x->slot_key[s] = (uint32_t)key;
+	x->slot_used[s] = ++x->tick;
+	x->stats.admissions++;
+	return STRATA_OK;
+}
