@@ -751,6 +751,20 @@ typedef struct strata_session strata_session;
 strata_status strata_session_open(const strata_session_options *o,
 				  strata_session **out, strata_error *err);
 
+/* The plan source of catalog c as a session plans it: the --exclude
+ * globs and, with po->experts.layers (--n-cpu-moe), those layers' routed
+ * experts, which leave their units for the CPU: po->experts is sized here
+ * (strata_plan_experts_size, and the CPU's scratch for po's shape, its
+ * defaults taken where unset). E_USAGE for --n-cpu-moe on a dense model or
+ * --expert-cache alone; the source's errors. The caller owns *out. */
+strata_status strata_session_plan_source(const strata_catalog *c,
+					 const strata_infer_hparams *hp,
+					 const char *const *exclude,
+					 size_t exclude_count,
+					 strata_plan_options *po,
+					 strata_plan_source **out,
+					 strata_error *err);
+
 /* Whether a session planned with options o lets the plan select a
  * placement of units (strata_plan_options.mixed_placements): on CUDA and
  * over a layer split; on one CPU device the device and the CPU are one

@@ -504,6 +504,27 @@ static strata_status plan_devices(plan_run *r, const char *model,
 	return STRATA_OK;
 }
 
+/* The plan source as run makes it (strata_session_plan_source): with
+ * --n-cpu-moe or --expert-cache the experts leave their units, which
+ * needs the hyper-parameters (a model run refuses gets no experts
+ * sizing: plan shows the refusal as ever). */
+static strata_status plan_source(plan_run *r, const char *model,
+				 strata_cli_residency *opts, strata_error *err)
+{
+	const char *const *ex = (const char *const *)opts->exclude;
+	strata_infer_hparams hp;
+	strata_error ignored;
+	strata_plan_experts *x = &opts->plan.experts;
+	if ((x->layers || x->cache_slots) &&
+	    strata_infer_hparams_read(model, r->catalog, &hp, &ignored) ==
+		    STRATA_OK)
+		return strata_session_plan_source(r->catalog, &hp, ex,
+						  opts->exclude_count,
+						  &opts->plan, &r->source, err);
+	return strata_plan_source_create(r->catalog, opts->plan.device, ex,
+					 opts->exclude_count, &r->source, err);
+}
+
 static int parse_args(int argc, char **argv, strata_cli_residency *opts,
 		      const char **model, const char **gpus, bool *json)
 {
@@ -561,10 +582,7 @@ int strata_cmd_plan(int argc, char **argv)
 	strata_error err;
 	strata_status s = strata_catalog_open(model, &r.catalog, &err);
 	if (s == STRATA_OK)
-		s = strata_plan_source_create(
-			r.catalog, opts.plan.device,
-			(const char *const *)opts.exclude, opts.exclude_count,
-			&r.source, &err);
+		s = plan_source(&r, model, &opts, &err);
 	if (s == STRATA_OK)
 		s = strata_weight_store_create(r.catalog, NULL, &r.store, &err);
 	if (s == STRATA_OK)

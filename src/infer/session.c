@@ -35,14 +35,14 @@ bool strata_session_runs_placements(const strata_plan_options *o)
 	return o->device == STRATA_PLAN_DEVICE_CUDA || o->device_count > 1;
 }
 
-/* The plan's view of the checkpoint: the --exclude globs, and with
- * --n-cpu-moe the experts of those layers, which leave their units for
- * the CPU (po->experts sized here, strata_plan_experts_size). */
-static strata_status plan_source(strata_session *s,
-				 const strata_session_options *o,
-				 strata_plan_options *po, strata_error *err)
+strata_status strata_session_plan_source(const strata_catalog *c,
+					 const strata_infer_hparams *hp,
+					 const char *const *exclude,
+					 size_t exclude_count,
+					 strata_plan_options *po,
+					 strata_plan_source **out,
+					 strata_error *err)
 {
-	const strata_infer_hparams *hp = &s->hp;
 	strata_plan_experts *x = &po->experts;
 	if (!x->layers && x->cache_slots)
 		return strata_fail(err, STRATA_E_USAGE,
@@ -51,38 +51,38 @@ static strata_status plan_source(strata_session *s,
 				   "CPU to cache",
 				   (unsigned long long)x->cache_slots);
 	if (!x->layers)
-		return strata_plan_source_create(s->catalog, po->device,
-						 o->exclude, o->exclude_count,
-						 &s->plan_source, err);
+		return strata_plan_source_create(c, po->device, exclude,
+						 exclude_count, out, err);
 	if (!hp->experts)
 		return strata_fail(err, STRATA_E_USAGE,
 				   "drop --n-cpu-moe and --expert-cache",
-				   "--n-cpu-moe: %s has no experts (a dense %s)",
-				   s->model_path,
+				   "--n-cpu-moe: the model has no experts (a "
+				   "dense %s)",
 				   strata_infer_family_name(hp->family));
 	char **globs = NULL;
 	size_t n = 0;
-	uint64_t rows = po->shape.prefill_chunk > po->shape.batch
-				? po->shape.prefill_chunk : po->shape.batch;
+	strata_plan_shape shape = po->shape; /* the pass's rows, as planned */
+	strata_plan_shape_defaults(&shape, hp->context, 1);
+	uint64_t rows = shape.prefill_chunk > shape.batch ? shape.prefill_chunk
+							  : shape.batch;
 	strata_status st = strata_plan_experts_size(
-		s->catalog, po->device, x->layers, x->cache_slots, hp->experts,
+		c, po->device, x->layers, x->cache_slots, hp->experts,
 		hp->experts_used, x, &globs, &n, err);
 	const char **all = NULL;
 	if (st == STRATA_OK) {
 		x->scratch_bytes = strata_infer_experts_scratch_bytes(
 			hp, (uint32_t)rows);
-		all = strata_calloc_or_error(o->exclude_count + n + 1,
-					     sizeof *all, "exclude globs", err);
+		all = strata_calloc_or_error(exclude_count + n + 1, sizeof *all,
+					     "exclude globs", err);
 		st = all ? STRATA_OK : STRATA_E_NOMEM;
 	}
 	if (st == STRATA_OK) {
-		for (size_t i = 0; i < o->exclude_count; i++)
-			all[i] = o->exclude[i];
+		for (size_t i = 0; i < exclude_count; i++)
+			all[i] = exclude[i];
 		for (size_t i = 0; i < n; i++)
-			all[o->exclude_count + i] = globs[i];
-		st = strata_plan_source_create(s->catalog, po->device, all,
-					       o->exclude_count + n,
-					       &s->plan_source, err);
+			all[exclude_count + i] = globs[i];
+		st = strata_plan_source_create(c, po->device, all,
+					       exclude_count + n, out, err);
 	}
 	strata_free(all);
 	strata_plan_experts_globs_free(globs, n);
@@ -153,7 +153,9 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			s->backend, &mem, &ignored) == STRATA_OK;
 		m.device_free_bytes = mem.free_bytes + s->compute_device_bytes;
 	}
-	strata_status st = plan_source(s, o, &po, err);
+	strata_status st = strata_session_plan_source(
+		s->catalog, &s->hp, o->exclude, o->exclude_count, &po,
+		&s->plan_source, err);
 	if (st)
 		return st;
 	/* The compute context as measured (at least what its kind always

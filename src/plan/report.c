@@ -144,6 +144,22 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_u64(j, "exact_all_units_bytes",
 			   l->exact_all_units_bytes);
 	strata_json_object_end(j);
+	/* --n-cpu-moe: the experts the CPU computes (docs/plan.md) */
+	const strata_plan_experts *x = &o->experts;
+	if (!x->layers)
+		return;
+	strata_json_key(j, "experts");
+	strata_json_object_begin(j);
+	strata_json_kv_u64(j, "layers", x->layers);
+	strata_json_kv_u64(j, "experts", x->experts);
+	strata_json_kv_u64(j, "experts_used", x->experts_used);
+	strata_json_kv_u64(j, "expert_bytes", x->expert_bytes);
+	strata_json_kv_u64(j, "host_bytes", x->host_bytes);
+	strata_json_kv_u64(j, "cache_slots", x->cache_slots);
+	strata_json_kv_u64(j, "slot_bytes", x->slot_bytes);
+	strata_json_kv_u64(j, "cache_bytes", x->cache_bytes);
+	strata_json_kv_u64(j, "scratch_bytes", x->scratch_bytes);
+	strata_json_object_end(j);
 }
 
 static void write_memory(const strata_plan *p, strata_json *j)
