@@ -547,6 +547,34 @@ strata_status strata_forward_step(strata_forward *f, const uint32_t *seqs,
 				  const int32_t *tokens, uint32_t count,
 				  float *logits, strata_error *err);
 uint32_t strata_forward_context(const strata_forward *f);
+
+/* One sequence's part of a mixed step: n tokens at its next positions (a
+ * prompt chunk, or n = 1 for a decode token); `logits`: the logits of its
+ * last token are wanted. */
+typedef struct strata_forward_segment {
+	uint32_t seq;
+	const int32_t *tokens; /* (n) borrowed for the call */
+	uint32_t n;	       /* >= 1 */
+	bool logits;
+} strata_forward_segment;
+
+/* One mixed step (issue 19): the segments' tokens, a prompt chunk of one
+ * sequence beside decode tokens of others, all in one pass of the weights
+ * (each layer acquired and released once; products over every row),
+ * attention per segment over its own sequence's cache (causal within a
+ * chunk). logits receives one row (vocab) per segment whose `logits` is
+ * set, in segment order; NULL when none is wanted. Rows in all: at most
+ * strata_forward_step_rows. Each segment's logits equal strata_forward_run
+ * of those tokens on that sequence to rounding (1e-5; bit for bit for a
+ * one-token segment on the CPU). Errors as strata_forward_step's
+ * (E_INVALID_ARG also for too many rows or a segment with no tokens); on
+ * success each listed sequence advances by its n. */
+strata_status strata_forward_step_segments(strata_forward *f,
+					   const strata_forward_segment *segs,
+					   uint32_t count, float *logits,
+					   strata_error *err);
+/* The most rows one step takes: max(prefill chunk, sequences). */
+uint32_t strata_forward_step_rows(const strata_forward *f);
 const strata_infer_hparams *strata_forward_hparams(const strata_forward *f);
 
 /* The forward pass's KV cache (it owns it: valid until
@@ -722,6 +750,12 @@ typedef struct strata_session_options {
 	 * the context is `positions` and the prefill chunk `prefill` (at
 	 * most 512), the work in hand exactly (logits, batch). */
 	bool plan_shape;
+	/* --batch auto (issue 19): when not 0, plan.shape.batch is not read
+	 * and the forward pass holds the batch of most predicted tokens per
+	 * second among 1 .. batch_auto_max (strata_plan_batch_curve and
+	 * strata_plan_batch_best; 1 when none fits), planned at that batch
+	 * (strata_forward_sequences tells which). */
+	uint32_t batch_auto_max;
 	/* Read resident CPU weights instead of mapping them (--no-mmap). */
 	bool no_map;
 	/* Called on the opening thread as the weights load, with the file

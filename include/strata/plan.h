@@ -297,7 +297,9 @@ typedef struct strata_plan_arch {
 } strata_plan_arch;
 
 /* Token geometry of a run. Tokens in flight per forward pass are
- * prefill_chunk x batch (decode is the chunk-1 case). */
+ * max(prefill_chunk, batch): a pass is a prefill chunk or one step of the
+ * batch (decode tokens and prompt chunks together, issue 19); the chunk is
+ * at most context x batch (a step's prompt chunks of every sequence). */
 typedef struct strata_plan_shape {
 	uint64_t context, batch, prefill_chunk;
 } strata_plan_shape;

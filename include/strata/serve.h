@@ -144,8 +144,12 @@ typedef struct strata_batch_replica_stats {
 	uint64_t routed;	       /* requests placed here */
 	uint64_t routed_home;	       /* ... whose home this is */
 	uint64_t routed_away;	       /* homed here, placed elsewhere */
-	uint64_t decode_steps;	       /* forward steps of running requests */
-	uint64_t decode_rows;	       /* their rows: sequences per step, summed */
+	uint64_t passes;	       /* forward steps: passes of the weights
+					  (each carries decode tokens and
+					  prompt chunks together) */
+	uint64_t pass_rows;	       /* their rows: tokens computed */
+	uint64_t decode_steps;	       /* passes with decode tokens */
+	uint64_t decode_rows;	       /* their decode rows, summed */
 	uint64_t failures;	       /* requests that failed here */
 	uint64_t moved_away;	       /* requests moved off after a failure */
 } strata_batch_replica_stats;
@@ -168,10 +172,14 @@ void strata_batch_destroy(strata_batch *b);
  * = n_prompt + max_tokens, home = BLAKE3 of its key), queued to its
  * replica, and its cost released when it finishes; the dispatcher keeps at
  * most max(STRATA_BATCH_INFLIGHT_PER_REPLICA, 2 B) per replica in flight.
- * A replica runs up to B requests together: each prefilled alone, then
- * all decoded one token per forward step; a finished one leaves and a
- * queued one joins at the next step. A request's tokens do not depend on
- * B or on what runs beside it (its own sampler and seed).
+ * A replica runs up to B requests together, continuously: every step is
+ * one pass of the weights carrying the decode token of every running
+ * request and chunks of the prompts of those that joined (as many rows as
+ * the forward pass takes: strata_forward_step_rows); a finished one
+ * leaves and a queued one joins at the next step, and one that finds
+ * every slot taken waits in its replica's queue (the slots, B KV caches
+ * of the plan's context, bound the KV cache). A request's tokens do not
+ * depend on B or on what runs beside it (its own sampler and seed).
  *
  * A replica whose request fails takes no more work in this run: that
  * request (its partial tokens dropped), the others running beside it and
@@ -199,8 +207,11 @@ void strata_batch_inject_failure(strata_batch *b, uint32_t replica,
 size_t strata_batch_failed_request(const strata_batch *b);
 
 uint32_t strata_batch_replicas(const strata_batch *b);
-/* --batch B: the requests each replica runs together. */
+/* --batch B: the requests each replica runs together (with
+ * session.batch_auto_max, the batch the plan picked). */
 uint32_t strata_batch_sequences(const strata_batch *b);
+/* Whether the plan picked it (--batch auto). */
+bool strata_batch_sequences_auto(const strata_batch *b);
 strata_batch_route strata_batch_route_of(const strata_batch *b);
 /* The replica's session (its engine, store and plan for telemetry). */
 strata_session *strata_batch_session(strata_batch *b, uint32_t replica);
@@ -212,6 +223,7 @@ typedef struct strata_batch_totals {
 	uint64_t routed, routed_home;	      /* placements, those at home */
 	uint64_t prefix_lookups, prefix_hits;
 	uint64_t decode_steps, decode_rows;
+	uint64_t passes, pass_rows;	      /* weight passes, their rows */
 } strata_batch_totals;
 void strata_batch_get_totals(const strata_batch *b, strata_batch_totals *out);
 /* The allocator's statistics after the last run (in ROUND_ROBIN mode its

@@ -41,10 +41,13 @@ static void help(FILE *f)
 		"                        replica's plan leaves spare\n"
 		"  --route affinity|follow|round-robin  how requests pick a replica\n"
 		"                        (default affinity: home by key)\n"
-		"  --batch B             requests each replica decodes together,\n"
-		"                        one token each per forward pass (one\n"
-		"                        pass of streamed weights serves B);\n"
-		"                        1 to %u (default 1)\n"
+		"  --batch B|auto        requests each replica runs together: every\n"
+		"                        forward pass carries a token of each\n"
+		"                        decoding and chunks of the prompts of\n"
+		"                        those joining (one pass of streamed\n"
+		"                        weights serves B); 1 to %u (default 1);\n"
+		"                        auto: the batch of most predicted\n"
+		"                        tokens/s (strata plan's best_batch)\n"
 		"  -n TOKENS             default max_tokens (default %d)\n"
 		"  --temperature T       default temperature (default 0.8)\n"
 		"  --stop STR            default stop string (repeatable)\n"
@@ -64,6 +67,7 @@ typedef struct batch_args {
 	const char *model, *gpus, *telemetry, *chat_template;
 	uint64_t n, threads, spill, prefix_bytes;
 	bool spill_given, seed_given;
+	bool batch_auto; /* --batch auto */
 	strata_batch_route route;
 	strata_sampler_params sp;
 	strata_cli_stops stops;
@@ -129,12 +133,51 @@ static int value_option(void *ctx, const char *opt, const char *v,
 	return 0;
 }
 
+/* --batch auto (or --batch=auto) is batch's own: taken out of argv
+ * (kept: the residency options parse every other --batch) into a copy
+ * the caller frees. NULL on allocation failure. */
+static char **take_batch_auto(int argc, char **argv, int *out_argc,
+			      bool *found)
+{
+	char **v = strata_calloc(argc ? (size_t)argc : 1, sizeof *v);
+	int n = 0;
+	*found = false;
+	for (int i = 0; v && i < argc; i++) {
+		if (i + 1 < argc && !strcmp(argv[i], "--batch") &&
+		    !strcmp(argv[i + 1], "auto")) {
+			*found = true;
+			i++;
+			continue;
+		}
+		if (!strcmp(argv[i], "--batch=auto")) {
+			*found = true;
+			continue;
+		}
+		v[n++] = argv[i];
+	}
+	*out_argc = n;
+	return v;
+}
+
 /* 0: parsed; -1: help shown; else the exit code. */
 static int parse_args(int argc, char **argv, batch_args *a,
 		      strata_cli_residency *r)
 {
-	int rc = strata_cli_model_args("batch", argc, argv, r, help,
-				       value_option, a, &a->model);
+	int n;
+	char **v = take_batch_auto(argc, argv, &n, &a->batch_auto);
+	if (!v) {
+		strata_error err;
+		strata_fail(&err, STRATA_E_NOMEM, "free memory",
+			    "cannot copy the arguments");
+		return strata_cli_fail(&err);
+	}
+	int rc = strata_cli_model_args("batch", n, v, r, help, value_option,
+				       a, &a->model);
+	strata_free(v);
+	if (rc == 0 && a->batch_auto && r->plan.shape.batch)
+		return strata_cli_usage("batch", "--batch auto and --batch "
+					"%llu: give one",
+					(unsigned long long)r->plan.shape.batch);
 	if (rc)
 		return rc;
 	if (r->plan.shape.batch > STRATA_FORWARD_MAX_SEQUENCES)
@@ -338,8 +381,8 @@ static void print_summary(const strata_batch *b, size_t requests,
 	fprintf(stderr,
 		"strata: batch of %zu request%s on %u replica%s (%s) in %.3f s "
 		"(%.2f requests/s, %.1f generated tokens/s); home %llu of "
-		"%llu; prefix cache hits %llu of %llu; --batch %u, %.2f "
-		"sequences per decode step; seed %llu\n",
+		"%llu; prefix cache hits %llu of %llu; --batch %u%s, %.2f "
+		"sequences per decode step, %llu weight passes; seed %llu\n",
 		requests, requests == 1 ? "" : "s", strata_batch_replicas(b),
 		strata_batch_replicas(b) == 1 ? "" : "s",
 		strata_batch_route_name(strata_batch_route_of(b)), t,
@@ -347,11 +390,38 @@ static void print_summary(const strata_batch *b, size_t requests,
 		(unsigned long long)s.routed_home, (unsigned long long)s.routed,
 		(unsigned long long)s.prefix_hits,
 		(unsigned long long)s.prefix_lookups, strata_batch_sequences(b),
+		strata_batch_sequences_auto(b) ? " (auto: the plan's best)" : "",
 		s.decode_steps ? (double)s.decode_rows / s.decode_steps : 0.0,
-		(unsigned long long)seed);
+		(unsigned long long)s.passes, (unsigned long long)seed);
 }
 
 /* ------------------------------------------------------------------------ */
+
+/* The positions one forward pass takes (the session's prefill chunk, which
+ * it caps at 512): a prompt of every request of a full batch at once, B x
+ * the longest prompt, so the prompts of the requests that join together
+ * cost one pass of the weights beside the others' decode tokens. With
+ * --batch auto, *auto_max is the most the plan may pick: the requests per
+ * replica (more slots than requests would stay empty), at most the
+ * forward pass's most sequences. */
+static uint32_t step_positions(const batch_args *a,
+			       const strata_cli_residency *r,
+			       const strata_cli_gpus *d, size_t requests,
+			       uint64_t longest, uint32_t *auto_max)
+{
+	uint64_t b = r->plan.shape.batch ? r->plan.shape.batch : 1;
+	*auto_max = 0;
+	if (a->batch_auto) {
+		uint64_t per = (requests + d->count - 1) / d->count;
+		b = per < 1 ? 1
+		    : per > STRATA_FORWARD_MAX_SEQUENCES
+			    ? STRATA_FORWARD_MAX_SEQUENCES
+			    : per;
+		*auto_max = (uint32_t)b;
+	}
+	uint64_t p = b * longest;
+	return (uint32_t)(p < 512 ? p : longest > 512 ? longest : 512);
+}
 
 static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 			       const strata_cli_gpus *d, const batch_input *in,
@@ -381,7 +451,8 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		largest = need > largest ? need : largest;
 	}
 	o.session.positions = (uint32_t)positions;
-	o.session.prefill = (uint32_t)prefill;
+	o.session.prefill = step_positions(a, r, d, in->count, prefill,
+					   &o.session.batch_auto_max);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o.session.threads = a->threads ? (uint32_t)a->threads
 			    : cpus > d->count ? (uint32_t)(cpus / d->count)

@@ -70,8 +70,9 @@ static size_t buffer_list(strata_forward *f, uint32_t s, buf_spec *out)
 		BUF(norm_f32, 1, strata__forward_norm_floats(hp),
 		    "norm weights (1 + w, f32)");
 	if (f->sequences > 1) {
-		BUF(k_new, f->sequences, f->kv_dim, "step keys");
-		BUF(v_new, f->sequences, f->kv_dim, "step values");
+		/* a mixed step's rows: a prompt chunk beside decodes */
+		BUF(k_new, f->rows, f->kv_dim, "step keys");
+		BUF(v_new, f->rows, f->kv_dim, "step values");
 	}
 	uint64_t mlp = (uint64_t)f->rows * hp->ffn;
 	uint64_t bias = (uint64_t)f->q_dim + 2ull * f->kv_dim;
@@ -194,7 +195,9 @@ static strata_status set_shape(strata_forward *f,
 				   sequences, STRATA_FORWARD_MAX_SEQUENCES);
 	f->hp = hp;
 	f->context = o->context;
-	f->batch = o->batch > o->context ? o->context : o->batch;
+	/* a step of several sequences may take prompt chunks of each */
+	uint64_t most = (uint64_t)o->context * sequences;
+	f->batch = o->batch > most ? (uint32_t)most : o->batch;
 	f->sequences = sequences;
 	f->rows = f->batch > sequences ? f->batch : sequences;
 	f->q_dim = hp->heads * hp->head_dim;
@@ -385,13 +388,20 @@ static strata_status make_cache(strata_forward *f, strata_error *err)
 	return st;
 }
 
-/* A host buffer of the residual stream where two sites are both out of
+/* The host buffers: a mixed step's token ids; the residual stream where
+ * two sites are both out of
  * host code's reach (two GPUs): their copies go through it. */
 static strata_status make_bounce(strata_forward *f, strata_error *err)
 {
 	uint32_t far = 0;
 	for (uint32_t s = 0; s < f->site_count; s++)
 		far += f->site[s].used && !f->site[s].addressable;
+	/* a mixed step's token ids, gathered from its segments */
+	f->step_tokens = strata_alloc_or_error((uint64_t)f->rows *
+						       sizeof *f->step_tokens,
+					       "step token ids", err);
+	if (!f->step_tokens)
+		return STRATA_E_NOMEM;
 	if (far < 2)
 		return STRATA_OK;
 	f->bounce = strata_alloc_or_error((uint64_t)f->rows * f->hp->dim *
@@ -478,5 +488,6 @@ void strata_forward_destroy(strata_forward *f)
 		strata_arena_destroy(f->site[s].arena);
 	strata_backend_destroy(f->own_b);
 	strata_free(f->bounce);
+	strata_free(f->step_tokens);
 	strata_free(f);
 }

@@ -86,7 +86,7 @@ struct strata_forward {
 	float *q;	/* (rows, q_dim) */
 	float *att;	/* (rows, q_dim) attention output */
 	float *hb, *hb2; /* (rows, ffn) gate and up */
-	/* (sequences, kv_dim) each: a step's new keys and values before
+	/* (rows, kv_dim) each: a step's new keys and values before
 	 * they go to each sequence's cache; NULL with one sequence */
 	float *k_new, *v_new;
 	strata_kv_cache *kv;	  /* `sequences` caches, in the arena */
@@ -126,6 +126,7 @@ struct strata_forward {
 	strata_telemetry *tel;	  /* NULL: copies not recorded */
 	strata_infer_experts *experts; /* experts on the CPU, or NULL */
 	float *bounce;		  /* (rows, dim) host, device to device */
+	int32_t *step_tokens;	  /* (rows) host: a mixed step's ids */
 };
 
 /* One layer's weights as the kernels take them: each slot's data, stored

@@ -89,6 +89,49 @@ strata_status strata_session_plan_source(const strata_catalog *c,
 	return st;
 }
 
+/* --batch auto: the plan made at batch 1 (po) made again at the batch of
+ * most predicted tokens per second up to `most`, with the prefill chunk
+ * wanted as far as that batch allows (kept at 1 when none fits or the
+ * prediction cannot be made). */
+static strata_status plan_best_batch(strata_session *s, uint32_t most,
+				     uint64_t want_chunk,
+				     const strata_plan_arch *arch,
+				     const strata_plan_machine *m,
+				     strata_plan_options *po,
+				     strata_error *err)
+{
+	strata_plan_batch_point pts[STRATA_PLAN_BATCH_POINTS_MAX];
+	size_t n = 0;
+	strata_error ignored;
+	if (most > STRATA_FORWARD_MAX_SEQUENCES)
+		most = STRATA_FORWARD_MAX_SEQUENCES;
+	if (strata_plan_batch_curve(s->plan, most, pts,
+				    STRATA_PLAN_BATCH_POINTS_MAX, &n,
+				    &ignored) != STRATA_OK)
+		return STRATA_OK;
+	uint64_t best = strata_plan_batch_best(pts, n);
+	if (best <= 1)
+		return STRATA_OK;
+	strata_plan *q = NULL;
+	po->shape.batch = best;
+	/* context x best: within the plan's bound (no overflow: 32-bit
+	 * context, at most 256 sequences) */
+	po->shape.prefill_chunk = want_chunk < po->shape.context * best
+					  ? want_chunk
+					  : po->shape.context * best;
+	strata_status st = strata_plan_create(
+		strata_plan_source_layout(s->plan_source), arch,
+		strata_plan_source_weight_dtype(s->plan_source), po, m, &q,
+		err);
+	if (st) {
+		strata_plan_destroy(q);
+		return st;
+	}
+	strata_plan_destroy(s->plan);
+	s->plan = q;
+	return STRATA_OK;
+}
+
 static strata_status plan_it(strata_session *s, const strata_session_options *o,
 			     strata_error *err)
 {
@@ -166,10 +209,21 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 		po.backend_reserved_bytes = s->compute_device_bytes > least
 						    ? s->compute_device_bytes
 						    : least;
+	/* --batch auto: planned at batch 1 (its prefill chunk within one
+	 * context), then again at the best batch with the chunk wanted */
+	uint64_t want_chunk = po.shape.prefill_chunk;
+	if (o->batch_auto_max) {
+		po.shape.batch = 1;
+		if (po.shape.prefill_chunk > po.shape.context)
+			po.shape.prefill_chunk = po.shape.context;
+	}
 	st = strata_plan_create(strata_plan_source_layout(s->plan_source),
 				&arch,
 				strata_plan_source_weight_dtype(s->plan_source),
 				&po, &m, &s->plan, err);
+	if (st == STRATA_OK && o->batch_auto_max)
+		st = plan_best_batch(s, o->batch_auto_max, want_chunk, &arch,
+				     &m, &po, err);
 	if (st)
 		return st;
 	s->context = (uint32_t)po.shape.context;

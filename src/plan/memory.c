@@ -254,11 +254,11 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 	 * the CUDA attention kernel reads an f32 cache, whatever the weights
 	 * (half weights change only the weight bytes). */
 	m.kv_element_bytes = 4;
-	uint64_t T;
-	s = strata_checked_mul(shape->prefill_chunk, shape->batch, &T,
-			       "tokens in flight", err);
-	if (s != STRATA_OK)
-		return s;
+	/* Rows of one pass: a prefill chunk, or one step of every sequence,
+	 * whose rows (decode tokens and prompt chunks together, issue 19)
+	 * are at most the larger of the two: what the forward pass holds. */
+	uint64_t T = shape->prefill_chunk > shape->batch ? shape->prefill_chunk
+							 : shape->batch;
 	BUFFER(&m.kv_buffer_bytes, "KV buffer", shape->batch, shape->context,
 	       arch->kv_heads, arch->head_dim, m.kv_element_bytes);
 	BUFFER(&m.kv_cache_bytes, "KV cache", arch->layers, 2,

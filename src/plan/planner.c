@@ -101,8 +101,11 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 	strata_plan_shape *sh = &o->shape;
 	strata_plan_shape_defaults(sh, p->arch.known ? p->arch.max_context : 0,
 				   0);
-	if (sh->prefill_chunk > sh->context)
-		return options_error(err, "use a prefill chunk no longer than the context",
+	/* a step of the batch may carry prompt chunks of every sequence */
+	uint64_t per = sh->batch ? sh->batch : 1; /* no product: no overflow */
+	if (sh->prefill_chunk / per > sh->context ||
+	    (sh->prefill_chunk / per == sh->context && sh->prefill_chunk % per))
+		return options_error(err, "use a prefill chunk no longer than the context (times --batch)",
 				     "the prefill chunk is longer than the context");
 	resolve_rates(p);
 	bool forced_units = o->has_resident_units || o->has_cpu_units;

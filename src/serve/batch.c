@@ -53,6 +53,7 @@ struct strata_batch {
 	size_t failed_request;
 	strata_error fail_err;
 	strata__residence residence; /* the follow route's; across runs */
+	bool batch_auto; /* --batch auto: the plan picked the batch */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -231,8 +232,10 @@ static void drop_all_locked(strata_batch *b, replica *r)
 }
 
 /* Outside the mutex: starts the joiners join[0..n) (each already given a
- * slot), then one decode step of every running request. The first failure
- * stops the round; the slots say which requests it touched. */
+ * slot: its prefix restored, nothing computed), then one step, one pass
+ * of the weights, of every running request: decode tokens and prompt
+ * chunks together. The first failure stops the round; the slots say
+ * which requests it touched. */
 static strata_status run_round(replica *r, const uint32_t *slots,
 			       const bool *inject, uint32_t n, strata_error *e)
 {
@@ -274,9 +277,9 @@ static strata_status open_replica(replica *r)
 	return st;
 }
 
-/* Each round: queued requests join free slots (at a step boundary), the
- * joiners are prefilled, every running request decodes one token in one
- * forward step, and finished requests leave. */
+/* Each round: queued requests join free slots (at a step boundary), one
+ * step reads the joiners' prompts beside every running request's decode
+ * token, and finished requests leave. */
 static void *worker(void *arg)
 {
 	replica *r = arg;
@@ -403,7 +406,9 @@ static strata_status residence_rooms(strata_batch *b, strata_error *err)
  * sessions' opening, with its own error). */
 static uint32_t sequences_of(const strata_batch_options *o)
 {
-	uint64_t n = o->session.plan.shape.batch;
+	/* --batch auto: the most it may pick until the sessions say */
+	uint64_t n = o->session.batch_auto_max ? o->session.batch_auto_max
+					       : o->session.plan.shape.batch;
 	return n == 0 ? 1
 	       : n > STRATA_FORWARD_MAX_SEQUENCES
 		       ? STRATA_FORWARD_MAX_SEQUENCES
@@ -492,6 +497,14 @@ strata_status strata_batch_create(const strata_batch_options *o,
 	}
 	if (st == STRATA_OK)
 		st = start_workers(b, err);
+	b->batch_auto = o->session.batch_auto_max != 0;
+	if (st == STRATA_OK && o->session.batch_auto_max) {
+		/* the batch the first replica's plan picked (every replica
+		 * plans the same shape on the same kind of device) */
+		b->o.session.plan.shape.batch = strata_forward_sequences(
+			strata_session_forward(b->r[0].session));
+		b->o.session.batch_auto_max = 0;
+	}
 	/* After the sessions open: a bound from the plan needs the plan.
 	 * The workers touch a cache only for a request, dispatched later
 	 * under the mutex. */
@@ -708,6 +721,11 @@ uint32_t strata_batch_sequences(const strata_batch *b)
 	return sequences_of(&b->o);
 }
 
+bool strata_batch_sequences_auto(const strata_batch *b)
+{
+	return b->batch_auto;
+}
+
 strata_batch_route strata_batch_route_of(const strata_batch *b)
 {
 	return b->o.route;
@@ -756,6 +774,8 @@ void strata_batch_get_totals(const strata_batch *b, strata_batch_totals *out)
 		out->prefix_hits += r.prefix_hits;
 		out->decode_steps += r.decode_steps;
 		out->decode_rows += r.decode_rows;
+		out->passes += r.passes;
+		out->pass_rows += r.pass_rows;
 	}
 }
 

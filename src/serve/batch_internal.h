@@ -17,6 +17,12 @@ typedef struct strata__batch_seq {
 	size_t n_hist;
 	uint32_t sampled;		 /* samples drawn, EOS included */
 	int32_t next;			 /* the token the next step feeds */
+	uint32_t fed;			 /* prompt positions computed (the
+					    prefix cache's included) */
+	uint64_t joined;		 /* join order: prompts read first
+					    come first */
+	strata_prefix_cache *cache;	 /* where its prompt is saved once
+					    computed; NULL: not saved */
 	bool done;			 /* result complete */
 	bool failed;			 /* its work failed on this replica */
 	uint64_t t0, t_first;		 /* start of its work, first token */
@@ -31,8 +37,9 @@ typedef struct strata__batch_seqs {
 	uint32_t count;			 /* the session's sequences: --batch */
 	strata__batch_seq *seq;		 /* (count) */
 	float *logits;			 /* (count, vocab) */
-	uint32_t *ids;			 /* (count) a step's sequences */
-	int32_t *tokens;		 /* (count) a step's tokens */
+	strata_forward_segment *segs;	 /* (count) a step's segments */
+	uint32_t *order;		 /* (count) prompts to read, by join */
+	uint64_t joins;			 /* requests joined so far */
 	strata_batch_replica_stats *stats; /* the replica's, borrowed */
 } strata__batch_seqs;
 
@@ -51,8 +58,10 @@ uint32_t strata__batch_seqs_taken(const strata__batch_seqs *ss);
 
 /* Takes `slot` for request `req` (q and res for the run): the result's
  * token array, a sampler with the request's own seed, the prompt as
- * history, the prefix cache's longest match (cache may be NULL), the
- * prefill of the rest, the prompt saved to the cache, the first sample.
+ * history, the prefix cache's longest match restored (cache may be NULL;
+ * a copy, no pass of the weights). The rest of the prompt is read by the
+ * steps that follow, in chunks beside the others' decode tokens; once it
+ * is all computed it is saved to the cache and the first token drawn.
  * The result's device and home must be set. On failure the slot is still
  * taken (marked failed): strata__batch_seq_end frees it. */
 strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
@@ -62,9 +71,12 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 				      strata_prefix_cache *cache,
 				      strata_error *err);
 
-/* One decode step of every taken slot that is not done, then a sample for
- * each; does nothing when none waits. On failure those slots are marked
- * failed. */
+/* One mixed step, one pass of the weights (strata_forward_step_segments):
+ * the decode token of every slot decoding, then chunks of the prompts
+ * still to read, in join order, as many rows as the step takes; a sample
+ * for each slot decoded or whose prompt the step ended (that prompt saved
+ * to the cache first). Does nothing when none waits. On failure the slots
+ * in the step are marked failed. */
 strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 				      strata_error *err);
 

@@ -1,7 +1,10 @@
-/* batch_seqs.c - one replica's running requests, up to --batch B of them:
- * each prefilled on its own sequence of the forward pass, then all decoded
- * together one token per step (strata_forward_step), so in a streamed
- * residency one pass of the weights serves every running request (layer:
+/* batch_seqs.c - one replica's running requests, up to --batch B of them,
+ * scheduled continuously: every step is one pass of the weights
+ * (strata_forward_step_segments) carrying the decode token of every
+ * request decoding and chunks of the prompts of those that joined, as many
+ * rows as the forward pass takes; a finished request's slot takes the next
+ * one at the next step. In a streamed residency one pass of the weights so
+ * serves every running request, prompts included (issue 19) (layer:
  * serve).
  *
  * Each request keeps its own sampler (its seed), history and sequence, and
@@ -94,13 +97,13 @@ strata_status strata__batch_seqs_init(strata__batch_seqs *ss,
 					     logits_bytes, true, &logits, err)
 				   : STRATA_E_NOMEM;
 	ss->logits = logits;
-	ss->ids = ss->logits ? strata_calloc_or_error(n, sizeof *ss->ids,
-						      "step sequences", err)
+	ss->segs = ss->logits ? strata_calloc_or_error(n, sizeof *ss->segs,
+						       "step segments", err)
+			      : NULL;
+	ss->order = ss->segs ? strata_calloc_or_error(n, sizeof *ss->order,
+						      "prompt order", err)
 			     : NULL;
-	ss->tokens = ss->ids ? strata_calloc_or_error(n, sizeof *ss->tokens,
-						      "step tokens", err)
-			     : NULL;
-	if (!ss->tokens) {
+	if (!ss->order) {
 		strata__batch_seqs_fini(ss);
 		return st ? st : STRATA_E_NOMEM;
 	}
@@ -119,8 +122,8 @@ void strata__batch_seqs_fini(strata__batch_seqs *ss)
 	if (ss->logits)
 		strata_backend_host_free(strata_session_backend(ss->session),
 					 ss->logits);
-	strata_free(ss->ids);
-	strata_free(ss->tokens);
+	strata_free(ss->segs);
+	strata_free(ss->order);
 	memset(ss, 0, sizeof *ss);
 }
 
@@ -172,7 +175,6 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 	 * penalty is a suffix-only history the same choice. */
 	bool use_cache = cache && q->sampler.repeat_penalty == 1.0f;
 	uint32_t vocab = strata_session_hparams(ss->session)->vocab;
-	float *logits = ss->logits + (uint64_t)slot * vocab;
 	strata_status st = strata_sampler_create(&q->sampler, vocab, &s->smp,
 						 err);
 	if (st == STRATA_OK)
@@ -185,68 +187,151 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 		strata_forward_reset(f);
 	s->t0 = strata_now_ns(); /* strata_generate's: after the cache */
 	ss->stats->prefix_ns += s->t0 - t_cache;
-	if (st == STRATA_OK)
-		st = strata_forward_run(f, q->prompt + reused,
-					q->n_prompt - reused, reused, NULL,
-					logits, err);
-	res->gen.prompt_ns = strata_now_ns() - s->t0;
-	ss->stats->prefill_ns += res->gen.prompt_ns;
-	/* Saved as soon as its prompt is computed (the positions of the
-	 * prompt do not change while it decodes), so the apply and save of
-	 * one request are never split by another's. A request spilled here
-	 * from where its key lives is a guest: kept while there is room,
-	 * evicted before this replica's own keys. Round-robin has no homes
-	 * to protect. */
-	bool guest = ss->affinity && res->device != res->resident_device;
-	t_cache = strata_now_ns();
-	if (st == STRATA_OK && use_cache)
-		st = strata_prefix_cache_save(cache, f, q->prompt, q->n_prompt,
-					      guest, err);
-	ss->stats->prefix_ns += strata_now_ns() - t_cache;
+	ss->stats->busy_ns += s->t0 - t_start;
 	res->prefix_tokens = reused;
 	res->gen.prompt_tokens = q->n_prompt;
-	ss->stats->tokens += q->n_prompt - reused;
-	ss->stats->busy_ns += strata_now_ns() - t_start;
 	if (st)
 		return st;
+	s->cache = use_cache ? cache : NULL;
+	s->fed = reused;
+	s->joined = ss->joins++;
 	s->failed = false;
-	return advance(ss, slot, logits, err);
+	return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One step                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static bool running(const strata__batch_seq *s)
+{
+	return s->req != SIZE_MAX && !s->done && !s->failed;
+}
+
+/* The step's segments: decode tokens first (each one row), then the
+ * prompts still to read, in join order, each the most of it the rows
+ * left take. Returns the segment count; *rows the rows, *prompt_rows
+ * those of prompts. */
+static uint32_t build_step(strata__batch_seqs *ss, uint32_t *rows,
+			   uint32_t *prompt_rows)
+{
+	uint32_t n = 0, waiting = 0, used = 0;
+	uint32_t cap = strata_forward_step_rows(
+		strata_session_forward(ss->session));
+	for (uint32_t i = 0; i < ss->count; i++) {
+		strata__batch_seq *s = &ss->seq[i];
+		if (!running(s))
+			continue;
+		if (s->fed < s->q->n_prompt) {
+			/* insertion by join order: the count is small */
+			uint32_t k = waiting++;
+			while (k && ss->seq[ss->order[k - 1]].joined > s->joined) {
+				ss->order[k] = ss->order[k - 1];
+				k--;
+			}
+			ss->order[k] = i;
+			continue;
+		}
+		ss->segs[n++] = (strata_forward_segment){i, &s->next, 1, true};
+		used++;
+	}
+	*prompt_rows = 0;
+	for (uint32_t k = 0; k < waiting && used < cap; k++) {
+		strata__batch_seq *s = &ss->seq[ss->order[k]];
+		uint32_t left = s->q->n_prompt - s->fed, take = cap - used;
+		take = left < take ? left : take;
+		ss->segs[n++] = (strata_forward_segment){
+			ss->order[k], s->hist + s->fed, take, take == left};
+		used += take;
+		*prompt_rows += take;
+	}
+	*rows = used;
+	return n;
+}
+
+/* After the step: a prompt it ended is saved to the prefix cache (its
+ * positions do not change while it decodes, so the apply and save of one
+ * request are never split by another's; a request spilled here from
+ * where its key lives is a guest: kept while there is room, evicted
+ * before this replica's own keys; round-robin has no homes to protect)
+ * and its prompt time recorded. */
+static strata_status prompt_read(strata__batch_seqs *ss, uint32_t slot,
+				 strata_error *err)
+{
+	strata__batch_seq *s = &ss->seq[slot];
+	strata_batch_result *res = s->res;
+	res->gen.prompt_ns = strata_now_ns() - s->t0;
+	if (!s->cache)
+		return STRATA_OK;
+	strata_forward *f = strata_session_forward(ss->session);
+	bool guest = ss->affinity && res->device != res->resident_device;
+	uint64_t t = strata_now_ns();
+	strata_status st = strata_forward_select(f, slot, err);
+	if (st == STRATA_OK)
+		st = strata_prefix_cache_save(s->cache, f, s->q->prompt,
+					      s->q->n_prompt, guest, err);
+	ss->stats->prefix_ns += strata_now_ns() - t;
+	return st;
+}
+
+/* Each segment of the step done: prompt positions counted, a sample
+ * where logits came back (row j of ss->logits for the j-th asking). The
+ * first failure marks its slot failed and stops the sampling. */
+static strata_status after_step(strata__batch_seqs *ss, uint32_t n,
+				strata_error *err)
+{
+	uint32_t vocab = strata_session_hparams(ss->session)->vocab, row = 0;
+	strata_status st = STRATA_OK;
+	for (uint32_t k = 0; k < n && st == STRATA_OK; k++) {
+		const strata_forward_segment *g = &ss->segs[k];
+		strata__batch_seq *s = &ss->seq[g->seq];
+		bool prompt = s->fed < s->q->n_prompt;
+		if (prompt)
+			s->fed += g->n;
+		if (!g->logits)
+			continue;
+		float *logits = ss->logits + (uint64_t)row++ * vocab;
+		if (prompt && (st = prompt_read(ss, g->seq, err)))
+			s->failed = true;
+		if (st == STRATA_OK)
+			st = advance(ss, g->seq, logits, err);
+	}
+	return st;
 }
 
 strata_status strata__batch_seqs_step(strata__batch_seqs *ss,
 				      strata_error *err)
 {
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < ss->count; i++) {
-		strata__batch_seq *s = &ss->seq[i];
-		if (s->req == SIZE_MAX || s->done || s->failed)
-			continue;
-		ss->ids[n] = i;
-		ss->tokens[n++] = s->next;
-	}
+	uint32_t rows, prompt_rows;
+	uint32_t n = build_step(ss, &rows, &prompt_rows);
 	if (n == 0)
 		return STRATA_OK;
 	strata_forward *f = strata_session_forward(ss->session);
-	uint32_t vocab = strata_session_hparams(ss->session)->vocab;
 	uint64_t t0 = strata_now_ns();
-	strata_status st = strata_forward_step(f, ss->ids, ss->tokens, n,
-					       ss->logits, err);
-	ss->stats->step_ns += strata_now_ns() - t0;
+	strata_status st = strata_forward_step_segments(f, ss->segs, n,
+							ss->logits, err);
+	uint64_t t1 = strata_now_ns();
+	if (prompt_rows)
+		ss->stats->prefill_ns += t1 - t0;
+	else
+		ss->stats->step_ns += t1 - t0;
 	if (st) {
-		ss->stats->busy_ns += strata_now_ns() - t0;
-		for (uint32_t i = 0; i < n; i++)
-			ss->seq[ss->ids[i]].failed = true;
+		ss->stats->busy_ns += t1 - t0;
+		for (uint32_t k = 0; k < n; k++)
+			ss->seq[ss->segs[k].seq].failed = true;
 		return st;
 	}
-	ss->stats->decode_steps++;
-	ss->stats->decode_rows += n;
-	ss->stats->tokens += n;
-	for (uint32_t i = 0; i < n && st == STRATA_OK; i++)
-		st = advance(ss, ss->ids[i], ss->logits + (uint64_t)i * vocab,
-			     err);
+	ss->stats->passes++;
+	ss->stats->pass_rows += rows;
+	ss->stats->tokens += rows;
+	if (rows > prompt_rows) {
+		ss->stats->decode_steps++;
+		ss->stats->decode_rows += rows - prompt_rows;
+	}
+	st = after_step(ss, n, err);
 	/* as for a failed step: the rows left unsampled fail with it */
-	for (uint32_t i = 0; st && i < n; i++)
-		ss->seq[ss->ids[i]].failed = true;
+	for (uint32_t k = 0; st && k < n; k++)
+		ss->seq[ss->segs[k].seq].failed = true;
 	ss->stats->busy_ns += strata_now_ns() - t0; /* sampling included */
 	return st;
 }

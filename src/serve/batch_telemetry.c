@@ -17,9 +17,16 @@ static void write_batching(strata_json *j, const strata_batch *b)
 	strata_batch_totals t;
 	strata_batch_get_totals(b, &t);
 	strata_json_kv_u64(j, "batch", strata_batch_sequences(b));
+	/* --batch auto: the plan's best_batch for strata batch */
+	strata_json_kv_bool(j, "batch_auto", strata_batch_sequences_auto(b));
 	strata_json_kv_u64(j, "decode_steps", t.decode_steps);
 	strata_json_kv_double(j, "sequences_per_step",
 			      per_step(t.decode_rows, t.decode_steps));
+	/* every step is one pass of the weights: decode tokens and prompt
+	 * chunks together (issue 19) */
+	strata_json_kv_u64(j, "weight_passes", t.passes);
+	strata_json_kv_double(j, "rows_per_pass",
+			      per_step(t.pass_rows, t.passes));
 }
 
 /* Largest, mean and their ratio of one figure over the replicas. */
@@ -108,6 +115,7 @@ static void write_device(strata_json *j, const strata_batch *b, uint32_t i,
 	strata_json_kv_u64(j, "decode_steps", r->decode_steps);
 	strata_json_kv_double(j, "sequences_per_step",
 			      per_step(r->decode_rows, r->decode_steps));
+	strata_json_kv_u64(j, "weight_passes", r->passes);
 	write_prefix_cache(j, r);
 	strata_json_object_end(j);
 }

@@ -429,6 +429,157 @@ static void test_step_allocation_failures(void **state)
 	ref_close_model(&m);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Mixed steps: prompt chunks beside decode tokens (issue 19)               */
+/* ------------------------------------------------------------------------ */
+
+#define MIX_TOL 1e-5f
+
+/* The largest |a - b| over n floats. */
+static float max_diff(const float *a, const float *b, uint64_t n)
+{
+	float d = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		float e = a[i] > b[i] ? a[i] - b[i] : b[i] - a[i];
+		d = e > d ? e : d;
+	}
+	return d;
+}
+
+/* want (vocab): the logits of tokens[0..n)'s last position after
+ * prefix[0..np), one sequence through strata_forward_run. */
+static void run_alone(const ref_open *m, const int32_t *prefix, uint32_t np,
+		      const int32_t *tokens, uint32_t n, float *want)
+{
+	strata_error err;
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m->hp,
+							   .compute = c,
+							   .src = &m->src,
+							   .context = CONTEXT,
+							   .batch = BATCH},
+				 &f, &err),
+			 STRATA_OK);
+	if (np)
+		assert_int_equal(strata_forward_run(f, prefix, np, 0, NULL,
+						    NULL, &err),
+				 STRATA_OK);
+	assert_int_equal(strata_forward_run(f, tokens, n, np, NULL, want, &err),
+			 STRATA_OK);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+}
+
+/* Two mixed steps on four sequences: sequences 0 and 1 (prefilled) decode
+ * a token each while 2 reads a 6-token prompt whole and 3 the first 3 of
+ * its 5 (no logits wanted), then 3 reads its last 2 beside 2's first
+ * decode. Every logits row wanted is its sequence's own run to MIX_TOL. */
+static void check_mixed(const char *name, const char *path, const ref_data *r)
+{
+	ref_open m;
+	ref_open_model(path, &m);
+	strata_error err;
+	strata_compute *c;
+	strata_forward *f;
+	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
+					       &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_create(
+				 &(strata_forward_options){.hp = &m.hp,
+							   .compute = c,
+							   .src = &m.src,
+							   .context = CONTEXT,
+							   .batch = BATCH + 4,
+							   .sequences = SEQS},
+				 &f, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_step_rows(f), BATCH + 4);
+	int32_t t[SEQS][8];
+	for (uint32_t k = 0; k < SEQS; k++)
+		for (uint32_t i = 0; i < 8; i++)
+			t[k][i] = r->tokens[(3 * k + i) % r->n_tokens];
+	for (uint32_t k = 0; k < 2; k++) {
+		assert_int_equal(strata_forward_select(f, k, &err), STRATA_OK);
+		assert_int_equal(strata_forward_run(f, t[k], 4, 0, NULL, NULL,
+						    &err),
+				 STRATA_OK);
+	}
+	uint64_t v = r->vocab;
+	float *got = strata_alloc(4 * v * sizeof *got);
+	float *want = strata_alloc(v * sizeof *want);
+	assert_non_null(got);
+	assert_non_null(want);
+	const strata_forward_segment one[] = {
+		{0, &t[0][4], 1, true}, {2, t[2], 6, true},
+		{1, &t[1][4], 1, true}, {3, t[3], 3, false}};
+	if (strata_forward_step_segments(f, one, 4, got, &err))
+		fail_msg("%s: %s", name, err.message);
+	const uint32_t pos1[SEQS] = {5, 5, 6, 3};
+	for (uint32_t k = 0; k < SEQS; k++)
+		assert_int_equal(strata_forward_position_of(f, k), pos1[k]);
+	/* rows: 0's decode, 2's prompt, 1's decode (3 wanted none) */
+	const uint32_t seq_of[3] = {0, 2, 1};
+	for (uint32_t i = 0; i < 3; i++) {
+		uint32_t k = seq_of[i];
+		if (k == 2)
+			run_alone(&m, NULL, 0, t[2], 6, want);
+		else
+			run_alone(&m, t[k], 4, &t[k][4], 1, want);
+		float d = max_diff(got + i * v, want, v);
+		if (d > MIX_TOL)
+			fail_msg("%s: step 1 row %u (sequence %u) is %g from "
+				 "its own run", name, i, k, (double)d);
+	}
+	const strata_forward_segment two[] = {{3, &t[3][3], 2, true},
+					      {2, &t[2][6], 1, true}};
+	if (strata_forward_step_segments(f, two, 2, got, &err))
+		fail_msg("%s: %s", name, err.message);
+	run_alone(&m, NULL, 0, t[3], 5, want);
+	assert_true(max_diff(got, want, v) <= MIX_TOL);
+	run_alone(&m, t[2], 6, &t[2][6], 1, want);
+	assert_true(max_diff(got + v, want, v) <= MIX_TOL);
+	/* too many rows, an empty segment: refused, nothing moves */
+	int32_t many[BATCH + 5] = {0};
+	const strata_forward_segment big[] = {{0, many, BATCH + 4, true},
+					      {1, many, 1, true}};
+	assert_int_equal(strata_forward_step_segments(f, big, 2, got, &err),
+			 STRATA_E_INVALID_ARG);
+	const strata_forward_segment empty[] = {{0, many, 0, true}};
+	assert_int_equal(strata_forward_step_segments(f, empty, 1, got, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_int_equal(strata_forward_position_of(f, 0), 5);
+	strata_free(got);
+	strata_free(want);
+	strata_forward_destroy(f);
+	strata_compute_destroy(c);
+	ref_close_model(&m);
+}
+
+static void test_step_segments_match_own_runs(void **state)
+{
+	(void)state;
+	char path[1024];
+	ref_data r;
+	for (int i = 0; i < REF_MODEL_COUNT; i++) {
+		ref_path(path, sizeof path, ref_models[i], NULL);
+		ref_load(ref_models[i], &r);
+		check_mixed(ref_models[i], path, &r);
+		ref_free(&r);
+	}
+	static const int32_t story[] = {1, 403, 407, 261, 378, 29,
+					 442, 395, 263, 267, 312, 40};
+	memset(&r, 0, sizeof r);
+	r.n_tokens = sizeof story / sizeof *story;
+	memcpy(r.tokens, story, sizeof story);
+	r.vocab = 512;
+	check_mixed("stories260K", STRATA_SOURCE_DIR "/models/stories260K", &r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -436,6 +587,7 @@ int main(void)
 		cmocka_unit_test(test_step_acquires_each_layer_once),
 		cmocka_unit_test(test_step_refuses_bad_lists),
 		cmocka_unit_test(test_step_allocation_failures),
+		cmocka_unit_test(test_step_segments_match_own_runs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

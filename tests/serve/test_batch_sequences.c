@@ -121,7 +121,14 @@ static void test_batch_b_gives_batch_1_tokens(void **state)
 	b = open_batch(1, 4, 1u << 20);
 	assert_int_equal(strata_batch_sequences(b), 4);
 	run_ok(b, q, got);
-	same_tokens(got, want, true);
+	/* requests that join in one step read their prompts in that pass
+	 * side by side, before either is saved: only later joiners find a
+	 * prefix, so the counts differ from --batch 1's, not the tokens */
+	same_tokens(got, want, false);
+	uint32_t hits4 = 0;
+	for (int i = 0; i < REQUESTS; i++)
+		hits4 += got[i].prefix_tokens > 0;
+	assert_true(hits4 >= 3);
 	assert_true(rows_per_step(b, 0) > 1.5);
 	strata_batch_results_free(got, REQUESTS);
 	strata_batch_destroy(b);
