@@ -127,8 +127,8 @@ typedef struct strata_batch_replica_stats {
 	uint64_t busy_ns;	       /* generating: the three below and
 					  sampling */
 	uint64_t prefix_ns;	       /* prefix cache applies and saves */
-	uint64_t prefill_ns;	       /* prompts past the cached prefix */
-	uint64_t step_ns;	       /* decode forward steps */
+	uint64_t prefill_ns;	       /* steps carrying prompt chunks */
+	uint64_t step_ns;	       /* steps of decode tokens only */
 	uint64_t prefix_lookups, prefix_hits, prefix_reused_tokens;
 	uint64_t prefix_saved, prefix_evictions, prefix_bytes;
 	uint64_t prefix_skipped;       /* prefixes larger than the budget */

@@ -121,9 +121,19 @@ static void memory_model_formulas_are_exact(void **state)
 			 STRATA_OK);
 	assert_true(m.kv_element_bytes == 4);
 	assert_true(m.kv_buffer_bytes == 3 * 256 * 32 * 4);
-	assert_true(m.x_bytes == 12 * 64 * 4);
-	assert_true(m.att_bytes == 12 * 4 * 256 * 4);
+	/* a pass's rows: max(chunk, batch) = 4, a chunk or a step of the
+	 * batch (issue 19), not chunk x batch */
+	assert_true(m.x_bytes == 4 * 64 * 4);
+	assert_true(m.att_bytes == 4 * 4 * 256 * 4);
 	assert_true(m.logits_bytes == 1280); /* 3 x 100 x 4 = 1200 aligned */
+	sh.batch = 16; /* now the batch is the larger */
+	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
+						    STRATA_PLAN_DEVICE_CUDA,
+						    STRATA_DTYPE_BF16, 0, 0, &m,
+						    &err),
+			 STRATA_OK);
+	assert_true(m.x_bytes == 16 * 64 * 4);
+	sh.batch = 3;
 	/* overflow names the buffer */
 	sh.context = UINT64_MAX / 2;
 	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
@@ -437,6 +447,18 @@ static void budgets_come_from_the_machine_with_headroom(void **state)
 	o.has_host_budget = false;
 	/* a prefill chunk longer than the context cannot run */
 	o.shape = (strata_plan_shape){.context = 16, .prefill_chunk = 17};
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_E_PLAN_OPTIONS);
+	/* ... at one sequence: a step of 2 takes prompt chunks of both, up
+	 * to context x batch (issue 19), and no more */
+	o.shape = (strata_plan_shape){.context = 16, .batch = 2,
+				      .prefill_chunk = 32};
+	assert_int_equal(strata_plan_create(f->layout, &f->arch,
+					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
+			 STRATA_OK);
+	strata_plan_destroy(p);
+	o.shape.prefill_chunk = 33;
 	assert_int_equal(strata_plan_create(f->layout, &f->arch,
 					    STRATA_DTYPE_BF16, &o, &m, &p, &err),
 			 STRATA_E_PLAN_OPTIONS);
