@@ -389,9 +389,9 @@ static strata_status make_cache(strata_forward *f, strata_error *err)
 }
 
 /* The host buffers: a mixed step's token ids; the residual stream where
- * two sites are both out of
- * host code's reach (two GPUs): their copies go through it. */
-static strata_status make_bounce(strata_forward *f, strata_error *err)
+ * two sites are both out of host code's reach (two GPUs): their copies go
+ * through it. */
+static strata_status make_host_buffers(strata_forward *f, strata_error *err)
 {
 	uint32_t far = 0;
 	for (uint32_t s = 0; s < f->site_count; s++)
@@ -423,7 +423,7 @@ strata_status strata_forward_create(const strata_forward_options *o,
 	if (st == STRATA_OK)
 		st = make_cache(f, err);
 	if (st == STRATA_OK)
-		st = make_bounce(f, err);
+		st = make_host_buffers(f, err);
 	f->arena = f->site[0].arena;
 	if (st == STRATA_OK)
 		st = strata__forward_move(f, f->head_site, 0, false, err);

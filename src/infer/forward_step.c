@@ -1,18 +1,21 @@
-/* forward_step.c - one decode step of several sequences at once: B rows,
- * each its own token, position and KV cache (layer: infer).
+/* forward_step.c - one step of several sequences at once: each sequence a
+ * segment of rows, a decode token (one row) or a prompt chunk (several),
+ * each at its own positions of its own KV cache (layer: infer).
  *
  * The weight products, which dominate a step and are what a streamed
- * residency pays for, run once over all B rows, and each layer's weights are
+ * residency pays for, run once over all rows, and each layer's weights are
  * acquired and released once per step: in host:D or disk mode one pass of
- * the weights serves B tokens (the FlexGen lesson, issue 9's --batch B).
- * Attention is per sequence, one query against that sequence's own cache
- * at its own position, through the same kernel a one-sequence decode uses.
+ * the weights serves every running sequence's token and the prompts being
+ * read beside them (the FlexGen lesson, issue 9's --batch B; issue 19's
+ * continuous batching). Attention is per segment, its queries against its
+ * sequence's own cache (causal within a chunk), through the kernel a
+ * one-sequence pass uses; the LM head runs over the rows whose logits are
+ * wanted only.
  *
  * Only kernel-table calls and forward_blocks.c's steps are used, so the
  * step runs on every backend, host or device buffers alike. On the CPU the
  * kernels compute each row the same whatever the row count, so a step's
- * row is bit for bit the one-sequence decode of that token.
- */
+ * decode row is bit for bit the one-sequence decode of that token. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>

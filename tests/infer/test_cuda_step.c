@@ -5,7 +5,8 @@
  * one-sequence session within 1e-4 (f32 weights: the several-row product is
  * a GEMM where one row is a GEMV) or 2e-2 (bf16/f16 weights, kept half: the
  * several-row half product keeps activations nearly f32), for sequences
- * at different positions in any order and subset. Exits 77 (skipped) where
+ * at different positions in any order and subset; a mixed step (a prompt
+ * chunk beside a decode token) within the same bounds. Exits 77 (skipped) where
  * no CUDA device is visible (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,6 +143,61 @@ static void check_model(const char *name, const strata_plan_options *mode)
 	ref_free(&r);
 }
 
+/* A mixed step (issue 19): sequence 0 (prefilled) decodes a token while
+ * sequence 1 reads a 6-token prompt whole, in one pass: both logits rows
+ * within the tolerance above of one-sequence runs. */
+static void check_mixed(const char *name, const strata_plan_options *mode)
+{
+	char path[1024];
+	ref_path(path, sizeof path, name, NULL);
+	ref_data r;
+	ref_load(name, &r);
+	strata_error err;
+	int32_t p0[8], p1[6];
+	for (uint32_t i = 0; i < 8; i++)
+		p0[i] = r.tokens[i % r.n_tokens];
+	for (uint32_t i = 0; i < 6; i++)
+		p1[i] = r.tokens[(3 * i + 2) % r.n_tokens];
+	uint64_t row = r.vocab;
+	float *want = strata_alloc(2 * row * sizeof(float));
+	float *got = strata_alloc(2 * row * sizeof(float));
+	assert_true(want && got);
+	strata_session *s = open_session(path, mode, 1);
+	strata_forward *f = strata_session_forward(s);
+	assert_int_equal(strata_forward_run(f, p0, 4, 0, NULL, NULL, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_forward_run(f, p0 + 4, 1, 4, NULL, want, &err),
+			 STRATA_OK);
+	strata_forward_reset(f);
+	assert_int_equal(strata_forward_run(f, p1, 6, 0, NULL, want + row,
+					    &err),
+			 STRATA_OK);
+	bool half = strata_session_source(s)->statics.lm_head_elem !=
+		    STRATA_ELEM_F32;
+	strata_session_close(s);
+	s = open_session(path, mode, SEQS);
+	f = strata_session_forward(s);
+	assert_true(strata_forward_step_rows(f) >= 7);
+	assert_int_equal(strata_forward_run(f, p0, 4, 0, NULL, NULL, &err),
+			 STRATA_OK);
+	const strata_forward_segment segs[] = {{0, p0 + 4, 1, true},
+					       {1, p1, 6, true}};
+	if (strata_forward_step_segments(f, segs, 2, got, &err))
+		fail_msg("%s mixed step: %s", name, err.message);
+	double d0 = ref_max_diff(got, want, row);
+	double d1 = ref_max_diff(got + row, want + row, row);
+	printf("%s %s: mixed step within %.3g (decode) and %.3g (prompt)\n",
+	       name, strata_residency_mode_name(mode->mode), d0, d1);
+	double tol = half ? 2e-2 : 1e-4;
+	if (d0 > tol || d1 > tol)
+		fail_msg("%s: mixed step logits %.3g / %.3g from own runs",
+			 name, d0, d1);
+	strata_session_close(s);
+	strata_free(want);
+	strata_free(got);
+	ref_free(&r);
+}
+
 static void test_step_rows_match_one_sequence_decodes(void **state)
 {
 	(void)state;
@@ -150,12 +206,21 @@ static void test_step_rows_match_one_sequence_decodes(void **state)
 			check_model(ref_models[i], &modes[m]);
 }
 
+static void test_mixed_step_matches_own_runs(void **state)
+{
+	(void)state;
+	for (size_t m = 0; m < sizeof modes / sizeof *modes; m++)
+		for (int i = 0; i < REF_MODEL_COUNT; i++)
+			check_mixed(ref_models[i], &modes[m]);
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_infer_cuda_step"))
 		return GPU_SKIP_EXIT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_step_rows_match_one_sequence_decodes),
+		cmocka_unit_test(test_mixed_step_matches_own_runs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
