@@ -369,12 +369,8 @@ static void warn_failures(const strata_batch *b, const strata_cli_gpus *d)
 }
 
 static void print_summary(const strata_batch *b, size_t requests,
-			  const strata_batch_result *res, uint64_t wall_ns,
-			  uint64_t seed)
+			  uint64_t gen, uint64_t wall_ns, uint64_t seed)
 {
-	uint64_t gen = 0;
-	for (size_t i = 0; i < requests; i++)
-		gen += res[i].n_tokens;
 	strata_batch_totals s;
 	strata_batch_get_totals(b, &s);
 	double t = wall_ns / 1e9;
@@ -423,10 +419,67 @@ static uint32_t step_positions(const batch_args *a,
 	return (uint32_t)(p < 512 ? p : longest > 512 ? longest : 512);
 }
 
+/* Requests parsed per window (batch_source_next): enough to keep every
+ * replica's slots and queue fed many times over, so the drain at a
+ * window's end costs little, and few enough that a window's parsed state
+ * and results stay small whatever the input's length. */
+static size_t window_of(const strata_batch *b)
+{
+	size_t w = (size_t)strata_batch_replicas(b) *
+		   strata_batch_sequences(b) * 64;
+	return w > 4096 ? w : 4096;
+}
+
+/* What the windows' runs add up to. */
+typedef struct run_totals {
+	uint64_t tokens;    /* positions computed and generated */
+	uint64_t generated; /* tokens generated */
+} run_totals;
+
+/* The source's requests, a window at a time: each window parsed, run to
+ * its end (results streamed in input order) and dropped before the next. */
+static strata_status run_windows(strata_batch *b, batch_source *src,
+				 const batch_input_options *bo, out_ctx *w,
+				 run_totals *t, strata_error *err)
+{
+	size_t window = window_of(b);
+	batch_input in = {0};
+	strata_batch_result *res = strata_calloc_or_error(
+		window, sizeof *res, "results", err);
+	strata_batch_request *reqs = res ? strata_calloc_or_error(
+		window, sizeof *reqs, "requests", err) : NULL;
+	strata_status st = reqs ? STRATA_OK : STRATA_E_NOMEM;
+	while (st == STRATA_OK &&
+	       (st = batch_source_next(bo, src, window, &in, err)) ==
+		       STRATA_OK &&
+	       in.count) {
+		for (size_t i = 0; i < in.count; i++)
+			reqs[i] = in.items[i].req;
+		w->in = &in;
+		st = strata_batch_run(b, reqs, in.count, res, NULL, err);
+		size_t bad = strata_batch_failed_request(b);
+		if (st == STRATA_E_INFER_REPLICA && bad < in.count)
+			strata_error_prefix(err, "line %llu",
+					    (unsigned long long)in.items[bad]
+						    .line);
+		for (size_t i = 0; st == STRATA_OK && i < in.count; i++) {
+			t->tokens += res[i].gen.prompt_tokens -
+				     res[i].prefix_tokens + res[i].n_tokens;
+			t->generated += res[i].n_tokens;
+		}
+		strata_batch_results_free(res, in.count);
+	}
+	w->in = NULL;
+	batch_input_fini(&in);
+	strata_free(res);
+	strata_free(reqs);
+	return st;
+}
+
 static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
-			       const strata_cli_gpus *d, const batch_input *in,
-			       const strata_tokenizer *tok, int32_t chat_eos,
-			       strata_error *err)
+			       const strata_cli_gpus *d, batch_source *src,
+			       const batch_input_options *bo,
+			       int32_t chat_eos, strata_error *err)
 {
 	strata_batch_options o = {
 		.session = {.model_path = a->model, .plan = r->plan,
@@ -438,65 +491,38 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		.route = a->route,
 		.device_indices = d->index,
 	};
-	out_ctx w = {.in = in, .tok = tok, .d = d, .stops = &a->stops,
+	out_ctx w = {.tok = bo->tok, .d = d, .stops = &a->stops,
 		     .chat_eos = chat_eos};
 	o.on_result = write_one;
 	o.on_result_user = &w;
-	uint64_t positions = 0, prefill = 0, largest = 0;
-	for (size_t i = 0; i < in->count; i++) {
-		const strata_batch_request *q = &in->items[i].req;
-		uint64_t need = (uint64_t)q->n_prompt + q->max_tokens;
-		positions = need > positions ? need : positions;
-		prefill = q->n_prompt > prefill ? q->n_prompt : prefill;
-		largest = need > largest ? need : largest;
-	}
-	o.session.positions = (uint32_t)positions;
-	o.session.prefill = step_positions(a, r, d, in->count, prefill,
+	o.session.positions = (uint32_t)src->positions;
+	o.session.prefill = step_positions(a, r, d, src->count, src->prefill,
 					   &o.session.batch_auto_max);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	o.session.threads = a->threads ? (uint32_t)a->threads
 			    : cpus > d->count ? (uint32_t)(cpus / d->count)
 					      : 1;
-	o.spill_threshold = a->spill_given ? a->spill : 2 * largest;
+	/* the largest request's cost is prompt + max_tokens: positions */
+	o.spill_threshold = a->spill_given ? a->spill : 2 * src->positions;
 	strata_tokenizer_specials sp;
-	strata_tokenizer_get_specials(tok, &sp);
+	strata_tokenizer_get_specials(bo->tok, &sp);
 	o.eos = sp.eos;
 	strata_batch *b = NULL;
-	strata_batch_result *res = strata_calloc_or_error(
-		in->count, sizeof *res, "results", err);
-	if (!res)
-		return STRATA_E_NOMEM;
-	uint64_t wall = 0, tokens = 0;
+	run_totals t = {0};
 	strata_status st = strata_batch_create(&o, &b, err);
-	strata_batch_request *reqs = st ? NULL : strata_calloc_or_error(
-		in->count, sizeof *reqs, "requests", err);
-	if (st == STRATA_OK && !reqs)
-		st = STRATA_E_NOMEM;
-	for (size_t i = 0; reqs && i < in->count; i++)
-		reqs[i] = in->items[i].req;
-	if (st == STRATA_OK) {
-		st = strata_batch_run(b, reqs, in->count, res, &wall, err);
-		size_t bad = strata_batch_failed_request(b);
-		if (st == STRATA_E_INFER_REPLICA && bad < in->count)
-			strata_error_prefix(err, "line %llu",
-					    (unsigned long long)in->items[bad]
-						    .line);
-	}
-	if (st == STRATA_OK && !r->quiet)
+	uint64_t t0 = strata_now_ns();
+	if (st == STRATA_OK)
+		st = run_windows(b, src, bo, &w, &t, err);
+	uint64_t wall = strata_now_ns() - t0;
+	if (st == STRATA_OK && !r->quiet) {
 		warn_failures(b, d);
-	for (size_t i = 0; st == STRATA_OK && i < in->count; i++)
-		tokens += res[i].gen.prompt_tokens - res[i].prefix_tokens +
-			  res[i].n_tokens;
-	if (st == STRATA_OK && !r->quiet)
-		print_summary(b, in->count, res, wall, a->sp.seed);
-	strata_session_run run = {.run_ns = wall, .tokens = tokens,
+		print_summary(b, src->count, t.generated, wall, a->sp.seed);
+	}
+	strata_session_run run = {.run_ns = wall, .tokens = t.tokens,
 				  .has_seed = true, .seed = a->sp.seed};
 	if (st == STRATA_OK && a->telemetry)
 		st = strata_batch_write_telemetry(b, a->telemetry, d->ptrs, &run,
 						  err);
-	strata_batch_results_free(res, in->count);
-	strata_free(res);
-	strata_free(reqs);
 	strata_batch_destroy(b);
 	return st;
 }
@@ -549,7 +575,7 @@ int strata_cmd_batch(int argc, char **argv)
 	strata_tokenizer *tok = NULL;
 	strata_chat_format *chat = NULL;
 	int32_t chat_eos = -1;
-	batch_input in = {0};
+	batch_source src = {0};
 	batch_input_options bo = {.sampler = a.sp, .default_max_tokens = a.n};
 	strata_status st = strata_cli_residency_rates(&r, &err);
 	if (st == STRATA_OK)
@@ -558,12 +584,12 @@ int strata_cmd_batch(int argc, char **argv)
 		st = load_chat(&a, tok, &chat, &bo, &chat_eos, &err);
 	if (st == STRATA_OK) {
 		bo.tok = tok;
-		st = batch_input_read(&bo, &in, &err);
+		st = batch_source_read(&bo, &src, &err);
 	}
 	if (st == STRATA_OK)
-		st = run_batch(&a, &r, &d, &in, tok, chat_eos, &err);
+		st = run_batch(&a, &r, &d, &src, &bo, chat_eos, &err);
 	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
-	batch_input_fini(&in);
+	batch_source_fini(&src);
 	strata_chat_format_destroy(chat);
 	strata_tokenizer_destroy(tok);
 	strata_cli_residency_fini(&r);

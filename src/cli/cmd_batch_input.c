@@ -1,5 +1,6 @@
 /* cmd_batch_input.c - `strata batch`'s input: JSONL requests read from
- * stdin, every line validated and its prompt encoded before anything runs
+ * stdin, every line validated and its prompt encoded before anything runs,
+ * then parsed again a window at a time as the runner takes them
  * (layer: cli).
  *
  * Trust: stdin is untrusted. Each line is parsed by jansson with duplicate
@@ -8,12 +9,14 @@
  * ignores them, so requests written for it run unchanged. The first bad
  * line is the error and nothing runs.
  *
- * Memory: no parsed JSON is kept. A request keeps its fixed part
+ * Memory: the input's bytes (at most 1 GiB) are kept for the second
+ * parse. The check keeps 16 bytes per request (a hash of its id and where
+ * its line is; at most MAX_REQUESTS requests) and one line's parse at a
+ * time; repeated ids are found by sorting the hashes in place
+ * (O(n log n)). A window keeps no JSON: each request its fixed part
  * (batch_item) and, in shared pools, its id's compact JSON, its key, its
- * stop strings and its prompt's token ids: a bounded multiple of its
- * line's bytes (or of its rendering, for messages), and
- * at most MAX_REQUESTS requests. Repeated ids are found by sorting the ids'
- * texts (O(n log n)).
+ * stop strings and its prompt's token ids, a bounded multiple of its
+ * line's bytes (or of its rendering, for messages).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -26,6 +29,7 @@
 
 #include "cli/batch_input.h"
 #include "cli/commands.h"
+#include "strata/shard.h"
 
 #define MAX_INPUT_BYTES (1ull << 30)
 #define MAX_TOKENS_CAP (1u << 24)
@@ -404,64 +408,148 @@ static strata_status parse_line(const batch_input_options *bo,
 	return st;
 }
 
-typedef struct id_ref {
-	const char *text;
-	uint32_t len;
-	uint32_t item;
-} id_ref;
+/* ------------------------------------------------------------------------ */
+/* Repeated ids                                                             */
+/* ------------------------------------------------------------------------ */
 
-static int by_id_then_line(const void *pa, const void *pb)
+/* What the id check keeps of one request (16 bytes): a hash of its id's
+ * compact JSON and where its line is. Equal ids have equal texts, so
+ * equal hashes; equal hashes are compared again from the lines. */
+typedef struct id_seen {
+	uint64_t hash;
+	uint32_t line; /* 1-based line number (the input is at most 1 GiB) */
+	uint32_t at;   /* the line's first byte */
+} id_seen;
+
+static uint64_t id_hash(const char *text, size_t len)
 {
-	const id_ref *a = pa, *b = pb;
-	if (a->len != b->len)
-		return a->len < b->len ? -1 : 1;
-	int c = memcmp(a->text, b->text, a->len);
-	if (c)
-		return c;
-	return a->item < b->item ? -1 : a->item > b->item;
+	uint8_t d[8];
+	strata_shard_hash(text, len, d, sizeof d);
+	uint64_t h = 0;
+	for (int i = 7; i >= 0; i--)
+		h = h << 8 | d[i];
+	return h;
 }
 
-static bool same_id(const id_ref *a, const id_ref *b)
+static bool seen_before(const id_seen *a, const id_seen *b)
 {
-	return a->len == b->len && !memcmp(a->text, b->text, a->len);
+	return a->hash != b->hash ? a->hash < b->hash : a->line < b->line;
+}
+
+/* Heapsort by (hash, line), in place: glibc's qsort takes a copy of the
+ * array, which would double the check's memory at its peak. */
+static void sift(id_seen *v, size_t root, size_t n)
+{
+	for (size_t child; (child = 2 * root + 1) < n; root = child) {
+		if (child + 1 < n && seen_before(&v[child], &v[child + 1]))
+			child++;
+		if (!seen_before(&v[root], &v[child]))
+			return;
+		id_seen t = v[root];
+		v[root] = v[child];
+		v[child] = t;
+	}
+}
+
+static void sort_seen(id_seen *v, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift(v, i, n);
+	for (size_t end = n; end-- > 1;) {
+		id_seen t = v[0];
+		v[0] = v[end];
+		v[end] = t;
+		sift(v, 0, end);
+	}
+}
+
+/* The compact JSON of the id on the (checked) line at buf[at], into the
+ * text pool of scratch (emptied first). */
+static strata_status id_of_line(const char *buf, size_t len, size_t at,
+				batch_input *scratch, batch_item *q,
+				strata_error *err)
+{
+	const char *nl = memchr(buf + at, '\n', len - at);
+	size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
+	uint64_t big_seed;
+	bool big;
+	json_error_t je;
+	json_t *o = load_line(buf + at, n, &big_seed, &big, &je);
+	strata_status st = o ? put_id(scratch, json_object_get(o, "id"), q, err)
+			     : strata_fail(err, STRATA_E_NOMEM, "free memory",
+					   "cannot parse a request again");
+	json_decref(o);
+	return st;
+}
+
+/* Whether the lines of a and b have equal ids (their hashes are equal). */
+static strata_status same_id(const char *buf, size_t len, const id_seen *a,
+			     const id_seen *b, batch_input *scratch, bool *same,
+			     strata_error *err)
+{
+	batch_item qa = {0}, qb = {0};
+	scratch->text_len = 0;
+	strata_status st = id_of_line(buf, len, a->at, scratch, &qa, err);
+	if (st == STRATA_OK)
+		st = id_of_line(buf, len, b->at, scratch, &qb, err);
+	*same = st == STRATA_OK && qa.id_len == qb.id_len &&
+		!memcmp(scratch->text + qa.id_at, scratch->text + qb.id_at,
+			qa.id_len);
+	return st;
+}
+
+/* In each run of equal hashes (sorted by line), the first entry whose id
+ * an earlier one of the run has: its line into *rep and that earlier
+ * one's into *first (*rep untouched when there is none). Distinct ids
+ * share a 64-bit hash with odds of about n^2 / 2^65, so a run is almost
+ * always one id and its first repeat is its second entry. */
+static strata_status first_repeat(const char *buf, size_t len,
+				  const id_seen *v, size_t n,
+				  batch_input *scratch, uint32_t *rep,
+				  uint32_t *first, strata_error *err)
+{
+	for (size_t s = 0, e; s < n; s = e) {
+		for (e = s + 1; e < n && v[e].hash == v[s].hash; e++)
+			;
+		bool found = false;
+		for (size_t j = s + 1; j < e && !found && v[j].line < *rep; j++)
+			for (size_t i = s; i < j && !found; i++) {
+				strata_status st = same_id(buf, len, &v[i],
+							   &v[j], scratch,
+							   &found, err);
+				if (st)
+					return st;
+				if (found) {
+					*rep = v[j].line;
+					*first = v[i].line;
+				}
+			}
+	}
+	return STRATA_OK;
 }
 
 /* An id seen on an earlier line is an error: results are matched by id.
  * The error is the first line (in input order) repeating an earlier id,
- * naming the first line that had it. The ids' compact texts are sorted
- * (O(n log n)); equal ids have equal texts. */
-static strata_status check_unique_ids(const batch_input *in,
-				      strata_error *err)
+ * naming the first line that had it; sorting makes it O(n log n). */
+static strata_status check_unique_ids(const char *buf, size_t len,
+				      id_seen *v, size_t n,
+				      batch_input *scratch, strata_error *err)
 {
-	if (in->count < 2)
-		return STRATA_OK;
-	id_ref *r = strata_calloc_or_error(in->count, sizeof *r, "request ids",
-					   err);
-	if (!r)
-		return STRATA_E_NOMEM;
-	for (size_t i = 0; i < in->count; i++)
-		r[i] = (id_ref){in->text + in->items[i].id_at,
-				in->items[i].id_len, (uint32_t)i};
-	qsort(r, in->count, sizeof *r, by_id_then_line);
-	/* in each run of equal ids the first is the earliest line and the
-	 * second its first repeat; the error is the earliest such repeat */
-	size_t rep = SIZE_MAX, first = 0;
-	for (size_t i = 1; i < in->count; i++)
-		if (same_id(&r[i], &r[i - 1]) &&
-		    (i == 1 || !same_id(&r[i - 1], &r[i - 2])) &&
-		    r[i].item < rep) {
-			rep = r[i].item;
-			first = r[i - 1].item;
-		}
-	strata_free(r);
-	if (rep == SIZE_MAX)
-		return STRATA_OK;
+	sort_seen(v, n);
+	uint32_t rep = UINT32_MAX, first = 0;
+	strata_status st = first_repeat(buf, len, v, n, scratch, &rep, &first,
+					err);
+	if (st || rep == UINT32_MAX)
+		return st;
 	char what[96];
 	snprintf(what, sizeof what, "'id' repeats the id of line %llu",
-		 (unsigned long long)in->items[first].line);
-	return bad(err, in->items[rep].line, "give every request its own id",
-		   what);
+		 (unsigned long long)first);
+	return bad(err, rep, "give every request its own id", what);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Windows of requests                                                      */
+/* ------------------------------------------------------------------------ */
 
 /* Pool offsets into pointers, once the pools no longer move. */
 static void fix_pointers(batch_input *in)
@@ -473,30 +561,9 @@ static void fix_pointers(batch_input *in)
 	}
 }
 
-/* ------------------------------------------------------------------------ */
-
-strata_status batch_input_read(const batch_input_options *bo, batch_input *in,
-			       strata_error *err)
-{
-	memset(in, 0, sizeof *in);
-	char *buf = NULL;
-	size_t len = 0;
-	strata_status st = read_stdin(&buf, &len, err);
-	if (st)
-		return st;
-	st = batch_input_parse(bo, buf, len, in, err);
-	strata_free(buf);
-	return st;
-}
-
 /* The next item slot (grown by doubling); NULL with err filled. */
-static batch_item *next_item(batch_input *in, uint64_t line, strata_error *err)
+static batch_item *next_item(batch_input *in, strata_error *err)
 {
-	if (in->count == MAX_REQUESTS) {
-		bad(err, line, "split the requests over several runs",
-		    "more than 1048576 requests");
-		return NULL;
-	}
 	if (strata_grow((void **)&in->items, &in->items_cap, in->count + 1,
 			sizeof *in->items, "requests", err))
 		return NULL;
@@ -505,35 +572,164 @@ static batch_item *next_item(batch_input *in, uint64_t line, strata_error *err)
 	return q;
 }
 
+/* Empties in, keeping its pools for the next window. */
+static void input_clear(batch_input *in)
+{
+	in->count = 0;
+	in->text_len = in->tokens_len = in->stops_len = 0;
+}
+
+/* The line at buf[*at] (n bytes, without its newline); *at moves past it. */
+static size_t take_line(const char *buf, size_t len, size_t *at)
+{
+	const char *nl = memchr(buf + *at, '\n', len - *at);
+	size_t n = nl ? (size_t)(nl - (buf + *at)) : len - *at;
+	*at += n + 1;
+	return n;
+}
+
+/* One checked line (at buf[at], n bytes) into the source's figures and
+ * its id into v[src->count]. scratch holds its parse until the next. */
+static strata_status check_line(const batch_input_options *bo,
+				const char *buf, size_t at, size_t n,
+				uint64_t line, batch_source *src,
+				batch_input *scratch, id_seen *v,
+				strata_error *err)
+{
+	if (src->count == MAX_REQUESTS)
+		return bad(err, line, "split the requests over several runs",
+			   "more than 1048576 requests");
+	input_clear(scratch);
+	batch_item *q = next_item(scratch, err);
+	strata_status st = q ? parse_line(bo, buf + at, n, line, scratch, q,
+					  err)
+			     : err->code;
+	if (st)
+		return st;
+	uint64_t need = (uint64_t)q->req.n_prompt + q->req.max_tokens;
+	src->positions = need > src->positions ? need : src->positions;
+	if (q->req.n_prompt > src->prefill)
+		src->prefill = q->req.n_prompt;
+	v[src->count++] = (id_seen){id_hash(scratch->text + q->id_at,
+					    q->id_len),
+				    (uint32_t)line, (uint32_t)at};
+	return STRATA_OK;
+}
+
+/* Every line of the source checked (its figures counted), then its ids. */
+static strata_status check_all(const batch_input_options *bo,
+			       batch_source *src, batch_input *scratch,
+			       strata_error *err)
+{
+	id_seen *v = NULL;
+	size_t cap = 0;
+	strata_status st = STRATA_OK;
+	uint64_t line = 0;
+	for (size_t at = 0; st == STRATA_OK && at < src->len;) {
+		size_t start = at, n = take_line(src->buf, src->len, &at);
+		line++;
+		if (blank(src->buf + start, n))
+			continue;
+		if ((st = strata_grow((void **)&v, &cap, src->count + 1,
+				      sizeof *v, "request ids", err)) == 0)
+			st = check_line(bo, src->buf, start, n, line, src,
+					scratch, v, err);
+	}
+	if (st == STRATA_OK)
+		st = check_unique_ids(src->buf, src->len, v, src->count,
+				      scratch, err);
+	if (st == STRATA_OK && src->count == 0)
+		st = strata_fail(err, STRATA_E_INFER_BATCH_INPUT,
+				 "send one JSON request per line on stdin",
+				 "no requests on stdin");
+	strata_free(v);
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+
+strata_status batch_source_check(const batch_input_options *bo,
+				 const char *buf, size_t len,
+				 batch_source *src, strata_error *err)
+{
+	memset(src, 0, sizeof *src);
+	if (len > MAX_INPUT_BYTES)
+		return strata_fail(err, STRATA_E_INFER_BATCH_INPUT,
+				   "split the requests over several runs",
+				   "the input is larger than 1 GiB");
+	src->buf = (char *)buf;
+	src->len = len;
+	batch_input scratch = {0};
+	strata_status st = check_all(bo, src, &scratch, err);
+	batch_input_fini(&scratch);
+	if (st)
+		memset(src, 0, sizeof *src);
+	return st;
+}
+
+strata_status batch_source_read(const batch_input_options *bo,
+				batch_source *src, strata_error *err)
+{
+	memset(src, 0, sizeof *src);
+	char *buf = NULL;
+	size_t len = 0;
+	strata_status st = read_stdin(&buf, &len, err);
+	if (st == STRATA_OK)
+		st = batch_source_check(bo, buf, len, src, err);
+	if (st) {
+		strata_free(buf);
+		return st;
+	}
+	src->owned = true;
+	return STRATA_OK;
+}
+
+strata_status batch_source_next(const batch_input_options *bo,
+				batch_source *src, size_t max,
+				batch_input *in, strata_error *err)
+{
+	input_clear(in);
+	size_t at = src->at;
+	uint64_t line = src->line;
+	strata_status st = STRATA_OK;
+	while (st == STRATA_OK && in->count < max && at < src->len) {
+		size_t start = at, n = take_line(src->buf, src->len, &at);
+		line++;
+		if (blank(src->buf + start, n))
+			continue;
+		batch_item *q = next_item(in, err);
+		st = q ? parse_line(bo, src->buf + start, n, line, in, q, err)
+		       : err->code;
+		in->count += st == STRATA_OK;
+	}
+	if (st) {
+		batch_input_fini(in);
+		return st;
+	}
+	src->at = at;
+	src->line = line;
+	src->taken += in->count;
+	fix_pointers(in);
+	return STRATA_OK;
+}
+
+void batch_source_fini(batch_source *src)
+{
+	if (src->owned)
+		strata_free(src->buf);
+	memset(src, 0, sizeof *src);
+}
+
 strata_status batch_input_parse(const batch_input_options *bo,
 				const char *buf, size_t len, batch_input *in,
 				strata_error *err)
 {
 	memset(in, 0, sizeof *in);
-	strata_status st = STRATA_OK;
-	uint64_t line = 0;
-	for (size_t at = 0; st == STRATA_OK && at < len;) {
-		const char *nl = memchr(buf + at, '\n', len - at);
-		size_t n = nl ? (size_t)(nl - (buf + at)) : len - at;
-		line++;
-		if (!blank(buf + at, n)) {
-			batch_item *q = next_item(in, line, err);
-			st = q ? parse_line(bo, buf + at, n, line, in, q, err)
-			       : err->code;
-			in->count += st == STRATA_OK;
-		}
-		at += n + 1;
-	}
+	batch_source src;
+	strata_status st = batch_source_check(bo, buf, len, &src, err);
 	if (st == STRATA_OK)
-		st = check_unique_ids(in, err);
-	if (st == STRATA_OK && in->count == 0)
-		st = strata_fail(err, STRATA_E_INFER_BATCH_INPUT,
-				 "send one JSON request per line on stdin",
-				 "no requests on stdin");
-	if (st)
-		batch_input_fini(in);
-	else
-		fix_pointers(in);
+		st = batch_source_next(bo, &src, SIZE_MAX, in, err);
+	batch_source_fini(&src);
 	return st;
 }
 

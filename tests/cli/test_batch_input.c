@@ -1,7 +1,8 @@
 /* test_batch_input.c - `strata batch`'s request parser on its own: the
  * defaults a request gets (key = the first 256 bytes of the prompt,
  * max_tokens and sampler from the options), every allocation failing
- * cleanly, and the fuzz corpus replayed (layer: cli). */
+ * cleanly, windows handing out every request once, and the fuzz corpus
+ * replayed (layer: cli). */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -331,6 +332,137 @@ static void test_seed_takes_all_64_bits(void **state)
 	}
 }
 
+/* The same request from the whole parse (w) and from a window (v). */
+static void assert_same_request(const batch_input *w, size_t i,
+				const batch_input *v, size_t k)
+{
+	const batch_item *a = &w->items[i], *b = &v->items[k];
+	assert_int_equal(a->line, b->line);
+	assert_int_equal(a->req.n_prompt, b->req.n_prompt);
+	assert_memory_equal(a->req.prompt, b->req.prompt,
+			    a->req.n_prompt * sizeof *a->req.prompt);
+	assert_int_equal(a->req.key_bytes, b->req.key_bytes);
+	assert_memory_equal(a->req.key, b->req.key, a->req.key_bytes);
+	assert_int_equal(a->req.max_tokens, b->req.max_tokens);
+	size_t la, lb;
+	const char *ia = batch_input_id(w, i, &la), *ib = batch_input_id(v, k, &lb);
+	assert_int_equal(la, lb);
+	assert_memory_equal(ia, ib, la);
+	const char *sa[STRATA_STOP_MAX_COUNT], *sb[STRATA_STOP_MAX_COUNT];
+	size_t na[STRATA_STOP_MAX_COUNT], nb[STRATA_STOP_MAX_COUNT];
+	long ca = batch_input_stops(w, i, sa, na);
+	assert_int_equal(ca, batch_input_stops(v, k, sb, nb));
+	for (long j = 0; j < ca; j++) {
+		assert_int_equal(na[j], nb[j]);
+		assert_memory_equal(sa[j], sb[j], na[j]);
+	}
+}
+
+static const char windows_text[] =
+	"{\"id\":1,\"prompt\":\"Once upon a time\",\"max_tokens\":9}\n\n"
+	"{\"id\":2,\"prompt\":\"Lily\",\"key\":\"q\",\"stop\":[\"a\",\"bc\"]}\n"
+	"  \n"
+	"{\"id\":\"x\",\"prompt\":\"The cat sat on the mat\"}\n"
+	"{\"id\":4,\"prompt\":\"Tom\"}\n"
+	"{\"id\":5,\"prompt\":\"One day, a big bear\",\"max_tokens\":40}\n"
+	"{\"id\":6,\"prompt\":\"Sun\"}\n"
+	"{\"id\":7,\"prompt\":\"Once\"}";
+
+/* The check counts the requests and the figures the runner is sized by;
+ * windows of 3 hand out every request once, in input order, each the
+ * same as the whole parse's, then nothing. */
+static void test_windows_hand_out_every_request_once(void **state)
+{
+	(void)state;
+	batch_input_options bo = options();
+	size_t len = strlen(windows_text);
+	batch_input whole, win = {0};
+	batch_source src;
+	strata_error err;
+	assert_int_equal(batch_input_parse(&bo, windows_text, len, &whole, &err),
+			 STRATA_OK);
+	assert_int_equal(whole.count, 7);
+	assert_int_equal(batch_source_check(&bo, windows_text, len, &src, &err),
+			 STRATA_OK);
+	assert_int_equal(src.count, 7);
+	uint64_t positions = 0;
+	uint32_t prefill = 0;
+	for (size_t i = 0; i < whole.count; i++) {
+		const strata_batch_request *q = &whole.items[i].req;
+		if (q->n_prompt + (uint64_t)q->max_tokens > positions)
+			positions = q->n_prompt + (uint64_t)q->max_tokens;
+		if (q->n_prompt > prefill)
+			prefill = q->n_prompt;
+	}
+	assert_int_equal(src.positions, positions);
+	assert_int_equal(src.prefill, prefill);
+	static const size_t sizes[] = {3, 3, 1, 0, 0};
+	size_t seen = 0;
+	for (size_t w = 0; w < sizeof sizes / sizeof *sizes; w++) {
+		assert_int_equal(batch_source_next(&bo, &src, 3, &win, &err),
+				 STRATA_OK);
+		assert_int_equal(win.count, sizes[w]);
+		for (size_t k = 0; k < win.count; k++)
+			assert_same_request(&whole, seen + k, &win, k);
+		seen += win.count;
+		assert_int_equal(src.taken, seen);
+	}
+	assert_int_equal(whole.items[6].line, 9);
+	batch_input_fini(&win);
+	batch_source_fini(&src);
+	batch_input_fini(&whole);
+}
+
+/* Every allocation of a window failing: E_NOMEM, the window empty and
+ * the cursor where it was, so the same window parses once memory is
+ * there; every allocation of the check failing leaves the source empty. */
+static void test_window_oom_keeps_the_cursor(void **state)
+{
+	(void)state;
+	batch_input_options bo = options();
+	size_t len = strlen(windows_text);
+	batch_input whole, win = {0};
+	batch_source src;
+	strata_error err;
+	assert_int_equal(batch_input_parse(&bo, windows_text, len, &whole, &err),
+			 STRATA_OK);
+	long n = 0;
+	for (;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st = batch_source_check(&bo, windows_text, len,
+						      &src, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		assert_int_equal(st, STRATA_E_NOMEM);
+		assert_int_equal(src.count, 0);
+		assert_null(src.buf);
+	}
+	assert_true(n >= 3);
+	assert_int_equal(batch_source_next(&bo, &src, 2, &win, &err), 0);
+	size_t at = src.at, taken = src.taken;
+	batch_input_fini(&win);
+	for (n = 0;; n++) {
+		strata_alloc_fail_after(n);
+		strata_status st = batch_source_next(&bo, &src, 4, &win, &err);
+		strata_alloc_fail_after(-1);
+		if (st == STRATA_OK)
+			break;
+		assert_int_equal(st, STRATA_E_NOMEM);
+		assert_int_equal(win.count, 0);
+		assert_null(win.items);
+		assert_int_equal(src.at, at);
+		assert_int_equal(src.taken, taken);
+	}
+	assert_true(n >= 3);
+	assert_int_equal(win.count, 4);
+	for (size_t k = 0; k < 4; k++)
+		assert_same_request(&whole, 2 + k, &win, k);
+	batch_input_fini(&win);
+	batch_source_fini(&src);
+	batch_input_fini(&whole);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -341,6 +473,8 @@ int main(void)
 		cmocka_unit_test(test_repeated_id_is_the_first_repeat),
 		cmocka_unit_test(test_repeated_id_among_many_is_fast),
 		cmocka_unit_test(test_seed_takes_all_64_bits),
+		cmocka_unit_test(test_windows_hand_out_every_request_once),
+		cmocka_unit_test(test_window_oom_keeps_the_cursor),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
