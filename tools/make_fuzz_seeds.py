@@ -3,8 +3,9 @@
 fuzzers (tests/fuzz/corpus/fuzz_gguf, fuzz_safetensors): valid files that
 reach every part of each parser, kept under 64 KiB each; and of the block
 coder fuzzer (fuzz_quant): per block type, two blocks of bytes to decode
-and N(0, 0.05) values to encode (byte 0 the type, byte 1 the direction).
-Pure Python."""
+and N(0, 0.05) values to encode (byte 0 the type, byte 1 the direction);
+and of the server's request bodies (fuzz_http_body: byte 0 the endpoint,
+odd for chat, then the JSON body). Pure Python."""
 import json
 import os
 import struct
@@ -14,6 +15,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 GG = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_gguf")
 ST = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_safetensors")
 QU = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_quant")
+HB = os.path.join(ROOT, "tests/fuzz/corpus/fuzz_http_body")
 # strata_block_type order (include/strata/base.h): name, elements, bytes
 BLOCKS = [("F32", 1, 4), ("F16", 1, 2), ("BF16", 1, 2), ("Q8_0", 32, 34),
           ("Q4_0", 32, 18), ("Q4_1", 32, 20), ("Q5_0", 32, 22), ("Q5_1", 32, 24),
@@ -34,6 +36,56 @@ def quant_seeds():
         for kind, data in (("decode", dec), ("encode", enc)):
             with open(os.path.join(QU, f"{kind}-{name}"), "wb") as f:
                 f.write(data)
+
+
+def http_body_seeds():
+    """Bodies reaching every field of /v1/completions and
+    /v1/chat/completions, accepted and refused."""
+    os.makedirs(HB, exist_ok=True)
+    msgs = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Once upon a time"},
+            {"role": "assistant", "content": "there was a dog."},
+            {"role": "user", "content": "And then?"}]
+    completions = {
+        "prompt-string": {"model": "m", "prompt": "Once upon a time",
+                          "max_tokens": 8, "temperature": 0},
+        "prompt-ids": {"prompt": [1, 403, 407, 261], "max_tokens": 4},
+        "prompt-nested-ids": {"prompt": [[1, 403]], "n": 1},
+        "prompt-one-string": {"prompt": ["Lily"], "seed": 7, "top_k": 3},
+        "prompt-two-strings": {"prompt": ["a", "b"]},
+        "stream-usage": {"prompt": "Tom", "stream": True,
+                         "stream_options": {"include_usage": True},
+                         "top_p": 0.9, "min_p": 0.05},
+        "stop-array": {"prompt": "The cat", "stop": ["\n", "cat", "sat"],
+                       "max_completion_tokens": 5},
+        "stop-empty": {"prompt": "x", "stop": [""]},
+        "max-tokens-zero": {"prompt": "x", "max_tokens": 0},
+        "temperature-huge": {"prompt": "x", "temperature": 1e300},
+        "id-out-of-vocab": {"prompt": [1, 99999]},
+        "nulls": {"prompt": "x", "max_tokens": None, "stop": None,
+                  "seed": None, "stream": None},
+        "unknown-fields": {"prompt": "x", "logprobs": 2, "user": "u",
+                           "frequency_penalty": 0.5},
+    }
+    chats = {
+        "chat-turns": {"messages": msgs, "max_tokens": 16},
+        "chat-stream": {"messages": msgs[1:2], "stream": True, "stop": "."},
+        "chat-bad-role": {"messages": [{"role": "bot", "content": "x"}]},
+        "chat-content-parts": {"messages": [{"role": "user", "content":
+                               [{"type": "text", "text": "Hi"}]}]},
+        "chat-empty": {"messages": []},
+        "chat-no-content": {"messages": [{"role": "user"}]},
+    }
+    raw = {"duplicate-keys": (0, b'{"prompt": "a", "prompt": "b"}'),
+           "not-object": (0, b'[1, 2]'),
+           "truncated": (1, b'{"messages": [{"role": "user", "con')}
+    for name, body in completions.items():
+        raw[name] = (0, json.dumps(body).encode())
+    for name, body in chats.items():
+        raw[name] = (1, json.dumps(body).encode())
+    for name, (endpoint, body) in raw.items():
+        with open(os.path.join(HB, name), "wb") as f:
+            f.write(bytes([endpoint]) + body)
 
 
 def s(x):
@@ -109,6 +161,7 @@ def main():
         with open(os.path.join(ST, name), "wb") as f:
             f.write(data)
     quant_seeds()
+    http_body_seeds()
 
 
 if __name__ == "__main__":

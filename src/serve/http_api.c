@@ -18,20 +18,8 @@
 
 #include "serve/http_internal.h"
 
-/* A request's fields, checked. */
-typedef struct gen_params {
-	int32_t *ids;
-	size_t n_ids;
-	uint32_t max_tokens;
-	bool max_given;
-	strata_sampler_params sp;
-	bool stream, include_usage;
-	int32_t stop_token; /* the chat format's end of turn; -1: none */
-	const strata_tokenizer *tok;
-	const char *stops[STRATA__HTTP_MAX_STOPS];
-	size_t stop_lens[STRATA__HTTP_MAX_STOPS];
-	size_t n_stops;
-} gen_params;
+/* A request's fields, checked (http_internal.h). */
+typedef strata__http_params gen_params;
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
@@ -203,12 +191,11 @@ static bool common_fields(json_t *req, gen_params *g, strata__http_reply *r)
 /* Prompts                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static bool encode(struct strata_server *srv, const char *text, size_t len,
-		   bool add_special, gen_params *g, const char *param,
-		   strata__http_reply *r)
+static bool encode(const char *text, size_t len, bool add_special,
+		   gen_params *g, const char *param, strata__http_reply *r)
 {
 	strata_error err;
-	strata_status st = strata_tokenizer_encode(srv->o.tokenizer, text, len,
+	strata_status st = strata_tokenizer_encode(g->tok, text, len,
 						   add_special, &g->ids,
 						   &g->n_ids, &err);
 	if (st == STRATA_E_NOMEM) {
@@ -252,8 +239,8 @@ static bool id_prompt(json_t *a, gen_params *g, strata__http_reply *r)
 }
 
 /* prompt: a string, [string], a list of ids or [[ids]]. */
-static bool completion_prompt(struct strata_server *srv, json_t *req,
-			      gen_params *g, strata__http_reply *r)
+static bool completion_prompt(json_t *req, gen_params *g,
+			      strata__http_reply *r)
 {
 	json_t *p = json_object_get(req, "prompt");
 	if (!p)
@@ -263,8 +250,8 @@ static bool completion_prompt(struct strata_server *srv, json_t *req,
 	     json_is_array(json_array_get(p, 0))))
 		p = json_array_get(p, 0);
 	if (json_is_string(p))
-		return encode(srv, json_string_value(p), json_string_length(p),
-			      true, g, "prompt", r);
+		return encode(json_string_value(p), json_string_length(p), true,
+			      g, "prompt", r);
 	if (json_is_array(p) && json_array_size(p) > 0 &&
 	    json_is_string(json_array_get(p, 0)))
 		return bad(r, "prompt", "'prompt' holds %zu strings; this "
@@ -279,22 +266,20 @@ static bool completion_prompt(struct strata_server *srv, json_t *req,
 /* messages: checked and rendered through the model's chat format with a
  * generation prompt, then encoded as the template wrote it (no second
  * BOS): strata_chat_format_encode. */
-static bool chat_prompt(struct strata_server *srv, json_t *req, gen_params *g,
-			strata__http_reply *r)
+static bool chat_prompt(json_t *req, gen_params *g, strata__http_reply *r)
 {
 	json_t *ms = json_object_get(req, "messages");
 	if (!json_is_array(ms) || json_array_size(ms) == 0)
 		return bad(r, "messages", "'messages' must be a non-empty "
 					  "array of messages");
-	if (!srv->o.chat_format)
+	if (!g->chat_format)
 		return bad(r, "messages", "this model has no chat template: "
 					  "start strata serve with "
 					  "--chat-template FILE, or use "
 					  "/v1/completions");
 	strata_error err;
 	strata_status st = strata_chat_format_encode(
-		srv->o.chat_format, srv->o.tokenizer, ms, true, &g->ids,
-		&g->n_ids, &err);
+		g->chat_format, g->tok, ms, true, &g->ids, &g->n_ids, &err);
 	if (st == STRATA_E_NOMEM) {
 		strata__http_error(r, 503, "server_error", "out_of_memory",
 				   NULL, "the server is out of memory");
@@ -305,10 +290,9 @@ static bool chat_prompt(struct strata_server *srv, json_t *req, gen_params *g,
 	if (st)
 		return bad(r, "messages", "the chat template refused the "
 					  "messages: %s", err.message);
-	const char *eos = strata_chat_format_eos(srv->o.chat_format);
+	const char *eos = strata_chat_format_eos(g->chat_format);
 	if (eos && eos[0])
-		g->stop_token =
-			strata_tokenizer_find(srv->o.tokenizer, eos, strlen(eos));
+		g->stop_token = strata_tokenizer_find(g->tok, eos, strlen(eos));
 	return true;
 }
 
@@ -663,28 +647,31 @@ static strata__http_job *start(struct strata_server *srv, bool chat,
 	return NULL;
 }
 
+bool strata__http_parse_body(bool chat, const char *body, size_t body_len,
+			     strata__http_params *g, json_t **req,
+			     strata__http_reply *r)
+{
+	json_error_t je;
+	*req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
+	if (!*req)
+		return bad(r, NULL, "the body is not valid JSON: %s (line %d, "
+				    "column %d)", je.text, je.line, je.column);
+	if (!json_is_object(*req))
+		return bad(r, NULL, "the body must be a JSON object");
+	return common_fields(*req, g, r) &&
+	       (chat ? chat_prompt(*req, g, r) : completion_prompt(*req, g, r));
+}
+
 void strata__http_generate(struct strata_server *srv, bool chat,
 			   const char *body, size_t body_len, int fd,
 			   strata__http_reply *r, strata__http_job **job)
 {
 	*job = NULL;
 	r->body = NULL;
-	json_error_t je;
-	json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
-	gen_params g = {.tok = srv->o.tokenizer, .stop_token = -1};
-	if (!req) {
-		bad(r, NULL, "the body is not valid JSON: %s (line %d, column "
-			     "%d)", je.text, je.line, je.column);
-		return;
-	}
-	if (!json_is_object(req)) {
-		json_decref(req);
-		bad(r, NULL, "the body must be a JSON object");
-		return;
-	}
-	bool ok = common_fields(req, &g, r) &&
-		  (chat ? chat_prompt(srv, req, &g, r)
-			: completion_prompt(srv, req, &g, r));
+	gen_params g = {.tok = srv->o.tokenizer,
+			.chat_format = srv->o.chat_format, .stop_token = -1};
+	json_t *req = NULL;
+	bool ok = strata__http_parse_body(chat, body, body_len, &g, &req, r);
 	strata__http_job *j = ok ? start(srv, chat, &g, fd, r) : NULL;
 	json_decref(req); /* the job's matcher copied the stops */
 	strata_free(g.ids);

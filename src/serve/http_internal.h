@@ -73,6 +73,36 @@ void strata__http_error(strata__http_reply *r, unsigned status,
 			const char *type, const char *code, const char *param,
 			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* A request body's fields, checked (http_api.c). ids is owned (strata_free);
+ * stops point into the parsed body. */
+typedef struct strata__http_params {
+	int32_t *ids; /* the prompt's token ids */
+	size_t n_ids;
+	uint32_t max_tokens;
+	bool max_given;
+	strata_sampler_params sp;
+	bool stream, include_usage;
+	int32_t stop_token; /* the chat format's end of turn; -1: none */
+	const strata_tokenizer *tok;		/* set by the caller */
+	const strata_chat_format *chat_format; /* set by the caller; NULL:
+						   none */
+	const char *stops[STRATA__HTTP_MAX_STOPS];
+	size_t stop_lens[STRATA__HTTP_MAX_STOPS];
+	size_t n_stops;
+} strata__http_params;
+
+/* Parses a /v1/completions (chat false) or /v1/chat/completions body of
+ * body_len bytes (hostile) into *g, whose tok and chat_format the caller
+ * set and whose stop_token it set to -1: every field checked, the prompt
+ * encoded (a chat's messages rendered through g->chat_format first).
+ * False with *r the error answer (400 naming the field, or 503 out of
+ * memory). Either way *req is the parsed body or NULL, for the caller to
+ * json_decref after the last use of g->stops, and g->ids the caller's to
+ * strata_free. Touches no server state: fuzz_http_body drives it alone. */
+bool strata__http_parse_body(bool chat, const char *body, size_t body_len,
+			     strata__http_params *g, json_t **req,
+			     strata__http_reply *r);
+
 /* POST /v1/completions and /v1/chat/completions with the whole body
  * (body_len bytes). Either *r is the answer (an error, or a whole
  * completion), or *job is a started streaming job the caller sends from
