@@ -406,12 +406,17 @@ typedef struct strata_infer_experts_options {
 	strata_backend *device;
 	strata_compute *device_compute;
 	strata_plan_device device_kind; /* the form the device computes */
+	/* a missed expert routed this many rows or more in one pass is
+	 * copied to the device through a slot of its own and computed
+	 * there (strata_plan_experts_stream_rows); 0: never */
+	uint32_t stream_rows;
 } strata_infer_experts_options;
 
 typedef struct strata_infer_experts_stats {
 	uint32_t layers, cache_slots;
-	uint64_t routed;	/* expert calls asked: hits + misses */
+	uint64_t routed;	/* expert calls asked: hits + misses + streamed */
 	uint64_t hits, misses;	/* ran on the device / on the CPU */
+	uint64_t streamed;	/* copied to the device for one pass, ran there */
 	uint64_t admissions, evictions; /* experts into / out of the cache */
 	uint64_t cpu_bytes;	/* expert weights the CPU computed with */
 	uint64_t device_bytes;	/* expert weights hits read on the device */

@@ -498,6 +498,13 @@ typedef struct strata_plan_experts {
 	uint64_t slot_bytes;	   /* one slot: three aligned device buffers */
 	uint64_t cache_bytes;	   /* slots x slot_bytes */
 	uint64_t scratch_bytes;	   /* the CPU's activation buffers (host) */
+	/* --expert-stream-rows N: a missed expert routed N rows or more in
+	 * a pass is copied to the device through one slot of its own and
+	 * computed there (a prompt's experts, as llama.cpp offloads large
+	 * batches); 0: chosen by the plan (on cuda where the copy is
+	 * predicted faster than the CPU's rows, strata_plan_experts_stream_rows;
+	 * never on cpu). The stream slot adds slot_bytes to device 0. */
+	uint64_t stream_rows;
 } strata_plan_experts;
 
 /* Fills out's sizes from catalog c for `layers` layers (at most the
@@ -698,6 +705,13 @@ strata_status strata_plan_size_option(uint64_t bytes, char *buf, size_t cap);
 void strata_plan_unit_place(const strata_plan_candidate *c, uint64_t units,
 			    uint64_t i, bool prefill, strata_place *where,
 			    uint32_t *device);
+
+/* The rows from which the selected plan's run streams a missed expert to
+ * the device (0: never): options.experts.stream_rows when given, else on
+ * cuda the fewest rows whose CPU products (2 x rows x expert_elements at
+ * cpu_flops) take longer than the expert's copy (slot_bytes at h2d), at
+ * least 2; 0 without experts. */
+uint64_t strata_plan_experts_stream_rows(const strata_plan *p);
 
 /* Accessors. selected returns NULL when nothing fits. */
 size_t strata_plan_candidate_count(const strata_plan *p);

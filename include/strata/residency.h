@@ -161,7 +161,7 @@ typedef struct strata_telemetry_device {
  * the expert weight bytes each side computed with or copied. */
 typedef struct strata_telemetry_experts {
 	uint64_t layers, cache_slots;
-	uint64_t routed, hits, misses, admissions, evictions;
+	uint64_t routed, hits, misses, streamed, admissions, evictions;
 	uint64_t cpu_bytes, device_bytes, upload_bytes;
 } strata_telemetry_experts;
 

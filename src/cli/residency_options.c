@@ -37,6 +37,9 @@ static const char residency_help[] =
 	"                        on the CPU from host memory (mixture of experts)\n"
 	"  --expert-cache N      with --n-cpu-moe: N of those experts cached on the\n"
 	"                        device, the most routed (default 0)\n"
+	"  --expert-stream-rows N with --n-cpu-moe: a missed expert given N rows\n"
+	"                        or more in a pass is copied to the device and\n"
+	"                        computed there (default: the plan's, cuda only)\n"
 	"  --no-mmap             read resident CPU weights into memory instead of\n"
 	"                        mapping them from the checkpoint's files\n"
 	"  --quiet               no progress bar, summary or warnings on stderr\n"
@@ -87,6 +90,7 @@ typedef enum opt_kind {
 	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
 	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW, OPT_HOSTBW,
 	OPT_RESIDENT_UNITS, OPT_CPU_UNITS, OPT_CPU_MOE, OPT_EXPERT_CACHE,
+	OPT_EXPERT_STREAM,
 } opt_kind;
 
 static const struct {
@@ -111,6 +115,7 @@ static const struct {
 	{"--cpu-units", OPT_CPU_UNITS},
 	{"--n-cpu-moe", OPT_CPU_MOE},
 	{"--expert-cache", OPT_EXPERT_CACHE},
+	{"--expert-stream-rows", OPT_EXPERT_STREAM},
 };
 
 void strata_cli_residency_init(strata_cli_residency *r)
@@ -313,6 +318,8 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 		return parse_count(opt, v, false, &o->experts.layers, err);
 	case OPT_EXPERT_CACHE:
 		return parse_count(opt, v, false, &o->experts.cache_slots, err);
+	case OPT_EXPERT_STREAM:
+		return parse_count(opt, v, true, &o->experts.stream_rows, err);
 	}
 	return 0;
 }

@@ -15,7 +15,10 @@
  * least as often (so one cold token does not flush the hot experts).
  * Copies into a slot are queued on the device's compute context after
  * the kernels already queued there, so a slot a hit of this layer reads
- * is overwritten only after that hit ran.
+ * is overwritten only after that hit ran. A missed expert a pass routes
+ * stream_rows rows or more (a prompt's) is instead copied through a slot
+ * of its own and computed on the device, as llama.cpp offloads a large
+ * batch's products: the copy costs less than the CPU's rows.
  *
  * Sizes are the plan's (strata_plan_experts_size): the host copies are
  * exactly its host_bytes, the cache one device block of cache_bytes, the
@@ -40,6 +43,7 @@ typedef struct kind_data {
 struct strata_infer_experts {
 	const strata_infer_hparams *hp;
 	uint32_t layers, experts, slots;
+	uint32_t stream_rows;	  /* 0: never; else slot `slots` streams */
 	kind_data *kind;	  /* [layers][3] */
 	strata_backend *cpu_b;
 	strata_compute *cpu_c;
@@ -122,7 +126,7 @@ static strata_status load_kind(strata_infer_experts *x,
 					  err)) ||
 	    (st = strata_plan_tensor_exec(first, o->device_kind, &v, err)))
 		return st;
-	if (h.convert != v.convert && x->slots)
+	if (h.convert != v.convert && (x->slots || x->stream_rows))
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "use --expert-cache 0 for this model's type",
 				   "tensor '%s': the device and the CPU compute "
@@ -169,16 +173,17 @@ static strata_status make_cache(strata_infer_experts *x,
 		return STRATA_E_NOMEM;
 	for (uint64_t i = 0; i < n; i++)
 		x->where[i] = -1;
-	if (!x->slots)
+	uint32_t blocks = x->slots + (x->stream_rows ? 1u : 0u);
+	if (!blocks)
 		return STRATA_OK;
-	x->slot_key = strata_calloc_or_error(x->slots, sizeof *x->slot_key,
+	x->slot_key = strata_calloc_or_error(blocks, sizeof *x->slot_key,
 					     "expert cache", err);
-	x->slot_used = strata_calloc_or_error(x->slots, sizeof *x->slot_used,
+	x->slot_used = strata_calloc_or_error(blocks, sizeof *x->slot_used,
 					      "expert cache", err);
 	if (!x->slot_key || !x->slot_used)
 		return STRATA_E_NOMEM;
 	uint64_t bytes;
-	strata_status st = strata_checked_mul(x->slots, x->slot_bytes, &bytes,
+	strata_status st = strata_checked_mul(blocks, x->slot_bytes, &bytes,
 					      "expert cache bytes", err);
 	if (st == STRATA_OK)
 		st = strata_arena_create(o->device, STRATA_ARENA_DEVICE, bytes,
@@ -216,7 +221,8 @@ strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
 	*out = NULL;
 	const strata_infer_hparams *hp = o->hp;
 	if (!hp->experts || !o->layers || o->layers > hp->layers || !o->rows ||
-	    (o->cache_slots && (!o->device || !o->device_compute)))
+	    ((o->cache_slots || o->stream_rows) &&
+	     (!o->device || !o->device_compute)))
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "give an expert model, 1 to its layer count "
 				   "and a device for a cache",
@@ -232,6 +238,7 @@ strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
 	x->layers = o->layers;
 	x->experts = hp->experts;
 	x->slots = o->cache_slots;
+	x->stream_rows = o->stream_rows;
 	x->rows = o->rows;
 	strata_status st = STRATA_OK;
 	x->kind = strata_calloc_or_error((uint64_t)x->layers * 3,
@@ -323,28 +330,70 @@ static uint64_t expert_bytes(const strata_infer_experts *x, uint32_t layer,
 	return b;
 }
 
-bool strata__experts_hit(strata_infer_experts *x, uint32_t layer, uint32_t e,
-			 const strata_compute *c, strata_weight w[3])
+/* The device weights of layer's expert in slot s. */
+static void slot_weights(const strata_infer_experts *x, uint32_t layer,
+			 uint32_t s, strata_weight w[3])
 {
-	uint64_t key = (uint64_t)layer * x->experts + e;
-	x->routed[key]++;
-	x->stats.routed++;
-	int32_t s = x->where[key];
-	if (s < 0 || c != x->dev_c) {
-		x->stats.misses++;
-		x->stats.cpu_bytes += expert_bytes(x, layer, false);
-		return false;
-	}
-	x->slot_used[s] = ++x->tick;
 	const kind_data *d = &x->kind[(uint64_t)layer * 3];
 	const unsigned char *base = x->cache + (uint64_t)s * x->slot_bytes;
 	for (int k = 0; k < 3; k++)
 		w[k] = (strata_weight){(strata_weight_type)d[k].dev_elem,
 				       base + d[k].dev_offset, d[k].rows,
 				       d[k].cols};
+}
+
+/* Copies expert e of layer into slot s of the device cache (queued on
+ * the device's context, after what is queued there). */
+static strata_status upload(strata_infer_experts *x, uint32_t layer,
+			    uint32_t e, uint32_t s, strata_error *err)
+{
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	unsigned char *base = x->cache + (uint64_t)s * x->slot_bytes;
+	strata_status st = STRATA_OK;
+	for (int k = 0; k < 3 && st == STRATA_OK; k++) {
+		/* host and device hold one form (load_kind) */
+		st = strata_compute_upload(x->dev_c, base + d[k].dev_offset,
+					   host_of(&d[k], e), d[k].dev_bytes,
+					   err);
+		x->stats.upload_bytes += d[k].dev_bytes;
+	}
+	if (st)
+		return strata_error_prefix(err, "expert %u of layer %u to the "
+					   "device", e, layer);
+	return STRATA_OK;
+}
+
+strata_expert_route strata__experts_route(strata_infer_experts *x,
+					  uint32_t layer, uint32_t e,
+					  uint32_t m, const strata_compute *c,
+					  strata_weight w[3], strata_error *err,
+					  strata_status *st)
+{
+	uint64_t key = (uint64_t)layer * x->experts + e;
+	*st = STRATA_OK;
+	x->routed[key]++;
+	x->stats.routed++;
+	int32_t s = x->where[key];
+	bool here = c == x->dev_c;
+	if (here && s < 0 && x->stream_rows && m >= x->stream_rows) {
+		/* a prompt's expert: through the stream slot, on the device
+		 * (the slot's last reader was queued before this copy) */
+		*st = upload(x, layer, e, x->slots, err);
+		slot_weights(x, layer, x->slots, w);
+		x->stats.streamed++;
+		x->stats.device_bytes += expert_bytes(x, layer, true);
+		return STRATA_EXPERT_STREAMED;
+	}
+	if (s < 0 || !here) {
+		x->stats.misses++;
+		x->stats.cpu_bytes += expert_bytes(x, layer, false);
+		return STRATA_EXPERT_MISS;
+	}
+	x->slot_used[s] = ++x->tick;
+	slot_weights(x, layer, (uint32_t)s, w);
 	x->stats.hits++;
 	x->stats.device_bytes += expert_bytes(x, layer, true);
-	return true;
+	return STRATA_EXPERT_HIT;
 }
 
 void strata__experts_begin(strata_infer_experts *x, uint32_t n)
@@ -422,19 +471,9 @@ strata_status strata__experts_admit(strata_infer_experts *x, uint32_t layer,
 		x->where[x->slot_key[s]] = -1;
 		x->stats.evictions++;
 	}
-	const kind_data *d = &x->kind[(uint64_t)layer * 3];
-	unsigned char *base = x->cache + (uint64_t)s * x->slot_bytes;
-	strata_status st = STRATA_OK;
-	for (int k = 0; k < 3 && st == STRATA_OK; k++) {
-		/* host and device hold one form (load_kind) */
-		st = strata_compute_upload(x->dev_c, base + d[k].dev_offset,
-					   host_of(&d[k], e), d[k].dev_bytes,
-					   err);
-		x->stats.upload_bytes += d[k].dev_bytes;
-	}
+	strata_status st = upload(x, layer, e, (uint32_t)s, err);
 	if (st)
-		return strata_error_prefix(err, "expert %u of layer %u into "
-					   "the device cache", e, layer);
+		return st;
 	x->where[key] = s;
 	x->slot_key[s] = (uint32_t)key;
 	x->slot_used[s] = ++x->tick;

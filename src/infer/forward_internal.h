@@ -186,15 +186,23 @@ uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
 
 /* experts.c: what the MoE step asks of the experts on the CPU. apart:
  * layer's experts are the store's. input: the host rows (rows, dim) the
- * layer's normed input is read back into. hit: counts expert e's call;
- * true with its device weights when its cache slot can serve compute
- * context c. begin zeroes the host sum of n rows; cpu adds expert e's
+ * layer's normed input is read back into. route: counts expert e's call
+ * of m rows and says where it runs (device weights in w; *st the stream
+ * copy's error). begin zeroes the host sum of n rows; cpu adds expert e's
  * weighted outputs of the m rows `rows` (of input) into it; sum is it.
  * admit may copy expert e into the cache after its miss. */
 bool strata__experts_apart(const strata_infer_experts *x, uint32_t layer);
 float *strata__experts_input(strata_infer_experts *x);
-bool strata__experts_hit(strata_infer_experts *x, uint32_t layer, uint32_t e,
-			 const strata_compute *c, strata_weight w[3]);
+typedef enum strata_expert_route {
+	STRATA_EXPERT_HIT,	/* w: its cache slot, run it on c */
+	STRATA_EXPERT_STREAMED, /* w: copied to the stream slot, run it on c */
+	STRATA_EXPERT_MISS,	/* run it on the CPU (strata__experts_cpu) */
+} strata_expert_route;
+strata_expert_route strata__experts_route(strata_infer_experts *x,
+					  uint32_t layer, uint32_t e,
+					  uint32_t m, const strata_compute *c,
+					  strata_weight w[3], strata_error *err,
+					  strata_status *st);
 void strata__experts_begin(strata_infer_experts *x, uint32_t n);
 strata_status strata__experts_cpu(strata_infer_experts *x, uint32_t layer,
 				  uint32_t e, uint32_t n, const int32_t *rows,

@@ -166,7 +166,11 @@ static strata_status experts_apart(strata_forward *f, uint32_t layer,
 	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
 		strata_weight dw[3];
 		miss[e] = false;
-		if (count[e] && strata__experts_hit(x, layer, e, f->c, dw))
+		strata_expert_route r =
+			count[e] ? strata__experts_route(x, layer, e, count[e],
+							 f->c, dw, err, &st)
+				 : STRATA_EXPERT_MISS;
+		if (count[e] && r != STRATA_EXPERT_MISS && st == STRATA_OK)
 			st = expert_run(f, &dw[STRATA_EXPERT_GATE],
 					&dw[STRATA_EXPERT_UP],
 					&dw[STRATA_EXPERT_DOWN], n,

@@ -303,6 +303,7 @@ static strata_status open_experts(strata_session *s,
 		.rows = s->batch > s->sequences ? s->batch : s->sequences,
 		.threads = o->threads, .device = s->backend,
 		.device_compute = s->compute, .device_kind = po->device,
+		.stream_rows = (uint32_t)strata_plan_experts_stream_rows(s->plan),
 	};
 	strata_status st = strata_infer_experts_create(&xo, &s->experts, err);
 	fo->experts = s->experts;
@@ -435,12 +436,14 @@ void strata_session_print_summary(strata_session *s, FILE *f)
 		char cpu[32], up[32];
 		fprintf(f, "  experts on the cpu (%llu layers): %llu routed, "
 			"%llu cache hits, %llu misses (%s on the cpu), "
-			"%llu into the cache of %llu (%s)\n",
+			"%llu streamed, %llu into the cache of %llu (%s "
+			"copied)\n",
 			(unsigned long long)x.layers,
 			(unsigned long long)x.routed,
 			(unsigned long long)x.hits,
 			(unsigned long long)x.misses,
 			strata_size_format(x.cpu_bytes, cpu, sizeof cpu),
+			(unsigned long long)x.streamed,
 			(unsigned long long)x.admissions,
 			(unsigned long long)x.cache_slots,
 			strata_size_format(x.upload_bytes, up, sizeof up));
@@ -455,6 +458,7 @@ void strata__session_experts_telemetry(const strata_session *s,
 	*out = (strata_telemetry_experts){
 		.layers = st.layers, .cache_slots = st.cache_slots,
 		.routed = st.routed, .hits = st.hits, .misses = st.misses,
+		.streamed = st.streamed,
 		.admissions = st.admissions, .evictions = st.evictions,
 		.cpu_bytes = st.cpu_bytes, .device_bytes = st.device_bytes,
 		.upload_bytes = st.upload_bytes};

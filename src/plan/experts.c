@@ -9,7 +9,9 @@
  * reads its expert once from host memory (decode) or computes its rows on
  * the CPU (prefill, the larger of the bytes over host memory bandwidth
  * and the products over the CPU's rate); a hit reads its slot on the
- * device. The layer waits for its experts, so these add to the pass. */
+ * device; a missed expert a pass gives enough rows (a prompt's) is copied
+ * to the device through a stream slot instead, and costs the copy. The
+ * layer waits for its experts, so these add to the pass. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +99,7 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 {
 	*globs = NULL;
 	*n_globs = 0;
+	uint64_t stream_rows = out->stream_rows; /* the caller's option */
 	memset(out, 0, sizeof *out);
 	if (!layers || !experts)
 		return STRATA_OK;
@@ -140,7 +143,8 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 		strata_plan_experts x = {.layers = n, .experts = experts,
 					 .experts_used = experts_used,
 					 .host_bytes = host,
-					 .cache_slots = slots};
+					 .cache_slots = slots,
+					 .stream_rows = stream_rows};
 		for (uint64_t l = 0; l < n; l++) {
 			x.expert_bytes = pl[l].host > x.expert_bytes ? pl[l].host : x.expert_bytes;
 			x.slot_bytes = pl[l].slot > x.slot_bytes ? pl[l].slot : x.slot_bytes;
@@ -170,7 +174,27 @@ static double distinct(const strata_plan_experts *x, double rows)
 	return e * (1.0 - pow(1.0 - k / e, rows));
 }
 
-/* Seconds the experts add to a pass of `rows` rows. */
+uint64_t strata_plan_experts_stream_rows(const strata_plan *p)
+{
+	const strata_plan_experts *x = &p->options.experts;
+	const strata_plan_options *o = &p->options;
+	if (!x->layers)
+		return 0;
+	if (x->stream_rows)
+		return x->stream_rows;
+	if (o->device != STRATA_PLAN_DEVICE_CUDA || !(o->h2d_bandwidth > 0) ||
+	    !(o->cpu_flops > 0) || !x->expert_elements)
+		return 0;
+	double copy = (double)x->slot_bytes / o->h2d_bandwidth;
+	double row = 2.0 * (double)x->expert_elements / o->cpu_flops;
+	double r = ceil(copy / row);
+	return r < 2.0 ? 2 : r > 1e9 ? 1000000000u : (uint64_t)r;
+}
+
+/* Seconds the experts add to a pass of `rows` rows: each missed call on
+ * the CPU (its bytes over host memory; in a prompt, or its products at
+ * the CPU's rate), or copied and computed on the device when the pass
+ * gives it stream rows or more. */
 static double pass_seconds(const strata_plan *p, double rows, bool prefill)
 {
 	const strata_plan_experts *x = &p->options.experts;
@@ -178,21 +202,24 @@ static double pass_seconds(const strata_plan *p, double rows, bool prefill)
 	double all = (double)x->layers * (double)x->experts;
 	double hit = all > 0 ? (double)x->cache_slots / all : 0.0;
 	hit = hit > 1.0 ? 1.0 : hit;
-	double calls = distinct(x, rows) * (double)x->layers;
-	double cpu_bytes = calls * (1.0 - hit) * (double)x->expert_bytes;
-	double dev_bytes = calls * hit * (double)x->slot_bytes;
+	double per_layer = distinct(x, rows);
+	double calls = per_layer * (double)x->layers;
+	/* rows each called expert gets, routing uniform */
+	double each = per_layer > 0 ? rows * (double)x->experts_used / per_layer
+				    : 0.0;
 	double bw = o->host_memory_bandwidth > 0 ? o->host_memory_bandwidth
 						 : STRATA_PLAN_DEFAULT_CPU_MEM_BW;
-	double cpu = cpu_bytes / bw;
-	if (prefill && o->cpu_flops > 0) {
-		double flops = 2.0 * rows * (double)x->experts_used *
-			       (double)x->layers * (1.0 - hit) *
-			       (double)x->expert_elements;
-		cpu = fmax(cpu, flops / o->cpu_flops);
-	}
+	double cpu_one = (double)x->expert_bytes / bw;
+	if (prefill && o->cpu_flops > 0)
+		cpu_one = fmax(cpu_one, 2.0 * each * (double)x->expert_elements /
+						o->cpu_flops);
+	uint64_t sr = strata_plan_experts_stream_rows(p);
+	if (sr && each >= (double)sr && o->h2d_bandwidth > 0)
+		cpu_one = (double)x->slot_bytes / o->h2d_bandwidth;
+	double dev_bytes = calls * hit * (double)x->slot_bytes;
 	double dev = o->memory_bandwidth > 0 ? dev_bytes / o->memory_bandwidth
 					     : 0.0;
-	return cpu + dev;
+	return calls * (1.0 - hit) * cpu_one + dev;
 }
 
 void strata__plan_experts_apply(const strata_plan *p, strata_plan_candidate *c)
@@ -201,8 +228,11 @@ void strata__plan_experts_apply(const strata_plan *p, strata_plan_candidate *c)
 	if (!x->layers)
 		return;
 	const strata_plan_budgets *b = &p->budgets;
+	uint64_t cache = x->cache_bytes; /* and the stream slot, if any */
+	if (strata_plan_experts_stream_rows(p))
+		cache = strata_sat_add_u64(cache, x->slot_bytes);
 	c->split_device_bytes[0] =
-		strata_sat_add_u64(c->split_device_bytes[0], x->cache_bytes);
+		strata_sat_add_u64(c->split_device_bytes[0], cache);
 	c->device_bytes = c->split_device_bytes[0];
 	c->host_weight_bytes = strata_sat_add_u64(c->host_weight_bytes,
 						  x->host_bytes);

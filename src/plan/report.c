@@ -159,6 +159,7 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_u64(j, "slot_bytes", x->slot_bytes);
 	strata_json_kv_u64(j, "cache_bytes", x->cache_bytes);
 	strata_json_kv_u64(j, "scratch_bytes", x->scratch_bytes);
+	strata_json_kv_u64(j, "stream_rows", strata_plan_experts_stream_rows(p));
 	strata_json_object_end(j);
 }
 

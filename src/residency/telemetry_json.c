@@ -161,6 +161,7 @@ static void write_experts(strata_json *j, const strata_telemetry_experts *x)
 	strata_json_kv_u64(j, "routed", x->routed);
 	strata_json_kv_u64(j, "hits", x->hits);
 	strata_json_kv_u64(j, "misses", x->misses);
+	strata_json_kv_u64(j, "streamed", x->streamed);
 	strata_json_kv_u64(j, "admissions", x->admissions);
 	strata_json_kv_u64(j, "evictions", x->evictions);
 	strata_json_kv_u64(j, "cpu_bytes", x->cpu_bytes);

@@ -27,13 +27,14 @@ static const char *const models[] = {
 	"qwen3_moe_unnorm_bf16",
 };
 
-/* layers, slots: -1 every layer / room for every expert */
+/* layers, slots: -1 every layer / room for every expert; stream: rows
+ * from which a missed expert is copied to the device (0: never) */
 typedef struct expert_case {
-	int layers, slots;
+	int layers, slots, stream;
 } expert_case;
 
 static const expert_case cases[] = {
-	{-1, 0}, {-1, -1}, {1, 2}, {-1, 3},
+	{-1, 0, 0}, {-1, -1, 0}, {1, 2, 0}, {-1, 3, 0}, {-1, 2, 2},
 };
 
 /* The prompt's logits in one pass, then each prompt token alone. */
@@ -111,8 +112,8 @@ static void check_counts(strata_session *s, const strata_infer_hparams *hp,
 			sum += k;
 			distinct += k > 0;
 		}
-	if (sum != b->routed || b->hits + b->misses != b->routed ||
-	    a->hits + a->misses != a->routed)
+	if (sum != b->routed || b->hits + b->misses + b->streamed != b->routed ||
+	    a->hits + a->misses + a->streamed != a->routed)
 		fail_msg("%s: %llu routed by expert, %llu counted, hits %llu "
 			 "+ misses %llu", what, (unsigned long long)sum,
 			 (unsigned long long)b->routed,
@@ -124,11 +125,17 @@ static void check_counts(strata_session *s, const strata_infer_hparams *hp,
 	/* a prefill pass calls each expert a layer routes to once */
 	assert_true(a->routed <= (uint64_t)b->layers * hp->experts);
 	assert_true(a->routed >= (uint64_t)b->layers * hp->experts_used);
+	/* one row never reaches a stream threshold of 2 or more */
+	assert_int_equal(b->streamed, a->streamed);
+	/* a streamed expert is copied (and none is computed on the CPU) */
+	if (a->streamed)
+		assert_true(a->upload_bytes > 0 && a->device_bytes > 0);
 	if (!b->cache_slots) {
 		assert_int_equal(b->hits, 0);
 		assert_int_equal(b->admissions, 0);
 		assert_int_equal(b->upload_bytes, 0);
-	} else if (b->cache_slots >= (uint64_t)b->layers * hp->experts) {
+	} else if (b->cache_slots >= (uint64_t)b->layers * hp->experts &&
+		   !b->streamed) {
 		/* room for all: each expert misses once, then hits */
 		assert_int_equal(b->misses, distinct);
 		assert_int_equal(b->admissions, distinct);
@@ -174,7 +181,7 @@ static void expert_bytes(const strata_catalog *c, uint32_t n,
  * resident candidate's device total less the units' expert bytes plus
  * the cache, its host total plus the experts and their scratch. */
 static void check_sizing(strata_session *s, strata_session *resident,
-			 uint32_t layers, uint32_t slots)
+			 uint32_t layers, uint32_t slots, uint32_t stream)
 {
 	const strata_plan *p = strata_session_plan(s);
 	const strata_plan_experts *x = &strata_plan_get_options(p)->experts;
@@ -198,7 +205,10 @@ static void check_sizing(strata_session *s, strata_session *resident,
 		strata_plan_selected(strata_session_plan(resident));
 	assert_int_equal(a->mode, STRATA_RESIDENCY_RESIDENT);
 	assert_int_equal(b->mode, STRATA_RESIDENCY_RESIDENT);
-	assert_int_equal(a->device_bytes + aligned, b->device_bytes + x->cache_bytes);
+	/* the stream slot is one more slot */
+	assert_int_equal(strata_plan_experts_stream_rows(p), stream);
+	assert_int_equal(a->device_bytes + aligned,
+			 b->device_bytes + x->cache_bytes + (stream ? slot : 0));
 	assert_int_equal(a->host_bytes, b->host_bytes + host + x->scratch_bytes);
 }
 
@@ -212,16 +222,17 @@ static void one_case(const char *name, const expert_case *k, const ref_data *r,
 	uint32_t all = layers * hp->experts;
 	uint32_t slots = k->slots < 0 ? all : (uint32_t)k->slots;
 	slots = slots < all ? slots : all;
-	snprintf(what, sizeof what, "%s, %u layers, %u slots", name, layers,
-		 slots);
+	snprintf(what, sizeof what, "%s, %u layers, %u slots%s", name, layers,
+		 slots, k->stream ? ", streamed" : "");
 	strata_plan_options po = base_options();
 	po.experts.layers = layers;
 	po.experts.cache_slots = slots;
+	po.experts.stream_rows = (uint64_t)k->stream;
 	strata_error err;
 	strata_session *s = open_run(path, po, r->n_tokens, &err);
 	if (!s)
 		fail_msg("%s: %s / %s", what, err.message, err.fix);
-	check_sizing(s, resident, layers, slots);
+	check_sizing(s, resident, layers, slots, (uint32_t)k->stream);
 	/* the plan's device total is all the run takes on the device */
 	po.device_budget_bytes =
 		strata_plan_device_total(strata_session_plan(s));
@@ -235,11 +246,15 @@ static void one_case(const char *name, const expert_case *k, const ref_data *r,
 	uint64_t cells = (uint64_t)r->n_tokens * r->vocab;
 	double dp = ref_max_diff(got.prefill, want->prefill, cells);
 	double dd = ref_max_diff(got.decode, want->decode, cells);
-	print_message("%-44s prefill %.2e decode %.2e; %llu routed, %llu "
-		      "hits, %llu misses\n", what, dp, dd,
+	print_message("%-48s prefill %.2e decode %.2e; %llu routed, %llu "
+		      "hits, %llu misses, %llu streamed\n", what, dp, dd,
 		      (unsigned long long)got.after_decode.routed,
 		      (unsigned long long)got.after_decode.hits,
-		      (unsigned long long)got.after_decode.misses);
+		      (unsigned long long)got.after_decode.misses,
+		      (unsigned long long)got.after_decode.streamed);
+	/* a 12-row prompt gives some expert 2 rows or more */
+	if (k->stream && !got.after_prefill.streamed)
+		fail_msg("%s: no expert of the prompt was streamed", what);
 	if (!(dp <= SAME) || !(dd <= SAME))
 		fail_msg("%s: logits %.3g / %.3g from the resident run", what,
 			 dp, dd);
