@@ -237,6 +237,16 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 				       const strata_tensor *const *tensors,
 				       void *const *dst, size_t n,
 				       strata_error *err);
+/* strata_weight_store_read, with the values of every F16, BF16 and block
+ * type tensor checked for NaN and infinities as they land: each read in
+ * pieces of 512 KiB, each piece checked while it is in the core's cache
+ * (strata_block_first_nonfinite), so the check costs no second pass over
+ * memory. F32 and undecodable types are read unchecked. A bad value is
+ * E_CKPT_VALUE naming the tensor and its first bad element or block; the
+ * buffers then hold what was read so far. */
+strata_status strata_weight_store_read_checked(
+	strata_weight_store *ws, const strata_tensor *const *tensors,
+	void *const *dst, size_t n, strata_error *err);
 /* Keeps `count` read buffers of at least `bytes` ready for coalesced reads,
  * so that up to `count` concurrent reads of groups up to `bytes` allocate
  * nothing (a streaming reader calls this once before it starts). All or
@@ -264,6 +274,14 @@ void strata_weight_store_get_stats(const strata_weight_store *ws,
 strata_status strata_weight_store_map(strata_weight_store *ws,
 				      const strata_tensor *t,
 				      const void **data, strata_error *err);
+/* strata_weight_store_map, with t's values checked as for
+ * strata_weight_store_read_checked: the pages brought in 4 MiB at a time
+ * (the read-ahead of the whole tensor running meanwhile), each piece
+ * checked just after. E_CKPT_VALUE as there. */
+strata_status strata_weight_store_map_checked(strata_weight_store *ws,
+					      const strata_tensor *t,
+					      const void **data,
+					      strata_error *err);
 
 /* Converts n elements of type t at src to f32 at dst, bit-exact against
  * gguf-py's dequantizer: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,

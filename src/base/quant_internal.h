@@ -30,6 +30,12 @@ bool strata__dq_q5_k(const unsigned char *b, float *y);
 bool strata__dq_q6_k(const unsigned char *b, float *y);
 bool strata__dq_iq4_xs(const unsigned char *b, float *y);
 
+/* Sets the kernel level of strata_block_first_nonfinite (quant_finite.c):
+ * 0 scalar, 1 AVX2, 2 AVX-512BW, capped at what this processor runs; a
+ * negative `want` restores the best. Returns the level now in force. For
+ * tests, which compare every level on the same bytes. */
+int strata__finite_set_level(int want);
+
 /* Per-family block encoders (quant_encode_legacy.c, quant_encode_kquants.c):
  * encode one block of finite values at x into b. */
 void strata__qe_q4_0(const float *x, unsigned char *b);

@@ -62,6 +62,37 @@ strata_status strata__catalog_check_ranges(strata_catalog *c, uint32_t f,
 /* Valid UTF-8 without NUL bytes and without overlong forms or surrogates. */
 bool strata__utf8_valid(const char *s, size_t n);
 
+/* Value checks of payload bytes as they are read (weight_store.c): the
+ * bytes of one element or block of t's type, the unit a checked read is
+ * split in, or 0 where its values are not checked (F32, which the forward
+ * pass's NaN logits catch, and types strata cannot decode). */
+uint32_t strata__tensor_check_unit(const strata_tensor *t);
+/* Checks the `bytes` bytes at p (whole units), which are t's bytes from
+ * byte `at` of it (a whole unit too), for NaN and infinities:
+ * STRATA_E_CKPT_VALUE naming the tensor and its first bad element or
+ * block ("tensor 'x': BF16 element 7 of 64 holds NaN or infinity"). */
+strata_status strata__tensor_check_values(const strata_tensor *t,
+					  const void *p, uint64_t at,
+					  uint64_t bytes, strata_error *err);
+/* The largest whole number of t's check units in at most `room` bytes of
+ * what is left of it from byte `at`: at least one unit, so a piece always
+ * moves on (populate.c). */
+uint64_t strata__piece_bytes(const strata_tensor *t, uint64_t at,
+			     uint64_t room);
+/* Brings the pages of [p, p + bytes) of a mapping in: the page tables
+ * filled (MADV_POPULATE_READ, Linux 5.14; before it, one read per page),
+ * after read-ahead of the range where `ahead` (MADV_WILLNEED). A page
+ * past the file's end is EFAULT there, never SIGBUS. 0 or an errno. */
+int strata__populate(const unsigned char *p, uint64_t bytes, bool ahead);
+/* Tensor t, mapped at p, brought in as strata__populate does, and (where
+ * its type is checked) its values checked piece by piece just after each
+ * piece's pages, the whole tensor's read-ahead running meanwhile; a large
+ * tensor's pieces spread over one thread per processor (up to 8), the
+ * caller's among them. 0; an errno; or -1 with *err filled by the first
+ * bad piece in file order (strata__tensor_check_values). */
+int strata__populate_checked(const strata_tensor *t, const unsigned char *p,
+			     strata_error *err);
+
 #define STRATA__MAX_NAME_BYTES 1024
 
 #endif /* STRATA_CHECKPOINT_CATALOG_H */

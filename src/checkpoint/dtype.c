@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "strata/checkpoint.h"
+#include "checkpoint/catalog.h"
 
 typedef struct dtype_row {
 	strata_dtype_info info;
@@ -174,22 +174,40 @@ strata_status strata_dtype_to_f32(strata_dtype t, const void *src,
 strata_status strata_dtype_check_finite(strata_dtype t, const void *src,
 					uint64_t elements, strata_error *err)
 {
-	float buf[4096]; /* a multiple of every block size */
 	strata_status st = check_convertible(t, elements, err);
 	if (st)
 		return st;
-	const strata_dtype_info *d = strata_dtype_get(t);
 	strata_block_type b;
 	(void)strata_dtype_block(t, &b);
-	const unsigned char *p = src;
-	for (uint64_t done = 0; done < elements;) {
-		uint64_t n = elements - done < 4096 ? elements - done : 4096;
-		uint64_t bad = strata_block_decode(b, p, buf, n);
-		if (bad != STRATA_BLOCK_ALL_FINITE)
-			return value_error(d, done / d->block_elements + bad,
-					   elements, err);
-		p += n / d->block_elements * d->block_bytes;
-		done += n;
-	}
+	/* the decoder's verdict from the factors' bits, at memory speed */
+	uint64_t bad = strata_block_first_nonfinite(b, src, elements);
+	if (bad != STRATA_BLOCK_ALL_FINITE)
+		return value_error(strata_dtype_get(t), bad, elements, err);
 	return STRATA_OK;
+}
+
+uint32_t strata__tensor_check_unit(const strata_tensor *t)
+{
+	strata_block_type b;
+	if (t->dtype == STRATA_DTYPE_F32 || !strata_dtype_block(t->dtype, &b))
+		return 0;
+	return strata_block_bytes(b);
+}
+
+strata_status strata__tensor_check_values(const strata_tensor *t,
+					  const void *p, uint64_t at,
+					  uint64_t bytes, strata_error *err)
+{
+	uint32_t unit = strata__tensor_check_unit(t);
+	if (!unit || !bytes)
+		return STRATA_OK;
+	const strata_dtype_info *d = strata_dtype_get(t->dtype);
+	strata_block_type b;
+	(void)strata_dtype_block(t->dtype, &b);
+	uint64_t bad = strata_block_first_nonfinite(
+		b, p, bytes / unit * d->block_elements);
+	if (bad == STRATA_BLOCK_ALL_FINITE)
+		return STRATA_OK;
+	value_error(d, at / unit + bad, t->elements, err);
+	return strata_error_prefix(err, "tensor '%s'", t->name);
 }

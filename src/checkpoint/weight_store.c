@@ -2,7 +2,9 @@
  * O_DIRECT through aligned bounce buffers where asked, adjacent tensors of a
  * shard coalesced into one read (a scatter read straight into the callers'
  * buffers, or one O_DIRECT read into a bounce buffer), tensors mapped
- * from their shard where the caller computes on them in place, a bounded
+ * from their shard where the caller computes on them in place, the
+ * checked reads and mappings (every half or block value checked for NaN
+ * and infinities piece by piece as it lands, while in cache), a bounded
  * LRU of open shards, diagnostics
  * (layer: checkpoint). Thread-safe: a mutex guards the shard cache and the
  * counters; reads themselves run outside it. */
@@ -22,6 +24,10 @@
 #define DEFAULT_MAX_OPEN 4
 #define DIRECT_ALIGN 4096u		 /* covers common logical block sizes */
 #define MAX_GROUP_BYTES (64u << 20)	 /* one coalesced read at most */
+/* A checked read lands in pieces this large and checks each at once, while
+ * it is in the core's cache (2 MiB of L2 here); a checked mapping is
+ * populated and checked as populate.c says. */
+#define CHECK_READ_BYTES (512u << 10)
 
 typedef struct shard {
 	uint32_t file;
@@ -245,15 +251,82 @@ static void bounce_give(strata_weight_store *ws, bounce *b)
 	pthread_mutex_unlock(&ws->mu);
 }
 
+/* Group g's scatter read in pieces of about CHECK_READ_BYTES, each piece's
+ * values checked as soon as it is in (strata__tensor_check_values). */
+static strata_status read_checked(int fd, const group *g,
+				  const strata_tensor *const *tensors,
+				  void *const *dst, const size_t *order,
+				  const char *path, strata_error *err)
+{
+	struct iovec iov[STRATA_PREADV_MAX];
+	uint64_t from[STRATA_PREADV_MAX]; /* each piece's byte in its tensor */
+	size_t who[STRATA_PREADV_MAX];	  /* and that tensor's group index */
+	uint64_t off = g->offset, at = 0;
+	size_t i = 0;
+	while (i < g->count) {
+		int n = 0;
+		uint64_t room = CHECK_READ_BYTES, batch = 0;
+		while (i < g->count && n < STRATA_PREADV_MAX && room) {
+			const strata_tensor *t = tensors[order[g->first + i]];
+			uint64_t take = strata__piece_bytes(t, at, room);
+			if (take > room && n)
+				break; /* a unit past the room: next piece */
+			iov[n] = (struct iovec){
+				.iov_base = (unsigned char *)dst[order[g->first + i]] + at,
+				.iov_len = (size_t)take};
+			from[n] = at, who[n] = i, n++;
+			batch += take, at += take;
+			room = take < room ? room - take : 0;
+			if (at == t->bytes)
+				i++, at = 0;
+		}
+		strata_status s = strata_preadv_full(fd, iov, n, (off_t)off,
+						     path, err);
+		for (int k = 0; s == STRATA_OK && k < n; k++)
+			s = strata__tensor_check_values(
+				tensors[order[g->first + who[k]]], iov[k].iov_base,
+				from[k], iov[k].iov_len, err);
+		if (s)
+			return s;
+		off += batch;
+	}
+	return STRATA_OK;
+}
+
+/* Copies t's bytes out of a bounce buffer into d, checking each piece
+ * while it is in cache where `check`. */
+static strata_status copy_out(const strata_tensor *t, unsigned char *d,
+			      const unsigned char *src, bool check,
+			      strata_error *err)
+{
+	if (!check) {
+		memcpy(d, src, (size_t)t->bytes);
+		return STRATA_OK;
+	}
+	for (uint64_t at = 0, n; at < t->bytes; at += n) {
+		n = strata__piece_bytes(t, at, CHECK_READ_BYTES);
+		memcpy(d + at, src + at, (size_t)n);
+		strata_status s = strata__tensor_check_values(t, d + at, at, n,
+							      err);
+		if (s)
+			return s;
+	}
+	return STRATA_OK;
+}
+
 static strata_status read_group(strata_weight_store *ws, const shard *sh,
 				const group *g,
 				const strata_tensor *const *tensors,
 				void *const *dst, const size_t *order,
-				uint64_t *physical, bool *refused,
+				bool check, uint64_t *physical, bool *refused,
 				strata_error *err)
 {
 	const char *path = ws->c->files[g->file].path;
 	strata_status s;
+	if (!sh->direct && check) {
+		*physical = g->bytes;
+		return read_checked(sh->fd, g, tensors, dst, order, path, err);
+	}
 	if (!sh->direct) {
 		/* one scatter read into the callers' buffers: no second copy
 		 * (a group's tensors are back to back in the file) */
@@ -266,13 +339,10 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 		return strata_preadv_full(sh->fd, iov, (int)g->count,
 					  (off_t)g->offset, path, err);
 	}
-	uint64_t start = g->offset, len = g->bytes, skip = 0;
-	if (sh->direct) {
-		start = g->offset / DIRECT_ALIGN * DIRECT_ALIGN;
-		skip = g->offset - start;
-		len = (skip + g->bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN *
-		      DIRECT_ALIGN;
-	}
+	uint64_t start = g->offset / DIRECT_ALIGN * DIRECT_ALIGN;
+	uint64_t skip = g->offset - start;
+	uint64_t len = (skip + g->bytes + DIRECT_ALIGN - 1) / DIRECT_ALIGN *
+		       DIRECT_ALIGN;
 	bounce *buf = bounce_take(ws, (size_t)len);
 	unsigned char *data = buf ? buf->data : NULL;
 	if (!data)
@@ -280,14 +350,12 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 				   "out of memory for a %" PRIu64 "-byte read buffer",
 				   len);
 	*physical = len;
-	s = sh->direct ? read_direct(sh->fd, data, start, len,
-				     skip + g->bytes, path, refused, err)
-		       : strata_pread_full(sh->fd, data, (size_t)len,
-					   (off_t)start, path, err);
+	s = read_direct(sh->fd, data, start, len, skip + g->bytes, path,
+			refused, err);
 	for (size_t i = 0; i < g->count && !s; i++) {
 		const strata_tensor *t = tensors[order[g->first + i]];
-		memcpy(dst[order[g->first + i]], data + skip + (t->offset - g->offset),
-		       (size_t)t->bytes);
+		s = copy_out(t, dst[order[g->first + i]],
+			     data + skip + (t->offset - g->offset), check, err);
 	}
 	bounce_give(ws, buf);
 	return s;
@@ -296,7 +364,7 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 static strata_status do_group(strata_weight_store *ws, const group *g,
 			      const strata_tensor *const *tensors,
 			      void *const *dst, const size_t *order,
-			      strata_error *err)
+			      bool check, strata_error *err)
 {
 	shard *sh;
 	pthread_mutex_lock(&ws->mu);
@@ -307,8 +375,8 @@ static strata_status do_group(strata_weight_store *ws, const group *g,
 		return s;
 	uint64_t physical = 0;
 	bool refused = false;
-	s = read_group(ws, &copy, g, tensors, dst, order, &physical, &refused,
-		       err);
+	s = read_group(ws, &copy, g, tensors, dst, order, check, &physical,
+		       &refused, err);
 	pthread_mutex_lock(&ws->mu);
 	release(ws, g->file);
 	if (refused) {
@@ -328,7 +396,7 @@ static strata_status do_group(strata_weight_store *ws, const group *g,
 		}
 	}
 	pthread_mutex_unlock(&ws->mu);
-	if (s && s != STRATA_E_NOMEM) {
+	if (s && s != STRATA_E_NOMEM && s != STRATA_E_CKPT_VALUE) {
 		const strata_tensor *t = tensors[order[g->first]];
 		s = err->code = STRATA_E_CKPT_READ;
 		strata_error_prefix(err, "reading tensor '%s'%s", t->name,
@@ -461,10 +529,10 @@ strata_status strata_weight_store_reserve(strata_weight_store *ws,
 	return STRATA_OK;
 }
 
-strata_status strata_weight_store_read(strata_weight_store *ws,
-				       const strata_tensor *const *tensors,
-				       void *const *dst, size_t n,
-				       strata_error *err)
+static strata_status store_read(strata_weight_store *ws,
+				const strata_tensor *const *tensors,
+				void *const *dst, size_t n, bool check,
+				strata_error *err)
 {
 	const strata_catalog *c = ws->c;
 	for (size_t i = 0; i < n; i++)
@@ -513,12 +581,27 @@ strata_status strata_weight_store_read(strata_weight_store *ws,
 			g.count++;
 		}
 		if (g.bytes)
-			s = do_group(ws, &g, tensors, dst, order, err);
+			s = do_group(ws, &g, tensors, dst, order, check, err);
 		i += g.count;
 	}
 	if (!small)
 		strata_free(order);
 	return s;
+}
+
+strata_status strata_weight_store_read(strata_weight_store *ws,
+				       const strata_tensor *const *tensors,
+				       void *const *dst, size_t n,
+				       strata_error *err)
+{
+	return store_read(ws, tensors, dst, n, false, err);
+}
+
+strata_status strata_weight_store_read_checked(
+	strata_weight_store *ws, const strata_tensor *const *tensors,
+	void *const *dst, size_t n, strata_error *err)
+{
+	return store_read(ws, tensors, dst, n, true, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -552,32 +635,9 @@ static strata_status map_file(strata_weight_store *ws, uint32_t f,
 	return STRATA_OK;
 }
 
-/* Brings the pages of [p, p + bytes) in: read-ahead of the whole range
- * first (MADV_WILLNEED starts it), then the page tables filled
- * (MADV_POPULATE_READ, Linux 5.14; before it, one read per page). A page
- * past the file's end is EFAULT there, never SIGBUS. */
-static int populate(const unsigned char *p, uint64_t bytes)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = (uintptr_t)p & ~(page - 1);
-	size_t len = (size_t)((uintptr_t)p + bytes - lo);
-	(void)madvise((void *)lo, len, MADV_WILLNEED);
-#ifdef MADV_POPULATE_READ
-	if (madvise((void *)lo, len, MADV_POPULATE_READ) == 0)
-		return 0;
-	if (errno != EINVAL)
-		return errno;
-#endif
-	unsigned sum = 0;
-	for (uintptr_t a = lo; a < (uintptr_t)p + bytes; a += page)
-		sum += *(const volatile unsigned char *)a;
-	(void)sum;
-	return 0;
-}
-
-strata_status strata_weight_store_map(strata_weight_store *ws,
-				      const strata_tensor *t,
-				      const void **data, strata_error *err)
+static strata_status store_map(strata_weight_store *ws, const strata_tensor *t,
+			       const void **data, bool check,
+			       strata_error *err)
 {
 	const strata_catalog *c = ws->c;
 	if (t < c->tensors || t >= c->tensors + c->count || !t->bytes)
@@ -596,7 +656,10 @@ strata_status strata_weight_store_map(strata_weight_store *ws,
 		return strata_error_prefix(err, "mapping tensor '%s'", t->name);
 	}
 	const char *path = c->files[t->file].path;
-	int e = populate(base + t->offset, t->bytes);
+	int e = check ? strata__populate_checked(t, base + t->offset, err)
+		      : strata__populate(base + t->offset, t->bytes, true);
+	if (e < 0)
+		return STRATA_E_CKPT_VALUE;
 	if (e)
 		return strata_fail(err, STRATA_E_CKPT_READ,
 				   "check the disk, and that nothing rewrites the file while strata runs",
@@ -612,6 +675,21 @@ strata_status strata_weight_store_map(strata_weight_store *ws,
 	pthread_mutex_unlock(&ws->mu);
 	*data = base + t->offset;
 	return STRATA_OK;
+}
+
+strata_status strata_weight_store_map(strata_weight_store *ws,
+				      const strata_tensor *t,
+				      const void **data, strata_error *err)
+{
+	return store_map(ws, t, data, false, err);
+}
+
+strata_status strata_weight_store_map_checked(strata_weight_store *ws,
+					      const strata_tensor *t,
+					      const void **data,
+					      strata_error *err)
+{
+	return store_map(ws, t, data, true, err);
 }
 
 void strata_weight_store_get_stats(const strata_weight_store *ws,

@@ -80,64 +80,28 @@ static uint8_t describe(strata_residency_tensor *r, const strata_tensor *t,
 	return elem;
 }
 
-/* Each of tensors[0..n) at dst[i] checked for NaN and infinities from its
- * factors' bits (block types; others pass). */
-static strata_status check_finite(const strata_tensor *const *tensors,
-				  void *const *dst, size_t n, strata_error *err)
-{
-	strata_status st = STRATA_OK;
-	for (size_t i = 0; st == STRATA_OK && i < n; i++) {
-		const strata_tensor *t = tensors[i];
-		strata_block_type b;
-		/* f32 is read as it is, unchecked as ever (a NaN there
-		 * shows as NaN logits, which the forward pass refuses) */
-		if (t->dtype == STRATA_DTYPE_F32 ||
-		    !strata_dtype_block(t->dtype, &b) ||
-		    strata_block_first_nonfinite(b, dst[i], t->elements) ==
-			    STRATA_BLOCK_ALL_FINITE)
-			continue;
-		st = strata_dtype_check_finite(t->dtype, dst[i], t->elements,
-					       err);
-		if (st == STRATA_OK)
-			st = strata_fail(err, STRATA_E_CKPT_VALUE,
-					 "re-download or re-convert the model",
-					 "a value is NaN or infinite");
-		strata_error_prefix(err, "tensor '%s'", t->name);
-	}
-	return st;
-}
-
-/* The engine's read hook: the store's read, then each tensor of a
- * half or block type checked for NaN and infinities from its factors' bits
- * (strata_block_first_nonfinite: cheap enough for every read), as its
- * conversion to f32 checked it before weights stayed stored. The error is the decoder's own, naming the block,
- * prefixed with the tensor's name. Thread-safe: reads only w->ws. */
+/* The engine's read hook: the store's checked read, every tensor of a
+ * half or block type checked for NaN and infinities piece by piece as it
+ * lands, while in cache (strata_weight_store_read_checked), as its
+ * conversion to f32 checked it before weights stayed stored; f32 is read
+ * as it is, unchecked as ever (a NaN there shows as NaN logits, which the
+ * forward pass refuses). The error names the tensor and the element or
+ * block. Thread-safe: reads only w->ws. */
 static strata_status window_read(void *user,
 				 const strata_tensor *const *tensors,
 				 void *const *dst, size_t n, strata_error *err)
 {
 	strata_infer_window *w = user;
-	strata_status st = strata_weight_store_read(w->ws, tensors, dst, n,
-						    err);
-	return st ? st : check_finite(tensors, dst, n, err);
+	return strata_weight_store_read_checked(w->ws, tensors, dst, n, err);
 }
 
-/* The engine's map hook: the store's mapping of one tensor, checked for
- * NaN and infinities as window_read checks what it reads. */
+/* The engine's map hook: the store's mapping of one tensor, checked as
+ * window_read checks what it reads (strata_weight_store_map_checked). */
 static strata_status window_map(void *user, const strata_tensor *t,
 				const void **data, strata_error *err)
 {
 	strata_infer_window *w = user;
-	const void *p = NULL;
-	strata_status st = strata_weight_store_map(w->ws, t, &p, err);
-	if (st != STRATA_OK)
-		return st;
-	void *dst = (void *)p;
-	const strata_tensor *const one[1] = {t};
-	if ((st = check_finite(one, &dst, 1, err)))
-		return st;
-	*data = p;
-	return STRATA_OK;
+	return strata_weight_store_map_checked(w->ws, t, data, err);
 }
 
 static strata_status window_acquire(void *user, uint32_t layer,
