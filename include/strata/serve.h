@@ -91,7 +91,33 @@ typedef struct strata_batch_options {
 				   const struct strata_batch_result *r,
 				   strata_error *err);
 	void *on_result_user;
+	/* Optional: how request `index` of the run may end besides EOS and
+	 * max_tokens (NULL: only those), asked on a replica's thread each
+	 * time the request starts there; what it returns is borrowed until
+	 * strata_batch_run returns. (A callback rather than a request
+	 * field keeps a request, which `strata batch` holds for every
+	 * input line, at 64 bytes.) */
+	const struct strata_batch_ends *(*ends_of)(void *user, size_t index);
+	void *ends_user;
+	/* Decodes the requests' generated text for their stop strings
+	 * (borrowed; needed only when a request has some). */
+	const strata_tokenizer *tokenizer;
 } strata_batch_options;
+
+/* How a request may end besides EOS and max_tokens. Stop strings (OpenAI's
+ * `stop`): the request ends at the step whose token completes one in its
+ * text (decoded as `strata batch` prints it), that token kept, so what
+ * follows is never computed; the caller cuts the text before the stop
+ * (lens NULL: NUL-terminated; n_stops <= STRATA_STOP_MAX_COUNT). The stop
+ * token ends the request as EOS does, not kept (a chat template's end of
+ * turn), when has_stop_token. */
+typedef struct strata_batch_ends {
+	const char *const *stops;
+	const size_t *stop_lens;
+	uint32_t n_stops;
+	bool has_stop_token;
+	int32_t stop_token;
+} strata_batch_ends;
 
 /* One request; every pointer is borrowed for strata_batch_run. */
 typedef struct strata_batch_request {
@@ -112,6 +138,7 @@ typedef struct strata_batch_result {
 	 * the follow route where the key lives */
 	uint32_t resident_device;
 	uint32_t prefix_tokens;	      /* prompt positions taken from the cache */
+	bool stopped;		      /* a stop string or the stop token ended it */
 	uint64_t queue_ns;	      /* dispatch to the start of its work */
 	strata_generate_stats gen;
 } strata_batch_result;
@@ -300,6 +327,21 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 				       uint32_t n_prompt, bool guest,
 				       strata_error *err);
 
+/* As strata_prefix_cache_save (never a guest) for a caller whose apply and
+ * save of one request may be split by other requests' (the continuous
+ * scheduler, whose prompts take several steps): the hit the rule above
+ * looks at is found again now, the entry holding the longest prefix of
+ * prompt[0..n_prompt - 1), instead of the last apply's. And a hit that
+ * reused all of its entry while the prompt goes on (a conversation
+ * resent with its next turn) saves the longer prompt, which then replaces
+ * every entry holding a strict prefix of it (counted as replaced), so the
+ * turn after reuses all of this one. Errors as for save. */
+strata_status strata_prefix_cache_save_extending(strata_prefix_cache *c,
+						 const strata_forward *f,
+						 const int32_t *prompt,
+						 uint32_t n_prompt,
+						 strata_error *err);
+
 /* `bytes` are the entries' (KV blocks, rounded up to 256 bytes each, token
  * ids and records), at most budget_bytes. `pool_bytes` are the chunks
  * held, free room and rounding included, also at most budget_bytes; the
@@ -311,6 +353,7 @@ typedef struct strata_prefix_cache_stats {
 	uint64_t saved, evictions, skipped;
 	uint64_t guests_declined; /* guests' saves that would have evicted */
 	uint64_t truncated; /* entries cut down to the part a hit shared */
+	uint64_t replaced;  /* entries a longer one holding them replaced */
 	uint64_t bytes, entries, budget_bytes;
 	uint64_t peak_bytes; /* the most bytes held at once */
 	uint64_t pool_bytes, pool_chunks;
@@ -378,6 +421,13 @@ typedef struct strata_scheduler_options {
 	strata_session_options session;
 	uint32_t queue_cap; /* requests waiting for a slot; 0: 64 */
 	int32_t eos;	    /* the tokenizer's; -1: the model's */
+	/* The prefix cache's bound (strata_prefix_cache): a request whose
+	 * prompt starts as a cached one's did restores those positions
+	 * instead of computing them, and each prompt is saved once
+	 * computed (strata_prefix_cache_save_extending). 0: none;
+	 * STRATA_BATCH_PREFIX_CACHE_FROM_PLAN: what the plan leaves spare of
+	 * the host budget. */
+	uint64_t prefix_cache_bytes;
 } strata_scheduler_options;
 
 typedef struct strata_scheduler_request {
@@ -446,10 +496,90 @@ typedef struct strata_scheduler_stats {
 	uint64_t slots, queue_cap;
 	uint64_t first_token_ns_sum, first_token_count;
 	uint64_t queue_ns_sum;
+	/* prompt positions computed (prompt_tokens less those the prefix
+	 * cache restored, counted as each request ends) */
+	uint64_t prompt_computed;
+	bool prefix_cache;		   /* one is kept */
+	strata_prefix_cache_stats prefix;  /* its figures (zeros without) */
 } strata_scheduler_stats;
 
 void strata_scheduler_get_stats(strata_scheduler *s,
 				strata_scheduler_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* The router (src/serve/router.c): requests over several schedulers, one   */
+/* per replica, as `strata batch --gpus` routes them                         */
+/* ------------------------------------------------------------------------ */
+
+/* Each request is placed by the shard allocator in its in-flight mode, as
+ * the batch runner places its requests: cost n_prompt + max_tokens, home
+ * replica the BLAKE3 of its key, spilled to the least-loaded replica when
+ * its home carries more than spill_threshold above it, its cost released
+ * at its done event, so a load is the work a replica has now (bounded
+ * load). Requests of one key (a conversation, a shared system prompt) so
+ * meet their prefix on one replica's prefix cache while loads stay within
+ * the threshold. ROUND_ROBIN ignores keys and loads; FOLLOW is the batch
+ * runner's alone (E_INVALID_ARG here). Thread-safe: any thread submits,
+ * cancels and reads figures. */
+typedef struct strata_router strata_router;
+
+typedef struct strata_router_options {
+	strata_scheduler *const *schedulers; /* (count), borrowed */
+	const char *const *names; /* (count) e.g. "cuda:0"; NULL: replica-i */
+	uint32_t count;		  /* 1 .. STRATA_BATCH_MAX_REPLICAS */
+	/* cost units; 0: replica 0's context (one long request's worth) */
+	uint64_t spill_threshold;
+	strata_batch_route route;
+} strata_router_options;
+
+/* The schedulers stay the caller's and must outlive the router (drain
+ * them, through strata_router_drain, before destroying either). Errors:
+ * E_INVALID_ARG (no schedulers, too many, the follow route), E_NOMEM. */
+strata_status strata_router_create(const strata_router_options *o,
+				   strata_router **out, strata_error *err);
+void strata_router_destroy(strata_router *rt); /* NULL is fine */
+
+/* Routes r by key[0..key_bytes) and submits it to the chosen replica's
+ * scheduler; a replica whose queue is full passes it to the next least
+ * loaded (counted as refused there). r's callback gets its events as
+ * strata_scheduler_submit says, and the request's load is released just
+ * before its done event. *replica and *id name it for
+ * strata_router_cancel. Errors: the scheduler's (E_BUSY when every
+ * replica refused), nothing routed. */
+strata_status strata_router_submit(strata_router *rt, const void *key,
+				   size_t key_bytes,
+				   const strata_scheduler_request *r,
+				   uint32_t *replica, uint64_t *id,
+				   strata_error *err);
+void strata_router_cancel(strata_router *rt, uint32_t replica, uint64_t id);
+
+/* Drains every replica at once (strata_scheduler_drain each, on a thread
+ * of its own): new requests are refused, those in flight get grace_ns
+ * together, then the rest are cancelled; returns when every done event
+ * has fired. */
+void strata_router_drain(strata_router *rt, uint64_t grace_ns);
+
+uint32_t strata_router_replicas(const strata_router *rt);
+strata_scheduler *strata_router_scheduler(strata_router *rt, uint32_t i);
+const char *strata_router_name(const strata_router *rt, uint32_t i);
+strata_batch_route strata_router_route(const strata_router *rt);
+uint64_t strata_router_spill_threshold(const strata_router *rt);
+/* The context every replica holds (the smallest of theirs). */
+uint32_t strata_router_context(const strata_router *rt);
+
+/* One replica's routing figures. */
+typedef struct strata_router_replica_stats {
+	uint64_t routed;       /* requests placed here */
+	uint64_t routed_home;  /* ... whose home this is */
+	uint64_t spilled_in;   /* ... whose home is another replica */
+	uint64_t spilled_away; /* homed here, placed elsewhere */
+	uint64_t refused;      /* placed here, refused by its queue (full
+				  or draining): passed on, or refused */
+	uint64_t load, peak_load; /* cost units in flight: now, the most */
+} strata_router_replica_stats;
+
+void strata_router_get_stats(strata_router *rt, uint32_t replica,
+			     strata_router_replica_stats *out);
 
 /* ------------------------------------------------------------------------ */
 /* The HTTP server (src/serve/http.c, http_api.c): OpenAI's API over a       */
@@ -469,7 +599,10 @@ typedef struct strata_server_options {
 	uint16_t port;		   /* 0: a free one (strata_server_port) */
 	const char *api_key;	   /* Bearer key; NULL: none */
 	const char *model_name;	   /* what /v1/models and answers name */
-	strata_scheduler *scheduler;		/* borrowed */
+	/* borrowed; the replicas requests are routed over (the chosen
+	 * replica's scheduler runs each). NULL: one replica, `scheduler`. */
+	strata_router *router;
+	strata_scheduler *scheduler;		/* borrowed; without router */
 	const strata_tokenizer *tokenizer;	/* borrowed */
 	/* borrowed; NULL: chat requests are refused (400) naming the fix */
 	const strata_chat_format *chat_format;

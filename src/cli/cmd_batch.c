@@ -275,6 +275,8 @@ static json_t *result_json(const out_ctx *c, size_t i,
 				   json_integer(r->resident_device));
 	bad |= json_object_set_new(o, "prompt_tokens",
 				   json_integer(it->req.n_prompt));
+	bad |= json_object_set_new(o, "generated_tokens",
+				   json_integer(r->gen.generated_tokens));
 	bad |= json_object_set_new(o, "prefix_tokens",
 				   json_integer(r->prefix_tokens));
 	bad |= json_object_set_new(o, "stopped_at_eos",
@@ -290,8 +292,9 @@ static json_t *result_json(const out_ctx *c, size_t i,
 /* Text of one result through the streaming decoder, the way `strata run`
  * prints it (the continuation of the prompt's text), ended at the first
  * of its stop strings and, for a "messages" request, at the chat
- * template's end of turn: the runner generated to max_tokens or EOS, and
- * the tokens past the end are dropped here. */
+ * template's end of turn. The runner ended the request at the token that
+ * completed the stop (request_stops), so the cut falls on its last token;
+ * the search here finds it where it is and keeps the tokens up to it. */
 static strata_status detok(const out_ctx *c, size_t i,
 			   const strata_batch_result *r, result_text *t,
 			   strata_error *err)
@@ -306,7 +309,7 @@ static strata_status detok(const out_ctx *c, size_t i,
 		n < 0 ? c->stops->count : (size_t)n, NULL, true, err);
 	bool chat = c->in->items[i].chat;
 	t->used = r->n_tokens;
-	t->finish = r->gen.stopped_at_eos ? "stop" : "length";
+	t->finish = r->gen.stopped_at_eos || r->stopped ? "stop" : "length";
 	for (uint32_t k = 0; st == STRATA_OK && k < r->n_tokens; k++) {
 		if (chat && r->tokens[k] == c->chat_eos) {
 			t->used = k;
@@ -419,6 +422,83 @@ static uint32_t step_positions(const batch_args *a,
 	return (uint32_t)(p < 512 ? p : longest > 512 ? longest : 512);
 }
 
+/* The requests' ends (a window's): every request's stop strings, its own
+ * "stop" or else --stop, in one array, and for each request needing one,
+ * its strata_batch_ends. */
+typedef struct request_ends {
+	const char **sv;
+	size_t *sl;
+	strata_batch_ends *e;
+	bool *any; /* request i has a stop string or a stop token */
+} request_ends;
+
+static void request_ends_fini(request_ends *re)
+{
+	strata_free(re->sv);
+	strata_free(re->sl);
+	strata_free(re->e);
+	strata_free(re->any);
+	memset(re, 0, sizeof *re);
+}
+
+/* The requests to run: the input's, each with its stop strings and, for a
+ * "messages" request, the template's end of turn as its stop token, so
+ * the runner ends each at the step its text is cut at. */
+static strata_status request_stops(const batch_input *in,
+				   const strata_cli_stops *dflt,
+				   int32_t chat_eos, strata_batch_request *reqs,
+				   request_ends *re, strata_error *err)
+{
+	const char *own[STRATA_STOP_MAX_COUNT];
+	size_t lens[STRATA_STOP_MAX_COUNT], total = 0;
+	for (size_t i = 0; i < in->count; i++) {
+		long n = batch_input_stops(in, i, own, lens);
+		total += n < 0 ? dflt->count : (size_t)n;
+	}
+	re->e = strata_calloc_or_error(in->count, sizeof *re->e,
+				       "request ends", err);
+	re->any = re->e ? strata_calloc_or_error(in->count, sizeof *re->any,
+						 "request ends", err)
+			: NULL;
+	if (!re->any)
+		return STRATA_E_NOMEM;
+	re->sv = re->e && total ? strata_calloc_or_error(
+					  total, sizeof *re->sv,
+					  "stop strings", err)
+				: NULL;
+	re->sl = re->sv ? strata_calloc_or_error(total, sizeof *re->sl,
+						 "stop string lengths", err)
+			: NULL;
+	if (!re->e || (total && !re->sl))
+		return STRATA_E_NOMEM;
+	for (size_t i = 0, at = 0; i < in->count; i++) {
+		reqs[i] = in->items[i].req;
+		long n = batch_input_stops(in, i, own, lens);
+		size_t k = n < 0 ? dflt->count : (size_t)n;
+		for (size_t j = 0; j < k; j++) {
+			re->sv[at + j] = n < 0 ? dflt->v[j] : own[j];
+			re->sl[at + j] = n < 0 ? strlen(dflt->v[j]) : lens[j];
+		}
+		strata_batch_ends *e = &re->e[i];
+		*e = (strata_batch_ends){
+			.stops = k ? re->sv + at : NULL,
+			.stop_lens = k ? re->sl + at : NULL,
+			.n_stops = (uint32_t)k,
+			.has_stop_token = in->items[i].chat && chat_eos >= 0,
+			.stop_token = chat_eos};
+		re->any[i] = k || e->has_stop_token;
+		at += k;
+	}
+	return STRATA_OK;
+}
+
+/* strata_batch_options.ends_of over request_stops' table. */
+static const strata_batch_ends *ends_of(void *user, size_t i)
+{
+	const request_ends *re = user;
+	return re->any[i] ? &re->e[i] : NULL;
+}
+
 /* Requests parsed per window (batch_source_next): enough to keep every
  * replica's slots and queue fed many times over, so the drain at a
  * window's end costs little, and few enough that a window's parsed state
@@ -440,7 +520,8 @@ typedef struct run_totals {
  * its end (results streamed in input order) and dropped before the next. */
 static strata_status run_windows(strata_batch *b, batch_source *src,
 				 const batch_input_options *bo, out_ctx *w,
-				 run_totals *t, strata_error *err)
+				 request_ends *ends, run_totals *t,
+				 strata_error *err)
 {
 	size_t window = window_of(b);
 	batch_input in = {0};
@@ -453,10 +534,11 @@ static strata_status run_windows(strata_batch *b, batch_source *src,
 	       (st = batch_source_next(bo, src, window, &in, err)) ==
 		       STRATA_OK &&
 	       in.count) {
-		for (size_t i = 0; i < in.count; i++)
-			reqs[i] = in.items[i].req;
 		w->in = &in;
-		st = strata_batch_run(b, reqs, in.count, res, NULL, err);
+		request_ends_fini(ends);
+		st = request_stops(&in, w->stops, w->chat_eos, reqs, ends, err);
+		if (st == STRATA_OK)
+			st = strata_batch_run(b, reqs, in.count, res, NULL, err);
 		size_t bad = strata_batch_failed_request(b);
 		if (st == STRATA_E_INFER_REPLICA && bad < in.count)
 			strata_error_prefix(err, "line %llu",
@@ -470,6 +552,7 @@ static strata_status run_windows(strata_batch *b, batch_source *src,
 		strata_batch_results_free(res, in.count);
 	}
 	w->in = NULL;
+	request_ends_fini(ends);
 	batch_input_fini(&in);
 	strata_free(res);
 	strata_free(reqs);
@@ -495,6 +578,10 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 		     .chat_eos = chat_eos};
 	o.on_result = write_one;
 	o.on_result_user = &w;
+	o.tokenizer = bo->tok;
+	request_ends ends = {0}; /* each window's, filled before its run */
+	o.ends_of = ends_of;
+	o.ends_user = &ends;
 	o.session.positions = (uint32_t)src->positions;
 	o.session.prefill = step_positions(a, r, d, src->count, src->prefill,
 					   &o.session.batch_auto_max);
@@ -512,7 +599,7 @@ static strata_status run_batch(const batch_args *a, strata_cli_residency *r,
 	strata_status st = strata_batch_create(&o, &b, err);
 	uint64_t t0 = strata_now_ns();
 	if (st == STRATA_OK)
-		st = run_windows(b, src, bo, &w, &t, err);
+		st = run_windows(b, src, bo, &w, &ends, &t, err);
 	uint64_t wall = strata_now_ns() - t0;
 	if (st == STRATA_OK && !r->quiet) {
 		warn_failures(b, d);

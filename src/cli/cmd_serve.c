@@ -7,8 +7,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/gpus.h"
 #include "strata/checkpoint.h"
 #include "strata/serve.h"
 #include "strata/text.h"
@@ -24,9 +26,10 @@ static void help(FILE *f)
 		"/v1/completions,\n"
 		"POST /v1/chat/completions (stream: server-sent events), GET\n"
 		"/v1/models, GET /health, GET /metrics (Prometheus) and a chat\n"
-		"page at /. Requests run together through one continuous\n"
-		"scheduler (--batch sequences at once). SIGTERM or SIGINT end\n"
-		"it cleanly (exit 0).\n\n"
+		"page at /. Requests run together through a continuous\n"
+		"scheduler per replica (--batch sequences at once each), routed\n"
+		"over the replicas by their prompt's start. SIGTERM or SIGINT\n"
+		"end it cleanly (exit 0).\n\n"
 		"options:\n"
 		"  --host ADDR           address to listen on (default "
 		"127.0.0.1)\n"
@@ -50,15 +53,66 @@ static void help(FILE *f)
 		"  --threads N           compute threads (default: every "
 		"processor)\n"
 		"  --batch N             sequences running together (default "
-		"8)\n",
+		"8)\n"
+		"  --gpus all|N|LIST     replicas: all GPUs, the first N, or the\n"
+		"                        listed indices (with --device cpu: N "
+		"CPU\n"
+		"                        replicas)\n"
+		"  --replicas-per-device K  K replicas on each of those devices\n"
+		"                        (default 1)\n"
+		"  --route affinity|round-robin  how requests pick a replica\n"
+		"                        (default affinity: home by their "
+		"prompt's\n"
+		"                        start or prompt_cache_key)\n"
+		"  --spill-threshold T   spill a request when its home replica "
+		"is\n"
+		"                        loaded T above the least (prompt + "
+		"max\n"
+		"                        tokens in flight; default: the "
+		"context)\n"
+		"  --prefix-cache SIZE|plan  each replica's prefix cache (0: "
+		"none;\n"
+		"                        default plan: host memory its plan "
+		"leaves)\n",
 		DEFAULT_PORT);
 	strata_cli_residency_print_help(f, STRATA_CLI_HELP_NO_BATCH);
 }
 
 typedef struct serve_args {
-	const char *model, *host, *api_key, *template_file, *name;
+	const char *model, *host, *api_key, *template_file, *name, *gpus;
 	uint64_t port, queue, max_tokens, max_body, threads, grace;
+	uint64_t per_device, spill, prefix_bytes;
+	strata_batch_route route;
 } serve_args;
+
+/* --route, --prefix-cache and --gpus (its value kept for later). */
+static int routing_option(serve_args *a, const char *opt, const char *v,
+			  bool *known)
+{
+	strata_error err;
+	*known = true;
+	if (!strcmp(opt, "--gpus")) {
+		a->gpus = v;
+	} else if (!strcmp(opt, "--route")) {
+		if (!strcmp(v, "affinity"))
+			a->route = STRATA_BATCH_ROUTE_AFFINITY;
+		else if (!strcmp(v, "round-robin"))
+			a->route = STRATA_BATCH_ROUTE_ROUND_ROBIN;
+		else
+			return strata_cli_usage("serve", "--route: '%s' is not "
+						"affinity or round-robin", v);
+	} else if (!strcmp(opt, "--prefix-cache")) {
+		if (!strcmp(v, "plan"))
+			a->prefix_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN;
+		else if (strata_size_parse(v, &a->prefix_bytes, &err) ||
+			 a->prefix_bytes == STRATA_BATCH_PREFIX_CACHE_FROM_PLAN)
+			return strata_cli_usage("serve", "--prefix-cache: '%s' "
+						"is not plan or a size", v);
+	} else {
+		*known = false;
+	}
+	return 0;
+}
 
 static int value_option(void *ctx, const char *opt, const char *v,
 			bool *known)
@@ -74,19 +128,27 @@ static int value_option(void *ctx, const char *opt, const char *v,
 		a->template_file = v;
 	else if (!strcmp(opt, "--name"))
 		a->name = v;
+	else if (!strcmp(opt, "--gpus") || !strcmp(opt, "--route") ||
+		 !strcmp(opt, "--prefix-cache"))
+		return routing_option(a, opt, v, known);
 	else if (!strcmp(opt, "--max-body")) {
 		if (strata_size_parse(v, &a->max_body, &err))
 			return strata_cli_fail(&err);
 	} else if (!strcmp(opt, "--port") || !strcmp(opt, "--max-queue") ||
 		   !strcmp(opt, "--max-tokens") ||
 		   !strcmp(opt, "--threads") ||
-		   !strcmp(opt, "--shutdown-grace")) {
+		   !strcmp(opt, "--shutdown-grace") ||
+		   !strcmp(opt, "--replicas-per-device") ||
+		   !strcmp(opt, "--spill-threshold")) {
 		uint64_t u;
 		if (strata_cli_parse_u64(opt, v, &u, &err))
 			return strata_cli_fail(&err);
 		uint64_t cap = !strcmp(opt, "--port") ? 65535
 			       : !strcmp(opt, "--threads") ? 4096
-							   : 1u << 24;
+			       : !strcmp(opt, "--replicas-per-device")
+				       ? STRATA_BATCH_MAX_REPLICAS
+			       : !strcmp(opt, "--spill-threshold") ? UINT64_MAX
+								   : 1u << 24;
 		if (u > cap)
 			return strata_cli_usage("serve",
 						"%s: '%s' is above %llu", opt,
@@ -99,6 +161,13 @@ static int value_option(void *ctx, const char *opt, const char *v,
 			a->max_tokens = u;
 		else if (!strcmp(opt, "--threads"))
 			a->threads = u;
+		else if (!strcmp(opt, "--replicas-per-device"))
+			a->per_device = u;
+		else if (!strcmp(opt, "--spill-threshold") && u == 0)
+			return strata_cli_usage("serve", "--spill-threshold "
+						"must be above 0");
+		else if (!strcmp(opt, "--spill-threshold"))
+			a->spill = u;
 		else
 			a->grace = u;
 	} else {
@@ -155,12 +224,134 @@ static void block_signals(sigset_t *set)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-static int serve(const serve_args *a, strata_cli_residency *r,
+/* The replicas: one scheduler per --gpus device (K each with
+ * --replicas-per-device), and the router over them. */
+typedef struct replicas {
+	strata_cli_gpus d;
+	uint32_t count;
+	strata_scheduler *s[STRATA_BATCH_MAX_REPLICAS];
+	const char *names[STRATA_BATCH_MAX_REPLICAS];
+	strata_router *router;
+} replicas;
+
+/* --gpus as batch reads it (gpus.c): cpu:i on the CPU, cuda:K on CUDA;
+ * without it one device, --device's. 0 or an exit code. */
+static int parse_gpus(const serve_args *a, const strata_cli_residency *r,
+		      replicas *rp)
+{
+	bool cuda = r->plan.device == STRATA_PLAN_DEVICE_CUDA;
+	strata_error err;
+	if (!a->gpus)
+		strata_cli_gpus_single(cuda, cuda ? r->device_index : 0, &rp->d);
+	else if (strata_cli_gpus_parse(a->gpus, cuda,
+				       cuda ? strata_backend_device_count("cuda")
+					    : 1,
+				       true, &rp->d, &err))
+		return strata_cli_fail(&err);
+	else if (!cuda && rp->d.count > 1 && !r->device_given)
+		return strata_cli_usage("serve", "--gpus %s: CPU replicas are "
+					"made only with --device cpu", a->gpus);
+	uint64_t n = (uint64_t)rp->d.count * (a->per_device ? a->per_device : 1);
+	if (n > STRATA_BATCH_MAX_REPLICAS)
+		return strata_cli_usage("serve", "%llu replicas: at most %u",
+					(unsigned long long)n,
+					STRATA_BATCH_MAX_REPLICAS);
+	rp->count = (uint32_t)n;
+	return 0;
+}
+
+/* Opens every replica's scheduler (its session on its device, the host
+ * budget split between them as batch splits it) and the router. */
+static strata_status open_replicas(const serve_args *a,
+				   const strata_cli_residency *r,
+				   const strata_infer_hparams *hp, int32_t eos,
+				   replicas *rp, strata_error *err)
+{
+	uint32_t per = a->per_device ? (uint32_t)a->per_device : 1;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t threads = a->threads ? (uint32_t)a->threads
+			   : rp->count == 1 ? 0
+			   : cpus > rp->count ? (uint32_t)(cpus / rp->count)
+					      : 1;
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < rp->count; i++) {
+		strata_scheduler_options so = {
+			.queue_cap = (uint32_t)a->queue, .eos = eos,
+			.prefix_cache_bytes = a->prefix_bytes};
+		so.session = (strata_session_options){
+			.model_path = a->model, .plan = r->plan,
+			.exclude = (const char *const *)r->exclude,
+			.exclude_count = r->exclude_count,
+			.device_index = rp->d.index[i / per],
+			.no_map = r->no_map, .threads = threads,
+			.positions = hp->context < DEFAULT_CONTEXT
+					     ? hp->context
+					     : DEFAULT_CONTEXT,
+			.prefill = 512,
+		};
+		if (!so.session.plan.shape.batch)
+			so.session.plan.shape.batch = 8;
+		if (rp->count > 1 && !so.session.plan.host_shared_by)
+			so.session.plan.host_shared_by = rp->count;
+		rp->names[i] = rp->d.ptrs[i / per];
+		st = strata_scheduler_create(&so, &rp->s[i], err);
+		if (st && rp->count > 1)
+			strata_error_prefix(err, "replica %u (%s)", i,
+					    rp->names[i]);
+	}
+	if (st == STRATA_OK) {
+		strata_router_options ro = {.schedulers = rp->s,
+					    .names = rp->names,
+					    .count = rp->count,
+					    .spill_threshold = a->spill,
+					    .route = a->route};
+		st = strata_router_create(&ro, &rp->router, err);
+	}
+	return st;
+}
+
+static void close_replicas(replicas *rp)
+{
+	strata_router_destroy(rp->router);
+	for (uint32_t i = 0; i < rp->count; i++)
+		strata_scheduler_destroy(rp->s[i]);
+}
+
+/* Until SIGTERM / SIGINT: then no new connection, in-flight requests get
+ * --shutdown-grace on every replica at once, the rest are cancelled. */
+static void run_until_signal(const serve_args *a, const strata_cli_residency *r,
+			     const replicas *rp, strata_server *srv,
+			     sigset_t set)
+{
+	const char *h = a->host ? a->host : "127.0.0.1";
+	bool v6 = strchr(h, ':') != NULL;
+	printf("strata serve: listening on http://%s%s%s:%u (%u sequences, "
+	       "context %u, %u replica%s:",
+	       v6 ? "[" : "", h, v6 ? "]" : "",
+	       (unsigned)strata_server_port(srv),
+	       (unsigned)(r->plan.shape.batch ? r->plan.shape.batch : 8),
+	       strata_router_context(rp->router), rp->count,
+	       rp->count == 1 ? "" : "s");
+	for (uint32_t i = 0; i < rp->count; i++)
+		printf(" %s", rp->names[i]);
+	printf(")\n");
+	fflush(stdout);
+	int sig = 0;
+	while (sigwait(&set, &sig) != 0)
+		;
+	if (!r->quiet)
+		fprintf(stderr, "strata serve: %s: finishing in-flight "
+				"requests (up to %llu s)\n",
+			strsignal(sig), (unsigned long long)a->grace);
+	strata_server_quiesce(srv);
+	strata_router_drain(rp->router, a->grace * 1000000000ull);
+}
+
+static int serve(const serve_args *a, strata_cli_residency *r, replicas *rp,
 		 sigset_t set)
 {
 	strata_error err;
 	strata_tokenizer *tok = NULL;
-	strata_scheduler *sched = NULL;
 	strata_server *srv = NULL;
 	strata_chat_format *chat = NULL;
 	strata_infer_hparams hp;
@@ -176,22 +367,7 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 	if (st == STRATA_OK) {
 		strata_tokenizer_specials sp;
 		strata_tokenizer_get_specials(tok, &sp);
-		strata_scheduler_options so = {
-			.queue_cap = (uint32_t)a->queue, .eos = sp.eos};
-		so.session = (strata_session_options){
-			.model_path = a->model, .plan = r->plan,
-			.exclude = (const char *const *)r->exclude,
-			.exclude_count = r->exclude_count,
-			.device_index = r->device_index, .no_map = r->no_map,
-			.threads = (uint32_t)a->threads,
-			.positions = hp.context < DEFAULT_CONTEXT
-					     ? hp.context
-					     : DEFAULT_CONTEXT,
-			.prefill = 512,
-		};
-		if (!so.session.plan.shape.batch)
-			so.session.plan.shape.batch = 8;
-		st = strata_scheduler_create(&so, &sched, &err);
+		st = open_replicas(a, r, &hp, sp.eos, rp, &err);
 	}
 	char name[256];
 	if (st == STRATA_OK) {
@@ -201,35 +377,16 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 			.model_name = a->name ? a->name
 					      : base_name(a->model, name,
 							  sizeof name),
-			.scheduler = sched, .tokenizer = tok,
+			.router = rp->router, .tokenizer = tok,
 			.chat_format = chat, .max_body_bytes = a->max_body,
 			.default_max_tokens = (uint32_t)a->max_tokens,
 		};
 		st = strata_server_create(&o, &srv, &err);
 	}
-	if (st == STRATA_OK) {
-		const char *h = a->host ? a->host : "127.0.0.1";
-		bool v6 = strchr(h, ':') != NULL;
-		printf("strata serve: listening on http://%s%s%s:%u (%u "
-		       "sequences, context %u)\n",
-		       v6 ? "[" : "", h, v6 ? "]" : "",
-		       (unsigned)strata_server_port(srv),
-		       (unsigned)(r->plan.shape.batch ? r->plan.shape.batch
-						      : 8),
-		       strata_scheduler_context(sched));
-		fflush(stdout);
-		int sig = 0;
-		while (sigwait(&set, &sig) != 0)
-			;
-		if (!r->quiet)
-			fprintf(stderr, "strata serve: %s: finishing "
-					"in-flight requests (up to %llu s)\n",
-				strsignal(sig), (unsigned long long)a->grace);
-		strata_server_quiesce(srv);
-		strata_scheduler_drain(sched, a->grace * 1000000000ull);
-	}
+	if (st == STRATA_OK)
+		run_until_signal(a, r, rp, srv, set);
 	strata_server_destroy(srv);
-	strata_scheduler_destroy(sched);
+	close_replicas(rp);
 	strata_chat_format_destroy(chat);
 	strata_tokenizer_destroy(tok);
 	return st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
@@ -238,7 +395,9 @@ static int serve(const serve_args *a, strata_cli_residency *r,
 int strata_cmd_serve(int argc, char **argv)
 {
 	serve_args a = {.port = DEFAULT_PORT, .queue = 64, .max_tokens = 256,
-			.max_body = (uint64_t)4 << 20, .grace = 10};
+			.max_body = (uint64_t)4 << 20, .grace = 10,
+			.per_device = 1,
+			.prefix_bytes = STRATA_BATCH_PREFIX_CACHE_FROM_PLAN};
 	/* before any thread starts (the CUDA driver's included) */
 	sigset_t set;
 	block_signals(&set);
@@ -257,13 +416,18 @@ int strata_cmd_serve(int argc, char **argv)
 		strata_cli_residency_fini(&r);
 		return strata_cli_fail(&rerr);
 	}
-	if (a.max_body == 0 || a.queue == 0 || a.max_tokens == 0) {
+	if (a.max_body == 0 || a.queue == 0 || a.max_tokens == 0 ||
+	    a.per_device == 0) {
 		strata_cli_residency_fini(&r);
-		return strata_cli_usage("serve", "--max-body, --max-queue and "
-						 "--max-tokens must be above "
-						 "0");
+		return strata_cli_usage("serve", "--max-body, --max-queue, "
+						 "--max-tokens and "
+						 "--replicas-per-device must "
+						 "be above 0");
 	}
-	rc = serve(&a, &r, set);
+	replicas rp = {0};
+	rc = parse_gpus(&a, &r, &rp);
+	if (rc == 0)
+		rc = serve(&a, &r, &rp, set);
 	strata_cli_residency_fini(&r);
 	return rc;
 }

@@ -274,6 +274,9 @@ static strata_status open_replica(replica *r)
 				      : strata_session_hparams(r->session)->eos,
 			b->o.route != STRATA_BATCH_ROUTE_ROUND_ROBIN, &r->stats,
 			&r->open_err);
+	r->seqs.tok = b->o.tokenizer;
+	r->seqs.ends_of = b->o.ends_of;
+	r->seqs.ends_user = b->o.ends_user;
 	return st;
 }
 

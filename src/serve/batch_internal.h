@@ -4,6 +4,7 @@
 #ifndef STRATA_SERVE_BATCH_INTERNAL_H
 #define STRATA_SERVE_BATCH_INTERNAL_H
 
+#include "serve/stop_check.h"
 #include "strata/serve.h"
 
 /* One sequence slot of a replica: the forward pass's sequence of the same
@@ -26,6 +27,8 @@ typedef struct strata__batch_seq {
 	bool done;			 /* result complete */
 	bool failed;			 /* its work failed on this replica */
 	uint64_t t0, t_first;		 /* start of its work, first token */
+	const strata_batch_ends *ends;	 /* NULL: none */
+	strata__stop_check stop;	 /* its stop strings */
 } strata__batch_seq;
 
 /* Up to `count` sequences of one session, stepped together. */
@@ -41,6 +44,10 @@ typedef struct strata__batch_seqs {
 	uint32_t *order;		 /* (count) prompts to read, by join */
 	uint64_t joins;			 /* requests joined so far */
 	strata_batch_replica_stats *stats; /* the replica's, borrowed */
+	const strata_tokenizer *tok;	 /* for stop strings; borrowed */
+	/* each request's ends (strata_batch_options.ends_of); NULL: none */
+	const strata_batch_ends *(*ends_of)(void *user, size_t index);
+	void *ends_user;
 } strata__batch_seqs;
 
 /* Slots for every sequence of session s (all free). E_NOMEM; on failure

@@ -58,11 +58,29 @@ static strata_status advance(strata__batch_seqs *ss, uint32_t slot,
 		s->done = true;
 		return STRATA_OK;
 	}
+	if (s->ends && s->ends->has_stop_token &&
+	    tok == s->ends->stop_token) {
+		res->stopped = true; /* the end of turn, not kept */
+		s->done = true;
+		return STRATA_OK;
+	}
 	s->hist[s->n_hist++] = tok;
 	res->gen.generated_tokens++;
 	res->tokens[res->n_tokens++] = tok; /* sized for max_tokens */
+	bool stop = false;
+	st = strata__stop_check_push(&s->stop, tok, &stop, err);
+	if (st) {
+		s->failed = true;
+		return st;
+	}
 	pos = strata_forward_position_of(f, slot);
-	if (s->sampled == max_new || pos >= strata_forward_context(f))
+	if (stop) {
+		/* the text now holds a stop string: the tokens after this
+		 * one would be cut, so none is computed (its slot frees) */
+		res->stopped = true;
+		res->gen.stopped_by_caller = true;
+		s->done = true;
+	} else if (s->sampled == max_new || pos >= strata_forward_context(f))
 		s->done = true; /* the context is full: stop, not fail */
 	else
 		s->next = tok;
@@ -170,13 +188,21 @@ strata_status strata__batch_seq_start(strata__batch_seqs *ss, uint32_t slot,
 		return STRATA_E_NOMEM;
 	memcpy(s->hist, q->prompt, q->n_prompt * sizeof *s->hist);
 	s->n_hist = q->n_prompt;
+	s->ends = ss->ends_of ? ss->ends_of(ss->ends_user, req) : NULL;
+	strata_status st =
+		s->ends ? strata__stop_check_init(&s->stop, ss->tok, q->prompt,
+						  q->n_prompt, s->ends->stops,
+						  s->ends->stop_lens,
+						  s->ends->n_stops, err)
+			: STRATA_OK;
+	if (st)
+		return st;
 	uint32_t reused = 0;
 	/* The sampler sees the prompt as history; only with no repeat
 	 * penalty is a suffix-only history the same choice. */
 	bool use_cache = cache && q->sampler.repeat_penalty == 1.0f;
 	uint32_t vocab = strata_session_hparams(ss->session)->vocab;
-	strata_status st = strata_sampler_create(&q->sampler, vocab, &s->smp,
-						 err);
+	st = strata_sampler_create(&q->sampler, vocab, &s->smp, err);
 	if (st == STRATA_OK)
 		st = strata_forward_select(f, slot, err);
 	uint64_t t_cache = strata_now_ns();
@@ -345,5 +371,6 @@ void strata__batch_seq_end(strata__batch_seqs *ss, uint32_t slot)
 		ss->stats->requests++;
 	strata_sampler_destroy(s->smp);
 	strata_free(s->hist);
+	strata__stop_check_fini(&s->stop);
 	slot_clear(s);
 }

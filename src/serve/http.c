@@ -147,7 +147,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		    strata__http_client_gone(j->fd)) {
 			pthread_mutex_unlock(&j->mu);
 			atomic_fetch_add(&j->srv->counts.client_gone, 1);
-			strata_scheduler_cancel(j->srv->o.scheduler, j->id);
+			strata__http_job_cancel(j);
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
 	}
@@ -171,7 +171,7 @@ static void stream_free(void *cls)
 	bool running = !j->done;
 	pthread_mutex_unlock(&j->mu);
 	if (running)
-		strata_scheduler_cancel(j->srv->o.scheduler, j->id);
+		strata__http_job_cancel(j);
 	strata__http_job_unref(j);
 }
 
@@ -235,100 +235,12 @@ static enum MHD_Result health(strata_server *srv, struct MHD_Connection *c)
 			  body, strlen(body));
 }
 
-/* Prometheus text format 0.0.4. */
+/* Prometheus text format 0.0.4 (http_metrics.c). */
 static enum MHD_Result metrics(strata_server *srv, struct MHD_Connection *c)
 {
-	strata_scheduler_stats st;
-	strata_scheduler_get_stats(srv->o.scheduler, &st);
-	strata_telemetry_snapshot snap;
-	strata_telemetry_get(strata_residency_telemetry(strata_session_residency(
-				     strata_scheduler_session(
-					     srv->o.scheduler))),
-			     &snap);
 	char *buf = NULL;
 	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
-		return send_error(srv, c, 503, "out_of_memory",
-				  "the server is out of memory");
-	static const char *codes[] = {"200", "400", "401", "404", "413", "503"};
-	fprintf(f, "# TYPE strata_http_responses_total counter\n");
-	for (size_t i = 0; i < 6; i++)
-		fprintf(f, "strata_http_responses_total{code=\"%s\"} %llu\n",
-			codes[i],
-			(unsigned long long)atomic_load(
-				&srv->counts.responses[i]));
-	fprintf(f, "strata_http_responses_total{code=\"other_4xx\"} %llu\n"
-		   "strata_http_responses_total{code=\"5xx\"} %llu\n",
-		(unsigned long long)atomic_load(&srv->counts.other_4xx),
-		(unsigned long long)atomic_load(&srv->counts.server_errors));
-	fprintf(f,
-		"# TYPE strata_requests_total counter\n"
-		"strata_requests_total{endpoint=\"completions\"} %llu\n"
-		"strata_requests_total{endpoint=\"chat_completions\"} %llu\n"
-		"# TYPE strata_requests_streamed_total counter\n"
-		"strata_requests_streamed_total %llu\n"
-		"# TYPE strata_requests_finished_total counter\n"
-		"strata_requests_finished_total %llu\n"
-		"# TYPE strata_requests_cancelled_total counter\n"
-		"strata_requests_cancelled_total %llu\n"
-		"# TYPE strata_requests_failed_total counter\n"
-		"strata_requests_failed_total %llu\n"
-		"# TYPE strata_requests_refused_total counter\n"
-		"strata_requests_refused_total %llu\n"
-		"# TYPE strata_client_disconnects_total counter\n"
-		"strata_client_disconnects_total %llu\n",
-		(unsigned long long)atomic_load(&srv->counts.completions),
-		(unsigned long long)atomic_load(&srv->counts.chat_completions),
-		(unsigned long long)atomic_load(&srv->counts.streams),
-		(unsigned long long)st.finished,
-		(unsigned long long)st.cancelled,
-		(unsigned long long)st.failed,
-		(unsigned long long)st.refused_busy,
-		(unsigned long long)atomic_load(&srv->counts.client_gone));
-	fprintf(f,
-		"# TYPE strata_prompt_tokens_total counter\n"
-		"strata_prompt_tokens_total %llu\n"
-		"# TYPE strata_generated_tokens_total counter\n"
-		"strata_generated_tokens_total %llu\n"
-		"# TYPE strata_queue_waiting gauge\nstrata_queue_waiting %llu\n"
-		"# TYPE strata_queue_running gauge\nstrata_queue_running %llu\n"
-		"# TYPE strata_queue_capacity gauge\n"
-		"strata_queue_capacity %llu\n"
-		"# TYPE strata_slots gauge\nstrata_slots %llu\n"
-		"# TYPE strata_weight_passes_total counter\n"
-		"strata_weight_passes_total %llu\n"
-		"# TYPE strata_step_rows_total counter\n"
-		"strata_step_rows_total %llu\n"
-		"# TYPE strata_time_to_first_token_seconds summary\n"
-		"strata_time_to_first_token_seconds_sum %.6f\n"
-		"strata_time_to_first_token_seconds_count %llu\n"
-		"# TYPE strata_queue_wait_seconds_sum counter\n"
-		"strata_queue_wait_seconds_sum %.6f\n",
-		(unsigned long long)st.prompt_tokens,
-		(unsigned long long)st.generated_tokens,
-		(unsigned long long)st.waiting, (unsigned long long)st.running,
-		(unsigned long long)st.queue_cap, (unsigned long long)st.slots,
-		(unsigned long long)st.steps, (unsigned long long)st.step_rows,
-		st.first_token_ns_sum / 1e9,
-		(unsigned long long)st.first_token_count,
-		st.queue_ns_sum / 1e9);
-	fprintf(f, "# TYPE strata_transfer_bytes_total counter\n");
-	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++)
-		fprintf(f, "strata_transfer_bytes_total{direction=\"%s\"} %llu\n",
-			strata_direction_name((strata_direction)d),
-			(unsigned long long)snap.transfers[d].bytes);
-	fprintf(f, "# TYPE strata_transfers_total counter\n");
-	for (int d = 0; d < STRATA_DIRECTION_COUNT; d++)
-		fprintf(f, "strata_transfers_total{direction=\"%s\"} %llu\n",
-			strata_direction_name((strata_direction)d),
-			(unsigned long long)snap.transfers[d].count);
-	fprintf(f,
-		"# TYPE strata_stalls_total counter\nstrata_stalls_total %llu\n"
-		"# TYPE strata_stall_seconds_total counter\n"
-		"strata_stall_seconds_total %.6f\n",
-		(unsigned long long)snap.stalls, snap.stall_ns / 1e9);
-	bool ok = fclose(f) == 0;
+	bool ok = strata__http_metrics_text(srv, &buf, &len);
 	enum MHD_Result rc =
 		ok ? send_bytes(srv, c, 200, "text/plain; version=0.0.4", buf,
 				len)
@@ -482,6 +394,7 @@ static char *dup_or_null(const char *s)
 
 static void free_server(strata_server *s)
 {
+	strata_router_destroy(s->own_router);
 	strata_free(s->api_key);
 	strata_free(s->model_name);
 	strata_free(s);
@@ -516,11 +429,11 @@ static strata_status parse_host(const char *host, uint16_t port,
 strata_status strata_server_create(const strata_server_options *o,
 				   strata_server **out, strata_error *err)
 {
-	if (!o || !out || !o->scheduler || !o->tokenizer)
+	if (!o || !out || (!o->scheduler && !o->router) || !o->tokenizer)
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
-				   "server: a scheduler and a tokenizer are "
-				   "needed");
+				   "server: a router or a scheduler, and a "
+				   "tokenizer, are needed");
 	struct sockaddr_storage ss;
 	bool v6 = false;
 	strata_status st = parse_host(o->host ? o->host : "127.0.0.1", o->port,
@@ -538,6 +451,16 @@ strata_status strata_server_create(const strata_server_options *o,
 		free_server(s);
 		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
 				   "out of memory for the server");
+	}
+	s->router = o->router;
+	if (!s->router) {
+		strata_router_options ro = {.schedulers = &s->o.scheduler,
+					    .count = 1};
+		if ((st = strata_router_create(&ro, &s->own_router, err))) {
+			free_server(s);
+			return st;
+		}
+		s->router = s->own_router;
 	}
 	if (!s->o.max_body_bytes)
 		s->o.max_body_bytes = (uint64_t)4 << 20;

@@ -184,6 +184,14 @@ static bool common_fields(json_t *req, gen_params *g, strata__http_reply *r)
 	if (!int_field(req, mt_name, 1, 1 << 30, &mt, &g->max_given, r))
 		return false;
 	g->max_tokens = (uint32_t)mt;
+	v = json_object_get(req, "prompt_cache_key");
+	if (v && !json_is_null(v) && !json_is_string(v))
+		return bad(r, "prompt_cache_key",
+			   "'prompt_cache_key' must be a string");
+	if (v && json_is_string(v) && json_string_length(v)) {
+		g->key = json_string_value(v);
+		g->key_len = json_string_length(v);
+	}
 	return stop_field(req, g, r);
 }
 
@@ -474,6 +482,11 @@ static bool on_event(void *user, const strata_scheduler_event *ev)
 	return go;
 }
 
+void strata__http_job_cancel(strata__http_job *j)
+{
+	strata_router_cancel(j->srv->router, j->replica, j->id);
+}
+
 void strata__http_job_unref(strata__http_job *j)
 {
 	if (!j)
@@ -587,7 +600,7 @@ static void wait_job(strata__http_job *j)
 		if (!j->done && !cancelled && strata__http_client_gone(j->fd)) {
 			cancelled = true;
 			atomic_fetch_add(&j->srv->counts.client_gone, 1);
-			strata_scheduler_cancel(j->srv->o.scheduler, j->id);
+			strata__http_job_cancel(j);
 		}
 	}
 	pthread_mutex_unlock(&j->mu);
@@ -597,7 +610,7 @@ static void wait_job(strata__http_job *j)
 static strata__http_job *start(struct strata_server *srv, bool chat,
 			       gen_params *g, int fd, strata__http_reply *r)
 {
-	uint32_t context = strata_scheduler_context(srv->o.scheduler);
+	uint32_t context = strata_router_context(srv->router);
 	if (g->n_ids >= context) {
 		bad(r, chat ? "messages" : "prompt",
 		    "the prompt has %zu tokens; the context holds %u, and at "
@@ -626,13 +639,25 @@ static strata__http_job *start(struct strata_server *srv, bool chat,
 		.has_stop_token = g->stop_token >= 0,
 		.stop_token = g->stop_token, .on_event = on_event, .user = j,
 	};
+	/* the routing key: prompt_cache_key, else the prompt's start */
+	const void *key = g->key;
+	size_t key_bytes = g->key_len;
+	if (!key) {
+		key = g->ids;
+		key_bytes = (g->n_ids < STRATA__HTTP_ROUTE_TOKENS
+				     ? g->n_ids
+				     : STRATA__HTTP_ROUTE_TOKENS) *
+			    sizeof *g->ids;
+	}
 	strata_error err;
-	strata_status st = strata_scheduler_submit(srv->o.scheduler, &q,
-						   &j->id, &err);
+	strata_status st = strata_router_submit(srv->router, key, key_bytes,
+						&q, &j->replica, &j->id, &err);
 	if (st == STRATA_OK)
 		return j;
 	j->refs = 1;
 	strata__http_job_unref(j);
+	if (st == STRATA_E_BUSY)
+		atomic_fetch_add(&srv->counts.refused, 1);
 	if (st == STRATA_E_BUSY)
 		strata__http_error(r, 503, "server_error",
 				   atomic_load(&srv->draining) ? "shutting_down"

@@ -28,6 +28,7 @@ typedef struct strata__http_job {
 	int refs;
 	struct strata_server *srv;
 	uint64_t id;	      /* the scheduler's */
+	uint32_t replica;     /* whose scheduler runs it */
 	bool chat, stream, include_usage;
 	int fd;		      /* the client's socket, for hangups */
 	char name[48];	      /* "chatcmpl-N" / "cmpl-N" */
@@ -52,10 +53,20 @@ typedef struct strata__http_counts {
 	atomic_uint_fast64_t other_4xx, server_errors;
 	atomic_uint_fast64_t completions, chat_completions, streams;
 	atomic_uint_fast64_t client_gone;
+	atomic_uint_fast64_t refused; /* 503: every replica's queue full,
+					 or shutting down */
 } strata__http_counts;
+
+/* Requests are routed by their first this many prompt tokens unless they
+ * give OpenAI's prompt_cache_key: a conversation's start (the template's
+ * header, the system prompt, the first message) stays the same as it
+ * grows, so its turns meet their prefix on one replica. */
+#define STRATA__HTTP_ROUTE_TOKENS 32u
 
 struct strata_server {
 	strata_server_options o;
+	strata_router *router; /* o.router, or own_router */
+	strata_router *own_router; /* one replica: o.scheduler */
 	char *api_key, *model_name;
 	struct MHD_Daemon *daemon;
 	uint16_t port;
@@ -89,6 +100,10 @@ typedef struct strata__http_params {
 	const char *stops[STRATA__HTTP_MAX_STOPS];
 	size_t stop_lens[STRATA__HTTP_MAX_STOPS];
 	size_t n_stops;
+	/* prompt_cache_key: the routing key (in the body's JSON, *req);
+	 * NULL: none */
+	const char *key;
+	size_t key_len;
 } strata__http_params;
 
 /* Parses a /v1/completions (chat false) or /v1/chat/completions body of
@@ -112,11 +127,19 @@ void strata__http_generate(struct strata_server *srv, bool chat,
 			   const char *body, size_t body_len, int fd,
 			   strata__http_reply *r, strata__http_job **job);
 
+/* Cancels the job's request on its replica. */
+void strata__http_job_cancel(strata__http_job *j);
+
 /* Drops one reference; the last frees the job. */
 void strata__http_job_unref(strata__http_job *j);
 
 /* True when the client on fd has closed its side or the socket failed. */
 bool strata__http_client_gone(int fd);
+
+/* /metrics' body (http_metrics.c): *buf from open_memstream (free()).
+ * False when out of memory. */
+bool strata__http_metrics_text(struct strata_server *srv, char **buf,
+			       size_t *len);
 
 /* The chat page (src/serve/chat.html, embedded at build time). */
 extern const char strata__chat_page[];

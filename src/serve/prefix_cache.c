@@ -337,6 +337,74 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 	return STRATA_OK;
 }
 
+/* The entry holding the longest token-exact prefix of prompt[0..n) and
+ * that prefix's length (NULL, 0: none), as apply finds it. */
+static entry *best_match(const strata_prefix_cache *c, const int32_t *prompt,
+			 uint32_t n, uint32_t *m_out)
+{
+	entry *best = NULL;
+	uint32_t best_m = 0;
+	for (entry *e = c->head; e; e = e->next) {
+		uint32_t m = common_prefix(e->tokens, e->n, prompt, n);
+		if (m > best_m) {
+			best = e;
+			best_m = m;
+		}
+	}
+	*m_out = best_m;
+	return best;
+}
+
+/* Frees every entry holding a strict prefix of prompt[0..n) when one
+ * entry holds it all (a longer entry replaced them: any later match on
+ * them matches it at least as far). Not counted as evictions. */
+static void drop_prefixes_of(strata_prefix_cache *c, const int32_t *prompt,
+			     uint32_t n)
+{
+	uint32_t m = 0;
+	if (!best_match(c, prompt, n, &m) || m != n)
+		return;
+	for (entry **p = &c->head; *p;) {
+		entry *e = *p;
+		if (e->n >= n || common_prefix(e->tokens, e->n, prompt, n) !=
+					 e->n) {
+			p = &e->next;
+			continue;
+		}
+		*p = e->next;
+		c->stats.bytes -= e->bytes;
+		c->stats.entries--;
+		c->stats.replaced++;
+		entry_free(c, e);
+	}
+}
+
+strata_status strata_prefix_cache_save_extending(strata_prefix_cache *c,
+						 const strata_forward *f,
+						 const int32_t *prompt,
+						 uint32_t n_prompt,
+						 strata_error *err)
+{
+	uint32_t m = 0;
+	entry *e = n_prompt >= 2 ? best_match(c, prompt, n_prompt - 1, &m)
+				 : NULL;
+	c->last_hit = NULL;
+	if (e && m == e->n && n_prompt > e->n) {
+		/* The whole entry is this prompt's start (a conversation
+		 * resent with a new turn): the longer prompt replaces it, so
+		 * the next turn reuses all of this one. */
+		strata_status st = strata_prefix_cache_save(c, f, prompt,
+							    n_prompt, false,
+							    err);
+		if (st == STRATA_OK)
+			drop_prefixes_of(c, prompt, n_prompt);
+		return st;
+	}
+	c->last_hit = e;
+	c->last_reused = m;
+	return strata_prefix_cache_save(c, f, prompt, n_prompt, false, err);
+}
+
 void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
 				   strata_prefix_cache_stats *out)
 {

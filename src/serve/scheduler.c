@@ -39,7 +39,9 @@ typedef struct sreq {
 /* One sequence of the forward pass. Free when r is NULL. */
 typedef struct slot {
 	sreq *r;
-	uint32_t fed;	     /* prompt tokens computed */
+	uint32_t fed;	     /* prompt tokens computed (or restored) */
+	uint32_t reused;     /* of them, restored from the prefix cache */
+	bool fresh;	     /* admitted; the prefix cache not yet asked */
 	uint32_t generated;  /* tokens drawn and kept (EOS not) */
 	int32_t next;	     /* the decode token of the next step */
 	bool done;
@@ -57,6 +59,7 @@ struct strata_scheduler {
 	strata_status open_status;
 	strata_error open_err;
 	strata_session *session;
+	strata_prefix_cache *cache; /* NULL: none; the worker's alone */
 	uint32_t context, vocab, nslots, chunk;
 	int32_t eos;
 	slot *slots;		/* (nslots) */
@@ -160,6 +163,7 @@ static void admit_locked(strata_scheduler *s)
 		s->st.queue_ns_sum += r->t_start - r->t_submit;
 		memset(&s->slots[i], 0, sizeof s->slots[i]);
 		s->slots[i].r = r;
+		s->slots[i].fresh = true;
 		strata_kv_cache_reset(kv, i);
 	}
 }
@@ -249,6 +253,67 @@ static void fail_slot(slot *sl, const strata_error *e)
 	sl->err = *e;
 }
 
+/* The cache's figures into the statistics others read (the cache itself
+ * is the worker's alone). */
+static void publish_prefix(strata_scheduler *s)
+{
+	strata_prefix_cache_stats ps;
+	strata_prefix_cache_get_stats(s->cache, &ps);
+	pthread_mutex_lock(&s->mu);
+	s->st.prefix = ps;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Each slot admitted since the last round starts from the longest cached
+ * prefix of its prompt (all but its last token, computed for its
+ * logits): those positions are restored, not computed. A failed restore
+ * fails the request. */
+static void apply_prefixes(strata_scheduler *s)
+{
+	strata_forward *f = strata_session_forward(s->session);
+	bool asked = false;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		slot *sl = &s->slots[i];
+		if (!sl->r || !sl->fresh)
+			continue;
+		sl->fresh = false;
+		if (!s->cache || sl->done)
+			continue;
+		strata_error e;
+		uint32_t reused = 0;
+		strata_status st = strata_forward_select(f, i, &e);
+		if (st == STRATA_OK)
+			st = strata_prefix_cache_apply(s->cache, f, sl->r->hist,
+						       sl->r->n_prompt,
+						       &reused, &e);
+		asked = true;
+		if (st) {
+			fail_slot(sl, &e);
+			continue;
+		}
+		sl->fed = sl->reused = reused;
+	}
+	if (asked)
+		publish_prefix(s);
+}
+
+/* The slot's prompt is all computed: it is saved to the prefix cache
+ * (a failed save costs a later request its reuse, never this request
+ * its answer), then its first token is drawn. */
+static void prompt_done(strata_scheduler *s, uint32_t i, float *logits)
+{
+	slot *sl = &s->slots[i];
+	if (s->cache) {
+		strata_forward *f = strata_session_forward(s->session);
+		strata_error e;
+		if (strata_forward_select(f, i, &e) == STRATA_OK)
+			(void)strata_prefix_cache_save_extending(
+				s->cache, f, sl->r->hist, sl->r->n_prompt, &e);
+		publish_prefix(s);
+	}
+	advance(s, i, logits);
+}
+
 static void count_pass(strata_scheduler *s, uint32_t rows)
 {
 	pthread_mutex_lock(&s->mu);
@@ -287,7 +352,7 @@ static uint32_t read_chunks(strata_scheduler *s, uint32_t n)
 		}
 		sl->fed += take;
 		if (sl->fed == sl->r->n_prompt)
-			advance(s, i, s->logits);
+			prompt_done(s, i, s->logits);
 	}
 	return kept;
 }
@@ -312,11 +377,14 @@ static void run_step(strata_scheduler *s, uint32_t n)
 			fail_slot(sl, &e);
 			continue;
 		}
-		if (sl->fed < sl->r->n_prompt)
+		bool prompt = sl->fed < sl->r->n_prompt;
+		if (prompt)
 			sl->fed++;
-		if (sl->fed == sl->r->n_prompt)
-			advance(s, s->ids[k],
-				s->logits + (uint64_t)k * s->vocab);
+		float *row = s->logits + (uint64_t)k * s->vocab;
+		if (prompt && sl->fed == sl->r->n_prompt)
+			prompt_done(s, s->ids[k], row);
+		else if (sl->fed == sl->r->n_prompt)
+			advance(s, s->ids[k], row);
 	}
 }
 
@@ -334,6 +402,7 @@ static void end_done_slots(strata_scheduler *s)
 		pthread_mutex_lock(&s->mu);
 		count_end_locked(s, sl->finish);
 		s->st.prompt_tokens += r->n_prompt;
+		s->st.prompt_computed += sl->fed - sl->reused;
 		s->st.generated_tokens += sl->generated;
 		sl->r = NULL;
 		sl->done = false;
@@ -368,6 +437,21 @@ static strata_status open_worker(strata_scheduler *s, strata_error *err)
 	s->eos = s->o.eos >= 0 ? s->o.eos
 			       : strata_session_hparams(s->session)->eos;
 	s->chunk = s->o.session.prefill ? s->o.session.prefill : 512;
+	if (s->o.prefix_cache_bytes) {
+		uint64_t budget =
+			s->o.prefix_cache_bytes ==
+					STRATA_BATCH_PREFIX_CACHE_FROM_PLAN
+				? strata_plan_host_spare_bytes(
+					  strata_session_plan(s->session))
+				: s->o.prefix_cache_bytes;
+		st = strata_prefix_cache_create(strata_session_backend(
+							s->session),
+						budget, &s->cache, err);
+		if (st)
+			return st;
+		strata_prefix_cache_get_stats(s->cache, &s->st.prefix);
+		s->st.prefix_cache = true;
+	}
 	void *logits = NULL;
 	st = strata_backend_host_alloc(strata_session_backend(s->session),
 				       (uint64_t)s->nslots * s->vocab *
@@ -409,9 +493,12 @@ static void *worker(void *arg)
 		sreq *ended = NULL;
 		take_cancelled_locked(s, &ended);
 		admit_locked(s);
-		uint32_t n = build_rows_locked(s);
 		s->st.running = taken_locked(s);
 		s->st.waiting = s->qcount;
+		pthread_mutex_unlock(&s->mu);
+		apply_prefixes(s);
+		pthread_mutex_lock(&s->mu);
+		uint32_t n = build_rows_locked(s);
 		pthread_mutex_unlock(&s->mu);
 		while (ended) {
 			sreq *next = ended->next;
@@ -443,6 +530,7 @@ static void release(strata_scheduler *s)
 	strata_free(s->slots);
 	strata_free(s->ids);
 	strata_free(s->toks);
+	strata_prefix_cache_destroy(s->cache); /* before its backend goes */
 	strata_session_close(s->session);
 	pthread_cond_destroy(&s->work_cv);
 	pthread_cond_destroy(&s->done_cv);

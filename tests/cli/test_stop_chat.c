@@ -98,6 +98,14 @@ static size_t tokens_of(json_t *all, size_t i)
 	return json_array_size(json_object_get(json_array_get(all, i), "tokens"));
 }
 
+/* The tokens the runner generated for line i (past the cut included). */
+static json_int_t generated_of(json_t *all, size_t i)
+{
+	json_t *g = json_object_get(json_array_get(all, i), "generated_tokens");
+	assert_true(json_is_integer(g));
+	return json_integer_value(g);
+}
+
 /* The seed printed on stderr ("seed N"). */
 static unsigned long long seed_printed(const char *err)
 {
@@ -149,8 +157,8 @@ static void test_run_stop_ends_text_before_a_split_stop(void **state)
 }
 
 /* batch "stop" (a string, an array) and --stop as the default: the text
- * as run --stop prints it, tokens cut after the one ending the match,
- * finish_reason "stop"; "stop": [] overrides --stop; without a match
+ * as run --stop prints it, generation ended at the token ending the
+ * match (generated_tokens, fewer than max_tokens), finish_reason "stop"; "stop": [] overrides --stop; without a match
  * finish_reason is "length". */
 static void test_batch_stop_fields_match_run(void **state)
 {
@@ -171,14 +179,21 @@ static void test_batch_stop_fields_match_run(void **state)
 	char *full = run_text(plain, NULL);
 	assert_string_equal(text_of(all, 0), ", there was a ");
 	assert_int_equal(tokens_of(all, 0), 8);
+	/* generation ended at the step the stop completed: 8 of 30 */
+	assert_int_equal(generated_of(all, 0), 8);
 	assert_string_equal(finish_of(all, 0), "stop");
 	size_t lily = (size_t)(strstr(full, "Lily") - full);
 	assert_int_equal(strlen(text_of(all, 1)), lily);
 	assert_memory_equal(text_of(all, 1), full, lily);
 	size_t park = (size_t)(strstr(full, "park") - full);
 	assert_int_equal(strlen(text_of(all, 2)), park);
+	assert_int_equal(generated_of(all, 1), tokens_of(all, 1));
+	assert_true(generated_of(all, 1) < 30);
+	assert_int_equal(generated_of(all, 2), tokens_of(all, 2));
+	assert_true(generated_of(all, 2) < 30);
 	assert_string_equal(text_of(all, 3), full);
 	assert_int_equal(tokens_of(all, 3), 30);
+	assert_int_equal(generated_of(all, 3), 30);
 	assert_string_equal(finish_of(all, 3), "length");
 	json_decref(all);
 	free(full);

@@ -58,6 +58,8 @@ const cases = [
   ["empty stop", "POST", C, { ...ok, stop: [""] }, 400, "stop"],
   ["stop with NUL (JSON refuses \\u0000)", "POST", C, { ...ok, stop: ["a\u0000b"] }, 400],
   ["model a number", "POST", C, { ...ok, model: 7 }, 400, "model"],
+  ["prompt_cache_key a number", "POST", C, { ...ok, prompt_cache_key: 7 }, 400, "prompt_cache_key"],
+  ["prompt_cache_key an object", "POST", C, { ...ok, prompt_cache_key: { a: 1 } }, 400, "prompt_cache_key"],
   ["messages missing", "POST", CH, { max_tokens: 2 }, 400, "messages"],
   ["messages empty", "POST", CH, { messages: [] }, 400, "messages"],
   ["messages an object", "POST", CH, { messages: { role: "user" } }, 400, "messages"],

@@ -78,6 +78,9 @@ const st = await client.completions.create({ model: "m", prompt, max_tokens: 40,
   temperature: 0, stop: [" girl", "zzz"] });
 equal(st.choices[0].text, want.slice(0, cut), "text cut at the stop string");
 equal(st.choices[0].finish_reason, "stop", "finish_reason stop");
+// generation ended at the token completing the stop (", there was a" is
+// 4 tokens, "▁little" "▁g" "ir" "l" 4 more), not at max_tokens
+equal(st.usage.completion_tokens, 8, "stopped at the step the stop completed");
 let stStreamed = "";
 for await (const ch of await client.completions.create({ model: "m", prompt,
   max_tokens: 40, temperature: 0, stop: " girl", stream: true }))
