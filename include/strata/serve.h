@@ -63,7 +63,8 @@ typedef struct strata_batch_options {
 	/* The session every replica opens (positions and prefill are the
 	 * largest any request needs; plan.device names the kind;
 	 * plan.shape.batch is --batch B, the requests each replica runs
-	 * together, one forward-pass sequence each; 0 is 1). The
+	 * together, one forward-pass sequence each; 0 is 1; with
+	 * session.batch_auto_max the plan picks it, --batch auto). The
 	 * replicas share one host: unless session.plan.host_shared_by is
 	 * set, each replica's plan gets 1/replicas of the host budget. */
 	strata_session_options session;
