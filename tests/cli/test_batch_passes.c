@@ -40,7 +40,7 @@ static void make_input(char *buf, size_t cap, size_t n,
 {
 	buf[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
-		char id[16];
+		char id[24];
 		snprintf(id, sizeof id, "q%zu", i);
 		json_t *o = json_pack("{s:s, s:s, s:i, s:f}", "id", id,
 				      "prompt", prompts[i % PROMPTS],
