@@ -7,6 +7,8 @@
  *   bench_quant [--threads N] [--decode D] [--quick] MODEL...
  *   bench_quant [--threads N] [--decode D] --synthetic [DIR] [--hidden H]
  *               [--layers L]
+ *   bench_quant [--threads N] [--quick] --kernels [--in K] [--out M]
+ *               [--prefetch C]
  *
  * Every model runs `strata run`'s way (a session, resident on the CPU),
  * the weights kept as stored (issue 18), so a Q8_0 token reads ~1.06 bytes
@@ -20,7 +22,11 @@
  * BF16, Q8_0 and Q4_K into DIR (a temporary folder by default, removed
  * after) and benches those three: large enough to leave the caches, so the
  * bytes a token reads decide its time. Prints a table, then one
- * "json {...}" line per model.
+ * "json {...}" line per model. --kernels benches the products alone
+ * (quant_kernels.c): each stored type's decode rate at 1 and 4 rows against
+ * the memory read rate, and its prefill rate against the f32 product;
+ * matrices of M x K (default 4096 x 4096); --prefetch C sets how many
+ * decoded chunks ahead the decode path prefetches each row (0: none).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -32,6 +38,11 @@
 #include "strata/backend.h"
 #include "strata/infer.h"
 #include "support/ckpt_writer.h"
+
+#include "quant_kernels.h"
+
+/* The stored products' prefetch distance (backend/cpu/kernels_quant.c). */
+void strata__quant_prefetch(uint32_t chunks);
 
 #define MAX_MODELS 8
 #define QUANT STRATA_SOURCE_DIR "/tests/data/quant/"
@@ -313,13 +324,23 @@ int main(int argc, char **argv)
 	const char *models[MAX_MODELS];
 	size_t n = 0;
 	uint32_t threads = 0, decode = 32;
-	bool quick = false, synthetic = false;
+	bool quick = false, synthetic = false, kernels = false;
+	uint32_t k_in = 4096, k_out = 4096;
 	const char *dir = NULL;
 	shape sh = {.hidden = 1024, .layers = 8, .vocab = 32000};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--quick"))
 			quick = true;
+		else if (!strcmp(a, "--kernels"))
+			kernels = true;
+		else if (!strcmp(a, "--in") && v && atoi(v) >= 256 &&
+			 atoi(v) % 256 == 0)
+			k_in = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--out") && v && atoi(v) > 0)
+			k_out = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--prefetch") && v && atoi(v) >= 0)
+			strata__quant_prefetch((uint32_t)atoi(argv[++i]));
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
 			threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--decode") && v && atoi(v) > 0)
@@ -341,7 +362,9 @@ int main(int argc, char **argv)
 				"[--quick] MODEL...\n"
 				"       bench_quant [--threads N] [--decode D] "
 				"--synthetic [DIR] [--hidden H] [--layers L]\n"
-				"  (H a multiple of 256)\n");
+				"       bench_quant [--threads N] [--quick] "
+				"--kernels [--in K] [--out M] [--prefetch C]\n"
+				"  (H and K multiples of 256)\n");
 			return 2;
 		}
 	}
@@ -378,6 +401,8 @@ int main(int argc, char **argv)
 				   : (uint32_t)(online > 0 ? online : 1);
 	double mem = memory_read_rate(readers, quick ? (size_t)64 << 20
 						     : (size_t)1 << 30);
+	if (kernels)
+		return strata_bench_kernels(threads, quick, mem, k_in, k_out);
 	row r[MAX_MODELS];
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)

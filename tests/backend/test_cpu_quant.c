@@ -1,9 +1,11 @@
 /* test_cpu_quant.c - the CPU product on weights in their stored type
  * (strata_kernel_matmul on a strata_weight of each type) on random blocks:
  * equal, bit for bit, to the f32 product on the exact decoding
- * (strata_block_decode), for one and several rows, with a bias, rows wider
- * than one decoded chunk and widths that are not a multiple of 8; the AVX2
- * decoders give the exact decoders' bits; refusals. */
+ * (strata_block_decode), for one and several rows (the decode path up to 8
+ * rows, the prefill panels beyond), with a bias, rows wider than one
+ * decoded chunk and widths that are not a multiple of 8, on every path the
+ * processor has (AVX-512, AVX2, generic); the AVX2 and AVX-512 decoders
+ * give the exact decoders' bits; refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,8 +22,12 @@
 #if defined(__x86_64__)
 void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
 			       float *dst, uint32_t elements);
+void strata__quant_decode_avx512(strata_block_type t, const unsigned char *src,
+				 float *dst, uint32_t elements);
 bool strata__quant_avx2_usable(void);
+bool strata__quant_avx512_usable(void);
 #endif
+void strata__cpu_isa_limit(int level);
 
 static uint32_t rng = 12345;
 static float frand(void)
@@ -131,10 +137,37 @@ static void every_type_equals_the_f32_product_of_its_decoding(void **state)
 {
 	(void)state;
 	strata_compute *c = cpu(3);
-	for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
-		compare(c, (strata_block_type)t, 512, 37, 1, false);
-		compare(c, (strata_block_type)t, 512, 37, 4, true);
+	for (int isa = 2; isa >= 0; isa--) {
+		strata__cpu_isa_limit(isa);
+		for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+			compare(c, (strata_block_type)t, 512, 37, 1, false);
+			compare(c, (strata_block_type)t, 512, 37, 4, true);
+			compare(c, (strata_block_type)t, 768, 41, 8, true);
+		}
 	}
+	strata__cpu_isa_limit(2);
+	strata_compute_destroy(c);
+}
+
+/* More rows than the decode path takes: panels of decoded rows times the
+ * f32 micro-tile, every remainder (rows of x past a multiple of 3, weight
+ * rows past a multiple of 4, a last panel shorter than the others). */
+static void prefill_panels_equal_the_f32_product(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(3);
+	const uint32_t ns[] = {9, 10, 11, 33};
+	for (int isa = 2; isa >= 0; isa--) {
+		strata__cpu_isa_limit(isa);
+		for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++)
+			for (size_t i = 0; i < 4; i++)
+				compare(c, (strata_block_type)t, 256, 43,
+					ns[i], i % 2);
+		/* a panel of 4 rows (wide rows), several panels a task */
+		compare(c, STRATA_BLOCK_Q4_K, 16384 + 256, 9, 10, true);
+		compare(c, STRATA_BLOCK_BF16, 4096 + 3, 70, 12, false);
+	}
+	strata__cpu_isa_limit(2);
 	strata_compute_destroy(c);
 }
 
@@ -152,25 +185,58 @@ static void rows_wider_than_a_chunk_and_odd_widths(void **state)
 	strata_compute_destroy(c);
 }
 
+#if defined(__x86_64__)
+/* decode's bits against base's, every type, many random blocks (NaN and
+ * infinite factors included: 1 in 16 blocks gets an all-ones exponent) */
+static void decoders_give_the_exact_bits(
+	void (*decode)(strata_block_type, const unsigned char *, float *,
+		       uint32_t),
+	const char *name)
+{
+	enum { N = 4096 };
+	static unsigned char raw[N * 4];
+	static float a[N + 3], b[N + 3];
+	for (int round = 0; round < 8; round++)
+		for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+			strata_block_type bt = (strata_block_type)t;
+			uint32_t n = strata_block_elements(bt) == 1 ? N + 3 : N;
+			random_blocks(bt, raw, sizeof raw);
+			if (round % 2)
+				for (size_t i = 1; i < sizeof raw; i += 97)
+					raw[i] |= 0x7c;
+			(void)strata_block_decode(bt, raw, a, n);
+			decode(bt, raw, b, n);
+			for (uint32_t i = 0; i < n; i++)
+				if (memcmp(&a[i], &b[i], sizeof *a) &&
+				    !(a[i] != a[i] && b[i] != b[i]))
+					fail_msg("%s: the %s decoding of "
+						 "element %u differs: %.9g, "
+						 "base %.9g",
+						 strata_block_name(bt), name, i,
+						 (double)b[i], (double)a[i]);
+		}
+}
+#endif
+
 static void avx2_decoders_give_the_exact_bits(void **state)
 {
 	(void)state;
 #if defined(__x86_64__)
 	if (!strata__quant_avx2_usable())
 		skip();
-	enum { N = 1024 };
-	static unsigned char raw[N * 4];
-	static float a[N + 3], b[N + 3];
-	for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
-		strata_block_type bt = (strata_block_type)t;
-		uint32_t n = strata_block_elements(bt) == 1 ? N + 3 : N;
-		random_blocks(bt, raw, sizeof raw);
-		(void)strata_block_decode(bt, raw, a, n);
-		strata__quant_decode_avx2(bt, raw, b, n);
-		if (memcmp(a, b, n * sizeof *a))
-			fail_msg("%s: the AVX2 decoding differs",
-				 strata_block_name(bt));
-	}
+	decoders_give_the_exact_bits(strata__quant_decode_avx2, "AVX2");
+#else
+	skip();
+#endif
+}
+
+static void avx512_decoders_give_the_exact_bits(void **state)
+{
+	(void)state;
+#if defined(__x86_64__)
+	if (!strata__quant_avx512_usable())
+		skip();
+	decoders_give_the_exact_bits(strata__quant_decode_avx512, "AVX-512");
 #else
 	skip();
 #endif
@@ -222,7 +288,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_equals_the_f32_product_of_its_decoding),
 		cmocka_unit_test(rows_wider_than_a_chunk_and_odd_widths),
+		cmocka_unit_test(prefill_panels_equal_the_f32_product),
 		cmocka_unit_test(avx2_decoders_give_the_exact_bits),
+		cmocka_unit_test(avx512_decoders_give_the_exact_bits),
 		cmocka_unit_test(bad_widths_and_types_are_refused),
 		cmocka_unit_test(stored_embedding_rows_are_decoded_exactly),
 	};

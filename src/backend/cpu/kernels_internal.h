@@ -20,6 +20,36 @@ uint32_t strata__pool_threads(const strata__pool *p);
 /* Runs fn(arg, 0 .. n_tasks-1) spread over the pool; not reentrant. */
 void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 		      uint32_t n_tasks);
+/* Makes every thread's scratch at least `bytes` (64-byte aligned), kept
+ * until the pool is destroyed or a larger reserve: called outside a job,
+ * so a product allocates only when a larger shape first comes. Fails with
+ * E_NOMEM (the old scratch kept). */
+strata_status strata__pool_reserve(strata__pool *p, uint64_t bytes,
+				   strata_error *err);
+/* Inside a task: the scratch of the thread running it (reserved bytes). */
+void *strata__pool_scratch(strata__pool *p);
+
+#if defined(__x86_64__)
+/* The vector decoders of stored weights (quant_avx2.c, quant_avx512.c):
+ * `elements` (whole blocks) from src into dst, the bits of base's
+ * strata_block_decode; the types a set lacks go to the narrower one, then
+ * to base. Usable only where the matching _usable says so. */
+void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
+			       float *dst, uint32_t elements);
+void strata__quant_decode_avx512(strata_block_type t, const unsigned char *src,
+				 float *dst, uint32_t elements);
+bool strata__quant_avx2_usable(void);
+bool strata__quant_avx512_usable(void);
+#endif
+
+/* Test hook: the widest path the matrix products take (2 AVX-512, the
+ * default; 1 AVX2; 0 generic), within what the processor has; the f32
+ * product has no AVX-512 path and takes AVX2 at 2. */
+void strata__cpu_isa_limit(int level);
+int strata__cpu_isa_max(void);
+/* Tuning hook: how many chunks ahead of its decoding the stored decode
+ * product prefetches each weight row (0 leaves it to the hardware). */
+void strata__quant_prefetch(uint32_t chunks);
 
 /* The slots of strata_cpu_kernel_ops; ctx is a strata__pool. */
 strata_status strata__cpu_matmul(void *ctx, float *y, const float *x,

@@ -13,11 +13,8 @@
 #include "backend/cpu/dot8.h"
 #include "backend/cpu/kernels_internal.h"
 
-/* A micro-tile: 4 rows of w by 3 rows of x. 12 accumulators, 3 x vectors
- * and 1 w vector fill the 16 AVX registers; 7 loads feed 12 FMAs, so the
- * FMA units, not the loads, set the pace (4x2 ran 1.4-2.8x slower). */
-#define TILE_W 4
-#define TILE_X 3
+#define TILE_W DOT8_TILE_W
+#define TILE_X DOT8_TILE_X
 
 typedef struct mm_job {
 	float *y;
@@ -28,41 +25,13 @@ typedef struct mm_job {
 
 /* ------------------------------------------------------------------------ */
 
-/* y[c][r] for R rows of w starting at o and C rows of x starting at t; R and
- * C are constants after inlining, so acc lives in registers. */
+/* y[c][r] for R rows of w starting at o and C rows of x starting at t. */
 static inline __attribute__((always_inline)) void
 tile(const mm_job *j, uint32_t o, uint32_t t, int R, int C, int fused)
 {
-	const uint32_t in = j->in, in8 = in & ~7u;
-	const float *wr[TILE_W], *xr[TILE_X];
-	v8 acc[TILE_W][TILE_X];
-	for (int r = 0; r < R; r++)
-		wr[r] = j->w + (uint64_t)(o + r) * in;
-	for (int c = 0; c < C; c++)
-		xr[c] = j->x + (uint64_t)(t + c) * in;
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++)
-			acc[r][c] = (v8){0};
-	for (uint32_t k = 0; k < in8; k += 8) {
-		v8 xv[TILE_X];
-		for (int c = 0; c < C; c++)
-			xv[c] = *(const v8 *)(xr[c] + k);
-		for (int r = 0; r < R; r++) {
-			v8 wv = *(const v8 *)(wr[r] + k);
-			for (int c = 0; c < C; c++)
-				dot8_madd8(&acc[r][c], &wv, &xv[c],
-					   fused);
-		}
-	}
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++) {
-			float s = dot8_reduce(&acc[r][c]);
-			for (uint32_t k = in8; k < in; k++)
-				s = dot8_madd1(s, wr[r][k], xr[c][k], fused);
-			if (j->bias)
-				s += j->bias[o + r];
-			j->y[(uint64_t)(t + c) * j->out + o + r] = s;
-		}
+	dot8_tile(j->y + (uint64_t)t * j->out + o, j->out,
+		  j->x + (uint64_t)t * j->in, j->w + (uint64_t)o * j->in,
+		  j->bias ? j->bias + o : NULL, j->in, R, C, fused);
 }
 
 static inline __attribute__((always_inline)) void
@@ -100,11 +69,26 @@ task_avx2(void *arg, uint32_t task)
 }
 #endif
 
+/* The widest path the tests let the products take (both products, so
+ * they stay comparable). */
+static _Atomic int isa_limit = 2;
+
+void strata__cpu_isa_limit(int level)
+{
+	isa_limit = level;
+}
+
+int strata__cpu_isa_max(void)
+{
+	return isa_limit;
+}
+
 static strata__pool_fn pick_task(void)
 {
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	if (strata__cpu_isa_max() >= 1 && __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma"))
 		return task_avx2;
 #endif
 	return task_generic;

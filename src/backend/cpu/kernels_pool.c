@@ -24,8 +24,14 @@ typedef struct sub_job {
 	uint32_t base;
 } sub_job;
 
+typedef struct worker_arg {
+	struct strata__pool *p;
+	uint32_t slot;
+} worker_arg;
+
 struct strata__pool {
 	pthread_t *threads;	/* n_workers */
+	worker_arg *args;	/* n_workers */
 	uint32_t n_workers;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;	/* a new generation was published */
@@ -42,7 +48,14 @@ struct strata__pool {
 	 * its last task is done. */
 	strata__pool_fn fn;
 	void *arg;
+	/* threads slots of scratch_bytes each: slot 0 the caller's, slot
+	 * i + 1 worker i's */
+	unsigned char *scratch;
+	uint64_t scratch_bytes;
 };
+
+/* The slot of the thread running a task (strata__pool_scratch). */
+static _Thread_local uint32_t current_slot;
 
 /* ------------------------------------------------------------------------ */
 
@@ -53,9 +66,11 @@ static inline void relax(void)
 #endif
 }
 
-/* Runs tasks of job `gen` until none is left or a later job replaced it. */
-static void drain(strata__pool *p, uint_fast64_t gen)
+/* Runs tasks of job `gen` until none is left or a later job replaced it;
+ * slot: the running thread's scratch slot. */
+static void drain(strata__pool *p, uint_fast64_t gen, uint32_t slot)
 {
+	current_slot = slot;
 	for (;;) {
 		uint_fast64_t c = atomic_load_explicit(&p->claim,
 						       memory_order_acquire);
@@ -107,13 +122,14 @@ static uint_fast64_t wait_generation(strata__pool *p, uint_fast64_t seen)
 
 static void *worker(void *arg)
 {
-	strata__pool *p = arg;
+	strata__pool *p = ((worker_arg *)arg)->p;
+	uint32_t slot = ((worker_arg *)arg)->slot;
 	uint_fast64_t seen = 0;
 	for (;;) {
 		seen = wait_generation(p, seen);
 		if (atomic_load(&p->stop))
 			return NULL;
-		drain(p, seen);
+		drain(p, seen, slot);
 	}
 }
 
@@ -152,7 +168,13 @@ strata_status strata__pool_create(uint32_t threads, strata__pool **out,
 	p->threads = strata_calloc_or_error(p->n_workers ? p->n_workers : 1,
 					    sizeof *p->threads,
 					    "thread pool workers", err);
-	if (!p->threads) {
+	p->args = p->threads ? strata_calloc_or_error(
+					       p->n_workers ? p->n_workers : 1,
+					       sizeof *p->args,
+					       "thread pool workers", err)
+			     : NULL;
+	if (!p->args) {
+		strata_free(p->threads);
 		strata_free(p);
 		return STRATA_E_NOMEM;
 	}
@@ -164,7 +186,9 @@ strata_status strata__pool_create(uint32_t threads, strata__pool **out,
 	atomic_init(&p->done_tasks, 0);
 	atomic_init(&p->stop, false);
 	for (uint32_t i = 0; i < p->n_workers; i++) {
-		int rc = pthread_create(&p->threads[i], NULL, worker, p);
+		p->args[i] = (worker_arg){p, i + 1};
+		int rc = pthread_create(&p->threads[i], NULL, worker,
+					&p->args[i]);
 		if (rc != 0) {
 			stop_workers(p, i);
 			p->n_workers = 0;
@@ -190,6 +214,8 @@ void strata__pool_destroy(strata__pool *p)
 	pthread_cond_destroy(&p->done);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->mu);
+	strata_free(p->scratch);
+	strata_free(p->args);
 	strata_free(p->threads);
 	strata_free(p);
 }
@@ -203,6 +229,7 @@ void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 		      uint32_t n_tasks)
 {
 	if (p->n_workers == 0 || n_tasks <= 1) {
+		current_slot = 0;
 		for (uint32_t t = 0; t < n_tasks; t++)
 			fn(arg, t);
 		return;
@@ -226,7 +253,7 @@ void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 				      ((uint_fast64_t)n_tasks << TASK_BITS),
 			      memory_order_release);
 	publish(p);
-	drain(p, gen);
+	drain(p, gen, 0);
 	/* Wait for tasks, not for workers: one that slept through the job
 	 * is not waited for. */
 	for (int spin = 0; spin < POOL_SPIN; spin++) {
@@ -240,4 +267,36 @@ void strata__pool_run(strata__pool *p, strata__pool_fn fn, void *arg,
 	       n_tasks)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
+}
+
+strata_status strata__pool_reserve(strata__pool *p, uint64_t bytes,
+				   strata_error *err)
+{
+	if (bytes <= p->scratch_bytes)
+		return STRATA_OK;
+	bytes = (bytes + 63) / 64 * 64;
+	uint64_t threads = strata__pool_threads(p);
+	if (bytes > UINT64_MAX / threads)
+		return strata_fail(err, STRATA_E_NOMEM,
+				   "use smaller matrices or fewer threads",
+				   "compute scratch: %u threads of %llu bytes "
+				   "overflow",
+				   (unsigned)threads, (unsigned long long)bytes);
+	void *s = strata_alloc_aligned(64, bytes * threads);
+	if (!s)
+		return strata_fail(err, STRATA_E_NOMEM,
+				   "free memory or use fewer threads",
+				   "cannot allocate %llu bytes of compute "
+				   "scratch (%u threads)",
+				   (unsigned long long)(bytes * threads),
+				   (unsigned)threads);
+	strata_free(p->scratch);
+	p->scratch = s;
+	p->scratch_bytes = bytes;
+	return STRATA_OK;
+}
+
+void *strata__pool_scratch(strata__pool *p)
+{
+	return p->scratch + (uint64_t)current_slot * p->scratch_bytes;
 }

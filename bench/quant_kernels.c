@@ -1,0 +1,248 @@
+/* quant_kernels.c - bench_quant --kernels: the CPU matrix product on weights
+ * in their stored type, alone, against the machine's memory read rate
+ * measured in the same run (bench; issue 18: CPU decode at >= 70% of it).
+ *
+ * Decode shape: n = 1 and 4 activation rows times an (out x in) stored
+ * matrix, over enough matrices (a ring of about 512 MiB of stored bytes) that
+ * every product reads its weights from memory, not from the caches; rate =
+ * stored weight bytes / time. Prefill shape: n = 128 rows times one matrix,
+ * in GFLOP/s (2 n in out / time), beside the f32 product of the same
+ * weights decoded (the peer every stored type should come close to). Also
+ * the fork/join cost of the compute pool (every thread one task). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/backend.h"
+#include "strata/backend_kernels.h"
+
+#include "backend/cpu/kernels_internal.h"
+#include "quant_kernels.h"
+
+static uint32_t krng = 7;
+static uint32_t krnd(void)
+{
+	krng = krng * 1664525u + 1013904223u;
+	return krng >> 8;
+}
+
+/* Byte offsets of each block type's f16 factors (ggml's layouts): their
+ * exponents are kept small so every value decodes finite. */
+static const struct {
+	strata_block_type t;
+	int at[2], count;
+} factors[] = {
+	{STRATA_BLOCK_Q8_0, {0}, 1},	  {STRATA_BLOCK_Q4_0, {0}, 1},
+	{STRATA_BLOCK_Q4_1, {0, 2}, 2},	  {STRATA_BLOCK_Q5_0, {0}, 1},
+	{STRATA_BLOCK_Q5_1, {0, 2}, 2},	  {STRATA_BLOCK_Q2_K, {80, 82}, 2},
+	{STRATA_BLOCK_Q3_K, {108}, 1},	  {STRATA_BLOCK_Q4_K, {0, 2}, 2},
+	{STRATA_BLOCK_Q5_K, {0, 2}, 2},	  {STRATA_BLOCK_Q6_K, {208}, 1},
+	{STRATA_BLOCK_IQ4_NL, {0}, 1},	  {STRATA_BLOCK_IQ4_XS, {0}, 1},
+};
+
+static void random_blocks(strata_block_type t, unsigned char *p, size_t bytes)
+{
+	for (size_t i = 0; i < bytes; i++)
+		p[i] = (unsigned char)krnd();
+	if (t == STRATA_BLOCK_F16 || t == STRATA_BLOCK_BF16) {
+		for (size_t i = 1; i < bytes; i += 2)
+			p[i] = (unsigned char)((p[i] & 0x81) | 0x30);
+		return;
+	}
+	uint32_t bb = strata_block_bytes(t);
+	for (size_t f = 0; f < sizeof factors / sizeof *factors; f++)
+		if (factors[f].t == t)
+			for (size_t b = 0; b < bytes / bb; b++)
+				for (int k = 0; k < factors[f].count; k++)
+					p[b * bb + factors[f].at[k] + 1] &= 0x1b;
+}
+
+static strata_weight_type weight_type_of(strata_block_type t)
+{
+	for (int w = 0; w < STRATA_WEIGHT_TYPE_COUNT; w++)
+		if (strata_weight_type_block((strata_weight_type)w) == t)
+			return (strata_weight_type)w;
+	return STRATA_WEIGHT_TYPE_COUNT;
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct kbench {
+	strata_compute *c;
+	uint32_t in, out, passes;
+	float *x, *y; /* (128, in), (128, out) */
+	unsigned char *ring;
+	uint64_t ring_bytes, matrix_bytes;
+	uint32_t matrices;
+} kbench;
+
+/* Seconds of one product of n rows by matrix `m` of the ring. */
+static double product_s(kbench *b, const strata_weight *w, uint32_t n)
+{
+	strata_error e;
+	uint64_t t0 = strata_now_ns();
+	if (strata_kernel_matmul(b->c, b->y, b->x, w, NULL, n, &e)) {
+		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
+			e.fix);
+		return -1;
+	}
+	return (strata_now_ns() - t0) / 1e9;
+}
+
+/* Stored bytes per second of decode products (n rows) over the ring, best
+ * of `passes` passes over every matrix. */
+static double decode_rate(kbench *b, strata_weight_type wt, uint32_t n)
+{
+	double best = 0;
+	for (uint32_t pass = 0; pass < b->passes; pass++) {
+		double s = 0;
+		for (uint32_t m = 0; m < b->matrices; m++) {
+			strata_weight w = {wt, b->ring + m * b->matrix_bytes,
+					   b->out, b->in};
+			double t = product_s(b, &w, n);
+			if (t < 0)
+				return -1;
+			s += t;
+		}
+		double rate = (double)b->matrix_bytes * b->matrices / s;
+		best = rate > best ? rate : best;
+	}
+	return best;
+}
+
+/* FLOP per second of a prefill product (n rows), best of three. */
+static double prefill_rate(kbench *b, const strata_weight *w, uint32_t n)
+{
+	double best = 0;
+	for (int pass = 0; pass < 3; pass++) {
+		double t = product_s(b, w, n);
+		if (t < 0)
+			return -1;
+		double r = 2.0 * n * b->in * b->out / t;
+		best = r > best ? r : best;
+	}
+	return best;
+}
+
+typedef struct meet {
+	_Atomic uint32_t arrived;
+	uint32_t target;
+} meet;
+
+/* Waits for every thread's task to start: so each run needs every worker
+ * awake, not the caller alone. */
+static void meet_task(void *arg, uint32_t task)
+{
+	meet *m = arg;
+	(void)task;
+	m->arrived++;
+	while (m->arrived < m->target)
+		;
+}
+
+/* Microseconds of one fork/join of the compute pool (the CPU kernels'
+ * kernels_pool.c, a pool of the bench's thread count) running one task on
+ * every thread (each waits for all to have started), median of 2001. */
+static double fork_join_us(uint32_t threads)
+{
+	enum { RUNS = 2001 };
+	static uint64_t ns[RUNS];
+	strata__pool *p;
+	strata_error e;
+	if (strata__pool_create(threads, &p, &e))
+		return -1;
+	uint32_t tasks = strata__pool_threads(p);
+	for (int i = 0; i < RUNS; i++) {
+		meet m = {0, tasks};
+		uint64_t t0 = strata_now_ns();
+		strata__pool_run(p, meet_task, &m, tasks);
+		ns[i] = strata_now_ns() - t0;
+	}
+	strata__pool_destroy(p);
+	for (int i = 1; i < RUNS; i++) /* insertion sort: small */
+		for (int j = i; j > 0 && ns[j - 1] > ns[j]; j--) {
+			uint64_t s = ns[j];
+			ns[j] = ns[j - 1], ns[j - 1] = s;
+		}
+	return ns[RUNS / 2] / 1e3;
+}
+
+static const strata_block_type types[] = {
+	STRATA_BLOCK_BF16, STRATA_BLOCK_F16,  STRATA_BLOCK_Q8_0,
+	STRATA_BLOCK_Q4_K, STRATA_BLOCK_Q6_K, STRATA_BLOCK_Q4_0,
+	STRATA_BLOCK_Q5_K, STRATA_BLOCK_IQ4_XS,
+};
+
+/* One type's row of the table: 1 and 4 rows decode, prefill 128 rows. */
+static int bench_type(kbench *b, strata_block_type t, double mem_rate,
+		      uint32_t prefill_n, float *wf)
+{
+	strata_weight_type wt = weight_type_of(t);
+	b->matrix_bytes = (uint64_t)b->in / strata_block_elements(t) *
+			  strata_block_bytes(t) * b->out;
+	b->matrices = (uint32_t)(b->ring_bytes / b->matrix_bytes);
+	if (b->matrices == 0)
+		b->matrices = 1;
+	random_blocks(t, b->ring, b->matrix_bytes * b->matrices);
+	double r1 = decode_rate(b, wt, 1), r4 = decode_rate(b, wt, 4);
+	strata_weight w = {wt, b->ring, b->out, b->in};
+	strata_weight w32 = {STRATA_WEIGHT_F32, wf, b->out, b->in};
+	(void)strata_block_decode(t, b->ring, wf, (uint64_t)b->in * b->out);
+	double pf = prefill_rate(b, &w, prefill_n);
+	double pf32 = prefill_rate(b, &w32, prefill_n);
+	if (r1 < 0 || r4 < 0 || pf < 0 || pf32 < 0)
+		return 1;
+	printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+	       strata_block_name(t), r1 / 1e9, r1 / mem_rate, r4 / 1e9,
+	       r4 / mem_rate, pf / 1e9, pf / pf32);
+	printf("json {\"kernel\": \"%s\", \"in\": %u, \"out\": %u, "
+	       "\"decode1_bytes_per_s\": %.0f, \"decode4_bytes_per_s\": %.0f, "
+	       "\"memory_read_rate\": %.0f, \"prefill%u_flops\": %.0f, "
+	       "\"prefill_f32_flops\": %.0f}\n",
+	       strata_block_name(t), b->in, b->out, r1, r4, mem_rate, prefill_n,
+	       pf, pf32);
+	return 0;
+}
+
+int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
+			 uint32_t in, uint32_t out)
+{
+	kbench b = {.in = quick ? 512 : in, .out = quick ? 256 : out,
+		    .passes = quick ? 1 : 2,
+		    .ring_bytes = (uint64_t)(quick ? 8 : 512) << 20};
+	uint32_t prefill_n = quick ? 16 : 128;
+	strata_error e;
+	int rc = 1;
+	float *wf = NULL;
+	if (strata_compute_create(&strata_cpu_kernel_ops, threads, &b.c, &e)) {
+		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
+			e.fix);
+		return 1;
+	}
+	b.x = malloc((size_t)128 * b.in * sizeof *b.x);
+	b.y = malloc((size_t)128 * b.out * sizeof *b.y);
+	b.ring = malloc(b.ring_bytes);
+	wf = malloc((size_t)b.in * b.out * sizeof *wf);
+	if (!b.x || !b.y || !b.ring || !wf) {
+		fprintf(stderr, "bench_quant: out of memory\n");
+		goto done;
+	}
+	for (size_t i = 0; i < (size_t)128 * b.in; i++)
+		b.x[i] = (float)(krnd() % 2001) / 1000.0f - 1.0f;
+	printf("stored-type products, %u x %u (out x in), %u threads; "
+	       "memory read rate %.1f GB/s; pool fork/join %.1f us\n",
+	       b.out, b.in, strata_compute_threads(b.c), mem_rate / 1e9,
+	       fork_join_us(strata_compute_threads(b.c)));
+	printf("| type | decode 1 row GB/s | of memory | 4 rows GB/s | "
+	       "of memory | prefill %u rows GFLOP/s | of f32 product |\n"
+	       "| --- | --- | --- | --- | --- | --- | --- |\n",
+	       prefill_n);
+	rc = 0;
+	for (size_t i = 0; i < sizeof types / sizeof *types && !rc; i++)
+		rc = bench_type(&b, types[i], mem_rate, prefill_n, wf);
+done:
+	free(b.x), free(b.y), free(b.ring), free(wf);
+	strata_compute_destroy(b.c);
+	return rc;
+}
