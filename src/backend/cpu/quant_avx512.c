@@ -1,9 +1,10 @@
-/* quant_avx512.c - AVX-512 (F, BW, VL) decoders of the stored weight types
- * the CPU products read most (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K): sixteen
- * elements an instruction where quant_avx2.c does eight, the same bits as
- * base's exact decoders (strata_block_decode; tests/backend/
- * test_cpu_quant.c); the other types go to the AVX2 decoders, which pass
- * what they lack to base (layer: backend).
+/* quant_avx512.c - AVX-512 (F, BW, VL) decoders of every stored weight
+ * type: sixteen elements an instruction where quant_avx2.c does eight, the
+ * same bits as base's exact decoders (strata_block_decode; tests/backend/
+ * test_cpu_quant.c). The 2- to 5-bit types are table lookups: a block's
+ * (or sub-block's) 4 to 32 values are computed once with base's own
+ * arithmetic, then vpermps / vpermt2ps pick each element; Q8_0 and Q6_K
+ * are converted, Q6_K's codes formed in bytes (layer: backend).
  *
  * Built with -ffp-contract=off: d * q - m is a product then a difference,
  * as gguf-py rounds it, never a fused multiply-add. */
@@ -96,6 +97,107 @@ AVX512 static void q4_0_block(const unsigned char *b, float *y)
 			 _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t));
 }
 
+/* Q4_1: x = d * q + m, Q4_0's layout after two f16 factors. */
+AVX512 static void q4_1_block(const unsigned char *b, float *y)
+{
+	__m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(load_f16(b)),
+					       iota16()),
+				 _mm512_set1_ps(load_f16(b + 2)));
+	__m512i v = u8x16(b + 4);
+	_mm512_storeu_ps(y, _mm512_permutexvar_ps(v, t));
+	_mm512_storeu_ps(y + 16,
+			 _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t));
+}
+
+/* The IQ4_NL / IQ4_XS levels as floats (base's strata__iq4nl_levels). */
+AVX512 static inline __m512 iq4_levels(void)
+{
+	return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13,
+			      25, 38, 53, 69, 89, 113);
+}
+
+/* IQ4_NL: x = d * level[q], Q4_0's layout. */
+AVX512 static void iq4_nl_block(const unsigned char *b, float *y)
+{
+	__m512 t = _mm512_mul_ps(_mm512_set1_ps(load_f16(b)), iq4_levels());
+	__m512i v = u8x16(b + 2);
+	_mm512_storeu_ps(y, _mm512_permutexvar_ps(v, t));
+	_mm512_storeu_ps(y + 16,
+			 _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t));
+}
+
+/* IQ4_XS: x = (d * (ls - 32)) * level[q], eight sub-blocks of 32; ls is
+ * nibble ib % 2 of byte 4 + ib / 2 with bits 2 ib, 2 ib + 1 of the word
+ * at 2 above it; sub-block ib's elements are the low then the high
+ * nibbles of bytes 8 + 16 ib ... */
+AVX512 static void iq4_xs_block(const unsigned char *b, float *y)
+{
+	float d = load_f16(b);
+	unsigned sh = (unsigned)(b[2] | (b[3] << 8));
+	const __m512 lv = iq4_levels();
+	for (int ib = 0; ib < 8; ib++) {
+		int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) |
+			 (int)((sh >> (2 * ib)) & 3) << 4;
+		__m512 t = _mm512_mul_ps(_mm512_set1_ps(d * (float)(ls - 32)),
+					 lv);
+		__m512i v = u8x16(b + 8 + 16 * ib);
+		_mm512_storeu_ps(y + 32 * ib, _mm512_permutexvar_ps(v, t));
+		_mm512_storeu_ps(y + 32 * ib + 16,
+				 _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4),
+						       t));
+	}
+}
+
+/* The fifth bits of Q5_0 / Q5_1 (a little-endian word at qh, element j's
+ * bit j) as 16 for elements j0 .. j0 + 15, else 0. */
+AVX512 static inline __m512i q5_high(const unsigned char *qh, int j0)
+{
+	uint32_t w = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 |
+		     (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+	__m512i sh = _mm512_add_epi32(_mm512_set1_epi32(j0),
+				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7,
+							8, 9, 10, 11, 12, 13,
+							14, 15));
+	__m512i bit = _mm512_and_si512(
+		_mm512_srlv_epi32(_mm512_set1_epi32((int)w), sh),
+		_mm512_set1_epi32(1));
+	return _mm512_slli_epi32(bit, 4);
+}
+
+/* A 32-value block of 5-bit codes (qh: fifth bits, qs: nibbles) looked
+ * up in the tables lo (codes 0-15) and hi (16-31). */
+AVX512 static inline void q5_lookup(const unsigned char *qh,
+				    const unsigned char *qs, __m512 lo,
+				    __m512 hi, float *y)
+{
+	const __m512i m4 = _mm512_set1_epi32(0x0f);
+	__m512i v = u8x16(qs);
+	__m512i i0 = _mm512_or_si512(_mm512_and_si512(v, m4), q5_high(qh, 0));
+	__m512i i1 = _mm512_or_si512(_mm512_srli_epi32(v, 4), q5_high(qh, 16));
+	_mm512_storeu_ps(y, _mm512_permutex2var_ps(lo, i0, hi));
+	_mm512_storeu_ps(y + 16, _mm512_permutex2var_ps(lo, i1, hi));
+}
+
+/* Q5_0: x = d * (q - 16). */
+AVX512 static void q5_0_block(const unsigned char *b, float *y)
+{
+	__m512 d = _mm512_set1_ps(load_f16(b)), io = iota16();
+	__m512 lo = _mm512_mul_ps(d, _mm512_sub_ps(io, _mm512_set1_ps(16)));
+	__m512 hi = _mm512_mul_ps(d, io);
+	q5_lookup(b + 2, b + 6, lo, hi, y);
+}
+
+/* Q5_1: x = d * q + m. */
+AVX512 static void q5_1_block(const unsigned char *b, float *y)
+{
+	__m512 d = _mm512_set1_ps(load_f16(b)), m = _mm512_set1_ps(load_f16(b + 2));
+	__m512 io = iota16();
+	__m512 lo = _mm512_add_ps(_mm512_mul_ps(d, io), m);
+	__m512 hi = _mm512_add_ps(
+		_mm512_mul_ps(d, _mm512_add_ps(io, _mm512_set1_ps(16))), m);
+	q5_lookup(b + 4, b + 8, lo, hi, y);
+}
+
 /* Q4_K's scale and min of sub-block j from its 12 packed bytes, as ggml
  * packs them (base's decoder reads the same layout). */
 static inline void q4k_scale_min(const unsigned char *s, int j, uint8_t *sc,
@@ -136,6 +238,83 @@ AVX512 static void q4_k_block(const unsigned char *b, float *y)
 					 _mm512_permutexvar_ps(
 						 _mm512_srli_epi32(v, 4), t[1]));
 		}
+	}
+}
+
+/* Q5_K: Q4_K with a fifth bit (bit s of byte 16 + l for element l of
+ * sub-block s), the 32 values of each sub-block in two tables. */
+AVX512 static void q5_k_block(const unsigned char *b, float *y)
+{
+	float d = load_f16(b), dmin = load_f16(b + 2);
+	const __m512 iota = iota16(), iota_hi = _mm512_add_ps(
+					      iota16(), _mm512_set1_ps(16));
+	const __m512i m4 = _mm512_set1_epi32(0x0f), one = _mm512_set1_epi32(1);
+	for (int s = 0; s < 8; s++) {
+		uint8_t sc, m;
+		q4k_scale_min(b + 4, s, &sc, &m);
+		__m512 dl = _mm512_set1_ps(d * (float)sc);
+		__m512 ml = _mm512_set1_ps(dmin * (float)m);
+		__m512 lo = _mm512_sub_ps(_mm512_mul_ps(dl, iota), ml);
+		__m512 hi = _mm512_sub_ps(_mm512_mul_ps(dl, iota_hi), ml);
+		const unsigned char *q = b + 48 + 32 * (s / 2);
+		for (int g = 0; g < 2; g++) {
+			__m512i v = _mm512_and_si512(
+				_mm512_srli_epi32(u8x16(q + 16 * g), 4 * (s % 2)),
+				m4);
+			__m512i h = _mm512_and_si512(
+				_mm512_srli_epi32(u8x16(b + 16 + 16 * g), s), one);
+			__m512i idx = _mm512_or_si512(v, _mm512_slli_epi32(h, 4));
+			_mm512_storeu_ps(y + 32 * s + 16 * g,
+					 _mm512_permutex2var_ps(lo, idx, hi));
+		}
+	}
+}
+
+/* Q2_K: x = (d * sc) * q - (dmin * m), sixteen sub-blocks of 16; sub-block
+ * s's codes are bits 2 j of the 16 bytes at 16 + 32 (s / 8) + 16 (s % 2),
+ * j = s % 8 / 2; four values a sub-block, looked up. */
+AVX512 static void q2_k_block(const unsigned char *b, float *y)
+{
+	float d = load_f16(b + 80), dmin = load_f16(b + 82);
+	const __m512 iota = iota16();
+	const __m512i m2 = _mm512_set1_epi32(3);
+	for (int s = 0; s < 16; s++) {
+		__m512 t = _mm512_sub_ps(
+			_mm512_mul_ps(_mm512_set1_ps(d * (float)(b[s] & 0x0f)),
+				      iota),
+			_mm512_set1_ps(dmin * (float)(b[s] >> 4)));
+		__m512i v = u8x16(b + 16 + 32 * (s / 8) + 16 * (s % 2));
+		v = _mm512_and_si512(_mm512_srli_epi32(v, 2 * (s % 8 / 2)), m2);
+		_mm512_storeu_ps(y + 16 * s, _mm512_permutexvar_ps(v, t));
+	}
+}
+
+/* Q3_K's 16 six-bit scales, offset by 32 (base's layout). */
+static inline int q3k_scale(const unsigned char *s, int i)
+{
+	int lo = (s[i % 8] >> (4 * (i / 8))) & 0x0f;
+	int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+	return (lo | hi << 4) - 32;
+}
+
+/* Q3_K: x = (d * scale) * (q - 4 (1 - h)), sixteen sub-blocks of 16: q as
+ * Q2_K's codes (at 32), h bit s / 2 of the mask bytes 16 (s % 2) ...; the
+ * index q | h << 2 picks one of the eight values (d * scale) * (-4 .. 3). */
+AVX512 static void q3_k_block(const unsigned char *b, float *y)
+{
+	float d = load_f16(b + 108);
+	const __m512 vals = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, 0, 0, 0,
+					   0, 0, 0, 0, 0);
+	const __m512i m2 = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1);
+	for (int s = 0; s < 16; s++) {
+		__m512 t = _mm512_mul_ps(
+			_mm512_set1_ps(d * (float)q3k_scale(b + 96, s)), vals);
+		__m512i q = u8x16(b + 32 + 32 * (s / 8) + 16 * (s % 2));
+		q = _mm512_and_si512(_mm512_srli_epi32(q, 2 * (s % 8 / 2)), m2);
+		__m512i h = u8x16(b + 16 * (s % 2));
+		h = _mm512_and_si512(_mm512_srli_epi32(h, s / 2), one);
+		__m512i idx = _mm512_or_si512(q, _mm512_slli_epi32(h, 2));
+		_mm512_storeu_ps(y + 16 * s, _mm512_permutexvar_ps(idx, t));
 	}
 }
 
@@ -195,7 +374,15 @@ AVX512 void strata__quant_decode_avx512(strata_block_type t,
 	case STRATA_BLOCK_BF16: bf16_row(src, dst, elements); return;
 	case STRATA_BLOCK_Q8_0: fn = q8_0_block; be = 32; bb = 34; break;
 	case STRATA_BLOCK_Q4_0: fn = q4_0_block; be = 32; bb = 18; break;
+	case STRATA_BLOCK_Q4_1: fn = q4_1_block; be = 32; bb = 20; break;
+	case STRATA_BLOCK_Q5_0: fn = q5_0_block; be = 32; bb = 22; break;
+	case STRATA_BLOCK_Q5_1: fn = q5_1_block; be = 32; bb = 24; break;
+	case STRATA_BLOCK_IQ4_NL: fn = iq4_nl_block; be = 32; bb = 18; break;
+	case STRATA_BLOCK_IQ4_XS: fn = iq4_xs_block; be = 256; bb = 136; break;
+	case STRATA_BLOCK_Q2_K: fn = q2_k_block; be = 256; bb = 84; break;
+	case STRATA_BLOCK_Q3_K: fn = q3_k_block; be = 256; bb = 110; break;
 	case STRATA_BLOCK_Q4_K: fn = q4_k_block; be = 256; bb = 144; break;
+	case STRATA_BLOCK_Q5_K: fn = q5_k_block; be = 256; bb = 176; break;
 	case STRATA_BLOCK_Q6_K: fn = q6_k_block; be = 256; bb = 210; break;
 	default:
 		strata__quant_decode_avx2(t, src, dst, elements);
