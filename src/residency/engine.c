@@ -499,12 +499,21 @@ static strata_status take_memory(strata_residency *e, strata_error *err)
 	return s;
 }
 
-/* Copies a staged load to device `dev` (its own stream, made for the
- * load, where it is not the window's device) and waits for it. */
-static strata_status copy_staged(strata_residency *e, uint32_t dev,
+/* A load through the staging buffer onto device `dev` (its own stream,
+ * made for the load, where it is not the window's device): each tensor
+ * read into the staging buffer, then its copy to the device queued at
+ * once, so the link copies tensor i while tensor i+1 is read from disk or
+ * the page cache and the load takes about the longer of the two, not
+ * their sum (issue 25). The buffer is not reused within the call (each
+ * tensor has its own offset), and the call waits for every copy before it
+ * returns, so the next load may fill it again. *read_ns: the time spent
+ * reading; *copy_ns: from the first copy queued to the last done (the
+ * span the copies were in flight, overlapping the reads). */
+static strata_status load_staged(strata_residency *e, uint32_t dev,
 				 unsigned char *block,
 				 const strata_residency_tensor *t, size_t count,
 				 const uint64_t *offsets, uint64_t *moved,
+				 uint64_t *read_ns, uint64_t *copy_ns,
 				 strata_error *err)
 {
 	strata_backend *b = e->devices[dev];
@@ -514,9 +523,19 @@ static strata_status copy_staged(strata_residency *e, uint32_t dev,
 		s = strata_stream_create(b, &own, err);
 		stream = own;
 	}
+	uint64_t first = 0;
 	for (size_t i = 0; s == STRATA_OK && i < count; i++) {
+		uint64_t t0 = strata_now_ns();
+		s = strata__res_read_tensors(e, t + i, 1, offsets + i, e->staging,
+					     &e->main_buf, err);
+		uint64_t t1 = strata_now_ns();
+		*read_ns += t1 - t0;
+		if (s != STRATA_OK)
+			break;
 		uint64_t n = strata__res_tensor_exec(&t[i]);
 		*moved += n;
+		if (!first)
+			first = t1;
 		s = strata_backend_copy_h2d_async(b, stream, block + offsets[i],
 						  e->staging + offsets[i], n, err);
 	}
@@ -527,6 +546,7 @@ static strata_status copy_staged(strata_residency *e, uint32_t dev,
 		if (s == STRATA_OK)
 			s = w;
 	}
+	*copy_ns = first ? strata_now_ns() - first : 0;
 	if (own)
 		strata_stream_destroy(b, own);
 	return s;
@@ -584,30 +604,36 @@ static strata_status load_now(strata_residency *e, strata_arena *a,
 		return s;
 	strata_telemetry_add_resident(&e->tel, tier, block_bytes);
 	/* a device host code cannot write (CUDA) is loaded through the staging
-	 * buffer: disk to host, then one copy per tensor */
+	 * buffer, each tensor's copy overlapping the next one's read */
 	bool staged = tier == STRATA_TIER_DEVICE &&
 		      !e->dev_caps[dev].device_addressable;
+	if (staged) {
+		uint64_t moved = 0, read_ns = 0, copy_ns = 0;
+		/* maps nothing here (the device is not addressable): clears
+		 * the list the per-tensor reads and the caller look at */
+		s = map_tensors(e, tier, dev, t, count, err);
+		if (s == STRATA_OK)
+			s = load_staged(e, dev, block, t, count, offsets, &moved, &read_ns,
+				&copy_ns, err);
+		if (s != STRATA_OK)
+			return s; /* the block goes with the arena at destroy */
+		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_DISK_TO_HOST,
+						 file_bytes, read_ns);
+		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
+						 moved, copy_ns);
+		*out = block;
+		return STRATA_OK;
+	}
 	uint64_t t0 = strata_now_ns();
 	s = map_tensors(e, tier, dev, t, count, err);
 	if (s != STRATA_OK)
 		return s;
-	s = strata__res_read_tensors(e, t, count, offsets,
-				     staged ? e->staging : (unsigned char *)block,
+	s = strata__res_read_tensors(e, t, count, offsets, (unsigned char *)block,
 				     &e->main_buf, err);
 	if (s != STRATA_OK)
 		return s; /* the block goes with the arena at destroy */
-	uint64_t t1 = strata_now_ns();
-	strata_telemetry_record_transfer(&e->tel,
-					 staged ? STRATA_DIR_DISK_TO_HOST : dir,
-					 file_bytes, t1 - t0);
-	if (staged) {
-		uint64_t moved = 0;
-		s = copy_staged(e, dev, block, t, count, offsets, &moved, err);
-		if (s != STRATA_OK)
-			return s;
-		strata_telemetry_record_transfer(&e->tel, STRATA_DIR_HOST_TO_DEVICE,
-						 moved, strata_now_ns() - t1);
-	}
+	strata_telemetry_record_transfer(&e->tel, dir, file_bytes,
+					 strata_now_ns() - t0);
 	*out = block;
 	return STRATA_OK;
 }
