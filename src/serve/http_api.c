@@ -35,8 +35,17 @@ void strata__http_error(strata__http_reply *r, unsigned status,
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	r->status = status;
-	r->body = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message",
-			    msg, "type", type, "param",
+	/* the message may quote the body (a JSON error's text, a name) in
+	 * bytes that are not UTF-8, or be cut inside a character: those go
+	 * out escaped, so the answer is still the error and not a 503
+	 * (fuzz_http_body: crash-invalid-utf8-in-json-error) */
+	json_t *m = json_string(msg);
+	if (!m) {
+		char esc[sizeof msg];
+		m = json_string(strata_escape(esc, sizeof esc, msg, strlen(msg)));
+	}
+	r->body = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m,
+			    "type", type, "param",
 			    param ? json_string(param) : json_null(), "code",
 			    code ? json_string(code) : json_null());
 }

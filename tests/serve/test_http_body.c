@@ -97,6 +97,8 @@ static const body_case cases[] = {
 	 NULL},
 	{false, "{\"prompt\":\"x\"", "", "the body is not valid JSON"},
 	{false, "[1]", "", "the body must be a JSON object"},
+	/* jansson's text quotes the bad escape's byte, not UTF-8: escaped */
+	{false, "{\"prompt\":\"\\\xff\"}", "", "not valid JSON"},
 	{false, "{\"prompt\":\"a\",\"prompt\":\"b\"}", "", "not valid JSON"},
 	{false, "{}", "prompt", "'prompt' is required"},
 	{false, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens",
