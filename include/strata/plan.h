@@ -129,6 +129,10 @@ typedef struct strata_plan_param {
 	const char *name;
 	strata_owner owner;
 	uint64_t file_bytes;
+	/* The block type it computes as where it executes (F32 when
+	 * converted, strata_plan_tensor_exec), for time prediction only: the
+	 * product rate of that type prices it. 0 (F32) when not filled. */
+	strata_block_type type;
 } strata_plan_param;
 
 /* Device bytes of params[index]. Called at most once per tensor, never for
@@ -186,6 +190,10 @@ typedef struct strata_plan_layout_info {
 	/* the seed's sums of the tensors' own bytes (no slots): equal to
 	 * static_bytes and all_units_bytes in a layout without alignment */
 	uint64_t exact_static_bytes, exact_all_units_bytes;
+	/* The static bytes a pass computes on, per block type (exact): every
+	 * static tensor but the embedding when an output head exists (the
+	 * embedding is then a row lookup; tied, it is the head). */
+	uint64_t static_compute_type_bytes[STRATA_BLOCK_COUNT];
 } strata_plan_layout_info;
 
 void strata_plan_layout_get_info(const strata_plan_layout *l,
@@ -206,6 +214,8 @@ typedef struct strata_plan_unit {
 	uint64_t unit;
 	uint64_t bytes;	      /* device bytes of its tensors, in their slots */
 	uint64_t exact_bytes; /* the same without the slots (the seed's) */
+	/* exact_bytes by the block type each tensor computes as */
+	uint64_t type_bytes[STRATA_BLOCK_COUNT];
 } strata_plan_unit;
 
 /* Occupied units (layout_info.occupied_units) and the i-th of them. */
@@ -424,6 +434,8 @@ strata_status strata_plan_host_available(uint64_t *bytes, strata_error *err);
 	X(PREFILL_PLACEMENT, "prefill_placement")                              \
 	X(RATES_DEFAULT, "rates_default")                                      \
 	X(RATES_CALIBRATED, "rates_calibrated")                                \
+	X(RATES_TYPE_DEFAULT, "rates_type_default")                            \
+	X(PREDICTION_TERMS, "prediction_terms")                                \
 	X(ONE_RAM_SHARED, "one_ram_shared")
 
 typedef enum strata_explain {
@@ -451,6 +463,18 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
  * (GPU-MACHINE.md: 512 tokens over 7.5 GB in 28 ms). */
 #define STRATA_PLAN_DEFAULT_CPU_FLOPS 0.2e12
 #define STRATA_PLAN_DEFAULT_DEVICE_FLOPS 130e12
+/* Fixed costs of a pass (seconds), defaults until strata calibrate
+ * measures them: a kernel on the CPU's thread pool (its wake-up and
+ * join), a kernel launch on the device (a floor: launches queue behind
+ * longer kernels), and one round trip of the residual stream between the
+ * CPU and the device (an upload, a download and the wait for it). */
+#define STRATA_PLAN_DEFAULT_CPU_LAUNCH_S 10e-6
+#define STRATA_PLAN_DEFAULT_DEVICE_LAUNCH_S 4e-6
+#define STRATA_PLAN_DEFAULT_CROSSING_S 40e-6
+/* Kernels one execution unit runs per pass (a llama layer: q/k/v with
+ * the norm folded in, rope, attention, output, gate/up, down), the count
+ * the fixed costs above are multiplied by. */
+#define STRATA_PLAN_KERNELS_PER_UNIT 6u
 
 /* Devices a planned layer split spans at most. */
 #define STRATA_PLAN_MAX_DEVICES 8
@@ -465,7 +489,10 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
 	X(MEMORY, memory_bandwidth, "memory_bytes_per_second")                 \
 	X(HOST_MEMORY, host_memory_bandwidth, "host_memory_bytes_per_second")  \
 	X(DEVICE_FLOPS, device_flops, "device_flops")                          \
-	X(CPU_FLOPS, cpu_flops, "cpu_flops")
+	X(CPU_FLOPS, cpu_flops, "cpu_flops")                                   \
+	X(CPU_LAUNCH, cpu_launch_seconds, "cpu_launch_seconds")                \
+	X(DEVICE_LAUNCH, device_launch_seconds, "device_launch_seconds")       \
+	X(CROSSING, crossing_seconds, "crossing_seconds")
 
 typedef enum strata_plan_rate {
 #define STRATA_PLAN_RATE_ENUM(name, field, json) STRATA_PLAN_RATE_##name,
@@ -476,6 +503,13 @@ typedef enum strata_plan_rate {
 
 /* "h2d_bytes_per_second", ...; "unknown" outside the enum. */
 const char *strata_plan_rate_name(strata_plan_rate r);
+
+/* The products of one stored type on one processor, as strata calibrate
+ * measures them through the backend's kernels (0: not measured). */
+typedef struct strata_plan_type_rate {
+	double gemv; /* weight bytes read per second, one row (decode) */
+	double gemm; /* operations per second, prefill rows (2 x E x T) */
+} strata_plan_type_rate;
 
 /* host:D candidates listed at most; past it the planner jumps to the depth
  * that holds a whole group (explained by host_window_list_truncated). */
@@ -547,6 +581,17 @@ typedef struct strata_plan_options {
 	double d2h_bandwidth;	      /* device to host, bytes/s */
 	double host_memory_bandwidth; /* the CPU reading host memory, bytes/s */
 	double device_flops, cpu_flops; /* dense products, operations/s */
+	/* fixed costs, seconds (STRATA_PLAN_DEFAULT_*_S) */
+	double cpu_launch_seconds, device_launch_seconds, crossing_seconds;
+	/* Product rates per block type of the weights where they execute
+	 * (index: strata_block_type), on the CPU and on the device; a type
+	 * left 0 is priced at the rates above (host_memory_bandwidth and
+	 * cpu_flops; memory_bandwidth and device_flops), and the plan says
+	 * which types took that fallback. The bit (1 << type) of
+	 * calibrated_*_types says the file gave it. */
+	strata_plan_type_rate cpu_types[STRATA_BLOCK_COUNT];
+	strata_plan_type_rate device_types[STRATA_BLOCK_COUNT];
+	uint32_t calibrated_cpu_types, calibrated_device_types;
 	/* Bit (1 << STRATA_PLAN_RATE_x) set: that rate came from the rates
 	 * file, not an option (for the explanation of where rates come
 	 * from). A zero rate takes its default whatever the bit. */
@@ -617,6 +662,40 @@ typedef struct strata_plan_budgets {
 uint64_t strata_plan_cuda_pinned_bytes(uint64_t pinned_bytes);
 uint64_t strata_plan_cuda_driver_bytes(uint64_t pinned_bytes);
 
+/* The term that bounds a pass's predicted time: X(NAME, "text"). link:
+ * the streamed bytes over the link (disk: the reads) outlast the compute
+ * they overlap; device / cpu: the chain of compute (device and CPU work in
+ * layer order, one after the other), the larger share named. */
+#define STRATA_PLAN_BOUND_MAP(X)                                               \
+	X(LINK, "link")                                                        \
+	X(DISK, "disk")                                                        \
+	X(DEVICE, "device")                                                    \
+	X(CPU, "cpu")
+
+typedef enum strata_plan_bound {
+#define STRATA_PLAN_BOUND_ENUM(name, text) STRATA_PLAN_BOUND_##name,
+	STRATA_PLAN_BOUND_MAP(STRATA_PLAN_BOUND_ENUM)
+#undef STRATA_PLAN_BOUND_ENUM
+} strata_plan_bound;
+
+/* "link", "device", ...; "unknown" outside the enum. */
+const char *strata_plan_bound_name(strata_plan_bound b);
+
+/* One pass's predicted time by term, milliseconds (docs/plan.md "Cost
+ * model"): total = max(link, resident + streamed + cpu + statics +
+ * overhead) where the window prefetches, their sum where it cannot. */
+typedef struct strata_plan_cost {
+	double resident_ms; /* device compute of resident units, their KV */
+	double streamed_ms; /* device compute of the streamed units, their KV */
+	double cpu_ms;	    /* CPU compute of the cpu units, their KV */
+	double statics_ms;  /* the statics (head, norms) on their tier */
+	double link_ms;	    /* streamed bytes over the link; disk: the reads */
+	double overhead_ms; /* crossings, CPU kernels' fixed costs, launches */
+	double total_ms;
+	strata_plan_bound bound;
+	uint64_t crossings; /* CPU-device round trips of the residual stream */
+} strata_plan_cost;
+
 /* One way of running the model, fully sized. */
 typedef struct strata_plan_candidate {
 	strata_residency_mode mode;	/* RESIDENT, HOST or DISK */
@@ -653,6 +732,7 @@ typedef struct strata_plan_candidate {
 	uint64_t prefill_cpu_units, prefill_window_units;
 	/* one token per sequence; one chunk of prefill_chunk tokens */
 	double predicted_decode_ms, predicted_prefill_ms;
+	strata_plan_cost decode_cost, prefill_cost; /* their terms */
 	/* The smallest chunk from which the prefill split is predicted
 	 * faster than the decode split (0: never, or they are the same). */
 	uint64_t crossing_chunk;
@@ -815,13 +895,22 @@ typedef struct strata_plan_device_rates {
 	double h2d, d2h;      /* pinned copies, bytes/s */
 	double memory;	      /* weight-streaming product (GEMV), bytes/s */
 	double flops;	      /* dense product of many rows, operations/s */
+	/* the products per stored type (index: strata_block_type) */
+	strata_plan_type_rate types[STRATA_BLOCK_COUNT];
+	double launch_seconds;	 /* a tiny kernel, queued back to back */
+	double crossing_seconds; /* a residual row up, down, and the wait */
 } strata_plan_device_rates;
 
-/* What `strata calibrate` measured (0: not measured). */
+/* What `strata calibrate` measured (0: not measured). A file of an
+ * earlier strata has no per-type rates, launch or crossing: they read as
+ * 0, and plans price those types at the f32 rates (and say so). */
 typedef struct strata_plan_rates {
 	double host_memory; /* the CPU kernels' GEMV over host memory, bytes/s */
 	double cpu_flops;   /* the CPU kernels' dense product, operations/s */
 	uint32_t threads;   /* CPU threads it used */
+	uint32_t gemm_rows; /* rows the per-type gemm rates were taken at */
+	strata_plan_type_rate cpu_types[STRATA_BLOCK_COUNT];
+	double cpu_launch_seconds; /* a tiny kernel on the thread pool */
 	uint32_t device_count;
 	strata_plan_device_rates devices[STRATA_PLAN_MAX_DEVICES];
 } strata_plan_rates;
@@ -856,13 +945,24 @@ typedef struct strata_plan_calibrate_options {
 	uint32_t repeats; /* best of (0: 3) */
 	uint32_t threads; /* CPU threads (0: one per processor) */
 	bool cpu_only;	  /* skip the CUDA devices */
+	/* Block types whose products are measured (bit 1 << strata_block_type;
+	 * 0: every type the backend's table takes) and the rows of their
+	 * dense product (0: STRATA_PLAN_DEFAULT_PREFILL_CHUNK). */
+	uint32_t types;
+	uint32_t gemm_rows;
 } strata_plan_calibrate_options;
 
 /* Measures the host memory read rate through the CPU kernels (a GEMV over
  * an f32 matrix of `bytes`), the CPU's dense product rate, and for each
  * CUDA device the pinned link both ways, its GEMV rate and its dense
- * product rate. On a machine without CUDA, the host's only. Errors are the
- * backend's (E_NOMEM, E_DEVICE_OOM ...), naming the measure. */
+ * product rate. Then, on the CPU and each device, for every block type of
+ * o->types: the GEMV rate over a matrix of that type of `bytes` (one row,
+ * the decode shape) and the dense product rate at gemm_rows rows (the
+ * prefill shape; on CUDA the half types' tensor-core path), through the
+ * kernels a run calls; the fixed cost of a tiny kernel; and on each
+ * device the round trip of a residual row. On a machine without CUDA, the
+ * host's only. Errors are the backend's (E_NOMEM, E_DEVICE_OOM ...),
+ * naming the measure; E_INVALID_ARG for a type no table takes. */
 strata_status strata_plan_calibrate(const strata_plan_calibrate_options *o,
 				    strata_plan_rates *out, strata_error *err);
 

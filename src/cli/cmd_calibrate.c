@@ -4,6 +4,7 @@
  * rates file that `strata plan` reads (layer: cli). */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/commands.h"
 #include "strata/plan.h"
@@ -16,7 +17,10 @@ static void help(FILE *f)
 		"$XDG_CACHE_HOME/strata/rates.json (else ~/.cache/strata/rates.json):\n"
 		"the host memory read rate and dense product rate of the CPU\n"
 		"kernels, and for each CUDA device the pinned link both ways, its\n"
-		"GEMV (weight-streaming) rate and its dense product rate. strata\n"
+		"GEMV (weight-streaming) rate and its dense product rate; per stored\n"
+		"type, on the CPU and each device, the GEMV rate (decode) and the\n"
+		"dense product rate at the prefill rows, the fixed cost of a kernel,\n"
+		"and a device's residual-row round trip. strata\n"
 		"plan uses a rate from the file unless an option gives it\n"
 		"(--h2d-bandwidth, --memory-bandwidth, --host-memory-bandwidth ...).\n\n"
 		"options:\n"
@@ -24,6 +28,10 @@ static void help(FILE *f)
 		"  --repeats N      best of N timed runs (default 3)\n"
 		"  --threads N      CPU threads (default: one per processor)\n"
 		"  --cpu-only       skip the CUDA devices\n"
+		"  --types LIST     stored types whose products are measured, e.g.\n"
+		"                   BF16,Q8_0 (default: every type the kernels take)\n"
+		"  --rows N         rows of the per-type dense product, the prefill\n"
+		"                   shape (default 512)\n"
 		"  --out FILE       write there instead of the cache directory\n"
 		"  --json           print the file's JSON instead of a summary\n");
 }
@@ -34,6 +42,30 @@ typedef struct args {
 	bool json;
 } args;
 
+/* --types F32,bf16,Q8_0: block type names, any case. */
+static int parse_types(args *a, const char *v)
+{
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", v);
+	a->o.types = 0;
+	for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		int found = -1;
+		for (int t = 0; t < STRATA_BLOCK_COUNT && found < 0; t++)
+			if (!strcasecmp(tok, strata_block_name((strata_block_type)t)))
+				found = t;
+		if (found < 0)
+			return strata_cli_usage("calibrate",
+						"--types: '%s' is not a stored type "
+						"(F32, F16, BF16, Q8_0, Q4_0 ... Q6_K, IQ4_NL, IQ4_XS)",
+						tok);
+		a->o.types |= 1u << found;
+	}
+	if (!a->o.types)
+		return strata_cli_usage("calibrate", "--types needs at least one type");
+	return 0;
+}
+
 /* One option with a value; 0, -1 (help) or an exit code. */
 static int take(args *a, const char *opt, const char *v)
 {
@@ -43,6 +75,8 @@ static int take(args *a, const char *opt, const char *v)
 		a->out = v;
 		return 0;
 	}
+	if (!strcmp(opt, "--types"))
+		return parse_types(a, v);
 	if (!strcmp(opt, "--bytes")) {
 		if (strata_size_parse(v, &a->o.bytes, &err))
 			return strata_cli_usage("calibrate", "--bytes: '%s' is not a size", v);
@@ -53,6 +87,8 @@ static int take(args *a, const char *opt, const char *v)
 					opt, v);
 	if (!strcmp(opt, "--repeats"))
 		a->o.repeats = (uint32_t)u;
+	else if (!strcmp(opt, "--rows"))
+		a->o.gemm_rows = (uint32_t)u;
 	else
 		a->o.threads = (uint32_t)u;
 	return 0;
@@ -71,7 +107,8 @@ static int parse(int argc, char **argv, args *a)
 		} else if (!strcmp(arg, "--json")) {
 			a->json = true;
 		} else if (!strcmp(arg, "--bytes") || !strcmp(arg, "--repeats") ||
-			   !strcmp(arg, "--threads") || !strcmp(arg, "--out")) {
+			   !strcmp(arg, "--threads") || !strcmp(arg, "--out") ||
+			   !strcmp(arg, "--types") || !strcmp(arg, "--rows")) {
 			if (i + 1 >= argc)
 				return strata_cli_usage("calibrate", "%s needs a value", arg);
 			int rc = take(a, arg, argv[++i]);
@@ -84,17 +121,34 @@ static int parse(int argc, char **argv, args *a)
 	return 0;
 }
 
+/* One line per measured type: GEMV GB/s (decode), dense product at the
+ * prefill rows. */
+static void type_lines(const char *who, const strata_plan_type_rate *t,
+		       uint32_t rows)
+{
+	for (int k = 0; k < STRATA_BLOCK_COUNT; k++)
+		if (t[k].gemv > 0)
+			printf("  %s %-6s GEMV %8.1f GB/s, %u-row product %8.1f GFLOP/s\n",
+			       who, strata_block_name((strata_block_type)k),
+			       t[k].gemv / 1e9, rows, t[k].gemm / 1e9);
+}
+
 static void summary(const char *path, const strata_plan_rates *r)
 {
 	printf("host memory read (CPU kernels, %u threads): %.2f GB/s\n",
 	       r->threads, r->host_memory / 1e9);
-	printf("CPU dense product: %.1f GFLOP/s\n", r->cpu_flops / 1e9);
+	printf("CPU dense product: %.1f GFLOP/s; a kernel's fixed cost %.1f us\n",
+	       r->cpu_flops / 1e9, r->cpu_launch_seconds * 1e6);
+	type_lines("cpu", r->cpu_types, r->gemm_rows);
 	for (uint32_t i = 0; i < r->device_count; i++) {
 		const strata_plan_device_rates *d = &r->devices[i];
 		printf("%s: host to device %.2f GB/s, device to host %.2f GB/s, "
-		       "GEMV %.1f GB/s, dense product %.1f TFLOP/s\n",
+		       "GEMV %.1f GB/s, dense product %.1f TFLOP/s; launch %.1f us, "
+		       "residual round trip %.1f us\n",
 		       d->name, d->h2d / 1e9, d->d2h / 1e9, d->memory / 1e9,
-		       d->flops / 1e12);
+		       d->flops / 1e12, d->launch_seconds * 1e6,
+		       d->crossing_seconds * 1e6);
+		type_lines(d->name, d->types, r->gemm_rows);
 	}
 	if (!r->device_count)
 		printf("no CUDA device: the host's rates only\n");

@@ -151,6 +151,33 @@ static const char *host_source(const strata_plan_budgets *b, char *buf,
 	return buf;
 }
 
+/* Each candidate's predicted terms per pass (docs/plan.md "Cost model"):
+ * every candidate when there are few, else those that fit. */
+static void print_terms(FILE *f, const strata_plan *p)
+{
+	size_t n = strata_plan_candidate_count(p);
+	fprintf(f, "\npredicted terms, ms: %-22s %7s %9s %9s %9s %8s %8s %9s %9s  %s\n",
+		"candidate", "pass", "resident", "streamed", "cpu", "statics",
+		"overhead", "link", "total", "bound");
+	for (size_t i = 0; i < n; i++) {
+		const strata_plan_candidate *c = strata_plan_candidate_at(p, i);
+		if (n > 16 && !c->fits)
+			continue;
+		char name[96];
+		strata_plan_candidate_name(c, name, sizeof name);
+		const strata_plan_cost *k[2] = {&c->decode_cost,
+						&c->prefill_cost};
+		for (int j = 0; j < 2; j++)
+			fprintf(f, "  %-40s %7s %9.3f %9.3f %9.3f %8.3f %8.3f %9.3f %9.3f  %s\n",
+				j ? "" : name, j ? "prefill" : "decode",
+				k[j]->resident_ms, k[j]->streamed_ms,
+				k[j]->cpu_ms, k[j]->statics_ms,
+				k[j]->overhead_ms, k[j]->link_ms,
+				k[j]->total_ms,
+				strata_plan_bound_name(k[j]->bound));
+	}
+}
+
 static void print_plan(FILE *f, const strata_plan *p)
 {
 	const strata_plan_options *o = strata_plan_get_options(p);
@@ -208,6 +235,7 @@ static void print_plan(FILE *f, const strata_plan *p)
 				(unsigned long long)c->window_units,
 				c->statics_on_cpu ? ", statics on the CPU" : "");
 	}
+	print_terms(f, p);
 	const strata_plan_candidate *c = strata_plan_selected(p);
 	char cname[96];
 	if (c)

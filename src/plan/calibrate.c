@@ -1,7 +1,10 @@
 /* calibrate.c - measures the rates plans predict with: the host memory
  * read rate and dense product rate of the CPU kernels, and for each CUDA
  * device its pinned link both ways, its GEMV rate and its dense product
- * rate, all through the backend's tables (layer: plan).
+ * rate; then per stored type, on the CPU and each device, the GEMV rate
+ * (one row: decode) and the dense product rate at the prefill rows, the
+ * fixed cost of a kernel, and a device's residual-row round trip, all
+ * through the backend's tables, the kernels a run calls (layer: plan).
  *
  * Each measure is the best of `repeats` timed runs after one warm-up: the
  * rate a pass can reach, which is what the plan's model assumes. */
@@ -12,9 +15,18 @@
 #include "strata/backend.h"
 #include "strata/plan.h"
 
-#define COLS 4096u	 /* elements per weight row */
-#define PRODUCT_ROWS 64u /* tokens of the dense product */
+#define COLS 4096u	 /* elements per weight row (a multiple of 256) */
+#define PRODUCT_ROWS 64u /* tokens of the f32 dense product */
 #define PRODUCT_BYTES ((uint64_t)32 << 20)
+/* Weight rows of the per-type dense product: on the CPU a 4096-wide
+ * matrix of this many rows (beyond the caches for every type), on a
+ * device at most this many of the GEMV's matrix (the output stays small). */
+#define CPU_GEMM_ROWS 1024u
+#define DEVICE_GEMM_ROWS 16384u
+#define LAUNCHES 64u	/* tiny kernels timed back to back */
+#define TINY_ROWS 64u	/* (TINY_ROWS, TINY_COLS) f32: a tiny product */
+#define TINY_COLS 256u
+#define CROSSINGS 32u	/* residual row round trips timed */
 
 static double now(void)
 {
@@ -23,19 +35,20 @@ static double now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* One f32 product y (n, rows) = x (n, COLS) . w^T, timed best of repeats
- * (the backend synchronised after each). */
-static strata_status time_product(strata_backend *b, strata_compute *c,
-				  float *y, const float *x, const void *w,
-				  uint32_t rows, uint32_t n, uint32_t repeats,
-				  double *best, strata_error *err)
+/* `count` products y (n, w.rows) = x (n, w.cols) . w^T queued back to
+ * back, then one wait, timed best of repeats (after a warm-up). */
+static strata_status time_weight(strata_backend *b, strata_compute *c,
+				 float *y, const float *x,
+				 const strata_weight *wt, uint32_t n,
+				 uint32_t count, uint32_t repeats, double *best,
+				 strata_error *err)
 {
-	strata_weight wt = {.type = STRATA_WEIGHT_F32, .data = w, .rows = rows,
-			    .cols = COLS};
 	*best = 0;
 	for (uint32_t i = 0; i <= repeats; i++) {
 		double t0 = now();
-		strata_status s = strata_kernel_matmul(c, y, x, &wt, NULL, n, err);
+		strata_status s = STRATA_OK;
+		for (uint32_t k = 0; k < count && s == STRATA_OK; k++)
+			s = strata_kernel_matmul(c, y, x, wt, NULL, n, err);
 		if (s == STRATA_OK)
 			s = strata_backend_synchronize(b, NULL, err);
 		if (s != STRATA_OK)
@@ -47,11 +60,161 @@ static strata_status time_product(strata_backend *b, strata_compute *c,
 	return STRATA_OK;
 }
 
+/* One f32 product y (n, rows) = x (n, COLS) . w^T, timed best of repeats
+ * (the backend synchronised after each). */
+static strata_status time_product(strata_backend *b, strata_compute *c,
+				  float *y, const float *x, const void *w,
+				  uint32_t rows, uint32_t n, uint32_t repeats,
+				  double *best, strata_error *err)
+{
+	strata_weight wt = {.type = STRATA_WEIGHT_F32, .data = w, .rows = rows,
+			    .cols = COLS};
+	return time_weight(b, c, y, x, &wt, n, 1, repeats, best, err);
+}
+
 /* Small values that stay finite through any number of products. */
 static void fill(float *v, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
 		v[i] = (float)(i % 7) * 1e-3f;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per stored type                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The backend's weight type of block type t. */
+static bool weight_of(strata_block_type t, strata_weight_type *out)
+{
+	for (int w = 0; w < STRATA_WEIGHT_TYPE_COUNT; w++)
+		if (strata_weight_type_block((strata_weight_type)w) == t) {
+			*out = (strata_weight_type)w;
+			return true;
+		}
+	return false;
+}
+
+static uint64_t row_bytes(strata_block_type t)
+{
+	return (uint64_t)COLS / strata_block_elements(t) * strata_block_bytes(t);
+}
+
+/* The block types of `mask` a kind's table takes (its weight-type bits). */
+static uint32_t types_of(const char *kind, uint32_t mask)
+{
+	uint32_t takes = strata_backend_weight_types(kind), out = 0;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
+		strata_weight_type w;
+		if ((mask >> t & 1) && weight_of((strata_block_type)t, &w) &&
+		    (takes & STRATA_WEIGHT_BIT(w)))
+			out |= 1u << t;
+	}
+	return out;
+}
+
+/* Rows of the longest GEMV output: `bytes` over the narrowest row. */
+static uint64_t most_rows(uint64_t bytes, uint32_t types)
+{
+	uint64_t least = COLS * 4;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		if ((types >> t & 1) && row_bytes((strata_block_type)t) < least)
+			least = row_bytes((strata_block_type)t);
+	return bytes / least;
+}
+
+/* `rows` rows of type t at dst: one row encoded from small finite
+ * values, copied into each (the products' speed does not depend on the
+ * values; encoding every row would cost more than measuring). */
+static void fill_type(strata_block_type t, void *dst, uint64_t rows)
+{
+	float v[COLS];
+	for (uint32_t i = 0; i < COLS; i++)
+		v[i] = ((float)((i * 37u) % 17u) - 8.0f) * 1e-2f;
+	uint64_t rb = row_bytes(t);
+	strata_block_encode(t, v, dst, COLS); /* finite: it cannot fail */
+	for (uint64_t r = 1; r < rows; r++)
+		memcpy((char *)dst + r * rb, dst, rb);
+}
+
+/* What one processor's per-type measures use: w (`bytes` where its
+ * kernels read), host (w's staging on a device; NULL on the CPU), x
+ * (gemm_rows, COLS) and y (large enough for either product). */
+typedef struct type_bench {
+	strata_backend *b;
+	strata_compute *c;
+	strata_stream *s;
+	void *w, *host;
+	float *x, *y;
+	uint64_t bytes;
+	uint32_t gemm_rows, gemm_cap, repeats;
+} type_bench;
+
+/* The GEMV rate over `bytes` of type t and its dense product rate at
+ * gemm_rows rows (at most gemm_cap weight rows). */
+static strata_status measure_type(type_bench *tb, strata_block_type t,
+				  strata_plan_type_rate *out,
+				  strata_error *err)
+{
+	strata_weight_type wt = STRATA_WEIGHT_F32;
+	weight_of(t, &wt);
+	uint64_t rb = row_bytes(t), rows = tb->bytes / rb;
+	if (rows > UINT32_MAX)
+		rows = UINT32_MAX;
+	fill_type(t, tb->host ? tb->host : tb->w, rows);
+	strata_status s = STRATA_OK;
+	if (tb->host)
+		s = strata_backend_copy_h2d_async(tb->b, tb->s, tb->w, tb->host,
+						  rows * rb, err);
+	if (s == STRATA_OK && tb->host)
+		s = strata_backend_synchronize(tb->b, NULL, err);
+	strata_weight w = {.type = wt, .data = tb->w, .rows = (uint32_t)rows,
+			   .cols = COLS};
+	double sec = 0;
+	if (s == STRATA_OK)
+		s = time_weight(tb->b, tb->c, tb->y, tb->x, &w, 1, 1,
+				tb->repeats, &sec, err);
+	if (s == STRATA_OK)
+		out->gemv = (double)(rows * rb) / sec;
+	w.rows = rows < tb->gemm_cap ? (uint32_t)rows : tb->gemm_cap;
+	if (s == STRATA_OK)
+		s = time_weight(tb->b, tb->c, tb->y, tb->x, &w, tb->gemm_rows,
+				1, tb->repeats, &sec, err);
+	if (s == STRATA_OK)
+		out->gemm = 2.0 * w.rows * COLS * tb->gemm_rows / sec;
+	if (s != STRATA_OK && err)
+		strata_error_prefix(err, "%s products", strata_block_name(t));
+	return s;
+}
+
+/* Every type of `types`, then the fixed cost of a tiny f32 kernel queued
+ * LAUNCHES times back to back (w's first TINY_ROWS x TINY_COLS refilled
+ * as f32 first). */
+static strata_status measure_types(type_bench *tb, uint32_t types,
+				   strata_plan_type_rate *out, double *launch,
+				   strata_error *err)
+{
+	strata_status s = STRATA_OK;
+	for (int t = 0; t < STRATA_BLOCK_COUNT && s == STRATA_OK; t++)
+		if (types >> t & 1)
+			s = measure_type(tb, (strata_block_type)t, &out[t], err);
+	uint64_t tiny = (uint64_t)TINY_ROWS * TINY_COLS * 4;
+	if (s == STRATA_OK) {
+		fill(tb->host ? tb->host : tb->w, tiny / 4);
+		if (tb->host)
+			s = strata_backend_copy_h2d_async(tb->b, tb->s, tb->w,
+							  tb->host, tiny, err);
+	}
+	strata_weight w = {.type = STRATA_WEIGHT_F32, .data = tb->w,
+			   .rows = TINY_ROWS, .cols = TINY_COLS};
+	double sec = 0;
+	if (s == STRATA_OK)
+		s = strata_backend_synchronize(tb->b, NULL, err);
+	if (s == STRATA_OK)
+		s = time_weight(tb->b, tb->c, tb->y, tb->x, &w, 1, LAUNCHES,
+				tb->repeats, &sec, err);
+	if (s == STRATA_OK)
+		*launch = sec / LAUNCHES;
+	return s;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -63,11 +226,18 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 {
 	uint32_t rows = (uint32_t)(o->bytes / (COLS * 4));
 	uint32_t prows = (uint32_t)(PRODUCT_BYTES / (COLS * 4));
+	uint32_t types = types_of("cpu", o->types);
+	uint32_t xrows = o->gemm_rows > PRODUCT_ROWS ? o->gemm_rows : PRODUCT_ROWS;
+	uint64_t ylen = (uint64_t)PRODUCT_ROWS * rows;
+	if ((uint64_t)o->gemm_rows * CPU_GEMM_ROWS > ylen)
+		ylen = (uint64_t)o->gemm_rows * CPU_GEMM_ROWS;
+	if (most_rows(o->bytes, types) > ylen)
+		ylen = most_rows(o->bytes, types);
 	strata_backend *b = NULL;
 	strata_compute *c = NULL;
 	float *w = strata_alloc_aligned(64, (size_t)rows * COLS * 4);
-	float *x = strata_alloc((size_t)PRODUCT_ROWS * COLS * 4);
-	float *y = strata_alloc((size_t)PRODUCT_ROWS * rows * 4);
+	float *x = strata_alloc((size_t)xrows * COLS * 4);
+	float *y = strata_alloc((size_t)ylen * 4);
 	strata_status s = STRATA_E_NOMEM;
 	if (!w || !x || !y) {
 		strata_fail(err, STRATA_E_NOMEM, "give a smaller --bytes",
@@ -76,7 +246,7 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 		goto done;
 	}
 	fill(w, (uint64_t)rows * COLS);
-	fill(x, (uint64_t)PRODUCT_ROWS * COLS);
+	fill(x, (uint64_t)xrows * COLS);
 	s = strata_backend_create("cpu", 0, NULL, &b, err);
 	if (s == STRATA_OK)
 		s = strata_compute_create_on(b, o->threads, &c, err);
@@ -91,7 +261,15 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 	if (s == STRATA_OK) {
 		r->cpu_flops = 2.0 * prows * COLS * PRODUCT_ROWS / t;
 		r->threads = strata_compute_threads(c);
+		r->gemm_rows = o->gemm_rows;
 	}
+	type_bench tb = {.b = b, .c = c, .w = w, .x = x, .y = y,
+			 .bytes = (uint64_t)rows * COLS * 4,
+			 .gemm_rows = o->gemm_rows, .gemm_cap = CPU_GEMM_ROWS,
+			 .repeats = o->repeats};
+	if (s == STRATA_OK)
+		s = measure_types(&tb, types, r->cpu_types,
+				  &r->cpu_launch_seconds, err);
 done:
 	if (s != STRATA_OK && err)
 		strata_error_prefix(err, "calibrate the CPU");
@@ -156,10 +334,28 @@ static strata_status time_copy(dev_bufs *d, bool h2d, uint64_t bytes,
 	return STRATA_OK;
 }
 
-static strata_status dev_open(dev_bufs *d, uint32_t index, uint64_t bytes,
-			      strata_error *err)
+/* x (max(PRODUCT_ROWS, gemm_rows), COLS) and y (the longest output of
+ * the f32 product, a per-type GEMV or dense product) of a device. */
+static void dev_xy(const strata_plan_calibrate_options *o, uint32_t types,
+		   uint64_t *xbytes, uint64_t *ybytes)
 {
-	uint64_t xy = (uint64_t)PRODUCT_ROWS * (COLS + bytes / (COLS * 4)) * 4;
+	uint64_t rows = o->gemm_rows > PRODUCT_ROWS ? o->gemm_rows : PRODUCT_ROWS;
+	uint64_t y = (uint64_t)PRODUCT_ROWS * (o->bytes / (COLS * 4));
+	if ((uint64_t)o->gemm_rows * DEVICE_GEMM_ROWS > y)
+		y = (uint64_t)o->gemm_rows * DEVICE_GEMM_ROWS;
+	if (most_rows(o->bytes, types) > y)
+		y = most_rows(o->bytes, types);
+	*xbytes = rows * COLS * 4;
+	*ybytes = y * 4;
+}
+
+static strata_status dev_open(dev_bufs *d, uint32_t index,
+			      const strata_plan_calibrate_options *o,
+			      uint32_t types, strata_error *err)
+{
+	uint64_t bytes = o->bytes, xb, yb;
+	dev_xy(o, types, &xb, &yb);
+	uint64_t xy = xb + yb;
 	strata_status s = strata_backend_create("cuda", index, NULL, &d->b, err);
 	if (s == STRATA_OK)
 		s = strata_compute_create_on(d->b, 0, &d->c, err);
@@ -178,13 +374,47 @@ static strata_status dev_open(dev_bufs *d, uint32_t index, uint64_t bytes,
 	if (s == STRATA_OK)
 		s = strata_arena_alloc(d->arena, bytes, &d->w, err);
 	if (s == STRATA_OK)
-		s = strata_arena_alloc(d->arena, (uint64_t)PRODUCT_ROWS * COLS * 4,
-				       &d->x, err);
+		s = strata_arena_alloc(d->arena, xb, &d->x, err);
 	if (s == STRATA_OK)
-		s = strata_arena_alloc(d->arena, xy - (uint64_t)PRODUCT_ROWS * COLS * 4,
-				       &d->y, err);
+		s = strata_arena_alloc(d->arena, yb, &d->y, err);
 	if (s == STRATA_OK)
 		fill(d->host, bytes / 4);
+	return s;
+}
+
+/* One residual row (COLS floats) from pageable host memory to the device
+ * and back, with the wait a CPU unit's input needs: what a change of
+ * site costs the forward pass twice (forward_sites.c). Best of repeats
+ * of CROSSINGS round trips, per round trip. */
+static strata_status time_crossing(dev_bufs *d, uint32_t repeats,
+				   double *out, strata_error *err)
+{
+	float *row = strata_alloc(COLS * sizeof *row);
+	if (!row)
+		return strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				   "calibrate: no memory for a residual row");
+	fill(row, COLS);
+	strata_status s = STRATA_OK;
+	double best = 0;
+	for (uint32_t i = 0; i <= repeats && s == STRATA_OK; i++) {
+		double t0 = now();
+		for (uint32_t k = 0; k < CROSSINGS && s == STRATA_OK; k++) {
+			s = strata_compute_upload(d->c, d->x, row,
+						  COLS * sizeof *row, err);
+			if (s == STRATA_OK)
+				s = strata_compute_download(d->c, row, d->x,
+							    COLS * sizeof *row,
+							    err);
+			if (s == STRATA_OK)
+				s = strata_compute_finish(d->c, err);
+		}
+		double t = (now() - t0) / CROSSINGS;
+		if (s == STRATA_OK && i > 0 && (best == 0 || t < best))
+			best = t;
+	}
+	strata_free(row);
+	if (s == STRATA_OK)
+		*out = best;
 	return s;
 }
 
@@ -197,8 +427,9 @@ static strata_status device_rates(const strata_plan_calibrate_options *o,
 	uint64_t bytes = o->bytes;
 	uint32_t rows = (uint32_t)(bytes / (COLS * 4));
 	uint32_t prows = (uint32_t)(PRODUCT_BYTES / (COLS * 4));
+	uint32_t types = types_of("cuda", o->types);
 	snprintf(r->name, sizeof r->name, "cuda:%u", index);
-	strata_status s = dev_open(&d, index, bytes, err);
+	strata_status s = dev_open(&d, index, o, types, err);
 	double t = 0;
 	if (s == STRATA_OK)
 		s = time_copy(&d, true, bytes, o->repeats, &t, err);
@@ -225,6 +456,15 @@ static strata_status device_rates(const strata_plan_calibrate_options *o,
 				 o->repeats, &t, err);
 	if (s == STRATA_OK)
 		r->flops = 2.0 * prows * COLS * PRODUCT_ROWS / t;
+	type_bench tb = {.b = d.b, .c = d.c, .s = d.s, .w = d.w,
+			 .host = d.host, .x = d.x, .y = d.y, .bytes = bytes,
+			 .gemm_rows = o->gemm_rows,
+			 .gemm_cap = DEVICE_GEMM_ROWS, .repeats = o->repeats};
+	if (s == STRATA_OK)
+		s = measure_types(&tb, types, r->types, &r->launch_seconds,
+				  err);
+	if (s == STRATA_OK)
+		s = time_crossing(&d, o->repeats, &r->crossing_seconds, err);
 	if (s != STRATA_OK && err)
 		strata_error_prefix(err, "calibrate cuda:%u", index);
 	dev_fini(&d);
@@ -242,6 +482,19 @@ strata_status strata_plan_calibrate(const strata_plan_calibrate_options *opt,
 		o.bytes = (uint64_t)256 << 20;
 	if (!o.repeats)
 		o.repeats = 3;
+	if (!o.gemm_rows)
+		o.gemm_rows = STRATA_PLAN_DEFAULT_PREFILL_CHUNK;
+	if (!o.types)
+		o.types = (1u << STRATA_BLOCK_COUNT) - 1;
+	if (o.gemm_rows > 8192)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "give --rows between 1 and 8192",
+				   "calibrate: %u rows of the dense product is more than 8192",
+				   o.gemm_rows);
+	if (!types_of("cpu", o.types))
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "name types the CPU kernels take (F32, BF16, F16, Q8_0, Q4_K ...)",
+				   "calibrate: no type of the list has CPU kernels");
 	if (o.bytes < PRODUCT_BYTES || o.bytes > ((uint64_t)16 << 30))
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "give --bytes between 32MiB and 16GiB",

@@ -48,6 +48,37 @@ void strata__plan_select(strata_plan *p);
 strata_status strata__plan_nothing_fits(const strata_plan *p,
 					strata_error *err);
 
+/* The bytes of one split of a placement that the cost model prices
+ * (cost.c): per tier by type (index into the plan's type_of), the units
+ * and bytes per tier, the KV each tier reads, and the changes of site of
+ * the residual stream along the layer order (statics included). */
+typedef struct strata__plan_split {
+	uint64_t res[STRATA_BLOCK_COUNT], str[STRATA_BLOCK_COUNT],
+		cpu[STRATA_BLOCK_COUNT];
+	uint64_t res_units, str_units, cpu_units;
+	uint64_t cpu_bytes; /* slots of the cpu units */
+	uint64_t streamed;  /* over the link (or from disk) per pass */
+	uint64_t kv_res, kv_str, kv_cpu;
+	uint64_t changes;
+	bool statics_cpu;
+	bool started, last_cpu; /* the walk's state */
+} strata__plan_split;
+
+/* Adds occupied unit i (layout order) placed `where` to b; units in
+ * layout order, statics_cpu set first; then split_end. */
+void strata__plan_split_add(const strata_plan *p, strata__plan_split *b,
+			    size_t i, strata_place where);
+void strata__plan_split_end(strata__plan_split *b);
+/* The predicted terms of a pass of T tokens of candidate c over b. */
+void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
+		       const strata__plan_split *b, double T,
+		       strata_plan_cost *out);
+/* The product rates of type t on the CPU (cpu) or the device, after
+ * fallbacks; *measured (may be NULL): a per-type rate was used. */
+void strata__plan_type_rates(const strata_plan *p, bool cpu,
+			     strata_block_type t, double *gemv, double *gemm,
+			     bool *measured);
+
 #define STRATA__PLAN_MAX_EXPLANATIONS 48
 
 struct strata_plan {
@@ -68,6 +99,12 @@ struct strata_plan {
 	/* each occupied unit's device bytes in layout order, and their
 	 * prefix sums ([n + 1]) */
 	uint64_t *unit_bytes, *unit_prefix;
+	/* the block types present (units or statics), each unit's exact
+	 * bytes by them ([n][type_count]) and the statics' computed bytes */
+	uint32_t type_count;
+	strata_block_type type_of[STRATA_BLOCK_COUNT];
+	uint64_t *unit_types;
+	uint64_t static_types[STRATA_BLOCK_COUNT];
 	double element_bytes; /* of the weights where they execute */
 	uint32_t default_rates; /* bit per rate that took its default */
 	strata_plan_explanation explanations[STRATA__PLAN_MAX_EXPLANATIONS];

@@ -10,9 +10,9 @@
  * n - r live in host memory and are split into c computed on the CPU and
  * w = n - r - c streamed, spread evenly so that the link copies the next
  * streamed unit in while the CPU computes. A pass of T tokens costs
- *   device time + max(CPU time, link time)
- * (the CPU and the link work at once; the device computes resident and
- * streamed units). The search is exhaustive over (statics on the device or
+ *   max(link time, device time + CPU time + fixed costs)
+ * (the layers run in order, so the device and the CPU take turns while
+ * the link copies; cost.c). The search is exhaustive over (statics on the device or
  * the CPU, r, c), each time O(n), each fit O(n). */
 #include <stdio.h>
 #include <string.h>
@@ -111,75 +111,17 @@ void strata_plan_unit_place(const strata_plan_candidate *c, uint64_t units,
 /* The cost model                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Seconds per weight byte of a pass of T tokens on a processor reading
- * memory at `mem` bytes/s and multiplying at `flops`: a unit of E
- * elements (bytes / elem) costs max(bytes / mem, 2 E T / flops). */
-static double per_byte(double T, double elem, double mem, double flops)
-{
-	double read = 1.0 / mem, compute = 2.0 * T / (elem * flops);
-	return read > compute ? read : compute;
-}
-
-static double max2(double a, double b)
-{
-	return a > b ? a : b;
-}
-
-/* The bytes of one split of a placement that the model prices. */
-typedef struct split_bytes {
-	uint64_t device;   /* computed on a device: statics, resident, window */
-	uint64_t cpu;	   /* computed on the CPU */
-	uint64_t streamed; /* over the link (or read from disk) per pass */
-	uint64_t kv_device, kv_cpu;
-	uint64_t statics;  /* the statics, on the CPU when statics_cpu */
-	bool statics_cpu;
-} split_bytes;
-
-/* Seconds of the statics in a pass of any chunk: the embedding is a row
- * lookup and the LM head computes each sequence's last row only
- * (forward.c head_in_place), so they cost what a decode step's statics
- * cost, whatever the chunk: their bytes once from memory, or the head's
- * product over one row per sequence where that is slower. */
-static double statics_seconds(const strata_plan *p, const split_bytes *b)
-{
-	const strata_plan_options *o = &p->options;
-	double T = (double)o->shape.batch, e = p->element_bytes;
-	double mem = b->statics_cpu ? o->host_memory_bandwidth
-				    : o->memory_bandwidth;
-	double flops = b->statics_cpu ? o->cpu_flops : o->device_flops;
-	return (double)b->statics * per_byte(T, e, mem, flops);
-}
-
-/* Predicted seconds of one pass of T tokens (docs/plan.md). */
+/* Predicted seconds of one pass of T tokens (cost.c), its terms in
+ * *cost when not NULL. */
 static double pass_seconds(const strata_plan *p, const strata_plan_candidate *c,
-			   const split_bytes *b, double T)
+			   const strata__plan_split *b, double T,
+			   strata_plan_cost *cost)
 {
-	const strata_plan_options *o = &p->options;
-	double e = p->element_bytes;
-	double dev = (double)b->device *
-			     per_byte(T, e, o->memory_bandwidth, o->device_flops) +
-		     (double)b->kv_device / o->memory_bandwidth;
-	double cpu = (double)b->cpu * per_byte(T, e, o->host_memory_bandwidth,
-					       o->cpu_flops) +
-		     (double)b->kv_cpu / o->host_memory_bandwidth;
-	double link = (double)b->streamed / o->h2d_bandwidth;
-	if (b->statics_cpu)
-		cpu += statics_seconds(p, b);
-	else
-		dev += statics_seconds(p, b);
-	if (c->mode == STRATA_RESIDENCY_DISK) {
-		uint64_t f = p->info.unit_file_bytes ? p->info.unit_file_bytes
-						     : b->streamed;
-		double disk = c->lookahead >= p->info.occupied_units
-				      ? 0.0 : (double)f / o->disk_bandwidth;
-		if (c->lookahead == 0) /* direct: no background reads */
-			return dev + (double)f / o->disk_bandwidth;
-		link = max2(link, disk);
-	}
-	/* a window of one unit cannot copy the next while computing */
-	if (c->mode == STRATA_RESIDENCY_HOST && c->weights.depth < 2)
-		return dev + cpu + link;
-	return dev + max2(cpu, link);
+	strata_plan_cost k;
+	strata__plan_cost(p, c, b, T, &k);
+	if (cost)
+		*cost = k;
+	return k.total_ms / 1e3;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -257,23 +199,6 @@ static uint64_t stream_mask(const strata_plan *p, uint64_t r, uint64_t w,
 		have = true;
 	}
 	return depth;
-}
-
-/* Sums the bytes of a split: cpu and streamed units of r.., and whether
- * unit i is a cpu unit or a streamed one in either split (KV placement).
- * b->device excludes statics and resident units (the caller adds them). */
-static void split_sums(const strata_plan *p, uint64_t r, uint64_t w,
-		       split_bytes *b)
-{
-	uint64_t n = p->info.occupied_units, rest = n - r;
-	memset(b, 0, sizeof *b);
-	for (uint64_t i = r; i < n; i++) {
-		uint64_t bytes = p->unit_bytes[i];
-		if (streamed_at(i - r, rest, w))
-			b->streamed += bytes;
-		else
-			b->cpu += bytes;
-	}
 }
 
 /* Resident units per device: greedily, each device before the last
@@ -391,52 +316,53 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	return STRATA_OK;
 }
 
-/* The split_bytes of candidate c's decode (prefill false) or prefill
- * split, for any mode. */
+/* The priced bytes of candidate c's decode (prefill false) or prefill
+ * split, for any mode: each unit where it computes, in layer order. */
 static void candidate_split(const strata_plan *p, const strata_plan_candidate *c,
-			    bool prefill, split_bytes *b)
+			    bool prefill, strata__plan_split *b)
 {
-	uint64_t n = p->info.occupied_units, units = p->info.all_units_bytes;
+	uint64_t n = p->info.occupied_units;
 	uint64_t kv = p->memory.arch_known ? p->memory.kv_cache_bytes : 0;
 	memset(b, 0, sizeof *b);
-	switch (c->mode) {
-	case STRATA_RESIDENCY_RESIDENT:
-		b->device = units;
-		b->statics = p->info.static_bytes;
-		b->kv_device = kv;
+	if (c->mode != STRATA_RESIDENCY_PLACEMENT) {
+		/* one group wholly in a host window moves nothing after the
+		 * first pass: priced as resident */
+		bool whole = c->mode == STRATA_RESIDENCY_HOST &&
+			     p->info.groups <= 1 &&
+			     c->weights.depth >= p->info.span;
+		strata_place w = c->mode == STRATA_RESIDENCY_RESIDENT || whole
+					 ? STRATA_PLACE_RESIDENT
+					 : STRATA_PLACE_WINDOW;
+		for (uint64_t i = 0; i < n; i++)
+			strata__plan_split_add(p, b, (size_t)i, w);
+		strata__plan_split_end(b);
+		if (w == STRATA_PLACE_RESIDENT)
+			b->kv_res = kv;
+		else
+			b->kv_str = kv;
 		return;
-	case STRATA_RESIDENCY_HOST:
-	case STRATA_RESIDENCY_DISK:
-		b->device = units;
-		b->statics = p->info.static_bytes;
-		b->kv_device = kv;
-		/* one group wholly in the window moves nothing after the
-		 * first pass */
-		if (!(c->mode == STRATA_RESIDENCY_HOST && p->info.groups <= 1 &&
-		      c->weights.depth >= p->info.span))
-			b->streamed = units;
-		return;
-	default:
-		break;
 	}
-	uint64_t r = c->resident_units;
+	uint64_t r = c->resident_units, rest = n - r;
 	uint64_t w = prefill ? c->prefill_window_units : c->window_units;
-	split_sums(p, r, w, b);
-	uint64_t resident = p->unit_prefix[r];
-	b->device = sat_add(resident, b->streamed);
-	b->statics = p->info.static_bytes;
 	b->statics_cpu = c->statics_on_cpu;
 	/* KV stays where decode computes; prefill streams the KV of the
 	 * units it moves from the CPU to the device */
-	uint64_t rest = n - r, cpu_units = 0, moved = 0;
-	for (uint64_t i = r; i < n; i++) {
-		bool dec = streamed_at(i - r, rest, c->window_units);
-		bool now = streamed_at(i - r, rest, w);
-		cpu_units += !now;
-		moved += now && !dec;
+	uint64_t moved = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		strata_place where = STRATA_PLACE_RESIDENT;
+		if (i >= r) {
+			bool dec = streamed_at(i - r, rest, c->window_units);
+			bool now = streamed_at(i - r, rest, w);
+			where = now ? STRATA_PLACE_WINDOW : STRATA_PLACE_CPU;
+			moved += now && !dec;
+		}
+		strata__plan_split_add(p, b, (size_t)i, where);
 	}
-	b->kv_cpu = kv_of(p, cpu_units);
-	b->kv_device = kv_of(p, n - cpu_units);
+	strata__plan_split_end(b);
+	b->kv_res = kv_of(p, r);
+	b->kv_cpu = kv_of(p, b->cpu_units);
+	uint64_t dev = kv_of(p, n - b->cpu_units);
+	b->kv_str = dev > b->kv_res ? dev - b->kv_res : 0;
 	b->streamed = sat_add(b->streamed, kv_of(p, moved));
 }
 
@@ -460,13 +386,14 @@ static uint64_t crossing(const strata_plan *p, const strata_plan_candidate *c)
 	if (c->mode != STRATA_RESIDENCY_PLACEMENT ||
 	    c->window_units == c->prefill_window_units)
 		return 0;
-	split_bytes d, f;
+	strata__plan_split d, f;
 	candidate_split(p, c, false, &d);
 	candidate_split(p, c, true, &f);
 	uint64_t top = p->options.shape.context;
 	for (uint64_t t = 1; t <= top && t <= 65536; t++) {
 		double T = (double)t * (double)p->options.shape.batch;
-		if (pass_seconds(p, c, &f, T) < pass_seconds(p, c, &d, T))
+		if (pass_seconds(p, c, &f, T, NULL) <
+		    pass_seconds(p, c, &d, T, NULL))
 			return t;
 	}
 	return 0;
@@ -475,14 +402,17 @@ static uint64_t crossing(const strata_plan *p, const strata_plan_candidate *c)
 void strata__plan_predict_passes(const strata_plan *p,
 				 strata_plan_candidate *c)
 {
-	split_bytes d, f;
+	strata__plan_split d, f;
 	candidate_split(p, c, false, &d);
 	candidate_split(p, c, true, &f);
-	c->cpu_bytes = d.statics_cpu ? sat_add(d.cpu, d.statics) : d.cpu;
+	c->cpu_bytes = d.statics_cpu ? sat_add(d.cpu_bytes, p->info.static_bytes)
+				     : d.cpu_bytes;
 	c->streamed_bytes = d.streamed;
-	c->predicted_decode_ms = pass_seconds(p, c, &d, decode_tokens(p)) * 1e3;
+	c->predicted_decode_ms =
+		pass_seconds(p, c, &d, decode_tokens(p), &c->decode_cost) * 1e3;
 	c->predicted_prefill_ms =
-		pass_seconds(p, c, &f, prefill_tokens(p)) * 1e3;
+		pass_seconds(p, c, &f, prefill_tokens(p), &c->prefill_cost) *
+		1e3;
 	c->crossing_chunk = crossing(p, c);
 	if (c->mode == STRATA_RESIDENCY_PLACEMENT) {
 		c->moved_bytes_per_forward = d.streamed;
@@ -572,9 +502,9 @@ static double quick_decode(const strata_plan *p, bool statics_cpu,
 				   .statics_on_cpu = statics_cpu,
 				   .resident_units = r,
 				   .window_units = p->info.occupied_units - r - cpu};
-	split_bytes b;
+	strata__plan_split b;
 	candidate_split(p, &c, false, &b);
-	return pass_seconds(p, &c, &b, decode_tokens(p));
+	return pass_seconds(p, &c, &b, decode_tokens(p), NULL);
 }
 
 /* The least prefill time of the split (r, c) with its prefill split

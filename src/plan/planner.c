@@ -80,6 +80,14 @@ static void resolve_rates(strata_plan *p)
 	DEFAULT_RATE(CPU_FLOPS, cpu_flops, STRATA_PLAN_DEFAULT_CPU_FLOPS);
 	DEFAULT_RATE(DEVICE_FLOPS, device_flops,
 		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_FLOPS : o->cpu_flops);
+	DEFAULT_RATE(CPU_LAUNCH, cpu_launch_seconds,
+		     STRATA_PLAN_DEFAULT_CPU_LAUNCH_S);
+	DEFAULT_RATE(DEVICE_LAUNCH, device_launch_seconds,
+		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_LAUNCH_S
+			  : o->cpu_launch_seconds);
+	/* on cpu the "crossing" is a memcpy inside RAM: not priced */
+	DEFAULT_RATE(CROSSING, crossing_seconds,
+		     cuda ? STRATA_PLAN_DEFAULT_CROSSING_S : 0.0);
 #undef DEFAULT_RATE
 	p->default_rates = def;
 	/* the weights' bytes an element where they execute (plan.h's rule):
@@ -410,6 +418,34 @@ static strata_status host_candidates(strata_plan *p, strata_error *err)
 	return s;
 }
 
+/* The stored types whose products no per-type rate prices, on each tier:
+ * they take the tier's f32 rates (rates_type_default). */
+static void explain_type_rates(strata_plan *p)
+{
+	int last = p->options.device == STRATA_PLAN_DEVICE_CPU ? 1 : 0;
+	for (int cpu = 1; cpu >= last; cpu--) {
+		char list[160] = "";
+		size_t len = 0;
+		for (uint32_t k = 0; k < p->type_count; k++) {
+			double gemv, gemm;
+			bool measured;
+			strata__plan_type_rates(p, cpu, p->type_of[k], &gemv,
+						&gemm, &measured);
+			if (measured || len >= sizeof list)
+				continue;
+			len += (size_t)snprintf(list + len, sizeof list - len,
+						"%s%s", len ? ", " : "",
+						strata_block_name(p->type_of[k]));
+		}
+		if (len)
+			explain(p, STRATA_EXPLAIN_RATES_TYPE_DEFAULT,
+				"%s products of %.160s priced at the %s rates (no per-type rate measured; strata calibrate measures them)",
+				cpu ? "CPU" : "device", list,
+				cpu ? "host memory / cpu_flops"
+				    : "memory / device_flops");
+	}
+}
+
 /* Which rates are defaults (no rates file, no option) and which came from
  * the rates file strata calibrate writes. */
 static void explain_rates(strata_plan *p)
@@ -428,6 +464,7 @@ static void explain_rates(strata_plan *p)
 						       "%s%s", cl ? ", " : "", name);
 		}
 	}
+	explain_type_rates(p);
 	if (dl)
 		explain(p, STRATA_EXPLAIN_RATES_DEFAULT,
 			"default rates (not measured here; strata calibrate measures them): %.180s", def);
@@ -513,12 +550,40 @@ static strata_status unit_table(strata_plan *p, strata_error *err)
 						"plan unit prefix", err);
 	if (!p->unit_bytes || !p->unit_prefix)
 		return STRATA_E_NOMEM;
+	uint64_t present[STRATA_BLOCK_COUNT];
+	memcpy(present, p->info.static_compute_type_bytes, sizeof present);
 	for (size_t i = 0; i < n; i++) {
 		strata_plan_unit u;
 		strata_plan_layout_unit_at(p->layout, i, &u);
 		p->unit_bytes[i] = u.bytes;
 		p->unit_prefix[i + 1] =
 			strata_sat_add_u64(p->unit_prefix[i], u.bytes);
+		for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+			present[t] |= u.type_bytes[t];
+	}
+	int index[STRATA_BLOCK_COUNT];
+	p->type_count = 0;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
+		index[t] = present[t] ? (int)p->type_count : -1;
+		if (present[t])
+			p->type_of[p->type_count++] = (strata_block_type)t;
+	}
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		if (index[t] >= 0)
+			p->static_types[index[t]] =
+				p->info.static_compute_type_bytes[t];
+	p->unit_types = strata_calloc_or_error(
+		(n ? n : 1) * (p->type_count ? p->type_count : 1),
+		sizeof *p->unit_types, "plan unit types", err);
+	if (!p->unit_types)
+		return STRATA_E_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		strata_plan_unit u;
+		strata_plan_layout_unit_at(p->layout, i, &u);
+		for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+			if (index[t] >= 0)
+				p->unit_types[i * p->type_count + index[t]] =
+					u.type_bytes[t];
 	}
 	return STRATA_OK;
 }
@@ -580,6 +645,7 @@ void strata_plan_destroy(strata_plan *p)
 	if (!p)
 		return;
 	strata_free(p->candidates);
+	strata_free(p->unit_types);
 	strata_free(p->unit_bytes);
 	strata_free(p->unit_prefix);
 	strata_free(p);

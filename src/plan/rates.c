@@ -72,6 +72,35 @@ static strata_status number(json_t *o, const char *key, bool optional,
 	return STRATA_OK;
 }
 
+/* The optional "types" object of a processor: {"Q8_0": {"gemv_bytes_per_second",
+ * "gemm_flops"}, ...}; a name strata does not know is skipped (a later
+ * strata's type), a known one must hold positive numbers. */
+static strata_status read_types(json_t *o, strata_plan_type_rate *out,
+				const char *path, strata_error *err)
+{
+	json_t *types = json_object_get(o, "types");
+	if (!types)
+		return STRATA_OK;
+	if (!json_is_object(types))
+		return bad(path, "types", err);
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
+		json_t *e = json_object_get(types, strata_block_name(
+							   (strata_block_type)t));
+		if (!e)
+			continue;
+		if (!json_is_object(e))
+			return bad(path, "types.TYPE", err);
+		strata_status s = number(e, "gemv_bytes_per_second", true,
+					 &out[t].gemv, path, err);
+		if (s == STRATA_OK)
+			s = number(e, "gemm_flops", true, &out[t].gemm, path,
+				   err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	return STRATA_OK;
+}
+
 static strata_status read_device(json_t *e, strata_plan_device_rates *d,
 				 const char *path, strata_error *err)
 {
@@ -89,6 +118,14 @@ static strata_status read_device(json_t *e, strata_plan_device_rates *d,
 			   path, err);
 	if (s == STRATA_OK)
 		s = number(e, "device_flops", false, &d->flops, path, err);
+	if (s == STRATA_OK)
+		s = number(e, "launch_seconds", true, &d->launch_seconds, path,
+			   err);
+	if (s == STRATA_OK)
+		s = number(e, "crossing_seconds", true, &d->crossing_seconds,
+			   path, err);
+	if (s == STRATA_OK)
+		s = read_types(e, d->types, path, err);
 	return s;
 }
 
@@ -109,8 +146,19 @@ static strata_status read_doc(json_t *doc, strata_plan_rates *r,
 	if (s == STRATA_OK && (!json_is_integer(t) || json_integer_value(t) < 1 ||
 			       json_integer_value(t) > 65536))
 		return bad(path, "host.threads", err);
+	if (s == STRATA_OK)
+		s = number(host, "launch_seconds", true, &r->cpu_launch_seconds,
+			   path, err);
+	if (s == STRATA_OK)
+		s = read_types(host, r->cpu_types, path, err);
+	json_t *rows = json_object_get(host, "gemm_rows");
+	if (s == STRATA_OK && rows &&
+	    (!json_is_integer(rows) || json_integer_value(rows) < 1 ||
+	     json_integer_value(rows) > 1 << 20))
+		return bad(path, "host.gemm_rows", err);
 	if (s != STRATA_OK)
 		return s;
+	r->gemm_rows = rows ? (uint32_t)json_integer_value(rows) : 0;
 	r->threads = (uint32_t)json_integer_value(t);
 	json_t *devs = json_object_get(doc, "devices");
 	if (!json_is_array(devs) || json_array_size(devs) > STRATA_PLAN_MAX_DEVICES)
@@ -184,6 +232,30 @@ static strata_status make_dirs(const char *path, strata_error *err)
 	return STRATA_OK;
 }
 
+static void write_types(strata_json *j, const strata_plan_type_rate *t)
+{
+	bool any = false;
+	for (int k = 0; k < STRATA_BLOCK_COUNT; k++)
+		any |= t[k].gemv > 0 || t[k].gemm > 0;
+	if (!any)
+		return;
+	strata_json_key(j, "types");
+	strata_json_object_begin(j);
+	for (int k = 0; k < STRATA_BLOCK_COUNT; k++) {
+		if (!(t[k].gemv > 0) && !(t[k].gemm > 0))
+			continue;
+		strata_json_key(j, strata_block_name((strata_block_type)k));
+		strata_json_object_begin(j);
+		if (t[k].gemv > 0)
+			strata_json_kv_double(j, "gemv_bytes_per_second",
+					      t[k].gemv);
+		if (t[k].gemm > 0)
+			strata_json_kv_double(j, "gemm_flops", t[k].gemm);
+		strata_json_object_end(j);
+	}
+	strata_json_object_end(j);
+}
+
 strata_status strata_plan_rates_save(const char *path,
 				     const strata_plan_rates *r,
 				     strata_error *err)
@@ -197,6 +269,12 @@ strata_status strata_plan_rates_save(const char *path,
 	strata_json_kv_double(&j, "host_memory_bytes_per_second", r->host_memory);
 	strata_json_kv_double(&j, "cpu_flops", r->cpu_flops);
 	strata_json_kv_u64(&j, "threads", r->threads);
+	if (r->gemm_rows)
+		strata_json_kv_u64(&j, "gemm_rows", r->gemm_rows);
+	if (r->cpu_launch_seconds > 0)
+		strata_json_kv_double(&j, "launch_seconds",
+				      r->cpu_launch_seconds);
+	write_types(&j, r->cpu_types);
 	strata_json_object_end(&j);
 	strata_json_key(&j, "devices");
 	strata_json_array_begin(&j);
@@ -208,6 +286,13 @@ strata_status strata_plan_rates_save(const char *path,
 		strata_json_kv_double(&j, "d2h_bytes_per_second", d->d2h);
 		strata_json_kv_double(&j, "memory_bytes_per_second", d->memory);
 		strata_json_kv_double(&j, "device_flops", d->flops);
+		if (d->launch_seconds > 0)
+			strata_json_kv_double(&j, "launch_seconds",
+					      d->launch_seconds);
+		if (d->crossing_seconds > 0)
+			strata_json_kv_double(&j, "crossing_seconds",
+					      d->crossing_seconds);
+		write_types(&j, d->types);
 		strata_json_object_end(&j);
 	}
 	strata_json_array_end(&j);
@@ -234,18 +319,38 @@ static void take(double *field, double value, strata_plan_rate r,
 	o->calibrated_rates |= 1u << r;
 }
 
+/* Per-type rates the options do not have yet, marked in *bits. */
+static void take_types(strata_plan_type_rate *into,
+		       const strata_plan_type_rate *from, uint32_t *bits)
+{
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
+		if (into[t].gemv > 0 || into[t].gemm > 0 ||
+		    !(from[t].gemv > 0 || from[t].gemm > 0))
+			continue;
+		into[t] = from[t];
+		*bits |= 1u << t;
+	}
+}
+
 void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
 			     strata_plan_options *o)
 {
 	take(&o->host_memory_bandwidth, r->host_memory,
 	     STRATA_PLAN_RATE_HOST_MEMORY, o);
 	take(&o->cpu_flops, r->cpu_flops, STRATA_PLAN_RATE_CPU_FLOPS, o);
+	take(&o->cpu_launch_seconds, r->cpu_launch_seconds,
+	     STRATA_PLAN_RATE_CPU_LAUNCH, o);
+	take_types(o->cpu_types, r->cpu_types, &o->calibrated_cpu_types);
 	if (o->device == STRATA_PLAN_DEVICE_CPU) {
 		/* the cpu device is the host: its memory and products */
 		take(&o->memory_bandwidth, r->host_memory,
 		     STRATA_PLAN_RATE_MEMORY, o);
 		take(&o->device_flops, r->cpu_flops,
 		     STRATA_PLAN_RATE_DEVICE_FLOPS, o);
+		take(&o->device_launch_seconds, r->cpu_launch_seconds,
+		     STRATA_PLAN_RATE_DEVICE_LAUNCH, o);
+		take_types(o->device_types, r->cpu_types,
+			   &o->calibrated_device_types);
 		return;
 	}
 	char want[16];
@@ -258,5 +363,11 @@ void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
 		take(&o->d2h_bandwidth, d->d2h, STRATA_PLAN_RATE_D2H, o);
 		take(&o->memory_bandwidth, d->memory, STRATA_PLAN_RATE_MEMORY, o);
 		take(&o->device_flops, d->flops, STRATA_PLAN_RATE_DEVICE_FLOPS, o);
+		take(&o->device_launch_seconds, d->launch_seconds,
+		     STRATA_PLAN_RATE_DEVICE_LAUNCH, o);
+		take(&o->crossing_seconds, d->crossing_seconds,
+		     STRATA_PLAN_RATE_CROSSING, o);
+		take_types(o->device_types, d->types,
+			   &o->calibrated_device_types);
 	}
 }

@@ -78,6 +78,69 @@ static const char *rate_source(const strata_plan *p, strata_plan_rate r)
 						       : "option";
 }
 
+/* One pass's terms (docs/plan.md "Cost model"). */
+static void write_cost(strata_json *j, const char *key,
+		       const strata_plan_cost *c)
+{
+	strata_json_key(j, key);
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "resident_ms", c->resident_ms);
+	strata_json_kv_double(j, "streamed_compute_ms", c->streamed_ms);
+	strata_json_kv_double(j, "cpu_ms", c->cpu_ms);
+	strata_json_kv_double(j, "statics_ms", c->statics_ms);
+	strata_json_kv_double(j, "link_ms", c->link_ms);
+	strata_json_kv_double(j, "overhead_ms", c->overhead_ms);
+	strata_json_kv_u64(j, "crossings", c->crossings);
+	strata_json_kv_double(j, "total_ms", c->total_ms);
+	strata_json_kv_string(j, "bound", strata_plan_bound_name(c->bound));
+	strata_json_object_end(j);
+}
+
+/* One tier's rates of type t with where they came from: "calibrated"
+ * (the file's for this type), "option" (the tier's rate an option gave,
+ * which every type takes), or "f32_rate" (none measured for the type:
+ * the tier's f32 rates). */
+static void write_type_tier(const strata_plan *p, strata_json *j,
+			    const char *key, bool cpu, strata_block_type t)
+{
+	double gemv, gemm;
+	bool measured;
+	strata__plan_type_rates(p, cpu, t, &gemv, &gemm, &measured);
+	strata_plan_rate r = cpu ? STRATA_PLAN_RATE_HOST_MEMORY
+				 : STRATA_PLAN_RATE_MEMORY;
+	bool opt = !(p->default_rates & (1u << r)) &&
+		   !(p->options.calibrated_rates & (1u << r));
+	strata_json_key(j, key);
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "gemv_bytes_per_second", gemv);
+	strata_json_kv_double(j, "gemm_flops", gemm);
+	strata_json_kv_string(j, "source", measured ? "calibrated"
+					   : opt    ? "option"
+						    : "f32_rate");
+	strata_json_object_end(j);
+}
+
+/* The stored types the weights compute as, with their rates per tier. */
+static void write_type_rates(const strata_plan *p, strata_json *j)
+{
+	strata_json_key(j, "type_rates");
+	strata_json_array_begin(j);
+	for (uint32_t k = 0; k < p->type_count; k++) {
+		strata_block_type t = p->type_of[k];
+		uint64_t bytes = p->static_types[k];
+		for (uint64_t i = 0; i < p->info.occupied_units; i++)
+			bytes = strata_sat_add_u64(
+				bytes, p->unit_types[i * p->type_count + k]);
+		strata_json_object_begin(j);
+		strata_json_kv_string(j, "type", strata_block_name(t));
+		strata_json_kv_u64(j, "bytes", bytes);
+		write_type_tier(p, j, "cpu", true, t);
+		write_type_tier(p, j, "device", false, t);
+		strata_json_object_end(j);
+	}
+	strata_json_array_end(j);
+}
+
 static void write_inputs(const strata_plan *p, strata_json *j)
 {
 	const strata_plan_options *o = &p->options;
@@ -130,6 +193,7 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	STRATA_PLAN_RATE_MAP(STRATA_PLAN_RATE_JSON)
 #undef STRATA_PLAN_RATE_JSON
 	strata_json_object_end(j);
+	write_type_rates(p, j);
 	strata_json_key(j, "layout");
 	strata_json_object_begin(j);
 	strata_json_kv_u64(j, "sized_tensors", l->sized_tensors);
@@ -254,6 +318,8 @@ static void write_placement(const strata_plan *p,
 	strata_json_kv_double(j, "predicted_prefill_ms",
 			      c->predicted_prefill_ms);
 	strata_json_kv_u64(j, "crossing_chunk", c->crossing_chunk);
+	write_cost(j, "decode_cost", &c->decode_cost);
+	write_cost(j, "prefill_cost", &c->prefill_cost);
 }
 
 static void write_candidate(const strata_plan *p,
@@ -342,6 +408,8 @@ void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 				      sel->predicted_decode_ms);
 		strata_json_kv_double(j, "predicted_prefill_ms",
 				      sel->predicted_prefill_ms);
+		write_cost(j, "decode_cost", &sel->decode_cost);
+		write_cost(j, "prefill_cost", &sel->prefill_cost);
 		strata_json_object_end(j);
 	} else {
 		strata_json_null(j);

@@ -251,14 +251,28 @@ static void placement_choice(strata_plan *p)
 	explain_placement(p, b);
 }
 
+/* What bounds the selected candidate's predictions, and their terms. */
+static void explain_terms(strata_plan *p, const strata_plan_candidate *c)
+{
+	const strata_plan_cost *d = &c->decode_cost, *f = &c->prefill_cost;
+	explain(p, STRATA_EXPLAIN_PREDICTION_TERMS,
+		"decode %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, statics %.2f, overhead %.2f, link %.2f); prefill %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, link %.2f)",
+		d->total_ms, strata_plan_bound_name(d->bound), d->resident_ms,
+		d->streamed_ms, d->cpu_ms, d->statics_ms, d->overhead_ms,
+		d->link_ms, f->total_ms, strata_plan_bound_name(f->bound),
+		f->resident_ms, f->streamed_ms, f->cpu_ms, f->link_ms);
+}
+
 void strata__plan_select(strata_plan *p)
 {
 	const strata_plan_options *o = &p->options;
 	char a[32], b[32];
 	uniform_chain(p);
 	placement_choice(p);
-	if (p->selected >= 0)
+	if (p->selected >= 0) {
+		explain_terms(p, &p->candidates[p->selected]);
 		return;
+	}
 	if (o->mode != STRATA_RESIDENCY_AUTO)
 		explain(p, STRATA_EXPLAIN_FORCED_MODE_DOES_NOT_FIT,
 			"the forced mode does not fit the budgets");

@@ -20,6 +20,7 @@ typedef struct unit_entry {
 	size_t group_len;
 	uint64_t unit;
 	uint64_t bytes, exact;
+	strata_block_type type; /* one tensor's, before merging */
 } unit_entry;
 
 typedef struct group_range {
@@ -34,6 +35,11 @@ struct strata_plan_layout {
 	bool all_units_overflow; /* resident window does not fit in u64 */
 	bool exact_units_overflow; /* the same of the exact bytes */
 	uint64_t alignment;	   /* each tensor's slot; 1: none */
+	/* [unit_entries][STRATA_BLOCK_COUNT]: each unit's exact bytes by
+	 * the block type its tensors compute as (time prediction) */
+	uint64_t *type_bytes;
+	uint64_t embed_type_bytes[STRATA_BLOCK_COUNT];
+	bool has_output; /* a static of role "output" */
 	strata_plan_layout_info info;
 };
 
@@ -85,6 +91,25 @@ static strata_status align_to(uint64_t bytes, uint64_t a, uint64_t *out,
 				  err);
 }
 
+static bool role_is(const strata_owner *o, const char *role)
+{
+	size_t n = strlen(role);
+	return o->role && o->role_len == n && !memcmp(o->role, role, n);
+}
+
+/* Sums a static tensor into the bytes a pass computes on, by type: the
+ * embedding apart (l->embed_type_bytes), for count_units to add back when
+ * no output head exists (a tied head reads the embedding). */
+static void static_compute(strata_plan_layout *l, const strata_owner *o,
+			   strata_block_type type, uint64_t exact)
+{
+	uint64_t *into = role_is(o, "embedding")
+				 ? &l->embed_type_bytes[type]
+				 : &l->info.static_compute_type_bytes[type];
+	*into = strata_sat_add_u64(*into, exact);
+	l->has_output |= role_is(o, "output");
+}
+
 /* Reads the params into `units` (unsorted) and the static sum. Excluded
  * tensors are skipped before their bytes are asked (seed 001). */
 static strata_status collect(strata_plan_layout *l,
@@ -107,7 +132,10 @@ static strata_status collect(strata_plan_layout *l,
 		if (s != STRATA_OK)
 			return s;
 		info->sized_tensors++;
+		strata_block_type type = (unsigned)p->type < STRATA_BLOCK_COUNT
+						 ? p->type : STRATA_BLOCK_F32;
 		if (p->owner.kind == STRATA_OWNER_STATIC) {
+			static_compute(l, &p->owner, type, exact);
 			/* exact <= b: the region's sum overflows first */
 			s = strata_checked_add(info->static_bytes, b,
 					       &info->static_bytes,
@@ -126,6 +154,7 @@ static strata_status collect(strata_plan_layout *l,
 			.unit = p->owner.unit,
 			.bytes = b,
 			.exact = exact,
+			.type = type,
 		};
 	}
 	return STRATA_OK;
@@ -137,6 +166,15 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 	if (l->unit_entries > 1)
 		qsort(l->units, l->unit_entries, sizeof *l->units,
 		      compare_entry);
+	size_t distinct = 0;
+	for (size_t i = 0; i < l->unit_entries; i++)
+		distinct += i == 0 ||
+			    compare_entry(&l->units[i - 1], &l->units[i]) != 0;
+	l->type_bytes = strata_calloc_or_error(
+		(distinct ? distinct : 1) * STRATA_BLOCK_COUNT,
+		sizeof *l->type_bytes, "plan layout unit types", err);
+	if (!l->type_bytes)
+		return STRATA_E_NOMEM;
 	size_t out = 0;
 	for (size_t i = 0; i < l->unit_entries; i++) {
 		unit_entry *e = &l->units[i];
@@ -148,8 +186,11 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 			if (s != STRATA_OK)
 				return unit_error(err, into, s);
 			into->exact += e->exact; /* <= into->bytes */
+			l->type_bytes[(out - 1) * STRATA_BLOCK_COUNT + e->type] +=
+				e->exact; /* <= into->exact */
 			continue;
 		}
+		l->type_bytes[out * STRATA_BLOCK_COUNT + e->type] = e->exact;
 		l->units[out++] = *e;
 	}
 	l->unit_entries = out;
@@ -200,6 +241,10 @@ static strata_status count_units(strata_plan_layout *l, strata_error *err)
 		l->exact_units_overflow ? UINT64_MAX : exact;
 	info->groups = l->group_count;
 	info->occupied_units = l->unit_entries;
+	for (int t = 0; !l->has_output && t < STRATA_BLOCK_COUNT; t++)
+		info->static_compute_type_bytes[t] = strata_sat_add_u64(
+			info->static_compute_type_bytes[t],
+			l->embed_type_bytes[t]);
 	return STRATA_OK;
 }
 
@@ -262,6 +307,7 @@ void strata_plan_layout_destroy(strata_plan_layout *l)
 		return;
 	strata_free(l->units);
 	strata_free(l->groups);
+	strata_free(l->type_bytes);
 	strata_free(l);
 }
 
@@ -349,6 +395,8 @@ void strata_plan_layout_unit_at(const strata_plan_layout *l, size_t i,
 				  .unit = e->unit,
 				  .bytes = e->bytes,
 				  .exact_bytes = e->exact};
+	memcpy(out->type_bytes, l->type_bytes + i * STRATA_BLOCK_COUNT,
+	       sizeof out->type_bytes);
 }
 
 strata_status strata_plan_layout_weights(const strata_plan_layout *l,

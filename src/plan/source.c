@@ -33,6 +33,21 @@ static strata_status tensor_bytes(void *ctx, size_t i, uint64_t *out,
 	return st;
 }
 
+/* The block type tensor t computes as on device d: its own when d's
+ * kernels take it as stored, else F32 (converted at load; integer types,
+ * which no product reads, count as F32 too). */
+static strata_block_type exec_type(const strata_tensor *t,
+				   strata_plan_device d)
+{
+	strata_plan_exec e = {0};
+	strata_error ignored;
+	strata_block_type b = STRATA_BLOCK_F32;
+	if (strata_plan_tensor_exec(t, d, &e, &ignored) != STRATA_OK ||
+	    e.convert || !strata_dtype_block(t->dtype, &b))
+		return STRATA_BLOCK_F32;
+	return b;
+}
+
 static bool is_float(strata_dtype t)
 {
 	switch (t) {
@@ -87,6 +102,7 @@ strata_status strata_plan_source_create(const strata_catalog *c,
 		const strata_tensor *t = strata_catalog_tensor(c, i);
 		s->params[i].name = t->name;
 		s->params[i].file_bytes = t->bytes;
+		s->params[i].type = exec_type(t, device);
 		s->excluded[i] =
 			strata_topology_excluded(t->name, exclude, n_exclude);
 		st = strata_topology_owner(t->name, &s->params[i].owner, err);

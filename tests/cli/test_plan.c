@@ -495,7 +495,8 @@ static void peer_model_keeps_a_window_for_the_prompt(void **state)
  * it as it is. */
 static const char *const single_keys[] = {
 	"model", "device", "shape", "budgets", "bandwidths", "layout",
-	"rates", "architecture", "memory", "candidates", "selected",
+	"rates", "type_rates", "architecture", "memory", "candidates",
+	"selected",
 	"explanations", "throughput_by_batch", "best_batch", "weight_store",
 };
 

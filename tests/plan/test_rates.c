@@ -74,10 +74,8 @@ static void file_round_trips_and_creates_its_folder(void **state)
 	assert_int_equal(strata_plan_rates_path(p, sizeof p, &err), STRATA_OK);
 	strata_plan_rates r = {.host_memory = 106e9, .cpu_flops = 2e12,
 			       .threads = 16, .device_count = 2};
-	r.devices[0] = (strata_plan_device_rates){"cuda:0", 55e9, 54e9, 4.1e12,
-						  600e12};
-	r.devices[1] = (strata_plan_device_rates){"cuda:1", 50e9, 49e9, 4e12,
-						  590e12};
+	r.devices[0] = (strata_plan_device_rates){.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 4.1e12, .flops = 600e12};
+	r.devices[1] = (strata_plan_device_rates){.name = "cuda:1", .h2d = 50e9, .d2h = 49e9, .memory = 4e12, .flops = 590e12};
 	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
 	strata_plan_rates back;
 	bool found;
@@ -141,8 +139,7 @@ static void rates_fill_what_options_leave(void **state)
 	(void)state;
 	strata_plan_rates r = {.host_memory = 100e9, .cpu_flops = 1e12,
 			       .threads = 4, .device_count = 1};
-	r.devices[0] = (strata_plan_device_rates){"cuda:1", 50e9, 45e9, 4e12,
-						  500e12};
+	r.devices[0] = (strata_plan_device_rates){.name = "cuda:1", .h2d = 50e9, .d2h = 45e9, .memory = 4e12, .flops = 500e12};
 	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA,
 				 .h2d_bandwidth = 10e9};
 	strata_plan_rates_apply(&r, 1, &o);
@@ -165,18 +162,111 @@ static void rates_fill_what_options_leave(void **state)
 static void calibration_measures_the_cpu(void **state)
 {
 	(void)state;
-	strata_plan_calibrate_options o = {.bytes = 32u << 20, .repeats = 1,
-					   .cpu_only = true};
+	strata_plan_calibrate_options o = {
+		.bytes = 32u << 20, .repeats = 1, .cpu_only = true,
+		.types = 1u << STRATA_BLOCK_F32 | 1u << STRATA_BLOCK_Q8_0,
+		.gemm_rows = 16};
 	strata_plan_rates r;
 	strata_error err;
 	assert_int_equal(strata_plan_calibrate(&o, &r, &err), STRATA_OK);
 	assert_true(r.host_memory > 1e8 && r.host_memory < 1e13);
 	assert_true(r.cpu_flops > 1e7 && r.cpu_flops < 1e15);
 	assert_true(r.threads >= 1 && r.device_count == 0);
+	/* the types asked for, through the CPU kernels, and none other */
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
+		bool asked = t == STRATA_BLOCK_F32 || t == STRATA_BLOCK_Q8_0;
+		const strata_plan_type_rate *k = &r.cpu_types[t];
+		if (asked)
+			assert_true(k->gemv > 1e7 && k->gemv < 1e13 &&
+				    k->gemm > 1e6 && k->gemm < 1e15);
+		else
+			assert_true(k->gemv == 0 && k->gemm == 0);
+	}
+	assert_int_equal(r.gemm_rows, 16);
+	assert_true(r.cpu_launch_seconds > 0 && r.cpu_launch_seconds < 0.1);
+	/* a list with no type the CPU takes, and too many rows */
+	o.types = 1u << 30;
+	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.fix, "Q8_0"));
+	o.types = 1u << STRATA_BLOCK_F32;
+	o.gemm_rows = 9000;
+	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.fix, "--rows"));
+	o.gemm_rows = 16;
 	o.bytes = 1u << 20;
 	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
 			 STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.fix, "--bytes"));
+}
+
+/* The per-type rates, fixed costs and rows read back; a file without
+ * them (an earlier strata's) still reads, with those 0; a type name a
+ * later strata may add is skipped, a known one with a bad value is not. */
+static void type_rates_round_trip_and_old_files_read(void **state)
+{
+	(void)state;
+	char p[300];
+	strata_error err;
+	snprintf(p, sizeof p, "%s/typed.json", dir);
+	strata_plan_rates r = {.host_memory = 100e9, .cpu_flops = 1e12,
+			       .threads = 16, .gemm_rows = 512,
+			       .cpu_launch_seconds = 6e-6, .device_count = 1};
+	r.cpu_types[STRATA_BLOCK_BF16] = (strata_plan_type_rate){40e9, 0.4e12};
+	r.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){30e9, 0.3e12};
+	r.devices[0] = (strata_plan_device_rates){
+		.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 3e12,
+		.flops = 14e12, .launch_seconds = 3e-6,
+		.crossing_seconds = 25e-6};
+	r.devices[0].types[STRATA_BLOCK_BF16] =
+		(strata_plan_type_rate){3.4e12, 300e12};
+	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
+	strata_plan_rates back;
+	bool found;
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	assert_true(back.gemm_rows == 512 && back.cpu_launch_seconds == 6e-6);
+	assert_true(back.cpu_types[STRATA_BLOCK_BF16].gemv == 40e9 &&
+		    back.cpu_types[STRATA_BLOCK_Q8_0].gemm == 0.3e12 &&
+		    back.cpu_types[STRATA_BLOCK_F32].gemv == 0);
+	assert_true(back.devices[0].launch_seconds == 3e-6 &&
+		    back.devices[0].crossing_seconds == 25e-6 &&
+		    back.devices[0].types[STRATA_BLOCK_BF16].gemm == 300e12);
+	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
+		      "\"cpu_flops\": 1e9, \"threads\": 2}, \"devices\": [{\"device\": \"cuda:0\", "
+		      "\"h2d_bytes_per_second\": 1e9, \"d2h_bytes_per_second\": 1e9, "
+		      "\"memory_bytes_per_second\": 1e9, \"device_flops\": 1e9}]}");
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	assert_true(back.gemm_rows == 0 && back.cpu_launch_seconds == 0 &&
+		    back.devices[0].crossing_seconds == 0 &&
+		    back.cpu_types[STRATA_BLOCK_F32].gemv == 0);
+	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
+		      "\"cpu_flops\": 1e9, \"threads\": 2, \"types\": {\"MXFP9\": {}, "
+		      "\"Q8_0\": {\"gemv_bytes_per_second\": 2e9}}}, \"devices\": []}");
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	assert_true(back.cpu_types[STRATA_BLOCK_Q8_0].gemv == 2e9 &&
+		    back.cpu_types[STRATA_BLOCK_Q8_0].gemm == 0);
+	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
+		      "\"cpu_flops\": 1e9, \"threads\": 2, \"types\": {\"Q8_0\": "
+		      "{\"gemv_bytes_per_second\": -2}}}, \"devices\": []}");
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_E_PARSE);
+	assert_non_null(strstr(err.message, "gemv_bytes_per_second"));
+	/* applied: the file's types where the options have none, marked */
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA};
+	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){1e9, 1e9};
+	strata_plan_rates_apply(&r, 0, &o);
+	assert_true(o.cpu_types[STRATA_BLOCK_BF16].gemv == 40e9);
+	assert_true(o.cpu_types[STRATA_BLOCK_Q8_0].gemv == 1e9); /* kept */
+	assert_true(o.calibrated_cpu_types == 1u << STRATA_BLOCK_BF16);
+	assert_true(o.device_types[STRATA_BLOCK_BF16].gemm == 300e12 &&
+		    o.calibrated_device_types == 1u << STRATA_BLOCK_BF16);
+	assert_true(o.crossing_seconds == 25e-6 &&
+		    o.device_launch_seconds == 3e-6 &&
+		    o.cpu_launch_seconds == 6e-6);
 }
 
 int main(void)
@@ -187,6 +277,7 @@ int main(void)
 		cmocka_unit_test(malformed_files_are_refused_by_key),
 		cmocka_unit_test(rates_fill_what_options_leave),
 		cmocka_unit_test(calibration_measures_the_cpu),
+		cmocka_unit_test(type_rates_round_trip_and_old_files_read),
 	};
 	return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

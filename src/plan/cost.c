@@ -1,0 +1,211 @@
+/* cost.c - the cost model of a pass: each unit's products priced at the
+ * measured rate of its stored type on the processor that computes it, the
+ * link's time for the streamed bytes, and the fixed costs (kernels on the
+ * CPU's pool, device launches, crossings of the residual stream), put
+ * together the way the forward pass runs them (layer: plan).
+ *
+ * docs/plan.md "Cost model" states it. In short: the forward pass runs the
+ * layers in order, so the device's and the CPU's compute follow one
+ * another (a chain); the window copies the next streamed unit in while
+ * the chain runs, so where the window prefetches (depth >= 2) a pass
+ * takes max(link, chain), and where it cannot (host:1, direct disk, and
+ * on cpu, where the copies and the compute read one RAM) their sum. */
+#include <string.h>
+
+#include "plan/internal.h"
+
+static double max2(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rates                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Whether rate r came from an option (neither a default nor the file). */
+static bool from_option(const strata_plan *p, strata_plan_rate r)
+{
+	uint32_t bit = 1u << r;
+	return !(p->default_rates & bit) && !(p->options.calibrated_rates & bit);
+}
+
+/* The product rates of block type t on the CPU (cpu) or the device: the
+ * type's measured rates, else the tier's f32 rates. A tier whose rates an
+ * option gave uses those for every type (the option wins over the file).
+ * On a cpu device the device is the CPU: its types' rates are the CPU's. */
+void strata__plan_type_rates(const strata_plan *p, bool cpu,
+			     strata_block_type t, double *gemv, double *gemm,
+			     bool *measured)
+{
+	const strata_plan_options *o = &p->options;
+	bool dev_is_cpu = o->device == STRATA_PLAN_DEVICE_CPU;
+	const strata_plan_type_rate *tr =
+		cpu || dev_is_cpu ? &o->cpu_types[t] : &o->device_types[t];
+	bool opt = cpu ? from_option(p, STRATA_PLAN_RATE_HOST_MEMORY)
+		       : from_option(p, STRATA_PLAN_RATE_MEMORY);
+	bool opt_f = cpu ? from_option(p, STRATA_PLAN_RATE_CPU_FLOPS)
+			 : from_option(p, STRATA_PLAN_RATE_DEVICE_FLOPS);
+	double mem = cpu ? o->host_memory_bandwidth : o->memory_bandwidth;
+	double flops = cpu ? o->cpu_flops : o->device_flops;
+	*gemv = !opt && tr->gemv > 0 ? tr->gemv : mem;
+	*gemm = !opt_f && tr->gemm > 0 ? tr->gemm : flops;
+	if (measured)
+		*measured = tr->gemv > 0 && !opt;
+}
+
+/* Seconds of the products over `bytes` (by p's type index) at T rows on
+ * one tier: each type's max(bytes / gemv, 2 E T / gemm), E its elements
+ * (the roofline of one weight read, T rows multiplied). */
+static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
+		     double T)
+{
+	double s = 0;
+	for (uint32_t k = 0; k < p->type_count; k++) {
+		if (!bytes[k])
+			continue;
+		strata_block_type t = p->type_of[k];
+		double gemv, gemm;
+		strata__plan_type_rates(p, cpu, t, &gemv, &gemm, NULL);
+		double b = (double)bytes[k];
+		double elems = b * strata_block_elements(t) /
+			       (double)strata_block_bytes(t);
+		s += max2(b / gemv, 2.0 * elems * T / gemm);
+	}
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A split's bytes                                                          */
+/* ------------------------------------------------------------------------ */
+
+void strata__plan_split_add(const strata_plan *p, strata__plan_split *b,
+			    size_t i, strata_place where)
+{
+	uint64_t *into = where == STRATA_PLACE_RESIDENT ? b->res
+			 : where == STRATA_PLACE_CPU	? b->cpu
+							: b->str;
+	const uint64_t *types = p->unit_types + i * p->type_count;
+	for (uint32_t k = 0; k < p->type_count; k++)
+		into[k] = strata_sat_add_u64(into[k], types[k]);
+	uint64_t bytes = p->unit_bytes[i];
+	switch (where) {
+	case STRATA_PLACE_RESIDENT:
+		b->res_units++;
+		break;
+	case STRATA_PLACE_CPU:
+		b->cpu_units++;
+		b->cpu_bytes = strata_sat_add_u64(b->cpu_bytes, bytes);
+		break;
+	default:
+		b->str_units++;
+		b->streamed = strata_sat_add_u64(b->streamed, bytes);
+		break;
+	}
+	bool on_cpu = where == STRATA_PLACE_CPU;
+	if (b->started && on_cpu != b->last_cpu)
+		b->changes++;
+	if (!b->started && on_cpu != b->statics_cpu)
+		b->changes++; /* from the embedding's site */
+	b->started = true;
+	b->last_cpu = on_cpu;
+}
+
+void strata__plan_split_end(strata__plan_split *b)
+{
+	if (b->started && b->last_cpu != b->statics_cpu)
+		b->changes++; /* to the head's site */
+}
+
+/* ------------------------------------------------------------------------ */
+/* A pass                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Seconds of the statics: the embedding is a row lookup and the LM head
+ * computes each sequence's last row only (forward.c head_in_place), so a
+ * pass of any chunk pays what a decode step does: their products at B
+ * rows on their tier, and two kernels (the final norm and the head). */
+static double statics_seconds(const strata_plan *p, bool cpu)
+{
+	double B = (double)p->options.shape.batch;
+	double s = priced(p, cpu, p->static_types, B);
+	if (cpu || p->options.device == STRATA_PLAN_DEVICE_CPU)
+		s += 2.0 * p->options.cpu_launch_seconds;
+	return s;
+}
+
+void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
+		       const strata__plan_split *b, double T,
+		       strata_plan_cost *out)
+{
+	const strata_plan_options *o = &p->options;
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	double M = o->memory_bandwidth, H = o->host_memory_bandwidth;
+	double res = priced(p, false, b->res, T) + (double)b->kv_res / M;
+	double str = priced(p, false, b->str, T) + (double)b->kv_str / M;
+	double cpu = priced(p, true, b->cpu, T) + (double)b->kv_cpu / H;
+	double stat = statics_seconds(p, b->statics_cpu);
+	double K = STRATA_PLAN_KERNELS_PER_UNIT;
+	/* kernels on the CPU's pool add their fixed cost; a device's
+	 * launches queue behind its kernels, a floor on its time */
+	double over = (double)b->cpu_units * K * o->cpu_launch_seconds;
+	double dev_units = (double)(b->res_units + b->str_units);
+	if (cuda)
+		over += max2(0.0, dev_units * K * o->device_launch_seconds -
+					  (res + str));
+	else
+		over += dev_units * K * o->cpu_launch_seconds;
+	if (cuda)
+		over += (double)b->changes * o->crossing_seconds / 2.0;
+	double link = (double)b->streamed / o->h2d_bandwidth;
+	double chain = res + str + cpu + stat + over;
+	bool prefetch = true, disk = false;
+	if (c->mode == STRATA_RESIDENCY_DISK) {
+		uint64_t f = p->info.unit_file_bytes ? p->info.unit_file_bytes
+						     : b->streamed;
+		double d = c->lookahead >= p->info.occupied_units
+				   ? 0.0 : (double)f / o->disk_bandwidth;
+		if (c->lookahead == 0) { /* direct: no background reads */
+			link = (double)f / o->disk_bandwidth;
+			prefetch = false;
+		} else if (d > link) {
+			link = d;
+		}
+		disk = d >= link;
+	}
+	/* a window of one unit cannot copy the next while computing; on
+	 * cpu the window's copies and the compute read the same RAM */
+	if ((c->mode == STRATA_RESIDENCY_HOST && c->weights.depth < 2) ||
+	    !cuda)
+		prefetch = false;
+	double total = prefetch ? max2(link, chain) : link + chain;
+	*out = (strata_plan_cost){
+		.resident_ms = res * 1e3,
+		.streamed_ms = str * 1e3,
+		.cpu_ms = cpu * 1e3,
+		.statics_ms = stat * 1e3,
+		.link_ms = link * 1e3,
+		.overhead_ms = over * 1e3,
+		.total_ms = total * 1e3,
+		.crossings = cuda ? b->changes : 0,
+	};
+	double dev_share = res + str + (b->statics_cpu ? 0.0 : stat);
+	double cpu_share = cpu + (b->statics_cpu ? stat : 0.0);
+	if (prefetch && link > chain)
+		out->bound = disk ? STRATA_PLAN_BOUND_DISK : STRATA_PLAN_BOUND_LINK;
+	else
+		out->bound = dev_share >= cpu_share ? STRATA_PLAN_BOUND_DEVICE
+						    : STRATA_PLAN_BOUND_CPU;
+}
+
+const char *strata_plan_bound_name(strata_plan_bound b)
+{
+	switch (b) {
+#define STRATA_PLAN_BOUND_CASE(name, text)                                     \
+	case STRATA_PLAN_BOUND_##name:                                         \
+		return text;
+		STRATA_PLAN_BOUND_MAP(STRATA_PLAN_BOUND_CASE)
+#undef STRATA_PLAN_BOUND_CASE
+	}
+	return "unknown";
+}

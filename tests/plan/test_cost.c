@@ -1,0 +1,285 @@
+/* test_cost.c - the cost model of a pass (src/plan/cost.c, docs/plan.md
+ * "Cost model"): each stored type priced at its own measured rate on the
+ * processor computing it, streamed compute overlapping the link, the
+ * fixed costs of kernels and crossings, and the terms each candidate
+ * reports. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "strata/plan.h"
+#include "planner_fixture.h"
+
+/* 8 layers of 4 MiB, the first four Q8_0 and the rest F32, a 1 MiB
+ * embedding and a 1 MiB output head (both F32). */
+static fixture *typed_make(void)
+{
+	fixture *f = calloc(1, sizeof *f);
+	add_param(f, "model.embed_tokens.weight", 1 * MiB);
+	add_param(f, "lm_head.weight", 1 * MiB);
+	for (size_t l = 0; l < 8; l++) {
+		char name[48];
+		snprintf(name, sizeof name, "model.layers.%zu.mlp.weight", l);
+		add_param(f, name, 4 * MiB);
+		f->params[f->n - 1].type = l < 4 ? STRATA_BLOCK_Q8_0
+						 : STRATA_BLOCK_F32;
+	}
+	strata_error err;
+	assert_int_equal(strata_plan_layout_create(f->params, f->n,
+						   fixture_bytes, f, NULL, 0,
+						   &f->layout, &err),
+			 STRATA_OK);
+	f->arch = (strata_plan_arch){.known = true, .family = "llama",
+				     .layers = 8, .hidden = 64,
+				     .intermediate = 128, .heads = 4,
+				     .kv_heads = 2, .head_dim = 16,
+				     .vocab = 100, .max_context = 512};
+	return f;
+}
+
+static strata_plan_options cuda_opts(void)
+{
+	strata_plan_options o = opts(GiB, GiB);
+	o.device = STRATA_PLAN_DEVICE_CUDA;
+	o.h2d_bandwidth = 50e9;
+	o.host_memory_bandwidth = 100e9;
+	o.memory_bandwidth = 4e12;
+	o.device_flops = 100e12;
+	o.cpu_flops = 1e12;
+	o.cpu_launch_seconds = o.device_launch_seconds = 1e-15;
+	o.crossing_seconds = 1e-15;
+	o.mixed_placements = true;
+	/* the rates as if strata calibrate had measured them (the file's
+	 * bits): a tier's rates an option gives are every type's */
+	o.calibrated_rates = ~0u;
+	return o;
+}
+
+static strata_plan *plan_of(const fixture *f, const strata_plan_options *o)
+{
+	strata_plan *p = NULL;
+	strata_error err;
+	if (strata_plan_create(f->layout, &f->arch, STRATA_DTYPE_F32, o,
+			       &no_machine, &p, &err) != STRATA_OK)
+		fail_msg("%s / %s", err.message, err.fix);
+	return p;
+}
+
+/* The placement candidate with the statics where asked, or NULL. */
+static const strata_plan_candidate *placement(const strata_plan *p,
+					      bool statics_cpu)
+{
+	for (size_t i = 0; i < strata_plan_candidate_count(p); i++) {
+		const strata_plan_candidate *c = strata_plan_candidate_at(p, i);
+		if (c->mode == STRATA_RESIDENCY_PLACEMENT &&
+		    c->statics_on_cpu == statics_cpu)
+			return c;
+	}
+	return NULL;
+}
+
+static void near_at(double got, double want, int line)
+{
+	if (fabs(got - want) > 1e-9 + 1e-9 * fabs(want))
+		fail_msg("line %d: %.12f, expected %.12f", line, got, want);
+}
+#define near(got, want) near_at((got), (want), __LINE__)
+
+static const char *explanation(const strata_plan *p, strata_explain code,
+			       const char *with)
+{
+	for (size_t i = 0; i < strata_plan_explanation_count(p); i++) {
+		const strata_plan_explanation *e = strata_plan_explanation_at(p, i);
+		if (e->code == code && (!with || strstr(e->text, with)))
+			return e->text;
+	}
+	return NULL;
+}
+
+/* Every unit on the CPU: its Q8_0 units at the CPU's measured Q8_0 rate,
+ * its F32 units at the host memory rate (none measured for F32), and the
+ * plan names F32 as the type that took the fallback. */
+static void each_type_is_priced_at_its_own_rate(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){25e9, 0.5e12};
+	o.calibrated_cpu_types = 1u << STRATA_BLOCK_Q8_0;
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 0;
+	o.cpu_units = 8;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, false);
+	assert_non_null(c);
+	assert_int_equal(c->cpu_units, 8);
+	double q8 = 4.0 * 4 * MiB / 25e9, f32 = 4.0 * 4 * MiB / 100e9;
+	double kv = (double)KV_CPU / 100e9;
+	near(c->decode_cost.cpu_ms, (q8 + f32 + kv) * 1e3);
+	assert_true(c->decode_cost.resident_ms == 0 &&
+		    c->decode_cost.streamed_ms == 0 &&
+		    c->decode_cost.link_ms == 0);
+	/* the statics: the head only (the embedding is a lookup), at B = 1
+	 * row on the device, where it is memory bound */
+	near(c->decode_cost.statics_ms, 1.0 * MiB / 4e12 * 1e3);
+	assert_int_equal(c->decode_cost.bound, STRATA_PLAN_BOUND_CPU);
+	near(c->decode_cost.total_ms,
+	     c->decode_cost.cpu_ms + c->decode_cost.statics_ms +
+		     c->decode_cost.overhead_ms);
+	const char *t = explanation(p, STRATA_EXPLAIN_RATES_TYPE_DEFAULT, "CPU");
+	assert_non_null(t);
+	assert_non_null(strstr(t, "F32"));
+	assert_null(strstr(t, "Q8_0"));
+	/* a slower measured rate makes exactly that share slower */
+	strata_plan_destroy(p);
+	o.cpu_types[STRATA_BLOCK_Q8_0].gemv = 12.5e9;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	near(c->decode_cost.cpu_ms, (2 * q8 + f32 + kv) * 1e3);
+	/* an option's host memory rate prices every type on the CPU */
+	strata_plan_destroy(p);
+	o.calibrated_rates &= ~(1u << STRATA_PLAN_RATE_HOST_MEMORY);
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	near(c->decode_cost.cpu_ms, (2 * f32 + kv) * 1e3);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+/* A streamed unit's compute overlaps the copy of the next: a prompt pass
+ * of host:2 takes max(link, compute), of host:1 their sum; a prompt's
+ * products run at the type's dense rate (the tensor-core path's for a
+ * half type), not the f32 product's. */
+static void streamed_compute_overlaps_the_link(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.shape.prefill_chunk = 128;
+	o.device_types[STRATA_BLOCK_F32] = (strata_plan_type_rate){3e12, 2e12};
+	o.device_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){1e12, 1e12};
+	o.calibrated_device_types = 1u << STRATA_BLOCK_F32 |
+				    1u << STRATA_BLOCK_Q8_0;
+	o.mode = STRATA_RESIDENCY_HOST;
+	for (uint64_t depth = 1; depth <= 2; depth++) {
+		o.host_depth = depth;
+		strata_plan *p = plan_of(f, &o);
+		const strata_plan_candidate *c = NULL;
+		for (size_t i = 0; i < strata_plan_candidate_count(p); i++) {
+			const strata_plan_candidate *k =
+				strata_plan_candidate_at(p, i);
+			if (k->mode == STRATA_RESIDENCY_HOST &&
+			    k->weights.depth == depth)
+				c = k;
+		}
+		assert_non_null(c);
+		const strata_plan_cost *k = &c->prefill_cost;
+		/* elements: 4 MiB of F32 is 1 Mi elements a unit, of Q8_0
+		 * 4 MiB x 32 / 34 */
+		double T = 128, e32 = 4.0 * MiB / 4, e8 = 4.0 * MiB * 32 / 34;
+		double compute = 4 * (2 * e32 * T / 2e12 + 2 * e8 * T / 1e12);
+		double kv = (double)KV_CPU / 4e12;
+		near(k->streamed_ms, (compute + kv) * 1e3);
+		near(k->link_ms, 32.0 * MiB / 50e9 * 1e3);
+		double chain = k->streamed_ms + k->statics_ms + k->overhead_ms;
+		if (depth == 1) {
+			near(k->total_ms, chain + k->link_ms);
+		} else {
+			near(k->total_ms, fmax(chain, k->link_ms));
+			assert_int_equal(k->bound, chain > k->link_ms
+							   ? STRATA_PLAN_BOUND_DEVICE
+							   : STRATA_PLAN_BOUND_LINK);
+		}
+		strata_plan_destroy(p);
+	}
+	fixture_free(f);
+}
+
+/* The fixed costs: each CPU unit's kernels on the pool, and each change
+ * of site of the residual stream (half a measured round trip). r2 c3 w3
+ * with the statics on the device runs R R C W C W C W: six changes. */
+static void fixed_costs_count_kernels_and_crossings(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.crossing_seconds = 1e-3;
+	o.cpu_launch_seconds = 1e-4;
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 2;
+	o.cpu_units = 3;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, false);
+	assert_non_null(c);
+	assert_true(c->resident_units == 2 && c->cpu_units == 3 &&
+		    c->window_units == 3);
+	assert_int_equal(c->decode_cost.crossings, 6);
+	near(c->decode_cost.overhead_ms,
+	     (6 * 1e-3 / 2 + 3.0 * STRATA_PLAN_KERNELS_PER_UNIT * 1e-4) * 1e3);
+	/* with the statics on the CPU the stream starts and ends there */
+	const strata_plan_candidate *s = placement(p, true);
+	assert_non_null(s);
+	assert_int_equal(s->decode_cost.crossings, 8); /* S R R ... W S */
+	/* a device's launches are a floor under its compute, not added */
+	strata_plan_destroy(p);
+	o.crossing_seconds = 1e-15;
+	o.cpu_launch_seconds = 1e-15;
+	o.device_launch_seconds = 1.0;
+	o.resident_units = 8;
+	o.cpu_units = 0;
+	p = plan_of(f, &o);
+	c = placement(p, true);
+	assert_non_null(c);
+	const strata_plan_cost *k = &c->decode_cost;
+	near(k->resident_ms + k->overhead_ms,
+	     8.0 * STRATA_PLAN_KERNELS_PER_UNIT * 1e3);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+/* The selected candidate's terms are explained, and a uniform mode's
+ * terms are its decode and prefill predictions. */
+static void terms_are_reported_and_add_up(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.has_device_budget = true;
+	o.device_budget_bytes = 20 * MiB;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *sel = strata_plan_selected(p);
+	assert_non_null(sel);
+	assert_non_null(explanation(p, STRATA_EXPLAIN_PREDICTION_TERMS,
+				    "decode"));
+	for (size_t i = 0; i < strata_plan_candidate_count(p); i++) {
+		const strata_plan_candidate *c = strata_plan_candidate_at(p, i);
+		near(c->decode_cost.total_ms, c->predicted_decode_ms);
+		near(c->prefill_cost.total_ms, c->predicted_prefill_ms);
+		const strata_plan_cost *k = &c->decode_cost;
+		double chain = k->resident_ms + k->streamed_ms + k->cpu_ms +
+			       k->statics_ms + k->overhead_ms;
+		assert_true(k->total_ms >= chain - 1e-9 &&
+			    k->total_ms >= k->link_ms - 1e-9);
+		assert_true(k->total_ms <= chain + k->link_ms + 1e-9);
+	}
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(each_type_is_priced_at_its_own_rate),
+		cmocka_unit_test(streamed_compute_overlaps_the_link),
+		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
+		cmocka_unit_test(terms_are_reported_and_add_up),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
