@@ -185,6 +185,7 @@ typedef struct strata_plan_layout_info {
 	uint64_t occupied_units;     /* distinct {group, unit} present */
 	uint64_t all_units_bytes;    /* sum of every unit of every group */
 	uint64_t largest_unit_bytes; /* one {group, unit}, device bytes */
+	uint64_t largest_static_bytes; /* one static tensor, in its slot */
 	uint64_t unit_file_bytes;    /* sum of file_bytes of unit tensors */
 	uint64_t sized_tensors, excluded_tensors;
 	/* the seed's sums of the tensors' own bytes (no slots): equal to

@@ -278,6 +278,16 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	}
 	uint64_t moved_kv = kv_of(p, moved < 2 ? moved : 2);
 	uint64_t staging = ws[0] || ws[1] ? p->info.largest_unit_bytes : 0;
+	/* CUDA loads what the device holds through one pinned buffer (the
+	 * residency engine's load staging, freed once loaded, while the host
+	 * tier already holds its units): the largest unit when any unit is
+	 * resident, and at least the largest static tensor */
+	if (p->options.device == STRATA_PLAN_DEVICE_CUDA) {
+		uint64_t load = r ? p->info.largest_unit_bytes : 0;
+		if (p->info.largest_static_bytes > load)
+			load = p->info.largest_static_bytes;
+		staging = staging > load ? staging : load;
+	}
 	uint64_t pinned = ws[0] || ws[1] ? sat_add(host_units, staging) : 0;
 	split_resident(p, c);
 	uint64_t next = 0, stream_dev = c->devices - 1;

@@ -143,6 +143,8 @@ static strata_status collect(strata_plan_layout *l,
 			if (s != STRATA_OK)
 				return s;
 			info->exact_static_bytes += exact;
+			if (b > info->largest_static_bytes)
+				info->largest_static_bytes = b;
 			continue;
 		}
 		/* unit_file_bytes only feeds time prediction: saturate */

@@ -273,6 +273,45 @@ static void terms_are_reported_and_add_up(void **state)
 	fixture_free(f);
 }
 
+/* On CUDA the residency engine loads what the device holds through one
+ * pinned buffer of the largest unit (any unit resident), at least the
+ * largest static tensor, while the host tier already holds the statics
+ * on the CPU: the plan's host total counts it (issue 17: a Q8_0 run's
+ * host peak was the statics plus that buffer, 510 MB, against a plan of
+ * 409 MB without it). */
+static void cuda_counts_the_load_staging(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 8;
+	o.cpu_units = 0;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, true);
+	assert_non_null(c);
+	assert_int_equal(c->staging_bytes, 4 * MiB);
+	const strata_plan_memory *m = strata_plan_get_memory(p);
+	assert_int_equal(c->host_bytes, 2 * MiB + 4 * MiB + m->workspace_bytes);
+	strata_plan_destroy(p);
+	/* nothing resident, nothing streamed: the largest static */
+	o.resident_units = 0;
+	o.cpu_units = 8;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	assert_non_null(c);
+	assert_int_equal(c->staging_bytes, 1 * MiB);
+	strata_plan_destroy(p);
+	/* on cpu the device is host memory: nothing is staged */
+	o.device = STRATA_PLAN_DEVICE_CPU;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	assert_non_null(c);
+	assert_int_equal(c->staging_bytes, 0);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -280,6 +319,7 @@ int main(void)
 		cmocka_unit_test(streamed_compute_overlaps_the_link),
 		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
 		cmocka_unit_test(terms_are_reported_and_add_up),
+		cmocka_unit_test(cuda_counts_the_load_staging),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
