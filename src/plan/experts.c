@@ -263,8 +263,14 @@ void strata__plan_experts_apply(const strata_plan *p, strata_plan_candidate *c)
 	double batch = (double)p->options.shape.batch;
 	double chunk = batch * (double)p->options.shape.prefill_chunk;
 	double dec = pass_seconds(p, batch, false) * 1e3;
+	double pre = pass_seconds(p, chunk, true) * 1e3;
 	c->predicted_decode_ms += dec;
-	c->predicted_prefill_ms += pass_seconds(p, chunk, true) * 1e3;
+	c->predicted_prefill_ms += pre;
+	/* the experts are CPU work in the chain of each pass's terms */
+	c->decode_cost.cpu_ms += dec;
+	c->decode_cost.total_ms += dec;
+	c->prefill_cost.cpu_ms += pre;
+	c->prefill_cost.total_ms += pre;
 	c->predicted_ms_per_forward += dec;
 	double t = c->predicted_ms_per_forward / 1e3;
 	c->tokens_per_second = t > 0 ? batch / t : 0.0;
