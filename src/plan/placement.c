@@ -277,16 +277,17 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		host_units = sat_add(host_units, p->unit_bytes[i]);
 	}
 	uint64_t moved_kv = kv_of(p, moved < 2 ? moved : 2);
-	uint64_t staging = ws[0] || ws[1] ? p->info.largest_unit_bytes : 0;
-	/* CUDA loads what the device holds through one pinned buffer (the
-	 * residency engine's load staging, freed once loaded, while the host
-	 * tier already holds its units): the largest unit when any unit is
-	 * resident, and at least the largest static tensor */
+	/* The one staging buffer a placement's run has: CUDA loads what the
+	 * device holds through it (the residency engine's load staging,
+	 * pinned, freed once loaded, while the host tier already holds its
+	 * units and statics): the largest unit when any unit is resident,
+	 * at least the largest static tensor. Streamed units copy from the
+	 * host tier itself, and on cpu the device is host memory: none. */
+	uint64_t staging = 0;
 	if (p->options.device == STRATA_PLAN_DEVICE_CUDA) {
-		uint64_t load = r ? p->info.largest_unit_bytes : 0;
-		if (p->info.largest_static_bytes > load)
-			load = p->info.largest_static_bytes;
-		staging = staging > load ? staging : load;
+		staging = r ? p->info.largest_unit_bytes : 0;
+		if (p->info.largest_static_bytes > staging)
+			staging = p->info.largest_static_bytes;
 	}
 	uint64_t pinned = ws[0] || ws[1] ? sat_add(host_units, staging) : 0;
 	split_resident(p, c);
