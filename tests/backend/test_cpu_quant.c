@@ -242,6 +242,40 @@ static void avx512_decoders_give_the_exact_bits(void **state)
 #endif
 }
 
+/* The prefill path's scratch is the one allocation a product makes, once
+ * per larger shape: when it fails the product says so (E_NOMEM, naming
+ * the scratch) and writes nothing; the next product succeeds, and a second
+ * one of the shape allocates nothing. */
+static void prefill_scratch_failure_is_reported(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(2);
+	enum { IN = 512, OUT = 64, N = 16 };
+	static unsigned char w[IN / 32 * 34 * OUT];
+	static float x[N * IN], y[N * OUT];
+	random_blocks(STRATA_BLOCK_Q8_0, w, sizeof w);
+	for (size_t i = 0; i < N * IN; i++)
+		x[i] = frand();
+	for (size_t i = 0; i < N * OUT; i++)
+		y[i] = 7.0f;
+	strata_weight ws = {STRATA_WEIGHT_Q8_0, w, OUT, IN};
+	strata_error e;
+	strata_alloc_fail_after(0);
+	strata_status st = strata_kernel_matmul(c, y, x, &ws, NULL, N, &e);
+	strata_alloc_fail_after(-1);
+	assert_int_equal(st, STRATA_E_NOMEM);
+	assert_non_null(strstr(e.message, "scratch"));
+	for (size_t i = 0; i < N * OUT; i++)
+		assert_true(y[i] == 7.0f);
+	assert_int_equal(strata_kernel_matmul(c, y, x, &ws, NULL, N, &e),
+			 STRATA_OK);
+	strata_alloc_fail_after(0);
+	st = strata_kernel_matmul(c, y, x, &ws, NULL, N, &e);
+	strata_alloc_fail_after(-1);
+	assert_int_equal(st, STRATA_OK);
+	strata_compute_destroy(c);
+}
+
 static void bad_widths_and_types_are_refused(void **state)
 {
 	(void)state;
@@ -291,6 +325,7 @@ int main(void)
 		cmocka_unit_test(prefill_panels_equal_the_f32_product),
 		cmocka_unit_test(avx2_decoders_give_the_exact_bits),
 		cmocka_unit_test(avx512_decoders_give_the_exact_bits),
+		cmocka_unit_test(prefill_scratch_failure_is_reported),
 		cmocka_unit_test(bad_widths_and_types_are_refused),
 		cmocka_unit_test(stored_embedding_rows_are_decoded_exactly),
 	};
