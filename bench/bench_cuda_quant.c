@@ -246,7 +246,7 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 		token_bytes += (double)bytes * sh->per_token;
 		gemv_line(B, name, sh, "default", 1, tm, bytes);
 		bool fast = t != STRATA_WEIGHT_BF16 &&
-			    strata__cuda_qgemv_takes((int)strata_weight_type_block(t), w, x, sh->in);
+			    strata__cuda_qgemv_takes((int)strata_weight_type_block(t), w, sh->in);
 		if (fast && do_sweep && (t == STRATA_WEIGHT_Q8_0 || t == STRATA_WEIGHT_Q4_K)) {
 			strata__cuda_qgemv_enabled = 0;
 			gemv_line(B, name, sh, "general block GEMV", 1,

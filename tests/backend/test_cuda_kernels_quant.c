@@ -236,9 +236,9 @@ static void test_fast_gemv_shapes(void **state)
 		bool k = strata_block_elements((strata_block_type)bt) == 256;
 		/* the kernel takes these (not the general GEMV) */
 		assert_true(strata__cuda_qgemv_takes(bt, (const char *)x16 + 4,
-						     x16, k ? 1280 : 800));
+						     k ? 1280 : 800));
 		assert_false(strata__cuda_qgemv_takes(bt, (const char *)x16 + 2,
-						      x16, 256));
+						      256));
 		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
 			for (int unroll = 4; unroll <= 8; unroll += 4) {
 				strata__cuda_qgemv_split = split;
@@ -274,6 +274,91 @@ static void test_rows_of_partial_blocks_are_refused(void **state)
 	dev_free_all();
 }
 
+/* The fused decode slots on block types (one row of x): q,k,v-like parts
+ * with the f32 norm folded in, one part accumulating into y (a residual),
+ * gate/up with SwiGLU and the norm, every type the memory-rate GEMV
+ * takes, against the CPU through the same wrappers; and what they do not
+ * take (two rows, a bf16 norm, mixed types) left to the unfused path. */
+static void test_fused_decode_slots_match_cpu(void **state)
+{
+	(void)state;
+	static const strata_weight_type fast[] = {
+		STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
+		STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
+	};
+	const uint32_t in = 1280, outs[3] = {96, 32, 40};
+	for (size_t t = 0; t < sizeof fast / sizeof *fast; t++) {
+		strata_block_type bt = strata_weight_type_block(fast[t]);
+		float *x = host_floats(in), *g = host_floats(in);
+		cuda_test_fill(x, in, 41 + t, 3.0f);
+		cuda_test_fill(g, in, 43 + t, 1.0f);
+		float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
+		float *dn = dev_alloc(in * 4), *cn = host_floats(in);
+		strata_kernel_product hp[3], dp[3];
+		unsigned char *hw[3];
+		float *hy[3], *dy[3];
+		for (int i = 0; i < 3; i++) {
+			uint64_t bytes = weight_bytes(fast[t], outs[i], in);
+			hw[i] = random_blocks(bt, bytes);
+			hy[i] = host_floats(outs[i]);
+			cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
+			dy[i] = upload(hy[i], outs[i] * 4);
+			hp[i] = (strata_kernel_product){hy[i], {fast[t], hw[i], outs[i], in}, NULL};
+			dp[i] = (strata_kernel_product){dy[i], {fast[t], upload(hw[i], bytes), outs[i], in}, NULL};
+		}
+		float *hb = host_floats(outs[1]);
+		cuda_test_fill(hb, outs[1], 99, 1.0f);
+		hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
+		strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
+		strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+		assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
+		assert_false(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 2, dp, 3));
+		strata_kernel_norm half = dnrm;
+		half.w.type = STRATA_WEIGHT_BF16;
+		assert_false(F.gpu->ops->products_take(F.gpu->ctx, &half, 1, dp, 3));
+		/* three parts, the norm folded in (the bias on part 1) */
+		OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
+		OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
+		char what[80];
+		for (int i = 0; i < 3; i++) {
+			float *got = host_floats(outs[i]);
+			download(got, dy[i], outs[i] * 4);
+			snprintf(what, sizeof what, "%s fused part %d + norm",
+				 strata_weight_type_name(fast[t]), i);
+			expect_close(what, hy[i], got, outs[i], F32_TOL);
+			free(got);
+		}
+		/* one part accumulating into y */
+		float *scratch_h = host_floats(outs[0]), *scratch_d = dev_alloc(outs[0] * 4);
+		OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, scratch_h, ERR));
+		OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, scratch_d, ERR));
+		float *got = host_floats(outs[0]);
+		download(got, dy[0], outs[0] * 4);
+		snprintf(what, sizeof what, "%s fused y += (residual)",
+			 strata_weight_type_name(fast[t]));
+		expect_close(what, hy[0], got, outs[0], F32_TOL);
+		/* gate and up (parts 0 and 2 resized to one row count) */
+		strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
+		uint64_t ub = weight_bytes(fast[t], outs[0], in);
+		unsigned char *up = random_blocks(bt, ub);
+		hu.data = up, duw.data = upload(up, ub);
+		assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
+		float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
+		float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
+		OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
+		OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
+		download(got, dyg, outs[0] * 4);
+		snprintf(what, sizeof what, "%s fused gate/up + norm",
+			 strata_weight_type_name(fast[t]));
+		expect_close(what, hyg, got, outs[0], F32_TOL);
+		dev_free_all();
+		for (int i = 0; i < 3; i++)
+			free(hw[i]), free(hy[i]);
+		free(x), free(g), free(cn), free(hb), free(scratch_h), free(got);
+		free(up), free(hyg), free(hup);
+	}
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_quant"))
@@ -285,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_tensor_core_path_matches_cpu),
 		cmocka_unit_test(test_tensor_core_bf16_precision),
 		cmocka_unit_test(test_fast_gemv_shapes),
+		cmocka_unit_test(test_fused_decode_slots_match_cpu),
 		cmocka_unit_test(test_rows_of_partial_blocks_are_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

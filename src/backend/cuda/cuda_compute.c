@@ -699,6 +699,8 @@ static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
 			       uint32_t count)
 {
 	(void)ctx;
+	if (strata__cuda_is_block(p[0].w.type))
+		return strata__cuda_quant_products_take(norm, n, p, count);
 	if (count > STRATA_CUDA_HALF_PARTS_MAX || !is_half(p[0].w.type))
 		return false;
 	for (uint32_t i = 1; i < count; i++)
@@ -713,6 +715,9 @@ static strata_status cuda_products(void *ctx, const float *x,
 				   uint32_t count, bool accumulate,
 				   strata_error *err)
 {
+	if (strata__cuda_is_block(p[0].w.type))
+		return strata__cuda_quant_products(ctx, x, norm, p, count,
+						   accumulate, err);
 	strata_cuda_half_part parts[STRATA_CUDA_HALF_PARTS_MAX];
 	for (uint32_t i = 0; i < count; i++)
 		parts[i] = (strata_cuda_half_part){p[i].y, p[i].w.data,
@@ -733,6 +738,8 @@ static bool cuda_gated_take(void *ctx, const strata_kernel_norm *norm,
 			    const strata_weight *up)
 {
 	(void)ctx;
+	if (strata__cuda_is_block(gate->type))
+		return strata__cuda_quant_gated_take(norm, n, gate, up);
 	return n == 1 && is_half(gate->type) && up->type == gate->type &&
 	       (!norm || norm->w.type == gate->type);
 }
@@ -744,6 +751,8 @@ static strata_status cuda_gated(void *ctx, float *y, const float *x,
 				strata_error *err)
 {
 	(void)n; /* one row: gated_take */
+	if (strata__cuda_is_block(gate->type))
+		return strata__cuda_quant_gated(ctx, y, x, norm, gate, up, err);
 	strata_cuda_half_norm fold = {norm ? norm->w.data : NULL,
 				      norm ? norm->eps : 0.0f};
 	return strata_cuda_gated_half(AS_COMPUTE(ctx), y, x,

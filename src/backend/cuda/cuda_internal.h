@@ -119,6 +119,30 @@ strata_status strata__cuda_quant_rows(strata__cuda_compute *k, float *dst,
 				      const int32_t *dev_ids, uint64_t rows,
 				      strata_error *err);
 
+/* The fused decode slots on block types (cuda_quant.c), one row of x:
+ * the products of one block type the memory-rate GEMV takes (an f32
+ * norm folded in, y += with accumulate), and gate/up with SwiGLU. The
+ * _take functions say whether the slot takes the call. */
+bool strata__cuda_quant_products_take(const strata_kernel_norm *norm,
+				      uint32_t n,
+				      const strata_kernel_product *p,
+				      uint32_t count);
+strata_status strata__cuda_quant_products(strata__cuda_compute *k,
+					  const float *x,
+					  const strata_kernel_norm *norm,
+					  const strata_kernel_product *p,
+					  uint32_t count, bool accumulate,
+					  strata_error *err);
+bool strata__cuda_quant_gated_take(const strata_kernel_norm *norm, uint32_t n,
+				   const strata_weight *gate,
+				   const strata_weight *up);
+strata_status strata__cuda_quant_gated(strata__cuda_compute *k, float *y,
+				       const float *x,
+				       const strata_kernel_norm *norm,
+				       const strata_weight *gate,
+				       const strata_weight *up,
+				       strata_error *err);
+
 /* The compute context of c, or NULL when c is not a CUDA one. */
 strata__cuda_compute *strata__cuda_compute_of(strata_compute *c);
 

@@ -165,8 +165,9 @@ cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y, const float *x,
 
 /* The decode GEMV built for the memory's rate (kernels_qgemv.cu): whether
  * it takes a product (Q8_0, Q4_0 on whole 32-element blocks; Q4_K, Q5_K,
- * Q6_K; w 4-byte and x 16-byte aligned), and the product itself, with
- * strata__cuda_gemv_quant's contract (which calls it where it takes).
+ * Q6_K; w 4-byte aligned; x any float's alignment, 16 bytes fastest),
+ * and the product itself, with strata__cuda_gemv_quant's contract (which
+ * calls it where it takes).
  * Tuning (tests and benches set them to compare): whether it is used at
  * all (0: every product takes kernels_quant.cu's general GEMV), warps
  * sharing a row (0: picked from the row count; 1, 2, 4, 8) and steps
@@ -174,11 +175,20 @@ cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y, const float *x,
 extern int strata__cuda_qgemv_enabled;
 extern int strata__cuda_qgemv_split;
 extern int strata__cuda_qgemv_unroll;
-int strata__cuda_qgemv_takes(int type, const void *w, const float *x,
-			     uint32_t in);
+int strata__cuda_qgemv_takes(int type, const void *w, uint32_t in);
 cudaError_t strata__cuda_qgemv(cudaStream_t s, float *y, const float *x,
 			       const void *w, int type, const float *bias,
 			       uint32_t n, uint32_t in, uint32_t out);
+
+/* The same kernel fused for decode, one row of x: the parts of p (their
+ * w of block type `type`, each taken by strata__cuda_qgemv_takes), with
+ * p->accumulate (y +=) and p->norm (rmsnorm's f32 weights, or NULL) as
+ * strata__cuda_gemv_half_parts; glu: exactly two parts of equal rows,
+ * gate and up, and part 0's y = silu(x . gate) * (x . up). */
+cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
+				     const strata__cuda_gemv_parts *p,
+				     const float *x, int type, uint32_t in,
+				     int glu);
 
 /* dst = columns [c0, c0 + cols) of `rows` rows of src (block type `type`,
  * rows of `in` elements) decoded as strata__cuda_dequant does, then in

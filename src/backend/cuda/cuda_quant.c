@@ -262,3 +262,93 @@ strata_status strata__cuda_quant_rows(strata__cuda_compute *k, float *dst,
 					     rows, w->cols, dev_ids),
 			"block-type decoding", err);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Fused decode slots                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The block type every product's weights share, when the fused decode
+ * GEMV takes them all; -1 otherwise. */
+static int fused_type(const strata_kernel_norm *norm, uint32_t n,
+		      const strata_kernel_product *p, uint32_t count)
+{
+	strata_block_type b = strata_weight_type_block(p[0].w.type);
+	if (n != 1 || count < 1 || count > STRATA__CUDA_GEMV_PARTS ||
+	    b >= STRATA_BLOCK_COUNT ||
+	    (norm && (norm->w.type != STRATA_WEIGHT_F32 ||
+		      norm->w.cols != p[0].w.cols)))
+		return -1;
+	for (uint32_t i = 0; i < count; i++)
+		if (p[i].w.type != p[0].w.type || p[i].w.cols != p[0].w.cols ||
+		    !strata__cuda_qgemv_takes((int)b, p[i].w.data, p[i].w.cols))
+			return -1;
+	return (int)b;
+}
+
+bool strata__cuda_quant_products_take(const strata_kernel_norm *norm,
+				      uint32_t n,
+				      const strata_kernel_product *p,
+				      uint32_t count)
+{
+	return fused_type(norm, n, p, count) >= 0;
+}
+
+static strata__cuda_gemv_parts fused_parts(const strata_kernel_norm *norm,
+					   const strata_kernel_product *p,
+					   uint32_t count, bool accumulate)
+{
+	strata__cuda_gemv_parts g = {.count = (int)count,
+				     .accumulate = accumulate,
+				     .norm = norm ? norm->w.data : NULL,
+				     .eps = norm ? norm->eps : 0.0f};
+	for (uint32_t i = 0; i < count; i++)
+		g.part[i] = (strata__cuda_gemv_part){p[i].y, p[i].w.data,
+						     p[i].bias, p[i].w.rows};
+	return g;
+}
+
+strata_status strata__cuda_quant_products(strata__cuda_compute *k,
+					  const float *x,
+					  const strata_kernel_norm *norm,
+					  const strata_kernel_product *p,
+					  uint32_t count, bool accumulate,
+					  strata_error *err)
+{
+	int type = fused_type(norm, 1, p, count);
+	if (type < 0)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller; report it",
+				   "CUDA fused block-type products: not taken (products_take)");
+	strata__cuda_gemv_parts g = fused_parts(norm, p, count, accumulate);
+	return launched(strata__cuda_qgemv_fused(k->stream.cuda, &g, x, type,
+						 p[0].w.cols, 0),
+			"block-type products (fused GEMV)", err);
+}
+
+bool strata__cuda_quant_gated_take(const strata_kernel_norm *norm, uint32_t n,
+				   const strata_weight *gate,
+				   const strata_weight *up)
+{
+	const strata_kernel_product p[2] = {{NULL, *gate, NULL},
+					    {NULL, *up, NULL}};
+	return gate->rows == up->rows && fused_type(norm, n, p, 2) >= 0;
+}
+
+strata_status strata__cuda_quant_gated(strata__cuda_compute *k, float *y,
+				       const float *x,
+				       const strata_kernel_norm *norm,
+				       const strata_weight *gate,
+				       const strata_weight *up,
+				       strata_error *err)
+{
+	const strata_kernel_product p[2] = {{y, *gate, NULL}, {y, *up, NULL}};
+	int type = gate->rows == up->rows ? fused_type(norm, 1, p, 2) : -1;
+	if (type < 0)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller; report it",
+				   "CUDA fused block-type gated product: not taken (gated_take)");
+	strata__cuda_gemv_parts g = fused_parts(norm, p, 2, false);
+	return launched(strata__cuda_qgemv_fused(k->stream.cuda, &g, x, type,
+						 gate->cols, 1),
+			"block-type gated product (fused GEMV)", err);
+}

@@ -91,9 +91,29 @@ __device__ __forceinline__ float dot4(const float *w, float4 a)
 	return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w;
 }
 
+/* Four activations at x: one 16-byte load where x is aligned (every
+ * buffer strata makes), four otherwise. */
 __device__ __forceinline__ float4 ldx(const float *x)
 {
-	return __ldg((const float4 *)x);
+	if (!((uintptr_t)x & 15))
+		return __ldg((const float4 *)x);
+	return make_float4(__ldg(x), __ldg(x + 1), __ldg(x + 2), __ldg(x + 3));
+}
+
+/* Activations [col, col + 4) of row xr; with NORM (one row of x), their
+ * squares are added to ssq and they come back times the norm's weights g
+ * (rmsnorm's factor is applied to the finished sums). */
+template <bool NORM>
+__device__ __forceinline__ float4 xload(const float *xr, const float *g,
+					uint32_t col, float &ssq)
+{
+	float4 a = ldx(xr + col);
+	if (NORM) {
+		ssq += (a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w);
+		const float4 w = ldx(g + col);
+		a.x *= w.x, a.y *= w.y, a.z *= w.z, a.w *= w.w;
+	}
+	return a;
 }
 
 __device__ __forceinline__ float sum4(float4 a)
@@ -105,10 +125,10 @@ __device__ __forceinline__ float sum4(float4 a)
 /* The types: what a lane loads for one warp step, and its products         */
 /* ------------------------------------------------------------------------ */
 
-/* Each type: STEP elements of a row per warp step; load() fills a lane's
- * registers for step s (ok false past the row's end or when !live);
- * dot() adds the lane's products with the rows of x to acc. x rows are
- * `in` floats, 16-byte aligned. */
+/* Each type: STEP elements of a row per warp step; load() fills a lane's * registers for step s (ok false past the row's end or when !live);
+ * dot() adds the lane's products with the rows of x (`in` floats each)
+ * to acc; with NORM (one row) x is taken times gn, its squares summed in
+ * ssq (xload). */
 
 /* Q8_0 (34 bytes, f16 d then 32 int8): 8 blocks a step, 4 lanes a block,
  * 8 codes a lane. */
@@ -131,8 +151,9 @@ struct QgQ8_0 {
 		g.d = ld_f16(blk);
 		g.q = ld64(blk + 2 + 8 * (lane % 4));
 	}
-	template <int NR>
+	template <int NR, bool NORM>
 	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
 						   uint32_t in, uint32_t s,
 						   unsigned lane, uint32_t n,
 						   float (&acc)[NR])
@@ -147,8 +168,10 @@ struct QgQ8_0 {
 		for (int r = 0; r < NR; r++) {
 			if ((uint32_t)r >= n)
 				break;
-			const float *xr = x + (uint64_t)r * in + col;
-			acc[r] += g.d * (dot4(w, ldx(xr)) + dot4(w + 4, ldx(xr + 4)));
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 4, ssq);
+			acc[r] += g.d * (dot4(w, a) + dot4(w + 4, b));
 		}
 	}
 };
@@ -175,8 +198,9 @@ struct QgQ4_0 {
 		g.d = ld_f16(blk);
 		g.q = ld32(blk + 2 + 4 * (lane % 4));
 	}
-	template <int NR>
+	template <int NR, bool NORM>
 	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
 						   uint32_t in, uint32_t s,
 						   unsigned lane, uint32_t n,
 						   float (&acc)[NR])
@@ -191,8 +215,10 @@ struct QgQ4_0 {
 		for (int r = 0; r < NR; r++) {
 			if ((uint32_t)r >= n)
 				break;
-			const float *xr = x + (uint64_t)r * in + col;
-			acc[r] += g.d * (dot4(lo, ldx(xr)) + dot4(hi, ldx(xr + 16)));
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 16, ssq);
+			acc[r] += g.d * (dot4(lo, a) + dot4(hi, b));
 		}
 	}
 };
@@ -259,8 +285,9 @@ template <bool FIVE> struct QgK45 {
 			c |= ((qh >> sub) & 0x01010101u) << 4;
 		bytes4(c, 0.0f, v);
 	}
-	template <int NR>
+	template <int NR, bool NORM>
 	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
 						   uint32_t in, uint32_t s,
 						   unsigned lane, uint32_t n,
 						   float (&acc)[NR])
@@ -281,9 +308,11 @@ template <bool FIVE> struct QgK45 {
 		for (int r = 0; r < NR; r++) {
 			if ((uint32_t)r >= n)
 				break;
-			const float *xr = x + (uint64_t)r * in + col;
-			const float4 a0 = ldx(xr), a1 = ldx(xr + 4);
-			const float4 b0 = ldx(xr + 32), b1 = ldx(xr + 36);
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a0 = xload<NORM>(xr, gn, col, ssq);
+			const float4 a1 = xload<NORM>(xr, gn, col + 4, ssq);
+			const float4 b0 = xload<NORM>(xr, gn, col + 32, ssq);
+			const float4 b1 = xload<NORM>(xr, gn, col + 36, ssq);
 			acc[r] += dl0 * (dot4(lo, a0) + dot4(lo + 4, a1)) -
 				  ml0 * (sum4(a0) + sum4(a1)) +
 				  dl1 * (dot4(hi, b0) + dot4(hi + 4, b1)) -
@@ -321,8 +350,9 @@ struct QgQ6_K {
 		g.d0 = __fmul_rn(d, (float)s0);
 		g.d1 = __fmul_rn(d, (float)s1);
 	}
-	template <int NR>
+	template <int NR, bool NORM>
 	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
 						   uint32_t in, uint32_t s,
 						   unsigned lane, uint32_t n,
 						   float (&acc)[NR])
@@ -342,8 +372,10 @@ struct QgQ6_K {
 		for (int r = 0; r < NR; r++) {
 			if ((uint32_t)r >= n)
 				break;
-			const float *xr = x + (uint64_t)r * in + col;
-			acc[r] += g.d0 * dot4(lo, ldx(xr)) + g.d1 * dot4(hi, ldx(xr + 64));
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 64, ssq);
+			acc[r] += g.d0 * dot4(lo, a) + g.d1 * dot4(hi, b);
 		}
 	}
 };
@@ -368,7 +400,7 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
 	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
 	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
 	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
-	float acc[NR];
+	float acc[NR], unused = 0.0f;
 #pragma unroll
 	for (int r = 0; r < NR; r++)
 		acc[r] = 0.0f;
@@ -381,8 +413,9 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
 				B::load(g[u], wr, s + u, lane, in, s + u < s1);
 #pragma unroll
 			for (int u = 0; u < U; u++)
-				B::template dot<NR>(g[u], x, in, s + u, lane, n,
-						    acc);
+				B::template dot<NR, false>(g[u], x, NULL, unused,
+							   in, s + u, lane, n,
+							   acc);
 		}
 	}
 #pragma unroll
@@ -407,6 +440,100 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
 	for (int r = 0; r < NR; r++)
 		if ((uint32_t)r < n)
 			y[(uint64_t)r * out + row] = acc[r] + b;
+}
+
+/* One row of x against up to three matrices of one type in one launch
+ * (q, k and v; one matrix with y += for a residual), rows numbered across
+ * the parts in order; or, GLU, row o of gate (part 0) and up (part 1)
+ * together, written as silu(gate) * up (gemv_glu_kernel's formula). With
+ * NORM, x is taken as rmsnorm(x) * norm (f32 weights): the squares of x
+ * are summed as it is read and the row's sums scaled by rmsnorm's factor
+ * at the end, so the norm needs no launch of its own. */
+template <typename B, int U, bool NORM, bool GLU>
+__global__ void __launch_bounds__(QG_THREADS)
+qgemv_fused_kernel(strata__cuda_gemv_parts p, const float *x, uint32_t in,
+		   uint64_t rb, int split)
+{
+	__shared__ float red[QG_WARPS][3];
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t part = warp % (uint32_t)split;
+	uint64_t row = (uint64_t)blockIdx.x * (QG_WARPS / (uint32_t)split) +
+		       warp / (uint32_t)split;
+	/* constant indices only (a dynamic one copies p to local memory) */
+	float *y = NULL;
+	const uint8_t *w0 = NULL, *w1 = NULL;
+	const float *bias = NULL;
+#pragma unroll
+	for (int i = 0; i < STRATA__CUDA_GEMV_PARTS; i++) {
+		if (y || i >= p.count || (GLU && i > 0))
+			continue;
+		if (row < p.part[i].out) {
+			y = p.part[i].y;
+			w0 = (const uint8_t *)p.part[i].w;
+			w1 = GLU ? (const uint8_t *)p.part[1].w : NULL;
+			bias = p.part[i].bias;
+		} else {
+			row -= p.part[i].out;
+		}
+	}
+	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
+	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
+	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
+	const float *g = (const float *)p.norm;
+	float a0[1] = {0.0f}, a1[1] = {0.0f}, ssq = 0.0f, unused = 0.0f;
+	if (y) {
+		const uint8_t *r0 = w0 + row * rb, *r1 = GLU ? w1 + row * rb : NULL;
+		for (uint32_t s = s0; s < s1; s += U) {
+			typename B::regs ga[U], gb[GLU ? U : 1];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				B::load(ga[u], r0, s + u, lane, in, s + u < s1);
+				if (GLU)
+					B::load(gb[GLU ? u : 0], r1, s + u, lane, in,
+						s + u < s1);
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				B::template dot<1, NORM>(ga[u], x, g, ssq, in,
+							 s + u, lane, 1, a0);
+				if (GLU)
+					B::template dot<1, NORM>(gb[GLU ? u : 0], x,
+								 g, unused, in,
+								 s + u, lane, 1,
+								 a1);
+			}
+		}
+	}
+	a0[0] = strata__warp_sum(a0[0]);
+	if (GLU)
+		a1[0] = strata__warp_sum(a1[0]);
+	if (NORM)
+		ssq = strata__warp_sum(ssq);
+	if (split > 1) { /* uniform: every thread reaches the barrier */
+		if (lane == 0) {
+			red[warp][0] = a0[0];
+			red[warp][1] = a1[0];
+			red[warp][2] = ssq;
+		}
+		__syncthreads();
+		if (part == 0)
+			for (int q = 1; q < split; q++) {
+				a0[0] += red[warp + q][0];
+				a1[0] += red[warp + q][1];
+				ssq += red[warp + q][2];
+			}
+	}
+	if (!y || part != 0 || lane != 0)
+		return;
+	/* rmsnorm_kernel's factor, over the same sum of squares */
+	const float f = NORM ? 1.0f / sqrtf(ssq / (float)in + p.eps) : 1.0f;
+	if (GLU) {
+		const float gv = a0[0] * f, uv = a1[0] * f;
+		y[row] = gv / (1.0f + expf(-gv)) * uv;
+		return;
+	}
+	const float v = a0[0] * f + (bias ? bias[row] : 0.0f);
+	y[row] = p.accumulate ? y[row] + v : v;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -466,11 +593,9 @@ static void qgemv_launch(cudaStream_t s, float *y, const float *x,
 		qgemv_rows<B, 8>(s, grid, y, x, w, bias, n, in, out, rb, split);
 }
 
-extern "C" int strata__cuda_qgemv_takes(int type, const void *w,
-					const float *x, uint32_t in)
+extern "C" int strata__cuda_qgemv_takes(int type, const void *w, uint32_t in)
 {
-	if (!strata__cuda_qgemv_enabled || ((uintptr_t)w & 3) ||
-	    ((uintptr_t)x & 15) || in % 32)
+	if (!strata__cuda_qgemv_enabled || ((uintptr_t)w & 3) || in % 32)
 		return 0;
 	switch (type) {
 	case STRATA__CUDA_Q8_0:
@@ -489,7 +614,7 @@ extern "C" cudaError_t strata__cuda_qgemv(cudaStream_t s, float *y,
 {
 	const uint8_t *wb = (const uint8_t *)w;
 	if (n == 0 || n > STRATA__CUDA_GEMV_ROWS || out == 0 ||
-	    !strata__cuda_qgemv_takes(type, w, x, in))
+	    !strata__cuda_qgemv_takes(type, w, in))
 		return cudaErrorInvalidValue;
 	switch (type) {
 	case STRATA__CUDA_Q8_0:
@@ -512,6 +637,77 @@ extern "C" cudaError_t strata__cuda_qgemv(cudaStream_t s, float *y,
 		qgemv_launch<QgQ6_K>(s, y, x, wb, bias, n, in, out,
 				     (uint64_t)in / 256 * 210);
 		break;
+	}
+	return cudaGetLastError();
+}
+
+/* Row bytes of the types qgemv takes (strata__cuda_qgemv_takes). */
+static uint64_t qgemv_row_bytes(int type, uint32_t in)
+{
+	switch (type) {
+	case STRATA__CUDA_Q8_0: return (uint64_t)in / 32 * 34;
+	case STRATA__CUDA_Q4_0: return (uint64_t)in / 32 * 18;
+	case STRATA__CUDA_Q4_K: return (uint64_t)in / 256 * 144;
+	case STRATA__CUDA_Q5_K: return (uint64_t)in / 256 * 176;
+	default: return (uint64_t)in / 256 * 210;
+	}
+}
+
+template <typename B, bool NORM, bool GLU>
+static void fused_launch(cudaStream_t s, const strata__cuda_gemv_parts *p,
+			 const float *x, uint32_t in, uint64_t rows,
+			 uint64_t rb)
+{
+	const int split = qgemv_split((uint32_t)rows, (in + B::STEP - 1) / B::STEP);
+	const uint64_t per = QG_WARPS / (uint32_t)split;
+	const unsigned grid = (unsigned)((rows + per - 1) / per);
+	if (strata__cuda_qgemv_unroll >= 8)
+		qgemv_fused_kernel<B, 8, NORM, GLU><<<grid, QG_THREADS, 0, s>>>(
+			*p, x, in, rb, split);
+	else
+		qgemv_fused_kernel<B, 4, NORM, GLU><<<grid, QG_THREADS, 0, s>>>(
+			*p, x, in, rb, split);
+}
+
+template <typename B>
+static void fused_by_kind(cudaStream_t s, const strata__cuda_gemv_parts *p,
+			  const float *x, uint32_t in, uint64_t rows,
+			  uint64_t rb, int glu)
+{
+	const bool norm = p->norm != NULL;
+	if (glu && norm)
+		fused_launch<B, true, true>(s, p, x, in, rows, rb);
+	else if (glu)
+		fused_launch<B, false, true>(s, p, x, in, rows, rb);
+	else if (norm)
+		fused_launch<B, true, false>(s, p, x, in, rows, rb);
+	else
+		fused_launch<B, false, false>(s, p, x, in, rows, rb);
+}
+
+extern "C" cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
+						const strata__cuda_gemv_parts *p,
+						const float *x, int type,
+						uint32_t in, int glu)
+{
+	uint64_t rows = 0;
+	if (p->count < 1 || p->count > STRATA__CUDA_GEMV_PARTS ||
+	    (glu && (p->count != 2 || p->part[0].out != p->part[1].out)))
+		return cudaErrorInvalidValue;
+	for (int i = 0; i < p->count; i++) {
+		if (!strata__cuda_qgemv_takes(type, p->part[i].w, in))
+			return cudaErrorInvalidValue;
+		rows += p->part[i].out;
+	}
+	if (glu)
+		rows = p->part[0].out;
+	const uint64_t rb = qgemv_row_bytes(type, in);
+	switch (type) {
+	case STRATA__CUDA_Q8_0: fused_by_kind<QgQ8_0>(s, p, x, in, rows, rb, glu); break;
+	case STRATA__CUDA_Q4_0: fused_by_kind<QgQ4_0>(s, p, x, in, rows, rb, glu); break;
+	case STRATA__CUDA_Q4_K: fused_by_kind<QgK45<false> >(s, p, x, in, rows, rb, glu); break;
+	case STRATA__CUDA_Q5_K: fused_by_kind<QgK45<true> >(s, p, x, in, rows, rb, glu); break;
+	default: fused_by_kind<QgQ6_K>(s, p, x, in, rows, rb, glu); break;
 	}
 	return cudaGetLastError();
 }

@@ -404,7 +404,7 @@ extern "C" cudaError_t strata__cuda_gemv_quant(cudaStream_t s, float *y,
 	const uint8_t *wb = (const uint8_t *)w;
 	if (!rb || n == 0 || n > STRATA__CUDA_GEMV_ROWS)
 		return cudaErrorInvalidValue;
-	if (strata__cuda_qgemv_takes(type, w, x, in))
+	if (strata__cuda_qgemv_takes(type, w, in))
 		return strata__cuda_qgemv(s, y, x, w, type, bias, n, in, out);
 	switch (type) {
 #define GEMV_CASE(name)                                                        \
