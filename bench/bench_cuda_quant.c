@@ -11,7 +11,9 @@
  * through the general block GEMV (kernels_quant.cu) and over every row
  * split and unroll (the tuning strata__cuda_qgemv_* picks from), 1..8
  * rows of x on the largest shape, and the sum of a token's products (16
- * layers of q, k, v, o, gate, up, down and the output head) as ms/token.
+ * layers of q, k, v, o, gate, up, down and the output head) as ms/token;
+ * a decode layer's products through the fused slots as the forward pass
+ * calls them (bf16, Q8_0, Q4_K, Q6_K).
  * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:
  * tensor cores (bf16 hi + lo, the default; bf16 once) against the f32
  * SGEMM slices and the bf16 weights' own cuBLAS product, with the plan's
@@ -271,6 +273,81 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 	return token * 1e3;
 }
 
+/* A decode layer's products as the forward pass calls them (q,k,v with
+ * the norm folded in, o into the residual, gate/up with SwiGLU and the
+ * norm, down into the residual), back to back: the launches a token
+ * makes per layer, without attention. */
+typedef struct layer {
+	bench *B;
+	strata_weight q, k, v, o, gate, up, down;
+	float *x, *xn, *qo, *ko, *vo, *h, *h2, *scratch, *norm;
+} layer;
+
+static void run_layer(layer *L)
+{
+	strata_error e;
+	strata_compute *c = L->B->c;
+	const strata_kernel_norm n = {{STRATA_WEIGHT_F32, L->norm, 1, L->q.cols}, 1e-5f};
+	const strata_kernel_product qkv[3] = {{L->qo, L->q, NULL},
+					      {L->ko, L->k, NULL},
+					      {L->vo, L->v, NULL}};
+	const strata_kernel_product o = {L->x, L->o, NULL};
+	const strata_kernel_product d = {L->x, L->down, NULL};
+	if (strata_kernel_products(c, L->x, &n, L->xn, 1, qkv, 3, false, NULL, &e) ||
+	    strata_kernel_products(c, L->qo, NULL, NULL, 1, &o, 1, true, L->scratch, &e) ||
+	    strata_kernel_gated(c, L->h, L->x, &n, L->xn, &L->gate, &L->up, L->h2, 1, &e) ||
+	    strata_kernel_products(c, L->h, NULL, NULL, 1, &d, 1, true, L->scratch, &e))
+		die("decode layer", &e);
+}
+
+static double layer_time(bench *B, strata_weight_type t)
+{
+	layer L = {.B = B};
+	uint64_t bytes = 0, total = 0;
+	struct { strata_weight *w; uint32_t out, in; } m[] = {
+		{&L.q, 4096, 4096}, {&L.k, 1024, 4096}, {&L.v, 1024, 4096},
+		{&L.o, 4096, 4096}, {&L.gate, 14336, 4096}, {&L.up, 14336, 4096},
+		{&L.down, 4096, 14336},
+	};
+	for (size_t i = 0; i < sizeof m / sizeof *m; i++) {
+		void *w = random_weights(t, m[i].out, m[i].in, &bytes);
+		*m[i].w = (strata_weight){t, w, m[i].out, m[i].in};
+		total += bytes;
+	}
+	float **bufs[] = {&L.x, &L.xn, &L.qo, &L.ko, &L.vo, &L.h, &L.h2,
+			  &L.scratch, &L.norm};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+		*bufs[i] = dev(14336 * 4);
+		cudaMemset(*bufs[i], 0, 14336 * 4);
+	}
+	strata_error e;
+	strata_event *a = NULL, *z = NULL;
+	if (strata_event_create(B->b, &a, &e) || strata_event_create(B->b, &z, &e))
+		die("event", &e);
+	run_layer(&L);
+	double sec = 0;
+	if (strata_event_record(B->b, a, B->s, &e))
+		die("event", &e);
+	for (int i = 0; i < B->reps; i++)
+		run_layer(&L);
+	if (strata_event_record(B->b, z, B->s, &e) || strata_event_wait(B->b, z, &e) ||
+	    strata_event_elapsed(B->b, a, z, &sec, &e))
+		die("event timing", &e);
+	sec /= B->reps;
+	strata_event_destroy(B->b, a);
+	strata_event_destroy(B->b, z);
+	printf("  %-7s decode layer's products (fused slots): %.1f us, %.0f GB/s of %.1f MB, x16 layers %.3f ms\n",
+	       strata_weight_type_name(t), sec * 1e6, total / sec / 1e9,
+	       total / 1e6, 16 * sec * 1e3);
+	printf("json {\"figure\":\"layer\",\"type\":\"%s\",\"us\":%.2f,\"bytes\":%" PRIu64 "}\n",
+	       strata_weight_type_name(t), sec * 1e6, total);
+	for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+		cudaFree((void *)m[i].w->data);
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		cudaFree(*bufs[i]);
+	return sec;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Prefill                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -391,6 +468,16 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
 		if (listed(types, strata_weight_type_name(all[i])))
 			decode_type(&B, all[i], shapes, count, do_sweep);
+	if (!quick) {
+		printf("decode layer (4096 -> q,k,v; o; 2 x 14336; down):\n");
+		static const strata_weight_type lt[] = {
+			STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
+			STRATA_WEIGHT_Q6_K,
+		};
+		for (size_t i = 0; i < sizeof lt / sizeof *lt; i++)
+			if (listed(types, strata_weight_type_name(lt[i])))
+				layer_time(&B, lt[i]);
+	}
 	printf("prefill:\n");
 	static const strata_weight_type pre[] = {
 		STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
