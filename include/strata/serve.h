@@ -283,6 +283,13 @@ typedef struct strata_prefix_cache strata_prefix_cache;
  * that is larger), kept and reused until the cache is destroyed. */
 #define STRATA_PREFIX_CACHE_CHUNK_BYTES ((uint64_t)64 << 20)
 
+/* At most this many entries, whatever the budget: a lookup scans every
+ * entry, so on a small model whose prompts' KV is a few KiB a budget of
+ * the plan's spare host memory would hold entries by the hundred thousand
+ * and every request would slow with the cache's size (a 100,000-request
+ * batch collapsed so); past the cap the least recently used goes. */
+#define STRATA_PREFIX_CACHE_MAX_ENTRIES 1024u
+
 /* A cache holding at most budget_bytes of saved KV (and the token ids that
  * key it). Its KV lives in chunks of host memory from `b` (pinned where
  * the backend can pin, so restores and saves are direct copies; NULL:

@@ -9,8 +9,8 @@
  * and the entry itself) stay within the budget by evicting the least
  * recently used entries; a guest (a spilled request's prompt) enters as
  * the least recently used. The lookup is a linear scan: a replica holds
- * tens of entries, and one scan costs far less than one forward
- * position.
+ * tens of entries, and at most STRATA_PREFIX_CACHE_MAX_ENTRIES, so one
+ * scan costs far less than one forward position.
  */
 #include <string.h>
 
@@ -313,6 +313,8 @@ strata_status strata_prefix_cache_save(strata_prefix_cache *c,
 			return STRATA_OK;
 		}
 	}
+	while (c->head && c->stats.entries >= STRATA_PREFIX_CACHE_MAX_ENTRIES)
+		evict_one(c);
 	entry *e = entry_new(parts, prompt, n_prompt, block, err);
 	if (!e)
 		return STRATA_E_NOMEM;

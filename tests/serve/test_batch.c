@@ -226,6 +226,52 @@ static void test_prefix_cache_match_budget_eviction(void **state)
 	strata_session_close(s);
 }
 
+/* However large the budget, the cache holds at most
+ * STRATA_PREFIX_CACHE_MAX_ENTRIES entries, the least recently used going
+ * first: the newest prompts still hit, the oldest miss. */
+static void test_prefix_cache_entry_cap(void **state)
+{
+	(void)state;
+	strata_session *s = open_session(64);
+	strata_forward *f = strata_session_forward(s);
+	strata_error err;
+	strata_prefix_cache *c;
+	assert_int_equal(strata_prefix_cache_create(strata_session_backend(s),
+						    (uint64_t)1 << 30, &c, &err),
+			 0);
+	const uint32_t n = STRATA_PREFIX_CACHE_MAX_ENTRIES + 40;
+	int32_t p[4];
+	for (uint32_t i = 0; i < n; i++) {
+		/* distinct from the first token on: no entry cuts another */
+		p[0] = 1 + (int32_t)(i % 500);
+		p[1] = 1 + (int32_t)(i / 500);
+		p[2] = 7;
+		p[3] = 9;
+		run_and_save(c, f, p, 4, false);
+	}
+	strata_prefix_cache_stats st;
+	strata_prefix_cache_get_stats(c, &st);
+	assert_int_equal(st.saved, n);
+	assert_int_equal(st.entries, STRATA_PREFIX_CACHE_MAX_ENTRIES);
+	assert_int_equal(st.evictions, n - STRATA_PREFIX_CACHE_MAX_ENTRIES);
+	uint32_t reused;
+	/* the last saved (i = n - 1) hits; the first (i = 0) was evicted */
+	uint32_t last = n - 1;
+	int32_t q[5] = {1 + (int32_t)(last % 500), 1 + (int32_t)(last / 500), 7,
+			9, 11};
+	assert_int_equal(strata_prefix_cache_apply(c, f, q, 5, &reused, &err),
+			 0);
+	assert_int_equal(reused, 4);
+	int32_t first[5] = {1, 1, 7, 9, 11};
+	assert_int_equal(strata_prefix_cache_apply(c, f, first, 5, &reused, &err),
+			 0);
+	/* its own entry gone: only the first token, which i = 500's
+	 * prompt {1, 2, 7, 9} shares */
+	assert_int_equal(reused, 1);
+	strata_prefix_cache_destroy(c);
+	strata_session_close(s);
+}
+
 /* Many tails of one prefix keep one entry: a hit covering at least half of
  * an entry cuts it to the shared part (fewer bytes), and the cut entry
  * still gives the same logits as recomputing. */
@@ -747,6 +793,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kv_restore_same_logits),
 		cmocka_unit_test(test_prefix_cache_match_budget_eviction),
+		cmocka_unit_test(test_prefix_cache_entry_cap),
 		cmocka_unit_test(test_prefix_cache_cuts_to_shared_part),
 		cmocka_unit_test(test_prefix_cache_guest_evicted_first),
 		cmocka_unit_test(test_prefix_cache_guest_never_evicts_a_home_key),
