@@ -70,8 +70,12 @@ strata_status strata_cli_gpus_parse(const char *spec, bool cuda,
 	} else if (!strchr(spec, ',')) {
 		char *end;
 		unsigned long v = strtoul(spec, &end, 10);
+		if (end != spec && !*end && v == 0)
+			return bad(err, "a count starts at 1: --gpus 1 is the "
+				   "first device alone, a list like 0,1 "
+				   "names devices", spec, "is a count of none");
 		if (end == spec || *spec < '0' || *spec > '9' || *end ||
-		    v == 0 || v > STRATA_CLI_MAX_DEVICES)
+		    v > STRATA_CLI_MAX_DEVICES)
 			return bad(err, "give all, a count from 1 to 64, or a "
 				   "list of indices like 0,1", spec,
 				   "is not all, a count or a list");

@@ -667,6 +667,14 @@ static void gpus_without_a_gpu(void **state)
 	assert_int_equal(r.exit_code, 2);
 	assert_non_null(strstr(r.err, "fix: give a count instead"));
 	cli_result_free(&r);
+	/* --gpus 0 (device 0 meant) is told how to say it */
+	const char *zero[] = {"plan", STORIES, "--device", "cpu", "--gpus",
+			      "0", NULL};
+	r = run(zero);
+	assert_int_equal(r.exit_code, 2);
+	assert_non_null(strstr(r.err, "'0' is a count of none"));
+	assert_non_null(strstr(r.err, "--gpus 1 is the first device alone"));
+	cli_result_free(&r);
 }
 
 /* Nothing fits on the devices: every section is printed, exit 1, the
