@@ -377,14 +377,14 @@ void strata_prefix_cache_get_stats(const strata_prefix_cache *c,
 
 /* Requests arrive at any time from any thread and leave as they finish.
  * One worker thread owns the session and steps every running sequence
- * together: each step is one strata_forward_step, one pass of the weights,
- * whose rows are the next decode token of every decoding sequence and the
- * next prompt token of every sequence with a short prompt left (16 tokens
- * or fewer); a longer prompt, or a lone sequence's, is read in chunks of
- * its own (strata_forward_run, a pass each) in the same round. A finished
- * or cancelled sequence's slot takes the next waiting request at the next
- * step; requests that find every slot taken wait in a bounded queue, and a
- * full queue refuses. */
+ * together: each step is one strata_forward_step_segments, one pass of
+ * the weights, carrying the next decode token of every decoding sequence
+ * and chunks of the prompts still to read (in the order their requests
+ * took a slot, each at most the plan's prefill chunk, as many rows as the
+ * step takes), as strata batch steps. A finished or cancelled sequence's
+ * slot takes the next waiting request at the next step; requests that
+ * find every slot (the plan's batch: the KV cache holds that many
+ * sequences) taken wait in a bounded queue, and a full queue refuses. */
 
 #define STRATA_SCHEDULER_FINISH_MAP(X)                                         \
 	X(LENGTH, "length")       /* max_tokens drawn */                       \

@@ -1,9 +1,11 @@
 /* scheduler.c - the continuous scheduler: requests come and go at any time,
- * every step runs every running sequence's next token (a decode token, or
- * the next prompt token of one with a short prompt left) in one pass of
- * the weights, long prompts are read in chunks of their own, and a slot
- * freed by a finished request takes a waiting one at the next step (layer:
- * serve).
+ * and every step is one pass of the weights (strata_forward_step_segments)
+ * carrying the decode token of every running sequence and chunks of the
+ * prompts still to read (each at most the plan's prefill chunk, as many
+ * rows as a step takes), as strata batch steps (batch_seqs.c, issue 19); a
+ * slot freed by a finished request takes a waiting one at the next step,
+ * and a request that finds every slot (the plan's --batch, the KV cache's
+ * bound) taken waits in the queue (layer: serve).
  *
  * Threads: any thread submits and cancels; one worker owns the session and
  * every slot. One mutex guards the queue, the slots' ownership, the flags
@@ -42,6 +44,7 @@ typedef struct slot {
 	uint32_t fed;	     /* prompt tokens computed (or restored) */
 	uint32_t reused;     /* of them, restored from the prefix cache */
 	bool fresh;	     /* admitted; the prefix cache not yet asked */
+	uint64_t joined;     /* admission order: prompts read first first */
 	uint32_t generated;  /* tokens drawn and kept (EOS not) */
 	int32_t next;	     /* the decode token of the next step */
 	bool done;
@@ -60,12 +63,15 @@ struct strata_scheduler {
 	strata_error open_err;
 	strata_session *session;
 	strata_prefix_cache *cache; /* NULL: none; the worker's alone */
-	uint32_t context, vocab, nslots, chunk;
+	uint32_t context, vocab, nslots;
+	uint32_t chunk;		/* a prompt segment's most rows: the plan's */
+	uint32_t step_cap;	/* a step's most rows (the forward pass's) */
 	int32_t eos;
 	slot *slots;		/* (nslots) */
 	float *logits;		/* (nslots, vocab), pinned where it can be */
-	uint32_t *ids;		/* (nslots) a step's sequences */
-	int32_t *toks;		/* (nslots) a step's tokens */
+	strata_forward_segment *segs; /* (nslots) a step's segments */
+	uint32_t *order;	/* (nslots) prompts to read, by admission */
+	uint64_t joins;		/* requests admitted so far */
 	sreq *qhead, *qtail;
 	uint64_t qcount;
 	uint64_t ending; /* let go (queue or slot), done event not yet fired */
@@ -164,16 +170,20 @@ static void admit_locked(strata_scheduler *s)
 		memset(&s->slots[i], 0, sizeof s->slots[i]);
 		s->slots[i].r = r;
 		s->slots[i].fresh = true;
+		s->slots[i].joined = s->joins++;
 		strata_kv_cache_reset(kv, i);
 	}
 }
 
-/* The rows of the next step: every taken slot not yet done, its next
- * prompt token or decode token; cancelled ones are done first. Returns
- * the row count; s->mu is held. */
-static uint32_t build_rows_locked(strata_scheduler *s)
+/* Cancelled slots are done; then the step's segments: the decode token of
+ * every decoding slot (one row each), then the prompts still to read, in
+ * admission order, each the most of it the rows left take, at most the
+ * plan's prefill chunk (as batch_seqs.c's build_step). A step holds every
+ * decode row: its rows are at least the slots. Returns the segment count,
+ * *rows the rows; s->mu is held (for the cancel flags). */
+static uint32_t build_step_locked(strata_scheduler *s, uint32_t *rows)
 {
-	uint32_t n = 0;
+	uint32_t n = 0, waiting = 0, used = 0;
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		slot *sl = &s->slots[i];
 		if (!sl->r || sl->done)
@@ -183,10 +193,30 @@ static uint32_t build_rows_locked(strata_scheduler *s)
 			sl->finish = STRATA_SCHEDULER_FINISH_CANCELLED;
 			continue;
 		}
-		s->ids[n] = i;
-		s->toks[n++] = sl->fed < sl->r->n_prompt ? sl->r->hist[sl->fed]
-							 : sl->next;
+		if (sl->fed < sl->r->n_prompt) {
+			/* insertion by admission order: the count is small */
+			uint32_t k = waiting++;
+			while (k && s->slots[s->order[k - 1]].joined > sl->joined) {
+				s->order[k] = s->order[k - 1];
+				k--;
+			}
+			s->order[k] = i;
+			continue;
+		}
+		s->segs[n++] = (strata_forward_segment){i, &sl->next, 1, true};
+		used++;
 	}
+	for (uint32_t k = 0; k < waiting && used < s->step_cap; k++) {
+		slot *sl = &s->slots[s->order[k]];
+		uint32_t left = sl->r->n_prompt - sl->fed;
+		uint32_t take = s->step_cap - used;
+		take = take < s->chunk ? take : s->chunk;
+		take = left < take ? left : take;
+		s->segs[n++] = (strata_forward_segment){
+			s->order[k], sl->r->hist + sl->fed, take, take == left};
+		used += take;
+	}
+	*rows = used;
 	return n;
 }
 
@@ -237,14 +267,6 @@ static void advance(strata_scheduler *s, uint32_t i, float *logits)
 		sl->next = tok;
 	}
 }
-
-/* A prompt with more than this many tokens still to read is read in
- * chunks of its own (strata_forward_run, one pass each) instead of one
- * token per step beside the others: a row per token would take one step
- * per prompt token, which on a device is far slower than a chunk. A pass
- * that took both in one weight pass needs a forward step with several
- * tokens per sequence (not in the infer layer yet). */
-#define ROW_PROMPT_MAX 16u
 
 static void fail_slot(slot *sl, const strata_error *e)
 {
@@ -322,69 +344,34 @@ static void count_pass(strata_scheduler *s, uint32_t rows)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Rows whose slot has a long prompt left (or that are alone and have two
- * tokens or more left) read the next chunk of it, one pass each, and
- * leave the step; a chunk that ends the prompt draws the first token.
- * Returns the rows left for the step (compacted). */
-static uint32_t read_chunks(strata_scheduler *s, uint32_t n)
+/* One pass over the segments built: every decode token and the prompt
+ * chunks beside them. Each segment that decoded, or whose prompt the step
+ * ended, draws its next token (row j of the logits for the j-th asking).
+ * A failed pass fails every slot of it. */
+static void run_step(strata_scheduler *s, uint32_t n, uint32_t rows)
 {
-	strata_forward *f = strata_session_forward(s->session);
-	uint32_t kept = 0, rows = n;
-	for (uint32_t k = 0; k < rows; k++) {
-		uint32_t i = s->ids[k];
-		slot *sl = &s->slots[i];
-		uint32_t left = sl->r->n_prompt - sl->fed;
-		if (left <= ROW_PROMPT_MAX && !(rows == 1 && left >= 2)) {
-			s->ids[kept] = i;
-			s->toks[kept++] = s->toks[k];
-			continue;
-		}
-		uint32_t take = left < s->chunk ? left : s->chunk;
-		strata_error e;
-		strata_status st = strata_forward_select(f, i, &e);
-		if (st == STRATA_OK)
-			st = strata_forward_run(f, sl->r->hist + sl->fed, take,
-						sl->fed, NULL, s->logits, &e);
-		count_pass(s, take);
-		if (st) {
-			fail_slot(sl, &e);
-			continue;
-		}
-		sl->fed += take;
-		if (sl->fed == sl->r->n_prompt)
-			prompt_done(s, i, s->logits);
-	}
-	return kept;
-}
-
-/* One pass over the rows built: long prompts in chunks of their own
- * (read_chunks), then one forward step of every other row. Each row whose
- * prompt is then all computed, or that decoded, draws its next token. A
- * failed pass fails every row of it. */
-static void run_step(strata_scheduler *s, uint32_t n)
-{
-	n = read_chunks(s, n);
-	if (n == 0)
-		return;
 	strata_error e;
-	strata_status st = strata_forward_step(strata_session_forward(s->session),
-					       s->ids, s->toks, n, s->logits,
-					       &e);
-	count_pass(s, n);
+	strata_status st = strata_forward_step_segments(
+		strata_session_forward(s->session), s->segs, n, s->logits, &e);
+	count_pass(s, rows);
+	uint32_t row = 0;
 	for (uint32_t k = 0; k < n; k++) {
-		slot *sl = &s->slots[s->ids[k]];
+		const strata_forward_segment *g = &s->segs[k];
+		slot *sl = &s->slots[g->seq];
 		if (st) {
 			fail_slot(sl, &e);
 			continue;
 		}
 		bool prompt = sl->fed < sl->r->n_prompt;
 		if (prompt)
-			sl->fed++;
-		float *row = s->logits + (uint64_t)k * s->vocab;
-		if (prompt && sl->fed == sl->r->n_prompt)
-			prompt_done(s, s->ids[k], row);
-		else if (sl->fed == sl->r->n_prompt)
-			advance(s, s->ids[k], row);
+			sl->fed += g->n;
+		if (!g->logits)
+			continue;
+		float *logits = s->logits + (uint64_t)row++ * s->vocab;
+		if (prompt)
+			prompt_done(s, g->seq, logits);
+		else
+			advance(s, g->seq, logits);
 	}
 }
 
@@ -436,7 +423,11 @@ static strata_status open_worker(strata_scheduler *s, strata_error *err)
 	s->vocab = strata_session_hparams(s->session)->vocab;
 	s->eos = s->o.eos >= 0 ? s->o.eos
 			       : strata_session_hparams(s->session)->eos;
-	s->chunk = s->o.session.prefill ? s->o.session.prefill : 512;
+	s->step_cap = strata_forward_step_rows(f);
+	uint64_t chunk = strata_plan_get_options(strata_session_plan(
+				 s->session))->shape.prefill_chunk;
+	s->chunk = chunk && chunk < s->step_cap ? (uint32_t)chunk
+						: s->step_cap;
 	if (s->o.prefix_cache_bytes) {
 		uint64_t budget =
 			s->o.prefix_cache_bytes ==
@@ -462,13 +453,14 @@ static strata_status open_worker(strata_scheduler *s, strata_error *err)
 		return st;
 	s->slots = strata_calloc_or_error(s->nslots, sizeof *s->slots,
 					  "scheduler slots", err);
-	s->ids = s->slots ? strata_calloc_or_error(s->nslots, sizeof *s->ids,
-						   "step sequences", err)
-			  : NULL;
-	s->toks = s->ids ? strata_calloc_or_error(s->nslots, sizeof *s->toks,
-						  "step tokens", err)
-			 : NULL;
-	return s->toks ? STRATA_OK : STRATA_E_NOMEM;
+	s->segs = s->slots ? strata_calloc_or_error(s->nslots, sizeof *s->segs,
+						    "step segments", err)
+			   : NULL;
+	s->order = s->segs ? strata_calloc_or_error(s->nslots,
+						    sizeof *s->order,
+						    "prompt order", err)
+			   : NULL;
+	return s->order ? STRATA_OK : STRATA_E_NOMEM;
 }
 
 static void *worker(void *arg)
@@ -498,7 +490,8 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		apply_prefixes(s);
 		pthread_mutex_lock(&s->mu);
-		uint32_t n = build_rows_locked(s);
+		uint32_t rows = 0;
+		uint32_t n = build_step_locked(s, &rows);
 		pthread_mutex_unlock(&s->mu);
 		while (ended) {
 			sreq *next = ended->next;
@@ -511,7 +504,7 @@ static void *worker(void *arg)
 			pthread_mutex_unlock(&s->mu);
 		}
 		if (n)
-			run_step(s, n);
+			run_step(s, n, rows);
 		end_done_slots(s);
 		pthread_mutex_lock(&s->mu);
 		pthread_cond_broadcast(&s->done_cv);
@@ -528,8 +521,8 @@ static void release(strata_scheduler *s)
 		strata_backend_host_free(strata_session_backend(s->session),
 					 s->logits);
 	strata_free(s->slots);
-	strata_free(s->ids);
-	strata_free(s->toks);
+	strata_free(s->segs);
+	strata_free(s->order);
 	strata_prefix_cache_destroy(s->cache); /* before its backend goes */
 	strata_session_close(s->session);
 	pthread_cond_destroy(&s->work_cv);

@@ -1,8 +1,8 @@
 /* test_scheduler.c - the continuous scheduler on the shipped stories260K:
  * requests submitted together, and while others run, give strata_generate's
  * tokens (greedy and seeded) whatever runs beside them; steps carry several
- * sequences and a freed slot is refilled, so the weight passes stay near
- * the ideal; the queue bound, the context check, cancelling (waiting and
+ * sequences, prompt chunks ride beside decode tokens and a freed slot is
+ * refilled, so the weight passes stay near the ideal; the queue bound, the context check, cancelling (waiting and
  * running), stop from the callback and draining each end a request with
  * exactly one done event (layer: serve). */
 #include <pthread.h>
@@ -187,8 +187,9 @@ static void test_scheduler_tokens_match_generate(void **state)
 }
 
 /* 16 requests of 8 tokens with 4-token prompts on 16 slots, all submitted
- * before the first step: one pass per prompt token (the 4th gives the
- * first token) and one per further token, 4 + 7 = 11 in all. */
+ * before the first step: the prompts ride in 32-row steps (8 in the
+ * first, 6 beside 8 decode tokens in the second, 2 in the third), then one
+ * pass per further token: 3 + 7 = 10 passes, at most 11 (issue 19). */
 static void test_scheduler_weight_passes(void **state)
 {
 	(void)state;
@@ -221,9 +222,8 @@ static void test_scheduler_weight_passes(void **state)
 	strata_scheduler_destroy(s);
 }
 
-/* Long prompts (read in chunks of their own, then rows) beside short ones
- * (rows from the start) and sequences decoding: every request still gets
- * strata_generate's tokens. */
+/* Long prompts (read in chunks over several steps) beside short ones and
+ * sequences decoding: every request still gets strata_generate's tokens. */
 static void test_scheduler_long_prompts(void **state)
 {
 	(void)state;
@@ -245,6 +245,50 @@ static void test_scheduler_long_prompts(void **state)
 		assert_memory_equal(got[k].tokens, want[k].tokens,
 				    want[k].n * sizeof(int32_t));
 	}
+	strata_scheduler_destroy(s);
+}
+
+/* The samples a request drew: its tokens, and the EOS that ended it. */
+static uint32_t samples_of(const seen *s)
+{
+	return s->n + (s->finish == STRATA_SCHEDULER_FINISH_EOS);
+}
+
+/* A 100-token prompt joining a sequence that decodes: its chunks (the
+ * plan's 32 rows a step, less the decode row) ride in the decoding
+ * sequence's passes, 4 of them, the last giving its first token, so the
+ * passes are max(A's samples, 3 + B's): no pass of its own (the
+ * scheduler before issue 19 read it in passes of its own). */
+static void test_scheduler_prompt_rides_beside_decode(void **state)
+{
+	(void)state;
+	static seen want[2], got[2];
+	const int id[2] = {104, 200}; /* 4 and 100 prompt tokens, greedy */
+	const uint32_t max_new[2] = {40, 8};
+	for (int k = 0; k < 2; k++) {
+		seen_init(&want[k]);
+		seen_init(&got[k]);
+		reference(id[k], max_new[k], &want[k]);
+	}
+	strata_scheduler *s = open_sched(2, 64);
+	strata_scheduler_hold(s, true);
+	for (int k = 0; k < 2; k++)
+		submit(s, id[k], max_new[k], &got[k]);
+	strata_scheduler_hold(s, false);
+	for (int k = 0; k < 2; k++) {
+		wait_done(&got[k]);
+		assert_int_equal(got[k].n, want[k].n);
+		assert_memory_equal(got[k].tokens, want[k].tokens,
+				    want[k].n * sizeof(int32_t));
+	}
+	uint32_t sa = samples_of(&got[0]), sb = samples_of(&got[1]);
+	strata_scheduler_stats st;
+	strata_scheduler_get_stats(s, &st);
+	assert_int_equal(st.steps, sa > 3 + sb ? sa : 3 + sb);
+	assert_int_equal(st.step_rows, 4 + (sa - 1) + 100 + (sb - 1));
+	print_message("a 100-token prompt beside a decode: %llu passes for "
+		      "%u + %u samples\n", (unsigned long long)st.steps, sa,
+		      sb);
 	strata_scheduler_destroy(s);
 }
 
@@ -337,6 +381,7 @@ int main(void)
 		cmocka_unit_test(test_scheduler_tokens_match_generate),
 		cmocka_unit_test(test_scheduler_weight_passes),
 		cmocka_unit_test(test_scheduler_long_prompts),
+		cmocka_unit_test(test_scheduler_prompt_rides_beside_decode),
 		cmocka_unit_test(test_scheduler_refusals),
 		cmocka_unit_test(test_scheduler_cancel_stop_drain),
 	};
