@@ -13,30 +13,17 @@
 
 #include <cmocka.h>
 
-#include "strata/serve.h"
+#include "serve/batch_fixture.h"
 
-#define MODEL STRATA_SOURCE_DIR "/models/stories260K"
+#define MODEL BATCH_FIXTURE_MODEL
 #define REQUESTS 14
 
 static strata_batch *open_batch(uint32_t replicas, uint64_t sequences,
 				uint64_t cache_bytes)
 {
-	strata_batch_options o = {.replicas = replicas,
-				  .spill_threshold = 1000,
-				  .prefix_cache_bytes = cache_bytes,
-				  .eos = -1};
-	o.session.model_path = MODEL;
-	o.session.threads = 1;
-	o.session.positions = 64;
-	o.session.prefill = 32;
-	o.session.plan.mode = STRATA_RESIDENCY_AUTO;
-	o.session.plan.device = STRATA_PLAN_DEVICE_CPU;
-	o.session.plan.shape.batch = sequences;
-	strata_batch *b = NULL;
-	strata_error err;
-	if (strata_batch_create(&o, &b, &err))
-		fail_msg("%s / %s", err.message, err.fix);
-	return b;
+	strata_batch_options o = batch_fixture_options(replicas, sequences);
+	o.prefix_cache_bytes = cache_bytes;
+	return batch_fixture_open(&o);
 }
 
 /* Requests over three shared 10-token prefixes with their own tails and

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "strata/serve.h"
+#include "serve/batch_fixture.h"
 
-#define MODEL STRATA_SOURCE_DIR "/models/stories260K"
+#define MODEL BATCH_FIXTURE_MODEL
 #define MAX_NEW 30u
 
 /* What ends_of gives for request i of the next run (NULL: none). */
@@ -36,24 +36,11 @@ typedef struct fixture {
 static strata_batch *open_batch(const strata_tokenizer *tok,
 				uint32_t replicas, uint32_t sequences)
 {
-	strata_batch_options o = {.replicas = replicas,
-				  .spill_threshold = 1000,
-				  .eos = -1,
-				  .ends_of = ends_of,
-				  .tokenizer = tok};
+	strata_batch_options o = batch_fixture_options(replicas, sequences);
+	o.ends_of = ends_of;
+	o.tokenizer = tok;
 	memset(ends, 0, sizeof ends);
-	o.session.model_path = MODEL;
-	o.session.threads = 1;
-	o.session.positions = 64;
-	o.session.prefill = 32;
-	o.session.plan.mode = STRATA_RESIDENCY_AUTO;
-	o.session.plan.device = STRATA_PLAN_DEVICE_CPU;
-	o.session.plan.shape.batch = sequences;
-	strata_batch *b = NULL;
-	strata_error err;
-	if (strata_batch_create(&o, &b, &err))
-		fail_msg("%s / %s", err.message, err.fix);
-	return b;
+	return batch_fixture_open(&o);
 }
 
 static strata_batch_request greedy(const fixture *f, int key)
