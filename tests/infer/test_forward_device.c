@@ -33,35 +33,6 @@ static const strata_plan_options modes[] = {
 };
 #define MODE_COUNT (sizeof modes / sizeof *modes)
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
-{
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
-/* Logits of the reference tokens and the greedy tokens through f. */
-static void run(strata_forward *f, const ref_data *r, float *logits,
-		int32_t *greedy)
-{
-	strata_error err;
-	strata_sampler *s;
-	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
-				    .repeat_penalty = 1};
-	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
-			       &err))
-		fail_msg("forward: %s", err.message);
-	strata_forward_reset(f);
-	assert_int_equal(strata_sampler_create(&sp, r->vocab, &s, &err),
-			 STRATA_OK);
-	greedy[0] = 0;
-	if (strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
-			    collect, greedy, NULL, &err))
-		fail_msg("generate: %s", err.message);
-	strata_sampler_destroy(s);
-}
-
 static void check_model(const char *name)
 {
 	char path[1024];
@@ -75,22 +46,14 @@ static void check_model(const char *name)
 	float *host = strata_alloc(cells * sizeof *host);
 	float *dev = strata_alloc(cells * sizeof *dev);
 	int32_t host_greedy[65], dev_greedy[65];
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .compute = c,
-							   .src = &m.src,
-							   .context = CONTEXT,
-							   .batch = BATCH},
-				 &f, &err),
-			 STRATA_OK);
-	run(f, &r, host, host_greedy);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass p;
+	ref_pass_open(name, 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = CONTEXT,
+					       .batch = BATCH},
+		      &p);
+	ref_run_greedy(p.f, &r, r.vocab, host, host_greedy);
+	ref_pass_close(&p);
 	assert_true(ref_max_diff(host, r.logits, cells) <= 1e-3);
 
 	uint64_t need;
@@ -108,44 +71,29 @@ static void check_model(const char *name)
 	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
 			 STRATA_OK);
 	for (size_t i = 0; i < MODE_COUNT; i++) {
-		strata_backend *b;
-		strata_infer_window *w;
-		strata_infer_source src;
-		strata_plan_options po = modes[i];
-		ref_plan rp;
-		ref_plan_make(m.cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
-		strata_infer_window_options wo = {.plan = rp.plan};
-		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
-				 STRATA_OK);
-		if (strata_infer_window_create(b, &m.t, ws, &wo, &w,
-					       &src, &err))
-			fail_msg("%s mode %zu: %s", name, i, err.message);
-		assert_int_equal(strata_compute_create_on(b, 2, &c, &err),
-				 STRATA_OK);
-		if (strata_forward_create(
-			    &(strata_forward_options){.hp = &m.hp,
-						      .backend = b,
-						      .compute = c,
-						      .src = &src,
-						      .context = CONTEXT,
-						      .batch = BATCH},
-			    &f, &err))
-			fail_msg("%s mode %zu: %s", name, i, err.message);
-		run(f, &r, dev, dev_greedy);
+		char what[160];
+		snprintf(what, sizeof what, "%s mode %zu", name, i);
+		ref_window w;
+		ref_window_open(&m, ws, STRATA_PLAN_DEVICE_CPU, modes[i], 0,
+				what, &w);
+		ref_pass_open(what, 2,
+			      (strata_forward_options){.hp = &m.hp,
+						       .backend = w.b,
+						       .src = &w.src,
+						       .context = CONTEXT,
+						       .batch = BATCH},
+			      &p);
+		ref_run_greedy(p.f, &r, r.vocab, dev, dev_greedy);
 		if (memcmp(dev, host, cells * sizeof *dev))
-			fail_msg("%s mode %zu: device-mode logits differ", name,
-				 i);
+			fail_msg("%s: device-mode logits differ", what);
 		assert_memory_equal(dev_greedy, host_greedy,
 				    (1 + r.n_greedy) * sizeof(int32_t));
 		strata_arena_stats as;
-		strata_forward_arena_stats(f, &as);
+		strata_forward_arena_stats(p.f, &as);
 		assert_true(as.capacity_bytes == need);
 		assert_true(as.high_water_bytes == need);
-		strata_forward_destroy(f);
-		strata_compute_destroy(c);
-		strata_infer_window_destroy(w);
-		strata_backend_destroy(b);
-		ref_plan_destroy(&rp);
+		ref_pass_close(&p);
+		ref_window_close(&w);
 	}
 	strata_weight_store_destroy(ws);
 	strata_free(host);
@@ -181,26 +129,21 @@ static void check_cuda_sizes(const char *name)
 				 STRATA_RESIDENCY_RESIDENT, 0, &pw, &err),
 			 STRATA_OK);
 	strata_weight_store *ws;
-	strata_backend *b;
-	strata_infer_window *w;
-	strata_infer_source src;
-	strata_plan_options po = {.mode = STRATA_RESIDENCY_RESIDENT,
-				  BUDGETS(GIB)};
-	ref_plan rp;
-	ref_plan_make(m.cat, STRATA_PLAN_DEVICE_CUDA, &po, &rp);
-	strata_infer_window_options o = {.plan = rp.plan};
 	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
 			 STRATA_OK);
-	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
-	if (strata_infer_window_create(b, &m.t, ws, &o, &w, &src, &err))
-		fail_msg("%s: %s", name, err.message);
+	ref_window w;
+	ref_window_open(&m, ws, STRATA_PLAN_DEVICE_CUDA,
+			(strata_plan_options){.mode = STRATA_RESIDENCY_RESIDENT,
+					      BUDGETS(GIB)},
+			0, name, &w);
 	/* resident: every tensor is loaded at create, so the arena's high
 	 * water is what the engine's tensors take in their slots; the plan's
 	 * device region holds them exactly, and the seed's figure (the
 	 * tensors' own bytes, unaligned) is no more */
 	strata_arena_stats as;
-	strata_residency_device_arena_stats(strata_infer_window_engine(w), &as);
-	uint64_t region = strata_plan_weight_device_bytes(rp.plan);
+	strata_residency_device_arena_stats(strata_infer_window_engine(w.w),
+					    &as);
+	uint64_t region = strata_plan_weight_device_bytes(w.plan.plan);
 	if (as.high_water_bytes != region || as.capacity_bytes != region ||
 	    pw.required_bytes > region)
 		fail_msg("%s: engine %llu bytes, CUDA plan %llu (seed %llu)",
@@ -209,15 +152,14 @@ static void check_cuda_sizes(const char *name)
 			 (unsigned long long)pw.required_bytes);
 	bool half = strstr(name, "f16") != NULL;
 	strata_infer_layer l;
-	assert_int_equal(src.ops->acquire(src.user, 0, &l, &err), STRATA_OK);
+	assert_int_equal(w.src.ops->acquire(w.src.user, 0, &l, &err),
+			 STRATA_OK);
 	assert_int_equal(l.elem[STRATA_SLOT_WQ] != STRATA_ELEM_F32, half);
-	assert_int_equal(src.statics.lm_head_elem != STRATA_ELEM_F32, half);
-	assert_int_equal(src.ops->release(src.user, 0, &err), STRATA_OK);
-	strata_infer_window_destroy(w);
-	strata_backend_destroy(b);
+	assert_int_equal(w.src.statics.lm_head_elem != STRATA_ELEM_F32, half);
+	assert_int_equal(w.src.ops->release(w.src.user, 0, &err), STRATA_OK);
+	ref_window_close(&w);
 	strata_weight_store_destroy(ws);
 	strata_plan_source_destroy(ps);
-	ref_plan_destroy(&rp);
 	ref_close_model(&m);
 }
 
@@ -288,19 +230,15 @@ static void test_device_kv_save_restore(void **state)
 	ref_open_model(path, &m);
 	strata_error err;
 	strata_backend *b;
-	strata_compute *c;
-	strata_forward *f;
 	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
-	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .backend = b,
-							   .compute = c,
-							   .src = &m.src,
-							   .context = CONTEXT,
-							   .batch = BATCH},
-				 &f, &err),
-			 STRATA_OK);
+	ref_pass p;
+	ref_pass_open("llama_gqa2_f32", 2,
+		      (strata_forward_options){.hp = &m.hp, .backend = b,
+					       .src = &m.src,
+					       .context = CONTEXT,
+					       .batch = BATCH},
+		      &p);
+	strata_forward *f = p.f;
 	uint32_t n = r.n_tokens;
 	float *whole = strata_alloc((size_t)r.vocab * sizeof *whole);
 	float *cont = strata_alloc((size_t)r.vocab * sizeof *cont);
@@ -344,8 +282,7 @@ static void test_device_kv_save_restore(void **state)
 	strata_free(parts);
 	strata_free(whole);
 	strata_free(cont);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	strata_backend_destroy(b);
 	ref_close_model(&m);
 	ref_free(&r);

@@ -20,37 +20,6 @@
 #define CONTEXT 64
 #define CHUNK 4
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
-{
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
-/* Logits of the reference tokens in chunks of CHUNK, then greedy text. */
-static void run_pass(strata_forward *f, const ref_data *r, uint32_t vocab,
-		     float *logits, int32_t *greedy)
-{
-	strata_error err;
-	strata_status st = strata_forward_run(f, r->tokens, r->n_tokens, 0,
-					      logits, NULL, &err);
-	if (st)
-		fail_msg("forward: %s", err.message);
-	strata_forward_reset(f);
-	strata_sampler *s;
-	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
-				    .repeat_penalty = 1};
-	assert_int_equal(strata_sampler_create(&sp, vocab, &s, &err),
-			 STRATA_OK);
-	greedy[0] = 0;
-	st = strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
-			     collect, greedy, NULL, &err);
-	if (st)
-		fail_msg("generate: %s", err.message);
-	strata_sampler_destroy(s);
-}
-
 static void check_model(const char *name)
 {
 	char path[1024];
@@ -65,16 +34,14 @@ static void check_model(const char *name)
 	int32_t want_g[65], got_g[65];
 	strata_error err;
 
-	strata_compute *c1;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c1,
-					       &err),
-			 STRATA_OK);
-	strata_forward *one;
-	strata_forward_options o = {.hp = &m.hp, .compute = c1, .src = &m.src,
-				    .context = CONTEXT, .batch = CHUNK};
-	assert_int_equal(strata_forward_create(&o, &one, &err), STRATA_OK);
-	run_pass(one, &r, r.vocab, want, want_g);
-	strata_forward_destroy(one);
+	ref_pass one;
+	ref_pass_open(name, 1,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = CONTEXT,
+					       .batch = CHUNK},
+		      &one);
+	ref_run_greedy(one.f, &r, r.vocab, want, want_g);
+	ref_pass_close(&one);
 
 	/* devices 0 .. 2 (1 hides its memory from host code), site 3 the CPU */
 	strata_backend *b[SITES];
@@ -97,7 +64,7 @@ static void check_model(const char *name)
 	}
 	strata_telemetry tel;
 	assert_int_equal(strata_telemetry_init(&tel, &err), STRATA_OK);
-	o = (strata_forward_options){
+	strata_forward_options o = {
 		.hp = &m.hp, .src = &m.src, .context = CONTEXT,
 		.batch = CHUNK, .site_count = SITES, .sites = sites,
 		.decode_site = dec, .prefill_site = pre, .head_site = 1,
@@ -105,7 +72,7 @@ static void check_model(const char *name)
 	strata_forward *f;
 	if (strata_forward_create(&o, &f, &err))
 		fail_msg("%s: %s", name, err.message);
-	run_pass(f, &r, r.vocab, got, got_g);
+	ref_run_greedy(f, &r, r.vocab, got, got_g);
 	double d = ref_max_diff(got, want, cells);
 	if (d > 1e-5)
 		fail_msg("%s: sites %g from one site", name, d);
@@ -138,7 +105,6 @@ static void check_model(const char *name)
 		strata_compute_destroy(c[i]);
 		strata_backend_destroy(b[i]);
 	}
-	strata_compute_destroy(c1);
 	strata_free(want);
 	strata_free(got);
 	ref_close_model(&m);

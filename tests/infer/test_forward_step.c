@@ -52,20 +52,14 @@ static int32_t token_of(const ref_data *r, uint32_t k, uint32_t j)
 static void one_at_a_time(const ref_open *m, const ref_data *r, float *want)
 {
 	strata_error err;
-	strata_compute *c;
-	strata_forward *f;
 	int32_t p[16];
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m->hp,
-							   .compute = c,
-							   .src = &m->src,
-							   .context = CONTEXT,
-							   .batch = BATCH},
-				 &f, &err),
-			 STRATA_OK);
+	ref_pass pass;
+	ref_pass_open("one at a time", 2,
+		      (strata_forward_options){.hp = &m->hp, .src = &m->src,
+					       .context = CONTEXT,
+					       .batch = BATCH},
+		      &pass);
+	strata_forward *f = pass.f;
 	for (uint32_t k = 0; k < SEQS; k++) {
 		uint32_t n = prompt_of(r, k, p);
 		strata_forward_reset(f);
@@ -80,8 +74,7 @@ static void one_at_a_time(const ref_open *m, const ref_data *r, float *want)
 					 STRATA_OK);
 		}
 	}
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&pass);
 }
 
 /* Prefills each sequence of f, then runs the schedule through
@@ -137,32 +130,21 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	strata_plan_options po = {.mode = STRATA_RESIDENCY_HOST, .host_depth = 1,
 				  .has_device_budget = true, .device_budget_bytes = GIB,
 				  .has_host_budget = true, .host_budget_bytes = GIB};
-	ref_plan rp;
-	ref_plan_make(m->cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
-	strata_infer_window_options o = {.plan = rp.plan};
 	strata_weight_store *ws;
-	strata_backend *b;
-	strata_infer_window *w;
-	strata_infer_source src;
-	strata_compute *c;
-	strata_forward *f;
 	uint64_t one, need;
 	assert_int_equal(strata_weight_store_create(m->cat, NULL, &ws, &err),
 			 STRATA_OK);
-	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
-	if (strata_infer_window_create(b, &m->t, ws, &o, &w, &src, &err))
-		fail_msg("%s: %s", name, err.message);
-	assert_int_equal(strata_compute_create_on(b, 2, &c, &err), STRATA_OK);
-	if (strata_forward_create(&(strata_forward_options){.hp = &m->hp,
-							    .backend = b,
-							    .compute = c,
-							    .src = &src,
-							    .context = CONTEXT,
-							    .batch = BATCH,
-							    .sequences = SEQS},
-				  &f, &err))
-		fail_msg("%s: %s", name, err.message);
-	stepped(name, f, r, want);
+	ref_window w;
+	ref_window_open(m, ws, STRATA_PLAN_DEVICE_CPU, po, 0, name, &w);
+	ref_pass p;
+	ref_pass_open(name, 2,
+		      (strata_forward_options){.hp = &m->hp, .backend = w.b,
+					       .src = &w.src,
+					       .context = CONTEXT,
+					       .batch = BATCH,
+					       .sequences = SEQS},
+		      &p);
+	stepped(name, p.f, r, want);
 	assert_int_equal(strata_forward_device_bytes(
 				 &(strata_forward_options){.hp = &m->hp,
 							   .context = CONTEXT,
@@ -182,44 +164,54 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	assert_true(need <=
 		    ref_planned_buffers(&m->hp, CONTEXT, SEQS, BATCH));
 	strata_arena_stats as;
-	strata_forward_arena_stats(f, &as);
+	strata_forward_arena_stats(p.f, &as);
 	assert_true(as.capacity_bytes == need);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
-	strata_infer_window_destroy(w);
-	strata_backend_destroy(b);
+	ref_pass_close(&p);
+	ref_window_close(&w);
 	strata_weight_store_destroy(ws);
-	ref_plan_destroy(&rp);
 }
 
-static void check_model(const char *name, const char *path, ref_data *rp)
+typedef void check_fn(const char *name, const char *path,
+		      const ref_data *r);
+
+/* check on every reference model (its reference tokens), then on
+ * stories260K with `story` as its tokens. */
+static void every_model(check_fn *check, const int32_t *story, uint32_t n)
 {
-	ref_data r = *rp;
+	char path[1024];
+	ref_data r;
+	for (int i = 0; i < REF_MODEL_COUNT; i++) {
+		ref_path(path, sizeof path, ref_models[i], NULL);
+		ref_load(ref_models[i], &r);
+		check(ref_models[i], path, &r);
+		ref_free(&r);
+	}
+	memset(&r, 0, sizeof r);
+	r.n_tokens = n;
+	memcpy(r.tokens, story, n * sizeof *story);
+	r.vocab = 512;
+	check("stories260K", STRATA_SOURCE_DIR "/models/stories260K", &r);
+}
+
+static void check_model(const char *name, const char *path,
+			const ref_data *r)
+{
 	ref_open m;
 	ref_open_model(path, &m);
-	strata_error err;
-	float *want = strata_alloc((uint64_t)SEQS * DECODES * r.vocab *
+	float *want = strata_alloc((uint64_t)SEQS * DECODES * r->vocab *
 				   sizeof *want);
 	assert_non_null(want);
-	one_at_a_time(&m, &r, want);
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .compute = c,
-							   .src = &m.src,
-							   .context = CONTEXT,
-							   .batch = BATCH,
-							   .sequences = SEQS},
-				 &f, &err),
-			 STRATA_OK);
-	stepped(name, f, &r, want);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
-	stepped_device(name, &m, &r, want);
+	one_at_a_time(&m, r, want);
+	ref_pass p;
+	ref_pass_open(name, 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = CONTEXT,
+					       .batch = BATCH,
+					       .sequences = SEQS},
+		      &p);
+	stepped(name, p.f, r, want);
+	ref_pass_close(&p);
+	stepped_device(name, &m, r, want);
 	strata_free(want);
 	ref_close_model(&m);
 }
@@ -227,22 +219,10 @@ static void check_model(const char *name, const char *path, ref_data *rp)
 static void test_step_rows_are_one_sequence_decodes(void **state)
 {
 	(void)state;
-	char path[1024];
-	ref_data r;
-	for (int i = 0; i < REF_MODEL_COUNT; i++) {
-		ref_path(path, sizeof path, ref_models[i], NULL);
-		ref_load(ref_models[i], &r);
-		check_model(ref_models[i], path, &r);
-		ref_free(&r);
-	}
 	/* stories260K: tokens of "Once upon a time" and after */
 	static const int32_t story[] = {1, 403, 407, 261, 378, 1076 % 512,
 					 29, 442, 395, 263, 267, 312};
-	memset(&r, 0, sizeof r);
-	r.n_tokens = sizeof story / sizeof *story;
-	memcpy(r.tokens, story, sizeof story);
-	r.vocab = 512;
-	check_model("stories260K", STRATA_SOURCE_DIR "/models/stories260K", &r);
+	every_model(check_model, story, sizeof story / sizeof *story);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -282,20 +262,13 @@ static void test_step_acquires_each_layer_once(void **state)
 	strata_infer_source src = {.ops = &counting_ops, .user = &cnt,
 				   .statics = m.src.statics};
 	strata_error err;
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .compute = c,
-							   .src = &src,
-							   .context = 16,
-							   .batch = 4,
-							   .sequences = SEQS},
-				 &f, &err),
-			 STRATA_OK);
+	ref_pass p;
+	ref_pass_open("stories260K", 1,
+		      (strata_forward_options){.hp = &m.hp, .src = &src,
+					       .context = 16, .batch = 4,
+					       .sequences = SEQS},
+		      &p);
+	strata_forward *f = p.f;
 	uint32_t seqs[SEQS] = {0, 1, 2, 3};
 	int32_t toks[SEQS] = {1, 50, 100, 200};
 	float *logits = strata_alloc((uint64_t)SEQS * m.hp.vocab * 4);
@@ -311,8 +284,7 @@ static void test_step_acquires_each_layer_once(void **state)
 	}
 	assert_int_equal(cnt.acquires, (1 + SEQS) * m.hp.layers);
 	strata_free(logits);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 }
 
@@ -324,20 +296,13 @@ static void test_step_refuses_bad_lists(void **state)
 	ref_open m;
 	ref_open_model(STRATA_SOURCE_DIR "/models/stories260K", &m);
 	strata_error err;
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-								.compute = c,
-								.src = &m.src,
-								.context = 2,
-								.batch = 4,
-								.sequences = 3},
-				      &f, &err),
-		STRATA_OK);
+	ref_pass p;
+	ref_pass_open("stories260K", 1,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = 2, .batch = 4,
+					       .sequences = 3},
+		      &p);
+	strata_forward *f = p.f;
 	assert_int_equal(strata_forward_sequences(f), 3);
 	float *logits = strata_alloc((uint64_t)3 * m.hp.vocab * 4);
 	uint32_t dup[2] = {1, 1}, past[2] = {0, 3}, ok[3] = {2, 0, 1};
@@ -369,13 +334,12 @@ static void test_step_refuses_bad_lists(void **state)
 			 STRATA_E_INVALID_ARG);
 	assert_int_equal(strata_forward_select(f, 1, &err), STRATA_OK);
 	assert_int_equal(strata_forward_position(f), 1);
-	strata_forward_destroy(f);
 	/* too many sequences */
 	assert_int_equal(
 		strata_forward_create(
 			&(strata_forward_options){
 				.hp = &m.hp,
-				.compute = c,
+				.compute = p.c,
 				.src = &m.src,
 				.context = 2,
 				.batch = 4,
@@ -383,7 +347,7 @@ static void test_step_refuses_bad_lists(void **state)
 			&f, &err),
 		STRATA_E_INVALID_ARG);
 	strata_free(logits);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 }
 
@@ -435,44 +399,26 @@ static void test_step_allocation_failures(void **state)
 
 #define MIX_TOL 1e-5f
 
-/* The largest |a - b| over n floats. */
-static float max_diff(const float *a, const float *b, uint64_t n)
-{
-	float d = 0;
-	for (uint64_t i = 0; i < n; i++) {
-		float e = a[i] > b[i] ? a[i] - b[i] : b[i] - a[i];
-		d = e > d ? e : d;
-	}
-	return d;
-}
-
 /* want (vocab): the logits of tokens[0..n)'s last position after
  * prefix[0..np), one sequence through strata_forward_run. */
 static void run_alone(const ref_open *m, const int32_t *prefix, uint32_t np,
 		      const int32_t *tokens, uint32_t n, float *want)
 {
 	strata_error err;
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m->hp,
-							   .compute = c,
-							   .src = &m->src,
-							   .context = CONTEXT,
-							   .batch = BATCH},
-				 &f, &err),
-			 STRATA_OK);
+	ref_pass p;
+	ref_pass_open("alone", 2,
+		      (strata_forward_options){.hp = &m->hp, .src = &m->src,
+					       .context = CONTEXT,
+					       .batch = BATCH},
+		      &p);
+	strata_forward *f = p.f;
 	if (np)
 		assert_int_equal(strata_forward_run(f, prefix, np, 0, NULL,
 						    NULL, &err),
 				 STRATA_OK);
 	assert_int_equal(strata_forward_run(f, tokens, n, np, NULL, want, &err),
 			 STRATA_OK);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 }
 
 /* Two mixed steps on four sequences: sequences 0 and 1 (prefilled) decode
@@ -484,20 +430,14 @@ static void check_mixed(const char *name, const char *path, const ref_data *r)
 	ref_open m;
 	ref_open_model(path, &m);
 	strata_error err;
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .compute = c,
-							   .src = &m.src,
-							   .context = CONTEXT,
-							   .batch = BATCH + 4,
-							   .sequences = SEQS},
-				 &f, &err),
-			 STRATA_OK);
+	ref_pass p;
+	ref_pass_open(name, 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = CONTEXT,
+					       .batch = BATCH + 4,
+					       .sequences = SEQS},
+		      &p);
+	strata_forward *f = p.f;
 	assert_int_equal(strata_forward_step_rows(f), BATCH + 4);
 	int32_t t[SEQS][8];
 	for (uint32_t k = 0; k < SEQS; k++)
@@ -530,19 +470,19 @@ static void check_mixed(const char *name, const char *path, const ref_data *r)
 			run_alone(&m, NULL, 0, t[2], 6, want);
 		else
 			run_alone(&m, t[k], 4, &t[k][4], 1, want);
-		float d = max_diff(got + i * v, want, v);
+		double d = ref_max_diff(got + i * v, want, v);
 		if (d > MIX_TOL)
 			fail_msg("%s: step 1 row %u (sequence %u) is %g from "
-				 "its own run", name, i, k, (double)d);
+				 "its own run", name, i, k, d);
 	}
 	const strata_forward_segment two[] = {{3, &t[3][3], 2, true},
 					      {2, &t[2][6], 1, true}};
 	if (strata_forward_step_segments(f, two, 2, got, &err))
 		fail_msg("%s: %s", name, err.message);
 	run_alone(&m, NULL, 0, t[3], 5, want);
-	assert_true(max_diff(got, want, v) <= MIX_TOL);
+	assert_true(ref_max_diff(got, want, v) <= MIX_TOL);
 	run_alone(&m, t[2], 6, &t[2][6], 1, want);
-	assert_true(max_diff(got + v, want, v) <= MIX_TOL);
+	assert_true(ref_max_diff(got + v, want, v) <= MIX_TOL);
 	/* too many rows, an empty segment: refused, nothing moves */
 	int32_t many[BATCH + 5] = {0};
 	const strata_forward_segment big[] = {{0, many, BATCH + 4, true},
@@ -555,29 +495,16 @@ static void check_mixed(const char *name, const char *path, const ref_data *r)
 	assert_int_equal(strata_forward_position_of(f, 0), 5);
 	strata_free(got);
 	strata_free(want);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 }
 
 static void test_step_segments_match_own_runs(void **state)
 {
 	(void)state;
-	char path[1024];
-	ref_data r;
-	for (int i = 0; i < REF_MODEL_COUNT; i++) {
-		ref_path(path, sizeof path, ref_models[i], NULL);
-		ref_load(ref_models[i], &r);
-		check_mixed(ref_models[i], path, &r);
-		ref_free(&r);
-	}
 	static const int32_t story[] = {1, 403, 407, 261, 378, 29,
 					 442, 395, 263, 267, 312, 40};
-	memset(&r, 0, sizeof r);
-	r.n_tokens = sizeof story / sizeof *story;
-	memcpy(r.tokens, story, sizeof story);
-	r.vocab = 512;
-	check_mixed("stories260K", STRATA_SOURCE_DIR "/models/stories260K", &r);
+	every_model(check_mixed, story, sizeof story / sizeof *story);
 }
 
 int main(void)

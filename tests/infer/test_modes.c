@@ -51,51 +51,18 @@ static strata_infer_window_options planned(const mode_case *c,
 		.plan = rp->plan, .reader_threads = c->reader_threads};
 }
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
-{
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
 /* Logits of the reference tokens and 32 greedy tokens through `src`. */
 static void run_source(const strata_infer_hparams *hp,
 		       const strata_infer_source *src, const ref_data *r,
 		       float *logits, int32_t *greedy)
 {
-	strata_compute *c;
-	strata_forward *f;
-	strata_sampler *s;
-	strata_error err;
-	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
-				    .repeat_penalty = 1};
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = hp,
-								.compute = c,
-								.src = src,
-								.context = 64,
-								.batch = 8},
-				      &f, &err),
-		STRATA_OK);
-	strata_status st = strata_forward_run(f, r->tokens, r->n_tokens, 0,
-					      logits, NULL, &err);
-	if (st)
-		fail_msg("forward: %s", err.message);
-	strata_forward_reset(f);
-	assert_int_equal(strata_sampler_create(&sp, hp->vocab, &s, &err),
-			 STRATA_OK);
-	greedy[0] = 0;
-	st = strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
-			     collect, greedy, NULL, &err);
-	if (st)
-		fail_msg("generate: %s", err.message);
-	strata_sampler_destroy(s);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass p;
+	ref_pass_open("run", 2,
+		      (strata_forward_options){.hp = hp, .src = src,
+					       .context = 64, .batch = 8},
+		      &p);
+	ref_run_greedy(p.f, r, hp->vocab, logits, greedy);
+	ref_pass_close(&p);
 }
 
 static void check_model(const char *name)
@@ -121,19 +88,12 @@ static void check_model(const char *name)
 	assert_int_equal(strata_weight_store_create(m.cat, NULL, &ws, &err),
 			 STRATA_OK);
 	for (size_t i = 0; i < MODE_COUNT; i++) {
-		strata_backend *b;
-		strata_infer_window *w;
-		strata_infer_source src;
-		ref_plan rp;
-		strata_infer_window_options o = planned(&modes[i], m.cat, &rp);
-		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
-				 STRATA_OK);
-		strata_status st = strata_infer_window_create(
-			b, &m.t, ws, &o, &w, &src, &err);
-		if (st)
-			fail_msg("%s %s: %s", name, modes[i].name,
-				 err.message);
-		run_source(&m.hp, &src, &r, got, greedy);
+		char what[160];
+		snprintf(what, sizeof what, "%s %s", name, modes[i].name);
+		ref_window w;
+		ref_window_open(&m, ws, STRATA_PLAN_DEVICE_CPU, modes[i].po,
+				modes[i].reader_threads, what, &w);
+		run_source(&m.hp, &w.src, &r, got, greedy);
 		if (memcmp(got, plain, cells * sizeof *got))
 			fail_msg("%s %s: logits differ from the plain "
 				 "loader's",
@@ -142,10 +102,10 @@ static void check_model(const char *name)
 				    (1 + r.n_greedy) * sizeof(int32_t));
 		strata_telemetry_snapshot snap;
 		strata_telemetry_get(
-			strata_residency_telemetry(strata_infer_window_engine(w)),
+			strata_residency_telemetry(strata_infer_window_engine(w.w)),
 			&snap);
 		/* a run stays within its plan: every tier's peak */
-		const strata_plan *p = rp.plan;
+		const strata_plan *p = w.plan.plan;
 		if (snap.peak_bytes[STRATA_TIER_DEVICE] >
 			    strata_plan_weight_device_bytes(p) ||
 		    snap.peak_bytes[STRATA_TIER_HOST] > strata_plan_host_total(p))
@@ -161,9 +121,7 @@ static void check_model(const char *name)
 				snap.transfers[STRATA_DIR_DISK_TO_HOST].bytes;
 			assert_true(from_disk > 0);
 		}
-		strata_infer_window_destroy(w);
-		strata_backend_destroy(b);
-		ref_plan_destroy(&rp);
+		ref_window_close(&w);
 	}
 	strata_weight_store_destroy(ws);
 	strata_free(plain);

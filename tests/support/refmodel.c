@@ -199,3 +199,81 @@ uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 			 STRATA_OK);
 	return m.kv_cache_bytes + m.workspace_bytes;
 }
+
+void ref_pass_open(const char *what, uint32_t threads,
+		   strata_forward_options o, ref_pass *p)
+{
+	strata_error err;
+	memset(p, 0, sizeof *p);
+	strata_status st = o.backend ? strata_compute_create_on(o.backend,
+							       threads, &p->c,
+							       &err)
+				     : strata_compute_create(
+					       &strata_cpu_kernel_ops, threads,
+					       &p->c, &err);
+	if (st)
+		fail_msg("%s: compute create: %s", what, err.message);
+	o.compute = p->c;
+	if (strata_forward_create(&o, &p->f, &err))
+		fail_msg("%s: forward create: %s", what, err.message);
+}
+
+void ref_pass_close(ref_pass *p)
+{
+	strata_forward_destroy(p->f);
+	strata_compute_destroy(p->c);
+	memset(p, 0, sizeof *p);
+}
+
+strata_status ref_collect(void *user, int32_t tok, strata_error *err)
+{
+	(void)err;
+	int32_t *out = user;
+	out[++out[0]] = tok;
+	return STRATA_OK;
+}
+
+void ref_run_greedy(strata_forward *f, const ref_data *r, uint32_t vocab,
+		    float *logits, int32_t *greedy)
+{
+	strata_error err;
+	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
+			       &err))
+		fail_msg("forward: %s", err.message);
+	strata_forward_reset(f);
+	strata_sampler *s;
+	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
+				    .repeat_penalty = 1};
+	assert_int_equal(strata_sampler_create(&sp, vocab, &s, &err),
+			 STRATA_OK);
+	greedy[0] = 0;
+	if (strata_generate(f, s, r->tokens, r->n_tokens, r->n_greedy, -1,
+			    ref_collect, greedy, NULL, &err))
+		fail_msg("generate: %s", err.message);
+	strata_sampler_destroy(s);
+}
+
+void ref_window_open(const ref_open *m, strata_weight_store *ws,
+		     strata_plan_device device, strata_plan_options po,
+		     uint32_t reader_threads, const char *what,
+		     ref_window *w)
+{
+	strata_error err;
+	memset(w, 0, sizeof *w);
+	ref_plan_make(m->cat, device, &po, &w->plan);
+	strata_infer_window_options o = {.plan = w->plan.plan,
+					 .reader_threads = reader_threads};
+	assert_int_equal(strata_backend_cpu_create(NULL, &w->b, &err),
+			 STRATA_OK);
+	if (strata_infer_window_create(w->b, &m->t, ws, &o, &w->w, &w->src,
+				       &err))
+		fail_msg("%s: %s", what, err.message);
+}
+
+void ref_window_close(ref_window *w)
+{
+	strata_infer_window_destroy(w->w);
+	strata_backend_destroy(w->b);
+	ref_plan_destroy(&w->plan);
+	memset(w, 0, sizeof *w);
+}

@@ -65,6 +65,46 @@ void ref_plan_make(const strata_catalog *cat, strata_plan_device device,
 		   strata_plan_options *o, ref_plan *p);
 void ref_plan_destroy(ref_plan *p);
 
+/* A forward pass and the compute context it runs on: the context is made
+ * on o.backend (`threads` threads), or over the CPU kernels where o has
+ * no backend, and set as o.compute. Fails the test, naming `what`, when
+ * either cannot be made. ref_pass_close destroys both. */
+typedef struct ref_pass {
+	strata_compute *c;
+	strata_forward *f;
+} ref_pass;
+void ref_pass_open(const char *what, uint32_t threads,
+		   strata_forward_options o, ref_pass *p);
+void ref_pass_close(ref_pass *p);
+
+/* A strata_generate token callback: user is an int32_t array, out[0]
+ * the count so far, out[1..] the tokens. */
+strata_status ref_collect(void *user, int32_t tok, strata_error *err);
+
+/* Through f: the logits of r's tokens into logits (n_tokens, vocab),
+ * then, after a reset, r->n_greedy greedy tokens after them into greedy
+ * (1 + n_greedy cells: greedy[0] their count). Fails the test on an
+ * error. */
+void ref_run_greedy(strata_forward *f, const ref_data *r, uint32_t vocab,
+		    float *logits, int32_t *greedy);
+
+/* A residency window over m's tensors on a fresh CPU backend, from the
+ * weight store ws (borrowed), by a plan for `device` with options po (its
+ * device set; reader_threads as the window options'): src feeds a
+ * forward pass. Fails the test, naming `what`, when it cannot be made.
+ * ref_window_close destroys the window, the backend and the plan. */
+typedef struct ref_window {
+	ref_plan plan;
+	strata_backend *b;
+	strata_infer_window *w;
+	strata_infer_source src;
+} ref_window;
+void ref_window_open(const ref_open *m, strata_weight_store *ws,
+		     strata_plan_device device, strata_plan_options po,
+		     uint32_t reader_threads, const char *what,
+		     ref_window *w);
+void ref_window_close(ref_window *w);
+
 /* max |a - b| over n floats. */
 double ref_max_diff(const float *a, const float *b, uint64_t n);
 
