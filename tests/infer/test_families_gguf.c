@@ -81,26 +81,20 @@ static float *prefill_in(const char *path, const ref_data *r,
 {
 	ref_open m;
 	ref_open_model(path, &m);
-	strata_compute *c;
-	strata_forward *f;
+	ref_pass p;
+	ref_pass_open(path, 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = context, .batch = 8,
+					       .sequences = 1},
+		      &p);
 	strata_error err;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	if (strata_forward_create(
-		    &(strata_forward_options){.hp = &m.hp, .compute = c,
-					      .src = &m.src, .context = context,
-					      .batch = 8, .sequences = 1},
-		    &f, &err))
-		fail_msg("%s: forward create: %s", path, err.message);
 	float *logits = strata_alloc((uint64_t)r->n_tokens * r->vocab *
 				     sizeof *logits);
 	assert_non_null(logits);
-	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
+	if (strata_forward_run(p.f, r->tokens, r->n_tokens, 0, logits, NULL,
 			       &err))
 		fail_msg("%s: forward: %s", path, err.message);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 	return logits;
 }
@@ -326,32 +320,54 @@ static double worst_diff(const float *a, const float *b, const ref_data *r)
 	return ref_max_diff(a, b, (uint64_t)r->n_tokens * r->vocab);
 }
 
+typedef void layout_fn(const char *name, const char *gguf);
+
+/* The model written as F32 GGUF runs to transformers' float64 logits
+ * within TOLERANCE and to the Hugging Face folder's run within SAME; its
+ * layout is checked; `width` pads the name in the printed line. */
+static void check_f32(const char *name, int width, layout_fn *layout)
+{
+	char hf[1024], out[1024];
+	strata_error err;
+	if (quantize(name, "F32", out, sizeof out, &err))
+		fail_msg("%s: quantize: %s", name, err.message);
+	ref_data r;
+	ref_load_family(name, &r);
+	ref_family_path(hf, sizeof hf, name, NULL);
+	float *want = prefill(hf, &r), *got = prefill(out, &r);
+	double ref = worst_diff(got, r.logits, &r);
+	double same = worst_diff(got, want, &r);
+	print_message("%-*s F32  vs float64 %.2e  vs HF run %.2e\n", width,
+		      name, ref, same);
+	if (!(ref <= TOLERANCE) || !(same <= SAME))
+		fail_msg("%s: GGUF F32 logits %.3g from transformers', "
+			 "%.3g from the HF run", name, ref, same);
+	layout(name, out);
+	assert_int_equal(unlink(out), 0);
+	strata_free(want);
+	strata_free(got);
+	ref_free(&r);
+}
+
+/* The prefill logits of the model written as Q8_0 GGUF (the file removed
+ * again), with its reference data in *r (the caller frees both). */
+static float *q8_0_logits(const char *name, ref_data *r)
+{
+	char out[1024];
+	strata_error err;
+	if (quantize(name, "Q8_0", out, sizeof out, &err))
+		fail_msg("%s: quantize: %s", name, err.message);
+	ref_load_family(name, r);
+	float *got = prefill(out, r);
+	assert_int_equal(unlink(out), 0);
+	return got;
+}
+
 static void test_dense_f32(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
-		const char *name = dense[i];
-		char hf[1024], out[1024];
-		strata_error err;
-		if (quantize(name, "F32", out, sizeof out, &err))
-			fail_msg("%s: quantize: %s", name, err.message);
-		ref_data r;
-		ref_load_family(name, &r);
-		ref_family_path(hf, sizeof hf, name, NULL);
-		float *want = prefill(hf, &r), *got = prefill(out, &r);
-		double ref = worst_diff(got, r.logits, &r);
-		double same = worst_diff(got, want, &r);
-		print_message("%-18s F32  vs float64 %.2e  vs HF run %.2e\n",
-			      name, ref, same);
-		if (!(ref <= TOLERANCE) || !(same <= SAME))
-			fail_msg("%s: GGUF F32 logits %.3g from transformers', "
-				 "%.3g from the HF run", name, ref, same);
-		check_layout(name, out);
-		assert_int_equal(unlink(out), 0);
-		strata_free(want);
-		strata_free(got);
-		ref_free(&r);
-	}
+	for (size_t i = 0; i < sizeof dense / sizeof *dense; i++)
+		check_f32(dense[i], 18, check_layout);
 }
 
 /* Relative RMS of position t's logits. */
@@ -368,29 +384,8 @@ static double position_rms(const float *a, const ref_data *r, uint32_t t)
 static void test_moe_f32(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
-		const char *name = moe[i];
-		char hf[1024], out[1024];
-		strata_error err;
-		if (quantize(name, "F32", out, sizeof out, &err))
-			fail_msg("%s: quantize: %s", name, err.message);
-		ref_data r;
-		ref_load_family(name, &r);
-		ref_family_path(hf, sizeof hf, name, NULL);
-		float *want = prefill(hf, &r), *got = prefill(out, &r);
-		double ref = worst_diff(got, r.logits, &r);
-		double same = worst_diff(got, want, &r);
-		print_message("%-22s F32  vs float64 %.2e  vs HF run %.2e\n",
-			      name, ref, same);
-		if (!(ref <= TOLERANCE) || !(same <= SAME))
-			fail_msg("%s: GGUF F32 logits %.3g from transformers', "
-				 "%.3g from the HF run", name, ref, same);
-		check_moe_layout(name, out);
-		assert_int_equal(unlink(out), 0);
-		strata_free(want);
-		strata_free(got);
-		ref_free(&r);
-	}
+	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
+		check_f32(moe[i], 22, check_moe_layout);
 }
 
 static void test_moe_q8_0(void **state)
@@ -398,13 +393,8 @@ static void test_moe_q8_0(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
 		const char *name = moe[i];
-		char out[1024];
-		strata_error err;
-		if (quantize(name, "Q8_0", out, sizeof out, &err))
-			fail_msg("%s: quantize: %s", name, err.message);
 		ref_data r;
-		ref_load_family(name, &r);
-		float *got = prefill(out, &r);
+		float *got = q8_0_logits(name, &r);
 		double d = rel_rms(got, r.logits, &r);
 		uint32_t past = 0;
 		for (uint32_t t = 0; t < r.n_tokens; t++)
@@ -416,7 +406,6 @@ static void test_moe_q8_0(void **state)
 			fail_msg("%s: Q8_0 logits %.3g from transformers', %u "
 				 "positions past %g", name, d, past,
 				 Q8_0_TOLERANCE);
-		assert_int_equal(unlink(out), 0);
 		strata_free(got);
 		ref_free(&r);
 	}
@@ -427,13 +416,8 @@ static void test_dense_q8_0(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
 		const char *name = dense[i];
-		char out[1024];
-		strata_error err;
-		if (quantize(name, "Q8_0", out, sizeof out, &err))
-			fail_msg("%s: quantize: %s", name, err.message);
 		ref_data r;
-		ref_load_family(name, &r);
-		float *got = prefill(out, &r);
+		float *got = q8_0_logits(name, &r);
 		double d = rel_rms(got, r.logits, &r);
 		print_message("%-18s Q8_0 vs float64: relative RMS %.2e, "
 			      "max %.2e\n", name, d,
@@ -441,7 +425,6 @@ static void test_dense_q8_0(void **state)
 		if (!(d <= Q8_0_TOLERANCE))
 			fail_msg("%s: Q8_0 logits %.3g from transformers'", name,
 				 d);
-		assert_int_equal(unlink(out), 0);
 		strata_free(got);
 		ref_free(&r);
 	}
