@@ -1,6 +1,8 @@
 /* test_plan.c - `strata plan` end to end on committed checkpoints: the
  * JSON contract, sizes checked against the catalog independently, zero
- * payload reads, the table, errors and exit codes (layer: cli). */
+ * payload reads, the table, --gpus, the placement options, calibrate's
+ * rates, errors and exit codes (the peer model: test_plan_peer.c)
+ * (layer: cli). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,8 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "support/ckpt_writer.h"
-#include "support/cli_runner.h"
+#include "cli/plan_support.h"
 #include "support/gpu_skip.h"
 #include "strata/backend.h"
 #include "strata/checkpoint.h"
@@ -24,33 +25,7 @@
 #define QWEN DATA "/checkpoints/tiny-qwen2-sharded"
 #define MIXED DATA "/checkpoints/mixed-dtypes"
 
-static cli_result run(const char *const *argv)
-{
-	cli_result r;
-	assert_int_equal(cli_run(argv, "", 0, NULL, &r), 0);
-	return r;
-}
-
-static json_t *run_json(const char *const *argv)
-{
-	cli_result r = run(argv);
-	if (r.exit_code != 0)
-		fail_msg("exit %d: %s", r.exit_code, r.err);
-	json_error_t e;
-	json_t *doc = json_loads(r.out, 0, &e);
-	if (!doc)
-		fail_msg("not JSON (%s): %s", e.text, r.out);
-	cli_result_free(&r);
-	return doc;
-}
-
-static uint64_t u(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	if (!json_is_integer(v))
-		fail_msg("'%s' is not an integer", k);
-	return (uint64_t)json_integer_value(v);
-}
+static const char *const context_256[] = {"--context", "256", NULL};
 
 static uint64_t round256(uint64_t b)
 {
@@ -79,30 +54,27 @@ static void catalog_sums(const char *path, uint64_t *st, uint64_t *units)
 static void json_plan_of_stories_is_exact(void **state)
 {
 	(void)state;
-	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
-			      "--device-memory", "1GiB", "--host-memory",
-			      "1GiB", "--context", "256", NULL};
-	json_t *doc = run_json(argv);
+	json_t *doc = plan_cpu_json(STORIES, "1GiB", "1GiB", context_256);
 	uint64_t st, units;
 	catalog_sums(STORIES, &st, &units);
 	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
 	json_t *w = json_object_get(c0, "weights");
 	assert_int_equal(json_object_size(w), 4);
-	assert_true(u(w, "static_bytes") == st);
-	assert_true(u(w, "window_bytes") == units);
-	assert_true(u(w, "required_bytes") == st + units);
-	assert_true(u(w, "depth") == 5);
+	assert_true(plan_u(w, "static_bytes") == st);
+	assert_true(plan_u(w, "window_bytes") == units);
+	assert_true(plan_u(w, "required_bytes") == st + units);
+	assert_true(plan_u(w, "depth") == 5);
 	json_t *arch = json_object_get(doc, "architecture");
 	assert_true(json_is_true(json_object_get(arch, "known")));
-	assert_true(u(arch, "layers") == 5);
+	assert_true(plan_u(arch, "layers") == 5);
 	/* KV: layers x 2 x [context, kv_heads * head_dim] f32 on cpu */
-	uint64_t kvd = u(arch, "kv_heads") * u(arch, "head_dim");
+	uint64_t kvd = plan_u(arch, "kv_heads") * plan_u(arch, "head_dim");
 	json_t *mem = json_object_get(doc, "memory");
-	assert_true(u(mem, "kv_cache_bytes") ==
+	assert_true(plan_u(mem, "kv_cache_bytes") ==
 		    5 * 2 * round256(256 * kvd * 4));
-	assert_true(u(c0, "device_bytes") ==
-		    st + units + u(mem, "kv_cache_bytes") +
-			    u(mem, "workspace_bytes"));
+	assert_true(plan_u(c0, "device_bytes") ==
+		    st + units + plan_u(mem, "kv_cache_bytes") +
+			    plan_u(mem, "workspace_bytes"));
 	json_t *sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
 			    "resident");
@@ -115,8 +87,8 @@ static void json_plan_of_stories_is_exact(void **state)
 	assert_true(resident_fits);
 	/* planning read headers only */
 	json_t *ws = json_object_get(doc, "weight_store");
-	assert_true(u(ws, "physical_reads") == 0);
-	assert_true(u(ws, "physical_read_bytes") == 0);
+	assert_true(plan_u(ws, "physical_reads") == 0);
+	assert_true(plan_u(ws, "physical_read_bytes") == 0);
 	json_decref(doc);
 }
 
@@ -125,33 +97,25 @@ static void budgets_drive_the_choice(void **state)
 	(void)state;
 	/* device room for static + 2 layers + KV + workspace (a one-token
 	 * pass), plenty of host */
-	const char *argv[] = {"plan", STORIES, "--json", "--context", "256",
-			      "--prefill-chunk", "1", "--device-memory",
-			      "1MiB", "--host-memory", "1GiB", "--device",
-			      "cpu", NULL};
-	json_t *doc = run_json(argv);
+	const char *one_token[] = {"--context", "256", "--prefill-chunk", "1",
+				   NULL};
+	json_t *doc = plan_cpu_json(STORIES, "1MiB", "1GiB", one_token);
 	json_t *sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
 			    "host");
-	assert_true(u(sel, "device_bytes") <= 1u << 20);
+	assert_true(plan_u(sel, "device_bytes") <= 1u << 20);
 	json_decref(doc);
 	/* host memory 0: disk straight to the device */
-	const char *disk[] = {"plan", STORIES, "--json", "--context", "256",
-			      "--prefill-chunk", "1", "--device-memory",
-			      "1MiB", "--host-memory", "0", "--device", "cpu",
-			      NULL};
-	doc = run_json(disk);
+	doc = plan_cpu_json(STORIES, "1MiB", "0", one_token);
 	sel = json_object_get(doc, "selected");
 	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
 			    "disk");
-	assert_true(u(sel, "lookahead") == 0 && u(sel, "queue") == 0);
+	assert_true(plan_u(sel, "lookahead") == 0 && plan_u(sel, "queue") == 0);
 	json_decref(doc);
 	/* bandwidths as SIZE or SIZE/s, --opt VALUE or --opt=VALUE */
-	const char *bw[] = {"plan", STORIES, "--json", "--device", "cpu",
-			    "--device-memory", "1GiB", "--host-memory", "0",
-			    "--h2d-bandwidth", "10GB/s", "--disk-bandwidth=1GiB",
+	const char *bw[] = {"--h2d-bandwidth", "10GB/s", "--disk-bandwidth=1GiB",
 			    "--memory-bandwidth", "5GB", NULL};
-	doc = run_json(bw);
+	doc = plan_cpu_json(STORIES, "1GiB", "0", bw);
 	json_t *b = json_object_get(doc, "bandwidths");
 	assert_true(json_number_value(json_object_get(
 			    b, "h2d_bytes_per_second")) == 1e10);
@@ -167,7 +131,7 @@ static void nothing_fits_exits_1_with_every_shortfall(void **state)
 	(void)state;
 	const char *argv[] = {"plan", STORIES, "--device-memory", "1KiB",
 			      "--host-memory", "1KiB", "--device", "cpu", NULL};
-	cli_result r = run(argv);
+	cli_result r = plan_run(argv);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "strata: error: nothing fits"));
 	assert_non_null(strstr(r.err, "resident needs "));
@@ -187,7 +151,7 @@ static void table_lists_candidates_and_reasons(void **state)
 	const char *argv[] = {"plan", QWEN, "--device-memory", "150KiB",
 			      "--host-memory", "1MiB", "--device", "cpu",
 			      "--prefill-chunk", "1", NULL};
-	cli_result r = run(argv);
+	cli_result r = plan_run(argv);
 	assert_int_equal(r.exit_code, 0);
 	assert_non_null(strstr(r.out, "decode ms"));
 	assert_non_null(strstr(r.out, "prefill ms"));
@@ -202,23 +166,21 @@ static void table_lists_candidates_and_reasons(void **state)
 static void cpu_and_cuda_keep_half_precision_bytes(void **state)
 {
 	(void)state;
-	const char *cpu[] = {"plan", QWEN, "--json", "--device", "cpu",
-			     "--device-memory", "1GiB", "--host-memory", "1GiB",
-			     NULL};
 	const char *cuda[] = {"plan", QWEN, "--json", "--device", "cuda:0",
 			      "--device-memory", "1GiB", "--host-memory",
 			      "1GiB", NULL};
-	json_t *a = run_json(cpu), *b = run_json(cuda);
+	json_t *a = plan_cpu_json(QWEN, "1GiB", "1GiB", NULL);
+	json_t *b = plan_run_json(cuda);
 	json_t *la = json_object_get(a, "layout"), *lb = json_object_get(b, "layout");
 	/* the checkpoint is f16: both keep its matrices as stored; the cpu
 	 * converts only the vectors (norms, biases) to f32, which here stay
 	 * within their 256-byte rounding */
-	assert_true(u(la, "all_units_bytes") >= u(lb, "all_units_bytes"));
-	assert_true(u(la, "all_units_bytes") <
-		    u(lb, "all_units_bytes") + u(lb, "all_units_bytes") / 16);
+	assert_true(plan_u(la, "all_units_bytes") >= plan_u(lb, "all_units_bytes"));
+	assert_true(plan_u(la, "all_units_bytes") <
+		    plan_u(lb, "all_units_bytes") + plan_u(lb, "all_units_bytes") / 16);
 	json_t *mb = json_object_get(b, "memory");
 	/* the CUDA attention reads an f32 KV cache, as `strata run` plans */
-	assert_true(u(mb, "kv_element_bytes") == 4);
+	assert_true(plan_u(mb, "kv_element_bytes") == 4);
 	json_decref(a);
 	json_decref(b);
 }
@@ -229,10 +191,10 @@ static void exclude_removes_tensors_before_sizing(void **state)
 	const char *argv[] = {"plan", STORIES, "--json", "--device-memory",
 			      "1GiB", "--host-memory", "0", "--exclude",
 			      "blk.*", "--exclude=output.weight", NULL};
-	json_t *doc = run_json(argv);
+	json_t *doc = plan_run_json(argv);
 	json_t *l = json_object_get(doc, "layout");
-	assert_true(u(l, "occupied_units") == 0);
-	assert_true(u(l, "excluded_tensors") == 5 * 9 + 1);
+	assert_true(plan_u(l, "occupied_units") == 0);
+	assert_true(plan_u(l, "excluded_tensors") == 5 * 9 + 1);
 	json_decref(doc);
 }
 
@@ -242,7 +204,7 @@ static void unknown_architecture_still_sizes_weights(void **state)
 	const char *argv[] = {"plan", MIXED, "--json", "--device-memory",
 			      "1GiB", "--host-memory", "0", NULL};
 	/* sized and shown, but strata run refuses it: plan says so, exit 1 */
-	cli_result r = run(argv);
+	cli_result r = plan_run(argv);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "strata: error: strata cannot run this checkpoint"));
 	assert_non_null(strstr(r.err, "  fix: "));
@@ -255,240 +217,8 @@ static void unknown_architecture_still_sizes_weights(void **state)
 	assert_true(json_is_null(json_object_get(arch, "layers")));
 	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
 	assert_true(json_is_null(json_object_get(c0, "kv_cache_bytes")));
-	assert_true(u(json_object_get(c0, "weights"), "static_bytes") > 0);
+	assert_true(plan_u(json_object_get(c0, "weights"), "static_bytes") > 0);
 	json_decref(doc);
-}
-
-/* ------------------------------------------------------------------------ */
-/* A 7.5 GB llama written as headers over a sparse file                     */
-/* ------------------------------------------------------------------------ */
-
-/* The peer model of shared/GPU-MACHINE.md: bf16, hidden 4096, 16 layers,
- * GQA 32/8, intermediate 14336, vocab 32000. Planning reads headers only,
- * so a sparse file of the real size is a faithful stand-in. */
-static const struct {
-	const char *name;
-	uint64_t rows, cols;
-} layer_tensors[] = {
-	{"input_layernorm.weight", 4096, 0},
-	{"self_attn.q_proj.weight", 4096, 4096},
-	{"self_attn.k_proj.weight", 1024, 4096},
-	{"self_attn.v_proj.weight", 1024, 4096},
-	{"self_attn.o_proj.weight", 4096, 4096},
-	{"post_attention_layernorm.weight", 4096, 0},
-	{"mlp.gate_proj.weight", 14336, 4096},
-	{"mlp.up_proj.weight", 14336, 4096},
-	{"mlp.down_proj.weight", 4096, 14336},
-};
-
-static void add_tensor(ckw_tensor *t, size_t *n, char (*names)[96],
-		       const char *name, uint64_t rows, uint64_t cols,
-		       uint64_t *off)
-{
-	snprintf(names[*n], sizeof names[*n], "%s", name);
-	t[*n] = (ckw_tensor){.name = names[*n], .type = CKW_BF16,
-			     .n_dims = cols ? 2 : 1, .shape = {rows, cols}};
-	*off += ckw_tensor_bytes(&t[*n]);
-	(*n)++;
-}
-
-/* A bf16 llama of 7.5 GB as a sparse file: its headers are real, its
- * payloads holes. */
-static void write_big_llama(const char *dir, uint64_t *layer_bytes,
-			    uint64_t *static_bytes)
-{
-	enum { MAX = 3 + 16 * 9 };
-	ckw_tensor *t = calloc(MAX, sizeof *t);
-	char (*names)[96] = calloc(MAX, sizeof *names);
-	assert_non_null(t);
-	assert_non_null(names);
-	size_t n = 0;
-	uint64_t off = 0;
-	add_tensor(t, &n, names, "model.embed_tokens.weight", 32000, 4096, &off);
-	add_tensor(t, &n, names, "model.norm.weight", 4096, 0, &off);
-	add_tensor(t, &n, names, "lm_head.weight", 32000, 4096, &off);
-	*static_bytes = off;
-	for (int l = 0; l < 16; l++) {
-		uint64_t before = off;
-		for (size_t i = 0; i < sizeof layer_tensors / sizeof *layer_tensors;
-		     i++) {
-			char name[96];
-			snprintf(name, sizeof name, "model.layers.%d.%s", l,
-				 layer_tensors[i].name);
-			add_tensor(t, &n, names, name, layer_tensors[i].rows,
-				   layer_tensors[i].cols, &off);
-		}
-		*layer_bytes = off - before;
-	}
-	char path[4200];
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
-	ckw_options o = {.metadata = "{\"format\":\"pt\"}", .sparse = true};
-	ckw_safetensors_file(path, t, n, &o);
-	free(names);
-	free(t);
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs("{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\","
-	      "\"hidden_size\":4096,\"intermediate_size\":14336,"
-	      "\"num_hidden_layers\":16,\"num_attention_heads\":32,"
-	      "\"num_key_value_heads\":8,\"vocab_size\":32000,"
-	      "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-05,"
-	      "\"rope_theta\":10000.0,\"tie_word_embeddings\":false,"
-	      "\"dtype\":\"bfloat16\"}",
-	      f);
-	fclose(f);
-}
-
-static void gpu_machine_peer_model_streams_at_2GiB(void **state)
-{
-	(void)state;
-	char dir[4096];
-	cli_tmpdir(dir, sizeof dir, "plan-big-llama");
-	uint64_t layer, st;
-	write_big_llama(dir, &layer, &st);
-	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
-			      "--device-memory", "2GiB", "--host-memory",
-			      "100GiB", "--context", "1024", NULL};
-	json_t *doc = run_json(argv);
-	json_t *c0 = json_array_get(json_object_get(doc, "candidates"), 0);
-	json_t *w = json_object_get(c0, "weights");
-	assert_true(u(w, "static_bytes") == st); /* bf16 kept, all 256-aligned */
-	assert_true(u(w, "window_bytes") == 16 * layer);
-	/* 2 GiB holds static + the KV cache + 2 layers, not 3 */
-	json_t *cs = json_object_get(doc, "candidates"), *host2 = NULL;
-	for (size_t i = 0; i < json_array_size(cs); i++) {
-		json_t *c = json_array_get(cs, i);
-		const char *name = json_string_value(json_object_get(c, "name"));
-		if (!strcmp(name, "host:2"))
-			host2 = c;
-		if (!strcmp(name, "host:3"))
-			assert_false(json_is_true(json_object_get(c, "fits")));
-	}
-	assert_non_null(host2);
-	assert_true(json_is_true(json_object_get(host2, "fits")));
-	double ms = json_real_value(
-		json_object_get(host2, "predicted_ms_per_forward"));
-	/* streaming limit: every layer over 55 GB/s pinned h2d */
-	double limit = (double)(16 * layer) / 55e9 * 1e3;
-	assert_true(ms >= limit - 1e-6 && ms < limit * 1.01);
-	/* run picks placements on CUDA, and so does plan: one that decodes
-	 * faster than streaming every layer (issue 17) */
-	json_t *sel = json_object_get(doc, "selected");
-	assert_string_equal(json_string_value(json_object_get(sel, "mode")),
-			    "placement");
-	assert_true(json_real_value(json_object_get(sel, "predicted_decode_ms")) <
-		    ms);
-	json_t *ws = json_object_get(doc, "weight_store");
-	assert_true(u(ws, "physical_read_bytes") == 0);
-	json_decref(doc);
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	assert_int_equal(system(cmd), 0);
-}
-
-/* The prompt pass of the GPU machine's run (bf16 peer model, 2 GiB, 512
- * tokens, the rates it planned with): the LM head computes the last row
- * only and the embedding is a lookup, so the statics cost a prompt pass
- * what they cost a decode step. Priced at 512 rows on the CPU they made
- * the prediction 1369.7 ms where the run, streaming, took 133 ms. */
-static void peer_model_prompt_prices_the_head_once(void **state)
-{
-	(void)state;
-	char dir[4096];
-	cli_tmpdir(dir, sizeof dir, "plan-big-llama-prompt");
-	uint64_t layer, st;
-	write_big_llama(dir, &layer, &st);
-	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
-			      "--device-memory", "2GiB", "--host-memory",
-			      "100GiB", "--context", "512", "--prefill-chunk",
-			      "512", "--host-memory-bandwidth", "20GB", NULL};
-	json_t *doc = run_json(argv);
-	json_t *sel = json_object_get(doc, "selected");
-	size_t at = (size_t)u(sel, "index");
-	json_t *c = json_array_get(json_object_get(doc, "candidates"), at);
-	assert_string_equal(json_string_value(json_object_get(c, "mode")),
-			    "placement");
-	json_t *pp = json_object_get(c, "prefill_placement");
-	uint64_t streamed = u(pp, "window_units");
-	uint64_t cpu = u(pp, "cpu_units");
-	/* the prompt streams what it does not hold: the CPU is slower than
-	 * the link for 512 tokens */
-	assert_true(cpu == 0);
-	assert_true(streamed > 0);
-	assert_true(u(c, "crossing_chunk") <= 512);
-	double link = (double)(streamed * layer) / 55e9 * 1e3;
-	double ms = json_real_value(json_object_get(sel, "predicted_prefill_ms"));
-	/* at least the link time, and not the head priced at 512 rows on
-	 * the CPU (2 x 262 MB at 512 tokens on 0.2 TFLOP/s is 1.3 s) */
-	assert_true(ms >= link);
-	assert_true(ms < 1.5 * (double)(16 * layer) / 55e9 * 1e3);
-	json_decref(doc);
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	assert_int_equal(system(cmd), 0);
-}
-
-/* The placement of the peer model at 7100 MiB with 136 GB/s host reads.
- * The fastest decode fills the device (r15, c1, no window) and computes a
- * 512-token prompt on the CPU in over a second; the plan chooses on
- * decode + prompt / 256 (docs/plan.md "Choosing"): every unit resident,
- * the statics on the CPU, the prompt on the device. */
-static json_t *plan_7100(const char *dir, bool force)
-{
-	const char *argv[] = {"plan", dir, "--json", "--device", "cuda",
-			      "--device-memory", "7100MiB", "--host-memory",
-			      "100GiB", "--context", "512", "--prefill-chunk",
-			      "512", "--host-memory-bandwidth", "136GB",
-			      force ? "--resident-units" : NULL, "15",
-			      "--cpu-units", "1", NULL};
-	return run_json(argv);
-}
-
-static double objective(json_t *doc)
-{
-	json_t *sel = json_object_get(doc, "selected");
-	return json_real_value(json_object_get(sel, "predicted_decode_ms")) +
-	       json_real_value(json_object_get(sel, "predicted_prefill_ms")) /
-		       256.0;
-}
-
-static void peer_model_keeps_a_window_for_the_prompt(void **state)
-{
-	(void)state;
-	char dir[4096];
-	cli_tmpdir(dir, sizeof dir, "plan-big-llama-window");
-	uint64_t layer, st;
-	write_big_llama(dir, &layer, &st);
-	json_t *all = plan_7100(dir, false), *full = plan_7100(dir, true);
-	json_t *fs = json_object_get(full, "selected");
-	json_t *as = json_object_get(all, "selected");
-	/* filling the device (the fastest decode, forced): no window, the
-	 * prompt on the CPU */
-	json_t *fc = json_array_get(json_object_get(full, "candidates"),
-				    (size_t)u(fs, "index"));
-	assert_true(u(json_object_get(fc, "prefill_placement"),
-		      "window_units") == 0);
-	double fp = json_real_value(json_object_get(fs, "predicted_prefill_ms"));
-	assert_true(fp > 500);
-	/* the choice computes no unit of the prompt on the CPU and wins
-	 * the request objective */
-	json_t *ac = json_array_get(json_object_get(all, "candidates"),
-				    (size_t)u(as, "index"));
-	assert_true(u(json_object_get(ac, "prefill_placement"),
-		      "cpu_units") == 0);
-	double ap = json_real_value(json_object_get(as, "predicted_prefill_ms"));
-	assert_true(ap * 5 < fp);
-	assert_true(objective(all) < objective(full));
-	/* and decodes at most 256 x the prompt's saving slower */
-	double ad = json_real_value(json_object_get(as, "predicted_decode_ms"));
-	double fd = json_real_value(json_object_get(fs, "predicted_decode_ms"));
-	assert_true(ad - fd < (fp - ap) / 256.0);
-	json_decref(all);
-	json_decref(full);
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	assert_int_equal(system(cmd), 0);
 }
 
 /* The keys of a single plan's document (docs/plan.md); --gpus must leave
@@ -503,17 +233,14 @@ static const char *const single_keys[] = {
 static void without_gpus_the_document_is_unchanged(void **state)
 {
 	(void)state;
-	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
-			      "--device-memory", "4MiB", "--host-memory",
-			      "3MiB", "--context", "256", NULL};
-	json_t *doc = run_json(argv);
+	json_t *doc = plan_cpu_json(STORIES, "4MiB", "3MiB", context_256);
 	assert_int_equal(json_object_size(doc),
 			 sizeof single_keys / sizeof *single_keys);
 	for (size_t i = 0; i < sizeof single_keys / sizeof *single_keys; i++)
 		assert_non_null(json_object_get(doc, single_keys[i]));
 	json_t *b = json_object_get(doc, "budgets");
 	assert_int_equal(json_object_size(b), 6);
-	assert_true(u(b, "host_bytes") == 3u << 20);
+	assert_true(plan_u(b, "host_bytes") == 3u << 20);
 	json_decref(doc);
 }
 
@@ -524,14 +251,9 @@ static void without_gpus_the_document_is_unchanged(void **state)
 static void gpus_plans_each_device_and_a_total(void **state)
 {
 	(void)state;
-	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
-			      "--gpus", "3", "--device-memory", "4MiB",
-			      "--host-memory", "3MiB", "--context", "256",
-			      NULL};
-	const char *share[] = {"plan", STORIES, "--json", "--device", "cpu",
-			       "--device-memory", "4MiB", "--host-memory",
-			       "1MiB", "--context", "256", NULL};
-	json_t *doc = run_json(argv), *one = run_json(share);
+	const char *three[] = {"--gpus", "3", "--context", "256", NULL};
+	json_t *doc = plan_cpu_json(STORIES, "4MiB", "3MiB", three);
+	json_t *one = plan_cpu_json(STORIES, "4MiB", "1MiB", context_256);
 	assert_string_equal(json_string_value(json_object_get(doc, "device")),
 			    "cpu");
 	json_t *devs = json_object_get(doc, "devices");
@@ -543,7 +265,7 @@ static void gpus_plans_each_device_and_a_total(void **state)
 		snprintf(name, sizeof name, "cpu:%zu", i);
 		assert_string_equal(json_string_value(json_object_get(
 					    e, "device_name")), name);
-		assert_true(u(e, "replica") == i && u(e, "device_index") == i);
+		assert_true(plan_u(e, "replica") == i && plan_u(e, "device_index") == i);
 		for (size_t k = 0; k + 1 < sizeof single_keys /
 						  sizeof *single_keys; k++)
 			assert_non_null(json_object_get(e, single_keys[k]));
@@ -551,31 +273,31 @@ static void gpus_plans_each_device_and_a_total(void **state)
 		assert_int_equal(json_object_size(e),
 				 sizeof single_keys / sizeof *single_keys + 3);
 		json_t *b = json_object_get(e, "budgets");
-		assert_true(u(b, "device_bytes") == 4u << 20); /* each its own */
-		assert_true(u(b, "host_bytes") == 1u << 20);   /* a third */
-		assert_true(u(b, "shared_by") == 3);
-		assert_true(u(b, "host_pool_bytes") == 3u << 20);
+		assert_true(plan_u(b, "device_bytes") == 4u << 20); /* each its own */
+		assert_true(plan_u(b, "host_bytes") == 1u << 20);   /* a third */
+		assert_true(plan_u(b, "shared_by") == 3);
+		assert_true(plan_u(b, "host_pool_bytes") == 3u << 20);
 		assert_true(json_equal(json_object_get(e, "candidates"),
 				       json_object_get(one, "candidates")));
 		json_t *sel = json_object_get(e, "selected");
 		/* cpu: the spare host budget and the spare RAM arena */
-		uint64_t spare = (1u << 20) - u(sel, "host_bytes") +
-				 (4u << 20) - u(sel, "device_bytes");
-		assert_true(u(e, "prefix_cache_budget_bytes") == spare);
-		dev_sum += u(sel, "device_bytes");
-		host_sum += u(sel, "host_bytes");
+		uint64_t spare = (1u << 20) - plan_u(sel, "host_bytes") +
+				 (4u << 20) - plan_u(sel, "device_bytes");
+		assert_true(plan_u(e, "prefix_cache_budget_bytes") == spare);
+		dev_sum += plan_u(sel, "device_bytes");
+		host_sum += plan_u(sel, "host_bytes");
 		spare_sum += spare;
 	}
 	json_t *t = json_object_get(doc, "total");
-	assert_true(u(t, "devices") == 3 && u(t, "selected") == 3);
+	assert_true(plan_u(t, "devices") == 3 && plan_u(t, "selected") == 3);
 	assert_true(json_is_true(json_object_get(t, "fits")));
-	assert_true(u(t, "device_bytes") == dev_sum);
-	assert_true(u(t, "host_bytes") == host_sum);
-	assert_true(u(t, "host_budget_bytes") == 3u << 20);
-	assert_true(u(t, "prefix_cache_budget_bytes") == spare_sum);
+	assert_true(plan_u(t, "device_bytes") == dev_sum);
+	assert_true(plan_u(t, "host_bytes") == host_sum);
+	assert_true(plan_u(t, "host_budget_bytes") == 3u << 20);
+	assert_true(plan_u(t, "prefix_cache_budget_bytes") == spare_sum);
 	/* CPU replicas share cores and bandwidth: no summed speed */
 	assert_true(json_is_null(json_object_get(t, "tokens_per_second")));
-	assert_true(u(json_object_get(doc, "weight_store"),
+	assert_true(plan_u(json_object_get(doc, "weight_store"),
 		      "physical_reads") == 0);
 	json_decref(doc);
 	json_decref(one);
@@ -589,7 +311,7 @@ static void gpus_table_has_a_section_per_device(void **state)
 			      "0,1", "--device-memory", "4MiB",
 			      "--host-memory", "2MiB", "--prefill-chunk", "1",
 			      NULL};
-	cli_result r = run(argv);
+	cli_result r = plan_run(argv);
 	assert_int_equal(r.exit_code, 0);
 	const char *want[] = {
 		"host budget 2.00 MiB (--host-memory) split evenly",
@@ -616,7 +338,7 @@ static void gpus_without_a_gpu(void **state)
 	const char *argv[] = {"plan", QWEN, "--json", "--gpus", "0,2",
 			      "--device-memory", "64MiB", "--host-memory",
 			      "2GiB", NULL};
-	json_t *doc = run_json(argv);
+	json_t *doc = plan_run_json(argv);
 	assert_string_equal(json_string_value(json_object_get(doc, "device")),
 			    "cuda");
 	json_t *devs = json_object_get(doc, "devices");
@@ -627,18 +349,18 @@ static void gpus_without_a_gpu(void **state)
 		assert_string_equal(json_string_value(json_object_get(
 					    e, "device_name")),
 				    i ? "cuda:2" : "cuda:0");
-		assert_true(u(e, "device_index") == 2 * i);
+		assert_true(plan_u(e, "device_index") == 2 * i);
 		/* the constant, or more where the GPU is here and its
 		 * compute context was measured */
-		assert_true(u(json_object_get(e, "memory"),
+		assert_true(plan_u(json_object_get(e, "memory"),
 			      "backend_reserved_bytes") >=
 			    strata_backend_compute_bytes("cuda"));
 		json_t *sel = json_object_get(e, "selected");
 		/* cuda: only host memory is spare for a host-side cache */
-		assert_true(u(e, "prefix_cache_budget_bytes") ==
-			    (1u << 30) - u(sel, "host_bytes"));
+		assert_true(plan_u(e, "prefix_cache_budget_bytes") ==
+			    (1u << 30) - plan_u(sel, "host_bytes"));
 		json_t *c = json_array_get(json_object_get(e, "candidates"),
-					   (size_t)u(sel, "index"));
+					   (size_t)plan_u(sel, "index"));
 		tps += json_number_value(json_object_get(c,
 							 "tokens_per_second"));
 	}
@@ -648,7 +370,7 @@ static void gpus_without_a_gpu(void **state)
 	json_decref(doc);
 
 	const char *none[] = {"plan", STORIES, "--gpus", "2", NULL};
-	cli_result r = run(none);
+	cli_result r = plan_run(none);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "no CUDA device is visible"));
 	assert_non_null(strstr(r.err, "fix: give --device-memory SIZE"));
@@ -657,20 +379,20 @@ static void gpus_without_a_gpu(void **state)
 	cli_result_free(&r);
 	const char *cuda[] = {"plan", STORIES, "--device", "cuda", "--gpus",
 			      "2", "--host-memory", "1GiB", NULL};
-	r = run(cuda);
+	r = plan_run(cuda);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "no CUDA device is visible"));
 	cli_result_free(&r);
 	const char *all[] = {"plan", STORIES, "--gpus", "all",
 			     "--device-memory", "1GiB", NULL};
-	r = run(all);
+	r = plan_run(all);
 	assert_int_equal(r.exit_code, 2);
 	assert_non_null(strstr(r.err, "fix: give a count instead"));
 	cli_result_free(&r);
 	/* --gpus 0 (device 0 meant) is told how to say it */
 	const char *zero[] = {"plan", STORIES, "--device", "cpu", "--gpus",
 			      "0", NULL};
-	r = run(zero);
+	r = plan_run(zero);
 	assert_int_equal(r.exit_code, 2);
 	assert_non_null(strstr(r.err, "'0' is a count of none"));
 	assert_non_null(strstr(r.err, "--gpus 1 is the first device alone"));
@@ -685,7 +407,7 @@ static void gpus_nothing_fits_names_the_device(void **state)
 	const char *argv[] = {"plan", STORIES, "--device", "cpu", "--gpus",
 			      "2", "--device-memory", "256KiB",
 			      "--host-memory", "1KiB", NULL};
-	cli_result r = run(argv);
+	cli_result r = plan_run(argv);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "strata: error: cpu:0 (and the other "
 				      "devices): nothing fits"));
@@ -706,7 +428,7 @@ static void gpus_nothing_fits_names_the_device(void **state)
 	const char *again[] = {"plan", STORIES, "--device", "cpu", "--gpus",
 			       "2", "--device-memory", d, "--host-memory", h,
 			       NULL};
-	r = run(again);
+	r = plan_run(again);
 	if (r.exit_code != 0)
 		fail_msg("the fix does not fit: %s", r.err);
 	cli_result_free(&r);
@@ -718,18 +440,16 @@ static void gpus_nothing_fits_names_the_device(void **state)
 static void placement_options_are_honoured(void **state)
 {
 	(void)state;
-	const char *argv[] = {"plan", STORIES, "--json", "--device", "cpu",
-			      "--device-memory", "64MiB,64MiB", "--host-memory",
-			      "64MiB", "--resident-units", "3", "--cpu-units",
-			      "1", "--host-memory-bandwidth", "7GB", NULL};
-	json_t *doc = run_json(argv);
+	const char *forced[] = {"--resident-units", "3", "--cpu-units", "1",
+				"--host-memory-bandwidth", "7GB", NULL};
+	json_t *doc = plan_cpu_json(STORIES, "64MiB,64MiB", "64MiB", forced);
 	json_t *sel = json_object_get(doc, "selected");
 	const char *name = json_string_value(json_object_get(sel, "name"));
 	assert_non_null(strstr(name, "placement:r"));
 	assert_non_null(strstr(name, ",c1,w1"));
 	json_t *cands = json_object_get(doc, "candidates");
-	json_t *c = json_array_get(cands, u(sel, "index"));
-	assert_true(u(c, "resident_units") == 3 && u(c, "cpu_units") == 1);
+	json_t *c = json_array_get(cands, plan_u(sel, "index"));
+	assert_true(plan_u(c, "resident_units") == 3 && plan_u(c, "cpu_units") == 1);
 	assert_true(json_array_size(json_object_get(c, "devices")) == 2);
 	json_t *pl = json_object_get(c, "placement");
 	assert_true(json_array_size(pl) == 5); /* stories: 5 layers */
@@ -744,16 +464,29 @@ static void placement_options_are_honoured(void **state)
 	json_decref(doc);
 	const char *clash[] = {"plan", STORIES, "--device", "cpu",
 			       "--residency", "host", "--cpu-units", "1", NULL};
-	cli_result r = run(clash);
+	cli_result r = plan_run(clash);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "--residency"));
 	cli_result_free(&r);
 }
 
+/* Each of the n argument lists exits `code` with an error and its fix. */
+static void each_fails(const char *const (*cases)[12], size_t n, int code)
+{
+	for (size_t i = 0; i < n; i++) {
+		cli_result r = plan_run(cases[i]);
+		if (r.exit_code != code || !strstr(r.err, "strata: error: ") ||
+		    !strstr(r.err, "  fix: "))
+			fail_msg("case %zu: exit %d, stderr '%s'", i,
+				 r.exit_code, r.err);
+		cli_result_free(&r);
+	}
+}
+
 static void usage_errors_exit_2(void **state)
 {
 	(void)state;
-	const char *cases[][8] = {
+	const char *const cases[][12] = {
 		{"plan", NULL},
 		{"plan", STORIES, "--residency", "sideways", NULL},
 		{"plan", STORIES, "--residency", "host:0", NULL},
@@ -775,20 +508,13 @@ static void usage_errors_exit_2(void **state)
 		{"plan", STORIES, "--device-memory", "1GiB,,2GiB", NULL},
 		{"plan", STORIES, "--device-memory", "1,2,3,4,5,6,7,8,9", NULL},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		cli_result r = run(cases[i]);
-		if (r.exit_code != 2 || !strstr(r.err, "strata: error: ") ||
-		    !strstr(r.err, "  fix: "))
-			fail_msg("case %zu: exit %d, stderr '%s'", i,
-				 r.exit_code, r.err);
-		cli_result_free(&r);
-	}
+	each_fails(cases, sizeof cases / sizeof *cases, 2);
 }
 
 static void input_errors_exit_1(void **state)
 {
 	(void)state;
-	const char *cases[][12] = {
+	const char *const cases[][12] = {
 		{"plan", DATA "/no-such-model", NULL},
 		/* lookahead with host memory 0 */
 		{"plan", STORIES, "--residency", "disk", "--host-memory", "0",
@@ -805,35 +531,7 @@ static void input_errors_exit_1(void **state)
 	size_t n = sizeof cases / sizeof *cases;
 	if (gpu_skip_with_device())
 		n--;
-	for (size_t i = 0; i < n; i++) {
-		cli_result r = run(cases[i]);
-		if (r.exit_code != 1 || !strstr(r.err, "strata: error: ") ||
-		    !strstr(r.err, "  fix: "))
-			fail_msg("case %zu: exit %d, stderr '%s'", i,
-				 r.exit_code, r.err);
-		cli_result_free(&r);
-	}
-}
-
-/* Every test's XDG_CACHE_HOME: a fresh folder, so no rates file of the
- * machine's user changes a figure here. */
-static char cache_dir[64];
-
-static int make_cache(void **state)
-{
-	(void)state;
-	snprintf(cache_dir, sizeof cache_dir, "/tmp/strata-cli-plan-XXXXXX");
-	if (!mkdtemp(cache_dir))
-		return -1;
-	return setenv("XDG_CACHE_HOME", cache_dir, 1);
-}
-
-static int remove_cache(void **state)
-{
-	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-	return system(cmd);
+	each_fails(cases, n, 1);
 }
 
 static const char *source_of(json_t *doc, const char *rate)
@@ -852,19 +550,19 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 	const char *plan[] = {"plan", STORIES, "--json", "--device", "cpu",
 			      "--device-memory", "1GiB", "--host-memory", "1GiB",
 			      "--memory-bandwidth", "5GB", NULL};
-	json_t *doc = run_json(plan);
+	json_t *doc = plan_run_json(plan);
 	assert_string_equal(source_of(doc, "host_memory_bytes_per_second"),
 			    "default");
 	json_decref(doc);
 	const char *cal[] = {"calibrate", "--cpu-only", "--bytes", "32MiB",
 			     "--repeats", "1", NULL};
-	cli_result r = run(cal);
+	cli_result r = plan_run(cal);
 	assert_int_equal(r.exit_code, 0);
 	assert_non_null(strstr(r.out, "host memory read"));
 	assert_non_null(strstr(r.out, "written to "));
-	assert_non_null(strstr(r.out, cache_dir));
+	assert_non_null(strstr(r.out, plan_cache_dir));
 	cli_result_free(&r);
-	doc = run_json(plan);
+	doc = plan_run_json(plan);
 	assert_string_equal(source_of(doc, "host_memory_bytes_per_second"),
 			    "calibrated");
 	assert_string_equal(source_of(doc, "cpu_flops"), "calibrated");
@@ -872,12 +570,12 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 	assert_string_equal(source_of(doc, "disk_bytes_per_second"), "default");
 	json_decref(doc);
 	char path[128];
-	snprintf(path, sizeof path, "%s/strata/rates.json", cache_dir);
+	snprintf(path, sizeof path, "%s/strata/rates.json", plan_cache_dir);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fputs("{\"schema_version\": 9}", f);
 	fclose(f);
-	r = run(plan);
+	r = plan_run(plan);
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "schema_version"));
 	assert_non_null(strstr(r.err, "strata calibrate"));
@@ -892,7 +590,7 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 		 "cpu", NULL},
 	};
 	for (int i = 0; i < 3; i++) {
-		r = run(users[i]);
+		r = plan_run(users[i]);
 		if (r.exit_code != 1 || !strstr(r.err, "schema_version"))
 			fail_msg("%s with a broken rates file: exit %d, %s",
 				 users[i][0], r.exit_code, r.err);
@@ -900,18 +598,18 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 	}
 	unlink(path);
 	for (int i = 0; i < 3; i++) { /* and run with none */
-		r = run(users[i]);
+		r = plan_run(users[i]);
 		if (r.exit_code != 0)
 			fail_msg("%s without a rates file: exit %d, %s",
 				 users[i][0], r.exit_code, r.err);
 		cli_result_free(&r);
 	}
 	const char *bad[] = {"calibrate", "--bytes", "1MiB", "--cpu-only", NULL};
-	r = run(bad);
+	r = plan_run(bad);
 	assert_int_equal(r.exit_code, 1);
 	cli_result_free(&r);
 	const char *usage[] = {"calibrate", "--repeats", "0", NULL};
-	r = run(usage);
+	r = plan_run(usage);
 	assert_int_equal(r.exit_code, 2);
 	cli_result_free(&r);
 }
@@ -927,9 +625,6 @@ int main(void)
 		cmocka_unit_test(cpu_and_cuda_keep_half_precision_bytes),
 		cmocka_unit_test(exclude_removes_tensors_before_sizing),
 		cmocka_unit_test(unknown_architecture_still_sizes_weights),
-		cmocka_unit_test(gpu_machine_peer_model_streams_at_2GiB),
-		cmocka_unit_test(peer_model_prompt_prices_the_head_once),
-		cmocka_unit_test(peer_model_keeps_a_window_for_the_prompt),
 		cmocka_unit_test(without_gpus_the_document_is_unchanged),
 		cmocka_unit_test(gpus_plans_each_device_and_a_total),
 		cmocka_unit_test(gpus_table_has_a_section_per_device),
@@ -939,5 +634,6 @@ int main(void)
 		cmocka_unit_test(usage_errors_exit_2),
 		cmocka_unit_test(input_errors_exit_1),
 	};
-	return cmocka_run_group_tests(tests, make_cache, remove_cache);
+	return cmocka_run_group_tests(tests, plan_cache_make,
+				      plan_cache_remove);
 }
