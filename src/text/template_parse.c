@@ -81,8 +81,10 @@ int tpl_pexpect_type(parser *P, tk_type type, const char *what)
 tnode *tpl_pnode(parser *P, tn_kind kind, uint32_t pos)
 {
 	tnode *x = tpl_alloc(P->a, sizeof *x);
-	if (!x)
+	if (!x) {
+		tpl_pfail_alloc(P);
 		return NULL;
+	}
 	memset(x, 0, sizeof *x);
 	x->kind = (uint8_t)kind;
 	x->pos = pos;
@@ -108,10 +110,12 @@ int tpl_pvpush(parser *P, nvec *v, tnode *x)
 char *tpl_pname(parser *P, const ttoken *t)
 {
 	char *s = tpl_alloc(P->a, t->n + 1);
-	if (s) {
-		memcpy(s, t->p, t->n);
-		s[t->n] = '\0';
+	if (!s) {
+		tpl_pfail_alloc(P);
+		return NULL;
 	}
+	memcpy(s, t->p, t->n);
+	s[t->n] = '\0';
 	return s;
 }
 
@@ -156,10 +160,12 @@ int tpl_parse_call_args(parser *P, tnode *x)
 		tnode *v;
 		if (cur(P)->type == TK_NAME && is_op(peek(P, 1), OP_ASSIGN)) {
 			const char *k = tpl_pname(P, cur(P));
+			if (!k)
+				return -1;
 			advance(P);
 			advance(P);
-			if (!k || !(v = tpl_parse_expression(P, true)))
-				return k ? -1 : tpl_pfail_alloc(P);
+			if (!(v = tpl_parse_expression(P, true)))
+				return -1;
 			if (nkw == kwcap) {
 				kwcap = kwcap ? kwcap * 2 : 4;
 				const char **nk = tpl_alloc(P->a, kwcap * sizeof *nk);
@@ -201,10 +207,8 @@ tnode *tpl_parse_filter(parser *P, tnode *operand, bool start_inline)
 			return NULL;
 		}
 		tnode *f = tpl_pnode(P, TN_FILTER, cur(P)->pos);
-		if (!f || !(f->name = tpl_pname(P, cur(P)))) {
-			tpl_pfail_alloc(P);
+		if (!f || !(f->name = tpl_pname(P, cur(P))))
 			return NULL;
-		}
 		f->name_len = cur(P)->n;
 		advance(P);
 		if (!tpl_filter_exists(f->name)) {
@@ -222,10 +226,8 @@ tnode *tpl_parse_filter(parser *P, tnode *operand, bool start_inline)
 static tnode *parse_test(parser *P, tnode *operand)
 {
 	tnode *x = tpl_pnode(P, TN_TEST, cur(P)->pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	advance(P); /* is */
 	if (is_name(cur(P), "not")) {
 		x->negated = true;
@@ -235,10 +237,8 @@ static tnode *parse_test(parser *P, tnode *operand)
 		tpl_pexpect_type(P, TK_NAME, "a test name");
 		return NULL;
 	}
-	if (!(x->name = tpl_pname(P, cur(P)))) {
-		tpl_pfail_alloc(P);
+	if (!(x->name = tpl_pname(P, cur(P))))
 		return NULL;
-	}
 	x->name_len = cur(P)->n;
 	advance(P);
 	if (!tpl_test_exists(x->name)) {
@@ -295,10 +295,8 @@ static tnode *parse_subscribed(parser *P)
 			return NULL;
 	}
 	tnode *s = tpl_pnode(P, TN_SLICE, pos);
-	if (!s) {
-		tpl_pfail_alloc(P);
+	if (!s)
 		return NULL;
-	}
 	s->a = parts[0];
 	s->b = parts[1];
 	s->c = parts[2];
@@ -315,18 +313,14 @@ static tnode *parse_subscript(parser *P, tnode *x)
 		tnode *g;
 		if (at->type == TK_NAME) {
 			g = tpl_pnode(P, TN_GETATTR, pos);
-			if (!g || !(g->name = tpl_pname(P, at))) {
-				tpl_pfail_alloc(P);
+			if (!g || !(g->name = tpl_pname(P, at)))
 				return NULL;
-			}
 			g->name_len = at->n;
 		} else if (at->type == TK_INT) {
 			tnode *k = tpl_pnode(P, TN_CONST, at->pos);
 			g = tpl_pnode(P, TN_GETITEM, pos);
-			if (!k || !g) {
-				tpl_pfail_alloc(P);
+			if (!k || !g)
 				return NULL;
-			}
 			k->value = tv_int(at->i);
 			g->b = k;
 		} else {
@@ -351,15 +345,11 @@ static tnode *parse_subscript(parser *P, tnode *x)
 		return NULL;
 	}
 	tnode *g = tpl_pnode(P, TN_GETITEM, pos), *key = args.p[0];
-	if (!g) {
-		tpl_pfail_alloc(P);
+	if (!g)
 		return NULL;
-	}
 	if (args.n > 1) {
-		if (!(key = tpl_pnode(P, TN_TUPLE, pos))) {
-			tpl_pfail_alloc(P);
+		if (!(key = tpl_pnode(P, TN_TUPLE, pos)))
 			return NULL;
-		}
 		key->list = args.p;
 		key->n = args.n;
 	}
@@ -377,10 +367,8 @@ static tnode *parse_postfix(parser *P, tnode *x)
 				return NULL;
 		} else if (is_op(t, OP_LPAREN)) {
 			tnode *c = tpl_pnode(P, TN_CALL, t->pos);
-			if (!c) {
-				tpl_pfail_alloc(P);
+			if (!c)
 				return NULL;
-			}
 			c->a = x;
 			if (tpl_parse_call_args(P, c))
 				return NULL;
@@ -401,10 +389,8 @@ static tnode *parse_filter_expr(parser *P, tnode *x)
 			x = parse_test(P, x);
 		} else if (is_op(t, OP_LPAREN)) {
 			tnode *c = tpl_pnode(P, TN_CALL, t->pos);
-			if (!c) {
-				tpl_pfail_alloc(P);
+			if (!c)
 				return NULL;
-			}
 			c->a = x;
 			if (tpl_parse_call_args(P, c))
 				return NULL;
@@ -420,10 +406,8 @@ static tnode *parse_filter_expr(parser *P, tnode *x)
 static tnode *parse_list_or_dict(parser *P, bool dict)
 {
 	tnode *x = tpl_pnode(P, dict ? TN_DICT : TN_LIST, cur(P)->pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	advance(P);
 	tk_op close = dict ? OP_RBRACE : OP_RBRACKET;
 	nvec keys = {0}, vals = {0};
@@ -458,7 +442,7 @@ tnode *tpl_parse_primary(parser *P)
 	switch (t->type) {
 	case TK_NAME:
 		if (!(x = tpl_pnode(P, TN_CONST, t->pos)))
-			break;
+			return NULL;
 		if (is_name(t, "true") || is_name(t, "True")) {
 			x->value = tv_bool(true);
 		} else if (is_name(t, "false") || is_name(t, "False")) {
@@ -468,14 +452,14 @@ tnode *tpl_parse_primary(parser *P)
 		} else {
 			x->kind = TN_NAME;
 			if (!(x->name = tpl_pname(P, t)))
-				break;
+				return NULL;
 			x->name_len = t->n;
 		}
 		advance(P);
 		return x;
 	case TK_STRING: {
 		if (!(x = tpl_pnode(P, TN_CONST, t->pos)))
-			break;
+			return NULL;
 		size_t total = 0, j = P->i;
 		for (; P->t[j].type == TK_STRING; j++)
 			total += P->t[j].n;
@@ -494,7 +478,7 @@ tnode *tpl_parse_primary(parser *P)
 	case TK_INT:
 	case TK_FLOAT:
 		if (!(x = tpl_pnode(P, TN_CONST, t->pos)))
-			break;
+			return NULL;
 		x->value = t->type == TK_INT ? tv_int(t->i) : tv_float(t->f);
 		advance(P);
 		return x;
@@ -525,10 +509,8 @@ static tnode *parse_unary(parser *P, bool with_filter)
 	tnode *x;
 	if (is_op(t, OP_SUB) || is_op(t, OP_ADD)) {
 		x = tpl_pnode(P, TN_UNARY, t->pos);
-		if (!x) {
-			tpl_pfail_alloc(P);
+		if (!x)
 			return NULL;
-		}
 		x->op = t->op == OP_SUB ? OP_NEG : OP_POS;
 		advance(P);
 		if (!(x->a = parse_unary(P, false)))
@@ -548,10 +530,8 @@ static tnode *binop(parser *P, tn_kind kind, tk_op op, uint32_t pos,
 		    tnode *l, tnode *r)
 {
 	tnode *x = tpl_pnode(P, kind, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	x->op = (uint8_t)op;
 	x->a = l;
 	x->b = r;
@@ -607,10 +587,8 @@ static tnode *parse_concat(parser *P)
 			return NULL;
 	}
 	tnode *x = tpl_pnode(P, TN_CONCAT, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	x->list = args.p;
 	x->n = args.n;
 	return x;
@@ -669,10 +647,8 @@ static tnode *parse_compare(parser *P)
 	if (!ops.n)
 		return first;
 	tnode *x = tpl_pnode(P, TN_COMPARE, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	x->a = first;
 	x->list = ops.p;
 	x->n = ops.n;
@@ -726,10 +702,8 @@ tnode *tpl_parse_expression(parser *P, bool with_condexpr)
 				return NULL;
 		}
 		tnode *c = tpl_pnode(P, TN_CONDEXPR, pos);
-		if (!c) {
-			tpl_pfail_alloc(P);
+		if (!c)
 			return NULL;
-		}
 		c->a = test;
 		c->b = x;
 		c->c = other;
@@ -775,10 +749,8 @@ tnode *tpl_parse_tuple(parser *P, bool simplified, bool with_condexpr,
 		return NULL;
 	}
 	tnode *x = tpl_pnode(P, TN_TUPLE, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	x->list = args.p;
 	x->n = args.n;
 	return x;

@@ -52,7 +52,10 @@ static inline bool is_name(const ttoken *t, const char *s)
 
 int tpl_pfail(parser *P, uint32_t pos, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Records an allocation failure (an empty message: E_NOMEM); -1. */
 int tpl_pfail_alloc(parser *P);
+/* The arena's node, name copy and vector growth record their own
+ * allocation failure (tpl_pfail_alloc): a caller only returns. */
 tnode *tpl_pnode(parser *P, tn_kind kind, uint32_t pos);
 int tpl_pvpush(parser *P, nvec *v, tnode *x);
 char *tpl_pname(parser *P, const ttoken *t);

@@ -46,13 +46,13 @@ static int subparse(parser *P, const char *const *ends, nvec *body)
 			return ends ? fail_eof(P, ends) : 0;
 		} else if (t->type == TK_DATA) {
 			if (!(x = tpl_pnode(P, TN_DATA, t->pos)))
-				return tpl_pfail_alloc(P);
+				return -1;
 			x->value = tv_strref(t->p, t->n);
 			advance(P);
 		} else if (t->type == TK_VAR_BEGIN) {
 			advance(P);
 			if (!(x = tpl_pnode(P, TN_OUTPUT, t->pos)))
-				return tpl_pfail_alloc(P);
+				return -1;
 			if (!(x->a = tpl_parse_tuple(P, false, true, NULL, false)) ||
 			    tpl_pexpect_type(P, TK_VAR_END, "'}}'"))
 				return -1;
@@ -135,11 +135,8 @@ static tnode *parse_if(parser *P, uint32_t pos)
 	static const char *const ends[] = {"elif", "else", "endif", NULL};
 	static const char *const endif[] = {"endif", NULL};
 	tnode *top = tpl_pnode(P, TN_IF, pos), *x = top;
-	if (!x || open_block(P, "if")) {
-		if (!x)
-			tpl_pfail_alloc(P);
+	if (!x || open_block(P, "if"))
 		return NULL;
-	}
 	for (;;) {
 		nvec body = {0};
 		if (!(x->a = tpl_parse_tuple(P, false, false, NULL, false)) ||
@@ -178,10 +175,8 @@ static tnode *parse_for(parser *P, uint32_t pos)
 	static const char *const ends[] = {"endfor", "else", NULL};
 	static const char *const endfor[] = {"endfor", NULL};
 	tnode *x = tpl_pnode(P, TN_FOR, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	if (!(x->a = parse_target(P, "in")) || expect_name(P, "in") ||
 	    !(x->b = tpl_parse_tuple(P, false, false, "recursive", false)))
 		return NULL;
@@ -218,16 +213,12 @@ static tnode *parse_set(parser *P, uint32_t pos)
 {
 	static const char *const ends[] = {"endset", NULL};
 	tnode *x = tpl_pnode(P, TN_SET, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	if (cur(P)->type == TK_NAME && is_op(peek(P, 1), OP_DOT)) {
 		tnode *ns = tpl_pnode(P, TN_NSREF, cur(P)->pos);
-		if (!ns || !(ns->name = tpl_pname(P, cur(P)))) {
-			tpl_pfail_alloc(P);
+		if (!ns || !(ns->name = tpl_pname(P, cur(P))))
 			return NULL;
-		}
 		ns->name_len = cur(P)->n;
 		advance(P);
 		advance(P);
@@ -237,10 +228,8 @@ static tnode *parse_set(parser *P, uint32_t pos)
 		}
 		tnode *attr = tpl_pnode(P, TN_CONST, cur(P)->pos);
 		char *an = tpl_pname(P, cur(P));
-		if (!attr || !an) {
-			tpl_pfail_alloc(P);
+		if (!attr || !an)
 			return NULL;
-		}
 		attr->value = tv_strref(an, cur(P)->n);
 		advance(P);
 		ns->b = attr;
@@ -291,7 +280,7 @@ static int parse_signature(parser *P, tnode *x)
 			names = nn;
 		}
 		if (!(names[n++] = tpl_pname(P, cur(P))))
-			return tpl_pfail_alloc(P);
+			return -1;
 		advance(P);
 		tnode *d = NULL;
 		if (is_op(cur(P), OP_ASSIGN)) {
@@ -320,19 +309,15 @@ static tnode *parse_macro(parser *P, uint32_t pos, bool is_call)
 	static const char *const endmacro[] = {"endmacro", NULL};
 	static const char *const endcall[] = {"endcall", NULL};
 	tnode *x = tpl_pnode(P, is_call ? TN_CALL_BLOCK : TN_MACRO, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	if (!is_call) {
 		if (cur(P)->type != TK_NAME) {
 			tpl_pexpect_type(P, TK_NAME, "a macro name");
 			return NULL;
 		}
-		if (!(x->name = tpl_pname(P, cur(P)))) {
-			tpl_pfail_alloc(P);
+		if (!(x->name = tpl_pname(P, cur(P))))
 			return NULL;
-		}
 		x->name_len = cur(P)->n;
 		advance(P);
 		if (parse_signature(P, x))
@@ -367,10 +352,8 @@ static tnode *parse_wrapped(parser *P, uint32_t pos, bool is_filter)
 	static const char *const endfilter[] = {"endfilter", NULL};
 	static const char *const endgen[] = {"endgeneration", NULL};
 	tnode *x = tpl_pnode(P, is_filter ? TN_FILTER_BLOCK : TN_BODY, pos);
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	if (is_filter && !(x->c = tpl_parse_filter(P, NULL, true)))
 		return NULL;
 	nvec body = {0};
@@ -388,18 +371,14 @@ static tnode *parse_print(parser *P, uint32_t pos)
 {
 	tnode *x = tpl_pnode(P, TN_BODY, pos);
 	nvec outs = {0};
-	if (!x) {
-		tpl_pfail_alloc(P);
+	if (!x)
 		return NULL;
-	}
 	while (cur(P)->type != TK_BLOCK_END) {
 		if (outs.n && tpl_pexpect_op(P, OP_COMMA, ","))
 			return NULL;
 		tnode *o = tpl_pnode(P, TN_OUTPUT, cur(P)->pos);
-		if (!o) {
-			tpl_pfail_alloc(P);
+		if (!o)
 			return NULL;
-		}
 		if (!(o->a = tpl_parse_expression(P, true)) ||
 		    tpl_pvpush(P, &outs, o))
 			return NULL;
@@ -436,11 +415,8 @@ static tnode *parse_statement(parser *P)
 				  (int)t->n, t->p);
 			return NULL;
 		}
-		tnode *x = tpl_pnode(P, is_name(t, "break") ? TN_BREAK
-							    : TN_CONTINUE, pos);
-		if (!x)
-			tpl_pfail_alloc(P);
-		return x;
+		return tpl_pnode(P, is_name(t, "break") ? TN_BREAK
+							: TN_CONTINUE, pos);
 	}
 	if (is_name(t, "include") || is_name(t, "import") ||
 	    is_name(t, "from") || is_name(t, "extends")) {
@@ -468,7 +444,7 @@ int tpl_parse(tpl_arena *a, const ttoken *toks, size_t count, tnode **root,
 		return -1;
 	tnode *x = tpl_pnode(&P, TN_BODY, 0);
 	if (!x)
-		return tpl_pfail_alloc(&P);
+		return -1;
 	x->list = body.p;
 	x->n = body.n;
 	*root = x;
