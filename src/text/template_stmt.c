@@ -92,6 +92,23 @@ static int open_block(parser *P, const char *name)
 	return 0;
 }
 
+/* The rest of a block statement with one body (set, macro, call, filter,
+ * generation): `%}`, the body up to the tag `end` into x->list, the end
+ * tag consumed; the block is open as `name` meanwhile. */
+static int parse_block(parser *P, tnode *x, const char *name,
+		       const char *end)
+{
+	const char *const ends[] = {end, NULL};
+	nvec body = {0};
+	if (open_block(P, name) || parse_statements(P, ends, &body))
+		return -1;
+	advance(P); /* the end tag */
+	P->blocks--;
+	x->list = body.p;
+	x->n = body.n;
+	return 0;
+}
+
 static int expect_name(parser *P, const char *name)
 {
 	if (is_name(cur(P), name)) {
@@ -211,7 +228,6 @@ static tnode *parse_for(parser *P, uint32_t pos)
 
 static tnode *parse_set(parser *P, uint32_t pos)
 {
-	static const char *const ends[] = {"endset", NULL};
 	tnode *x = tpl_pnode(P, TN_SET, pos);
 	if (!x)
 		return NULL;
@@ -245,13 +261,8 @@ static tnode *parse_set(parser *P, uint32_t pos)
 	x->kind = TN_SET_BLOCK;
 	if (is_op(cur(P), OP_PIPE) && !(x->c = tpl_parse_filter(P, NULL, false)))
 		return NULL;
-	nvec body = {0};
-	if (open_block(P, "set") || parse_statements(P, ends, &body))
+	if (parse_block(P, x, "set", "endset"))
 		return NULL;
-	advance(P);
-	P->blocks--;
-	x->list = body.p;
-	x->n = body.n;
 	return x;
 }
 
@@ -306,8 +317,6 @@ static int parse_signature(parser *P, tnode *x)
 /* macro NAME(sig) ... endmacro, and call[(sig)] expr ... endcall. */
 static tnode *parse_macro(parser *P, uint32_t pos, bool is_call)
 {
-	static const char *const endmacro[] = {"endmacro", NULL};
-	static const char *const endcall[] = {"endcall", NULL};
 	tnode *x = tpl_pnode(P, is_call ? TN_CALL_BLOCK : TN_MACRO, pos);
 	if (!x)
 		return NULL;
@@ -334,36 +343,24 @@ static tnode *parse_macro(parser *P, uint32_t pos, bool is_call)
 	}
 	int loops = P->loops;
 	P->loops = 0; /* a macro body is outside any loop */
-	nvec body = {0};
-	if (open_block(P, is_call ? "call" : "macro") ||
-	    parse_statements(P, is_call ? endcall : endmacro, &body))
+	if (parse_block(P, x, is_call ? "call" : "macro",
+			is_call ? "endcall" : "endmacro"))
 		return NULL;
 	P->loops = loops;
-	advance(P);
-	P->blocks--;
-	x->list = body.p;
-	x->n = body.n;
 	return x;
 }
 
 /* filter NAME ... endfilter, generation ... endgeneration. */
 static tnode *parse_wrapped(parser *P, uint32_t pos, bool is_filter)
 {
-	static const char *const endfilter[] = {"endfilter", NULL};
-	static const char *const endgen[] = {"endgeneration", NULL};
 	tnode *x = tpl_pnode(P, is_filter ? TN_FILTER_BLOCK : TN_BODY, pos);
 	if (!x)
 		return NULL;
 	if (is_filter && !(x->c = tpl_parse_filter(P, NULL, true)))
 		return NULL;
-	nvec body = {0};
-	if (open_block(P, is_filter ? "filter" : "generation") ||
-	    parse_statements(P, is_filter ? endfilter : endgen, &body))
+	if (parse_block(P, x, is_filter ? "filter" : "generation",
+			is_filter ? "endfilter" : "endgeneration"))
 		return NULL;
-	advance(P);
-	P->blocks--;
-	x->list = body.p;
-	x->n = body.n;
 	return x;
 }
 
