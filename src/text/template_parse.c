@@ -538,37 +538,54 @@ static tnode *binop(parser *P, tn_kind kind, tk_op op, uint32_t pos,
 	return x;
 }
 
-static tnode *parse_pow(parser *P)
+/* One level of left-associative binary operators (Jinja2's ** is one
+ * too): operands from `operand`, joined while the current token is one of
+ * the level's operators (is_level). */
+static tnode *parse_left(parser *P, tnode *(*operand)(parser *),
+			 bool (*is_level)(const ttoken *))
 {
-	tnode *l = parse_unary(P, true);
-	while (l && is_op(cur(P), OP_POW)) {
+	tnode *l = operand(P);
+	while (l && is_level(cur(P))) {
 		uint32_t pos = cur(P)->pos;
+		tk_op op = (tk_op)cur(P)->op;
 		advance(P);
-		tnode *r = parse_unary(P, true);
-		if (!r)
-			return NULL;
-		l = binop(P, TN_BINOP, OP_POW, pos, l, r);
-	}
-	return l;
-}
-
-static tnode *parse_math2(parser *P)
-{
-	tnode *l = parse_pow(P);
-	while (l) {
-		const ttoken *t = cur(P);
-		if (!(is_op(t, OP_MUL) || is_op(t, OP_DIV) ||
-		      is_op(t, OP_FLOORDIV) || is_op(t, OP_MOD)))
-			return l;
-		uint32_t pos = t->pos;
-		tk_op op = (tk_op)t->op;
-		advance(P);
-		tnode *r = parse_pow(P);
+		tnode *r = operand(P);
 		if (!r)
 			return NULL;
 		l = binop(P, TN_BINOP, op, pos, l, r);
 	}
-	return NULL;
+	return l;
+}
+
+static tnode *unary_with_filter(parser *P)
+{
+	return parse_unary(P, true);
+}
+
+static bool is_pow_op(const ttoken *t)
+{
+	return is_op(t, OP_POW);
+}
+
+static bool is_mul_op(const ttoken *t)
+{
+	return is_op(t, OP_MUL) || is_op(t, OP_DIV) || is_op(t, OP_FLOORDIV) ||
+	       is_op(t, OP_MOD);
+}
+
+static bool is_add_op(const ttoken *t)
+{
+	return is_op(t, OP_ADD) || is_op(t, OP_SUB);
+}
+
+static tnode *parse_pow(parser *P)
+{
+	return parse_left(P, unary_with_filter, is_pow_op);
+}
+
+static tnode *parse_math2(parser *P)
+{
+	return parse_left(P, parse_pow, is_mul_op);
 }
 
 static tnode *parse_concat(parser *P)
@@ -596,20 +613,7 @@ static tnode *parse_concat(parser *P)
 
 static tnode *parse_math1(parser *P)
 {
-	tnode *l = parse_concat(P);
-	while (l) {
-		const ttoken *t = cur(P);
-		if (!(is_op(t, OP_ADD) || is_op(t, OP_SUB)))
-			return l;
-		uint32_t pos = t->pos;
-		tk_op op = (tk_op)t->op;
-		advance(P);
-		tnode *r = parse_concat(P);
-		if (!r)
-			return NULL;
-		l = binop(P, TN_BINOP, op, pos, l, r);
-	}
-	return NULL;
+	return parse_left(P, parse_concat, is_add_op);
 }
 
 static tnode *parse_compare(parser *P)
