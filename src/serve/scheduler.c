@@ -64,13 +64,13 @@ struct strata_scheduler {
 	strata_session *session;
 	strata_prefix_cache *cache; /* NULL: none; the worker's alone */
 	uint32_t context, vocab, nslots;
-	uint32_t chunk;		/* a prompt segment's most rows: the plan's */
-	uint32_t step_cap;	/* a step's most rows (the forward pass's) */
+	uint32_t chunk;	   /* a prompt segment's most rows: the plan's */
+	uint32_t step_cap; /* a step's most rows (the forward pass's) */
 	int32_t eos;
 	slot *slots;		/* (nslots) */
 	float *logits;		/* (nslots, vocab), pinned where it can be */
-	strata_forward_segment *segs; /* (nslots) a step's segments */
-	uint32_t *order;	/* (nslots) prompts to read, by admission */
+	strata_forward_segment *segs; /* (nslots) the step's */
+	uint32_t *order; /* (nslots) prompts to read, by admission */
 	uint64_t joins;		/* requests admitted so far */
 	sreq *qhead, *qtail;
 	uint64_t qcount;
@@ -196,7 +196,8 @@ static uint32_t build_step_locked(strata_scheduler *s, uint32_t *rows)
 		if (sl->fed < sl->r->n_prompt) {
 			/* insertion by admission order: the count is small */
 			uint32_t k = waiting++;
-			while (k && s->slots[s->order[k - 1]].joined > sl->joined) {
+			while (k &&
+			       s->slots[s->order[k - 1]].joined > sl->joined) {
 				s->order[k] = s->order[k - 1];
 				k--;
 			}

@@ -2,10 +2,10 @@
  * requests submitted together, and while others run, give strata_generate's
  * tokens (greedy and seeded) whatever runs beside them; steps carry several
  * sequences, prompt chunks ride beside decode tokens and a freed slot is
- * refilled, so the weight passes stay near the ideal; the queue bound, the context check, cancelling (waiting and
- * running), stop from the callback and draining each end a request with
- * exactly one done event (layer: serve). */
-#include <pthread.h>
+ * refilled, so the weight passes stay near the ideal; the queue bound,
+ * the context check, cancelling (waiting and running), stop from the
+ * callback and draining each end a request with exactly one done event
+ * (layer: serve). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,63 +15,15 @@
 
 #include <cmocka.h>
 
-#include "strata/serve.h"
+#include "serve/scheduler_fixture.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define N_REQ 12
 #define MAX_NEW 24
-#define CAP 512 /* tokens a callback records */
-
-/* What a request's callback saw. */
-typedef struct seen {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int32_t tokens[CAP];
-	uint32_t n;
-	int done_events;
-	bool token_after_done; /* checked on the test's thread */
-	strata_scheduler_finish finish;
-	uint32_t stop_after; /* 0: never stop */
-	strata_scheduler *cancel_in; /* cancel itself after the 2nd token */
-	uint64_t id;
-} seen;
-
-static bool on_event(void *user, const strata_scheduler_event *ev)
-{
-	seen *s = user;
-	pthread_mutex_lock(&s->mu);
-	if (ev->done) {
-		s->done_events++;
-		s->finish = ev->finish;
-		pthread_cond_broadcast(&s->cv);
-	} else if (s->done_events || s->n == CAP) {
-		s->token_after_done = true; /* no cmocka assert off its thread */
-	} else {
-		s->tokens[s->n++] = ev->token;
-	}
-	bool go = !(s->stop_after && s->n >= s->stop_after);
-	strata_scheduler *c = s->cancel_in;
-	uint64_t id = s->id;
-	uint32_t n = s->n;
-	pthread_mutex_unlock(&s->mu);
-	if (c && !ev->done && n == 2)
-		strata_scheduler_cancel(c, id);
-	return go;
-}
-
-static void seen_init(seen *s)
-{
-	memset(s, 0, sizeof *s);
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-}
 
 static void wait_done(seen *s)
 {
-	pthread_mutex_lock(&s->mu);
-	while (s->done_events == 0)
-		pthread_cond_wait(&s->cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
+	seen_wait(s);
 	assert_false(s->token_after_done);
 }
 
@@ -110,14 +62,6 @@ static void params_of(int i, strata_sampler_params *sp)
 	sp->seed = 77 + (uint64_t)i;
 }
 
-static strata_status collect(void *user, int32_t token, strata_error *err)
-{
-	(void)err;
-	seen *s = user;
-	s->tokens[s->n++] = token;
-	return STRATA_OK;
-}
-
 /* strata_generate's tokens for request i, on a session of its own. */
 static void reference(int i, uint32_t max_new, seen *out)
 {
@@ -125,22 +69,11 @@ static void reference(int i, uint32_t max_new, seen *out)
 				     .positions = 128, .prefill = 32};
 	so.plan.mode = STRATA_RESIDENCY_AUTO;
 	so.plan.device = STRATA_PLAN_DEVICE_CPU;
-	strata_session *ses = NULL;
-	strata_sampler *smp = NULL;
-	strata_error err;
 	int32_t p[128];
 	uint32_t n = make_prompt(i, p);
 	strata_sampler_params sp;
 	params_of(i, &sp);
-	if (strata_session_open(&so, &ses, &err) ||
-	    strata_sampler_create(&sp, strata_session_hparams(ses)->vocab,
-				  &smp, &err) ||
-	    strata_generate(strata_session_forward(ses), smp, p, n, max_new,
-			    strata_session_hparams(ses)->eos, collect, out,
-			    NULL, &err))
-		fail_msg("%s / %s", err.message, err.fix);
-	strata_sampler_destroy(smp);
-	strata_session_close(ses);
+	seen_generate(&so, &sp, p, n, max_new, out);
 }
 
 static void submit(strata_scheduler *s, int i, uint32_t max_new, seen *out)
@@ -148,7 +81,7 @@ static void submit(strata_scheduler *s, int i, uint32_t max_new, seen *out)
 	int32_t p[128];
 	strata_scheduler_request r = {.n_prompt = make_prompt(i, p),
 				      .prompt = p, .max_tokens = max_new,
-				      .on_event = on_event, .user = out};
+				      .on_event = seen_on_event, .user = out};
 	params_of(i, &r.sampler);
 	strata_error err;
 	if (strata_scheduler_submit(s, &r, &out->id, &err))
@@ -201,7 +134,7 @@ static void test_scheduler_weight_passes(void **state)
 		seen_init(&got[i]);
 		strata_scheduler_request r = {.prompt = p, .n_prompt = 4,
 					      .max_tokens = 8,
-					      .on_event = on_event,
+					      .on_event = seen_on_event,
 					      .user = &got[i]};
 		params_of(1, &r.sampler);
 		r.sampler.seed = (uint64_t)i;
@@ -301,7 +234,8 @@ static void test_scheduler_refusals(void **state)
 	seen a;
 	seen_init(&a);
 	strata_scheduler_request r = {.prompt = p, .n_prompt = 4,
-				      .max_tokens = 125, .on_event = on_event,
+				      .max_tokens = 125,
+				      .on_event = seen_on_event,
 				      .user = &a};
 	params_of(0, &r.sampler);
 	assert_int_equal(strata_scheduler_submit(s, &r, NULL, &err),
@@ -339,7 +273,8 @@ static void test_scheduler_cancel_stop_drain(void **state)
 	strata_error err;
 	int32_t p[4] = {1, 2, 3, 4};
 	strata_scheduler_request r = {.prompt = p, .n_prompt = 4,
-				      .max_tokens = 4, .on_event = on_event,
+				      .max_tokens = 4,
+				      .on_event = seen_on_event,
 				      .user = &e};
 	params_of(0, &r.sampler);
 	/* a is running or waiting, b waiting: a third waits or is refused */

@@ -5,7 +5,6 @@
  * exactly one done event (FAILED when the worker's allocation failed, else
  * the tokens of a clean run), and the scheduler serves the next request
  * as if nothing happened; leaks show under make asan (layer: serve). */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,55 +14,10 @@
 
 #include <cmocka.h>
 
-#include "strata/serve.h"
+#include "serve/scheduler_fixture.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define MAX_NEW 6
-
-typedef struct seen {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int32_t tokens[64];
-	uint32_t n;
-	int done_events;
-	strata_scheduler_finish finish;
-} seen;
-
-static bool on_event(void *user, const strata_scheduler_event *ev)
-{
-	seen *s = user;
-	pthread_mutex_lock(&s->mu);
-	if (ev->done) {
-		s->done_events++;
-		s->finish = ev->finish;
-		pthread_cond_broadcast(&s->cv);
-	} else if (s->n < 64) {
-		s->tokens[s->n++] = ev->token;
-	}
-	pthread_mutex_unlock(&s->mu);
-	return true;
-}
-
-static void seen_init(seen *s)
-{
-	memset(s, 0, sizeof *s);
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-}
-
-static void seen_fini(seen *s)
-{
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->cv);
-}
-
-static void wait_done(seen *s)
-{
-	pthread_mutex_lock(&s->mu);
-	while (s->done_events == 0)
-		pthread_cond_wait(&s->cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
-}
 
 static strata_scheduler_options options(void)
 {
@@ -85,14 +39,14 @@ static strata_status run_one(strata_scheduler *s, seen *out)
 	static const int32_t prompt[] = {1, 403, 407, 261};
 	strata_scheduler_request q = {.prompt = prompt, .n_prompt = 4,
 				      .max_tokens = MAX_NEW,
-				      .on_event = on_event, .user = out};
+				      .on_event = seen_on_event, .user = out};
 	strata_sampler_params_default(&q.sampler);
 	q.sampler.temperature = 0;
 	uint64_t id;
 	strata_error err;
 	strata_status st = strata_scheduler_submit(s, &q, &id, &err);
 	if (st == STRATA_OK)
-		wait_done(out);
+		seen_wait(out);
 	return st;
 }
 

@@ -4,7 +4,6 @@
  * conversation resent with its next turn reuses the whole previous
  * prompt, requests sharing a prefix at once all answer right, and every
  * answer is the greedy tokens of a cold strata_generate (layer: serve). */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,49 +13,17 @@
 
 #include <cmocka.h>
 
-#include "strata/serve.h"
+#include "serve/scheduler_fixture.h"
 
 #define MODEL STRATA_SOURCE_DIR "/models/stories260K"
 #define MAX_NEW 12u
-#define CAP 256
 #define SHARED 40u /* a "system prompt" every request starts with */
-
-typedef struct seen {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int32_t tokens[CAP];
-	uint32_t n;
-	int done_events;
-} seen;
-
-static bool on_event(void *user, const strata_scheduler_event *ev)
-{
-	seen *s = user;
-	pthread_mutex_lock(&s->mu);
-	if (ev->done) {
-		s->done_events++;
-		pthread_cond_broadcast(&s->cv);
-	} else if (s->n < CAP) {
-		s->tokens[s->n++] = ev->token;
-	}
-	pthread_mutex_unlock(&s->mu);
-	return true;
-}
-
-static void seen_init(seen *s)
-{
-	memset(s, 0, sizeof *s);
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-}
 
 static void wait_done(seen *s)
 {
-	pthread_mutex_lock(&s->mu);
-	while (s->done_events == 0)
-		pthread_cond_wait(&s->cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
+	seen_wait(s);
 	assert_int_equal(s->done_events, 1);
+	assert_false(s->token_after_done);
 }
 
 static void session_opts(strata_session_options *so, uint32_t slots)
@@ -83,34 +50,15 @@ static strata_scheduler *open_sched(uint64_t cache_bytes)
 	return s;
 }
 
-static strata_status collect(void *user, int32_t token, strata_error *err)
-{
-	(void)err;
-	seen *s = user;
-	s->tokens[s->n++] = token;
-	return STRATA_OK;
-}
-
 /* A cold run's greedy tokens for prompt[0..n), on a session of its own. */
 static void reference(const int32_t *prompt, uint32_t n, seen *out)
 {
 	strata_session_options so;
 	session_opts(&so, 1);
-	strata_session *ses = NULL;
-	strata_sampler *smp = NULL;
 	strata_sampler_params sp;
 	strata_sampler_params_default(&sp);
 	sp.temperature = 0;
-	strata_error err;
-	if (strata_session_open(&so, &ses, &err) ||
-	    strata_sampler_create(&sp, strata_session_hparams(ses)->vocab,
-				  &smp, &err) ||
-	    strata_generate(strata_session_forward(ses), smp, prompt, n,
-			    MAX_NEW, strata_session_hparams(ses)->eos, collect,
-			    out, NULL, &err))
-		fail_msg("%s", err.message);
-	strata_sampler_destroy(smp);
-	strata_session_close(ses);
+	seen_generate(&so, &sp, prompt, n, MAX_NEW, out);
 }
 
 /* Submits prompt[0..n) greedy into *s (initialised here). */
@@ -120,7 +68,7 @@ static void submit(strata_scheduler *sch, const int32_t *prompt, uint32_t n,
 	seen_init(s);
 	strata_scheduler_request q = {.prompt = prompt, .n_prompt = n,
 				      .max_tokens = MAX_NEW,
-				      .on_event = on_event, .user = s};
+				      .on_event = seen_on_event, .user = s};
 	strata_sampler_params_default(&q.sampler);
 	q.sampler.temperature = 0;
 	strata_error err;
