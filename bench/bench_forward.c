@@ -33,6 +33,7 @@ typedef struct cfg {
 	uint32_t tokens[MAX_SHAPES];
 	size_t n_tokens;
 	uint32_t passes, decode;
+	uint32_t threads; /* CPU compute threads, 0: every processor */
 	bool cold; /* time the first pass too: nothing read before it */
 } cfg;
 
@@ -40,7 +41,7 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
-		"                     [--passes K] [--decode D] [--cold] [--quick]\n"
+		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
 		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n");
 	strata_cli_residency_print_help(stderr, 0);
 	return 2;
@@ -148,7 +149,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		.exclude = c->r.exclude, .exclude_count = c->r.exclude_count,
 		.device_index = c->r.device_index,
 		.positions = n > c->decode + 1 ? n : c->decode + 1,
-		.prefill = n,
+		.prefill = n, .threads = c->threads,
 	};
 	uint64_t free0 = free_before_open(c);
 	strata_session *s = NULL;
@@ -337,6 +338,8 @@ int main(int argc, char **argv)
 			c.passes = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--decode") && v && atoi(v) >= 0)
 			c.decode = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
+			c.threads = (uint32_t)atoi(argv[++i]);
 		else if (a[0] != '-' && !c.model)
 			c.model = a;
 		else
