@@ -278,85 +278,97 @@ static void test_rows_of_partial_blocks_are_refused(void **state)
  * with the f32 norm folded in, one part accumulating into y (a residual),
  * gate/up with SwiGLU and the norm, every type the memory-rate GEMV
  * takes, against the CPU through the same wrappers; and what they do not
- * take (two rows, a bf16 norm, mixed types) left to the unfused path. */
-static void test_fused_decode_slots_match_cpu(void **state)
+ * take (two rows, a bf16 norm, mixed types) left to the unfused path.
+ * Parts of odd row counts put a warp's two rows in two parts (a warp takes
+ * two consecutive rows on Q8_0, Q4_0 and Q6_K), under every row split. */
+static void check_fused_slots(size_t t, const uint32_t outs[3])
 {
-	(void)state;
 	static const strata_weight_type fast[] = {
 		STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
 		STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
 	};
-	const uint32_t in = 1280, outs[3] = {96, 32, 40};
-	for (size_t t = 0; t < sizeof fast / sizeof *fast; t++) {
-		strata_block_type bt = strata_weight_type_block(fast[t]);
-		float *x = host_floats(in), *g = host_floats(in);
-		cuda_test_fill(x, in, 41 + t, 3.0f);
-		cuda_test_fill(g, in, 43 + t, 1.0f);
-		float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
-		float *dn = dev_alloc(in * 4), *cn = host_floats(in);
-		strata_kernel_product hp[3], dp[3];
-		unsigned char *hw[3];
-		float *hy[3], *dy[3];
-		for (int i = 0; i < 3; i++) {
-			uint64_t bytes = weight_bytes(fast[t], outs[i], in);
-			hw[i] = random_blocks(bt, bytes);
-			hy[i] = host_floats(outs[i]);
-			cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
-			dy[i] = upload(hy[i], outs[i] * 4);
-			hp[i] = (strata_kernel_product){hy[i], {fast[t], hw[i], outs[i], in}, NULL};
-			dp[i] = (strata_kernel_product){dy[i], {fast[t], upload(hw[i], bytes), outs[i], in}, NULL};
-		}
-		float *hb = host_floats(outs[1]);
-		cuda_test_fill(hb, outs[1], 99, 1.0f);
-		hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
-		strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
-		strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
-		assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
-		assert_false(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 2, dp, 3));
-		strata_kernel_norm half = dnrm;
-		half.w.type = STRATA_WEIGHT_BF16;
-		assert_false(F.gpu->ops->products_take(F.gpu->ctx, &half, 1, dp, 3));
-		/* three parts, the norm folded in (the bias on part 1) */
-		OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
-		OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
-		char what[80];
-		for (int i = 0; i < 3; i++) {
-			float *got = host_floats(outs[i]);
-			download(got, dy[i], outs[i] * 4);
-			snprintf(what, sizeof what, "%s fused part %d + norm",
-				 strata_weight_type_name(fast[t]), i);
-			expect_close(what, hy[i], got, outs[i], F32_TOL);
-			free(got);
-		}
-		/* one part accumulating into y */
-		float *scratch_h = host_floats(outs[0]), *scratch_d = dev_alloc(outs[0] * 4);
-		OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, scratch_h, ERR));
-		OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, scratch_d, ERR));
-		float *got = host_floats(outs[0]);
-		download(got, dy[0], outs[0] * 4);
-		snprintf(what, sizeof what, "%s fused y += (residual)",
-			 strata_weight_type_name(fast[t]));
-		expect_close(what, hy[0], got, outs[0], F32_TOL);
-		/* gate and up (parts 0 and 2 resized to one row count) */
-		strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
-		uint64_t ub = weight_bytes(fast[t], outs[0], in);
-		unsigned char *up = random_blocks(bt, ub);
-		hu.data = up, duw.data = upload(up, ub);
-		assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
-		float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
-		float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
-		OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
-		OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
-		download(got, dyg, outs[0] * 4);
-		snprintf(what, sizeof what, "%s fused gate/up + norm",
-			 strata_weight_type_name(fast[t]));
-		expect_close(what, hyg, got, outs[0], F32_TOL);
-		dev_free_all();
-		for (int i = 0; i < 3; i++)
-			free(hw[i]), free(hy[i]);
-		free(x), free(g), free(cn), free(hb), free(scratch_h), free(got);
-		free(up), free(hyg), free(hup);
+	const uint32_t in = 1280;
+	strata_block_type bt = strata_weight_type_block(fast[t]);
+	float *x = host_floats(in), *g = host_floats(in);
+	cuda_test_fill(x, in, 41 + t, 3.0f);
+	cuda_test_fill(g, in, 43 + t, 1.0f);
+	float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
+	float *dn = dev_alloc(in * 4), *cn = host_floats(in);
+	strata_kernel_product hp[3], dp[3];
+	unsigned char *hw[3];
+	float *hy[3], *dy[3];
+	for (int i = 0; i < 3; i++) {
+		uint64_t bytes = weight_bytes(fast[t], outs[i], in);
+		hw[i] = random_blocks(bt, bytes);
+		hy[i] = host_floats(outs[i]);
+		cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
+		dy[i] = upload(hy[i], outs[i] * 4);
+		hp[i] = (strata_kernel_product){hy[i], {fast[t], hw[i], outs[i], in}, NULL};
+		dp[i] = (strata_kernel_product){dy[i], {fast[t], upload(hw[i], bytes), outs[i], in}, NULL};
 	}
+	float *hb = host_floats(outs[1]);
+	cuda_test_fill(hb, outs[1], 99, 1.0f);
+	hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
+	strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
+	strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+	assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
+	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 2, dp, 3));
+	strata_kernel_norm half = dnrm;
+	half.w.type = STRATA_WEIGHT_BF16;
+	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &half, 1, dp, 3));
+	/* three parts, the norm folded in (the bias on part 1) */
+	OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
+	OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
+	char what[80];
+	for (int i = 0; i < 3; i++) {
+		float *got = host_floats(outs[i]);
+		download(got, dy[i], outs[i] * 4);
+		snprintf(what, sizeof what, "%s fused part %d + norm",
+			 strata_weight_type_name(fast[t]), i);
+		expect_close(what, hy[i], got, outs[i], F32_TOL);
+		free(got);
+	}
+	/* one part accumulating into y */
+	float *scratch_h = host_floats(outs[0]), *scratch_d = dev_alloc(outs[0] * 4);
+	OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, scratch_h, ERR));
+	OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, scratch_d, ERR));
+	float *got = host_floats(outs[0]);
+	download(got, dy[0], outs[0] * 4);
+	snprintf(what, sizeof what, "%s fused y += (residual)",
+		 strata_weight_type_name(fast[t]));
+	expect_close(what, hy[0], got, outs[0], F32_TOL);
+	/* gate and up (parts 0 and 2 resized to one row count) */
+	strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
+	uint64_t ub = weight_bytes(fast[t], outs[0], in);
+	unsigned char *up = random_blocks(bt, ub);
+	hu.data = up, duw.data = upload(up, ub);
+	assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
+	float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
+	float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
+	OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
+	OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
+	download(got, dyg, outs[0] * 4);
+	snprintf(what, sizeof what, "%s fused gate/up + norm",
+		 strata_weight_type_name(fast[t]));
+	expect_close(what, hyg, got, outs[0], F32_TOL);
+	dev_free_all();
+	for (int i = 0; i < 3; i++)
+		free(hw[i]), free(hy[i]);
+	free(x), free(g), free(cn), free(hb), free(scratch_h), free(got);
+	free(up), free(hyg), free(hup);
+}
+
+static void test_fused_decode_slots_match_cpu(void **state)
+{
+	(void)state;
+	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
+	for (size_t t = 0; t < 5; t++)
+		for (int sh = 0; sh < 2; sh++)
+			for (int split = 0; split <= 8; split = split ? split * 2 : 1) {
+				strata__cuda_qgemv_split = split;
+				check_fused_slots(t, shapes[sh]);
+			}
+	strata__cuda_qgemv_split = 0;
 }
 
 int main(void)
