@@ -279,8 +279,8 @@ static void test_rows_of_partial_blocks_are_refused(void **state)
  * gate/up with SwiGLU and the norm, every type the memory-rate GEMV
  * takes, against the CPU through the same wrappers; and what they do not
  * take (two rows, a bf16 norm, mixed types) left to the unfused path.
- * Parts of odd row counts put a warp's two rows in two parts (a warp takes
- * two consecutive rows on Q8_0, Q4_0 and Q6_K), under every row split. */
+ * Parts of odd row counts (a part ending inside a block of warps, the
+ * rows of one warp step in two parts), under every row split. */
 static void check_fused_slots(size_t t, const uint32_t outs[3])
 {
 	static const strata_weight_type fast[] = {

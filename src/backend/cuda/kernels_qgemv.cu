@@ -151,25 +151,28 @@ struct QgQ8_0 {
 		g.d = ld_f16(blk);
 		g.q = ld64(blk + 2 + 8 * (lane % 4));
 	}
-	enum { XV = 2, RW = 2 };
-	static __device__ __forceinline__ bool xok(uint32_t s, unsigned lane,
-						   uint32_t in)
+	template <int NR, bool NORM>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
 	{
-		return 8 * s + lane / 4 < in / 32;
-	}
-	static __device__ __forceinline__ void xcols(uint32_t s, unsigned lane,
-						     uint32_t (&col)[XV])
-	{
-		col[0] = 256 * s + 8 * lane;
-		col[1] = col[0] + 4;
-	}
-	static __device__ __forceinline__ float dotx(const regs &g,
-						     const float4 (&a)[XV])
-	{
+		if (!g.ok)
+			return;
 		float w[8];
 		bytes4(g.q.x ^ 0x80808080u, 128.0f, w);
 		bytes4(g.q.y ^ 0x80808080u, 128.0f, w + 4);
-		return g.d * (dot4(w, a[0]) + dot4(w + 4, a[1]));
+		const uint32_t col = 256 * s + 8 * lane;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 4, ssq);
+			acc[r] += g.d * (dot4(w, a) + dot4(w + 4, b));
+		}
 	}
 };
 
@@ -195,25 +198,28 @@ struct QgQ4_0 {
 		g.d = ld_f16(blk);
 		g.q = ld32(blk + 2 + 4 * (lane % 4));
 	}
-	enum { XV = 2, RW = 2 };
-	static __device__ __forceinline__ bool xok(uint32_t s, unsigned lane,
-						   uint32_t in)
+	template <int NR, bool NORM>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
 	{
-		return 8 * s + lane / 4 < in / 32;
-	}
-	static __device__ __forceinline__ void xcols(uint32_t s, unsigned lane,
-						     uint32_t (&col)[XV])
-	{
-		col[0] = 32 * (8 * s + lane / 4) + 4 * (lane % 4);
-		col[1] = col[0] + 16;
-	}
-	static __device__ __forceinline__ float dotx(const regs &g,
-						     const float4 (&a)[XV])
-	{
+		if (!g.ok)
+			return;
 		float lo[4], hi[4];
 		bytes4(g.q & 0x0f0f0f0fu, 8.0f, lo);
 		bytes4((g.q >> 4) & 0x0f0f0f0fu, 8.0f, hi);
-		return g.d * (dot4(lo, a[0]) + dot4(hi, a[1]));
+		const uint32_t col = 32 * (8 * s + lane / 4) + 4 * (lane % 4);
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 16, ssq);
+			acc[r] += g.d * (dot4(lo, a) + dot4(hi, b));
+		}
 	}
 };
 
@@ -279,26 +285,17 @@ template <bool FIVE> struct QgK45 {
 			c |= ((qh >> sub) & 0x01010101u) << 4;
 		bytes4(c, 0.0f, v);
 	}
-	/* one row a warp: two more would spill the heads' registers */
-	enum { XV = 4, RW = 1 };
-	static __device__ __forceinline__ bool xok(uint32_t s, unsigned lane,
-						   uint32_t in)
+	template <int NR, bool NORM>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
 	{
-		return 2 * s + lane / 16 < in / 256;
-	}
-	static __device__ __forceinline__ void xcols(uint32_t s, unsigned lane,
-						     uint32_t (&col)[XV])
-	{
+		if (!g.ok)
+			return;
 		const uint32_t sb = 2 * s + lane / 16, j = lane % 16;
-		col[0] = 256 * sb + 64 * (j / 4) + 8 * (j % 4);
-		col[1] = col[0] + 4;
-		col[2] = col[0] + 32;
-		col[3] = col[0] + 36;
-	}
-	static __device__ __forceinline__ float dotx(const regs &g,
-						     const float4 (&a)[XV])
-	{
-		const int grp = (int)((threadIdx.x & 31) % 16 / 4);
+		const int grp = (int)(j / 4);
 		float dl0, ml0, dl1, ml1, lo[8], hi[8];
 		head_scale_min(g.h, 2 * grp, &dl0, &ml0);
 		head_scale_min(g.h, 2 * grp + 1, &dl1, &ml1);
@@ -306,10 +303,21 @@ template <bool FIVE> struct QgK45 {
 		values(g.q.y, g.qh.y, 2 * grp, lo + 4);
 		values(g.q.x >> 4, g.qh.x, 2 * grp + 1, hi);
 		values(g.q.y >> 4, g.qh.y, 2 * grp + 1, hi + 4);
-		return dl0 * (dot4(lo, a[0]) + dot4(lo + 4, a[1])) -
-		       ml0 * (sum4(a[0]) + sum4(a[1])) +
-		       dl1 * (dot4(hi, a[2]) + dot4(hi + 4, a[3])) -
-		       ml1 * (sum4(a[2]) + sum4(a[3]));
+		const uint32_t col = 256 * sb + 64 * grp + 8 * (j % 4);
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a0 = xload<NORM>(xr, gn, col, ssq);
+			const float4 a1 = xload<NORM>(xr, gn, col + 4, ssq);
+			const float4 b0 = xload<NORM>(xr, gn, col + 32, ssq);
+			const float4 b1 = xload<NORM>(xr, gn, col + 36, ssq);
+			acc[r] += dl0 * (dot4(lo, a0) + dot4(lo + 4, a1)) -
+				  ml0 * (sum4(a0) + sum4(a1)) +
+				  dl1 * (dot4(hi, b0) + dot4(hi + 4, b1)) -
+				  ml1 * (sum4(b0) + sum4(b1));
+		}
 	}
 };
 
@@ -342,66 +350,35 @@ struct QgQ6_K {
 		g.d0 = __fmul_rn(d, (float)s0);
 		g.d1 = __fmul_rn(d, (float)s1);
 	}
-	enum { XV = 2, RW = 2 };
-	static __device__ __forceinline__ bool xok(uint32_t s, unsigned lane,
-						   uint32_t in)
+	template <int NR, bool NORM>
+	static __device__ __forceinline__ void dot(const regs &g, const float *x,
+						   const float *gn, float &ssq,
+						   uint32_t in, uint32_t s,
+						   unsigned lane, uint32_t n,
+						   float (&acc)[NR])
 	{
-		(void)lane;
-		return s < in / 256;
-	}
-	static __device__ __forceinline__ void xcols(uint32_t s, unsigned lane,
-						     uint32_t (&col)[XV])
-	{
-		col[0] = 256 * s + 128 * (lane / 16) + 4 * (lane % 16);
-		col[1] = col[0] + 64;
-	}
-	static __device__ __forceinline__ float dotx(const regs &g,
-						     const float4 (&a)[XV])
-	{
-		const unsigned u = (threadIdx.x & 31) % 16, sh = 2 * (u / 8);
+		if (!g.ok)
+			return;
+		const uint32_t h = lane / 16, u = lane % 16;
+		const unsigned sh = 2 * (u / 8);
 		float lo[4], hi[4];
 		bytes4((g.ql & 0x0f0f0f0fu) | ((g.qh >> sh) & 0x03030303u) << 4,
 		       32.0f, lo);
 		bytes4(((g.ql >> 4) & 0x0f0f0f0fu) |
 			       ((g.qh >> (sh + 4)) & 0x03030303u) << 4,
 		       32.0f, hi);
-		return g.d0 * dot4(lo, a[0]) + g.d1 * dot4(hi, a[1]);
+		const uint32_t col = 256 * s + 128 * h + 4 * u;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const float *xr = x + (uint64_t)r * in;
+			const float4 a = xload<NORM>(xr, gn, col, ssq);
+			const float4 b = xload<NORM>(xr, gn, col + 64, ssq);
+			acc[r] += g.d0 * dot4(lo, a) + g.d1 * dot4(hi, b);
+		}
 	}
 };
-
-/* A lane's activations for step s (XV float4s at the type's columns);
- * with NORM, times the norm's weights, their squares added to ssq. */
-template <typename B, bool NORM>
-__device__ __forceinline__ void xfetch(float4 (&a)[B::XV], const float *xr,
-				       const float *gn, float &ssq,
-				       uint32_t s, unsigned lane)
-{
-	uint32_t col[B::XV];
-	B::xcols(s, lane, col);
-#pragma unroll
-	for (int k = 0; k < B::XV; k++)
-		a[k] = xload<NORM>(xr, gn, col[k], ssq);
-}
-
-/* A lane's products of step s with each of the n (<= NR) rows of x. */
-template <typename B, int NR>
-__device__ __forceinline__ void dot_rows(const typename B::regs &g,
-					 const float *x, uint32_t in,
-					 uint32_t s, unsigned lane, uint32_t n,
-					 float (&acc)[NR])
-{
-	if (!g.ok)
-		return;
-	float unused = 0.0f;
-#pragma unroll
-	for (int r = 0; r < NR; r++) {
-		if ((uint32_t)r >= n)
-			break;
-		float4 a[B::XV];
-		xfetch<B, false>(a, x + (uint64_t)r * in, NULL, unused, s, lane);
-		acc[r] += B::dotx(g, a);
-	}
-}
 
 /* ------------------------------------------------------------------------ */
 /* The kernel                                                               */
@@ -423,7 +400,7 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
 	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
 	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
 	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
-	float acc[NR];
+	float acc[NR], unused = 0.0f;
 #pragma unroll
 	for (int r = 0; r < NR; r++)
 		acc[r] = 0.0f;
@@ -436,8 +413,9 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
 				B::load(g[u], wr, s + u, lane, in, s + u < s1);
 #pragma unroll
 			for (int u = 0; u < U; u++)
-				dot_rows<B, NR>(g[u], x, in, s + u, lane, n,
-						acc);
+				B::template dot<NR, false>(g[u], x, NULL, unused,
+							   in, s + u, lane, n,
+							   acc);
 		}
 	}
 #pragma unroll
@@ -470,136 +448,92 @@ qgemv_kernel(float *y, const float *x, const uint8_t *w, const float *bias,
  * together, written as silu(gate) * up (gemv_glu_kernel's formula). With
  * NORM, x is taken as rmsnorm(x) * norm (f32 weights): the squares of x
  * are summed as it is read and the row's sums scaled by rmsnorm's factor
- * at the end, so the norm needs no launch of its own.
- *
- * A warp takes B::RW consecutive rows (and, GLU, their up rows too) and
- * reads each step's activations once for all of them: a lane's codes are
- * 8 bytes a step but its activations 32 (and 32 more of norm weights), so
- * reading x once per row made these launches wait on the L1 cache, not on
- * memory (ncu on the H200: L1 90 % busy, DRAM 17 %, in gate/up). */
-template <typename B> struct fused_row {
-	float *y;
-	const uint8_t *w0, *w1;
-	const float *bias;
-	uint64_t row;
-};
-
-/* Row `row` (numbered across the parts) of p: its output, weights and
- * bias; y NULL past the last row. Constant indices only (a dynamic one
- * copies p to local memory). */
-template <typename B, bool GLU>
-__device__ __forceinline__ fused_row<B> fused_find(const strata__cuda_gemv_parts &p,
-						   uint64_t row, uint64_t rb)
-{
-	fused_row<B> f = {NULL, NULL, NULL, NULL, 0};
-#pragma unroll
-	for (int i = 0; i < STRATA__CUDA_GEMV_PARTS; i++) {
-		if (f.y || i >= p.count || (GLU && i > 0))
-			continue;
-		if (row < p.part[i].out) {
-			f.y = p.part[i].y;
-			f.w0 = (const uint8_t *)p.part[i].w + row * rb;
-			f.w1 = GLU ? (const uint8_t *)p.part[1].w + row * rb : NULL;
-			f.bias = p.part[i].bias;
-			f.row = row;
-		} else {
-			row -= p.part[i].out;
-		}
-	}
-	return f;
-}
-
+ * at the end, so the norm needs no launch of its own. */
 template <typename B, int U, bool NORM, bool GLU>
 __global__ void __launch_bounds__(QG_THREADS)
 qgemv_fused_kernel(strata__cuda_gemv_parts p, const float *x, uint32_t in,
 		   uint64_t rb, int split)
 {
-	enum { RW = B::RW, NV = 2 * B::RW + 1 };
-	__shared__ float red[QG_WARPS][NV];
+	__shared__ float red[QG_WARPS][3];
 	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const uint32_t part = warp % (uint32_t)split;
-	const uint64_t first = ((uint64_t)blockIdx.x * (QG_WARPS / (uint32_t)split) +
-				warp / (uint32_t)split) * RW;
-	fused_row<B> f[RW];
-	bool any = false;
+	uint64_t row = (uint64_t)blockIdx.x * (QG_WARPS / (uint32_t)split) +
+		       warp / (uint32_t)split;
+	/* constant indices only (a dynamic one copies p to local memory) */
+	float *y = NULL;
+	const uint8_t *w0 = NULL, *w1 = NULL;
+	const float *bias = NULL;
 #pragma unroll
-	for (int k = 0; k < RW; k++) {
-		f[k] = fused_find<B, GLU>(p, first + k, rb);
-		any = any || f[k].y;
+	for (int i = 0; i < STRATA__CUDA_GEMV_PARTS; i++) {
+		if (y || i >= p.count || (GLU && i > 0))
+			continue;
+		if (row < p.part[i].out) {
+			y = p.part[i].y;
+			w0 = (const uint8_t *)p.part[i].w;
+			w1 = GLU ? (const uint8_t *)p.part[1].w : NULL;
+			bias = p.part[i].bias;
+		} else {
+			row -= p.part[i].out;
+		}
 	}
 	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
 	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
 	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
 	const float *g = (const float *)p.norm;
-	float acc[NV];
-#pragma unroll
-	for (int v = 0; v < NV; v++)
-		acc[v] = 0.0f; /* gate of row k at k, up at RW + k, ssq last */
-	if (any) {
+	float a0[1] = {0.0f}, a1[1] = {0.0f}, ssq = 0.0f, unused = 0.0f;
+	if (y) {
+		const uint8_t *r0 = w0 + row * rb, *r1 = GLU ? w1 + row * rb : NULL;
 		for (uint32_t s = s0; s < s1; s += U) {
-			typename B::regs ga[U][RW], gb[GLU ? U : 1][RW];
-#pragma unroll
-			for (int u = 0; u < U; u++)
-#pragma unroll
-				for (int k = 0; k < RW; k++) {
-					const bool live = s + u < s1 && f[k].y;
-					B::load(ga[u][k], f[k].w0, s + u, lane, in, live);
-					if (GLU)
-						B::load(gb[GLU ? u : 0][k], f[k].w1,
-							s + u, lane, in, live);
-				}
-			/* the activations from L1 once a step for every row, as
-			 * the weights arrive */
+			typename B::regs ga[U], gb[GLU ? U : 1];
 #pragma unroll
 			for (int u = 0; u < U; u++) {
-				if (s + u >= s1 || !B::xok(s + u, lane, in))
-					continue;
-				float4 xa[B::XV];
-				xfetch<B, NORM>(xa, x, g, acc[NV - 1], s + u, lane);
+				B::load(ga[u], r0, s + u, lane, in, s + u < s1);
+				if (GLU)
+					B::load(gb[GLU ? u : 0], r1, s + u, lane, in,
+						s + u < s1);
+			}
 #pragma unroll
-				for (int k = 0; k < RW; k++) {
-					if (ga[u][k].ok)
-						acc[k] += B::dotx(ga[u][k], xa);
-					if (GLU && gb[GLU ? u : 0][k].ok)
-						acc[RW + k] +=
-							B::dotx(gb[GLU ? u : 0][k], xa);
-				}
+			for (int u = 0; u < U; u++) {
+				B::template dot<1, NORM>(ga[u], x, g, ssq, in,
+							 s + u, lane, 1, a0);
+				if (GLU)
+					B::template dot<1, NORM>(gb[GLU ? u : 0], x,
+								 g, unused, in,
+								 s + u, lane, 1,
+								 a1);
 			}
 		}
 	}
-#pragma unroll
-	for (int v = 0; v < NV; v++)
-		if (v < RW || GLU || v == NV - 1)
-			acc[v] = strata__warp_sum(acc[v]);
+	a0[0] = strata__warp_sum(a0[0]);
+	if (GLU)
+		a1[0] = strata__warp_sum(a1[0]);
+	if (NORM)
+		ssq = strata__warp_sum(ssq);
 	if (split > 1) { /* uniform: every thread reaches the barrier */
-		if (lane == 0)
-#pragma unroll
-			for (int v = 0; v < NV; v++)
-				red[warp][v] = acc[v];
+		if (lane == 0) {
+			red[warp][0] = a0[0];
+			red[warp][1] = a1[0];
+			red[warp][2] = ssq;
+		}
 		__syncthreads();
 		if (part == 0)
-			for (int q = 1; q < split; q++)
-#pragma unroll
-				for (int v = 0; v < NV; v++)
-					acc[v] += red[warp + q][v];
+			for (int q = 1; q < split; q++) {
+				a0[0] += red[warp + q][0];
+				a1[0] += red[warp + q][1];
+				ssq += red[warp + q][2];
+			}
 	}
-	if (part != 0 || lane != 0)
+	if (!y || part != 0 || lane != 0)
 		return;
 	/* rmsnorm_kernel's factor, over the same sum of squares */
-	const float fn = NORM ? 1.0f / sqrtf(acc[NV - 1] / (float)in + p.eps) : 1.0f;
-#pragma unroll
-	for (int k = 0; k < RW; k++) {
-		if (!f[k].y)
-			continue;
-		float *y = f[k].y + f[k].row;
-		if (GLU) {
-			const float gv = acc[k] * fn, uv = acc[RW + k] * fn;
-			*y = gv / (1.0f + expf(-gv)) * uv;
-			continue;
-		}
-		const float v = acc[k] * fn + (f[k].bias ? f[k].bias[f[k].row] : 0.0f);
-		*y = p.accumulate ? *y + v : v;
+	const float f = NORM ? 1.0f / sqrtf(ssq / (float)in + p.eps) : 1.0f;
+	if (GLU) {
+		const float gv = a0[0] * f, uv = a1[0] * f;
+		y[row] = gv / (1.0f + expf(-gv)) * uv;
+		return;
 	}
+	const float v = a0[0] * f + (bias ? bias[row] : 0.0f);
+	y[row] = p.accumulate ? y[row] + v : v;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -724,10 +658,9 @@ static void fused_launch(cudaStream_t s, const strata__cuda_gemv_parts *p,
 			 const float *x, uint32_t in, uint64_t rows,
 			 uint64_t rb)
 {
-	const uint64_t groups = (rows + B::RW - 1) / B::RW; /* a warp's rows */
-	const int split = qgemv_split((uint32_t)groups, (in + B::STEP - 1) / B::STEP);
+	const int split = qgemv_split((uint32_t)rows, (in + B::STEP - 1) / B::STEP);
 	const uint64_t per = QG_WARPS / (uint32_t)split;
-	const unsigned grid = (unsigned)((groups + per - 1) / per);
+	const unsigned grid = (unsigned)((rows + per - 1) / per);
 	if (strata__cuda_qgemv_unroll >= 8)
 		qgemv_fused_kernel<B, 8, NORM, GLU><<<grid, QG_THREADS, 0, s>>>(
 			*p, x, in, rb, split);
