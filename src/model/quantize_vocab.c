@@ -440,8 +440,9 @@ strata_status strata__quant_hf_vocab(strata_gguf_writer *w,
 		snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
 		snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", model_dir);
 	}
-	if (stat(path, &st) != 0)
-		return STRATA_OK; /* no tokenizer: token ids only */
+	if (stat(path, &st) != 0) /* no tokenizer: token ids only */
+		return strata_gguf_writer_set_string(w, "tokenizer.ggml.model",
+						     "none", 4, err);
 	vocab v = {w, err, path, NULL, NULL, 0, NULL, NULL, NULL, NULL, false};
 	if (!(v.tok = load_json(path, err)))
 		return err ? err->code : STRATA_E_TEXT_TOKENIZER;

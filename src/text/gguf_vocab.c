@@ -357,6 +357,15 @@ static strata_status build(gv *v)
 		return strata_fail(v->err, STRATA_E_TEXT_TOKENIZER,
 				   "use a GGUF that embeds its vocabulary",
 				   "%s has no tokenizer.ggml.model", v->what);
+	if ((mlen == 4 && !memcmp(model, "none", 4)) ||
+	    (mlen == 8 && !memcmp(model, "no_vocab", 8)))
+		return strata_fail(v->err, STRATA_E_TEXT_TOKENIZER,
+				   "give token ids (strata logits --tokens, "
+				   "strata bench), or convert the checkpoint "
+				   "from a folder that has its tokenizer.json",
+				   "%s has no vocabulary (tokenizer.ggml.model "
+				   "'%.*s': written without a tokenizer)",
+				   v->what, (int)mlen, model);
 	bool spm = mlen == 5 && !memcmp(model, "llama", 5);
 	bool bpe = mlen == 4 && !memcmp(model, "gpt2", 4);
 	if (!spm && !bpe) {

@@ -250,6 +250,7 @@ static void test_json_tiny_files_load(void **state)
 #define GGUF_FAULTS(X)                                                         \
 	X(NONE, STRATA_OK, "")                                                 \
 	X(MODEL_T5, STRATA_E_TEXT_UNSUPPORTED, "'t5'")                         \
+	X(MODEL_NONE, STRATA_E_TEXT_TOKENIZER, "no vocabulary")                \
 	X(NO_MODEL, STRATA_E_TEXT_TOKENIZER, "no tokenizer.ggml.model")        \
 	X(NO_TOKENS, STRATA_E_TEXT_TOKENIZER, "tokenizer.ggml.tokens: missing") \
 	X(SCORES_SHORT, STRATA_E_TEXT_TOKENIZER, "another length")             \
@@ -302,9 +303,10 @@ static void write_gguf(const char *path, gguf_fault f)
 	size_t n = 0;
 	if (f != GF_NO_MODEL)
 		kv[n++] = CKW_KV_STR("tokenizer.ggml.model",
-				     f == GF_MODEL_T5 ? "t5"
-				     : bpe	      ? "gpt2"
-						      : "llama");
+				     f == GF_MODEL_T5     ? "t5"
+				     : f == GF_MODEL_NONE ? "none"
+				     : bpe		  ? "gpt2"
+							  : "llama");
 	if (f == GF_TOKENS_WRONG_TYPE)
 		kv[n++] = CKW_KV_ARRAY("tokenizer.ggml.tokens", STRATA_GGUF_U32,
 				       7, ids);
