@@ -358,6 +358,16 @@ static tnode *parse_subscript(parser *P, tnode *x)
 	return g;
 }
 
+/* callee( args ): the call node, its arguments parsed. */
+static tnode *parse_call(parser *P, tnode *callee)
+{
+	tnode *c = tpl_pnode(P, TN_CALL, cur(P)->pos);
+	if (!c)
+		return NULL;
+	c->a = callee;
+	return tpl_parse_call_args(P, c) ? NULL : c;
+}
+
 static tnode *parse_postfix(parser *P, tnode *x)
 {
 	for (;;) {
@@ -366,13 +376,8 @@ static tnode *parse_postfix(parser *P, tnode *x)
 			if (!(x = parse_subscript(P, x)))
 				return NULL;
 		} else if (is_op(t, OP_LPAREN)) {
-			tnode *c = tpl_pnode(P, TN_CALL, t->pos);
-			if (!c)
+			if (!(x = parse_call(P, x)))
 				return NULL;
-			c->a = x;
-			if (tpl_parse_call_args(P, c))
-				return NULL;
-			x = c;
 		} else {
 			return x;
 		}
@@ -388,13 +393,7 @@ static tnode *parse_filter_expr(parser *P, tnode *x)
 		} else if (is_name(t, "is")) {
 			x = parse_test(P, x);
 		} else if (is_op(t, OP_LPAREN)) {
-			tnode *c = tpl_pnode(P, TN_CALL, t->pos);
-			if (!c)
-				return NULL;
-			c->a = x;
-			if (tpl_parse_call_args(P, c))
-				return NULL;
-			x = c;
+			x = parse_call(P, x);
 		} else {
 			return x;
 		}
