@@ -124,7 +124,7 @@ bool strata__utf8_all_valid(const char *p, size_t n)
 	return true;
 }
 
-static strata_status strip_token(const text_dec *d, const char *p, size_t n,
+strata_status strata__text_strip(const text_dec *d, const char *p, size_t n,
 				 text_list *out, strata_error *err)
 {
 	size_t a = 0, b = n;
@@ -181,7 +181,7 @@ static strata_status dec_step(const strata_tokenizer *t, size_t k,
 			break;
 		}
 		case TEXT_DEC_STRIP:
-			st = strip_token(d, p, n, out, err);
+			st = strata__text_strip(d, p, n, out, err);
 			continue;
 		default:
 			break;

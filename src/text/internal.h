@@ -337,6 +337,10 @@ bool strata__utf8_all_valid(const char *p, size_t n);
  * the token's own bytes when one code point is unmapped (HF). */
 strata_status strata__text_bytelevel(const char *p, size_t n, text_buf *out,
 				     strata_error *err);
+/* Strip on one token: appends p less up to d->start copies of d->a at its
+ * start and d->stop at its end, as an item of out. */
+strata_status strata__text_strip(const text_dec *d, const char *p, size_t n,
+				 text_list *out, strata_error *err);
 /* Appends p with each occurrence of a (an bytes, found left to right, not
  * overlapping) replaced by b; an = 0 copies p. */
 strata_status strata__text_replace(const char *p, size_t n, const char *a,

@@ -160,20 +160,6 @@ static strata_status items_bytefallback(stage *g, const text_list *in,
 	return st;
 }
 
-/* Strip on one token, as the whole decoder's strip_token. */
-static strata_status strip_item(const text_dec *d, const char *p, size_t n,
-				text_list *out, strata_error *err)
-{
-	size_t a = 0, b = n;
-	for (uint32_t k = 0; k < d->start && b - a >= d->a_len &&
-			     !memcmp(p + a, d->a, d->a_len); k++)
-		a += d->a_len;
-	for (uint32_t k = 0; k < d->stop && b - a >= d->a_len &&
-			     !memcmp(p + b - d->a_len, d->a, d->a_len); k++)
-		b -= d->a_len;
-	return strata__text_list_push(out, p + a, b - a, -1, false, err);
-}
-
 /* A step that maps each token on its own (Replace, Strip, Metaspace) or
  * joins them (ByteLevel, Fuse: one piece of the joined text out). */
 static strata_status items_step(strata_text_stream *s, stage *g,
@@ -197,7 +183,7 @@ static strata_status items_step(strata_text_stream *s, stage *g,
 			st = add(&s->emit, p, n, err);
 			break;
 		case TEXT_DEC_STRIP:
-			st = strip_item(d, p, n, out, err);
+			st = strata__text_strip(d, p, n, out, err);
 			continue;
 		case TEXT_DEC_METASPACE: {
 			/* HF: in token 0 every replacement character goes
