@@ -19,59 +19,26 @@
 #define TOLERANCE 1e-4
 #define CONTEXT 64 /* <= phi3_longrope's original context: short factors */
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
+/* A forward pass on the CPU over src with its compute context. */
+static void make(const strata_infer_hparams *hp,
+		 const strata_infer_source *src, uint32_t sequences,
+		 ref_pass *p)
 {
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
-/* A forward pass on the CPU over src, with its compute context. */
-static strata_forward *make(const strata_infer_hparams *hp,
-			    const strata_infer_source *src, uint32_t sequences,
-			    strata_compute **c)
-{
-	strata_error err;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, c,
-					       &err),
-			 STRATA_OK);
-	strata_status st = strata_forward_create(
-		&(strata_forward_options){.hp = hp, .compute = *c, .src = src,
-					  .context = CONTEXT, .batch = 8,
-					  .sequences = sequences},
-		&f, &err);
-	if (st)
-		fail_msg("forward create: %s", err.message);
-	return f;
+	ref_pass_open("family", 2,
+		      (strata_forward_options){.hp = hp, .src = src,
+					       .context = CONTEXT, .batch = 8,
+					       .sequences = sequences},
+		      p);
 }
 
 /* Prefill logits, 32 greedy tokens. */
 static void run(const strata_infer_hparams *hp, const strata_infer_source *src,
 		const ref_data *r, float *logits, int32_t *greedy)
 {
-	strata_compute *c;
-	strata_forward *f = make(hp, src, 1, &c);
-	strata_error err;
-	strata_status st = strata_forward_run(f, r->tokens, r->n_tokens, 0,
-					      logits, NULL, &err);
-	if (st)
-		fail_msg("forward: %s", err.message);
-	strata_forward_reset(f);
-	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
-				    .repeat_penalty = 1};
-	strata_sampler *s;
-	assert_int_equal(strata_sampler_create(&sp, hp->vocab, &s, &err),
-			 STRATA_OK);
-	greedy[0] = 0;
-	assert_int_equal(strata_generate(f, s, r->tokens, r->n_tokens,
-					 r->n_greedy, -1, collect, greedy, NULL,
-					 &err),
-			 STRATA_OK);
-	strata_sampler_destroy(s);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass p;
+	make(hp, src, 1, &p);
+	ref_run_greedy(p.f, r, hp->vocab, logits, greedy);
+	ref_pass_close(&p);
 }
 
 static void check_logits(const char *name, const char *how, const float *got,
@@ -106,8 +73,9 @@ static void check_greedy(const char *name, const int32_t *got,
 static void check_decode(const char *name, ref_open *m, const ref_data *r,
 			 const float *prefill)
 {
-	strata_compute *c;
-	strata_forward *f = make(&m->hp, &m->src, 2, &c);
+	ref_pass p;
+	make(&m->hp, &m->src, 2, &p);
+	strata_forward *f = p.f;
 	strata_error err;
 	float *row = strata_alloc(2 * r->vocab * sizeof *row);
 	assert_non_null(row);
@@ -128,8 +96,7 @@ static void check_decode(const char *name, ref_open *m, const ref_data *r,
 		}
 	}
 	strata_free(row);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 }
 
 /* host:1 and disk through the residency engine, as a run plans them. */
@@ -151,18 +118,12 @@ static void check_window(const char *name, ref_open *m, const ref_data *r,
 	assert_int_equal(strata_weight_store_create(m->cat, NULL, &ws, &err),
 			 STRATA_OK);
 	for (int i = 0; i < 2; i++) {
-		strata_plan_options po = modes[i];
-		ref_plan rp;
-		ref_plan_make(m->cat, STRATA_PLAN_DEVICE_CPU, &po, &rp);
-		strata_infer_window_options o = {.plan = rp.plan};
-		strata_backend *b;
-		strata_infer_window *w;
-		strata_infer_source src;
-		assert_int_equal(strata_backend_cpu_create(NULL, &b, &err),
-				 STRATA_OK);
-		if (strata_infer_window_create(b, &m->t, ws, &o, &w, &src, &err))
-			fail_msg("%s window: %s", name, err.message);
-		run(&m->hp, &src, r, got, greedy);
+		char what[160];
+		snprintf(what, sizeof what, "%s window", name);
+		ref_window w;
+		ref_window_open(m, ws, STRATA_PLAN_DEVICE_CPU, modes[i], 0, what,
+				&w);
+		run(&m->hp, &w.src, r, got, greedy);
 		/* the window keeps matrices as stored (bf16 products), the
 		 * plain loader expands them: equal to float rounding */
 		double d = ref_max_diff(got, plain, cells);
@@ -171,9 +132,7 @@ static void check_window(const char *name, ref_open *m, const ref_data *r,
 				 "plain loader's by %.3g",
 				 name, i ? "disk" : "host:1", d);
 		check_greedy(name, greedy, r);
-		strata_infer_window_destroy(w);
-		strata_backend_destroy(b);
-		ref_plan_destroy(&rp);
+		ref_window_close(&w);
 	}
 	strata_weight_store_destroy(ws);
 	strata_free(got);

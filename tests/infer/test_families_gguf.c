@@ -81,20 +81,10 @@ static float *prefill_in(const char *path, const ref_data *r,
 {
 	ref_open m;
 	ref_open_model(path, &m);
-	ref_pass p;
-	ref_pass_open(path, 2,
-		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
-					       .context = context, .batch = 8,
-					       .sequences = 1},
-		      &p);
-	strata_error err;
 	float *logits = strata_alloc((uint64_t)r->n_tokens * r->vocab *
 				     sizeof *logits);
 	assert_non_null(logits);
-	if (strata_forward_run(p.f, r->tokens, r->n_tokens, 0, logits, NULL,
-			       &err))
-		fail_msg("%s: forward: %s", path, err.message);
-	ref_pass_close(&p);
+	ref_logits(path, &m, r->tokens, r->n_tokens, context, 8, logits);
 	ref_close_model(&m);
 	return logits;
 }

@@ -250,25 +250,7 @@ static void logits_of(const char *path, const ref_data *r, float *out)
 {
 	ref_open m;
 	ref_open_model(path, &m);
-	strata_compute *c;
-	strata_forward *f;
-	strata_error err;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-								.compute = c,
-								.src = &m.src,
-								.context = 32,
-								.batch = 16},
-				      &f, &err),
-		STRATA_OK);
-	assert_int_equal(strata_forward_run(f, r->tokens, r->n_tokens, 0, out,
-					    NULL, &err),
-			 STRATA_OK);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_logits(path, &m, r->tokens, r->n_tokens, 32, 16, out);
 	ref_close_model(&m);
 }
 

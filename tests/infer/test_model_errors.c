@@ -315,20 +315,13 @@ static void test_forward_misuse_is_refused(void **state)
 	ref_path(path, sizeof path, BASE_MODEL, NULL);
 	ref_open m;
 	ref_open_model(path, &m);
-	strata_compute *c;
-	strata_forward *f;
+	ref_pass p;
+	ref_pass_open(BASE_MODEL, 1,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = 8, .batch = 4},
+		      &p);
+	strata_forward *f = p.f;
 	strata_error err;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-								.compute = c,
-								.src = &m.src,
-								.context = 8,
-								.batch = 4},
-				      &f, &err),
-		STRATA_OK);
 	float last[256];
 	int32_t ok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 	int32_t big[2] = {1, 200}, neg[1] = {-1};
@@ -346,8 +339,7 @@ static void test_forward_misuse_is_refused(void **state)
 			 STRATA_E_INFER_CONTEXT);
 	assert_int_equal(strata_forward_run(f, ok, 1, 3, NULL, last, &err),
 			 STRATA_E_INVALID_ARG);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 }
 

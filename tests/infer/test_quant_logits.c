@@ -55,23 +55,7 @@ static void logits_of(const char *path, bool stored, const int32_t *tokens,
 		ref_open_model(path, &m);
 	/* every file's embedding is in a stored type (F16 or a block type) */
 	assert_int_equal(m.src.statics.embed_elem != STRATA_ELEM_F32, stored);
-	strata_compute *c;
-	strata_forward *f;
-	strata_error err;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	if (strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-							    .compute = c,
-							    .src = &m.src,
-							    .context = 64,
-							    .batch = 16},
-				  &f, &err))
-		fail_msg("%s: %s", path, err.message);
-	if (strata_forward_run(f, tokens, POSITIONS, 0, out, NULL, &err))
-		fail_msg("%s: %s", path, err.message);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_logits(path, &m, tokens, POSITIONS, 64, 16, out);
 	ref_close_model(&m);
 }
 

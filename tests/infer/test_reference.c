@@ -26,14 +26,6 @@ static strata_compute *compute(uint32_t threads)
 	return c;
 }
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
-{
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
 static void check_model(const char *name, uint32_t batch)
 {
 	char path[1024];
@@ -43,17 +35,13 @@ static void check_model(const char *name, uint32_t batch)
 	ref_open m;
 	ref_open_model(path, &m);
 	assert_int_equal(m.hp.vocab, r.vocab);
-	strata_compute *c = compute(2);
-	strata_forward *f;
+	ref_pass p;
+	ref_pass_open(name, 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = 64, .batch = batch},
+		      &p);
+	strata_forward *f = p.f;
 	strata_error err;
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-								.compute = c,
-								.src = &m.src,
-								.context = 64,
-								.batch = batch},
-				      &f, &err),
-		STRATA_OK);
 	uint64_t cells = (uint64_t)r.n_tokens * r.vocab;
 	float *logits = strata_alloc(cells * sizeof *logits);
 	float *one = strata_alloc(cells * sizeof *one);
@@ -93,8 +81,8 @@ static void check_model(const char *name, uint32_t batch)
 	int32_t got[65] = {0};
 	strata_generate_stats stats;
 	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens,
-					 r.n_greedy, -1, collect, got, &stats,
-					 &err),
+					 r.n_greedy, -1, ref_collect, got,
+					 &stats, &err),
 			 STRATA_OK);
 	assert_int_equal(got[0], r.n_greedy);
 	for (uint32_t i = 0; i < r.n_greedy; i++)
@@ -107,8 +95,7 @@ static void check_model(const char *name, uint32_t batch)
 	strata_sampler_destroy(s);
 	strata_free(logits);
 	strata_free(one);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 	ref_free(&r);
 }
@@ -168,7 +155,8 @@ static void test_generation_stops_at_eos_n_and_context(void **state)
 	int32_t got[65] = {0};
 	strata_generate_stats st;
 	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32,
-					 r.greedy[k], collect, got, &st, &err),
+					 r.greedy[k], ref_collect, got, &st,
+					 &err),
 			 STRATA_OK);
 	assert_true(st.stopped_at_eos);
 	assert_int_equal(got[0], k);
@@ -187,7 +175,7 @@ static void test_generation_stops_at_eos_n_and_context(void **state)
 		STRATA_OK);
 	got[0] = 0;
 	assert_int_equal(strata_generate(f, s, r.tokens, r.n_tokens, 32, -1,
-					 collect, got, &st, &err),
+					 ref_collect, got, &st, &err),
 			 STRATA_OK);
 	assert_false(st.stopped_at_eos);
 	assert_int_equal(got[0], 3);

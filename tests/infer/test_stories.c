@@ -67,23 +67,16 @@ static size_t piece_text(const strata_gguf *g, long kv, int32_t prev,
 
 static void greedy_from_bos(ref_open *m, run *r)
 {
-	strata_compute *c;
-	strata_forward *f;
+	ref_pass p;
+	ref_pass_open("stories260K", 2,
+		      (strata_forward_options){.hp = &m->hp, .src = &m->src,
+					       .context = 256, .batch = 32},
+		      &p);
+	strata_forward *f = p.f;
 	strata_sampler *s;
 	strata_error err;
 	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
 				    .repeat_penalty = 1};
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m->hp,
-								.compute = c,
-								.src = &m->src,
-								.context = 256,
-								.batch = 32},
-				      &f, &err),
-		STRATA_OK);
 	assert_int_equal(strata_sampler_create(&sp, m->hp.vocab, &s, &err),
 			 STRATA_OK);
 	int32_t bos = 1;
@@ -96,8 +89,7 @@ static void greedy_from_bos(ref_open *m, run *r)
 	assert_int_equal(r->n, 200);
 	assert_int_equal(strata_forward_position(f), 200);
 	strata_sampler_destroy(s);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 }
 
 static void test_gguf_greedy_text_matches_llama2c(void **state)
@@ -161,22 +153,8 @@ static void check_prompt_logits(const char *model)
 					      &err),
 			 STRATA_OK);
 	assert_int_equal(len, (size_t)n * m.hp.vocab * sizeof(float));
-	strata_compute *c;
-	strata_forward *f;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err),
-			 STRATA_OK);
-	assert_int_equal(
-		strata_forward_create(&(strata_forward_options){.hp = &m.hp,
-								.compute = c,
-								.src = &m.src,
-								.context = 64,
-								.batch = 64},
-				      &f, &err),
-		STRATA_OK);
 	float *logits = strata_alloc(len);
-	assert_int_equal(strata_forward_run(f, ids, n, 0, logits, NULL, &err),
-			 STRATA_OK);
+	ref_logits(model, &m, ids, n, 64, 64, logits);
 	double d = ref_max_diff(logits, (const float *)want,
 				(uint64_t)n * m.hp.vocab);
 	print_message("%s: max |dlogit| vs transformers %.2e\n",
@@ -184,8 +162,6 @@ static void check_prompt_logits(const char *model)
 	assert_true(d <= 1e-3);
 	strata_free(logits);
 	strata_free(want);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
 	ref_close_model(&m);
 }
 
@@ -239,21 +215,16 @@ static void test_caller_stop_and_truncate_continue_exactly(void **state)
 	int32_t want[256];
 	uint32_t n;
 	load_json_ids("greedy_200_ids", want, &n);
-	strata_compute *c;
-	strata_forward *f;
+	ref_pass p;
+	ref_pass_open("stories260K", 2,
+		      (strata_forward_options){.hp = &m.hp, .src = &m.src,
+					       .context = 256, .batch = 32},
+		      &p);
+	strata_forward *f = p.f;
 	strata_sampler *s;
 	strata_error err;
 	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
 				    .repeat_penalty = 1};
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 2, &c,
-					       &err), STRATA_OK);
-	assert_int_equal(strata_forward_create(
-				 &(strata_forward_options){.hp = &m.hp,
-							   .compute = c,
-							   .src = &m.src,
-							   .context = 256,
-							   .batch = 32},
-				 &f, &err), STRATA_OK);
 	assert_int_equal(strata_sampler_create(&sp, m.hp.vocab, &s, &err),
 			 STRATA_OK);
 	stop_run sr = {.stop_after = 7};
@@ -279,8 +250,7 @@ static void test_caller_stop_and_truncate_continue_exactly(void **state)
 	assert_int_equal(r.n, 20);
 	assert_memory_equal(r.ids, want + 6, 20 * sizeof(int32_t));
 	strata_sampler_destroy(s);
-	strata_forward_destroy(f);
-	strata_compute_destroy(c);
+	ref_pass_close(&p);
 	ref_close_model(&m);
 }
 

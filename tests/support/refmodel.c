@@ -225,6 +225,21 @@ void ref_pass_close(ref_pass *p)
 	memset(p, 0, sizeof *p);
 }
 
+void ref_logits(const char *what, const ref_open *m, const int32_t *tokens,
+		uint32_t n, uint32_t context, uint32_t batch, float *out)
+{
+	ref_pass p;
+	ref_pass_open(what, 2,
+		      (strata_forward_options){.hp = &m->hp, .src = &m->src,
+					       .context = context,
+					       .batch = batch},
+		      &p);
+	strata_error err;
+	if (strata_forward_run(p.f, tokens, n, 0, out, NULL, &err))
+		fail_msg("%s: forward: %s", what, err.message);
+	ref_pass_close(&p);
+}
+
 strata_status ref_collect(void *user, int32_t tok, strata_error *err)
 {
 	(void)err;

@@ -77,6 +77,12 @@ void ref_pass_open(const char *what, uint32_t threads,
 		   strata_forward_options o, ref_pass *p);
 void ref_pass_close(ref_pass *p);
 
+/* The logits of tokens[0..n) into out (n, vocab) through a fresh forward
+ * pass over m on 2 CPU threads (`context` positions, prompt chunks of
+ * `batch`). Fails the test, naming `what`, on an error. */
+void ref_logits(const char *what, const ref_open *m, const int32_t *tokens,
+		uint32_t n, uint32_t context, uint32_t batch, float *out);
+
 /* A strata_generate token callback: user is an int32_t array, out[0]
  * the count so far, out[1..] the tokens. */
 strata_status ref_collect(void *user, int32_t tok, strata_error *err);
