@@ -98,6 +98,12 @@ strata_status strata_infer_hparams_read(const char *model_path,
 					strata_infer_hparams *out,
 					strata_error *err);
 
+/* The plan's view of hp (known, family, shapes, and what the forward
+ * pass's buffers need beyond them): what `strata plan` and a session
+ * plan with, so both size the forward pass's buffers alike. */
+void strata_infer_plan_arch(const strata_infer_hparams *hp,
+			    strata_plan_arch *out);
+
 /* The same from the text of a config.json alone (len bytes, untrusted),
  * through strata_model_describe_config; vocab is the config's vocab_size. */
 strata_status strata_infer_config_parse(const char *json, size_t len,
@@ -473,6 +479,11 @@ typedef struct strata_forward_options {
 	/* The routed experts of the store's layers run through it
 	 * (borrowed; NULL: every expert from the source) */
 	strata_infer_experts *experts;
+	/* The plan's buffers (strata_plan_get_memory; borrowed; NULL: not
+	 * checked): each site's arena must be exactly the plan's figure for
+	 * it (strata_plan_site_bytes), else create fails with E_RES_BUDGET
+	 * naming both, so the plan and the forward pass cannot drift. */
+	const strata_plan_memory *planned;
 } strata_forward_options;
 
 /* Creates a forward pass: the KV caches (`sequences` of `context`

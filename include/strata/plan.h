@@ -302,6 +302,12 @@ typedef struct strata_plan_arch {
 	const char *family; /* NULL when unknown */
 	uint64_t layers, hidden, intermediate, heads, kv_heads, head_dim;
 	uint64_t vocab, max_context;
+	/* What the forward pass's buffers need beyond the shapes (the infer
+	 * layer's strata_infer_plan_arch fills them from the model): routed
+	 * experts a layer (0: dense), sliding layers with a rope base of
+	 * their own, and norms computed as 1 + w from f32 copies. */
+	uint64_t experts;
+	bool local_rope, norm_plus_one;
 	/* known == false: why, copied into the architecture_unknown
 	 * explanation; may be NULL. */
 	const char *unknown_reason;
@@ -332,20 +338,28 @@ typedef struct strata_plan_shape {
 void strata_plan_shape_defaults(strata_plan_shape *s, uint64_t trained,
 				uint64_t needed);
 
-/* The activation and workspace buffers of one forward pass, all f32, each
- * its own buffer rounded up to STRATA_ALIGN. T = prefill_chunk x
- * batch. X(field, "json name", "shape")  */
+/* The buffers of one forward pass on each site that computes (a device,
+ * or the CPU computing units or the statics from host memory), exactly the
+ * ones the forward pass takes (src/infer/forward_create.c sizes its arenas
+ * with strata_plan_site_bytes), all f32, each its own buffer rounded up to
+ * STRATA_ALIGN. T = max(prefill_chunk, batch) rows in flight. Keys and
+ * values go straight into the KV cache and the tiled attention keeps no
+ * score matrix: neither is a buffer here. X(field, "json name", "shape") */
 #define STRATA_PLAN_ACTIVATION_MAP(X)                                          \
 	X(x, "residual", "[T, hidden]")                                        \
 	X(xb, "normed", "[T, hidden]")                                         \
 	X(xb2, "attention_out", "[T, heads * head_dim]")                       \
 	X(q, "query", "[T, heads * head_dim]")                                 \
-	X(k, "key", "[T, kv_heads * head_dim]")                                \
-	X(v, "value", "[T, kv_heads * head_dim]")                              \
-	X(att, "attention_scores", "[T, heads, context]")                      \
+	X(k, "key", "[T, kv_heads * head_dim] with batch > 1 (a mixed step's "  \
+		    "new keys), else 0")                                        \
+	X(v, "value", "the same, values")                                      \
 	X(hb, "mlp_gate", "[T, intermediate]")                                 \
 	X(hb2, "mlp_up", "[T, intermediate]")                                  \
-	X(logits, "logits", "[batch, vocab]")
+	X(rope, "rope_frequencies", "[head_dim / 2], twice with local rope")  \
+	X(moe, "expert_rows", "[T, experts] + 2 x [T, hidden], with experts")  \
+	X(norms, "norm_weights", "[4 hidden + 2 head_dim] with 1 + w norms")   \
+	X(bias, "biases", "[max(heads * head_dim + 2 kv_heads * head_dim, "    \
+			  "head_dim / 2)] when T x intermediate is smaller")
 
 /* Device and host buffers besides the weights, in bytes. All zero and
  * arch_known false when the architecture is unknown. */
@@ -358,7 +372,12 @@ typedef struct strata_plan_memory {
 #define STRATA_PLAN_ACT_FIELD(field, json, shape) uint64_t field##_bytes;
 	STRATA_PLAN_ACTIVATION_MAP(STRATA_PLAN_ACT_FIELD)
 #undef STRATA_PLAN_ACT_FIELD
-	uint64_t workspace_bytes; /* sum of the activation buffers above */
+	uint64_t workspace_bytes; /* sum of the activation buffers above:
+				     every computing site takes them */
+	/* [batch, vocab]: the logits rows of the head's site where host code
+	 * cannot address it (CUDA; on the CPU they go to the caller's
+	 * buffer): counted on that site only. */
+	uint64_t logits_bytes;
 	/* CUDA with bf16/f16 weights: the several-row products' input, x
 	 * split in two half terms, for max(prefill chunk, batch) rows of the
 	 * widest input (hidden, intermediate, heads x head_dim); else 0. */
@@ -380,6 +399,19 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 					 uint64_t staging_slots,
 					 strata_plan_memory *out,
 					 strata_error *err);
+
+/* The bytes of one forward-pass site's arena, exactly what the forward
+ * pass takes there (m from strata_plan_memory_compute): the workspace;
+ * the KV cache of kv_layers layers, each layer's pair its own
+ * (kv_layers == UINT64_MAX: one site holding every layer, the cache as one
+ * pair of blocks, kv_cache_bytes); a staged layer's keys and values when
+ * the site stages (a layer the prefill split computes here and decode
+ * elsewhere); and the logits rows when it is the head's site and host code
+ * cannot address it (CUDA). Saturates. 0 when the architecture is
+ * unknown. */
+uint64_t strata_plan_site_bytes(const strata_plan_memory *m,
+				uint64_t kv_layers, bool stages,
+				bool head_unaddressable);
 
 /* ------------------------------------------------------------------------ */
 /* Budgets                                                                  */
@@ -710,8 +742,14 @@ typedef struct strata_plan_candidate {
 					   + product workspace + backend
 					   reserved + driver */
 	uint64_t host_weight_bytes;	/* HOST: every unit; DISK: lookahead */
-	uint64_t staging_bytes;		/* pinned ring */
-	uint64_t host_bytes;		/* host weights + staging */
+	uint64_t staging_bytes;		/* pinned host buffers besides the
+					   tiers: DISK's lookahead ring, and
+					   on cuda the load staging */
+	uint64_t load_staging_bytes;	/* cuda: the buffer the residency
+					   engine loads the device's weights
+					   through (its share of staging) */
+	uint64_t host_bytes;		/* host weights + staging (+ the CPU
+					   site's workspace and KV cache) */
 	bool fits_device, fits_host, fits;
 	uint64_t device_shortfall_bytes, host_shortfall_bytes;
 	uint64_t moved_bytes_per_forward; /* over the slowest link */

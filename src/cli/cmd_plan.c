@@ -48,14 +48,7 @@ static void describe_arch(const char *model, const strata_catalog *c,
 		out->unknown_reason = why->message;
 		return;
 	}
-	*out = (strata_plan_arch){
-		.known = true,
-		.family = strata_infer_family_name(hp.family),
-		.layers = hp.layers, .hidden = hp.dim, .intermediate = hp.ffn,
-		.heads = hp.heads, .kv_heads = hp.kv_heads,
-		.head_dim = hp.head_dim, .vocab = hp.vocab,
-		.max_context = hp.context,
-	};
+	strata_infer_plan_arch(&hp, out);
 }
 
 /* What `strata run` would refuse: run's own error from describe_arch,

@@ -337,8 +337,33 @@ static strata_status moe_host_buffers(strata_forward *f, strata_error *err)
 
 /* ------------------------------------------------------------------------ */
 
-/* Site s's arena and buffers. */
+/* E_RES_BUDGET unless site s's `total` bytes are the plan's figure for
+ * the site (none given: not checked). */
+static strata_status check_planned(const strata_forward *f, uint32_t s,
+				   uint64_t total,
+				   const strata_plan_memory *planned,
+				   strata_error *err)
+{
+	const strata_forward_site_state *st = &f->site[s];
+	if (!planned)
+		return STRATA_OK;
+	uint64_t want = strata_plan_site_bytes(
+		planned, f->placed ? kv_layers_of(f, s) : UINT64_MAX, st->stages,
+		s == f->head_site && !st->addressable);
+	if (want == total)
+		return STRATA_OK;
+	return strata_fail(err, STRATA_E_RES_BUDGET,
+			   "this is a bug in strata (the plan's memory model "
+			   "and the forward pass disagree); report it",
+			   "the forward pass takes %llu bytes of buffers on "
+			   "site %u, the plan counted %llu",
+			   (unsigned long long)total, s,
+			   (unsigned long long)want);
+}
+
+/* Site s's arena and buffers, checked against the plan's figure. */
 static strata_status make_site(strata_forward *f, uint32_t s,
+			       const strata_plan_memory *planned,
 			       strata_error *err)
 {
 	strata_forward_site_state *site = &f->site[s];
@@ -346,6 +371,8 @@ static strata_status make_site(strata_forward *f, uint32_t s,
 	buf_spec bl[MAX_BUFFERS];
 	size_t n = buffer_list(f, s, bl);
 	strata_status st = device_total(f, s, &total, err);
+	if (st == STRATA_OK)
+		st = check_planned(f, s, total, planned, err);
 	if (st == STRATA_OK)
 		st = strata_arena_create(site->b, STRATA_ARENA_DEVICE, total,
 					 "forward pass buffers", &site->arena,
@@ -419,7 +446,7 @@ strata_status strata_forward_create(const strata_forward_options *o,
 		return st;
 	for (uint32_t s = 0; st == STRATA_OK && s < f->site_count; s++)
 		if (f->site[s].used)
-			st = make_site(f, s, err);
+			st = make_site(f, s, o->planned, err);
 	if (st == STRATA_OK)
 		st = make_cache(f, err);
 	if (st == STRATA_OK)

@@ -337,6 +337,20 @@ const char *strata_infer_family_name(strata_infer_family f)
 	return strata_family_name(f);
 }
 
+void strata_infer_plan_arch(const strata_infer_hparams *hp,
+			    strata_plan_arch *out)
+{
+	*out = (strata_plan_arch){
+		.known = true, .family = strata_infer_family_name(hp->family),
+		.layers = hp->layers, .hidden = hp->dim,
+		.intermediate = hp->ffn, .heads = hp->heads,
+		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
+		.vocab = hp->vocab, .max_context = hp->context,
+		.experts = hp->experts, .local_rope = hp->rope_local_theta > 0,
+		.norm_plus_one = hp->norm_plus_one,
+	};
+}
+
 strata_status strata_infer_hparams_from_desc(const strata_model_desc *d,
 					     strata_infer_hparams *out,
 					     strata_error *err)

@@ -173,13 +173,8 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 				   "%u sequences",
 				   (unsigned long long)po.shape.batch,
 				   STRATA_FORWARD_MAX_SEQUENCES);
-	strata_plan_arch arch = {
-		.known = true, .family = strata_infer_family_name(hp->family),
-		.layers = hp->layers, .hidden = hp->dim,
-		.intermediate = hp->ffn, .heads = hp->heads,
-		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
-		.vocab = hp->vocab, .max_context = hp->context,
-	};
+	strata_plan_arch arch;
+	strata_infer_plan_arch(hp, &arch);
 	strata_plan_machine m = {0};
 	strata_error ignored;
 	m.host_available_known = strata_plan_host_available(
@@ -262,31 +257,6 @@ static strata_status open_backend(strata_session *s,
 	return st;
 }
 
-/* The forward pass's device arena holds the plan's activation buffers and
- * KV cache, less the key, value and score buffers it does not use, plus
- * the rotary frequencies, which are smaller than the key buffer: so it never
- * exceeds what the plan counted. Checked, so a change on either side that
- * breaks this is an error instead of a run past its plan. */
-static strata_status check_forward_bytes(strata_session *s,
-					 const strata_forward_options *fo,
-					 strata_error *err)
-{
-	uint64_t need;
-	strata_status st = strata_forward_device_bytes(fo, &need, err);
-	if (st)
-		return st;
-	const strata_plan_memory *m = strata_plan_get_memory(s->plan);
-	uint64_t have = m->kv_cache_bytes + m->workspace_bytes;
-	if (need <= have)
-		return STRATA_OK;
-	return strata_fail(err, STRATA_E_RES_BUDGET,
-			   "this is a bug in strata (the plan's memory model "
-			   "and the forward pass disagree); report it",
-			   "the forward pass needs %llu bytes of device buffers "
-			   "but the plan counted %llu (KV cache and workspace)",
-			   (unsigned long long)need, (unsigned long long)have);
-}
-
 /* The expert store of the plan's experts on the CPU, its cache on the
  * session's device (the one resident layers compute on). */
 static strata_status open_experts(strata_session *s,
@@ -343,10 +313,9 @@ static strata_status start_window(strata_session *s,
 	strata__session_place_forward(s, &fo);
 	if ((st = open_experts(s, o, &fo, err)))
 		return st;
-	/* a placement's sites are bounded by their backends (each device
-	 * by its budget); the one-site pass is checked against the plan */
-	if ((!s->place && (st = check_forward_bytes(s, &fo, err))) ||
-	    (st = strata_forward_create(&fo, &s->forward, err)))
+	/* every site's buffers are exactly the plan's figure for it */
+	fo.planned = strata_plan_get_memory(s->plan);
+	if ((st = strata_forward_create(&fo, &s->forward, err)))
 		return st;
 	/* The products' workspace now, as planned, not mid-run. */
 	uint64_t ws = strata_plan_get_memory(s->plan)->product_workspace_bytes;

@@ -147,7 +147,23 @@ static strata_status buffer_bytes(const uint64_t *f, size_t n,
 			return s;                                              \
 	} while (0)
 
-/* Activations of one forward pass over T tokens in flight (plan.h map). */
+/* Sum of n buffers of `per` floats each, each aligned, into *out. */
+static strata_status floats(uint64_t per, uint64_t n, const char *what,
+			    uint64_t *out, strata_error *err)
+{
+	uint64_t one = 0;
+	strata_status s = STRATA_OK;
+	if (per) {
+		const uint64_t f[] = {per, 4};
+		s = buffer_bytes(f, 2, what, &one, err);
+	}
+	if (s == STRATA_OK)
+		s = strata_checked_mul(one, n, out, what, err);
+	return s;
+}
+
+/* The forward pass's buffers of one computing site for T rows in flight
+ * (plan.h map; forward_create.c's buffer_list takes exactly these). */
 static strata_status activations(const strata_plan_arch *a,
 				 const strata_plan_shape *sh, uint64_t T,
 				 strata_plan_memory *m, strata_error *err)
@@ -166,12 +182,41 @@ static strata_status activations(const strata_plan_arch *a,
 	BUFFER(&m->xb_bytes, "normed buffer", T, a->hidden, 4);
 	BUFFER(&m->xb2_bytes, "attention output buffer", T, hd, 4);
 	BUFFER(&m->q_bytes, "query buffer", T, hd, 4);
-	BUFFER(&m->k_bytes, "key buffer", T, kvd, 4);
-	BUFFER(&m->v_bytes, "value buffer", T, kvd, 4);
-	BUFFER(&m->att_bytes, "attention scores buffer", T, a->heads,
-	       sh->context, 4);
+	/* a step of several sequences writes its new keys and values beside
+	 * the cache before attention (a prompt chunk beside decodes) */
+	m->k_bytes = m->v_bytes = 0;
+	if (sh->batch > 1) {
+		BUFFER(&m->k_bytes, "step keys buffer", T, kvd, 4);
+		BUFFER(&m->v_bytes, "step values buffer", T, kvd, 4);
+	}
 	BUFFER(&m->hb_bytes, "mlp gate buffer", T, a->intermediate, 4);
 	BUFFER(&m->hb2_bytes, "mlp up buffer", T, a->intermediate, 4);
+	if ((s = floats(a->head_dim / 2, a->local_rope ? 2 : 1,
+			"rope frequencies", &m->rope_bytes, err)))
+		return s;
+	m->moe_bytes = 0;
+	if (a->experts) {
+		uint64_t in;
+		BUFFER(&m->moe_bytes, "router logits buffer", T, a->experts, 4);
+		BUFFER(&in, "expert rows buffer", T, a->hidden, 4);
+		if ((s = strata_checked_add(m->moe_bytes, 2 * in, &m->moe_bytes,
+					    "expert rows buffer", err)))
+			return s;
+	}
+	m->norms_bytes = 0;
+	if (a->norm_plus_one &&
+	    (s = floats(4 * a->hidden + 2 * a->head_dim, 1, "norm weights",
+			&m->norms_bytes, err)))
+		return s;
+	/* the biases' f32 copies borrow the MLP gate unless it is smaller */
+	uint64_t bias = hd + 2 * kvd, mlp;
+	if (bias < a->head_dim / 2)
+		bias = a->head_dim / 2;
+	if ((s = strata_checked_mul(T, a->intermediate, &mlp, "mlp rows", err)))
+		return s;
+	m->bias_bytes = 0;
+	if (mlp < bias && (s = floats(bias, 1, "biases", &m->bias_bytes, err)))
+		return s;
 	BUFFER(&m->logits_bytes, "logits buffer", sh->batch, a->vocab, 4);
 	uint64_t sum = 0;
 #define STRATA_PLAN_ACT_SUM(field, json, shape)                                \
@@ -261,8 +306,16 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 							 : shape->batch;
 	BUFFER(&m.kv_buffer_bytes, "KV buffer", shape->batch, shape->context,
 	       arch->kv_heads, arch->head_dim, m.kv_element_bytes);
-	BUFFER(&m.kv_cache_bytes, "KV cache", arch->layers, 2,
-	       m.kv_buffer_bytes);
+	/* one site holding every layer: one block of every layer's keys and
+	 * one of their values (strata_kv_cache_create); split over sites,
+	 * each layer's pair is its own (kv_buffer_bytes each) */
+	BUFFER(&m.kv_cache_bytes, "KV cache", arch->layers, shape->batch,
+	       shape->context, arch->kv_heads, arch->head_dim,
+	       m.kv_element_bytes);
+	s = strata_checked_mul(m.kv_cache_bytes, 2, &m.kv_cache_bytes,
+			       "KV cache", err);
+	if (s != STRATA_OK)
+		return s;
 	s = activations(arch, shape, T, &m, err);
 	if (s == STRATA_OK && device == STRATA_PLAN_DEVICE_CUDA &&
 	    (unsigned)weight_dtype < STRATA_DTYPE_COUNT &&
@@ -276,6 +329,27 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 }
 
 #undef BUFFER
+
+uint64_t strata_plan_site_bytes(const strata_plan_memory *m,
+				uint64_t kv_layers, bool stages,
+				bool head_unaddressable)
+{
+	if (!m->arch_known)
+		return 0;
+	uint64_t t = m->workspace_bytes, pair = 0;
+	(void)strata_mul_u64(m->kv_buffer_bytes, 2, &pair);
+	uint64_t kv = UINT64_MAX;
+	if (kv_layers == UINT64_MAX)
+		kv = m->kv_cache_bytes;
+	else if (!strata_mul_u64(pair, kv_layers, &kv))
+		kv = UINT64_MAX;
+	t = strata_sat_add_u64(t, kv);
+	if (stages)
+		t = strata_sat_add_u64(t, pair);
+	if (head_unaddressable)
+		t = strata_sat_add_u64(t, m->logits_bytes);
+	return t;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Budgets                                                                  */

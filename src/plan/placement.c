@@ -153,21 +153,35 @@ static uint64_t align_sat(uint64_t v)
 			       STRATA_OK ? r : UINT64_MAX;
 }
 
+/* The forward pass's arena on a site computing `units` units (their KV
+ * cache there: each unit's own layers' where units are the layers, else
+ * the whole cache), staging a layer's KV when `stages`, the logits rows
+ * when it holds the head and host code cannot address it. */
+static uint64_t site_of(const strata_plan *p, uint64_t units, bool stages,
+			bool head_unaddressable)
+{
+	uint64_t kv = !units || p->arch.layers == p->info.occupied_units
+			      ? units
+			      : UINT64_MAX;
+	return strata_plan_site_bytes(&p->memory, kv, stages,
+				      head_unaddressable);
+}
+
 /* Device bytes of device d holding `resident` bytes (`units` units
- * computed there), the statics when `statics`, and a window of `window`
- * bytes; pinned: host bytes the run pins. */
+ * computed there in decode; `used`: it computes something in either
+ * split), the statics when `statics`, a window of `window` bytes, a
+ * staged layer's KV when `stages`; pinned: host bytes the run pins. */
 static uint64_t device_total(const strata_plan *p, uint64_t resident,
-			     uint64_t units, bool statics, uint64_t window,
-			     uint64_t pinned)
+			     uint64_t units, bool used, bool statics,
+			     bool stages, uint64_t window, uint64_t pinned)
 {
 	const strata_plan_memory *m = &p->memory;
 	bool cuda = p->options.device == STRATA_PLAN_DEVICE_CUDA;
 	uint64_t t = statics ? align_sat(p->info.static_bytes) : 0;
 	t = sat_add(t, resident ? align_sat(resident) : 0);
 	t = sat_add(t, window ? align_sat(window) : 0);
-	t = sat_add(t, kv_of(p, units));
-	if (units || statics)
-		t = sat_add(t, sat_add(m->workspace_bytes,
+	if (used || statics)
+		t = sat_add(t, sat_add(site_of(p, units, stages, statics && cuda),
 				       m->product_workspace_bytes));
 	t = sat_add(t, p->options.backend_reserved_bytes);
 	if (cuda)
@@ -214,7 +228,8 @@ static bool split_resident(const strata_plan *p, strata_plan_candidate *c)
 		bool statics = d == 0 && !c->statics_on_cpu;
 		while (k < left) {
 			uint64_t b = sat_add(bytes, p->unit_bytes[next + k]);
-			if (device_total(p, b, k + 1, statics, 0, 0) >
+			if (device_total(p, b, k + 1, true, statics, false, 0,
+					 0) >
 			    p->budgets.split_device_bytes[d])
 				break;
 			bytes = b;
@@ -276,7 +291,6 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		to_cpu += a && !b;
 		host_units = sat_add(host_units, p->unit_bytes[i]);
 	}
-	uint64_t moved_kv = kv_of(p, moved < 2 ? moved : 2);
 	/* The one staging buffer a placement's run has: CUDA loads what the
 	 * device holds through it (the residency engine's load staging,
 	 * pinned, freed once loaded, while the host tier already holds its
@@ -300,11 +314,12 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 		next += k;
 		c->device_weight_bytes[d] = bytes ? align_sat(bytes) : 0;
 		bool sd = d == stream_dev;
-		uint64_t t = device_total(p, bytes, k + (sd ? on_dev : 0),
+		uint64_t units = k + (sd ? on_dev : 0);
+		uint64_t t = device_total(p, bytes, units,
+					  units || (sd && moved),
 					  d == 0 && !c->statics_on_cpu,
-					  sd ? win[big] : 0, pinned);
-		if (sd)
-			t = sat_add(t, moved_kv);
+					  sd && moved, sd ? win[big] : 0,
+					  pinned);
 		c->split_device_bytes[d] = t;
 		c->fits_device &= t <= p->budgets.split_device_bytes[d];
 	}
@@ -312,14 +327,13 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	c->static_device_bytes =
 		c->statics_on_cpu ? 0 : align_sat(p->info.static_bytes);
 	c->window_device_bytes = win[big] ? align_sat(win[big]) : 0;
-	c->staging_bytes = staging;
+	c->staging_bytes = c->load_staging_bytes = staging;
 	c->host_weight_bytes =
 		sat_add(host_units, c->statics_on_cpu ? p->info.static_bytes : 0);
 	uint64_t h = sat_add(c->host_weight_bytes, staging);
-	h = sat_add(h, kv_of(p, on_cpu));
-	h = sat_add(h, kv_of(p, to_cpu < 1 ? to_cpu : 1));
-	if (on_cpu || c->statics_on_cpu)
-		h = sat_add(h, p->memory.workspace_bytes);
+	/* the CPU site: host code addresses it, so no logits rows */
+	if (on_cpu || to_cpu || c->statics_on_cpu)
+		h = sat_add(h, site_of(p, on_cpu, to_cpu > 0, false));
 	c->host_bytes = h;
 	c->driver_bytes = p->options.device == STRATA_PLAN_DEVICE_CUDA
 				  ? strata_plan_cuda_driver_bytes(pinned)

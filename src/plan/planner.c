@@ -268,6 +268,11 @@ static strata_status disk_settings(strata_plan *p, uint64_t *lookahead,
 		*lookahead = *queue = 0;
 		return STRATA_OK;
 	}
+	/* on CUDA the load staging (the largest static tensor) shares it */
+	if (staged)
+		host = host > p->info.largest_static_bytes
+			       ? host - p->info.largest_static_bytes
+			       : 0;
 	uint64_t la = o->has_lookahead ? o->lookahead : 2;
 	if (!o->has_lookahead) {
 		/* default: two units ahead, fewer when the budget is small */
@@ -312,15 +317,30 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 		s = strata_checked_align(c->window_device_bytes,
 					 &c->window_device_bytes,
 					 "window device bytes", err);
-	uint64_t slots = c->mode == STRATA_RESIDENCY_HOST ? 1
-			 : c->mode == STRATA_RESIDENCY_DISK ? c->lookahead
-							    : 0;
+	/* disk's lookahead ring: the host tier of the residency engine */
+	uint64_t slots = c->mode == STRATA_RESIDENCY_DISK ? c->lookahead : 0;
 	if (s == STRATA_OK)
 		s = strata_checked_mul(slots, p->info.largest_unit_bytes,
 				       &c->staging_bytes, "staging ring bytes",
 				       err);
 	c->host_weight_bytes =
 		c->mode == STRATA_RESIDENCY_HOST ? p->info.all_units_bytes : 0;
+	/* CUDA loads what the device holds through one pinned buffer
+	 * (the residency engine's load staging: the largest unit when units
+	 * are resident, at least the largest static tensor), taken beside
+	 * the host tier; on cpu the device is host memory and takes none */
+	uint64_t load = 0;
+	if (p->options.device == STRATA_PLAN_DEVICE_CUDA) {
+		load = c->mode == STRATA_RESIDENCY_RESIDENT
+			       ? p->info.largest_unit_bytes
+			       : 0;
+		if (p->info.largest_static_bytes > load)
+			load = p->info.largest_static_bytes;
+	}
+	c->load_staging_bytes = load;
+	if (s == STRATA_OK)
+		s = strata_checked_add(c->staging_bytes, load,
+				       &c->staging_bytes, "staging bytes", err);
 	if (s == STRATA_OK)
 		s = strata_checked_add(c->host_weight_bytes, c->staging_bytes,
 				       &c->host_bytes, "host total bytes", err);
@@ -329,9 +349,15 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 				  ? strata_plan_cuda_driver_bytes(c->host_bytes)
 				  : 0;
 	uint64_t d = 0;
+	/* the forward pass's one site on the device, every layer's KV cache
+	 * there, the logits rows where host code cannot address it */
 	const uint64_t parts[] = {c->static_device_bytes,
-				  c->window_device_bytes, m->kv_cache_bytes,
-				  m->workspace_bytes, m->product_workspace_bytes,
+				  c->window_device_bytes,
+				  strata_plan_site_bytes(
+					  m, UINT64_MAX, false,
+					  p->options.device ==
+						  STRATA_PLAN_DEVICE_CUDA),
+				  m->product_workspace_bytes,
 				  p->options.backend_reserved_bytes,
 				  c->driver_bytes};
 	for (size_t i = 0; s == STRATA_OK && i < sizeof parts / sizeof *parts;
@@ -631,8 +657,7 @@ strata_status strata_plan_create(const strata_plan_layout *layout,
 	strata__plan_select(p);
 	const strata_plan_candidate *sel = strata_plan_selected(p);
 	p->memory.staging_slots =
-		sel ? (sel->mode == STRATA_RESIDENCY_HOST ? 1 : sel->lookahead)
-		    : 0;
+		sel && sel->mode == STRATA_RESIDENCY_DISK ? sel->lookahead : 0;
 	p->memory.staging_slot_bytes =
 		p->memory.staging_slots ? p->info.largest_unit_bytes : 0;
 	p->memory.staging_bytes = sel ? sel->staging_bytes : 0;

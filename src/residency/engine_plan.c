@@ -26,7 +26,8 @@ strata_status strata_residency_config_from_plan(const strata_plan *p,
 		/* host: every unit (host mode), the lookahead ring (disk
 		 * mode; 0 when reads go straight to the device) */
 		.host_bytes = c->mode == STRATA_RESIDENCY_HOST ? c->host_weight_bytes
-			      : disk ? c->staging_bytes : 0,
+			      : disk ? c->staging_bytes - c->load_staging_bytes
+				     : 0,
 	};
 	if (c->mode == STRATA_RESIDENCY_PLACEMENT) {
 		/* each split streams through its own depth; the devices hold

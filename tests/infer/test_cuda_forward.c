@@ -154,8 +154,9 @@ static void greedy(strata_session *s, const int32_t *prompt, uint32_t n,
 }
 
 /* The plan's promises, measured: the engine's device peak within the
- * plan's weight share, the forward arena within its KV cache and
- * workspace; streamed modes moved bytes with CUDA-timed copies. */
+ * plan's weight share, the forward arena exactly the plan's figure for
+ * the one site (KV cache, workspace, the logits rows read back from the
+ * device); streamed modes moved bytes with CUDA-timed copies. */
 static void check_memory(strata_session *s, const char *what)
 {
 	strata_residency *e = strata_session_residency(s);
@@ -164,17 +165,17 @@ static void check_memory(strata_session *s, const char *what)
 	strata_forward_arena_stats(strata_session_forward(s), &fa);
 	const strata_plan_memory *pm = strata_plan_get_memory(
 		strata_session_plan(s));
+	uint64_t site = strata_plan_site_bytes(pm, UINT64_MAX, false, true);
 	if (wa.high_water_bytes >
 		    strata_plan_weight_device_bytes(strata_session_plan(s)) ||
-	    fa.high_water_bytes > pm->kv_cache_bytes + pm->workspace_bytes)
+	    fa.high_water_bytes != site)
 		fail_msg("%s: weights %llu of %llu planned, buffers %llu of "
 			 "%llu",
 			 what, (unsigned long long)wa.high_water_bytes,
 			 (unsigned long long)strata_plan_weight_device_bytes(
 				 strata_session_plan(s)),
 			 (unsigned long long)fa.high_water_bytes,
-			 (unsigned long long)(pm->kv_cache_bytes +
-					      pm->workspace_bytes));
+			 (unsigned long long)site);
 	strata_error err;
 	assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 	strata_telemetry_snapshot snap;
@@ -194,7 +195,7 @@ static void check_memory(strata_session *s, const char *what)
 		(unsigned long long)strata_plan_weight_device_bytes(
 			strata_session_plan(s)),
 		(unsigned long long)fa.high_water_bytes,
-		(unsigned long long)(pm->kv_cache_bytes + pm->workspace_bytes),
+		(unsigned long long)site,
 		(unsigned long long)snap.stalls, snap.stall_ns / 1e6);
 }
 

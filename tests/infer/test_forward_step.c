@@ -161,8 +161,8 @@ static void stepped_device(const char *name, ref_open *m, const ref_data *r,
 	uint64_t cache = 2ull * m->hp.layers * CONTEXT * m->hp.kv_heads *
 			 m->hp.head_dim * sizeof(float);
 	assert_true(need >= one + (SEQS - 1) * cache);
-	assert_true(need <=
-		    ref_planned_buffers(&m->hp, CONTEXT, SEQS, BATCH));
+	assert_int_equal(need,
+			 ref_planned_buffers(&m->hp, CONTEXT, SEQS, BATCH));
 	strata_arena_stats as;
 	strata_forward_arena_stats(p.f, &as);
 	assert_true(as.capacity_bytes == need);

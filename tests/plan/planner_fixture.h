@@ -120,10 +120,10 @@ static inline strata_status plan_bf16(const fixture *f,
 				  &no_machine, p, err);
 }
 
-/* KV: 8 layers x 2 x [1, 256, 2*16] f32 = 8 x 2 x 32768; workspace 7168
+/* KV: 8 layers x 2 x [1, 256, 2*16] f32 = 8 x 2 x 32768; workspace 2304
  * (computed by hand in memory_model_formulas_are_exact). */
 #define KV_CPU (UINT64_C(8) * 2 * 32768)
-#define WS 7168u
+#define WS 2304u
 #define RESIDENT_DEVICE (1 * MiB + 32 * MiB + KV_CPU + WS)
 
 #endif

@@ -105,11 +105,24 @@ static void memory_model_formulas_are_exact(void **state)
 	assert_true(m.kv_cache_bytes == KV_CPU);
 	assert_true(m.x_bytes == 256 && m.xb_bytes == 256 &&
 		    m.xb2_bytes == 256 && m.q_bytes == 256);
-	assert_true(m.k_bytes == 256 && m.v_bytes == 256); /* 128 aligned */
-	assert_true(m.att_bytes == 4 * 256 * 4);
+	/* one sequence: keys and values go straight into the cache, and the
+	 * tiled attention keeps no score matrix */
+	assert_true(m.k_bytes == 0 && m.v_bytes == 0);
 	assert_true(m.hb_bytes == 512 && m.hb2_bytes == 512);
-	assert_true(m.logits_bytes == 512); /* 400 aligned */
+	assert_true(m.rope_bytes == 256); /* 8 floats aligned */
+	assert_true(m.moe_bytes == 0 && m.norms_bytes == 0);
+	/* 128 bias floats fit the MLP gate's 128: borrowed, none of its own */
+	assert_true(m.bias_bytes == 0);
+	assert_true(m.logits_bytes == 512); /* 400 aligned, not in the sum */
 	assert_true(m.workspace_bytes == WS);
+	assert_int_equal(WS, 4 * 256 + 2 * 512 + 256);
+	/* a site: its layers' KV pairs, a staged pair, the logits rows where
+	 * host code cannot address it */
+	assert_int_equal(strata_plan_site_bytes(&m, UINT64_MAX, false, false),
+			 KV_CPU + WS);
+	assert_int_equal(strata_plan_site_bytes(&m, 3, true, true),
+			 WS + 4 * m.kv_buffer_bytes * 2 + 512);
+	assert_int_equal(strata_plan_site_bytes(&m, 0, false, false), WS);
 	assert_true(m.staging_slots == 2 && m.staging_bytes == 8 * MiB);
 	/* cuda: the KV cache stays f32 with bf16 weights (the attention
 	 * kernel reads f32); batch and chunk scale what they should */
@@ -124,7 +137,8 @@ static void memory_model_formulas_are_exact(void **state)
 	/* a pass's rows: max(chunk, batch) = 4, a chunk or a step of the
 	 * batch (issue 19), not chunk x batch */
 	assert_true(m.x_bytes == 4 * 64 * 4);
-	assert_true(m.att_bytes == 4 * 4 * 256 * 4);
+	/* three sequences: a mixed step's new keys and values, 4 rows */
+	assert_true(m.k_bytes == 4 * 32 * 4 && m.v_bytes == 4 * 32 * 4);
 	assert_true(m.logits_bytes == 1280); /* 3 x 100 x 4 = 1200 aligned */
 	sh.batch = 16; /* now the batch is the larger */
 	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,

@@ -181,13 +181,8 @@ void ref_plan_destroy(ref_plan *p)
 uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 			     uint32_t batch, uint32_t prefill_chunk)
 {
-	strata_plan_arch a = {
-		.known = true, .family = "llama", .layers = hp->layers,
-		.hidden = hp->dim, .intermediate = hp->ffn,
-		.heads = hp->heads, .kv_heads = hp->kv_heads,
-		.head_dim = hp->head_dim, .vocab = hp->vocab,
-		.max_context = hp->context,
-	};
+	strata_plan_arch a;
+	strata_infer_plan_arch(hp, &a);
 	strata_plan_shape sh = {.context = context, .batch = batch,
 				.prefill_chunk = prefill_chunk};
 	strata_plan_memory m;
@@ -197,7 +192,7 @@ uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 						    STRATA_DTYPE_F32, 0, 0, &m,
 						    &err),
 			 STRATA_OK);
-	return m.kv_cache_bytes + m.workspace_bytes;
+	return strata_plan_site_bytes(&m, UINT64_MAX, false, false);
 }
 
 void ref_pass_open(const char *what, uint32_t threads,

@@ -46,9 +46,10 @@ void ref_open_model(const char *model_path, ref_open *m);
 void ref_open_model_stored(const char *model_path, ref_open *m);
 void ref_close_model(ref_open *m);
 
-/* The plan's KV cache and workspace, on CUDA with an f32 cache (what a
- * session plans there), for a llama of hp's shape at this context, batch
- * (sequences) and prefill chunk: the bound a forward pass's buffers keep. */
+/* The plan's figure for a one-site forward pass host code addresses (KV
+ * cache and workspace, strata_plan_site_bytes), planned on CUDA with an
+ * f32 cache, for hp at this context, batch (sequences) and prefill chunk:
+ * exactly what such a forward pass's buffers take. */
 uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 			     uint32_t batch, uint32_t prefill_chunk);
 
