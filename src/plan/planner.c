@@ -344,9 +344,12 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	if (s == STRATA_OK)
 		s = strata_checked_add(c->host_weight_bytes, c->staging_bytes,
 				       &c->host_bytes, "host total bytes", err);
-	/* on CUDA the host bytes are pinned, which costs device memory too */
+	/* on CUDA the host tiers are pinned, which costs device memory too;
+	 * the load staging is pinned only while the engine loads, before
+	 * the forward pass takes its buffers */
 	c->driver_bytes = p->options.device == STRATA_PLAN_DEVICE_CUDA
-				  ? strata_plan_cuda_driver_bytes(c->host_bytes)
+				  ? strata_plan_cuda_driver_bytes(
+					    c->host_bytes - load)
 				  : 0;
 	uint64_t d = 0;
 	/* the forward pass's one site on the device, every layer's KV cache
@@ -778,11 +781,15 @@ static uint64_t pinnable(const strata_plan *p, const strata_plan_candidate *c,
 			 uint64_t spare)
 {
 	const uint64_t room = left(p->budgets.device_budget_bytes, c->device_bytes);
-	const uint64_t base = strata_plan_cuda_driver_bytes(c->host_bytes);
+	/* a uniform mode's load staging is gone once the run starts */
+	const uint64_t pinned = c->mode == STRATA_RESIDENCY_PLACEMENT
+					? c->host_bytes
+					: c->host_bytes - c->load_staging_bytes;
+	const uint64_t base = strata_plan_cuda_driver_bytes(pinned);
 	uint64_t lo = 0, hi = spare;
 	while (lo < hi) { /* the cost only grows with the bytes pinned */
 		uint64_t mid = lo + (hi - lo) / 2 + 1;
-		if (strata_plan_cuda_driver_bytes(c->host_bytes + mid) - base <=
+		if (strata_plan_cuda_driver_bytes(pinned + mid) - base <=
 		    room)
 			lo = mid;
 		else

@@ -1,7 +1,8 @@
 /* test_plan_peer.c - `strata plan` on the GPU machine's peer model (a
  * 7.5 GB bf16 llama written as real headers over a sparse file): its
- * static and window bytes exact, host:2 fitting 2 GiB where host:3 does
- * not, at the link's predicted rate, a placement chosen over streaming,
+ * static and window bytes exact, host:3 fitting 2 GiB where host:4 does
+ * not (no score matrix is counted: the tiled attention keeps none), host:2
+ * at the link's predicted rate, a placement chosen over streaming,
  * the prompt pass pricing the head once, and a window kept for the
  * prompt where filling the device computes it on the CPU (layer: cli). */
 #include <setjmp.h>
@@ -126,7 +127,8 @@ static void gpu_machine_peer_model_streams_at_2GiB(void **state)
 	json_t *w = json_object_get(c0, "weights");
 	assert_true(plan_u(w, "static_bytes") == st); /* bf16 kept, all 256-aligned */
 	assert_true(plan_u(w, "window_bytes") == 16 * layer);
-	/* 2 GiB holds static + the KV cache + 2 layers, not 3 */
+	/* 2 GiB holds static + the KV cache + 3 layers, not 4 (the plan
+	 * counts no score matrix: the tiled attention keeps none) */
 	json_t *cs = json_object_get(doc, "candidates"), *host2 = NULL;
 	for (size_t i = 0; i < json_array_size(cs); i++) {
 		json_t *c = json_array_get(cs, i);
@@ -134,6 +136,8 @@ static void gpu_machine_peer_model_streams_at_2GiB(void **state)
 		if (!strcmp(name, "host:2"))
 			host2 = c;
 		if (!strcmp(name, "host:3"))
+			assert_true(json_is_true(json_object_get(c, "fits")));
+		if (!strcmp(name, "host:4"))
 			assert_false(json_is_true(json_object_get(c, "fits")));
 	}
 	assert_non_null(host2);
