@@ -11,6 +11,10 @@
  * transformers) are measured by bench/gpu_peer.py in the same bench/gpu run;
  * the link's own rate is the residency bench's (bench_residency --cuda).
  *
+ * Peaks: each tier's residency peak (the host's with the load staging)
+ * plus the forward pass's arenas there (its CPU site's on the host): every
+ * buffer of that tier the plan's totals count (tier_peak).
+ *
  * Device memory: on CUDA, the free memory before the session opens less
  * the least free memory seen after any pass; everything strata took on the
  * device (the plan's arenas, the compute context's workspaces, cuBLAS's
@@ -141,6 +145,32 @@ static strata_status weight_bytes(const strata_session *s, uint64_t *out)
 /* One session for passes of n tokens: a warm-up pass, then c->passes timed
  * passes from position 0, then c->decode single-token steps after a
  * one-token prompt. */
+/* A tier's peak, every arena of it that the plan's total counts: the
+ * residency engine's (its tier; for the host, on CUDA, the load staging
+ * too, which the telemetry records) and the forward pass's sites there
+ * (the devices', or the CPU site's: the workspace and KV cache of what
+ * the CPU computes), whose arenas hold all of their buffers from create
+ * on. The device's compute workspaces, reserved bytes and page tables
+ * are no arena: device_used measures them on CUDA. */
+static uint64_t tier_peak(strata_session *s, const strata_telemetry_snapshot *b,
+			  strata_tier tier)
+{
+	const strata_plan_candidate *c =
+		strata_plan_selected(strata_session_plan(s));
+	uint64_t peak = b->peak_bytes[tier];
+	bool placed = c && c->mode == STRATA_RESIDENCY_PLACEMENT;
+	uint32_t devices = placed && c->devices ? c->devices : 1;
+	uint32_t from = tier == STRATA_TIER_HOST ? devices : 0;
+	uint32_t to = tier == STRATA_TIER_HOST ? devices + 1 : devices;
+	for (uint32_t i = from; i < to; i++) {
+		strata_arena_stats a;
+		strata_forward_site_arena_stats(strata_session_forward(s), i,
+						&a);
+		peak += a.high_water_bytes;
+	}
+	return peak;
+}
+
 static int measure(const cfg *c, uint32_t n, figures *out)
 {
 	memset(out, 0, sizeof *out);
@@ -239,8 +269,8 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	out->plan_device = strata_plan_device_total(plan);
 	out->plan_host = strata_plan_host_total(plan);
 	strata_telemetry_get(t, &b);
-	out->peak_device = b.peak_bytes[STRATA_TIER_DEVICE];
-	out->peak_host = b.peak_bytes[STRATA_TIER_HOST];
+	out->peak_device = tier_peak(s, &b, STRATA_TIER_DEVICE);
+	out->peak_host = tier_peak(s, &b, STRATA_TIER_HOST);
 	out->device_used = free0 && min_free != UINT64_MAX && free0 > min_free
 				   ? free0 - min_free : 0;
 	if (strata_session_finish(s, &err))

@@ -245,6 +245,7 @@ static void write_memory(const strata_plan *p, strata_json *j)
 #undef STRATA_PLAN_ACT_JSON
 	strata_json_object_end(j);
 	kv_arch_u64(j, "workspace_bytes", k, m->workspace_bytes);
+	kv_arch_u64(j, "logits_bytes", k, m->logits_bytes);
 	kv_arch_u64(j, "product_workspace_bytes", k,
 		    m->product_workspace_bytes);
 	strata_json_kv_u64(j, "backend_reserved_bytes",
@@ -351,6 +352,7 @@ static void write_candidate(const strata_plan *p,
 	strata_json_kv_u64(j, "device_bytes", c->device_bytes);
 	strata_json_kv_u64(j, "host_weight_bytes", c->host_weight_bytes);
 	strata_json_kv_u64(j, "staging_bytes", c->staging_bytes);
+	strata_json_kv_u64(j, "load_staging_bytes", c->load_staging_bytes);
 	strata_json_kv_u64(j, "host_bytes", c->host_bytes);
 	strata_json_kv_bool(j, "fits_device", c->fits_device);
 	strata_json_kv_bool(j, "fits_host", c->fits_host);

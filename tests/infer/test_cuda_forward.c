@@ -180,6 +180,15 @@ static void check_memory(strata_session *s, const char *what)
 	assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 	strata_telemetry_snapshot snap;
 	strata_telemetry_get(strata_residency_telemetry(e), &snap);
+	/* the host: the tier and the load staging, held together while the
+	 * engine loads, are the plan's host total (disk's ring fills after
+	 * the staging is gone: its arena holds the ring from the start) */
+	uint64_t host = snap.peak_bytes[STRATA_TIER_HOST];
+	uint64_t plan_host = strata_plan_host_total(strata_session_plan(s));
+	if (strata_plan_mode(strata_session_plan(s)) != STRATA_RESIDENCY_DISK &&
+	    (host > plan_host || (double)host < 0.99 * (double)plan_host))
+		fail_msg("%s: host peak %llu, plan %llu", what,
+			 (unsigned long long)host, (unsigned long long)plan_host);
 	if (strata_plan_mode(strata_session_plan(s)) == STRATA_RESIDENCY_HOST) {
 		assert_true(snap.transfers[STRATA_DIR_HOST_TO_DEVICE].bytes > 0);
 		assert_true(snap.transfers[STRATA_DIR_HOST_TO_DEVICE].ns > 0);

@@ -115,6 +115,49 @@ static void check_run(const char *what, strata_session *s, uint32_t layers,
 			 (unsigned long long)c->streamed_bytes);
 }
 
+/* Every arena of each tier against the plan (issue 17: at most the plan
+ * and within 1 % of it): each device's residency and forward-pass arenas
+ * against its total less what no arena holds (the backend's reserved
+ * bytes, the driver's page tables, the product workspace of a device that
+ * computes); the host's peak (its tier and the load staging, as the
+ * telemetry records them) and the CPU site's arena against the host
+ * total. */
+static void check_peaks(const char *what, strata_session *s)
+{
+	const strata_plan *p = strata_session_plan(s);
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	const strata_plan_options *o = strata_plan_get_options(p);
+	const strata_plan_memory *m = strata_plan_get_memory(p);
+	strata_residency *e = strata_session_residency(s);
+	strata_forward *f = strata_session_forward(s);
+	for (uint32_t d = 0; d < c->devices; d++) {
+		strata_arena_stats a, b;
+		strata_residency_device_arena_stats_at(e, d, &a);
+		strata_forward_site_arena_stats(f, d, &b);
+		uint64_t plan = c->split_device_bytes[d] -
+				o->backend_reserved_bytes - c->driver_bytes -
+				(b.capacity_bytes ? m->product_workspace_bytes
+						  : 0);
+		uint64_t used = a.high_water_bytes + b.high_water_bytes;
+		if (used > plan || (double)used < 0.99 * (double)plan)
+			fail_msg("%s: device %u arenas %llu + %llu, plan %llu",
+				 what, d, (unsigned long long)a.high_water_bytes,
+				 (unsigned long long)b.high_water_bytes,
+				 (unsigned long long)plan);
+	}
+	strata_telemetry_snapshot t;
+	snapshot(s, &t);
+	strata_arena_stats cpu;
+	strata_forward_site_arena_stats(f, c->devices, &cpu);
+	uint64_t host = t.peak_bytes[STRATA_TIER_HOST] + cpu.high_water_bytes;
+	if (host > c->host_bytes ||
+	    (double)host < 0.99 * (double)c->host_bytes)
+		fail_msg("%s: host peak %llu + CPU site %llu, plan %llu", what,
+			 (unsigned long long)t.peak_bytes[STRATA_TIER_HOST],
+			 (unsigned long long)cpu.high_water_bytes,
+			 (unsigned long long)c->host_bytes);
+}
+
 static void check_model(const char *name)
 {
 	char path[1024];
@@ -155,6 +198,7 @@ static void check_model(const char *name)
 		if (memcmp(got_g, want_g, (1 + g) * sizeof(int32_t)))
 			fail_msg("%s: greedy text differs from resident", what);
 		check_run(what, s, layers, &before);
+		check_peaks(what, s);
 		strata_session_close(s);
 	}
 	strata_free(want);
