@@ -93,6 +93,27 @@ int strata__populate(const unsigned char *p, uint64_t bytes, bool ahead);
 int strata__populate_checked(const strata_tensor *t, const unsigned char *p,
 			     strata_error *err);
 
+/* Checked mappings of cold tensors (read_cold.c). */
+typedef struct strata__cold_region {
+	unsigned char *base; /* an anonymous mapping of `bytes`, read-only */
+	size_t bytes;
+	const unsigned char *data; /* the tensor's first byte in it */
+} strata__cold_region;
+/* Whether at most a tenth of the pages of [offset, offset + bytes) of the
+ * mapping at base are in the page cache (mincore); false where it cannot
+ * tell. */
+bool strata__range_cold(const unsigned char *base, uint64_t offset,
+			uint64_t bytes);
+/* Tensor t's file range, its ends rounded out to 4096, read from fd
+ * (opened O_DIRECT) into a fresh anonymous mapping in 4 MiB pieces on up to
+ * 4 threads, its values checked piece by piece as they land (where its
+ * type is checked); *out owns the mapping (munmap base, bytes). E_NOMEM;
+ * E_CKPT_READ; E_CKPT_VALUE; E_UNSUPPORTED where the filesystem refuses
+ * the direct reads (map it instead). Nothing is left mapped on error. */
+strata_status strata__read_cold(const strata_tensor *t, int fd,
+				const char *path, strata__cold_region *out,
+				strata_error *err);
+
 #define STRATA__MAX_NAME_BYTES 1024
 
 #endif /* STRATA_CHECKPOINT_CATALOG_H */

@@ -50,6 +50,8 @@ struct strata_weight_store {
 	/* per catalog file: first touch / first payload order */
 	bool *touched, *payload;
 	void **maps; /* per catalog file: its whole mapping, or NULL */
+	strata__cold_region *colds; /* cold tensors read for their mapping */
+	size_t cold_count, cold_cap;
 	const char **touched_paths, **payload_paths;
 	size_t touched_count, payload_count;
 	char note[512];
@@ -456,6 +458,9 @@ void strata_weight_store_destroy(strata_weight_store *ws)
 	for (size_t f = 0; f < ws->c->file_count; f++)
 		if (ws->maps[f])
 			munmap(ws->maps[f], (size_t)ws->c->files[f].size);
+	for (size_t i = 0; i < ws->cold_count; i++)
+		munmap(ws->colds[i].base, ws->colds[i].bytes);
+	strata_free(ws->colds);
 	strata_free(ws->maps);
 	pthread_mutex_destroy(&ws->mu);
 	pthread_cond_destroy(&ws->idle);
@@ -635,6 +640,62 @@ static strata_status map_file(strata_weight_store *ws, uint32_t f,
 	return STRATA_OK;
 }
 
+/* A checked mapping of tensor t whose pages are not in the page cache:
+ * read with O_DIRECT into memory of its own (read_cold.c), which on the CPU
+ * VM costs a fraction of faulting the cold file's pages in and checking
+ * them. E_UNSUPPORTED: the file takes no O_DIRECT; map it. */
+static strata_status map_cold(strata_weight_store *ws, const strata_tensor *t,
+			      const void **data, strata_error *err)
+{
+	pthread_mutex_lock(&ws->mu);
+	strata_status s = STRATA_OK;
+	if (ws->cold_count == ws->cold_cap) {
+		size_t cap = ws->cold_cap ? 2 * ws->cold_cap : 64;
+		strata__cold_region *g = strata_realloc(ws->colds, cap * sizeof *g);
+		if (g) {
+			ws->colds = g;
+			ws->cold_cap = cap;
+		} else {
+			s = strata_fail(err, STRATA_E_NOMEM, "free some memory",
+					"out of memory listing read tensors");
+		}
+	}
+	pthread_mutex_unlock(&ws->mu);
+	if (s)
+		return s;
+	strata_error ignored;
+	int fd = -1;
+	if (strata_catalog_file_open(ws->c, t->file, O_DIRECT, &fd, &ignored))
+		return STRATA_E_UNSUPPORTED;
+	strata__cold_region r;
+	s = strata__read_cold(t, fd, ws->c->files[t->file].path, &r, err);
+	strata_sys.close(fd);
+	if (s)
+		return s;
+	pthread_mutex_lock(&ws->mu);
+	if (ws->cold_count < ws->cold_cap) {
+		ws->colds[ws->cold_count++] = r;
+	} else { /* another thread took the room made: make more */
+		size_t cap = 2 * ws->cold_cap;
+		strata__cold_region *g = strata_realloc(ws->colds, cap * sizeof *g);
+		if (g) {
+			ws->colds = g;
+			ws->cold_cap = cap;
+			ws->colds[ws->cold_count++] = r;
+		}
+		s = g ? STRATA_OK
+		      : strata_fail(err, STRATA_E_NOMEM, "free some memory",
+				    "out of memory listing read tensors");
+	}
+	pthread_mutex_unlock(&ws->mu);
+	if (s) {
+		munmap(r.base, r.bytes);
+		return s;
+	}
+	*data = r.data;
+	return STRATA_OK;
+}
+
 static strata_status store_map(strata_weight_store *ws, const strata_tensor *t,
 			       const void **data, bool check,
 			       strata_error *err)
@@ -656,8 +717,21 @@ static strata_status store_map(strata_weight_store *ws, const strata_tensor *t,
 		return strata_error_prefix(err, "mapping tensor '%s'", t->name);
 	}
 	const char *path = c->files[t->file].path;
-	int e = check ? strata__populate_checked(t, base + t->offset, err)
-		      : strata__populate(base + t->offset, t->bytes, true);
+	const void *cold = NULL;
+	if (check && strata__tensor_check_unit(t) &&
+	    strata__range_cold(base, t->offset, t->bytes)) {
+		s = map_cold(ws, t, &cold, err);
+		if (s == STRATA_E_CKPT_VALUE || s == STRATA_E_NOMEM)
+			return s;
+		if (s != STRATA_OK && s != STRATA_E_UNSUPPORTED) {
+			err->code = STRATA_E_CKPT_READ;
+			return strata_error_prefix(err, "reading tensor '%s'",
+						   t->name);
+		}
+	}
+	int e = cold ? 0
+	       : check ? strata__populate_checked(t, base + t->offset, err)
+		       : strata__populate(base + t->offset, t->bytes, true);
 	if (e < 0)
 		return STRATA_E_CKPT_VALUE;
 	if (e)
@@ -673,7 +747,7 @@ static strata_status store_map(strata_weight_store *ws, const strata_tensor *t,
 		ws->payload_paths[ws->payload_count++] = path;
 	}
 	pthread_mutex_unlock(&ws->mu);
-	*data = base + t->offset;
+	*data = cold ? cold : base + t->offset;
 	return STRATA_OK;
 }
 

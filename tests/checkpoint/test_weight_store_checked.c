@@ -3,15 +3,20 @@
  * infinity anywhere in a half or block tensor (first, last, inside any of
  * the pieces a large tensor is read, mapped and spread over threads in)
  * is E_CKPT_VALUE naming the tensor and its first bad element or block,
- * by pread, O_DIRECT and mapping alike; f32 and the unchecked calls pass
- * as before (layer: checkpoint). */
+ * by pread, O_DIRECT and mapping alike, and by the mapping of a file out
+ * of the page cache (read with O_DIRECT into memory of its own, the page
+ * cache left alone, a check unit across two of its pieces checked whole);
+ * f32 and the unchecked calls pass as before (layer: checkpoint). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -75,7 +80,69 @@ static void model_fini(model *m)
 	free(m->half);
 }
 
-typedef enum way { BY_PREAD, BY_DIRECT, BY_MAP, WAYS } way;
+typedef enum way { BY_PREAD, BY_DIRECT, BY_MAP, BY_MAP_COLD, WAYS } way;
+
+/* Drops the file's pages from the page cache; whether they went (not on
+ * tmpfs, whose pages are the file). */
+static bool evict(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	(void)fdatasync(fd);
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	off_t size = lseek(fd, 0, SEEK_END);
+	void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t n = ((size_t)size + (size_t)page - 1) / (size_t)page, cached = 0;
+	unsigned char *vec = malloc(n);
+	assert_non_null(vec);
+	assert_int_equal(mincore(m, (size_t)size, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		cached += vec[i] & 1;
+	free(vec);
+	munmap(m, (size_t)size);
+	close(fd);
+	return cached * 10 < n;
+}
+
+/* How many pages of the file's [at, at + bytes) are in the page cache. */
+static size_t cached_pages(const char *path, uint64_t at, uint64_t bytes)
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t lo = at / page * page;
+	size_t len = (size_t)(at + bytes - lo), n = (len + page - 1) / page;
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)lo);
+	assert_true(m != MAP_FAILED);
+	unsigned char *v = malloc(n);
+	assert_non_null(v);
+	assert_int_equal(mincore(m, len, v), 0);
+	size_t cached = 0;
+	for (size_t i = 0; i < n; i++)
+		cached += v[i] & 1;
+	free(v);
+	munmap(m, len);
+	close(fd);
+	return cached;
+}
+
+/* Maps t checked, the file evicted first where `cold`; a cold mapping of
+ * a checked type must leave the page cache as it was (the tensor read
+ * around it); f32, and a tensor sharing a page the store has mapped (the
+ * eviction keeps that page), are mapped from the cache as ever. */
+static strata_status map_one(strata_weight_store *ws, const char *path,
+			     const strata_tensor *t, bool cold,
+			     const void **p, strata_error *e)
+{
+	bool proof = cold && evict(path) && t->dtype != STRATA_DTYPE_F32 &&
+		     !cached_pages(path, t->offset, t->bytes);
+	strata_status s = strata_weight_store_map_checked(ws, t, p, e);
+	if (proof)
+		assert_int_equal(cached_pages(path, t->offset, t->bytes), 0);
+	return s;
+}
 
 /* Reads (or maps) every tensor of the model checked, `way`; the status,
  * and with STRATA_OK each tensor's bytes compared with the file's. */
@@ -96,10 +163,10 @@ static strata_status load_checked(const model *m, way w, strata_error *e)
 		dst[i] = malloc((size_t)ts[i]->bytes);
 	}
 	strata_status s = STRATA_OK;
-	if (w == BY_MAP) {
+	if (w == BY_MAP || w == BY_MAP_COLD) {
 		for (int i = 0; s == STRATA_OK && i < 4; i++) {
 			const void *p = NULL;
-			s = strata_weight_store_map_checked(ws, ts[i], &p, e);
+			s = map_one(ws, m->path, ts[i], w == BY_MAP_COLD, &p, e);
 			if (s == STRATA_OK)
 				memcpy(dst[i], p, (size_t)ts[i]->bytes);
 		}
@@ -245,13 +312,71 @@ static void a_bad_q8_0_block_is_named(void **state)
 		assert_int_equal(strata_weight_store_create(c, &o, &ws, &e), 0);
 		void *dst = malloc((size_t)ct->bytes);
 		const void *p = NULL;
-		strata_status s = w == BY_MAP
-			? strata_weight_store_map_checked(ws, ct, &p, &e)
+		strata_status s = w == BY_MAP || w == BY_MAP_COLD
+			? map_one(ws, path, ct, w == BY_MAP_COLD, &p, &e)
 			: strata_weight_store_read_checked(ws, &ct, &dst, 1, &e);
 		assert_int_equal(s, STRATA_E_CKPT_VALUE);
 		assert_non_null(strstr(e.message, "tensor 'blk.0.ffn_down.weight'"));
 		assert_non_null(strstr(e.message, "Q8_0 block 31234 of 40000"));
 		free(dst);
+		strata_weight_store_destroy(ws);
+	}
+	strata_catalog_destroy(c);
+	unlink(path);
+	rmdir(dir);
+	free(dir);
+	free(q);
+}
+
+/* A cold Q8_0 tensor read in 4 MiB pieces (aligned in the file): the
+ * 34-byte block across the first piece's end is checked whole, its bad
+ * factor found; every block's bytes are the file's. */
+static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
+{
+	(void)state;
+	enum { BLOCKS = 200000 }; /* 6.8 MB: two pieces */
+	unsigned char *q = calloc(BLOCKS, 34);
+	assert_non_null(q);
+	for (size_t b = 0; b < BLOCKS; b++) {
+		q[b * 34 + 1] = 0x3c; /* d = 1.0 */
+		q[b * 34 + 2 + b % 32] = (unsigned char)b;
+	}
+	char *dir = ckw_temp_dir(), path[512];
+	snprintf(path, sizeof path, "%s/q.gguf", dir);
+	ckw_tensor t = {"blk.0.ffn_up.weight", CKW_Q8_0, NULL, 2,
+			{BLOCKS / 4, 128}, q, 0};
+	ckw_gguf_file(path, NULL, 0, &t, 1, NULL);
+	strata_catalog *c = NULL;
+	strata_error e;
+	assert_int_equal(strata_catalog_open(path, &c, &e), STRATA_OK);
+	const strata_tensor *ct = strata_catalog_find(c, t.name);
+	assert_non_null(ct);
+	uint64_t edge = ct->offset / 4096 * 4096 + (4u << 20);
+	uint64_t across = (edge - ct->offset) / 34;
+	if ((edge - ct->offset) % 34 == 0)
+		across--; /* a block ending on the edge: take the one before */
+	for (int bad = 0; bad < 2; bad++) {
+		if (bad) {
+			q[across * 34 + 1] = 0x7c; /* d = +inf */
+			ckw_gguf_file(path, NULL, 0, &t, 1, NULL);
+			strata_catalog_destroy(c);
+			assert_int_equal(strata_catalog_open(path, &c, &e), 0);
+			ct = strata_catalog_find(c, t.name);
+		}
+		strata_weight_store *ws = NULL;
+		assert_int_equal(strata_weight_store_create(c, NULL, &ws, &e), 0);
+		const void *p = NULL;
+		strata_status s = map_one(ws, path, ct, true, &p, &e);
+		if (!bad) {
+			assert_int_equal(s, STRATA_OK);
+			assert_memory_equal(p, q, (size_t)ct->bytes);
+		} else {
+			char want[64];
+			snprintf(want, sizeof want, "Q8_0 block %" PRIu64 " of 200000",
+				 across);
+			assert_int_equal(s, STRATA_E_CKPT_VALUE);
+			assert_non_null(strstr(e.message, want));
+		}
 		strata_weight_store_destroy(ws);
 	}
 	strata_catalog_destroy(c);
@@ -268,6 +393,7 @@ int main(void)
 		cmocka_unit_test(a_bad_value_anywhere_names_its_tensor_and_element),
 		cmocka_unit_test(f32_and_unchecked_calls_pass_as_before),
 		cmocka_unit_test(a_bad_q8_0_block_is_named),
+		cmocka_unit_test(a_cold_block_across_two_pieces_is_checked_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
