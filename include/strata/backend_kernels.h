@@ -45,30 +45,6 @@ typedef enum strata_rope_layout {
 /* "rotate-half" / "interleaved"; "unknown" outside the enum. */
 const char *strata_rope_layout_name(strata_rope_layout l);
 
-/* The shape of one attention call: n queries at positions pos0 .. pos0+n-1
- * over a KV cache that already holds positions 0 .. pos0+n-1. */
-typedef struct strata_attention_shape {
-	uint32_t n;	     /* queries */
-	uint32_t pos0;	     /* position of the first query */
-	uint32_t heads;	     /* query heads */
-	uint32_t kv_heads;   /* key/value heads; heads % kv_heads == 0 */
-	uint32_t head_dim;
-	uint32_t window;     /* 0: full causal; else a query at p sees keys
-				p-window+1 .. p (mistral sliding window) */
-	float scale;	     /* score multiplier, usually 1/sqrt(head_dim) */
-	float softcap;	     /* 0: none; else scores (after scale) become
-				softcap * tanh(score / softcap) (Gemma 2) */
-} strata_attention_shape;
-
-/* Element-wise maps of strata_kernel_map (y and x of `count` floats, a a
- * scalar): the few steps some families add to llama's. */
-typedef enum strata_map_op {
-	STRATA_MAP_SCALE,     /* y = x * a (Gemma's embedding scale) */
-	STRATA_MAP_SOFTCAP,   /* y = a * tanh(x / a) (Gemma 2's logits) */
-	STRATA_MAP_ADD_CONST, /* y = x + a (Gemma's norms, 1 + w) */
-	STRATA_MAP_GELU_MUL,  /* y = gelu_tanh(y) * x (GeGLU: y the gate) */
-} strata_map_op;
-
 /* The stored type of a weight (X(NAME, "text")); infer's
  * STRATA_INFER_ELEM_MAP is this list. Each name is also base's strata_block_type
  * of that name (the block layouts are base's, strata_block_decode). The
@@ -104,6 +80,33 @@ const char *strata_weight_type_name(strata_weight_type t);
 strata_block_type strata_weight_type_block(strata_weight_type t);
 /* One bit per type, for strata_kernel_ops.weight_types. */
 #define STRATA_WEIGHT_BIT(t) (1u << (unsigned)(t))
+
+/* The shape of one attention call: n queries at positions pos0 .. pos0+n-1
+ * over a KV cache that already holds positions 0 .. pos0+n-1. */
+typedef struct strata_attention_shape {
+	uint32_t n;	     /* queries */
+	uint32_t pos0;	     /* position of the first query */
+	uint32_t heads;	     /* query heads */
+	uint32_t kv_heads;   /* key/value heads; heads % kv_heads == 0 */
+	uint32_t head_dim;
+	uint32_t window;     /* 0: full causal; else a query at p sees keys
+				p-window+1 .. p (mistral sliding window) */
+	float scale;	     /* score multiplier, usually 1/sqrt(head_dim) */
+	float softcap;	     /* 0: none; else scores (after scale) become
+				softcap * tanh(score / softcap) (Gemma 2) */
+	/* The element type of the KV cache's k and v: F32 (0, the
+	 * default), F16 or BF16, among the table's kv_types. */
+	strata_weight_type kv_type;
+} strata_attention_shape;
+
+/* Element-wise maps of strata_kernel_map (y and x of `count` floats, a a
+ * scalar): the few steps some families add to llama's. */
+typedef enum strata_map_op {
+	STRATA_MAP_SCALE,     /* y = x * a (Gemma's embedding scale) */
+	STRATA_MAP_SOFTCAP,   /* y = a * tanh(x / a) (Gemma 2's logits) */
+	STRATA_MAP_ADD_CONST, /* y = x + a (Gemma's norms, 1 + w) */
+	STRATA_MAP_GELU_MUL,  /* y = gelu_tanh(y) * x (GeGLU: y the gate) */
+} strata_map_op;
 
 /* A weight as stored: rows x cols elements of `type`, row-major, in the
  * backend's device memory. A product's weight is (out, in); a norm's, a
@@ -141,6 +144,9 @@ typedef struct strata_kernel_ops {
 	const char *name; /* "cpu", "cuda" */
 	/* STRATA_WEIGHT_BIT of each type matmul, rmsnorm and embed take */
 	uint32_t weight_types;
+	/* STRATA_WEIGHT_BIT of each KV cache type attention reads and
+	 * kv_store writes besides F32 (which every table takes). */
+	uint32_t kv_types;
 	/* threads: 0 picks the machine's online processor count. */
 	strata_status (*compute_create)(uint32_t threads, void **ctx,
 					strata_error *err);
@@ -168,10 +174,10 @@ typedef struct strata_kernel_ops {
 			      strata_error *err);
 	/* out (n, heads, head_dim) = softmax(q k^T * scale, causal and
 	 * window masked) v, with q (n, heads, head_dim) and the caches
-	 * k, v (positions, kv_heads, head_dim); query head h reads kv head
-	 * h / (heads / kv_heads). */
+	 * k, v (positions, kv_heads, head_dim) of shape->kv_type; query
+	 * head h reads kv head h / (heads / kv_heads). */
 	strata_status (*attention)(void *ctx, float *out, const float *q,
-				   const float *k, const float *v,
+				   const void *k, const void *v,
 				   const strata_attention_shape *shape,
 				   strata_error *err);
 	/* gate (count) = silu(gate) * up (count). */
@@ -224,6 +230,13 @@ typedef struct strata_kernel_ops {
 				 uint32_t kv_heads, uint32_t head_dim,
 				 const float *inv_freq,
 				 strata_rope_layout layout, strata_error *err);
+	/* Needed for kv_types: dst (count elements of `type`) = src (count
+	 * f32): F32 a copy, F16 / BF16 rounded to nearest even (NaN stays
+	 * NaN, overflow becomes infinity), bit for bit as base's encoder
+	 * (strata_block_encode). */
+	strata_status (*kv_store)(void *ctx, void *dst, strata_weight_type type,
+				  const float *src, uint64_t count,
+				  strata_error *err);
 	/* Optional: takes `bytes` of the products' input workspace now
 	 * (the plan's product_workspace_bytes) instead of at the first
 	 * product that needs them. */
@@ -307,10 +320,22 @@ strata_status strata_kernel_rope(strata_compute *c, float *x, uint32_t n,
 				 uint32_t head_dim, const float *inv_freq,
 				 strata_rope_layout layout, strata_error *err);
 strata_status strata_kernel_attention(strata_compute *c, float *out,
-				      const float *q, const float *k,
-				      const float *v,
+				      const float *q, const void *k,
+				      const void *v,
 				      const strata_attention_shape *shape,
 				      strata_error *err);
+/* KV cache rows in their type: dst (count elements of type) = src (count
+ * f32, device memory of c). F32 is a device copy; F16 and BF16 round to
+ * nearest even. E_UNSUPPORTED naming the type and the table when the
+ * table has no such KV type (strata_kernel_kv_takes). */
+strata_status strata_kernel_kv_store(strata_compute *c, void *dst,
+				     strata_weight_type type, const float *src,
+				     uint64_t count, strata_error *err);
+/* Whether the table reads and writes KV caches of type t (F32 always). */
+bool strata_kernel_kv_takes(const strata_compute *c, strata_weight_type t);
+/* Bytes of one KV element of type t: 4 (F32), 2 (F16, BF16); 0 for a
+ * type no KV cache holds. */
+uint32_t strata_kv_type_bytes(strata_weight_type t);
 strata_status strata_kernel_swiglu(strata_compute *c, float *gate,
 				   const float *up, uint64_t count,
 				   strata_error *err);

@@ -462,6 +462,10 @@ typedef struct strata_forward_options {
 	uint32_t context;   /* positions each KV cache holds */
 	uint32_t batch;	    /* positions per pass at most (prefill chunk) */
 	uint32_t sequences; /* KV caches (issue 9's --batch B); 0 is 1 */
+	/* The KV cache's elements (--kv-type): STRATA_WEIGHT_F32 (0, the
+	 * default), _F16 or _BF16, which every site's kernels must keep
+	 * (strata_kernel_kv_takes; else E_UNSUPPORTED) */
+	strata_weight_type kv_type;
 	/* A placement: site_count sites (backend and compute above are then
 	 * not used), layer l running on sites[decode_site[l]] in decode
 	 * passes and on sites[prefill_site[l]] in chunks of at least
@@ -605,19 +609,23 @@ uint32_t strata_forward_selected(const strata_forward *f);
 /* ------------------------------------------------------------------------ */
 
 /* The keys and values of `sequences` sequences, each `context` positions of
- * every layer, f32 in a backend's device memory, and how many positions
- * each sequence holds. A forward pass makes one (strata_forward_kv_cache);
- * a prefix cache saves and restores sequences of it. */
+ * every layer, in a backend's device memory as elements of kv_type (f32,
+ * f16 or bf16: --kv-type), and how many positions each sequence holds. A
+ * forward pass makes one (strata_forward_kv_cache); a prefix cache saves
+ * and restores sequences of it. */
 typedef struct strata_kv_cache_shape {
 	uint32_t layers;
 	uint32_t kv_dim;    /* kv_heads x head_dim */
 	uint32_t context;   /* positions of each sequence */
 	uint32_t sequences; /* 1 .. STRATA_FORWARD_MAX_SEQUENCES */
+	/* STRATA_WEIGHT_F32 (0, the default), _F16 or _BF16 */
+	strata_weight_type kv_type;
 } strata_kv_cache_shape;
 
 /* Bytes of the keys (and as many of the values): (sequences, layers,
- * context, kv_dim) f32; E_OVERFLOW naming the product, E_INVALID_ARG for a
- * zero or too large count. */
+ * context, kv_dim) elements of kv_type; E_OVERFLOW naming the product,
+ * E_INVALID_ARG for a zero or too large count, E_UNSUPPORTED for a
+ * kv_type no KV cache holds. */
 strata_status strata_kv_cache_keys_bytes(const strata_kv_cache_shape *shape,
 					 uint64_t *out, strata_error *err);
 
@@ -644,8 +652,9 @@ void strata_kv_cache_reset(strata_kv_cache *kv, uint32_t seq);
  * only, so a later sequence starting with the same tokens can start from
  * them instead of recomputing. A saved prefix is `count` = 2 x layers
  * parts, each its own block of memory: parts[2 l] the keys of layer l,
- * parts[2 l + 1] its values, each (positions, kv_dim) f32 rows from
- * position 0. part_bytes: the bytes of one part of `positions`; bytes: of
+ * parts[2 l + 1] its values, each (positions, kv_dim) rows from position
+ * 0 in the cache's kv_type (f32 or, with an f16/bf16 cache, 2-byte
+ * elements behind the float pointers: the bytes are copied as they are). part_bytes: the bytes of one part of `positions`; bytes: of
  * all of them (E_OVERFLOW naming the sum). save copies sequence seq's
  * cached positions [0, positions) into the parts (each part_bytes >=
  * strata_kv_cache_part_bytes; count 2 x layers; positions at most the

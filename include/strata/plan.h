@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strata/backend_kernels.h"
 #include "strata/base.h"
 #include "strata/checkpoint.h"
 #include "strata/topology.h"
@@ -319,6 +320,10 @@ typedef struct strata_plan_arch {
  * at most context x batch (a step's prompt chunks of every sequence). */
 typedef struct strata_plan_shape {
 	uint64_t context, batch, prefill_chunk;
+	/* The KV cache's elements (--kv-type): STRATA_WEIGHT_F32 (0, the
+	 * default: exact), _F16 or _BF16 (half the bytes); any other type
+	 * is the planner's E_PLAN_OPTIONS. */
+	strata_weight_type kv_type;
 } strata_plan_shape;
 
 /* The one set of shape defaults `strata plan` and `strata run` share, so
@@ -365,7 +370,7 @@ void strata_plan_shape_defaults(strata_plan_shape *s, uint64_t trained,
  * arch_known false when the architecture is unknown. */
 typedef struct strata_plan_memory {
 	bool arch_known;
-	uint64_t kv_element_bytes; /* 4: the KV cache is f32 on every backend */
+	uint64_t kv_element_bytes; /* 4 (f32, the default), 2 (f16, bf16) */
 	uint64_t kv_buffer_bytes;  /* one K or one V of one layer, aligned:
 				      [batch, context, kv_heads * head_dim] */
 	uint64_t kv_cache_bytes;   /* layers x 2 x kv_buffer_bytes */
@@ -388,8 +393,8 @@ typedef struct strata_plan_memory {
 
 /* The one function that sizes every non-weight buffer (formulas above).
  * weight_dtype is the dominant floating dtype of the weights (on CUDA, half
- * weights need the product workspace; the KV cache is f32 on every
- * backend). largest_unit_bytes and staging_slots size the ring.
+ * weights need the product workspace); the KV cache's elements are
+ * shape->kv_type's (E_PLAN_OPTIONS for a type no KV cache holds). largest_unit_bytes and staging_slots size the ring.
  * E_OVERFLOW names the buffer whose size overflowed. */
 strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 					 const strata_plan_shape *shape,

@@ -173,6 +173,10 @@ typedef struct strata_telemetry_report {
 	uint64_t queue_depth;	  /* disk mode; else 0 */
 	uint64_t static_bytes;	  /* plan: pinned static tensors */
 	uint64_t window_bytes;	  /* plan: the largest device window */
+	/* plan: the KV cache's element type ("f32", "f16", "bf16"; NULL
+	 * writes "f32") and its bytes (layers x keys and values) */
+	const char *kv_type;
+	uint64_t kv_cache_bytes;
 	double load_seconds;	  /* opening, planning, first loads */
 	double run_seconds;	  /* the forward passes */
 	uint64_t tokens;	  /* positions computed */

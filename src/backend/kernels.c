@@ -277,14 +277,69 @@ strata_status strata_kernel_rope(strata_compute *c, float *x, uint32_t n,
 			    layout, err);
 }
 
+bool strata_kernel_kv_takes(const strata_compute *c, strata_weight_type t)
+{
+	if (t == STRATA_WEIGHT_F32)
+		return true;
+	return c && strata_kv_type_bytes(t) && c->ops->kv_store &&
+	       (c->ops->kv_types & STRATA_WEIGHT_BIT(t));
+}
+
+uint32_t strata_kv_type_bytes(strata_weight_type t)
+{
+	switch (t) {
+	case STRATA_WEIGHT_F32:
+		return 4;
+	case STRATA_WEIGHT_F16:
+	case STRATA_WEIGHT_BF16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+static strata_status kv_unsupported(const strata_compute *c,
+				    strata_weight_type t, const char *kernel,
+				    strata_error *err)
+{
+	return strata_fail(err, STRATA_E_UNSUPPORTED,
+			   "use --kv-type f32, or a backend that keeps this "
+			   "KV type",
+			   "%s kernel: the %s kernels keep no %s KV cache",
+			   kernel, c->ops->name, strata_weight_type_name(t));
+}
+
+strata_status strata_kernel_kv_store(strata_compute *c, void *dst,
+				     strata_weight_type type, const float *src,
+				     uint64_t count, strata_error *err)
+{
+	if (!c || !dst || !src)
+		return bad(err, "kv_store", "NULL buffer");
+	if (!count)
+		return STRATA_OK;
+	if (!strata_kernel_kv_takes(c, type))
+		return kv_unsupported(c, type, "kv_store", err);
+	if (count > UINT64_MAX / 4)
+		return bad(err, "kv_store", "count overflows the bytes");
+	if (!c->ops->kv_store) { /* F32 on a table without the slot */
+		if (c->ops->compute_stream)
+			return kv_unsupported(c, type, "kv_store", err);
+		memcpy(dst, src, count * sizeof(float));
+		return STRATA_OK;
+	}
+	return c->ops->kv_store(c->ctx, dst, type, src, count, err);
+}
+
 strata_status strata_kernel_attention(strata_compute *c, float *out,
-				      const float *q, const float *k,
-				      const float *v,
+				      const float *q, const void *k,
+				      const void *v,
 				      const strata_attention_shape *s,
 				      strata_error *err)
 {
 	if (!c || !out || !q || !k || !v || !s)
 		return bad(err, "attention", "NULL buffer");
+	if (!strata_kernel_kv_takes(c, s->kv_type))
+		return kv_unsupported(c, s->kv_type, "attention", err);
 	if (!s->n || !s->heads || !s->kv_heads || !s->head_dim)
 		return bad(err, "attention", "zero dimension");
 	if (s->heads % s->kv_heads)

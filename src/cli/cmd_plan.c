@@ -182,6 +182,10 @@ static void print_plan(FILE *f, const strata_plan *p)
 		(unsigned long long)o->shape.context,
 		(unsigned long long)o->shape.batch,
 		(unsigned long long)o->shape.prefill_chunk);
+	if (m->arch_known)
+		fprintf(f, "KV cache: %s, %s (--kv-type)\n",
+			strata_weight_type_name(o->shape.kv_type),
+			strata_size_format(m->kv_cache_bytes, s1, 32));
 	fprintf(f, "budgets: device %s (%s%s), host %s (%s)\n",
 		strata_size_format(b->device_budget_bytes, s1, 32),
 		b->shared_by > 1 && !b->device_from_option &&

@@ -1,9 +1,10 @@
 /* residency_options.c - the residency options plan, run and logits share:
- * mode, budgets, disk lookahead and queue, token shape, excludes, device
- * and link bandwidths (layer: cli). */
+ * mode, budgets, disk lookahead and queue, token shape, the KV cache's
+ * type, excludes, device and link bandwidths (layer: cli). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/commands.h"
 
@@ -24,6 +25,8 @@ static const char residency_help[] =
 	"  --prefill-chunk N     prompt tokens per forward pass (default 512, at\n"
 	"                        most the context; logits and batch: the longest\n"
 	"                        prompt, at most 512)\n"
+	"  --kv-type f32|f16|bf16 the KV cache's elements (default f32, exact;\n"
+	"                        f16 and bf16 take half the bytes)\n"
 	"  --exclude GLOB        tensors held in independent storage (repeatable)\n"
 	"  --h2d-bandwidth SIZE  host-to-device bytes per second (default 55GB)\n"
 	"  --disk-bandwidth SIZE disk bytes per second (default 1.1GB)\n"
@@ -90,7 +93,7 @@ typedef enum opt_kind {
 	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
 	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW, OPT_HOSTBW,
 	OPT_RESIDENT_UNITS, OPT_CPU_UNITS, OPT_CPU_MOE, OPT_EXPERT_CACHE,
-	OPT_EXPERT_STREAM,
+	OPT_EXPERT_STREAM, OPT_KV_TYPE,
 } opt_kind;
 
 static const struct {
@@ -116,6 +119,7 @@ static const struct {
 	{"--n-cpu-moe", OPT_CPU_MOE},
 	{"--expert-cache", OPT_EXPERT_CACHE},
 	{"--expert-stream-rows", OPT_EXPERT_STREAM},
+	{"--kv-type", OPT_KV_TYPE},
 };
 
 void strata_cli_residency_init(strata_cli_residency *r)
@@ -252,6 +256,29 @@ static int parse_device_memory(strata_plan_options *o, const char *v,
 	return 1;
 }
 
+/* f32, f16 or bf16 (any case); q8_0 is named and refused: a block type
+ * would need its own attention kernels, which strata does not have. */
+static int parse_kv_type(strata_plan_options *o, const char *v,
+			 strata_error *err)
+{
+	static const strata_weight_type types[] = {
+		STRATA_WEIGHT_F32, STRATA_WEIGHT_F16, STRATA_WEIGHT_BF16};
+	for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+		if (!strcasecmp(v, strata_weight_type_name(types[i]))) {
+			o->shape.kv_type = types[i];
+			return 1;
+		}
+	if (!strcasecmp(v, "q8_0")) {
+		strata_fail(err, STRATA_E_USAGE,
+			    "use --kv-type f16 or bf16 (half of f32's bytes)",
+			    "--kv-type q8_0: a quantized KV cache is not "
+			    "supported");
+		return -1;
+	}
+	return usage_error(err, "use f32 (the default), f16 or bf16",
+			   "--kv-type", v, "a KV cache type");
+}
+
 static int parse_count(const char *opt, const char *v, bool positive,
 		       uint64_t *out, strata_error *err)
 {
@@ -320,6 +347,7 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 		return parse_count(opt, v, false, &o->experts.cache_slots, err);
 	case OPT_EXPERT_STREAM:
 		return parse_count(opt, v, true, &o->experts.stream_rows, err);
+	case OPT_KV_TYPE: return parse_kv_type(o, v, err);
 	}
 	return 0;
 }

@@ -27,13 +27,13 @@
 
 #include "infer/forward_internal.h"
 
-/* The selected sequence's key / value cache rows. */
-static float *k_at(const strata_forward *f, uint32_t layer, uint32_t pos)
+/* The selected sequence's key / value cache rows (in the cache's type). */
+static void *k_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
 	return strata__kv_keys(f->kv, f->seq, layer, pos);
 }
 
-static float *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
+static void *v_at(const strata_forward *f, uint32_t layer, uint32_t pos)
 {
 	return strata__kv_values(f->kv, f->seq, layer, pos);
 }
@@ -44,8 +44,9 @@ typedef struct rows {
 } rows;
 
 /* x += attention(rmsnorm(x)) for rows at positions pos .. pos+n-1: q, k and
- * v (k and v straight into the cache) from the normed rows, the rotation,
- * attention over the cache, the output projection added to x. */
+ * v (k and v straight into an f32 cache; into k_new / v_new, then stored
+ * in the cache's type, for an f16/bf16 one) from the normed rows, the
+ * rotation, attention over the cache, the output projection added to x. */
 static strata_status attention_block(strata_forward *f,
 				     const strata_forward_weights *w,
 				     uint32_t layer, void *arg,
@@ -54,7 +55,10 @@ static strata_status attention_block(strata_forward *f,
 	const strata_infer_hparams *hp = f->hp;
 	const rows *r = arg;
 	uint32_t n = r->n, pos = r->pos;
-	float *k = k_at(f, layer, pos), *v = v_at(f, layer, pos);
+	bool typed = f->kv_type != STRATA_WEIGHT_F32;
+	float *k = typed ? f->k_new : k_at(f, layer, pos);
+	float *v = typed ? f->v_new : v_at(f, layer, pos);
+	uint64_t count = (uint64_t)n * f->kv_dim;
 	const strata_attention_shape shape =
 		strata__forward_attention_shape(f, layer, n, pos);
 	const float *bq, *bk, *bv;
@@ -71,6 +75,12 @@ static strata_status attention_block(strata_forward *f,
 					hp->kv_heads, hp->head_dim,
 					strata__forward_inv_freq(f, layer),
 					hp->rope_layout, err)) ||
+	    (typed && ((st = strata_kernel_kv_store(f->c, k_at(f, layer, pos),
+						    f->kv_type, k, count,
+						    err)) ||
+		       (st = strata_kernel_kv_store(f->c, v_at(f, layer, pos),
+						    f->kv_type, v, count,
+						    err)))) ||
 	    (st = strata_kernel_attention(f->c, f->att, f->q,
 					  k_at(f, layer, 0), v_at(f, layer, 0),
 					  &shape, err)))

@@ -7,11 +7,13 @@
 
 #include "infer/forward_internal.h"
 
-/* `count` buffers of the forward pass, each rows x cols floats. */
+/* `count` buffers of the forward pass, each rows x cols elements of
+ * `elem` bytes (f32, or the KV cache's type). */
 typedef struct buf_spec {
 	float **slot; /* NULL: counted here, taken by the KV cache */
 	uint64_t rows, cols, count;
 	const char *what;
+	uint32_t elem;
 } buf_spec;
 
 #define MAX_BUFFERS 24
@@ -36,7 +38,10 @@ static size_t buffer_list(strata_forward *f, uint32_t s, buf_spec *out)
 	/* (sequences x layers x context) cannot overflow: each is 32 bits */
 	uint64_t layer_rows = (uint64_t)f->sequences * f->context;
 	size_t n = 0;
-#define BUF(field, r, c, w) out[n++] = (buf_spec){&st->field, (r), (c), 1, (w)}
+	uint32_t kv_elem = strata_kv_type_bytes(f->kv_type);
+#define BUF_OF(field, r, c, w, e)                                              \
+	out[n++] = (buf_spec){&st->field, (r), (c), 1, (w), (e)}
+#define BUF(field, r, c, w) BUF_OF(field, r, c, w, sizeof(float))
 	BUF(x, f->rows, hp->dim, "residual stream");
 	BUF(xb, f->rows, hp->dim, "normed activations");
 	BUF(q, f->rows, f->q_dim, "queries");
@@ -49,13 +54,13 @@ static size_t buffer_list(strata_forward *f, uint32_t s, buf_spec *out)
 	uint64_t kv_count = f->placed ? kv_layers_of(f, s) : 1;
 	if (kv_count) {
 		out[n++] = (buf_spec){NULL, kv_rows, f->kv_dim, kv_count,
-				      "key cache"};
+				      "key cache", kv_elem};
 		out[n++] = (buf_spec){NULL, kv_rows, f->kv_dim, kv_count,
-				      "value cache"};
+				      "value cache", kv_elem};
 	}
 	if (st->stages) {
-		BUF(k_stage, layer_rows, f->kv_dim, "staged keys");
-		BUF(v_stage, layer_rows, f->kv_dim, "staged values");
+		BUF_OF(k_stage, layer_rows, f->kv_dim, "staged keys", kv_elem);
+		BUF_OF(v_stage, layer_rows, f->kv_dim, "staged values", kv_elem);
 	}
 	BUF(inv_freq, hp->head_dim / 2, 1, "rope frequencies");
 	if (hp->rope_local_theta > 0)
@@ -69,8 +74,10 @@ static size_t buffer_list(strata_forward *f, uint32_t s, buf_spec *out)
 	if (strata__forward_norm_floats(hp))
 		BUF(norm_f32, 1, strata__forward_norm_floats(hp),
 		    "norm weights (1 + w, f32)");
-	if (f->sequences > 1) {
-		/* a mixed step's rows: a prompt chunk beside decodes */
+	if (f->sequences > 1 || f->kv_type != STRATA_WEIGHT_F32) {
+		/* a mixed step's rows: a prompt chunk beside decodes; with an
+		 * f16/bf16 cache, the new rows before they are stored (the
+		 * plan's "key" and "value" buffers) */
 		BUF(k_new, f->rows, f->kv_dim, "step keys");
 		BUF(v_new, f->rows, f->kv_dim, "step values");
 	}
@@ -83,6 +90,7 @@ static size_t buffer_list(strata_forward *f, uint32_t s, buf_spec *out)
 	if (mlp < bias)
 		BUF(own_bias, 1, bias, "biases (f32)");
 #undef BUF
+#undef BUF_OF
 	return n;
 }
 
@@ -98,7 +106,7 @@ static strata_status device_total(strata_forward *f, uint32_t s,
 		strata_status st;
 		if ((st = strata_checked_mul(b[i].rows, b[i].cols, &cells,
 					     b[i].what, err)) ||
-		    (st = strata_checked_mul(cells, sizeof(float), &bytes,
+		    (st = strata_checked_mul(cells, b[i].elem, &bytes,
 					     b[i].what, err)) ||
 		    (st = strata_checked_align(bytes, &bytes, b[i].what, err)) ||
 		    (st = strata_checked_mul(bytes, b[i].count, &bytes,
@@ -202,6 +210,12 @@ static strata_status set_shape(strata_forward *f,
 	f->rows = f->batch > sequences ? f->batch : sequences;
 	f->q_dim = hp->heads * hp->head_dim;
 	f->kv_dim = hp->kv_heads * hp->head_dim;
+	if (!strata_kv_type_bytes(o->kv_type))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use --kv-type f32, f16 or bf16",
+				   "forward pass: no KV cache holds %s elements",
+				   strata_weight_type_name(o->kv_type));
+	f->kv_type = o->kv_type;
 	return set_sites(f, o, err);
 }
 
@@ -382,7 +396,7 @@ static strata_status make_site(strata_forward *f, uint32_t s,
 		if (!bl[i].slot)
 			continue;
 		st = strata_arena_alloc(site->arena, bl[i].rows * bl[i].cols *
-							     sizeof(float),
+							     bl[i].elem,
 					&p, err);
 		*bl[i].slot = p;
 	}
@@ -394,7 +408,8 @@ static strata_status make_site(strata_forward *f, uint32_t s,
 static strata_status make_cache(strata_forward *f, strata_error *err)
 {
 	const strata_kv_cache_shape kvs = {f->hp->layers, f->kv_dim,
-					   f->context, f->sequences};
+					   f->context, f->sequences,
+					   f->kv_type};
 	if (!f->placed)
 		return strata_kv_cache_create(&kvs, f->site[0].arena,
 					      f->site[0].c, &f->kv, err);

@@ -152,5 +152,6 @@ strata_attention_shape strata__forward_attention_shape(const strata_forward *f,
 		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
 		.window = strata_infer_layer_window(hp, layer),
 		.scale = scale, .softcap = hp->attn_softcap,
+		.kv_type = f->kv_type,
 	};
 }

@@ -10,7 +10,8 @@
 
 #include "strata/infer.h"
 
-/* Each layer's keys and values are (sequences, context, kv_dim) f32 at
+/* Each layer's keys and values are (sequences, context, kv_dim) elements of
+ * shape.kv_type (f32, f16 or bf16: elem_bytes each) at
  * k[layer] / v[layer]: in one pair of blocks of one arena (one site), or,
  * for a placement, each layer's pair in the arena of the site that
  * computes it in decode (strata__kv_cache_create_sites). A forward pass
@@ -18,7 +19,8 @@
  * for that layer's step (forward_sites.c). */
 struct strata_kv_cache {
 	strata_kv_cache_shape shape;
-	float **k, **v;		/* [layers] */
+	uint32_t elem_bytes;	/* 4 (f32) or 2 (f16, bf16) */
+	void **k, **v;		/* [layers] */
 	strata_compute **c;	/* [layers]: save and restore copy through it */
 	strata_arena **arena;	/* [layers]: where each pair was taken */
 	bool split;		/* a pair per layer; else k[0], v[0] are the two
@@ -26,25 +28,32 @@ struct strata_kv_cache {
 	uint32_t pos[STRATA_FORWARD_MAX_SEQUENCES]; /* cached positions */
 };
 
-/* Row `pos` of layer `layer` of sequence `seq`'s keys / values. */
-static inline float *strata__kv_keys(const strata_kv_cache *kv, uint32_t seq,
-				     uint32_t layer, uint32_t pos)
+/* Byte offset of row `pos` of sequence `seq` in a layer's block. */
+static inline uint64_t strata__kv_offset(const strata_kv_cache *kv,
+					 uint32_t seq, uint32_t pos)
 {
 	const strata_kv_cache_shape *s = &kv->shape;
-	return kv->k[layer] + ((uint64_t)seq * s->context + pos) * s->kv_dim;
+	return ((uint64_t)seq * s->context + pos) * s->kv_dim * kv->elem_bytes;
 }
 
-static inline float *strata__kv_values(const strata_kv_cache *kv,
-				       uint32_t seq, uint32_t layer,
-				       uint32_t pos)
+/* Row `pos` of layer `layer` of sequence `seq`'s keys / values, in the
+ * cache's type (f32 rows a float pointer may take: kv_type F32). */
+static inline void *strata__kv_keys(const strata_kv_cache *kv, uint32_t seq,
+				    uint32_t layer, uint32_t pos)
 {
-	const strata_kv_cache_shape *s = &kv->shape;
-	return kv->v[layer] + ((uint64_t)seq * s->context + pos) * s->kv_dim;
+	return (char *)kv->k[layer] + strata__kv_offset(kv, seq, pos);
+}
+
+static inline void *strata__kv_values(const strata_kv_cache *kv,
+				      uint32_t seq, uint32_t layer,
+				      uint32_t pos)
+{
+	return (char *)kv->v[layer] + strata__kv_offset(kv, seq, pos);
 }
 
 /* kv_cache.c. The cache with layer l's keys and values in arenas[l]
  * (device memory of the backend computes[l] computes on), each a block of
- * (sequences, context, kv_dim) f32. The caller owns *out. */
+ * (sequences, context, kv_dim) of shape->kv_type. The caller owns *out. */
 strata_status strata__kv_cache_create_sites(const strata_kv_cache_shape *shape,
 					    strata_arena *const *arenas,
 					    strata_compute *const *computes,
@@ -68,7 +77,8 @@ typedef struct strata_forward_site_state {
 	float *inv_freq_local, *norm_f32;
 	float *moe_logits, *moe_in, *moe_out;
 	float *logit_row, *own_bias, *bias_f32;
-	float *k_stage, *v_stage; /* (sequences, context, kv_dim) each */
+	/* (sequences, context, kv_dim) each, of the KV cache's type */
+	float *k_stage, *v_stage;
 } strata_forward_site_state;
 
 struct strata_forward {
@@ -80,14 +90,16 @@ struct strata_forward {
 	uint32_t sequences; /* KV caches, one per sequence */
 	uint32_t seq;	    /* the sequence the one-sequence calls act on */
 	uint32_t q_dim, kv_dim;
+	strata_weight_type kv_type; /* the KV cache's elements */
 	/* activations, `rows` rows each */
 	float *x;	/* (rows, dim) the residual stream */
 	float *xb;	/* (rows, dim) normed input / projection output */
 	float *q;	/* (rows, q_dim) */
 	float *att;	/* (rows, q_dim) attention output */
 	float *hb, *hb2; /* (rows, ffn) gate and up */
-	/* (rows, kv_dim) each: a step's new keys and values before
-	 * they go to each sequence's cache; NULL with one sequence */
+	/* (rows, kv_dim) each, f32: a step's new keys and values before
+	 * they go to each sequence's cache; NULL with one sequence and an
+	 * f32 cache */
 	float *k_new, *v_new;
 	strata_kv_cache *kv;	  /* `sequences` caches, in the arena */
 	float *inv_freq;	  /* (head_dim / 2) */

@@ -145,23 +145,24 @@ strata_status strata__forward_pass(strata_forward *f, bool prefill,
 /* Copies rows [p0, p1) of the selected sequence's keys and values of
  * `layer` between its home and the staging pair of site s (up: to s). */
 static strata_status stage(strata_forward *f, uint32_t layer, uint32_t s,
-			   float *const home[2], uint32_t p0, uint32_t p1,
+			   void *const home[2], uint32_t p0, uint32_t p1,
 			   bool up, strata_error *err)
 {
 	strata_forward_site_state *site = &f->site[s];
 	uint32_t h = kv_home(f, layer);
-	uint64_t off = ((uint64_t)f->seq * f->context + p0) * f->kv_dim;
-	uint64_t bytes = (uint64_t)(p1 - p0) * f->kv_dim * sizeof(float);
-	float *staged[2] = {site->k_stage + off, site->v_stage + off};
+	uint64_t off = strata__kv_offset(f->kv, f->seq, p0);
+	uint64_t bytes = (uint64_t)(p1 - p0) * f->kv_dim * f->kv->elem_bytes;
+	char *staged[2] = {(char *)site->k_stage + off,
+			   (char *)site->v_stage + off};
 	if (!bytes)
 		return STRATA_OK;
 	uint64_t t0 = strata_now_ns();
 	strata_status st = STRATA_OK;
 	for (int i = 0; i < 2 && st == STRATA_OK; i++)
-		st = up ? site_copy(f, s, staged[i], h, home[i] + off, bytes,
-				    err)
-			: site_copy(f, h, home[i] + off, s, staged[i], bytes,
-				    err);
+		st = up ? site_copy(f, s, staged[i], h, (char *)home[i] + off,
+				    bytes, err)
+			: site_copy(f, h, (char *)home[i] + off, s, staged[i],
+				    bytes, err);
 	/* the staging pair is the next staged layer's too: the copy back
 	 * must be done before it is overwritten */
 	if (st == STRATA_OK && !up)
@@ -184,7 +185,7 @@ strata_status strata__forward_layer_at(strata_forward *f, uint32_t layer,
 	/* computed away from its cache: through the staging pair (only a
 	 * site some layer of the prefill split visits has one) */
 	strata_kv_cache *kv = f->kv;
-	float *home[2] = {kv->k[layer], kv->v[layer]};
+	void *home[2] = {kv->k[layer], kv->v[layer]};
 	if (!f->site[s].stages)
 		return strata_fail(err, STRATA_E_INTERNAL,
 				   "this is a bug in strata; report it",

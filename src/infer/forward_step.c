@@ -128,25 +128,45 @@ static strata_status copy_rows(strata_forward *f, float *dst, const float *src,
 	return st;
 }
 
+/* A segment's new keys and values (rows `row` .. of k_new / v_new, f32,
+ * keys already rotated) into its sequence's cache of f16 / bf16. */
+static strata_status store_rows(strata_forward *f, uint32_t layer,
+				const strata_forward_segment *g, uint32_t row,
+				strata_error *err)
+{
+	uint32_t s = g->seq, p = f->kv->pos[s];
+	uint64_t at = (uint64_t)row * f->kv_dim, count = (uint64_t)g->n * f->kv_dim;
+	strata_status st = strata_kernel_kv_store(
+		f->c, strata__kv_keys(f->kv, s, layer, p), f->kv_type,
+		f->k_new + at, count, err);
+	return st ? st
+		  : strata_kernel_kv_store(
+			    f->c, strata__kv_values(f->kv, s, layer, p),
+			    f->kv_type, f->v_new + at, count, err);
+}
+
 /* For each segment: its new keys and values into its sequence's cache
- * (with one segment the products wrote them there already), its queries
- * and keys rotated at its positions, attention over its cache (causal
- * within the segment). */
+ * (with one segment and an f32 cache the products wrote them there
+ * already), its queries and keys rotated at its positions, attention over
+ * its cache (causal within the segment). An f16 / bf16 cache takes its
+ * rows after the rotation, in its type. */
 static strata_status attend_rows(strata_forward *f, uint32_t layer,
 				 const step_rows *r, strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
 	strata_compute *c = f->c;
+	bool typed = f->kv_type != STRATA_WEIGHT_F32;
 	strata_status st = STRATA_OK;
 	for (uint32_t i = 0; st == STRATA_OK && i < r->count; i++) {
 		const strata_forward_segment *g = &r->segs[i];
 		uint32_t s = g->seq, p = f->kv->pos[s], row = r->first[i];
 		float *q = f->q + (uint64_t)row * f->q_dim;
-		float *k = strata__kv_keys(f->kv, s, layer, p);
+		float *k = typed ? f->k_new + (uint64_t)row * f->kv_dim
+				 : strata__kv_keys(f->kv, s, layer, p);
 		float *v = strata__kv_values(f->kv, s, layer, p);
 		const strata_attention_shape shape =
 			strata__forward_attention_shape(f, layer, g->n, p);
-		if (r->count > 1 &&
+		if (!typed && r->count > 1 &&
 		    ((st = copy_rows(f, k, f->k_new, r->rows, row, g->n,
 				     f->kv_dim, err)) ||
 		     (st = copy_rows(f, v, f->v_new, r->rows, row, g->n,
@@ -156,6 +176,8 @@ static strata_status attend_rows(strata_forward *f, uint32_t layer,
 			     c, q, k, g->n, p, hp->heads, hp->kv_heads,
 			     hp->head_dim, strata__forward_inv_freq(f, layer),
 			     hp->rope_layout, err)))
+			break;
+		if (typed && (st = store_rows(f, layer, g, row, err)))
 			break;
 		st = strata_kernel_attention(
 			c, f->att + (uint64_t)row * f->q_dim, q,
@@ -177,12 +199,12 @@ static strata_status attention_step(strata_forward *f,
 {
 	const strata_infer_hparams *hp = f->hp;
 	uint32_t s0 = r->segs[0].seq, rows = r->rows;
-	float *k = r->count > 1 ? f->k_new
-				: strata__kv_keys(f->kv, s0, layer,
-						  f->kv->pos[s0]);
-	float *v = r->count > 1 ? f->v_new
-				: strata__kv_values(f->kv, s0, layer,
-						    f->kv->pos[s0]);
+	bool through = r->count > 1 || f->kv_type != STRATA_WEIGHT_F32;
+	float *k = through ? f->k_new
+			   : strata__kv_keys(f->kv, s0, layer, f->kv->pos[s0]);
+	float *v = through ? f->v_new
+			   : strata__kv_values(f->kv, s0, layer,
+					       f->kv->pos[s0]);
 	const float *bq, *bk, *bv;
 	strata_status st = strata__forward_biases(f, w, &bq, &bk, &bv, err);
 	if (st)

@@ -11,7 +11,7 @@
  * on CUDA), all of them queued before the one wait at the end: a wait per
  * copy would idle the copy engine between them. */
 
-static float *part_at(const strata_kv_cache *kv, uint32_t seq, uint32_t part)
+static void *part_at(const strata_kv_cache *kv, uint32_t seq, uint32_t part)
 {
 	return part % 2 ? strata__kv_values(kv, seq, part / 2, 0)
 			: strata__kv_keys(kv, seq, part / 2, 0);
@@ -48,10 +48,16 @@ strata_status strata_kv_cache_keys_bytes(const strata_kv_cache_shape *s,
 				   "KV cache: NULL argument, a zero count or "
 				   "more than %u sequences",
 				   STRATA_FORWARD_MAX_SEQUENCES);
+	uint32_t eb = strata_kv_type_bytes(s->kv_type);
+	if (!eb)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use --kv-type f32, f16 or bf16",
+				   "KV cache: no KV cache holds %s elements",
+				   strata_weight_type_name(s->kv_type));
 	/* (sequences x layers x context) cannot overflow: each is 32 bits */
 	uint64_t rows = (uint64_t)s->sequences * s->layers * s->context, n;
 	if (strata_checked_mul(rows, s->kv_dim, &n, "key cache", err) ||
-	    strata_checked_mul(n, sizeof(float), out, "key cache", err))
+	    strata_checked_mul(n, eb, out, "key cache", err))
 		return err ? err->code : STRATA_E_OVERFLOW;
 	return STRATA_OK;
 }
@@ -65,6 +71,7 @@ static strata_status start(const strata_kv_cache_shape *shape,
 	if (!kv)
 		return STRATA_E_NOMEM;
 	kv->shape = *shape;
+	kv->elem_bytes = strata_kv_type_bytes(shape->kv_type);
 	uint32_t n = shape->layers;
 	kv->k = strata_calloc_or_error(n, sizeof *kv->k, "KV cache layers", err);
 	kv->v = kv->k ? strata_calloc_or_error(n, sizeof *kv->v,
@@ -97,6 +104,13 @@ strata_status strata_kv_cache_create(const strata_kv_cache_shape *shape,
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller",
 				   "KV cache: NULL arena, compute or output");
+	if (!strata_kernel_kv_takes(compute, shape->kv_type))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use --kv-type f32, or a backend that keeps "
+				   "this KV type",
+				   "KV cache: the %s kernels keep no %s KV cache",
+				   compute->ops->name,
+				   strata_weight_type_name(shape->kv_type));
 	strata_kv_cache *kv = NULL;
 	if ((st = start(shape, &kv, err)))
 		return st;
@@ -108,10 +122,10 @@ strata_status strata_kv_cache_create(const strata_kv_cache_shape *shape,
 		return st;
 	}
 	/* layer-major: each layer's (sequences, context, kv_dim) in turn */
-	uint64_t per = bytes / sizeof(float) / shape->layers;
+	uint64_t per = bytes / shape->layers;
 	for (uint32_t l = 0; l < shape->layers; l++) {
-		kv->k[l] = (float *)k + l * per;
-		kv->v[l] = (float *)v + l * per;
+		kv->k[l] = (char *)k + l * per;
+		kv->v[l] = (char *)v + l * per;
 		kv->c[l] = compute;
 		kv->arena[l] = arena;
 	}
@@ -130,6 +144,16 @@ strata_status strata__kv_cache_create_sites(const strata_kv_cache_shape *shape,
 	one.layers = 1;
 	strata_status st = strata_kv_cache_keys_bytes(&one, &bytes, err);
 	strata_kv_cache *kv = NULL;
+	for (uint32_t l = 0; st == STRATA_OK && l < shape->layers; l++)
+		if (!strata_kernel_kv_takes(computes[l], shape->kv_type))
+			st = strata_fail(err, STRATA_E_UNSUPPORTED,
+					 "use --kv-type f32, or a backend "
+					 "that keeps this KV type",
+					 "KV cache of layer %u: the %s kernels "
+					 "keep no %s KV cache",
+					 l, computes[l]->ops->name,
+					 strata_weight_type_name(
+						 shape->kv_type));
 	if (st || (st = start(shape, &kv, err)))
 		return st;
 	kv->split = true;
@@ -210,8 +234,8 @@ strata_status strata_kv_cache_part_bytes(const strata_kv_cache *kv,
 {
 	uint64_t floats;
 	if (strata_checked_mul(positions, kv->shape.kv_dim, &floats,
-			       "saved KV part floats", err) ||
-	    strata_checked_mul(floats, sizeof(float), out,
+			       "saved KV part elements", err) ||
+	    strata_checked_mul(floats, kv->elem_bytes, out,
 			       "saved KV part bytes", err))
 		return err ? err->code : STRATA_E_OVERFLOW;
 	return STRATA_OK;
@@ -276,7 +300,7 @@ strata_status strata_kv_cache_restore(strata_kv_cache *kv, uint32_t seq,
 				   "KV restore: %u positions do not fit the "
 				   "context of %u",
 				   positions, kv->shape.context);
-	uint64_t bytes = (uint64_t)positions * kv->shape.kv_dim * sizeof(float);
+	uint64_t bytes = (uint64_t)positions * kv->shape.kv_dim * kv->elem_bytes;
 	for (uint32_t i = 0; bytes && st == STRATA_OK && i < count; i++)
 		st = strata_compute_upload(kv->c[i / 2], part_at(kv, seq, i),
 					   parts[i], bytes, err);

@@ -309,6 +309,7 @@ static strata_status start_window(strata_session *s,
 		.hp = &s->hp, .backend = s->backend, .compute = s->compute,
 		.src = &s->source, .context = s->context, .batch = s->batch,
 		.sequences = s->sequences,
+		.kv_type = strata_plan_get_options(p)->shape.kv_type,
 	};
 	strata__session_place_forward(s, &fo);
 	if ((st = open_experts(s, o, &fo, err)))
@@ -460,6 +461,9 @@ strata_status strata_session_write_telemetry(strata_session *s,
 		.queue_depth = strata_plan_queue(s->plan),
 		.static_bytes = sizes.static_bytes,
 		.window_bytes = sizes.window_bytes,
+		.kv_type = strata_weight_type_name(
+			strata_plan_get_options(s->plan)->shape.kv_type),
+		.kv_cache_bytes = strata_plan_get_memory(s->plan)->kv_cache_bytes,
 		.load_seconds = s->load_ns / 1e9,
 		.run_seconds = run->run_ns / 1e9,
 		.tokens = run->tokens,

@@ -295,10 +295,16 @@ strata_status strata_plan_memory_compute(const strata_plan_arch *arch,
 		return STRATA_OK;
 	}
 	m.arch_known = true;
-	/* The KV cache is f32 on both backends: the CPU computes in f32 and
-	 * the CUDA attention kernel reads an f32 cache, whatever the weights
-	 * (half weights change only the weight bytes). */
-	m.kv_element_bytes = 4;
+	/* The KV cache holds the elements --kv-type names, on every backend
+	 * (f32 by default, whatever the weights: half weights change only
+	 * the weight bytes); an f16/bf16 cache's new rows pass through the
+	 * key and value buffers below, f32, before they are stored. */
+	m.kv_element_bytes = strata_kv_type_bytes(shape->kv_type);
+	if (!m.kv_element_bytes)
+		return strata_fail(err, STRATA_E_PLAN_OPTIONS,
+				   "use --kv-type f32, f16 or bf16",
+				   "the KV cache cannot hold %s elements",
+				   strata_weight_type_name(shape->kv_type));
 	/* Rows of one pass: a prefill chunk, or one step of every sequence,
 	 * whose rows (decode tokens and prompt chunks together, issue 19)
 	 * are at most the larger of the two: what the forward pass holds. */

@@ -115,6 +115,9 @@ static strata_status resolve_options(strata_plan *p, strata_error *err)
 	    (sh->prefill_chunk / per == sh->context && sh->prefill_chunk % per))
 		return options_error(err, "use a prefill chunk no longer than the context (times --batch)",
 				     "the prefill chunk is longer than the context");
+	if (!strata_kv_type_bytes(sh->kv_type))
+		return options_error(err, "use --kv-type f32, f16 or bf16",
+				     "the KV cache type is not one a KV cache holds");
 	resolve_rates(p);
 	bool forced_units = o->has_resident_units || o->has_cpu_units;
 	if (forced_units && o->mode != STRATA_RESIDENCY_AUTO)

@@ -234,6 +234,8 @@ static void write_memory(const strata_plan *p, strata_json *j)
 	strata_json_key(j, "memory");
 	strata_json_object_begin(j);
 	strata_json_kv_u64(j, "alignment", STRATA_ALIGN);
+	strata_json_kv_string(j, "kv_type",
+			      strata_weight_type_name(p->options.shape.kv_type));
 	kv_arch_u64(j, "kv_element_bytes", k, m->kv_element_bytes);
 	kv_arch_u64(j, "kv_buffer_bytes", k, m->kv_buffer_bytes);
 	kv_arch_u64(j, "kv_cache_bytes", k, m->kv_cache_bytes);
@@ -404,6 +406,11 @@ void strata_plan_write_json_fields(const strata_plan *p, const char *model,
 		strata_json_kv_u64(j, "depth", sel->weights.depth);
 		strata_json_kv_u64(j, "lookahead", sel->lookahead);
 		strata_json_kv_u64(j, "queue", sel->queue);
+		strata_json_kv_string(
+			j, "kv_type",
+			strata_weight_type_name(p->options.shape.kv_type));
+		kv_arch_u64(j, "kv_cache_bytes", p->memory.arch_known,
+			    p->memory.kv_cache_bytes);
 		strata_json_kv_u64(j, "device_bytes", sel->device_bytes);
 		strata_json_kv_u64(j, "host_bytes", sel->host_bytes);
 		strata_json_kv_double(j, "predicted_decode_ms",

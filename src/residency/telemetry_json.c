@@ -189,6 +189,8 @@ void strata_telemetry_write_json(strata_json *j,
 	strata_json_kv_u64(j, "queue_depth", r->queue_depth);
 	strata_json_kv_u64(j, "static_bytes", r->static_bytes);
 	strata_json_kv_u64(j, "window_bytes", r->window_bytes);
+	strata_json_kv_string(j, "kv_type", r->kv_type ? r->kv_type : "f32");
+	strata_json_kv_u64(j, "kv_cache_bytes", r->kv_cache_bytes);
 	strata_json_object_end(j);
 
 	strata_json_key(j, "timing");

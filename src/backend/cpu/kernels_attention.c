@@ -9,6 +9,9 @@
  * the tile's value rows are added in once for all the group's heads. No
  * score matrix exists, so context length costs no memory here, and the
  * key and value rows are read once per group instead of once per head.
+ * A KV cache in f16 or bf16 is read the same way, each row converted to
+ * f32 once per group as it is reached (kernels_kv.c), so the scores and
+ * sums are those of an f32 cache holding the rounded values.
  */
 #include <math.h>
 #include <string.h>
@@ -21,10 +24,15 @@
 /* Query heads of one group taken together (each K and V row read once for
  * all of them while it is in cache); larger groups go in parts. */
 #define ATT_GROUP_MAX 16u
+/* Head sizes a KV cache of f16 or bf16 takes (a row's f32 copy is on the
+ * stack). */
+#define ATT_TYPED_HEAD_MAX 1024u
 
 typedef struct attn_job {
 	float *out;
-	const float *q, *k, *v;
+	const float *q;
+	const unsigned char *k, *v;
+	strata__kv_load_fn load; /* NULL: the cache is f32 */
 	strata_attention_shape s;
 	uint32_t parts;		 /* ceil(group / ATT_GROUP_MAX) */
 	uint32_t items_per_task; /* (query, kv head, part) items */
@@ -47,6 +55,39 @@ static float dot(const float *a, const float *b, uint32_t d)
 	return s;
 }
 
+/* Row `row` of kv head kvh of a cache (k or v) as f32: the row itself in
+ * an f32 cache, else its conversion into buf. */
+static const float *kv_row(const attn_job *j, const unsigned char *cache,
+			   uint64_t row, uint32_t kvh, float *buf)
+{
+	const uint32_t d = j->s.head_dim;
+	uint64_t at = row * j->s.kv_heads * d + (uint64_t)kvh * d;
+	if (!j->load)
+		return (const float *)cache + at;
+	j->load(buf, cache + at * 2, d);
+	return buf;
+}
+
+/* Scores of a tile's keys t0 .. t0+cnt-1 for each head (scaled, capped),
+ * into sc; each key row is read (converted) once for the group. */
+static void tile_scores(const attn_job *j, const float *qr, uint32_t kvh,
+			uint32_t count, uint64_t t0, uint32_t cnt,
+			float sc[][ATT_TILE])
+{
+	const strata_attention_shape *s = &j->s;
+	const uint32_t d = s->head_dim;
+	float buf[ATT_TYPED_HEAD_MAX];
+	for (uint32_t t = 0; t < cnt; t++) {
+		const float *kr = kv_row(j, j->k, t0 + t, kvh, buf);
+		for (uint32_t h = 0; h < count; h++) {
+			float x = dot(qr + (uint64_t)h * d, kr, d) * s->scale;
+			if (s->softcap > 0) /* Gemma 2 */
+				x = s->softcap * tanhf(x / s->softcap);
+			sc[h][t] = x;
+		}
+	}
+}
+
 /* Query row i, heads h0 .. h0+count-1 (all of kv head kvh): out rows =
  * softmax(q k^T * scale) v over keys first .. p, in tiles of ATT_TILE
  * counted from `first`. A row's result depends on its query, its keys and
@@ -57,7 +98,6 @@ static void attend_heads(const attn_job *j, uint32_t i, uint32_t kvh,
 	const strata_attention_shape *s = &j->s;
 	const uint32_t d = s->head_dim;
 	const uint64_t q_stride = (uint64_t)s->heads * d;
-	const uint64_t kv_stride = (uint64_t)s->kv_heads * d;
 	const uint64_t p = (uint64_t)s->pos0 + i;
 	uint64_t first = 0;
 	if (s->window && p + 1 > s->window)
@@ -66,24 +106,18 @@ static void attend_heads(const attn_job *j, uint32_t i, uint32_t kvh,
 	float *orow = j->out + i * q_stride + (uint64_t)h0 * d;
 	float m[ATT_GROUP_MAX], l[ATT_GROUP_MAX];
 	float sc[ATT_GROUP_MAX][ATT_TILE];
+	float buf[ATT_TYPED_HEAD_MAX];
 	for (uint32_t h = 0; h < count; h++)
 		m[h] = -INFINITY, l[h] = 0.0f;
 	memset(orow, 0, (size_t)count * d * sizeof *orow);
 	for (uint64_t t0 = first; t0 <= p; t0 += ATT_TILE) {
 		const uint32_t cnt = (uint32_t)(p + 1 - t0 < ATT_TILE ? p + 1 - t0
 								      : ATT_TILE);
-		const float *kb = j->k + t0 * kv_stride + (uint64_t)kvh * d;
-		const float *vb = j->v + t0 * kv_stride + (uint64_t)kvh * d;
+		tile_scores(j, qr, kvh, count, t0, cnt, sc);
 		for (uint32_t h = 0; h < count; h++) {
 			float tm = -INFINITY;
-			for (uint32_t t = 0; t < cnt; t++) {
-				float x = dot(qr + (uint64_t)h * d,
-					      kb + t * kv_stride, d) * s->scale;
-				if (s->softcap > 0) /* Gemma 2 */
-					x = s->softcap * tanhf(x / s->softcap);
-				sc[h][t] = x;
-				tm = x > tm ? x : tm;
-			}
+			for (uint32_t t = 0; t < cnt; t++)
+				tm = sc[h][t] > tm ? sc[h][t] : tm;
 			/* the new maximum rescales what was summed so far
 			 * (c = 0 on the first tile, where m is -inf) */
 			const float nm = m[h] > tm ? m[h] : tm;
@@ -99,7 +133,7 @@ static void attend_heads(const attn_job *j, uint32_t i, uint32_t kvh,
 			m[h] = nm;
 		}
 		for (uint32_t t = 0; t < cnt; t++) {
-			const float *v = vb + t * kv_stride;
+			const float *v = kv_row(j, j->v, t0 + t, kvh, buf);
 			for (uint32_t h = 0; h < count; h++) {
 				float *o = orow + (uint64_t)h * d;
 				const float w = sc[h][t];
@@ -168,14 +202,23 @@ static void rope_task(void *arg, uint32_t i)
 /* ------------------------------------------------------------------------ */
 
 strata_status strata__cpu_attention(void *ctx, float *out, const float *q,
-				    const float *k, const float *v,
+				    const void *k, const void *v,
 				    const strata_attention_shape *shape,
 				    strata_error *err)
 {
-	(void)err;
 	strata__pool *p = ctx;
 	const uint32_t group = shape->heads / shape->kv_heads;
+	bool typed = shape->kv_type != STRATA_WEIGHT_F32;
+	if (typed && shape->head_dim > ATT_TYPED_HEAD_MAX)
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "use --kv-type f32 for this model",
+				   "CPU attention: head size %u is above %u "
+				   "with a %s KV cache",
+				   shape->head_dim, ATT_TYPED_HEAD_MAX,
+				   strata_weight_type_name(shape->kv_type));
 	attn_job j = {.out = out, .q = q, .k = k, .v = v, .s = *shape,
+		      .load = typed ? strata__cpu_kv_loader(shape->kv_type)
+				    : NULL,
 		      .parts = (group + ATT_GROUP_MAX - 1) / ATT_GROUP_MAX};
 	uint64_t total = (uint64_t)shape->n * shape->kv_heads * j.parts;
 	uint64_t per = (total + 4 * strata__pool_threads(p) - 1) /

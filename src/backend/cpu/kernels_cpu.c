@@ -119,6 +119,9 @@ static strata_status cpu_to_f32(void *ctx, float *dst, const strata_weight *w,
 const strata_kernel_ops strata_cpu_kernel_ops = {
 	.name = "cpu",
 	.weight_types = STRATA_CPU_WEIGHT_TYPES,
+	.kv_types = STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16) |
+		    STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16),
+	.kv_store = strata__cpu_kv_store,
 	.compute_create = cpu_compute_create,
 	.compute_destroy = cpu_compute_destroy,
 	.compute_threads = cpu_compute_threads,

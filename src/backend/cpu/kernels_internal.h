@@ -51,6 +51,19 @@ int strata__cpu_isa_max(void);
  * product prefetches each weight row (0 leaves it to the hardware). */
 void strata__quant_prefetch(uint32_t chunks);
 
+/* The KV cache in f16 / bf16 (kernels_kv.c): the kv_store slot; a
+ * reader of `n` cache elements of type t (F16 or BF16) into f32, the
+ * widest path the processor has; and, for tests, either direction at a
+ * given path (0 scalar, 1 AVX2/F16C, 2 AVX-512; capped at what the
+ * processor has). */
+typedef void (*strata__kv_load_fn)(float *dst, const void *src, uint64_t n);
+strata_status strata__cpu_kv_store(void *ctx, void *dst,
+				   strata_weight_type type, const float *src,
+				   uint64_t count, strata_error *err);
+strata__kv_load_fn strata__cpu_kv_loader(strata_weight_type type);
+void strata__cpu_kv_convert_at(int level, strata_weight_type type, bool store,
+			       void *dst, const void *src, uint64_t count);
+
 /* The slots of strata_cpu_kernel_ops; ctx is a strata__pool. */
 strata_status strata__cpu_matmul(void *ctx, float *y, const float *x,
 				 const float *w, const float *bias, uint32_t n,
@@ -61,7 +74,7 @@ strata_status strata__cpu_matmul_stored(void *ctx, float *y, const float *x,
 					uint32_t in, uint32_t out,
 					strata_error *err);
 strata_status strata__cpu_attention(void *ctx, float *out, const float *q,
-				    const float *k, const float *v,
+				    const void *k, const void *v,
 				    const strata_attention_shape *shape,
 				    strata_error *err);
 strata_status strata__cpu_rope(void *ctx, float *x, uint32_t n, uint32_t pos0,

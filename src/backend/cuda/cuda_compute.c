@@ -253,11 +253,12 @@ uint32_t strata__cuda_flash_min_blocks = 64;
 #define ATTENTION_HEAD_DIM_MAX 2048u
 
 static strata_status cuda_attention(void *ctx, float *out, const float *q,
-				    const float *k, const float *v,
+				    const void *kc, const void *vc,
 				    const strata_attention_shape *sh,
 				    strata_error *err)
 {
 	strata__cuda_compute *c = ctx;
+	const float *k = kc, *v = vc; /* f32: the table's only KV type */
 	if (sh->head_dim > ATTENTION_HEAD_DIM_MAX)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "run this model with --device cpu",
