@@ -88,6 +88,53 @@ static void vectors_follow_the_norm_kernels(void **state)
 	assert_true(!e.convert && e.bytes == 2048);
 }
 
+/* --kv-type: the KV cache at 2 bytes an element for f16 and bf16 on both
+ * devices, exactly half of f32's (the activations unchanged); a type no
+ * cache holds is E_PLAN_OPTIONS naming the fix. */
+static void memory_model_kv_types(void **state)
+{
+	(void)state;
+	fixture *f = fixture_make(8);
+	const strata_weight_type types[] = {STRATA_WEIGHT_F32,
+					    STRATA_WEIGHT_F16,
+					    STRATA_WEIGHT_BF16};
+	const strata_plan_device devs[] = {STRATA_PLAN_DEVICE_CPU,
+					   STRATA_PLAN_DEVICE_CUDA};
+	strata_plan_memory m, f32;
+	strata_error err;
+	for (int d = 0; d < 2; d++)
+		for (int t = 0; t < 3; t++) {
+			strata_plan_shape sh = {.context = 256, .batch = 3,
+						.prefill_chunk = 4,
+						.kv_type = types[t]};
+			assert_int_equal(strata_plan_memory_compute(
+						 &f->arch, &sh, devs[d],
+						 STRATA_DTYPE_F32, 0, 0, &m,
+						 &err),
+					 STRATA_OK);
+			uint64_t eb = t ? 2 : 4;
+			assert_int_equal(m.kv_element_bytes, eb);
+			assert_int_equal(m.kv_buffer_bytes, 3 * 256 * 32 * eb);
+			assert_int_equal(m.kv_cache_bytes,
+					 f->arch.layers * 2 * m.kv_buffer_bytes);
+			if (t == 0)
+				f32 = m;
+			assert_int_equal(m.kv_cache_bytes * 4,
+					 f32.kv_cache_bytes * eb);
+			assert_int_equal(m.workspace_bytes, f32.workspace_bytes);
+		}
+	strata_plan_shape sh = {.context = 256, .batch = 1, .prefill_chunk = 4,
+				.kv_type = STRATA_WEIGHT_Q8_0};
+	assert_int_equal(strata_plan_memory_compute(&f->arch, &sh,
+						    STRATA_PLAN_DEVICE_CPU,
+						    STRATA_DTYPE_F32, 0, 0, &m,
+						    &err),
+			 STRATA_E_PLAN_OPTIONS);
+	assert_non_null(strstr(err.message, "q8_0"));
+	assert_non_null(strstr(err.fix, "--kv-type"));
+	fixture_free(f);
+}
+
 static void memory_model_formulas_are_exact(void **state)
 {
 	(void)state;
@@ -869,6 +916,7 @@ int main(void)
 		cmocka_unit_test(tensor_bytes_are_where_it_executes),
 		cmocka_unit_test(vectors_follow_the_norm_kernels),
 		cmocka_unit_test(memory_model_formulas_are_exact),
+		cmocka_unit_test(memory_model_kv_types),
 		cmocka_unit_test(resident_is_chosen_when_it_fits),
 		cmocka_unit_test(host_window_is_the_fastest_fitting_depth),
 		cmocka_unit_test(disk_options_follow_the_host_budget),
