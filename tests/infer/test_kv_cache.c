@@ -43,7 +43,8 @@ static void close_fixture(fixture *x)
 	strata_backend_destroy(x->b);
 }
 
-static const strata_kv_cache_shape shape = {LAYERS, KV_DIM, CONTEXT, SEQS};
+static const strata_kv_cache_shape shape = {LAYERS, KV_DIM, CONTEXT, SEQS,
+						   STRATA_WEIGHT_F32};
 
 static void test_blocks_come_from_the_arena_and_go_back(void **state)
 {
@@ -99,7 +100,8 @@ static void test_bad_shapes_are_refused(void **state)
 	bad.sequences = STRATA_FORWARD_MAX_SEQUENCES + 1;
 	assert_int_equal(strata_kv_cache_keys_bytes(&bad, &bytes, &err),
 			 STRATA_E_INVALID_ARG);
-	bad = (strata_kv_cache_shape){UINT32_MAX, UINT32_MAX, UINT32_MAX, 256};
+	bad = (strata_kv_cache_shape){UINT32_MAX, UINT32_MAX, UINT32_MAX, 256,
+				      STRATA_WEIGHT_F32};
 	assert_int_equal(strata_kv_cache_keys_bytes(&bad, &bytes, &err),
 			 STRATA_E_OVERFLOW);
 	assert_non_null(strstr(err.message, "key cache"));
@@ -111,9 +113,9 @@ static void fill(strata_kv_cache *kv, uint32_t seq, uint32_t n)
 {
 	for (uint32_t l = 0; l < LAYERS; l++)
 		for (uint32_t i = 0; i < n * KV_DIM; i++) {
-			strata__kv_keys(kv, seq, l, 0)[i] =
+			((float *)strata__kv_keys(kv, seq, l, 0))[i] =
 				(float)(seq * 1000 + l * 100 + i);
-			strata__kv_values(kv, seq, l, 0)[i] =
+			((float *)strata__kv_values(kv, seq, l, 0))[i] =
 				-(float)(seq * 1000 + l * 100 + i);
 		}
 	kv->pos[seq] = n;
@@ -162,9 +164,10 @@ static void test_save_and_restore_one_sequence(void **state)
 						 &err),
 			 STRATA_OK);
 	assert_int_equal(strata_kv_cache_position(kv, 0), 3);
-	assert_true(strata__kv_keys(kv, 0, 1, 2)[1] == 1000.0f + 100 + 17);
+	assert_true(((float *)strata__kv_keys(kv, 0, 1, 2))[1] ==
+		    1000.0f + 100 + 17);
 	assert_int_equal(strata_kv_cache_position(kv, 2), 3);
-	assert_true(strata__kv_keys(kv, 2, 0, 0)[0] == 2000.0f);
+	assert_true(((float *)strata__kv_keys(kv, 2, 0, 0))[0] == 2000.0f);
 	assert_int_equal(strata_kv_cache_restore(kv, 0, in, 2 * LAYERS, 4, 5,
 						 &err),
 			 STRATA_E_INVALID_ARG);

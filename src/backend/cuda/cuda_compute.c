@@ -252,13 +252,31 @@ uint32_t strata__cuda_flash_min_blocks = 64;
  * a few head rows; llama-family heads are 64 .. 256). */
 #define ATTENTION_HEAD_DIM_MAX 2048u
 
+/* The launchers' code of a KV cache type (the wrapper let only these by). */
+static int cuda_kv_type(strata_weight_type t)
+{
+	return t == STRATA_WEIGHT_F16	 ? STRATA__CUDA_KV_F16
+	       : t == STRATA_WEIGHT_BF16 ? STRATA__CUDA_KV_BF16
+					 : STRATA__CUDA_KV_F32;
+}
+
+static strata_status cuda_kv_store(void *ctx, void *dst,
+				   strata_weight_type type, const float *src,
+				   uint64_t count, strata_error *err)
+{
+	strata__cuda_compute *c = ctx;
+	return launched(strata__cuda_kv_store(c->stream.cuda, dst,
+					      cuda_kv_type(type), src, count),
+			"KV store", err);
+}
+
 static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				    const void *kc, const void *vc,
 				    const strata_attention_shape *sh,
 				    strata_error *err)
 {
 	strata__cuda_compute *c = ctx;
-	const float *k = kc, *v = vc; /* f32: the table's only KV type */
+	int kt = cuda_kv_type(sh->kv_type);
 	if (sh->head_dim > ATTENTION_HEAD_DIM_MAX)
 		return strata_fail(err, STRATA_E_UNSUPPORTED,
 				   "run this model with --device cpu",
@@ -271,8 +289,8 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				     sh->head_dim,
 				     strata__cuda_flash_min_blocks))
 		return launched(strata__cuda_flash_attention(
-					c->stream.cuda, out, q, k, v, sh->n,
-					sh->pos0, sh->heads, sh->kv_heads,
+					c->stream.cuda, out, q, kc, vc, kt,
+					sh->n, sh->pos0, sh->heads, sh->kv_heads,
 					sh->head_dim, sh->window, sh->scale,
 					c->prefill_terms),
 				"attention (tensor cores)", err);
@@ -280,8 +298,8 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				    STRATA__CUDA_SCRATCH_ATTENTION);
 	uint64_t floats = (STRATA__CUDA_SCRATCH_BYTES -
 			   STRATA__CUDA_SCRATCH_ATTENTION) / sizeof(float);
-	return launched(strata__cuda_attention(c->stream.cuda, out, q, k, v,
-					       sh->n, sh->pos0, sh->heads,
+	return launched(strata__cuda_attention(c->stream.cuda, out, q, kc, vc,
+					       kt, sh->n, sh->pos0, sh->heads,
 					       sh->kv_heads, sh->head_dim,
 					       sh->window, sh->scale, sh->softcap,
 					       strata__cuda_attention_blocks_per_sm *
@@ -780,6 +798,9 @@ static strata_status cuda_reserve(void *ctx, uint64_t bytes, strata_error *err)
 const strata_kernel_ops strata_cuda_kernel_ops = {
 	.name = "cuda",
 	.weight_types = STRATA_CUDA_WEIGHT_TYPES,
+	.kv_types = STRATA_WEIGHT_BIT(STRATA_WEIGHT_F16) |
+		    STRATA_WEIGHT_BIT(STRATA_WEIGHT_BF16),
+	.kv_store = cuda_kv_store,
 	.compute_create = compute_create,
 	.compute_destroy = compute_destroy,
 	.compute_threads = compute_threads,

@@ -42,13 +42,22 @@ cudaError_t strata__cuda_rope(cudaStream_t s, float *x, uint32_t heads,
 			      float *x2, uint32_t heads2, uint32_t n,
 			      uint32_t pos0, uint32_t head_dim,
 			      const float *inv_freq, int layout);
+/* The KV cache's element types the attention kernels read (kv_type). */
+#define STRATA__CUDA_KV_F32 0
+#define STRATA__CUDA_KV_F16 1
+#define STRATA__CUDA_KV_BF16 2
+/* dst (count elements of kv_type) = src (count f32), rounded to nearest
+ * even; F32 a copy. */
+cudaError_t strata__cuda_kv_store(cudaStream_t s, void *dst, int kv_type,
+				  const float *src, uint64_t count);
 /* out (n, heads, hd) = softmax(q k^T * scale, causal, window) v over the
- * caches k, v (positions, kv_heads, hd). The keys of each (query, head)
+ * caches k, v (positions, kv_heads, hd) of kv_type. The keys of each (query, head)
  * are split over several blocks when there are too few pairs to fill
  * `target_blocks` (decode): partial results go to `partials` (device,
  * partial_floats floats) and a second kernel combines them. */
 cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
-				   const float *k, const float *v, uint32_t n,
+				   const void *k, const void *v, int kv_type,
+				   uint32_t n,
 				   uint32_t pos0, uint32_t heads,
 				   uint32_t kv_heads, uint32_t head_dim,
 				   uint32_t window, float scale, float softcap,
@@ -65,8 +74,9 @@ int strata__cuda_flash_takes(uint32_t n, uint32_t heads, uint32_t kv_heads,
  * score matrix never formed; terms 3: inputs split into bf16 hi + lo
  * (~1e-5 of the f32 result), 1: rounded to bf16 once. */
 cudaError_t strata__cuda_flash_attention(cudaStream_t s, float *out,
-					 const float *q, const float *k,
-					 const float *v, uint32_t n,
+					 const float *q, const void *k,
+					 const void *v, int kv_type,
+					 uint32_t n,
 					 uint32_t pos0, uint32_t heads,
 					 uint32_t kv_heads, uint32_t head_dim,
 					 uint32_t window, float scale,

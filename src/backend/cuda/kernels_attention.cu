@@ -14,6 +14,12 @@
  * tile of scores and two head rows in shared memory, whatever the context.
  * One query (decode) of a head size of 64, 128 or 256 runs a kernel of
  * its own instead, a warp per key (attention_decode_kernel).
+ *
+ * The cache is f32, f16 or bf16 (--kv-type): each kernel is a template on
+ * the element type E, reading E from the cache and computing in f32 (a
+ * 2-byte row is half the bytes, read as 8-byte groups of four where the
+ * f32 kernel reads float4). kv_store_kernel writes a pass's new f32 rows
+ * into the cache's type, rounded to nearest even.
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.h"
@@ -61,14 +67,35 @@ __global__ void rope_kernel(float *x, uint32_t heads, float *x2,
 
 typedef struct att_args {
 	float *out;
-	const float *q, *k, *v;
+	const float *q;
+	const void *k, *v; /* elements of the kernel's E */
 	uint32_t n, pos0, heads, kv_heads, head_dim, window;
 	float scale;
 	float softcap;		/* 0: none (Gemma 2: cap * tanh(s / cap)) */
 	uint32_t splits, chunk; /* keys of a pair cut into splits of chunk */
 	float *partials;	/* splits > 1: (pair, split, head_dim + 2) */
-	int vec;		/* head rows load as float4 */
+	int vec;		/* head rows load as groups of four */
 } att_args;
+
+/* Four consecutive cache elements as f32 (p aligned to four of them). */
+__device__ __forceinline__ float4 load4(const float *p)
+{
+	return *(const float4 *)p;
+}
+__device__ __forceinline__ float4 load4(const __half *p)
+{
+	const uint2 raw = *(const uint2 *)p;
+	const float2 a = __half22float2(*(const __half2 *)&raw.x);
+	const float2 b = __half22float2(*(const __half2 *)&raw.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p)
+{
+	const uint2 raw = *(const uint2 *)p;
+	const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.x);
+	const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
 
 /* A scaled score, soft-capped where the model caps them. */
 __device__ __forceinline__ float capped(const att_args &a, float s)
@@ -77,22 +104,23 @@ __device__ __forceinline__ float capped(const att_args &a, float s)
 }
 
 /* Score of one key row against sq (shared), by one thread: independent
- * 16-byte loads, so many keys are in flight at once. */
+ * 16-byte (f32) or 8-byte (f16, bf16) loads, so many keys are in flight
+ * at once. */
+template <typename E>
 __device__ __forceinline__ float key_score(const att_args &a, const float *sq,
-					   const float *kr)
+					   const E *kr)
 {
 	float d = 0.0f;
 	if (a.vec) {
-		const float4 *k4 = (const float4 *)kr;
 		const float4 *q4 = (const float4 *)sq;
 #pragma unroll 8
 		for (uint32_t e = 0; e < a.head_dim / 4; e++) {
-			float4 x = k4[e], y = q4[e];
+			float4 x = load4(kr + 4 * e), y = q4[e];
 			d += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
 		}
 	} else {
 		for (uint32_t e = 0; e < a.head_dim; e++)
-			d += sq[e] * kr[e];
+			d += sq[e] * strata__to_float(kr[e]);
 	}
 	return capped(a, d * a.scale);
 }
@@ -100,7 +128,7 @@ __device__ __forceinline__ float key_score(const att_args &a, const float *sq,
 /* One block per (pair, split): the split's keys in tiles of ATT_TILE, a
  * running softmax over them. With one split the result is final; with more,
  * (m, l, unnormalised o) go to the partials for attention_combine. */
-__global__ void attention_kernel(att_args a)
+template <typename E> __global__ void attention_kernel(att_args a)
 {
 	extern __shared__ float sh[];
 	__shared__ float red[ATT_THREADS / 32];
@@ -130,8 +158,8 @@ __global__ void attention_kernel(att_args a)
 			so[e] = 0.0f;
 		}
 		__syncthreads();
-		const float *kb = a.k + (uint64_t)kvh * hd;
-		const float *vb0 = a.v + (uint64_t)kvh * hd;
+		const E *kb = (const E *)a.k + (uint64_t)kvh * hd;
+		const E *vb0 = (const E *)a.v + (uint64_t)kvh * hd;
 		float m = -INFINITY, l = 0.0f;
 		for (uint64_t t0 = lo; t0 < hi; t0 += ATT_TILE) {
 			uint32_t cnt = (uint32_t)(hi - t0 < ATT_TILE ? hi - t0
@@ -153,12 +181,13 @@ __global__ void attention_kernel(att_args a)
 			float ts = strata__block_sum(w, red); /* barrier: sp ready */
 			l = l * c + ts;
 			m = nm;
-			const float *vb = vb0 + t0 * kv_stride;
+			const E *vb = vb0 + t0 * kv_stride;
 			for (uint32_t e = threadIdx.x; e < hd; e += blockDim.x) {
 				float acc = so[e] * c;
 #pragma unroll 8
 				for (uint32_t j = 0; j < cnt; j++)
-					acc += sp[j] * vb[j * kv_stride + e];
+					acc += sp[j] * strata__to_float(
+							       vb[j * kv_stride + e]);
 				so[e] = acc;
 			}
 			__syncthreads();
@@ -197,7 +226,7 @@ __global__ void attention_kernel(att_args a)
 #define DEC_WARPS 4u
 #define DEC_THREADS (DEC_WARPS * 32u)
 
-template <int PER>
+template <int PER, typename E>
 __global__ void attention_decode_kernel(att_args a)
 {
 	constexpr int KEYS = 32 / PER; /* rows in flight: 64 floats a lane */
@@ -215,8 +244,8 @@ __global__ void attention_decode_kernel(att_args a)
 		first = p + 1 - a.window;
 	const uint64_t lo = first + (uint64_t)split * a.chunk;
 	const uint64_t hi = lo + a.chunk < p + 1 ? lo + a.chunk : p + 1;
-	const float *kb = a.k + (uint64_t)(h / group) * hd + lane;
-	const float *vb = a.v + (uint64_t)(h / group) * hd + lane;
+	const E *kb = (const E *)a.k + (uint64_t)(h / group) * hd + lane;
+	const E *vb = (const E *)a.v + (uint64_t)(h / group) * hd + lane;
 	float q[PER], o[PER];
 #pragma unroll
 	for (int j = 0; j < PER; j++) {
@@ -234,8 +263,12 @@ __global__ void attention_decode_kernel(att_args a)
 #pragma unroll
 			for (int j = 0; j < PER; j++) {
 				const uint64_t at = (t0 + c) * kv_stride + 32 * j;
-				kr[c][j] = (uint32_t)c < cnt ? kb[at] : 0.0f;
-				vr[c][j] = (uint32_t)c < cnt ? vb[at] : 0.0f;
+				kr[c][j] = (uint32_t)c < cnt
+						   ? strata__to_float(kb[at])
+						   : 0.0f;
+				vr[c][j] = (uint32_t)c < cnt
+						   ? strata__to_float(vb[at])
+						   : 0.0f;
 			}
 		float sc[KEYS], tm = -INFINITY;
 #pragma unroll
@@ -368,29 +401,62 @@ static uint64_t attention_splits(uint64_t pairs, uint64_t keys,
 }
 
 /* The decode kernel for this head size: PER elements of a row per lane. */
+template <typename E>
 static bool launch_decode(cudaStream_t s, const att_args &a, unsigned grid)
 {
 	switch (a.head_dim) {
 	case 64:
-		attention_decode_kernel<2><<<grid, DEC_THREADS, 0, s>>>(a);
+		attention_decode_kernel<2, E><<<grid, DEC_THREADS, 0, s>>>(a);
 		return true;
 	case 128:
-		attention_decode_kernel<4><<<grid, DEC_THREADS, 0, s>>>(a);
+		attention_decode_kernel<4, E><<<grid, DEC_THREADS, 0, s>>>(a);
 		return true;
 	case 256:
-		attention_decode_kernel<8><<<grid, DEC_THREADS, 0, s>>>(a);
+		attention_decode_kernel<8, E><<<grid, DEC_THREADS, 0, s>>>(a);
 		return true;
 	}
 	return false;
 }
 
+/* The attention kernels on a cache of E. */
+template <typename E>
+static void launch_attention(cudaStream_t s, const att_args &a, bool decode,
+			     uint64_t blocks, uint32_t head_dim)
+{
+	if (!(decode && launch_decode<E>(s, a, (unsigned)blocks)))
+		attention_kernel<E><<<strata__grid(blocks, 1), ATT_THREADS,
+				      strata__cuda_attention_smem_bytes(head_dim),
+				      s>>>(a);
+}
+
+/* f32 as a cache element of E, rounded to nearest even. */
+template <typename E> __device__ __forceinline__ E kv_of(float x)
+{
+	return strata__from_float<E>(x);
+}
+template <> __device__ __forceinline__ float kv_of(float x) { return x; }
+
+/* Rows of f32 into a cache of E (E float: a copy). */
+template <typename E>
+__global__ void kv_store_kernel(E *dst, const float *src, uint64_t count)
+{
+	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride)
+		dst[i] = kv_of<E>(src[i]);
+}
+
 extern "C" cudaError_t strata__cuda_attention(
-	cudaStream_t s, float *out, const float *q, const float *k,
-	const float *v, uint32_t n, uint32_t pos0, uint32_t heads,
+	cudaStream_t s, float *out, const float *q, const void *k,
+	const void *v, int kv_type, uint32_t n, uint32_t pos0, uint32_t heads,
 	uint32_t kv_heads, uint32_t head_dim, uint32_t window, float scale,
 	float softcap, uint32_t target_blocks, float *partials,
 	uint64_t partial_floats)
 {
+	if (kv_type != STRATA__CUDA_KV_F32 && kv_type != STRATA__CUDA_KV_F16 &&
+	    kv_type != STRATA__CUDA_KV_BF16)
+		return cudaErrorInvalidValue;
+	const uintptr_t group_bytes = kv_type == STRATA__CUDA_KV_F32 ? 16 : 8;
 	const uint64_t pairs = (uint64_t)n * heads;
 	/* The most keys a query sees: the last one sees pos0 + n (or the
 	 * window). */
@@ -410,14 +476,39 @@ extern "C" cudaError_t strata__cuda_attention(
 	att_args a = {out, q, k, v, n, pos0, heads, kv_heads, head_dim,
 		      window, scale, softcap, (uint32_t)splits,
 		      (uint32_t)((keys + splits - 1) / splits), partials,
-		      head_dim % 4 == 0 && (uintptr_t)k % 16 == 0};
-	if (!(decode && launch_decode(s, a, (unsigned)(pairs * splits))))
-		attention_kernel<<<strata__grid(pairs * splits, 1), ATT_THREADS,
-				   strata__cuda_attention_smem_bytes(head_dim),
-				   s>>>(a);
+		      head_dim % 4 == 0 && (uintptr_t)k % group_bytes == 0};
+	if (kv_type == STRATA__CUDA_KV_F16)
+		launch_attention<__half>(s, a, decode, pairs * splits, head_dim);
+	else if (kv_type == STRATA__CUDA_KV_BF16)
+		launch_attention<__nv_bfloat16>(s, a, decode, pairs * splits,
+						head_dim);
+	else
+		launch_attention<float>(s, a, decode, pairs * splits, head_dim);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess || splits == 1)
 		return e;
 	attention_combine<<<strata__grid(pairs, 1), ATT_THREADS, 0, s>>>(a);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_kv_store(cudaStream_t s, void *dst,
+					     int kv_type, const float *src,
+					     uint64_t count)
+{
+	const unsigned threads = 256;
+	if (!count)
+		return cudaSuccess;
+	if (kv_type == STRATA__CUDA_KV_F32)
+		kv_store_kernel<float><<<strata__grid(count, threads), threads, 0,
+					 s>>>((float *)dst, src, count);
+	else if (kv_type == STRATA__CUDA_KV_F16)
+		kv_store_kernel<__half><<<strata__grid(count, threads), threads, 0,
+					  s>>>((__half *)dst, src, count);
+	else if (kv_type == STRATA__CUDA_KV_BF16)
+		kv_store_kernel<__nv_bfloat16>
+			<<<strata__grid(count, threads), threads, 0, s>>>(
+				(__nv_bfloat16 *)dst, src, count);
+	else
+		return cudaErrorInvalidValue;
 	return cudaGetLastError();
 }

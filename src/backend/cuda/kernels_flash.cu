@@ -25,6 +25,12 @@
  * as transformers and llama.cpp do in bf16: three times fewer tensor-core
  * operations, inputs rounded to 8 bits.
  *
+ * A KV cache of f16 or bf16 (--kv-type) is staged as it is stored, 2-byte
+ * elements by cp.async (half the bytes of f32's), and converted to the
+ * bf16 terms with the rest: a bf16 element is its own hi term (lo 0), an
+ * f16 element (11 bits) is hi + lo exactly, so the products see the cached
+ * values unchanged.
+ *
  * Head sizes of 64 and 128 run here; others, decode (one query) and calls
  * with too few rows to fill the device go to kernels_attention.cu.
  */
@@ -43,10 +49,11 @@ typedef __nv_bfloat16 bf16;
 
 typedef struct fa_args {
 	float *out;
-	const float *q, *k, *v;
+	const float *q;
+	const void *k, *v; /* elements of the kernel's E */
 	uint32_t n, pos0, heads, kv_heads, window;
 	float scale; /* times log2(e): the softmax runs on exp2 */
-	int vec4;    /* keys and values 16-byte aligned: float4 loads */
+	int vec4;    /* keys and values 16-byte aligned: cp.async of 16 */
 } fa_args;
 
 /* Shared memory of one block for head size D and T terms: the stage, where
@@ -54,9 +61,12 @@ typedef struct fa_args {
  * compute on the current one, then per term the current tile's keys
  * [key][dim] and values transposed [dim][key] as bf16. The row strides
  * (+4 floats, +8 bf16) make the conversion's and the fragments' accesses of
- * a warp hit distinct banks. */
+ * a warp hit distinct banks. A 2-byte cache's stage holds its elements
+ * with rows of LDS2 (+8: rows stay 16-byte aligned), in the f32 stage's
+ * first half. */
 template <int D> struct fa_smem {
 	static constexpr int LDS = D + 4;
+	static constexpr int LDS2 = D + 8;
 	static constexpr int LDK = D + 8;
 	static constexpr int LDV = FA_KEYS + 8;
 	static constexpr size_t STAGE_FLOATS = (size_t)FA_KEYS * LDS;
@@ -151,51 +161,94 @@ __device__ __forceinline__ void cp_async_wait(void)
 	asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
+/* x as a cache element of E. */
+template <typename E> __device__ __forceinline__ E fa_of(float x);
+template <> __device__ __forceinline__ float fa_of(float x) { return x; }
+template <> __device__ __forceinline__ __half fa_of(float x)
+{
+	return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ bf16 fa_of(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+
+/* Stage row stride (elements) of a cache of E. */
+template <int D, typename E> struct fa_stage {
+	static constexpr int LD = sizeof(E) == 4 ? fa_smem<D>::LDS
+						 : fa_smem<D>::LDS2;
+	static constexpr size_t ELEMS = (size_t)FA_KEYS * LD;
+	static constexpr int PER16 = 16 / (int)sizeof(E); /* a cp.async */
+};
+
 /* Keys and values t0 .. t0 + FA_KEYS of kv head kvh into the stage (keys
- * past cnt zero): asynchronously where they are 16-byte aligned, else by
- * plain loads. */
-template <int D>
+ * past cnt zero), as stored: asynchronously where they are 16-byte
+ * aligned, else by plain loads. */
+template <int D, typename E>
 __device__ __forceinline__ void stage_tile(const fa_args &a, uint64_t t0,
 					   uint32_t cnt, uint32_t kvh,
-					   float *stage)
+					   void *stage)
 {
-	typedef fa_smem<D> L;
+	typedef fa_stage<D, E> S;
+	constexpr int P = S::PER16;
 	const uint64_t kv_stride = (uint64_t)a.kv_heads * D;
-	float *sk = stage, *sv = stage + L::STAGE_FLOATS;
-	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / 4;
+	const E *k = (const E *)a.k, *v = (const E *)a.v;
+	E *sk = (E *)stage, *sv = sk + S::ELEMS;
+	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / P;
 	     idx += FA_THREADS) {
-		const uint32_t key = idx / (D / 4), e = idx % (D / 4) * 4;
+		const uint32_t key = idx / (D / P), e = idx % (D / P) * P;
 		const bool in = key < cnt;
 		const uint64_t at =
 			in ? (t0 + key) * kv_stride + (uint64_t)kvh * D + e : 0;
-		float *dk = sk + key * L::LDS + e, *dv = sv + key * L::LDS + e;
+		E *dk = sk + key * S::LD + e, *dv = sv + key * S::LD + e;
 		if (a.vec4) {
-			cp_async16(dk, a.k + at, in ? 16 : 0);
-			cp_async16(dv, a.v + at, in ? 16 : 0);
+			cp_async16(dk, k + at, in ? 16 : 0);
+			cp_async16(dv, v + at, in ? 16 : 0);
 			continue;
 		}
-		for (int j = 0; j < 4; j++) {
-			dk[j] = in ? a.k[at + j] : 0.f;
-			dv[j] = in ? a.v[at + j] : 0.f;
+		for (int j = 0; j < P; j++) {
+			dk[j] = in ? k[at + j] : fa_of<E>(0.f);
+			dv[j] = in ? v[at + j] : fa_of<E>(0.f);
 		}
 	}
 	cp_async_commit();
 }
 
+/* Four staged elements (16-byte aligned for f32, 8 for 2-byte) as f32. */
+__device__ __forceinline__ float4 staged4(const float *p)
+{
+	return *(const float4 *)p;
+}
+__device__ __forceinline__ float4 staged4(const __half *p)
+{
+	const uint2 raw = *(const uint2 *)p;
+	const float2 a = __half22float2(*(const __half2 *)&raw.x);
+	const float2 b = __half22float2(*(const __half2 *)&raw.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 staged4(const bf16 *p)
+{
+	const uint2 raw = *(const uint2 *)p;
+	const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.x);
+	const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+
 /* The staged tile as bf16 terms: keys row-major, values transposed. A
  * warp's 32 threads take 32 consecutive keys of the same four elements. */
-template <int D, int T>
-__device__ __forceinline__ void convert_tile(const float *stage, bf16 *sh)
+template <int D, int T, typename E>
+__device__ __forceinline__ void convert_tile(const void *stage, bf16 *sh)
 {
 	typedef fa_smem<D> L;
-	const float *sk = stage, *sv = stage + L::STAGE_FLOATS;
+	typedef fa_stage<D, E> S;
+	const E *sk = (const E *)stage, *sv = sk + S::ELEMS;
 	bf16 *kh = sh, *vh = sh + L::K_ELEMS;
 	bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
 	for (uint32_t idx = threadIdx.x; idx < FA_KEYS * D / 4;
 	     idx += FA_THREADS) {
 		const uint32_t key = idx % FA_KEYS, e = idx / FA_KEYS * 4;
-		const float4 kx = *(const float4 *)(sk + key * L::LDS + e);
-		const float4 vx = *(const float4 *)(sv + key * L::LDS + e);
+		const float4 kx = staged4(sk + key * S::LD + e);
+		const float4 vx = staged4(sv + key * S::LD + e);
 		uint32_t h0, l0, h1, l1;
 		split2(kx.x, kx.y, h0, l0);
 		split2(kx.z, kx.w, h1, l1);
@@ -225,13 +278,13 @@ __device__ __forceinline__ uint64_t row_at(const fa_args &a, uint64_t r,
  * the longest (latest queries, most keys) start first. Lane l of a warp
  * holds rows g = l / 4 and g + 8 of the warp's 16, columns 2 (l % 4) and
  * 2 (l % 4) + 1 of every 8-wide fragment (mma.sync's accumulator layout). */
-template <int D, int T>
+template <int D, int T, typename E>
 __global__ void __launch_bounds__(FA_THREADS)
 	flash_attention_kernel(fa_args a)
 {
 	typedef fa_smem<D> L;
 	extern __shared__ __align__(128) unsigned char fa_sh[];
-	float *stage = (float *)fa_sh;
+	void *stage = fa_sh;
 	bf16 *sh = (bf16 *)(fa_sh + L::STAGE_BYTES);
 	const bf16 *kh = sh, *vh = sh + L::K_ELEMS;
 	const bf16 *kl = sh + L::K_ELEMS + L::V_ELEMS, *vl = kl + L::K_ELEMS;
@@ -290,19 +343,20 @@ __global__ void __launch_bounds__(FA_THREADS)
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
 	/* the next tile copies in while the warps compute on this one */
-	stage_tile<D>(a, lo, (uint32_t)(hi - lo < FA_KEYS ? hi - lo : FA_KEYS),
-		      kvh, stage);
+	stage_tile<D, E>(a, lo,
+			 (uint32_t)(hi - lo < FA_KEYS ? hi - lo : FA_KEYS), kvh,
+			 stage);
 	for (uint64_t t0 = lo; t0 < hi; t0 += FA_KEYS) {
 		cp_async_wait();
 		__syncthreads(); /* staged, and the last tile is read */
-		convert_tile<D, T>(stage, sh);
+		convert_tile<D, T, E>(stage, sh);
 		__syncthreads(); /* converted: the stage is free */
 		const uint64_t t1 = t0 + FA_KEYS;
 		if (t1 < hi)
-			stage_tile<D>(a, t1,
-				      (uint32_t)(hi - t1 < FA_KEYS ? hi - t1
-								   : FA_KEYS),
-				      kvh, stage);
+			stage_tile<D, E>(a, t1,
+					 (uint32_t)(hi - t1 < FA_KEYS ? hi - t1
+								      : FA_KEYS),
+					 kvh, stage);
 
 		/* scores: 8 fragments of 16 x 8 keys */
 		float s[FA_KEYS / 8][4];
@@ -405,7 +459,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ------------------------------------------------------------------------ */
 
-template <int D, int T>
+template <int D, int T, typename E>
 static cudaError_t launch(cudaStream_t s, const fa_args &a)
 {
 	/* above 48 KiB of shared memory a kernel must ask for it, on each
@@ -419,7 +473,7 @@ static cudaError_t launch(cudaStream_t s, const fa_args &a)
 		return e;
 	const unsigned long long bit = 1ull << (dev & 63);
 	if (dev >= 64 || !(asked & bit)) {
-		e = cudaFuncSetAttribute(flash_attention_kernel<D, T>,
+		e = cudaFuncSetAttribute(flash_attention_kernel<D, T, E>,
 					 cudaFuncAttributeMaxDynamicSharedMemorySize,
 					 (int)bytes);
 		if (e != cudaSuccess)
@@ -429,7 +483,7 @@ static cudaError_t launch(cudaStream_t s, const fa_args &a)
 	}
 	const uint64_t rows = (uint64_t)a.n * (a.heads / a.kv_heads);
 	dim3 grid((unsigned)((rows + FA_ROWS - 1) / FA_ROWS), a.kv_heads);
-	flash_attention_kernel<D, T><<<grid, FA_THREADS, bytes, s>>>(a);
+	flash_attention_kernel<D, T, E><<<grid, FA_THREADS, bytes, s>>>(a);
 	return cudaGetLastError();
 }
 
@@ -469,9 +523,23 @@ extern "C" int strata__cuda_flash_takes(uint32_t n, uint32_t heads,
 	return rows / FA_ROWS < (1u << 31) && blocks >= min_blocks;
 }
 
+/* The kernel for head size D on a cache of E. */
+template <typename E>
+static cudaError_t launch_type(cudaStream_t s, const fa_args &a,
+			       uint32_t head_dim, bool one)
+{
+	switch (head_dim) {
+	case 64:
+		return one ? launch<64, 1, E>(s, a) : launch<64, 3, E>(s, a);
+	case 128:
+		return one ? launch<128, 1, E>(s, a) : launch<128, 3, E>(s, a);
+	}
+	return cudaErrorInvalidValue;
+}
+
 extern "C" cudaError_t strata__cuda_flash_attention(
-	cudaStream_t s, float *out, const float *q, const float *k,
-	const float *v, uint32_t n, uint32_t pos0, uint32_t heads,
+	cudaStream_t s, float *out, const float *q, const void *k,
+	const void *v, int kv_type, uint32_t n, uint32_t pos0, uint32_t heads,
 	uint32_t kv_heads, uint32_t head_dim, uint32_t window, float scale,
 	int terms)
 {
@@ -480,11 +548,13 @@ extern "C" cudaError_t strata__cuda_flash_attention(
 		     n,	       pos0,   heads,	   kv_heads,
 		     window,   scale * 1.4426950408889634f, vec4};
 	const bool one = terms == 1;
-	switch (head_dim) {
-	case 64:
-		return one ? launch<64, 1>(s, a) : launch<64, 3>(s, a);
-	case 128:
-		return one ? launch<128, 1>(s, a) : launch<128, 3>(s, a);
+	switch (kv_type) {
+	case STRATA__CUDA_KV_F32:
+		return launch_type<float>(s, a, head_dim, one);
+	case STRATA__CUDA_KV_F16:
+		return launch_type<__half>(s, a, head_dim, one);
+	case STRATA__CUDA_KV_BF16:
+		return launch_type<bf16>(s, a, head_dim, one);
 	}
 	return cudaErrorInvalidValue;
 }
