@@ -4,10 +4,11 @@
  * within 1e-3 (f32 weights; 2e-2 for f16/bf16 weights, kept half on the
  * device, as test_cuda_forward) of the CPU's with the same cache type, and
  * within the derived bound of tests/infer/test_kv_type.c (2 u (layers + 1)
- * max|logit|) of CUDA's own f32 cache; the plan's KV bytes half of f32's
- * and the forward pass's device peak within the plan; a decode one token
- * at a time within 1e-4 of the prefill; stories260K's greedy text over 64
- * tokens the CPU's with the same cache. Exits 77 (skipped) where no CUDA
+ * max|logit|) of CUDA's own f32 cache; a decode one token at a time
+ * within the same tolerance of the CPU's; the plan's KV at 2 bytes an
+ * element and the forward pass's device peak within the plan;
+ * stories260K's greedy text over 64 tokens from BOS the CPU's with the
+ * same cache. Exits 77 (skipped) where no CUDA
  * device is visible. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -139,9 +140,11 @@ static void check_model(const char *name)
 							 one + (uint64_t)i * r.vocab,
 							 &err),
 						 STRATA_OK);
-			if (!(ref_max_diff(one, gpu, cells) <= 1e-4))
-				fail_msg("%s, %s cache: decode %g from prefill",
-					 name, kn, ref_max_diff(one, gpu, cells));
+			double dd = ref_max_diff(one, cpu, cells);
+			if (!(dd <= tol))
+				fail_msg("%s, %s cache: decode %g from the "
+					 "CPU's prefill",
+					 name, kn, dd);
 			check_memory(s, name);
 			strata_session_close(s);
 		}

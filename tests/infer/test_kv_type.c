@@ -243,6 +243,63 @@ static void test_device_bytes(void **state)
 	ref_close_model(&m);
 }
 
+/* A session (as strata run opens one) with each cache type: the plan's
+ * KV at the type's bytes, and the forward pass's arena at its peak holds
+ * the cache and stays within the plan's KV cache and workspace, a run
+ * having decoded past the prompt. */
+static void test_session_within_plan(void **state)
+{
+	(void)state;
+	char path[1024];
+	ref_path(path, sizeof path, ref_models[2], NULL);
+	const strata_weight_type all[3] = {STRATA_WEIGHT_F32, STRATA_WEIGHT_F16,
+					   STRATA_WEIGHT_BF16};
+	uint64_t kv32 = 0;
+	for (int i = 0; i < 3; i++) {
+		strata_session_options so = {.model_path = path, .threads = 2,
+					     .positions = 40, .prefill = 8};
+		so.plan.mode = STRATA_RESIDENCY_RESIDENT;
+		so.plan.shape.kv_type = all[i];
+		strata_session *s = NULL;
+		strata_error err;
+		if (strata_session_open(&so, &s, &err))
+			fail_msg("%s: %s", strata_weight_type_name(all[i]),
+				 err.message);
+		const strata_plan_memory *pm =
+			strata_plan_get_memory(strata_session_plan(s));
+		assert_int_equal(pm->kv_element_bytes, i ? 2 : 4);
+		if (i == 0)
+			kv32 = pm->kv_cache_bytes;
+		assert_int_equal(pm->kv_cache_bytes * (i ? 2 : 1), kv32);
+		strata_forward *f = strata_session_forward(s);
+		int32_t toks[8] = {1, 5, 9, 12, 7, 3, 2, 4};
+		float *logits = strata_alloc(
+			(uint64_t)strata_session_hparams(s)->vocab * 4);
+		assert_non_null(logits);
+		assert_int_equal(strata_forward_run(f, toks, 8, 0, NULL, logits,
+						    &err),
+				 STRATA_OK);
+		for (uint32_t p = 8; p < 20; p++)
+			assert_int_equal(strata_forward_run(f, &toks[p % 8], 1, p,
+							    NULL, logits, &err),
+					 STRATA_OK);
+		strata_arena_stats a;
+		strata_forward_arena_stats(f, &a);
+		print_message("%-4s KV: forward arena peak %llu of %llu planned "
+			      "(KV %llu)\n",
+			      strata_weight_type_name(all[i]),
+			      (unsigned long long)a.high_water_bytes,
+			      (unsigned long long)(pm->kv_cache_bytes +
+						   pm->workspace_bytes),
+			      (unsigned long long)pm->kv_cache_bytes);
+		assert_true(a.high_water_bytes >= pm->kv_cache_bytes);
+		assert_true(a.high_water_bytes <=
+			    pm->kv_cache_bytes + pm->workspace_bytes);
+		strata_free(logits);
+		strata_session_close(s);
+	}
+}
+
 static void test_refusals(void **state)
 {
 	(void)state;
@@ -279,6 +336,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_reference_model),
 		cmocka_unit_test(test_device_bytes),
+		cmocka_unit_test(test_session_within_plan),
 		cmocka_unit_test(test_refusals),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,7 +54,8 @@ static void test_projection_preserves_every_tier_and_ordered_transfer(void **sta
 	strata_telemetry_device dev = {.name = "cpu", .snapshot = &snap};
 	strata_telemetry_report r = {
 		.model = "m", .mode = "host", .depth = 2, .static_bytes = 7,
-		.window_bytes = 19, .load_seconds = 0.25, .run_seconds = 2,
+		.window_bytes = 19, .kv_type = "bf16", .kv_cache_bytes = 64,
+		.load_seconds = 0.25, .run_seconds = 2,
 		.tokens = 8, .residency = &snap, .weight_store = &ws,
 		.device_count = 1, .devices = &dev};
 	strata_json j;
@@ -65,7 +66,8 @@ static void test_projection_preserves_every_tier_and_ordered_transfer(void **sta
 	snprintf(expected, sizeof expected,
 		 "{\"schema_version\":1,\"model\":{\"path\":\"m\"},"
 		 "\"plan\":{\"mode\":\"host\",\"depth\":2,\"lookahead_units\":0,"
-		 "\"queue_depth\":0,\"static_bytes\":7,\"window_bytes\":19},"
+		 "\"queue_depth\":0,\"static_bytes\":7,\"window_bytes\":19,"
+		 "\"kv_type\":\"bf16\",\"kv_cache_bytes\":64},"
 		 "\"timing\":{\"load_seconds\":0.25,\"run_seconds\":2,\"tokens\":8,"
 		 "\"tokens_per_second\":4},"
 		 "\"residency\":%s,"
