@@ -348,15 +348,16 @@ void strata_plan_shape_defaults(strata_plan_shape *s, uint64_t trained,
  * ones the forward pass takes (src/infer/forward_create.c sizes its arenas
  * with strata_plan_site_bytes), all f32, each its own buffer rounded up to
  * STRATA_ALIGN. T = max(prefill_chunk, batch) rows in flight. Keys and
- * values go straight into the KV cache and the tiled attention keeps no
- * score matrix: neither is a buffer here. X(field, "json name", "shape") */
+ * values go straight into an f32 KV cache of one sequence (an f16/bf16
+ * cache's pass through the key and value buffers) and the tiled attention
+ * keeps no score matrix. X(field, "json name", "shape") */
 #define STRATA_PLAN_ACTIVATION_MAP(X)                                          \
 	X(x, "residual", "[T, hidden]")                                        \
 	X(xb, "normed", "[T, hidden]")                                         \
 	X(xb2, "attention_out", "[T, heads * head_dim]")                       \
 	X(q, "query", "[T, heads * head_dim]")                                 \
-	X(k, "key", "[T, kv_heads * head_dim] with batch > 1 (a mixed step's "  \
-		    "new keys), else 0")                                        \
+	X(k, "key", "[T, kv_heads * head_dim] with batch > 1 or an f16/bf16 " \
+		    "KV cache (new keys before they are stored), else 0")       \
 	X(v, "value", "the same, values")                                      \
 	X(hb, "mlp_gate", "[T, intermediate]")                                 \
 	X(hb2, "mlp_up", "[T, intermediate]")                                  \

@@ -183,9 +183,10 @@ static strata_status activations(const strata_plan_arch *a,
 	BUFFER(&m->xb2_bytes, "attention output buffer", T, hd, 4);
 	BUFFER(&m->q_bytes, "query buffer", T, hd, 4);
 	/* a step of several sequences writes its new keys and values beside
-	 * the cache before attention (a prompt chunk beside decodes) */
+	 * the cache before attention (a prompt chunk beside decodes); so does
+	 * every pass over an f16/bf16 cache (f32 rows, then stored) */
 	m->k_bytes = m->v_bytes = 0;
-	if (sh->batch > 1) {
+	if (sh->batch > 1 || sh->kv_type != STRATA_WEIGHT_F32) {
 		BUFFER(&m->k_bytes, "step keys buffer", T, kvd, 4);
 		BUFFER(&m->v_bytes, "step values buffer", T, kvd, 4);
 	}
