@@ -237,6 +237,14 @@ typedef struct strata_kernel_ops {
 	strata_status (*kv_store)(void *ctx, void *dst, strata_weight_type type,
 				  const float *src, uint64_t count,
 				  strata_error *err);
+	/* Optional: x[rows[i]] (dim) += weight[i] * y[i] (dim) for i < m,
+	 * one launch for a mixture of experts' outputs (the wrapper runs a
+	 * scale and an add a row without it); rows and weight are host
+	 * memory, rows distinct and checked by the wrapper. */
+	strata_status (*scatter_add)(void *ctx, float *x, const float *y,
+				     const int32_t *rows, const float *weight,
+				     uint32_t m, uint32_t dim,
+				     strata_error *err);
 	/* Optional: takes `bytes` of the products' input workspace now
 	 * (the plan's product_workspace_bytes) instead of at the first
 	 * product that needs them. */
@@ -348,6 +356,14 @@ strata_status strata_kernel_embed(strata_compute *c, float *x,
 				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,
 				  strata_error *err);
+/* x[rows[i]] (dim) += weight[i] * y[i] (dim) for the m rows of y; x has
+ * x_rows rows; rows and weight are host memory, rows distinct. The
+ * product is rounded before the sum, as a scale then an add would. */
+strata_status strata_kernel_scatter_add(strata_compute *c, float *x,
+					uint32_t x_rows, float *y,
+					const int32_t *rows,
+					const float *weight, uint32_t m,
+					uint32_t dim, strata_error *err);
 
 /* f32 weights as strata_weight: the usual case on the CPU. */
 static inline strata_weight strata_weight_f32(const float *data,

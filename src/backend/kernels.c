@@ -389,6 +389,39 @@ strata_status strata_kernel_map(strata_compute *c, float *y, const float *x,
 	return c->ops->map(c->ctx, y, x, count, op, a, err);
 }
 
+strata_status strata_kernel_scatter_add(strata_compute *c, float *x,
+					uint32_t x_rows, float *y,
+					const int32_t *rows,
+					const float *weight, uint32_t m,
+					uint32_t dim, strata_error *err)
+{
+	if (!c || !x || !y || (m && (!rows || !weight)))
+		return bad(err, "scatter_add", "NULL buffer");
+	if (!m)
+		return STRATA_OK;
+	for (uint32_t i = 0; i < m; i++)
+		if (rows[i] < 0 || (uint32_t)rows[i] >= x_rows)
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "give rows of x",
+					   "scatter_add kernel: row %d at %u "
+					   "is outside x's %u rows",
+					   rows[i], i, x_rows);
+	if (c->ops->scatter_add)
+		return c->ops->scatter_add(c->ctx, x, y, rows, weight, m, dim,
+					   err);
+	/* without the op: y scaled in place, then added, a row at a time */
+	strata_status st = STRATA_OK;
+	for (uint32_t i = 0; st == STRATA_OK && i < m; i++) {
+		float *o = y + (uint64_t)i * dim;
+		st = c->ops->map(c->ctx, o, o, dim, STRATA_MAP_SCALE, weight[i],
+				 err);
+		if (st == STRATA_OK)
+			st = c->ops->add(c->ctx, x + (uint64_t)rows[i] * dim, o,
+					 dim, err);
+	}
+	return st;
+}
+
 strata_status strata_kernel_embed(strata_compute *c, float *x,
 				  const strata_weight *table,
 				  const int32_t *tokens, uint32_t n,

@@ -45,6 +45,10 @@ struct strata_infer_experts {
 	uint32_t layers, experts, slots;
 	uint32_t stream_rows;	  /* 0: never; else slot `slots` streams */
 	kind_data *kind;	  /* [layers][3] */
+	/* the device whose pinned memory holds the host copies when
+	 * experts are copied to it (a cache or the stream slot): pageable
+	 * copies ran at a third of the link and held the host thread */
+	strata_backend *pin_b;
 	strata_backend *cpu_b;
 	strata_compute *cpu_c;
 	strata_compute *dev_c;	  /* the cache's context; NULL: no cache */
@@ -74,7 +78,16 @@ uint64_t strata_infer_experts_scratch_bytes(const strata_infer_hparams *hp,
 
 /* The kind's host copy of tensor t: read as stored when the CPU takes its
  * type, else read and converted to f32 (elem F32). */
-static strata_status load_host(strata_weight_store *ws, const strata_tensor *t,
+static void host_free(const strata_infer_experts *x, void *p)
+{
+	if (x->pin_b)
+		strata_backend_host_free(x->pin_b, p);
+	else
+		strata_free(p);
+}
+
+static strata_status load_host(const strata_infer_experts *x,
+			       strata_weight_store *ws, const strata_tensor *t,
 			       void **out, uint8_t *elem, strata_error *err)
 {
 	strata_plan_exec e;
@@ -82,12 +95,18 @@ static strata_status load_host(strata_weight_store *ws, const strata_tensor *t,
 						   err);
 	if (st)
 		return st;
-	void *dst = strata_alloc_or_error(e.bytes, "expert weights (host)", err);
+	void *dst = NULL;
+	if (x->pin_b) {
+		if (strata_backend_host_alloc(x->pin_b, e.bytes, true, &dst, err))
+			return strata_error_prefix(err, "expert weights (host)");
+	} else {
+		dst = strata_alloc_or_error(e.bytes, "expert weights (host)", err);
+	}
 	void *raw = e.convert ? strata_alloc_or_error(t->bytes,
 						      "expert read buffer", err)
 			      : dst;
 	if (!dst || !raw) {
-		strata_free(dst);
+		host_free(x, dst);
 		return STRATA_E_NOMEM;
 	}
 	void *const dsts[1] = {raw};
@@ -97,7 +116,7 @@ static strata_status load_host(strata_weight_store *ws, const strata_tensor *t,
 	if (e.convert)
 		strata_free(raw);
 	if (st) {
-		strata_free(dst);
+		host_free(x, dst);
 		return strata_error_prefix(err, "tensor '%s'", t->name);
 	}
 	*elem = STRATA_ELEM_F32;
@@ -140,14 +159,14 @@ static strata_status load_kind(strata_infer_experts *x,
 		return st;
 	*offset += a;
 	if (stacked) {
-		st = load_host(o->ws, first, &d->host, &d->host_elem, err);
+		st = load_host(x, o->ws, first, &d->host, &d->host_elem, err);
 	} else {
 		d->each = strata_calloc_or_error(x->experts, sizeof *d->each,
 						 "expert pointers", err);
 		if (!d->each)
 			return STRATA_E_NOMEM;
 		for (uint32_t e = 0; e < x->experts && st == STRATA_OK; e++)
-			st = load_host(o->ws,
+			st = load_host(x, o->ws,
 				       strata_infer_expert_tensor(t, l, k, e),
 				       &d->each[e], &d->host_elem, err);
 	}
@@ -239,6 +258,7 @@ strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
 	x->experts = hp->experts;
 	x->slots = o->cache_slots;
 	x->stream_rows = o->stream_rows;
+	x->pin_b = o->cache_slots || o->stream_rows ? o->device : NULL;
 	x->rows = o->rows;
 	strata_status st = STRATA_OK;
 	x->kind = strata_calloc_or_error((uint64_t)x->layers * 3,
@@ -273,9 +293,9 @@ void strata_infer_experts_destroy(strata_infer_experts *x)
 	if (!x)
 		return;
 	for (uint64_t i = 0; x->kind && i < (uint64_t)x->layers * 3; i++) {
-		strata_free(x->kind[i].host);
+		host_free(x, x->kind[i].host);
 		for (uint32_t e = 0; x->kind[i].each && e < x->experts; e++)
-			strata_free(x->kind[i].each[e]);
+			host_free(x, x->kind[i].each[e]);
 		strata_free(x->kind[i].each);
 	}
 	strata_free(x->kind);

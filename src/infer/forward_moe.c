@@ -91,23 +91,15 @@ static void route(strata_forward *f, uint32_t n, uint32_t *count)
 	}
 }
 
-/* x[rows[i]] += weight[i] * out[i] for m rows of out. */
+/* x[rows[i]] += weight[i] * out[i] for the m rows of out of the n rows
+ * of the pass: one launch (two a row made a 512-token prefill of a
+ * Qwen3-30B-A3B-shaped layer 8,192 launches). */
 static strata_status scatter_add(strata_forward *f, const int32_t *rows,
-				 const float *weight, uint32_t m,
+				 const float *weight, uint32_t n, uint32_t m,
 				 strata_error *err)
 {
-	const uint32_t dim = f->hp->dim;
-	strata_status st = STRATA_OK;
-	for (uint32_t i = 0; st == STRATA_OK && i < m; i++) {
-		float *o = f->moe_out + (uint64_t)i * dim;
-		st = strata_kernel_map(f->c, o, o, dim, STRATA_MAP_SCALE,
-				       weight[i], err);
-		if (st == STRATA_OK)
-			st = strata_kernel_add(f->c,
-					       f->x + (uint64_t)rows[i] * dim, o,
-					       dim, err);
-	}
-	return st;
+	return strata_kernel_scatter_add(f->c, f->x, n, f->moe_out, rows,
+					 weight, m, f->hp->dim, err);
 }
 
 /* One expert (its gate, up and down) over the m rows routed to it (their
@@ -128,7 +120,7 @@ static strata_status expert_run(strata_forward *f, const strata_weight *gate,
 	if (st == STRATA_OK)
 		st = strata_kernel_matmul(f->c, f->moe_out, f->hb, down, NULL,
 					  m, err);
-	return st ? st : scatter_add(f, rows, weight, m, err);
+	return st ? st : scatter_add(f, rows, weight, n, m, err);
 }
 
 /* Expert e of the layer's own weights (from the source). */
@@ -233,7 +225,7 @@ static strata_status shared_expert(strata_forward *f,
 		f->moe_weights[r] = (float)(1.0 / (1.0 + exp(-(double)f->moe_host[r])));
 	}
 	(void)hp;
-	return st ? st : scatter_add(f, f->moe_rows, f->moe_weights, n, err);
+	return st ? st : scatter_add(f, f->moe_rows, f->moe_weights, n, n, err);
 }
 
 strata_status strata__forward_moe(strata_forward *f,

@@ -421,6 +421,43 @@ static void test_swiglu_add_embed(void **state)
 	strata_compute_destroy(c);
 }
 
+/* scatter_add equals the scale-then-add a row at a time it replaces (a
+ * compute without the op runs exactly that), bit for bit, over rows in
+ * any order; a row outside x is refused. */
+static void test_scatter_add_equals_scale_then_add(void **state)
+{
+	(void)state;
+	strata_compute *c = make(2);
+	const uint32_t rows = 37, dim = 70, m = 23;
+	float *x = rand_buf((size_t)rows * dim), *want = rand_buf((size_t)rows * dim);
+	float *y = rand_buf((size_t)m * dim), *y2 = rand_buf((size_t)m * dim);
+	memcpy(want, x, (size_t)rows * dim * sizeof *x);
+	memcpy(y2, y, (size_t)m * dim * sizeof *y);
+	int32_t ids[23];
+	float w[23];
+	for (uint32_t i = 0; i < m; i++) {
+		ids[i] = (int32_t)((i * 29u + 5u) % rows); /* distinct */
+		w[i] = frand();
+	}
+	strata_error err;
+	assert_int_equal(strata_kernel_scatter_add(c, x, rows, y, ids, w, m, dim, &err),
+			 STRATA_OK);
+	strata_kernel_ops plain = strata_cpu_kernel_ops;
+	plain.scatter_add = NULL; /* the wrapper's own fallback */
+	strata_compute *f = NULL;
+	assert_int_equal(strata_compute_create(&plain, 2, &f, &err), STRATA_OK);
+	assert_int_equal(strata_kernel_scatter_add(f, want, rows, y2, ids, w, m, dim, &err),
+			 STRATA_OK);
+	assert_memory_equal(x, want, (size_t)rows * dim * sizeof *x);
+	ids[4] = (int32_t)rows;
+	assert_int_equal(strata_kernel_scatter_add(c, x, rows, y, ids, w, m, dim, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.message, "outside x's 37 rows"));
+	strata_compute_destroy(f);
+	strata_free(x), strata_free(want), strata_free(y), strata_free(y2);
+	strata_compute_destroy(c);
+}
+
 static void test_wrappers_reject_bad_shapes(void **state)
 {
 	(void)state;
@@ -544,6 +581,7 @@ int main(void)
 		cmocka_unit_test(test_attention_chunked_equals_one_pass),
 		cmocka_unit_test(test_attention_sliding_window),
 		cmocka_unit_test(test_swiglu_add_embed),
+		cmocka_unit_test(test_scatter_add_equals_scale_then_add),
 		cmocka_unit_test(test_wrappers_reject_bad_shapes),
 		cmocka_unit_test(test_compute_create_survives_oom),
 		cmocka_unit_test(test_cpu_backend_offers_its_kernels),

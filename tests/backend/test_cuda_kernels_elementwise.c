@@ -162,6 +162,31 @@ static void test_swiglu_add_embed_match_cpu(void **state)
 	free(table), free(want), free(out), free(tok);
 }
 
+/* scatter_add: the CPU's floats exactly (product rounded, then the sum),
+ * past the rows' chunk size (8192 a launch). */
+static void test_scatter_add_matches_cpu(void **state)
+{
+	(void)state;
+	const uint32_t rows = 12000, dim = 64, m = 9000;
+	float *x = host_floats((size_t)rows * dim), *y = host_floats((size_t)m * dim);
+	float *w = host_floats(m), *got = host_floats((size_t)rows * dim);
+	int32_t *ids = calloc(m, sizeof *ids);
+	assert_non_null(ids);
+	cuda_test_fill(x, (size_t)rows * dim, 70, 1.0f);
+	cuda_test_fill(y, (size_t)m * dim, 71, 1.0f);
+	cuda_test_fill(w, m, 72, 1.0f);
+	for (uint32_t i = 0; i < m; i++)
+		ids[i] = (int32_t)((i * 7919u + 11u) % rows); /* distinct: 7919 prime */
+	float *dx = upload(x, (uint64_t)rows * dim * 4), *dy = upload(y, (uint64_t)m * dim * 4);
+	OK(strata_kernel_scatter_add(F.cpu, x, rows, y, ids, w, m, dim, ERR));
+	OK(strata_kernel_scatter_add(F.gpu, dx, rows, dy, ids, w, m, dim, ERR));
+	download(got, dx, (uint64_t)rows * dim * 4);
+	assert_memory_equal(x, got, (size_t)rows * dim * 4);
+	printf("  %-52s exact\n", "scatter_add m=9000 of 12000 rows, dim=64");
+	dev_free_all();
+	free(x), free(y), free(w), free(got), free(ids);
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_elementwise"))
@@ -170,6 +195,7 @@ int main(void)
 		cmocka_unit_test(test_rmsnorm_matches_cpu_in_and_out_of_place),
 		cmocka_unit_test(test_rope_matches_cpu_both_layouts_llama3),
 		cmocka_unit_test(test_swiglu_add_embed_match_cpu),
+		cmocka_unit_test(test_scatter_add_matches_cpu),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -133,5 +133,6 @@ const strata_kernel_ops strata_cpu_kernel_ops = {
 	.swiglu = strata__cpu_swiglu,
 	.add = strata__cpu_add,
 	.map = strata__cpu_map,
+	.scatter_add = strata__cpu_scatter_add,
 	.embed = cpu_embed,
 };

@@ -89,6 +89,10 @@ strata_status strata__cpu_swiglu(void *ctx, float *gate, const float *up,
 strata_status strata__cpu_map(void *ctx, float *y, const float *x,
 			      uint64_t count, strata_map_op op, float a,
 			      strata_error *err);
+strata_status strata__cpu_scatter_add(void *ctx, float *x, const float *y,
+				      const int32_t *rows, const float *weight,
+				      uint32_t m, uint32_t dim,
+				      strata_error *err);
 strata_status strata__cpu_add(void *ctx, float *y, const float *x,
 			      uint64_t count, strata_error *err);
 strata_status strata__cpu_embed(void *ctx, float *x, const float *table,

@@ -327,6 +327,42 @@ static strata_status cuda_map(void *ctx, float *y, const float *x,
 			"map", err);
 }
 
+/* rows and weights go to the scratch's token block (ids in its first
+ * half, weights in its second) in chunks, in stream order as embed's. */
+static strata_status cuda_scatter_add(void *ctx, float *x, const float *y,
+				      const int32_t *rows, const float *weight,
+				      uint32_t m, uint32_t dim,
+				      strata_error *err)
+{
+	strata__cuda_compute *k = ctx;
+	const uint32_t per = STRATA__CUDA_TOKENS_MAX / 2;
+	char *block = (char *)k->scratch + STRATA__CUDA_SCRATCH_TOKENS;
+	int32_t *dev_rows = (int32_t *)block;
+	float *dev_weight = (float *)(block + (size_t)per * sizeof(int32_t));
+	for (uint32_t at = 0; at < m; at += per) {
+		uint32_t c = m - at < per ? m - at : per;
+		int e = strata_backend_cuda_sys.memcpy_async(
+			dev_rows, rows + at, (size_t)c * sizeof *rows,
+			cudaMemcpyHostToDevice, (void *)k->stream.cuda);
+		if (e == cudaSuccess)
+			e = strata_backend_cuda_sys.memcpy_async(
+				dev_weight, weight + at, (size_t)c * sizeof *weight,
+				cudaMemcpyHostToDevice, (void *)k->stream.cuda);
+		if (e != cudaSuccess) {
+			strata__cuda_fail(err, (cudaError_t)e, "rows copy");
+			return strata_error_prefix(err, "scatter_add");
+		}
+		strata_status s = launched(
+			strata__cuda_scatter_add(k->stream.cuda, x,
+						 y + (uint64_t)at * dim, dev_rows,
+						 dev_weight, c, dim),
+			"scatter_add", err);
+		if (s != STRATA_OK)
+			return s;
+	}
+	return STRATA_OK;
+}
+
 static strata_status cuda_add(void *ctx, float *y, const float *x,
 			      uint64_t count, strata_error *err)
 {
@@ -813,6 +849,7 @@ const strata_kernel_ops strata_cuda_kernel_ops = {
 	.add = cuda_add,
 	.map = cuda_map,
 	.embed = cuda_embed,
+	.scatter_add = cuda_scatter_add,
 	.to_f32 = cuda_to_f32,
 	.products_take = cuda_products_take,
 	.products = cuda_products,

@@ -91,6 +91,11 @@ cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,
 cudaError_t strata__cuda_embed(cudaStream_t s, float *x, const float *table,
 			       const int32_t *tokens, uint32_t n,
 			       uint32_t dim);
+/* x[rows[i]] (dim) += weight[i] * y[i] (dim), i < m; rows and weight
+ * device memory. */
+cudaError_t strata__cuda_scatter_add(cudaStream_t s, float *x, const float *y,
+				     const int32_t *rows, const float *weight,
+				     uint32_t m, uint32_t dim);
 /* y (n, out) += bias (out) on every row. */
 cudaError_t strata__cuda_bias_add(cudaStream_t s, float *y, const float *bias,
 				  uint32_t n, uint32_t out);

@@ -96,6 +96,22 @@ __global__ void embed_kernel(float *x, const float *table,
 	}
 }
 
+/* x[rows[i]] += weight[i] * y[i], the product rounded first (no FMA), as
+ * the scale and add it replaces. */
+__global__ void scatter_add_kernel(float *x, const float *y,
+				   const int32_t *rows, const float *weight,
+				   uint32_t m, uint32_t dim)
+{
+	uint64_t count = (uint64_t)m * dim;
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < count; i += stride) {
+		uint64_t r = i / dim, e = i % dim;
+		float *o = x + (uint64_t)(uint32_t)rows[r] * dim + e;
+		*o = __fadd_rn(*o, __fmul_rn(weight[r], y[i]));
+	}
+}
+
 __global__ void bias_add_kernel(float *y, const float *bias, uint32_t n,
 				uint32_t out)
 {
@@ -187,6 +203,17 @@ extern "C" cudaError_t strata__cuda_embed(cudaStream_t s, float *x,
 {
 	embed_kernel<<<strata__grid((uint64_t)n * dim, EW_THREADS), EW_THREADS,
 		       0, s>>>(x, table, tokens, n, dim);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_scatter_add(cudaStream_t s, float *x,
+						const float *y,
+						const int32_t *rows,
+						const float *weight, uint32_t m,
+						uint32_t dim)
+{
+	scatter_add_kernel<<<strata__grid((uint64_t)m * dim, EW_THREADS),
+			     EW_THREADS, 0, s>>>(x, y, rows, weight, m, dim);
 	return cudaGetLastError();
 }
 
