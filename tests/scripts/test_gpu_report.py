@@ -67,6 +67,13 @@ class Placement(unittest.TestCase):
         self.assertIn("peak host 5500000000 bytes, plan 5500000000: 1.0000",
                       self.out)
 
+    def test_uniform_rows_say_their_peaks_too(self):
+        # the host window's 1-token row: the same verdict as a placement's
+        block = self.out.split("128-token pass")[0]
+        self.assertIn("peak device 2100000000 bytes, plan 2140000000: "
+                      "0.9813 of the plan (<= plan and within 1%: NOT met)",
+                      block)
+
     def test_peers_at_the_same_budget(self):
         self.assertIn("accelerate: decode 950.0 ms/token (strata 21.59x "
                       "faster); prompt 1200.0 ms (strata 8.57x faster)",
