@@ -22,6 +22,11 @@ void strata__plan_predict(const strata_plan_layout_info *info,
  * and its crossing chunk; uniform_placement the placement fields of a
  * resident, host:D or disk candidate (then predicts); placements searches
  * and appends the placement candidates (strata__plan_push). */
+/* The load staging of a run on CUDA (the buffer the residency engine
+ * loads the device's weights through, pinned, taken beside the host tier
+ * while it loads): the largest unit when units are resident, at least the
+ * largest static tensor; 0 on cpu, whose device is host memory. */
+uint64_t strata__plan_load_staging(const strata_plan *p, bool units_resident);
 void strata__plan_predict_passes(const strata_plan *p,
 				 strata_plan_candidate *c);
 void strata__plan_uniform_placement(const strata_plan *p,

@@ -162,6 +162,48 @@ static strata_status floats(uint64_t per, uint64_t n, const char *what,
 	return s;
 }
 
+/* The buffers only some families take: the rotary frequencies (twice with
+ * sliding layers of their own base), the router's and experts' rows, the
+ * f32 copies of 1 + w norms, and the biases' f32 copies where the MLP
+ * gate they borrow is smaller. */
+static strata_status extras(const strata_plan_arch *a, uint64_t T,
+			    uint64_t hd, uint64_t kvd, strata_plan_memory *m,
+			    strata_error *err)
+{
+	strata_status s;
+	uint64_t in, bias, mlp, norms;
+	if ((s = floats(a->head_dim / 2, a->local_rope ? 2 : 1,
+			"rope frequencies", &m->rope_bytes, err)))
+		return s;
+	m->moe_bytes = m->norms_bytes = m->bias_bytes = 0;
+	if (a->experts) {
+		BUFFER(&m->moe_bytes, "router logits buffer", T, a->experts, 4);
+		/* the experts' input and output rows, one buffer each */
+		BUFFER(&in, "expert rows buffer", T, a->hidden, 4);
+		if ((s = strata_checked_mul(in, 2, &in, "expert rows buffer",
+					    err)) ||
+		    (s = strata_checked_add(m->moe_bytes, in, &m->moe_bytes,
+					    "expert rows buffer", err)))
+			return s;
+	}
+	if (a->norm_plus_one &&
+	    ((s = strata_checked_mul(a->hidden, 4, &norms, "norm weights",
+				     err)) ||
+	     (s = strata_checked_add(norms, a->head_dim * 2, &norms,
+				     "norm weights", err)) ||
+	     (s = floats(norms, 1, "norm weights", &m->norms_bytes, err))))
+		return s;
+	if ((s = strata_checked_mul(kvd, 2, &bias, "biases", err)) ||
+	    (s = strata_checked_add(bias, hd, &bias, "biases", err)) ||
+	    (s = strata_checked_mul(T, a->intermediate, &mlp, "mlp rows", err)))
+		return s;
+	if (bias < a->head_dim / 2)
+		bias = a->head_dim / 2;
+	if (mlp < bias && (s = floats(bias, 1, "biases", &m->bias_bytes, err)))
+		return s;
+	return STRATA_OK;
+}
+
 /* The forward pass's buffers of one computing site for T rows in flight
  * (plan.h map; forward_create.c's buffer_list takes exactly these). */
 static strata_status activations(const strata_plan_arch *a,
@@ -192,31 +234,7 @@ static strata_status activations(const strata_plan_arch *a,
 	}
 	BUFFER(&m->hb_bytes, "mlp gate buffer", T, a->intermediate, 4);
 	BUFFER(&m->hb2_bytes, "mlp up buffer", T, a->intermediate, 4);
-	if ((s = floats(a->head_dim / 2, a->local_rope ? 2 : 1,
-			"rope frequencies", &m->rope_bytes, err)))
-		return s;
-	m->moe_bytes = 0;
-	if (a->experts) {
-		uint64_t in;
-		BUFFER(&m->moe_bytes, "router logits buffer", T, a->experts, 4);
-		BUFFER(&in, "expert rows buffer", T, a->hidden, 4);
-		if ((s = strata_checked_add(m->moe_bytes, 2 * in, &m->moe_bytes,
-					    "expert rows buffer", err)))
-			return s;
-	}
-	m->norms_bytes = 0;
-	if (a->norm_plus_one &&
-	    (s = floats(4 * a->hidden + 2 * a->head_dim, 1, "norm weights",
-			&m->norms_bytes, err)))
-		return s;
-	/* the biases' f32 copies borrow the MLP gate unless it is smaller */
-	uint64_t bias = hd + 2 * kvd, mlp;
-	if (bias < a->head_dim / 2)
-		bias = a->head_dim / 2;
-	if ((s = strata_checked_mul(T, a->intermediate, &mlp, "mlp rows", err)))
-		return s;
-	m->bias_bytes = 0;
-	if (mlp < bias && (s = floats(bias, 1, "biases", &m->bias_bytes, err)))
+	if ((s = extras(a, T, hd, kvd, m, err)))
 		return s;
 	BUFFER(&m->logits_bytes, "logits buffer", sh->batch, a->vocab, 4);
 	uint64_t sum = 0;

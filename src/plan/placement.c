@@ -189,6 +189,15 @@ static uint64_t device_total(const strata_plan *p, uint64_t resident,
 	return t;
 }
 
+uint64_t strata__plan_load_staging(const strata_plan *p, bool units_resident)
+{
+	if (p->options.device != STRATA_PLAN_DEVICE_CUDA)
+		return 0;
+	uint64_t s = units_resident ? p->info.largest_unit_bytes : 0;
+	return p->info.largest_static_bytes > s ? p->info.largest_static_bytes
+						: s;
+}
+
 /* Fills the streamed mask of one split (r resident, w of the rest
  * streamed) and the depth the window needs: the widest index distance
  * between two streamed units of a group, plus one, so a window of that
@@ -297,12 +306,7 @@ static strata_status size_placement(strata_plan *p, strata_plan_candidate *c,
 	 * units and statics): the largest unit when any unit is resident,
 	 * at least the largest static tensor. Streamed units copy from the
 	 * host tier itself, and on cpu the device is host memory: none. */
-	uint64_t staging = 0;
-	if (p->options.device == STRATA_PLAN_DEVICE_CUDA) {
-		staging = r ? p->info.largest_unit_bytes : 0;
-		if (p->info.largest_static_bytes > staging)
-			staging = p->info.largest_static_bytes;
-	}
+	uint64_t staging = strata__plan_load_staging(p, r > 0);
 	uint64_t pinned = ws[0] || ws[1] ? sat_add(host_units, staging) : 0;
 	split_resident(p, c);
 	uint64_t next = 0, stream_dev = c->devices - 1;

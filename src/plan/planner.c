@@ -329,17 +329,9 @@ static strata_status size_candidate(strata_plan *p, strata_plan_candidate *c,
 	c->host_weight_bytes =
 		c->mode == STRATA_RESIDENCY_HOST ? p->info.all_units_bytes : 0;
 	/* CUDA loads what the device holds through one pinned buffer
-	 * (the residency engine's load staging: the largest unit when units
-	 * are resident, at least the largest static tensor), taken beside
-	 * the host tier; on cpu the device is host memory and takes none */
-	uint64_t load = 0;
-	if (p->options.device == STRATA_PLAN_DEVICE_CUDA) {
-		load = c->mode == STRATA_RESIDENCY_RESIDENT
-			       ? p->info.largest_unit_bytes
-			       : 0;
-		if (p->info.largest_static_bytes > load)
-			load = p->info.largest_static_bytes;
-	}
+	 * beside the host tier (none on cpu) */
+	uint64_t load = strata__plan_load_staging(
+		p, c->mode == STRATA_RESIDENCY_RESIDENT);
 	c->load_staging_bytes = load;
 	if (s == STRATA_OK)
 		s = strata_checked_add(c->staging_bytes, load,
