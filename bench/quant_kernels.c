@@ -19,6 +19,7 @@
 
 #include "backend/cpu/kernels_internal.h"
 #include "quant_kernels.h"
+#include "support/random_blocks.h"
 
 static uint32_t krng = 7;
 static uint32_t krnd(void)
@@ -27,35 +28,9 @@ static uint32_t krnd(void)
 	return krng >> 8;
 }
 
-/* Byte offsets of each block type's f16 factors (ggml's layouts): their
- * exponents are kept small so every value decodes finite. */
-static const struct {
-	strata_block_type t;
-	int at[2], count;
-} factors[] = {
-	{STRATA_BLOCK_Q8_0, {0}, 1},	  {STRATA_BLOCK_Q4_0, {0}, 1},
-	{STRATA_BLOCK_Q4_1, {0, 2}, 2},	  {STRATA_BLOCK_Q5_0, {0}, 1},
-	{STRATA_BLOCK_Q5_1, {0, 2}, 2},	  {STRATA_BLOCK_Q2_K, {80, 82}, 2},
-	{STRATA_BLOCK_Q3_K, {108}, 1},	  {STRATA_BLOCK_Q4_K, {0, 2}, 2},
-	{STRATA_BLOCK_Q5_K, {0, 2}, 2},	  {STRATA_BLOCK_Q6_K, {208}, 1},
-	{STRATA_BLOCK_IQ4_NL, {0}, 1},	  {STRATA_BLOCK_IQ4_XS, {0}, 1},
-};
-
 static void random_blocks(strata_block_type t, unsigned char *p, size_t bytes)
 {
-	for (size_t i = 0; i < bytes; i++)
-		p[i] = (unsigned char)krnd();
-	if (t == STRATA_BLOCK_F16 || t == STRATA_BLOCK_BF16) {
-		for (size_t i = 1; i < bytes; i += 2)
-			p[i] = (unsigned char)((p[i] & 0x81) | 0x30);
-		return;
-	}
-	uint32_t bb = strata_block_bytes(t);
-	for (size_t f = 0; f < sizeof factors / sizeof *factors; f++)
-		if (factors[f].t == t)
-			for (size_t b = 0; b < bytes / bb; b++)
-				for (int k = 0; k < factors[f].count; k++)
-					p[b * bb + factors[f].at[k] + 1] &= 0x1b;
+	rb_fill(t, p, bytes, &krng);
 }
 
 static strata_weight_type weight_type_of(strata_block_type t)

@@ -5,7 +5,8 @@
  * rows, the prefill panels beyond), with a bias, rows wider than one
  * decoded chunk and widths that are not a multiple of 8, on every path the
  * processor has (AVX-512, AVX2, generic); the AVX2 and AVX-512 decoders
- * give the exact decoders' bits; refusals. */
+ * give the exact decoders' bits; refusals. The decode products run with
+ * STRATA_CPU_DECODE=exact (f32 x); test_cpu_qdot covers the default. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 
 #include "strata/backend.h"
 #include "strata/backend_kernels.h"
+#include "support/random_blocks.h"
 
 #if defined(__x86_64__)
 void strata__quant_decode_avx2(strata_block_type t, const unsigned char *src,
@@ -46,41 +48,9 @@ static strata_compute *cpu(uint32_t threads)
 	return c;
 }
 
-/* Byte offsets of each block type's f16 factors (ggml's layouts). */
-static const struct {
-	strata_block_type t;
-	int at[2], count;
-} factors[] = {
-	{STRATA_BLOCK_Q8_0, {0}, 1},	  {STRATA_BLOCK_Q4_0, {0}, 1},
-	{STRATA_BLOCK_Q4_1, {0, 2}, 2},	  {STRATA_BLOCK_Q5_0, {0}, 1},
-	{STRATA_BLOCK_Q5_1, {0, 2}, 2},	  {STRATA_BLOCK_Q2_K, {80, 82}, 2},
-	{STRATA_BLOCK_Q3_K, {108}, 1},	  {STRATA_BLOCK_Q4_K, {0, 2}, 2},
-	{STRATA_BLOCK_Q5_K, {0, 2}, 2},	  {STRATA_BLOCK_Q6_K, {208}, 1},
-	{STRATA_BLOCK_IQ4_NL, {0}, 1},	  {STRATA_BLOCK_IQ4_XS, {0}, 1},
-};
-
-/* Random bytes, every f16 (factor, or element of F16) finite and small:
- * its high byte's exponent bits kept below 15. */
 static void random_blocks(strata_block_type t, unsigned char *p, size_t bytes)
 {
-	for (size_t i = 0; i < bytes; i++)
-		p[i] = (unsigned char)(frand() * 128 + 128);
-	if (t == STRATA_BLOCK_F16) {
-		for (size_t i = 1; i < bytes; i += 2)
-			p[i] &= 0xbb;
-		return;
-	}
-	if (t == STRATA_BLOCK_BF16) {
-		for (size_t i = 1; i < bytes; i += 2)
-			p[i] = (unsigned char)((p[i] & 0x81) | 0x3c);
-		return;
-	}
-	uint32_t bb = strata_block_bytes(t);
-	for (size_t f = 0; f < sizeof factors / sizeof *factors; f++)
-		if (factors[f].t == t)
-			for (size_t b = 0; b < bytes / bb; b++)
-				for (int k = 0; k < factors[f].count; k++)
-					p[b * bb + factors[f].at[k] + 1] &= 0x3b;
+	rb_fill(t, p, bytes, &rng);
 }
 
 /* The kernel table's weight type of block format t. */
@@ -319,6 +289,7 @@ static void stored_embedding_rows_are_decoded_exactly(void **state)
 
 int main(void)
 {
+	setenv("STRATA_CPU_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_equals_the_f32_product_of_its_decoding),
 		cmocka_unit_test(rows_wider_than_a_chunk_and_odd_widths),

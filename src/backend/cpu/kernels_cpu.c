@@ -8,16 +8,42 @@
  * exactly as they are used (a norm in a block type is E_UNSUPPORTED). None of the optional fused slots is filled: the wrappers'
  * compositions of these kernels are what the CPU runs. */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/kernels_internal.h"
+
+/* The decode products' path the environment asks for: STRATA_CPU_DECODE
+ * "q8" (or unset: x quantized to 8 bits, integer dot products on the
+ * stored blocks, as llama.cpp computes) or "exact" (f32 x against the
+ * exactly decoded weights: the f32 product's bits). docs/infer.md. */
+static strata_status decode_mode(int *mode, strata_error *err)
+{
+	const char *v = getenv("STRATA_CPU_DECODE");
+	*mode = STRATA__DECODE_Q8;
+	if (!v || !*v || strcmp(v, "q8") == 0)
+		return STRATA_OK;
+	if (strcmp(v, "exact") == 0) {
+		*mode = STRATA__DECODE_EXACT;
+		return STRATA_OK;
+	}
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "set it to q8 or exact, or unset it",
+			   "STRATA_CPU_DECODE is '%.64s'", v);
+}
 
 static strata_status cpu_compute_create(uint32_t threads, void **ctx,
 					strata_error *err)
 {
 	strata__pool *p;
-	strata_status st = strata__pool_create(threads, &p, err);
+	int mode;
+	strata_status st = decode_mode(&mode, err);
 	if (st == STRATA_OK)
+		st = strata__pool_create(threads, &p, err);
+	if (st == STRATA_OK) {
+		strata__pool_set_decode_mode(p, mode);
 		*ctx = p;
+	}
 	return st;
 }
 

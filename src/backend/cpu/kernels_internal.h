@@ -28,6 +28,16 @@ strata_status strata__pool_reserve(strata__pool *p, uint64_t bytes,
 				   strata_error *err);
 /* Inside a task: the scratch of the thread running it (reserved bytes). */
 void *strata__pool_scratch(strata__pool *p);
+/* Outside a job: one buffer of at least `bytes` (64-byte aligned) for the
+ * caller to fill before a job its tasks read, kept like the scratch; NULL
+ * with E_NOMEM naming `what` when it cannot grow (the old one kept). */
+void *strata__pool_shared(strata__pool *p, uint64_t bytes, const char *what,
+			  strata_error *err);
+/* The path of the stored decode products (kernels_quant.c): one of
+ * STRATA__DECODE_*, set when the compute context is created. */
+enum { STRATA__DECODE_Q8 = 0, STRATA__DECODE_EXACT = 1 };
+int strata__pool_decode_mode(const strata__pool *p);
+void strata__pool_set_decode_mode(strata__pool *p, int mode);
 
 #if defined(__x86_64__)
 /* The vector decoders of stored weights (quant_avx2.c, quant_avx512.c):

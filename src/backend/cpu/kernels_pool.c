@@ -52,6 +52,11 @@ struct strata__pool {
 	 * i + 1 worker i's */
 	unsigned char *scratch;
 	uint64_t scratch_bytes;
+	/* one buffer for the caller (strata__pool_shared) */
+	unsigned char *shared;
+	uint64_t shared_bytes;
+	/* the decode products' path (strata__pool_decode_mode) */
+	int decode_mode;
 };
 
 /* The slot of the thread running a task (strata__pool_scratch). */
@@ -215,6 +220,7 @@ void strata__pool_destroy(strata__pool *p)
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->mu);
 	strata_free(p->scratch);
+	strata_free(p->shared);
 	strata_free(p->args);
 	strata_free(p->threads);
 	strata_free(p);
@@ -299,4 +305,34 @@ strata_status strata__pool_reserve(strata__pool *p, uint64_t bytes,
 void *strata__pool_scratch(strata__pool *p)
 {
 	return p->scratch + (uint64_t)current_slot * p->scratch_bytes;
+}
+
+void *strata__pool_shared(strata__pool *p, uint64_t bytes, const char *what,
+			  strata_error *err)
+{
+	if (bytes <= p->shared_bytes)
+		return p->shared;
+	bytes = (bytes + 63) / 64 * 64;
+	void *s = strata_alloc_aligned(64, bytes);
+	if (!s) {
+		(void)strata_fail(err, STRATA_E_NOMEM,
+				  "free memory or use smaller matrices",
+				  "cannot allocate %llu bytes of %s",
+				  (unsigned long long)bytes, what);
+		return NULL;
+	}
+	strata_free(p->shared);
+	p->shared = s;
+	p->shared_bytes = bytes;
+	return s;
+}
+
+int strata__pool_decode_mode(const strata__pool *p)
+{
+	return p->decode_mode;
+}
+
+void strata__pool_set_decode_mode(strata__pool *p, int mode)
+{
+	p->decode_mode = mode;
 }

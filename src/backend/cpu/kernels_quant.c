@@ -25,6 +25,7 @@
  */
 #include "backend/cpu/dot8.h"
 #include "backend/cpu/kernels_internal.h"
+#include "backend/cpu/qdot.h"
 
 /* Rows of x the decode path takes; weights per group; elements of a row
  * decoded at a time (a multiple of 256, so chunks hold whole blocks of
@@ -260,6 +261,69 @@ static strata__pool_fn pick_task(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Decode on quantized x (qdot.h), the default for the block types          */
+/* ------------------------------------------------------------------------ */
+
+static inline void qtask_rows(const strata__qjob *j, uint32_t task,
+			      void (*rows)(const strata__qjob *, uint32_t,
+					   uint32_t))
+{
+	uint32_t o0 = task * j->rows_per_task, o1 = o0 + j->rows_per_task;
+	rows(j, o0, o1 > j->out ? j->out : o1);
+}
+
+static void qtask_c(void *arg, uint32_t task)
+{
+	qtask_rows(arg, task, strata__qdot_rows_c);
+}
+
+#if defined(__x86_64__)
+static void qtask_avx2(void *arg, uint32_t task)
+{
+	qtask_rows(arg, task, strata__qdot_rows_avx2);
+}
+
+static void qtask_vnni(void *arg, uint32_t task)
+{
+	qtask_rows(arg, task, strata__qdot_rows_vnni);
+}
+#endif
+
+static strata__pool_fn pick_qtask(void)
+{
+#if defined(__x86_64__)
+	int limit = strata__cpu_isa_max();
+	if (limit >= 2 && strata__qdot_vnni_usable())
+		return qtask_vnni;
+	if (limit >= 1 && strata__quant_avx2_usable())
+		return qtask_avx2;
+#endif
+	return qtask_c;
+}
+
+/* x quantized once into the pool's shared buffer, then the rows spread as
+ * the exact decode path spreads them. */
+static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
+				 strata_error *err)
+{
+	uint64_t bytes = strata__qdot_x_bytes(mj->n, mj->in);
+	void *buf = strata__pool_shared(p, bytes, "quantized activations", err);
+	if (!buf)
+		return STRATA_E_NOMEM;
+	strata__qjob j = {.y = mj->y, .bias = mj->bias, .w = mj->w,
+			  .type = mj->type, .row_bytes = mj->row_bytes,
+			  .n = mj->n, .in = mj->in, .out = mj->out,
+			  .rows_per_task = mj->rows_per_task,
+			  .prefetch = mj->prefetch,
+			  .off = strata__qdot_offset(mj->type)};
+	j.chunk_bytes = QDOT_CHUNK / mj->block_elements * mj->block_bytes;
+	strata__qdot_quantize_x(mj->type, mj->x, mj->n, mj->in, buf, &j.x);
+	strata__pool_run(p, pick_qtask(), &j,
+			 (mj->out + mj->rows_per_task - 1) / mj->rows_per_task);
+	return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 
 strata_status strata__cpu_matmul_stored(void *ctx, float *y, const float *x,
 					const void *w, strata_block_type type,
@@ -285,6 +349,9 @@ strata_status strata__cpu_matmul_stored(void *ctx, float *y, const float *x,
 	if ((uint64_t)n * in * out < 65536)
 		rpt = out;
 	j.rows_per_task = (uint32_t)rpt;
+	if (n <= GEMV_ROWS && strata__qdot_has(type) &&
+	    strata__pool_decode_mode(p) == STRATA__DECODE_Q8)
+		return matmul_qdot(p, &j, err);
 	if (n > GEMV_ROWS) {
 		uint64_t pr = PANEL_BYTES / ((uint64_t)in * sizeof(float));
 		pr = pr < 4 ? 4 : pr / 4 * 4;

@@ -1,0 +1,87 @@
+/* qdot.h - what the activation-quantized decode product shares between its
+ * files: the 8-bit x, the weights of one chunk unpacked into codes and
+ * factors, and each instruction set's row kernel (layer: backend).
+ *
+ * The scheme (qdot.c says why and what it costs in accuracy): x is
+ * quantized once per product, per 32 elements, to q = round(x / dx) with
+ * dx = max|x| / 127 (an f32 factor), keeping also the f32 sum s of each 16
+ * values. A weight's value is ws * (u - off) + mw, with u an unsigned 8-bit
+ * code, ws a factor per 16 elements, off a constant of its type and mw a
+ * term per 16 elements (0 for the types without a min); so
+ *     w . x = sum over 16s of ws dx (sum u q - off sum q) + sum of mw s
+ * where the first sum is exact in integers. Codes are laid out in the
+ * type's slot order: the 32-element groups of a 256-element chunk in the
+ * order its unpacking yields them (Q4_K and Q5_K give groups 0 2 1 3 4 6 5
+ * 7, every other type 0 .. 7), and x is quantized in the same order, so
+ * both are read contiguously. Not a public API. */
+#ifndef STRATA_BACKEND_CPU_QDOT_H
+#define STRATA_BACKEND_CPU_QDOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/base.h"
+
+/* Elements of a chunk: one super-block, eight 32-element blocks. */
+#define QDOT_CHUNK 256u
+/* Weight rows a kernel call takes together (x read once for them). */
+#define QDOT_W 4
+
+/* One weight row's chunk, unpacked (a partial last chunk is zero past its
+ * elements, so it adds nothing). */
+typedef struct strata__qw {
+	uint8_t u[QDOT_CHUNK] __attribute__((aligned(64))); /* slot order */
+	float ws[QDOT_CHUNK / 16]; /* factor of each 16 codes, slot order */
+	float mw[QDOT_CHUNK / 16]; /* min term of each 16, slot order */
+} strata__qw;
+
+/* x of one product, quantized: n rows of `groups` 32-element groups (the
+ * row padded to whole chunks with zeros), each row's groups in slot order. */
+typedef struct strata__qx {
+	int8_t *q;  /* (n, groups * 32) */
+	float *d;   /* (n, groups): dx */
+	float *s;   /* (n, 2 groups): sum of each 16 f32 values */
+	uint32_t groups;
+} strata__qx;
+
+/* A decode product on quantized x: rows [o0, o1) of w for every row of x. */
+typedef struct strata__qjob {
+	float *y;
+	const float *bias;
+	const unsigned char *w;
+	strata_block_type type;
+	uint64_t row_bytes;
+	uint32_t chunk_bytes; /* stored bytes of a whole chunk */
+	uint32_t n, in, out, rows_per_task;
+	uint32_t prefetch; /* bytes ahead of the chunk being read */
+	int off;	   /* the type's code offset */
+	strata__qx x;
+} strata__qjob;
+
+/* Whether type t has the integer scheme; its code offset. */
+bool strata__qdot_has(strata_block_type t);
+int strata__qdot_offset(strata_block_type t);
+/* Bytes strata__qdot_quantize_x lays out for n rows of `in` elements. */
+uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in);
+/* Quantizes x (n, in) for type t into buf (strata__qdot_x_bytes of it,
+ * 64-byte aligned), filling *qx with pointers into buf. */
+void strata__qdot_quantize_x(strata_block_type t, const float *x, uint32_t n,
+			     uint32_t in, void *buf, strata__qx *qx);
+/* Factors (ws, mw) of the chunk of `elements` elements at p (its first
+ * block); the portable code unpacking (u) beside it. */
+void strata__qdot_factors(strata_block_type t, const unsigned char *p,
+			  uint32_t elements, strata__qw *w);
+void strata__qdot_codes(strata_block_type t, const unsigned char *p,
+			uint32_t elements, strata__qw *w);
+
+/* Row kernels: outputs [o0, o1) of every row of x. The portable one is the
+ * reference of the scheme; the others give its integers exactly and its
+ * f32 sums in their own order. */
+void strata__qdot_rows_c(const strata__qjob *j, uint32_t o0, uint32_t o1);
+#if defined(__x86_64__)
+void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0, uint32_t o1);
+void strata__qdot_rows_vnni(const strata__qjob *j, uint32_t o0, uint32_t o1);
+bool strata__qdot_vnni_usable(void);
+#endif
+
+#endif

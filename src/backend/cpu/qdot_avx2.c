@@ -1,0 +1,151 @@
+/* qdot_avx2.c - the activation-quantized decode product with AVX2: each 32
+ * codes times 32 signed 8-bit x by vpmaddubsw (pairs into int16) and
+ * vpmaddwd (into 8 int32 lanes of four elements), scaled lane by lane as
+ * qdot_vnni.c does (layer: backend).
+ *
+ * vpmaddubsw saturates its int16 pair sums: codes up to 63 against |x| <=
+ * 127 stay below 2^15 (16002), but the biased signed types (offset 128:
+ * Q8_0, IQ4) would not, so those multiply |w| by x carrying w's sign
+ * (vpsign), at most 2 * 128 * 127 = 32512. Same integers as
+ * strata__qdot_rows_c, f32 sums in lane order. */
+#include "backend/cpu/kernels_internal.h"
+
+#if defined(__x86_64__)
+#define QDOT_TARGET __attribute__((target("avx2,fma,f16c")))
+#include "backend/cpu/qdot_codes.h"
+
+typedef struct xrow {
+	const int8_t *q;
+	const float *d, *s;
+} xrow;
+
+/* The 8 int32 lanes of 32 codes u (offset off) times 32 x bytes, exact
+ * signed sums (code - off) * x of each four; corr: off times x's four-byte
+ * sums (unused at 0 and 128). */
+QDOT_TARGET static inline __m256i dot32(__m256i u, __m256i x, __m256i corr,
+					int off)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	if (off == 128) {
+		__m256i s = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+		__m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(s),
+						 _mm256_sign_epi8(x, s));
+		return _mm256_madd_epi16(p, ones);
+	}
+	__m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
+	return off ? _mm256_sub_epi32(d, corr) : d;
+}
+
+QDOT_TARGET static inline __attribute__((always_inline)) void
+chunk_avx2(const strata__qw *w, const xrow *x, int R, int C, int off,
+	   __m256 acc[QDOT_W][3], __m256 mins[QDOT_W][3])
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	const __m256i offv = _mm256_set1_epi8((char)off);
+	for (int g = 0; g < 8; g++) {
+		__m256i xv[3], corr[3];
+		__m256 dv[3];
+		for (int c = 0; c < C; c++) {
+			xv[c] = LOAD256(x[c].q + 32 * g);
+			corr[c] = _mm256_setzero_si256();
+			if (off && off != 128)
+				corr[c] = _mm256_madd_epi16(
+					_mm256_maddubs_epi16(offv, xv[c]), ones);
+			dv[c] = _mm256_broadcast_ss(x[c].d + g);
+		}
+		for (int r = 0; r < R; r++) {
+			__m256i u = _mm256_load_si256(
+				(const __m256i *)(w[r].u + 32 * g));
+			__m256 wl = _mm256_set_m128(
+				_mm_broadcast_ss(w[r].ws + 2 * g + 1),
+				_mm_broadcast_ss(w[r].ws + 2 * g));
+			for (int c = 0; c < C; c++)
+				acc[r][c] = _mm256_fmadd_ps(
+					_mm256_cvtepi32_ps(
+						dot32(u, xv[c], corr[c], off)),
+					_mm256_mul_ps(wl, dv[c]), acc[r][c]);
+		}
+	}
+	for (int r = 0; r < R; r++) {
+		__m256 m0 = _mm256_loadu_ps(w[r].mw),
+		       m1 = _mm256_loadu_ps(w[r].mw + 8);
+		for (int c = 0; c < C; c++) {
+			mins[r][c] = _mm256_fmadd_ps(
+				m0, _mm256_loadu_ps(x[c].s), mins[r][c]);
+			mins[r][c] = _mm256_fmadd_ps(
+				m1, _mm256_loadu_ps(x[c].s + 8), mins[r][c]);
+		}
+	}
+}
+
+QDOT_TARGET static inline float hsum(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+			      _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+QDOT_TARGET static inline __attribute__((always_inline)) void
+rows_avx2(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C,
+	  strata__qw w[QDOT_W])
+{
+	__m256 acc[QDOT_W][3], mins[QDOT_W][3];
+	const unsigned char *w0 = j->w + (uint64_t)o * j->row_bytes;
+	const uint32_t g = j->x.groups;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++)
+			acc[r][c] = mins[r][c] = _mm256_setzero_ps();
+	for (uint32_t k = 0, ch = 0; k < j->in; k += QDOT_CHUNK, ch++) {
+		uint32_t m = j->in - k < QDOT_CHUNK ? j->in - k : QDOT_CHUNK;
+		uint64_t at = (uint64_t)ch * j->chunk_bytes;
+		for (int r = 0; r < R; r++) {
+			const unsigned char *p = w0 + r * j->row_bytes + at;
+			if (j->prefetch)
+				for (uint32_t b = 0; b < j->chunk_bytes; b += 64)
+					__builtin_prefetch(p + j->prefetch + b,
+							   0, 3);
+			qdot_codes_simd(j->type, p, m, &w[r]);
+			strata__qdot_factors(j->type, p, m, &w[r]);
+		}
+		xrow x[3];
+		for (int c = 0; c < C; c++) {
+			uint64_t gi = (uint64_t)(c0 + c) * g + 8u * ch;
+			x[c] = (xrow){j->x.q + gi * 32, j->x.d + gi,
+				      j->x.s + 2 * gi};
+		}
+		chunk_avx2(w, x, R, C, j->off, acc, mins);
+	}
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			float s = hsum(_mm256_add_ps(acc[r][c], mins[r][c]));
+			if (j->bias)
+				s += j->bias[o + r];
+			j->y[(uint64_t)(c0 + c) * j->out + o + r] = s;
+		}
+}
+
+QDOT_TARGET static inline __attribute__((always_inline)) void
+group_avx2(const strata__qjob *j, uint32_t o, int R, strata__qw w[QDOT_W])
+{
+	uint32_t c0 = 0;
+	for (; c0 + 3 <= j->n; c0 += 3)
+		rows_avx2(j, o, R, c0, 3, w);
+	if (j->n - c0 == 2)
+		rows_avx2(j, o, R, c0, 2, w);
+	else if (j->n - c0 == 1)
+		rows_avx2(j, o, R, c0, 1, w);
+}
+
+QDOT_TARGET void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0,
+					uint32_t o1)
+{
+	strata__qw w[QDOT_W];
+	uint32_t o = o0;
+	for (; o + QDOT_W <= o1; o += QDOT_W)
+		group_avx2(j, o, QDOT_W, w);
+	for (; o < o1; o++)
+		group_avx2(j, o, 1, w);
+}
+#endif
