@@ -326,6 +326,7 @@ int main(int argc, char **argv)
 	uint32_t threads = 0, decode = 32;
 	bool quick = false, synthetic = false, kernels = false;
 	uint32_t k_in = 4096, k_out = 4096;
+	const char *k_types = NULL;
 	const char *dir = NULL;
 	shape sh = {.hidden = 1024, .layers = 8, .vocab = 32000};
 	for (int i = 1; i < argc; i++) {
@@ -339,6 +340,8 @@ int main(int argc, char **argv)
 			k_in = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--out") && v && atoi(v) > 0)
 			k_out = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--types") && v)
+			k_types = argv[++i];
 		else if (!strcmp(a, "--prefetch") && v && atoi(v) >= 0)
 			strata__quant_prefetch((uint32_t)atoi(argv[++i]));
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
@@ -364,6 +367,7 @@ int main(int argc, char **argv)
 				"--synthetic [DIR] [--hidden H] [--layers L]\n"
 				"       bench_quant [--threads N] [--quick] "
 				"--kernels [--in K] [--out M] [--prefetch C]\n"
+				"       [--types Q8_0,Q4_K,...]\n"
 				"  (H and K multiples of 256)\n");
 			return 2;
 		}
@@ -402,7 +406,8 @@ int main(int argc, char **argv)
 	double mem = memory_read_rate(readers, quick ? (size_t)64 << 20
 						     : (size_t)1 << 30);
 	if (kernels)
-		return strata_bench_kernels(threads, quick, mem, k_in, k_out);
+		return strata_bench_kernels(threads, quick, mem, k_in, k_out,
+					    k_types);
 	row r[MAX_MODELS];
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)

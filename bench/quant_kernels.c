@@ -3,7 +3,8 @@
  * measured in the same run (bench; issue 18: CPU decode at >= 70% of it).
  *
  * Decode shape: n = 1 and 4 activation rows times an (out x in) stored
- * matrix, over enough matrices (a ring of about 512 MiB of stored bytes) that
+ * matrix, on both decode paths (q8: x quantized to 8 bits and integer dot
+ * products, the default; exact: f32 x, STRATA_CPU_DECODE=exact), over enough matrices (a ring of about 512 MiB of stored bytes) that
  * every product reads its weights from memory, not from the caches; rate =
  * stored weight bytes / time. Prefill shape: n = 128 rows times one matrix,
  * in GFLOP/s (2 n in out / time), beside the f32 product of the same
@@ -44,7 +45,8 @@ static strata_weight_type weight_type_of(strata_block_type t)
 /* ------------------------------------------------------------------------ */
 
 typedef struct kbench {
-	strata_compute *c;
+	strata_compute *c;  /* the default: decode on quantized x */
+	strata_compute *cx; /* STRATA_CPU_DECODE=exact: f32 x */
 	uint32_t in, out, passes;
 	float *x, *y; /* (128, in), (128, out) */
 	unsigned char *ring;
@@ -52,12 +54,13 @@ typedef struct kbench {
 	uint32_t matrices;
 } kbench;
 
-/* Seconds of one product of n rows by matrix `m` of the ring. */
-static double product_s(kbench *b, const strata_weight *w, uint32_t n)
+/* Seconds of one product of n rows by matrix `m` of the ring on c. */
+static double product_s(kbench *b, strata_compute *c, const strata_weight *w,
+			uint32_t n)
 {
 	strata_error e;
 	uint64_t t0 = strata_now_ns();
-	if (strata_kernel_matmul(b->c, b->y, b->x, w, NULL, n, &e)) {
+	if (strata_kernel_matmul(c, b->y, b->x, w, NULL, n, &e)) {
 		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
 			e.fix);
 		return -1;
@@ -67,7 +70,8 @@ static double product_s(kbench *b, const strata_weight *w, uint32_t n)
 
 /* Stored bytes per second of decode products (n rows) over the ring, best
  * of `passes` passes over every matrix. */
-static double decode_rate(kbench *b, strata_weight_type wt, uint32_t n)
+static double decode_rate(kbench *b, strata_compute *c, strata_weight_type wt,
+			  uint32_t n)
 {
 	double best = 0;
 	for (uint32_t pass = 0; pass < b->passes; pass++) {
@@ -75,7 +79,7 @@ static double decode_rate(kbench *b, strata_weight_type wt, uint32_t n)
 		for (uint32_t m = 0; m < b->matrices; m++) {
 			strata_weight w = {wt, b->ring + m * b->matrix_bytes,
 					   b->out, b->in};
-			double t = product_s(b, &w, n);
+			double t = product_s(b, c, &w, n);
 			if (t < 0)
 				return -1;
 			s += t;
@@ -91,7 +95,7 @@ static double prefill_rate(kbench *b, const strata_weight *w, uint32_t n)
 {
 	double best = 0;
 	for (int pass = 0; pass < 3; pass++) {
-		double t = product_s(b, w, n);
+		double t = product_s(b, b->c, w, n);
 		if (t < 0)
 			return -1;
 		double r = 2.0 * n * b->in * b->out / t;
@@ -143,13 +147,17 @@ static double fork_join_us(uint32_t threads)
 	return ns[RUNS / 2] / 1e3;
 }
 
-static const strata_block_type types[] = {
+static const strata_block_type all_types[] = {
 	STRATA_BLOCK_BF16, STRATA_BLOCK_F16,  STRATA_BLOCK_Q8_0,
 	STRATA_BLOCK_Q4_K, STRATA_BLOCK_Q6_K, STRATA_BLOCK_Q4_0,
-	STRATA_BLOCK_Q5_K, STRATA_BLOCK_IQ4_XS,
+	STRATA_BLOCK_Q5_K, STRATA_BLOCK_IQ4_XS, STRATA_BLOCK_Q4_1,
+	STRATA_BLOCK_Q5_0, STRATA_BLOCK_Q5_1, STRATA_BLOCK_IQ4_NL,
+	STRATA_BLOCK_Q2_K, STRATA_BLOCK_Q3_K,
 };
 
-/* One type's row of the table: 1 and 4 rows decode, prefill 128 rows. */
+/* One type's row of the table: 1 and 4 rows decode on each path (the
+ * same as each other for bf16 and f16, which have no quantized path),
+ * prefill 128 rows. */
 static int bench_type(kbench *b, strata_block_type t, double mem_rate,
 		      uint32_t prefill_n, float *wf)
 {
@@ -160,28 +168,49 @@ static int bench_type(kbench *b, strata_block_type t, double mem_rate,
 	if (b->matrices == 0)
 		b->matrices = 1;
 	random_blocks(t, b->ring, b->matrix_bytes * b->matrices);
-	double r1 = decode_rate(b, wt, 1), r4 = decode_rate(b, wt, 4);
+	double r1 = decode_rate(b, b->c, wt, 1), r4 = decode_rate(b, b->c, wt, 4);
+	double x1 = decode_rate(b, b->cx, wt, 1), x4 = decode_rate(b, b->cx, wt, 4);
 	strata_weight w = {wt, b->ring, b->out, b->in};
 	strata_weight w32 = {STRATA_WEIGHT_F32, wf, b->out, b->in};
 	(void)strata_block_decode(t, b->ring, wf, (uint64_t)b->in * b->out);
 	double pf = prefill_rate(b, &w, prefill_n);
 	double pf32 = prefill_rate(b, &w32, prefill_n);
-	if (r1 < 0 || r4 < 0 || pf < 0 || pf32 < 0)
+	if (r1 < 0 || r4 < 0 || x1 < 0 || x4 < 0 || pf < 0 || pf32 < 0)
 		return 1;
-	printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+	printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f "
+	       "| %.1f | %.2f |\n",
 	       strata_block_name(t), r1 / 1e9, r1 / mem_rate, r4 / 1e9,
-	       r4 / mem_rate, pf / 1e9, pf / pf32);
+	       r4 / mem_rate, x1 / 1e9, x1 / mem_rate, x4 / 1e9, x4 / mem_rate,
+	       pf / 1e9, pf / pf32);
 	printf("json {\"kernel\": \"%s\", \"in\": %u, \"out\": %u, "
 	       "\"decode1_bytes_per_s\": %.0f, \"decode4_bytes_per_s\": %.0f, "
+	       "\"exact_decode1_bytes_per_s\": %.0f, "
+	       "\"exact_decode4_bytes_per_s\": %.0f, "
 	       "\"memory_read_rate\": %.0f, \"prefill%u_flops\": %.0f, "
 	       "\"prefill_f32_flops\": %.0f}\n",
-	       strata_block_name(t), b->in, b->out, r1, r4, mem_rate, prefill_n,
-	       pf, pf32);
+	       strata_block_name(t), b->in, b->out, r1, r4, x1, x4, mem_rate,
+	       prefill_n, pf, pf32);
 	return 0;
 }
 
+/* Whether name is one of the comma list's (NULL: every name). */
+static bool listed(const char *list, const char *name)
+{
+	if (!list)
+		return true;
+	size_t n = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, name, n))
+			return true;
+		p += len + (e != NULL);
+	}
+	return false;
+}
+
 int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
-			 uint32_t in, uint32_t out)
+			 uint32_t in, uint32_t out, const char *types)
 {
 	kbench b = {.in = quick ? 512 : in, .out = quick ? 256 : out,
 		    .passes = quick ? 1 : 2,
@@ -190,9 +219,28 @@ int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 	strata_error e;
 	int rc = 1;
 	float *wf = NULL;
+	/* the exact path's context is made with STRATA_CPU_DECODE=exact, the
+	 * other with the environment's own setting (q8 unless told) */
+	const char *env = getenv("STRATA_CPU_DECODE");
+	char saved[64] = "";
+	if (env)
+		snprintf(saved, sizeof saved, "%s", env);
 	if (strata_compute_create(&strata_cpu_kernel_ops, threads, &b.c, &e)) {
 		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
 			e.fix);
+		return 1;
+	}
+	setenv("STRATA_CPU_DECODE", "exact", 1);
+	strata_status st = strata_compute_create(&strata_cpu_kernel_ops,
+						 threads, &b.cx, &e);
+	if (env)
+		setenv("STRATA_CPU_DECODE", saved, 1);
+	else
+		unsetenv("STRATA_CPU_DECODE");
+	if (st) {
+		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
+			e.fix);
+		strata_compute_destroy(b.c);
 		return 1;
 	}
 	b.x = malloc((size_t)128 * b.in * sizeof *b.x);
@@ -209,15 +257,22 @@ int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 	       "memory read rate %.1f GB/s; pool fork/join %.1f us\n",
 	       b.out, b.in, strata_compute_threads(b.c), mem_rate / 1e9,
 	       fork_join_us(strata_compute_threads(b.c)));
-	printf("| type | decode 1 row GB/s | of memory | 4 rows GB/s | "
+	printf("decode: q8 = x quantized to 8 bits, integer dot products (the "
+	       "default); exact = f32 x (STRATA_CPU_DECODE=exact)\n");
+	printf("| type | q8 1 row GB/s | of memory | q8 4 rows GB/s | "
+	       "of memory | exact 1 row GB/s | of memory | exact 4 rows GB/s | "
 	       "of memory | prefill %u rows GFLOP/s | of f32 product |\n"
-	       "| --- | --- | --- | --- | --- | --- | --- |\n",
+	       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+	       "| --- |\n",
 	       prefill_n);
 	rc = 0;
-	for (size_t i = 0; i < sizeof types / sizeof *types && !rc; i++)
-		rc = bench_type(&b, types[i], mem_rate, prefill_n, wf);
+	for (size_t i = 0; i < sizeof all_types / sizeof *all_types && !rc; i++)
+		if (listed(types, strata_block_name(all_types[i])))
+			rc = bench_type(&b, all_types[i], mem_rate, prefill_n,
+					wf);
 done:
 	free(b.x), free(b.y), free(b.ring), free(wf);
 	strata_compute_destroy(b.c);
+	strata_compute_destroy(b.cx);
 	return rc;
 }

@@ -8,8 +8,9 @@
 
 /* Prints the table and one json line per type; 0 on success. threads 0:
  * every processor; mem_rate in bytes per second; in, out: the matrices'
- * shape (quick: 512 x 256 and a small ring, for CTest). */
+ * shape (quick: 512 x 256 and a small ring, for CTest); types: a comma
+ * list of type names to bench (NULL: all). */
 int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
-			 uint32_t in, uint32_t out);
+			 uint32_t in, uint32_t out, const char *types);
 
 #endif

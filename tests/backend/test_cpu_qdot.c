@@ -3,8 +3,8 @@
  * every type with the scheme: each kernel (AVX-512 VNNI, AVX2, portable)
  * equals the portable reference of the integer scheme up to the order of
  * its f32 sums, and every output is within the derived bound of the f32
- * product of the exactly decoded weights (sum over 32s of dx / 2 times the
- * sum of |w - min|); STRATA_CPU_DECODE=exact gives that f32 product's bits
+ * product of the exactly decoded weights (sum over 16s of dx / 2 times the
+ * sum of |w|: the scheme computes w . x^ exactly, then rounds); STRATA_CPU_DECODE=exact gives that f32 product's bits
  * and a bad value is refused; the activation buffer's allocation failure
  * is E_NOMEM naming it. */
 #include <math.h>
@@ -115,6 +115,7 @@ static void check(strata_compute *c, strata_block_type t, shape s)
 	void *buf = strata_alloc_aligned(64, strata__qdot_x_bytes(s.n, s.in));
 	strata__qjob j = {.y = yr, .bias = bias, .w = w, .type = t,
 			  .row_bytes = wbytes / s.out,
+			  .block_bytes = strata_block_bytes(t),
 			  .chunk_bytes = QDOT_CHUNK / strata_block_elements(t) *
 					 strata_block_bytes(t),
 			  .n = s.n, .in = s.in, .out = s.out,
@@ -130,11 +131,11 @@ static void check(strata_compute *c, strata_block_type t, shape s)
 			const float *wr = wf + (uint64_t)o * s.in;
 			const float *mr = mins + (uint64_t)o * s.in;
 			double bound = 0, mag = bias ? fabs(bias[o]) : 0;
-			for (uint32_t g = 0; g < s.in; g += 32) {
+			for (uint32_t g = 0; g < s.in; g += 16) {
 				double amax = 0, aw = 0;
-				for (uint32_t i = g; i < g + 32; i++) {
+				for (uint32_t i = g; i < g + 16; i++) {
 					amax = fmax(amax, fabs(xr[i]));
-					aw += fabs(wr[i] - mr[i]);
+					aw += fabs(wr[i]);
 					mag += (fabs(wr[i]) + 2 * fabs(mr[i])) *
 					       fabs(xr[i]);
 				}

@@ -316,6 +316,7 @@ static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 			  .rows_per_task = mj->rows_per_task,
 			  .prefetch = mj->prefetch,
 			  .off = strata__qdot_offset(mj->type)};
+	j.block_bytes = mj->block_bytes;
 	j.chunk_bytes = QDOT_CHUNK / mj->block_elements * mj->block_bytes;
 	strata__qdot_quantize_x(mj->type, mj->x, mj->n, mj->in, buf, &j.x);
 	strata__pool_run(p, pick_qtask(), &j,

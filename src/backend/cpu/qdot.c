@@ -8,9 +8,10 @@
  * types are compute-bound on the decode shape (bench_quant --kernels);
  * integer dot products of 8-bit x against the stored codes take one
  * instruction per 64 weights (vpdpbusd), as llama.cpp computes.
- * Accuracy: each x is moved by at most dx / 2 (dx = max|x| / 127 over its
- * 32), so an output moves by at most sum over 32s of dx / 2 times the sum
- * of |ws (u - off)|; the min terms use x's exact f32 sums and add no error.
+ * Accuracy: the product is w . x^ (x^ = q dx, min terms included: they
+ * take the sums of x^), and each x^ is within dx / 2 of x (dx = max|x| /
+ * 127 over its 16), so an output moves by at most the sum over 16s of
+ * dx / 2 times the sum of |w|, plus f32 rounding.
  * test_cpu_qdot checks that bound, and test_quant_logits that the model's
  * logits stay within llama.cpp's own distance from the exact ones. */
 #include <math.h>
@@ -93,29 +94,33 @@ static uint32_t groups_of(uint32_t in)
 
 uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in)
 {
-	return (uint64_t)n * groups_of(in) * (32 + 3 * sizeof(float));
+	return (uint64_t)n * groups_of(in) * (32 + 4 * sizeof(float));
 }
 
-/* One 32-element group (m <= 32 values, zeros past them) of x. */
-static void quantize_group(const float *x, uint32_t m, int8_t *q, float *d,
-			   float *s)
+/* One 16-element run (m <= 16 values, zeros past them) of x: its codes,
+ * factor, and dx times the codes' sum, so the min terms multiply the same
+ * x^ as the codes and the whole product is w . x^: x's rounding errors
+ * then meet w's own values, centred on zero, not its codes' (all of one
+ * sign), and partly cancel. A factor per 16 rather than llama.cpp's per 32
+ * (per 256 for the K-quants) costs no instruction in the kernels (the
+ * weights' factors are per 16 already) and puts the logits of
+ * tests/data/quant closer to the exact ones. */
+static void quantize16(const float *x, uint32_t m, int8_t *q, float *d,
+		       float *s)
 {
-	float amax = 0, s0 = 0, s1 = 0;
+	float amax = 0;
 	for (uint32_t i = 0; i < m; i++)
 		amax = fmaxf(amax, fabsf(x[i]));
 	float dx = amax / 127, id = dx > 0 ? 1 / dx : 0;
-	for (uint32_t i = 0; i < 32; i++) {
+	int32_t sum = 0;
+	for (uint32_t i = 0; i < 16; i++) {
 		float v = i < m ? x[i] : 0;
 		float r = fminf(fmaxf(roundf(v * id), -127), 127);
 		q[i] = (int8_t)r;
-		if (i < 16)
-			s0 += v;
-		else
-			s1 += v;
+		sum += q[i];
 	}
 	*d = dx;
-	s[0] = s0;
-	s[1] = s1;
+	*s = dx * (float)sum;
 }
 
 void strata__qdot_quantize_x(strata_block_type t, const float *x, uint32_t n,
@@ -125,17 +130,16 @@ void strata__qdot_quantize_x(strata_block_type t, const float *x, uint32_t n,
 	qx->groups = g;
 	qx->q = buf;
 	qx->d = (float *)(qx->q + (uint64_t)n * g * 32);
-	qx->s = qx->d + (uint64_t)n * g;
+	qx->s = qx->d + (uint64_t)n * g * 2;
 	const uint8_t *order = slot_order(t);
 	for (uint32_t c = 0; c < n; c++)
-		for (uint32_t p = 0; p < g; p++) {
-			uint64_t e = (uint64_t)p / 8 * QDOT_CHUNK +
-				     32u * order[p % 8];
-			uint32_t m = e >= in ? 0 : in - e < 32 ? in - (uint32_t)e : 32;
-			uint64_t at = (uint64_t)c * g + p;
-			quantize_group(x + (uint64_t)c * in + (m ? e : 0), m,
-				       qx->q + at * 32, qx->d + at,
-				       qx->s + 2 * at);
+		for (uint32_t p = 0; p < 2 * g; p++) {
+			uint64_t e = (uint64_t)p / 16 * QDOT_CHUNK +
+				     32u * order[p / 2 % 8] + 16 * (p % 2);
+			uint32_t m = e >= in ? 0 : in - e < 16 ? in - (uint32_t)e : 16;
+			uint64_t at = (uint64_t)c * 2 * g + p;
+			quantize16(x + (uint64_t)c * in + (m ? e : 0), m,
+				   qx->q + at * 16, qx->d + at, qx->s + at);
 		}
 }
 
@@ -310,7 +314,7 @@ static float chunk_dot(const strata__qw *w, const int8_t *q, const float *d,
 		int32_t dot = 0;
 		for (int i = 0; i < 16; i++)
 			dot += ((int32_t)w->u[16 * k + i] - off) * q[16 * k + i];
-		acc += w->ws[k] * d[k / 2] * (float)dot;
+		acc += w->ws[k] * d[k] * (float)dot;
 		mins += w->mw[k] * s[k];
 	}
 	return acc + mins;
@@ -334,7 +338,7 @@ void strata__qdot_rows_c(const strata__qjob *j, uint32_t o0, uint32_t o1)
 				strata__qdot_factors(j->type, p, m, &w);
 				uint64_t at = (uint64_t)c * g + 8u * ch;
 				sum += chunk_dot(&w, j->x.q + at * 32,
-						 j->x.d + at, j->x.s + 2 * at,
+						 j->x.d + 2 * at, j->x.s + 2 * at,
 						 j->off);
 			}
 			if (j->bias)

@@ -3,9 +3,9 @@
  * factors, and each instruction set's row kernel (layer: backend).
  *
  * The scheme (qdot.c says why and what it costs in accuracy): x is
- * quantized once per product, per 32 elements, to q = round(x / dx) with
- * dx = max|x| / 127 (an f32 factor), keeping also the f32 sum s of each 16
- * values. A weight's value is ws * (u - off) + mw, with u an unsigned 8-bit
+ * quantized once per product, per 16 elements, to q = round(x / dx) with
+ * dx = max|x| / 127 (an f32 factor), keeping also s = dx times the sum of
+ * each 16 codes. A weight's value is ws * (u - off) + mw, with u an unsigned 8-bit
  * code, ws a factor per 16 elements, off a constant of its type and mw a
  * term per 16 elements (0 for the types without a min); so
  *     w . x = sum over 16s of ws dx (sum u q - off sum q) + sum of mw s
@@ -39,8 +39,8 @@ typedef struct strata__qw {
  * row padded to whole chunks with zeros), each row's groups in slot order. */
 typedef struct strata__qx {
 	int8_t *q;  /* (n, groups * 32) */
-	float *d;   /* (n, groups): dx */
-	float *s;   /* (n, 2 groups): sum of each 16 f32 values */
+	float *d;   /* (n, 2 groups): dx of each 16 */
+	float *s;   /* (n, 2 groups): dx * sum of each 16 codes */
 	uint32_t groups;
 } strata__qx;
 
@@ -51,7 +51,8 @@ typedef struct strata__qjob {
 	const unsigned char *w;
 	strata_block_type type;
 	uint64_t row_bytes;
-	uint32_t chunk_bytes; /* stored bytes of a whole chunk */
+	uint32_t block_bytes, chunk_bytes; /* stored bytes of a block, of a
+					    * whole chunk */
 	uint32_t n, in, out, rows_per_task;
 	uint32_t prefetch; /* bytes ahead of the chunk being read */
 	int off;	   /* the type's code offset */

@@ -51,7 +51,9 @@ chunk_avx2(const strata__qw *w, const xrow *x, int R, int C, int off,
 			if (off && off != 128)
 				corr[c] = _mm256_madd_epi16(
 					_mm256_maddubs_epi16(offv, xv[c]), ones);
-			dv[c] = _mm256_broadcast_ss(x[c].d + g);
+			dv[c] = _mm256_set_m128(
+				_mm_broadcast_ss(x[c].d + 2 * g + 1),
+				_mm_broadcast_ss(x[c].d + 2 * g));
 		}
 		for (int r = 0; r < R; r++) {
 			__m256i u = _mm256_load_si256(
@@ -106,13 +108,14 @@ rows_avx2(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C,
 				for (uint32_t b = 0; b < j->chunk_bytes; b += 64)
 					__builtin_prefetch(p + j->prefetch + b,
 							   0, 3);
-			qdot_codes_simd(j->type, p, m, &w[r]);
-			strata__qdot_factors(j->type, p, m, &w[r]);
+			qdot_codes_simd(j->type, p, m, j->block_bytes, &w[r]);
+			qdot_factors_simd(j->type, p, m, j->block_bytes,
+					  &w[r]);
 		}
 		xrow x[3];
 		for (int c = 0; c < C; c++) {
 			uint64_t gi = (uint64_t)(c0 + c) * g + 8u * ch;
-			x[c] = (xrow){j->x.q + gi * 32, j->x.d + gi,
+			x[c] = (xrow){j->x.q + gi * 32, j->x.d + 2 * gi,
 				      j->x.s + 2 * gi};
 		}
 		chunk_avx2(w, x, R, C, j->off, acc, mins);
@@ -138,14 +141,36 @@ group_avx2(const strata__qjob *j, uint32_t o, int R, strata__qw w[QDOT_W])
 		rows_avx2(j, o, R, c0, 1, w);
 }
 
-QDOT_TARGET void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0,
-					uint32_t o1)
+/* One copy of the loops per type (t a constant in each), so the codes'
+ * and factors' unpacking is inlined without a switch per chunk. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+rows_typed(const strata__qjob *j, uint32_t o0, uint32_t o1, strata_block_type t)
 {
+	strata__qjob jt = *j;
+	jt.type = t;
 	strata__qw w[QDOT_W];
 	uint32_t o = o0;
 	for (; o + QDOT_W <= o1; o += QDOT_W)
-		group_avx2(j, o, QDOT_W, w);
+		group_avx2(&jt, o, QDOT_W, w);
 	for (; o < o1; o++)
-		group_avx2(j, o, 1, w);
+		group_avx2(&jt, o, 1, w);
+}
+
+#define ROWS_CASE(T)                                                           \
+	case STRATA_BLOCK_##T:                                                 \
+		rows_typed(j, o0, o1, STRATA_BLOCK_##T);                       \
+		return;
+
+QDOT_TARGET void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0,
+					uint32_t o1)
+{
+	switch (j->type) {
+	ROWS_CASE(Q8_0) ROWS_CASE(Q4_0) ROWS_CASE(Q4_1) ROWS_CASE(Q5_0)
+	ROWS_CASE(Q5_1) ROWS_CASE(IQ4_NL) ROWS_CASE(Q2_K) ROWS_CASE(Q3_K)
+	ROWS_CASE(Q4_K) ROWS_CASE(Q5_K) ROWS_CASE(Q6_K) ROWS_CASE(IQ4_XS)
+	default:
+		strata__qdot_rows_c(j, o0, o1);
+		return;
+	}
 }
 #endif

@@ -1,5 +1,6 @@
 /* qdot_codes.h - a chunk's codes unpacked with AVX2 byte instructions, in
- * the slot order of qdot.h, the bytes strata__qdot_codes gives: included
+ * the slot order of qdot.h, the bytes strata__qdot_codes gives, and its
+ * factors with F16C, the floats strata__qdot_factors gives: included
  * by qdot_avx2.c and qdot_vnni.c, each defining QDOT_TARGET (its
  * __attribute__((target))) first (layer: backend). The types without an
  * unpacking here go to the portable one. */
@@ -169,10 +170,12 @@ QDOT_TARGET static inline void codes_q23k(const unsigned char *b, bool three,
 	}
 }
 
-/* The codes of a chunk (elements: a multiple of 32, at most QDOT_CHUNK). */
-QDOT_TARGET static inline void qdot_codes_simd(strata_block_type t,
+/* The codes of a chunk (elements: a multiple of 32, at most QDOT_CHUNK;
+ * bb: the type's block bytes). */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+qdot_codes_simd(strata_block_type t,
 					       const unsigned char *p,
-					       uint32_t elements,
+					       uint32_t elements, uint32_t bb,
 					       strata__qw *w)
 {
 	switch (t) {
@@ -183,7 +186,115 @@ QDOT_TARGET static inline void qdot_codes_simd(strata_block_type t,
 	case STRATA_BLOCK_Q2_K: codes_q23k(p, false, w->u); return;
 	case STRATA_BLOCK_Q3_K: codes_q23k(p, true, w->u); return;
 	default:
-		codes32(t, p, elements / 32, strata_block_bytes(t), w->u);
+		codes32(t, p, elements / 32, bb, w->u);
+		return;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Factors                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* v's 8 floats each twice, in v's order: 16 floats at p. */
+QDOT_TARGET static inline void store_twice(float *p, __m256 v)
+{
+	_mm256_storeu_ps(p, _mm256_permutevar8x32_ps(
+				    v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+	_mm256_storeu_ps(p + 8,
+			 _mm256_permutevar8x32_ps(
+				 v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
+}
+
+/* The f16 at byte `at` of each of nb (<= 8) blocks of bb bytes, as floats
+ * (0 past nb). */
+QDOT_TARGET static inline __m256 halves(const unsigned char *p, uint32_t nb,
+					uint32_t bb, uint32_t at)
+{
+	uint16_t h[8] = {0};
+	for (uint32_t b = 0; b < nb; b++)
+		memcpy(&h[b], p + b * bb + at, 2);
+	return _mm256_cvtph_ps(LOAD128(h));
+}
+
+/* Q4_K / Q5_K: eight 6-bit scales and mins from 12 bytes, four at a time
+ * in 32-bit words (the layout of q4k_scale_min in qdot.c: words 0 and 1
+ * hold scales and mins 0-3; word 2 the low nibbles of 4-7, whose high
+ * bits are the top bits of words 0 and 1). */
+QDOT_TARGET static inline void factors_q45k(const unsigned char *b,
+					    strata__qw *w)
+{
+	uint32_t s[3], sc[2], m[2];
+	memcpy(s, b + 4, 12);
+	sc[0] = s[0] & 0x3f3f3f3fu;
+	m[0] = s[1] & 0x3f3f3f3fu;
+	sc[1] = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+	m[1] = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+	/* slots 0 2 1 3 4 6 5 7, each factor for two 16s */
+	const __m256i slots = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);
+	__m256 d = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[0] | b[1] << 8)));
+	__m256 dm = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[2] | b[3] << 8)));
+	__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+		_mm_loadl_epi64((const __m128i *)sc)));
+	__m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+		_mm_loadl_epi64((const __m128i *)m)));
+	store_twice(w->ws, _mm256_permutevar8x32_ps(_mm256_mul_ps(d, fs), slots));
+	__m256 mins = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(dm, fm));
+	store_twice(w->mw, _mm256_permutevar8x32_ps(mins, slots));
+}
+
+/* The factors of a chunk; the types not here go to the portable one. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+qdot_factors_simd(strata_block_type t,
+						 const unsigned char *p,
+						 uint32_t elements, uint32_t bb,
+						 strata__qw *w)
+{
+	const __m256 zero = _mm256_setzero_ps();
+	switch (t) {
+	case STRATA_BLOCK_Q8_0: case STRATA_BLOCK_Q4_0: case STRATA_BLOCK_Q5_0:
+	case STRATA_BLOCK_IQ4_NL:
+		store_twice(w->ws, halves(p, elements / 32, bb, 0));
+		_mm256_storeu_ps(w->mw, zero);
+		_mm256_storeu_ps(w->mw + 8, zero);
+		return;
+	case STRATA_BLOCK_Q4_1: case STRATA_BLOCK_Q5_1:
+		store_twice(w->ws, halves(p, elements / 32, bb, 0));
+		store_twice(w->mw, halves(p, elements / 32, bb, 2));
+		return;
+	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K:
+		factors_q45k(p, w);
+		return;
+	case STRATA_BLOCK_Q6_K: {
+		__m256 d = _mm256_set1_ps(
+			_cvtsh_ss((unsigned short)(p[208] | p[209] << 8)));
+		for (int h = 0; h < 2; h++)
+			_mm256_storeu_ps(
+				w->ws + 8 * h,
+				_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+							 _mm_loadl_epi64((const __m128i *)(p + 192 + 8 * h))))));
+		_mm256_storeu_ps(w->mw, zero);
+		_mm256_storeu_ps(w->mw + 8, zero);
+		return;
+	}
+	case STRATA_BLOCK_Q2_K: {
+		__m256 d = _mm256_set1_ps(
+			_cvtsh_ss((unsigned short)(p[80] | p[81] << 8)));
+		__m256 dm = _mm256_set1_ps(
+			_cvtsh_ss((unsigned short)(p[82] | p[83] << 8)));
+		for (int h = 0; h < 2; h++) {
+			__m256i v = _mm256_cvtepu8_epi32(
+				_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
+			__m256 sc = _mm256_cvtepi32_ps(
+				_mm256_and_si256(v, _mm256_set1_epi32(15)));
+			__m256 m = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+			_mm256_storeu_ps(w->ws + 8 * h, _mm256_mul_ps(d, sc));
+			_mm256_storeu_ps(w->mw + 8 * h,
+					 _mm256_sub_ps(zero, _mm256_mul_ps(dm, m)));
+		}
+		return;
+	}
+	default:
+		strata__qdot_factors(t, p, elements, w);
 		return;
 	}
 }

@@ -37,8 +37,6 @@ chunk_vnni(const strata__qw *w, const xrow *x, int R, int C, int off,
 {
 	const __m512i idx4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2,
 					       2, 2, 3, 3, 3, 3);
-	const __m512i idx8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
-					       1, 1, 1, 1, 1, 1);
 	const __m512i offv = _mm512_set1_epi8((char)off);
 	for (int t = 0; t < 4; t++) {
 		__m512i xv[3], init[3];
@@ -53,7 +51,8 @@ chunk_vnni(const strata__qw *w, const xrow *x, int R, int C, int off,
 						_mm512_setzero_si512(), offv,
 						xv[c]));
 			dv[c] = _mm512_permutexvar_ps(
-				idx8, _mm512_maskz_loadu_ps(3, x[c].d + 2 * t));
+				idx4, _mm512_castps128_ps512(
+					      _mm_loadu_ps(x[c].d + 4 * t)));
 		}
 		for (int r = 0; r < R; r++) {
 			__m512i u = _mm512_load_si512(w[r].u + 64 * t);
@@ -98,13 +97,14 @@ rows_vnni(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C,
 				for (uint32_t b = 0; b < j->chunk_bytes; b += 64)
 					__builtin_prefetch(p + j->prefetch + b,
 							   0, 3);
-			qdot_codes_simd(j->type, p, m, &w[r]);
-			strata__qdot_factors(j->type, p, m, &w[r]);
+			qdot_codes_simd(j->type, p, m, j->block_bytes, &w[r]);
+			qdot_factors_simd(j->type, p, m, j->block_bytes,
+					  &w[r]);
 		}
 		xrow x[3];
 		for (int c = 0; c < C; c++) {
 			uint64_t gi = (uint64_t)(c0 + c) * g + 8u * ch;
-			x[c] = (xrow){j->x.q + gi * 32, j->x.d + gi,
+			x[c] = (xrow){j->x.q + gi * 32, j->x.d + 2 * gi,
 				      j->x.s + 2 * gi};
 		}
 		chunk_vnni(w, x, R, C, j->off, acc, mins);
@@ -132,14 +132,36 @@ group_vnni(const strata__qjob *j, uint32_t o, int R, strata__qw w[QDOT_W])
 		rows_vnni(j, o, R, c0, 1, w);
 }
 
-QDOT_TARGET void strata__qdot_rows_vnni(const strata__qjob *j, uint32_t o0,
-					uint32_t o1)
+/* One copy of the loops per type (t a constant in each), so the codes'
+ * and factors' unpacking is inlined without a switch per chunk. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+rows_typed(const strata__qjob *j, uint32_t o0, uint32_t o1, strata_block_type t)
 {
+	strata__qjob jt = *j;
+	jt.type = t;
 	strata__qw w[QDOT_W];
 	uint32_t o = o0;
 	for (; o + QDOT_W <= o1; o += QDOT_W)
-		group_vnni(j, o, QDOT_W, w);
+		group_vnni(&jt, o, QDOT_W, w);
 	for (; o < o1; o++)
-		group_vnni(j, o, 1, w);
+		group_vnni(&jt, o, 1, w);
+}
+
+#define ROWS_CASE(T)                                                           \
+	case STRATA_BLOCK_##T:                                                 \
+		rows_typed(j, o0, o1, STRATA_BLOCK_##T);                       \
+		return;
+
+QDOT_TARGET void strata__qdot_rows_vnni(const strata__qjob *j, uint32_t o0,
+					uint32_t o1)
+{
+	switch (j->type) {
+	ROWS_CASE(Q8_0) ROWS_CASE(Q4_0) ROWS_CASE(Q4_1) ROWS_CASE(Q5_0)
+	ROWS_CASE(Q5_1) ROWS_CASE(IQ4_NL) ROWS_CASE(Q2_K) ROWS_CASE(Q3_K)
+	ROWS_CASE(Q4_K) ROWS_CASE(Q5_K) ROWS_CASE(Q6_K) ROWS_CASE(IQ4_XS)
+	default:
+		strata__qdot_rows_c(j, o0, o1);
+		return;
+	}
 }
 #endif
