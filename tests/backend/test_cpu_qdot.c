@@ -220,6 +220,48 @@ static void zero_and_skewed_rows_stay_within_the_bound(void **state)
 	strata_compute_destroy(c);
 }
 
+/* x's quantization gives the same bytes on every path (AVX2's vectors,
+ * the portable loop), ties and tiny, huge and non-finite groups included;
+ * NaN or infinity in a group makes its factor NaN. */
+static void x_quantization_is_the_same_on_every_path(void **state)
+{
+	(void)state;
+	enum { N = 3, IN = 1024 + 96 };
+	static float x[N * IN];
+	for (int i = 0; i < N * IN; i++)
+		x[i] = frand() * (i % 5 == 0 ? 8.0f : 1.0f);
+	for (int i = 0; i < 32; i++) /* a group of ties: k + 1/2 of dx */
+		x[i] = (float)(i - 16) + 0.5f, x[31] = 127;
+	for (int i = 64; i < 80; i++)
+		x[i] = 1e-42f * (float)(i - 70); /* subnormal */
+	x[IN + 40] = NAN;
+	x[IN + 300] = INFINITY;
+	x[2 * IN + 7] = 3e38f;
+	uint64_t bytes = strata__qdot_x_bytes(N, IN);
+	unsigned char *a = strata_alloc_aligned(64, bytes);
+	unsigned char *b = strata_alloc_aligned(64, bytes);
+	strata__qx qa, qb;
+	for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+		strata_block_type bt = (strata_block_type)t;
+		if (!strata__qdot_has(bt))
+			continue;
+		strata__cpu_isa_limit(0);
+		strata__qdot_quantize_x(bt, x, N, IN, a, &qa);
+		strata__cpu_isa_limit(2);
+		strata__qdot_quantize_x(bt, x, N, IN, b, &qb);
+		if (memcmp(a, b, bytes))
+			fail_msg("%s: the quantized x differ between paths",
+				 strata_block_name(bt));
+	}
+	/* the NaN's and the infinity's 16s: NaN factors, zero codes */
+	int nan_d = 0;
+	for (uint32_t i = 0; i < 2 * qa.groups * N; i++)
+		nan_d += qa.d[i] != qa.d[i];
+	assert_int_equal(nan_d, 2);
+	strata_free(a);
+	strata_free(b);
+}
+
 /* STRATA_CPU_DECODE=exact: the decode shape gives the f32 product's bits
  * (test_cpu_quant checks every type); a value neither q8 nor exact is
  * refused at the compute's creation, naming it. */
@@ -294,6 +336,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_kernel_matches_the_reference_within_the_bound),
 		cmocka_unit_test(zero_and_skewed_rows_stay_within_the_bound),
+		cmocka_unit_test(x_quantization_is_the_same_on_every_path),
 		cmocka_unit_test(the_exact_path_stays_reachable),
 		cmocka_unit_test(activation_buffer_failure_is_reported),
 	};

@@ -295,6 +295,9 @@ static void nan_blocks_are_refused_naming_the_tensor(void **state)
 
 int main(void)
 {
+	/* the f32-activation path (the claims above); test_quant_logits and
+	 * test_cpu_qdot cover the default quantized decode path */
+	setenv("STRATA_CPU_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_runs_as_stored_in_every_mode),
 		cmocka_unit_test(cuda_gives_the_cpu_logits),

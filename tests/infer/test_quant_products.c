@@ -140,6 +140,9 @@ static void stored_products_equal_f32_products_of_the_decoding(void **state)
 
 int main(void)
 {
+	/* the f32-activation path (the claims above); test_quant_logits and
+	 * test_cpu_qdot cover the default quantized decode path */
+	setenv("STRATA_CPU_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(stored_products_equal_f32_products_of_the_decoding),
 	};

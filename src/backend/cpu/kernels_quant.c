@@ -19,9 +19,10 @@
  *   f32, is decoded once into the thread's scratch, then multiplied by
  *   dot8_tile, the f32 product's own micro-tile, x tile by x tile: the f32
  *   product's speed plus one decoding per panel.
- * llama.cpp instead quantizes x to 8 bits for its integer dot products;
- * keeping x f32 is what keeps strata within 1e-3 of the exact logits
- * (tests/infer/test_quant_logits.c), and memory speed is reached without.
+ * The block types' decode shape goes by default to qdot.h's path instead
+ * (x quantized to 8 bits, integer dot products, as llama.cpp computes):
+ * decoding to f32 is compute-bound there. STRATA_CPU_DECODE=exact (the
+ * compute context's decode mode) keeps it here, bit-exact.
  */
 #include "backend/cpu/dot8.h"
 #include "backend/cpu/kernels_internal.h"

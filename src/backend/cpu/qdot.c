@@ -14,9 +14,11 @@
  * dx / 2 times the sum of |w|, plus f32 rounding.
  * test_cpu_qdot checks that bound, and test_quant_logits that the model's
  * logits stay within llama.cpp's own distance from the exact ones. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/kernels_internal.h"
 #include "backend/cpu/qdot.h"
 
 /* ------------------------------------------------------------------------ */
@@ -108,19 +110,30 @@ uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in)
 static void quantize16(const float *x, uint32_t m, int8_t *q, float *d,
 		       float *s)
 {
-	float amax = 0;
-	for (uint32_t i = 0; i < m; i++)
-		amax = fmaxf(amax, fabsf(x[i]));
-	float dx = amax / 127, id = dx > 0 ? 1 / dx : 0;
+	float v[16], amax = 0;
+	bool bad = false;
+	for (uint32_t i = 0; i < 16; i++) {
+		v[i] = i < m ? x[i] : 0;
+		float a = fabsf(v[i]);
+		bad |= !(a <= FLT_MAX); /* NaN or infinite */
+		amax = a > amax ? a : amax;
+	}
+	float dx = amax / 127;
+	if (!(dx > 0))
+		dx = 1; /* every v is 0 (or tiny past f32's reach): codes 0 */
 	int32_t sum = 0;
 	for (uint32_t i = 0; i < 16; i++) {
-		float v = i < m ? x[i] : 0;
-		float r = fminf(fmaxf(roundf(v * id), -127), 127);
-		q[i] = (int8_t)r;
+		/* |v / dx| <= 127 (to rounding; a quotient, so no reciprocal
+		 * overflows on tiny groups): adding and taking away 1.5 * 2^23
+		 * rounds it to the nearest integer, ties to even */
+		float r = v[i] / dx;
+		r = r > 127 ? 127 : r < -127 ? -127 : r;
+		r = (r + 12582912.0f) - 12582912.0f;
+		q[i] = bad ? 0 : (int8_t)r;
 		sum += q[i];
 	}
-	*d = dx;
-	*s = dx * (float)sum;
+	*d = bad ? NAN : amax / 127; /* a non-finite x makes its outputs NaN */
+	*s = *d * (float)sum;
 }
 
 void strata__qdot_quantize_x(strata_block_type t, const float *x, uint32_t n,
@@ -132,14 +145,27 @@ void strata__qdot_quantize_x(strata_block_type t, const float *x, uint32_t n,
 	qx->d = (float *)(qx->q + (uint64_t)n * g * 32);
 	qx->s = qx->d + (uint64_t)n * g * 2;
 	const uint8_t *order = slot_order(t);
+	bool vec = false;
+#if defined(__x86_64__)
+	vec = strata__cpu_isa_max() >= 1 && strata__quant_avx2_usable();
+#endif
 	for (uint32_t c = 0; c < n; c++)
 		for (uint32_t p = 0; p < 2 * g; p++) {
 			uint64_t e = (uint64_t)p / 16 * QDOT_CHUNK +
 				     32u * order[p / 2 % 8] + 16 * (p % 2);
 			uint32_t m = e >= in ? 0 : in - e < 16 ? in - (uint32_t)e : 16;
 			uint64_t at = (uint64_t)c * 2 * g + p;
-			quantize16(x + (uint64_t)c * in + (m ? e : 0), m,
-				   qx->q + at * 16, qx->d + at, qx->s + at);
+			const float *xs = x + (uint64_t)c * in + (m ? e : 0);
+#if defined(__x86_64__)
+			if (vec && m == 16) {
+				strata__qdot_quantize16_avx2(xs, qx->q + at * 16,
+							     qx->d + at,
+							     qx->s + at);
+				continue;
+			}
+#endif
+			quantize16(xs, m, qx->q + at * 16, qx->d + at,
+				   qx->s + at);
 		}
 }
 

@@ -83,6 +83,9 @@ void strata__qdot_rows_c(const strata__qjob *j, uint32_t o0, uint32_t o1);
 void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0, uint32_t o1);
 void strata__qdot_rows_vnni(const strata__qjob *j, uint32_t o0, uint32_t o1);
 bool strata__qdot_vnni_usable(void);
+/* 16 values of x quantized (qdot.c's quantize16, bit for bit). */
+void strata__qdot_quantize16_avx2(const float *x, int8_t *q, float *d,
+				  float *s);
 #endif
 
 #endif

@@ -17,10 +17,19 @@
  * clang. */
 bool strata__quant_avx2_usable(void)
 {
-	unsigned a, b, c, d;
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+	/* asked once: every product asks, and CPUID traps to the hypervisor
+	 * in a virtual machine (a quarter of a small decode product's time) */
+	static _Atomic int known = -1;
+	int k = known;
+	if (k < 0) {
+		unsigned a, b, c, d;
+		__builtin_cpu_init();
+		k = __builtin_cpu_supports("avx2") &&
+		    __builtin_cpu_supports("fma") &&
+		    __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+		known = k;
+	}
+	return k;
 }
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
