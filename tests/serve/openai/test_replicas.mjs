@@ -118,13 +118,21 @@ equal(perReplica(await metrics(rr), "requests_total"), [6, 6], "round-robin alte
 equal(value(await metrics(rr), /^strata_router_info\{route="round-robin"\} (\d+)/m), 1,
   "the route in /metrics");
 
-// SIGTERM with streams on both replicas: every one finishes whole
+// SIGTERM with streams on both replicas: every one finishes whole. The
+// signal waits until the server has placed all four requests (a stream
+// still connecting when it stops listening gets no answer at all, which
+// is not what this checks) and both replicas run one.
+const sum = a => a.reduce((x, y) => x + y, 0);
+const placed0 = sum(perReplica(await metrics(rr), "requests_total"));
 const streams = prompts.slice(0, 4).map(p => fetch(rr.base + "/v1/completions", {
   method: "POST", body: JSON.stringify({ prompt: p, max_tokens: 200, temperature: 0,
     stream: true }) }).then(r => r.text()));
-for (let t = 0; t < 200; t++) {
-  const running = perReplica(await metrics(rr), "queue_running");
-  if (running[0] > 0 && running[1] > 0) break;
+for (let t = 0; t < 500; t++) {
+  const m = await metrics(rr);
+  const running = perReplica(m, "queue_running");
+  if (sum(perReplica(m, "requests_total")) - placed0 >= 4 && running[0] > 0 &&
+      running[1] > 0)
+    break;
   await new Promise(res => setTimeout(res, 10));
 }
 const exit = stopServer(rr);
