@@ -93,6 +93,21 @@ int strata__populate(const unsigned char *p, uint64_t bytes, bool ahead);
 int strata__populate_checked(const strata_tensor *t, const unsigned char *p,
 			     strata_error *err);
 
+/* A checked read of one group (read_checked.c): tensors[0..count), back to
+ * back in the file, `bytes` in all, each into dst[i]; read from fd in
+ * scatter reads of about 512 KiB, each checked at once
+ * (strata__tensor_check_values), a group of 16 MiB or more split in spans
+ * on up to 8 threads (the online processors). The first error in file
+ * order; the buffers then hold what was read. */
+typedef struct strata__read_group {
+	uint64_t bytes;
+	size_t count;
+	const strata_tensor *tensors[STRATA_PREADV_MAX];
+	void *dst[STRATA_PREADV_MAX];
+} strata__read_group;
+strata_status strata__read_checked(int fd, const strata__read_group *g,
+				   const char *path, strata_error *err);
+
 /* Checked mappings of cold tensors (read_cold.c). */
 typedef struct strata__cold_region {
 	unsigned char *base; /* an anonymous mapping of `bytes`, read-only */

@@ -5,7 +5,8 @@
  * from their shard where the caller computes on them in place, the
  * checked reads and mappings (every half or block value checked for NaN
  * and infinities piece by piece as it lands, while in cache), a bounded
- * LRU of open shards, diagnostics
+ * LRU of open shards, diagnostics (the checked reads themselves in
+ * read_checked.c, a cold checked mapping's reads in read_cold.c)
  * (layer: checkpoint). Thread-safe: a mutex guards the shard cache and the
  * counters; reads themselves run outside it. */
 #include <errno.h>
@@ -253,48 +254,6 @@ static void bounce_give(strata_weight_store *ws, bounce *b)
 	pthread_mutex_unlock(&ws->mu);
 }
 
-/* Group g's scatter read in pieces of about CHECK_READ_BYTES, each piece's
- * values checked as soon as it is in (strata__tensor_check_values). */
-static strata_status read_checked(int fd, const group *g,
-				  const strata_tensor *const *tensors,
-				  void *const *dst, const size_t *order,
-				  const char *path, strata_error *err)
-{
-	struct iovec iov[STRATA_PREADV_MAX];
-	uint64_t from[STRATA_PREADV_MAX]; /* each piece's byte in its tensor */
-	size_t who[STRATA_PREADV_MAX];	  /* and that tensor's group index */
-	uint64_t off = g->offset, at = 0;
-	size_t i = 0;
-	while (i < g->count) {
-		int n = 0;
-		uint64_t room = CHECK_READ_BYTES, batch = 0;
-		while (i < g->count && n < STRATA_PREADV_MAX && room) {
-			const strata_tensor *t = tensors[order[g->first + i]];
-			uint64_t take = strata__piece_bytes(t, at, room);
-			if (take > room && n)
-				break; /* a unit past the room: next piece */
-			iov[n] = (struct iovec){
-				.iov_base = (unsigned char *)dst[order[g->first + i]] + at,
-				.iov_len = (size_t)take};
-			from[n] = at, who[n] = i, n++;
-			batch += take, at += take;
-			room = take < room ? room - take : 0;
-			if (at == t->bytes)
-				i++, at = 0;
-		}
-		strata_status s = strata_preadv_full(fd, iov, n, (off_t)off,
-						     path, err);
-		for (int k = 0; s == STRATA_OK && k < n; k++)
-			s = strata__tensor_check_values(
-				tensors[order[g->first + who[k]]], iov[k].iov_base,
-				from[k], iov[k].iov_len, err);
-		if (s)
-			return s;
-		off += batch;
-	}
-	return STRATA_OK;
-}
-
 /* Copies t's bytes out of a bounce buffer into d, checking each piece
  * while it is in cache where `check`. */
 static strata_status copy_out(const strata_tensor *t, unsigned char *d,
@@ -326,8 +285,13 @@ static strata_status read_group(strata_weight_store *ws, const shard *sh,
 	const char *path = ws->c->files[g->file].path;
 	strata_status s;
 	if (!sh->direct && check) {
+		strata__read_group rg = {.bytes = g->bytes, .count = g->count};
+		for (size_t i = 0; i < g->count; i++) {
+			rg.tensors[i] = tensors[order[g->first + i]];
+			rg.dst[i] = dst[order[g->first + i]];
+		}
 		*physical = g->bytes;
-		return read_checked(sh->fd, g, tensors, dst, order, path, err);
+		return strata__read_checked(sh->fd, &rg, path, err);
 	}
 	if (!sh->direct) {
 		/* one scatter read into the callers' buffers: no second copy

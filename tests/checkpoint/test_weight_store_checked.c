@@ -386,6 +386,92 @@ static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
 	free(q);
 }
 
+/* A group of 16 MiB or more is read in spans on several threads: a BF16
+ * tensor and a Q8_0 one (34-byte blocks) back to back, cut anywhere; the
+ * bytes are the file's, a bad value on either side of the middle (a cut
+ * with two processors) is named, and of two bad values in different spans
+ * the first in the file, whichever thread meets its own first. */
+static void a_large_group_read_in_spans_is_checked_whole(void **state)
+{
+	(void)state;
+	enum { ELEMS = 2u << 20, BLOCKS = 400000 }; /* 4 MiB + 13.6 MB */
+	uint16_t *h = malloc(ELEMS * 2);
+	unsigned char *q = calloc(BLOCKS, 34);
+	assert_non_null(h);
+	assert_non_null(q);
+	fill16(h, ELEMS, FLOAT_ONE_BF16);
+	for (size_t b = 0; b < BLOCKS; b++) {
+		q[b * 34 + 1] = 0x3c;
+		q[b * 34 + 2 + b % 32] = (unsigned char)(b * 7);
+	}
+	char *dir = ckw_temp_dir(), path[512];
+	snprintf(path, sizeof path, "%s/g.gguf", dir);
+	ckw_tensor t[] = {
+		{"blk.0.attn_q.weight", CKW_BF16, NULL, 2, {ELEMS / 1024, 1024}, h, 0},
+		{"blk.0.ffn_up.weight", CKW_Q8_0, NULL, 2, {BLOCKS / 4, 128}, q, 0},
+	};
+	/* the middle of the group's bytes: inside the Q8_0 tensor */
+	uint64_t mid_block = ((uint64_t)ELEMS * 2 + (uint64_t)BLOCKS * 34) / 2;
+	mid_block = (mid_block - (uint64_t)ELEMS * 2) / 34;
+	struct {
+		size_t elem, block; /* SIZE_MAX: none */
+		const char *want;
+	} cases[] = {
+		{SIZE_MAX, SIZE_MAX, NULL},
+		{SIZE_MAX, mid_block, "Q8_0 block"},
+		{SIZE_MAX, mid_block + 1, "Q8_0 block"},
+		{ELEMS - 1, BLOCKS - 1, "BF16 element 2097151 of"},
+		{SIZE_MAX, 3, "Q8_0 block"},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		if (cases[k].elem != SIZE_MAX)
+			h[cases[k].elem] = 0x7f80;
+		if (cases[k].block != SIZE_MAX)
+			q[cases[k].block * 34 + 1] = 0x7c;
+		ckw_gguf_file(path, NULL, 0, t, 2, NULL);
+		strata_catalog *c = NULL;
+		strata_error e;
+		assert_int_equal(strata_catalog_open(path, &c, &e), STRATA_OK);
+		const strata_tensor *ts[2] = {strata_catalog_find(c, t[0].name),
+					      strata_catalog_find(c, t[1].name)};
+		assert_int_equal(ts[1]->offset, ts[0]->offset + ts[0]->bytes);
+		void *dst[2] = {malloc((size_t)ts[0]->bytes),
+				malloc((size_t)ts[1]->bytes)};
+		strata_weight_store *ws = NULL;
+		assert_int_equal(strata_weight_store_create(c, NULL, &ws, &e), 0);
+		strata_status s = strata_weight_store_read_checked(ws, ts, dst, 2, &e);
+		if (!cases[k].want) {
+			assert_int_equal(s, STRATA_OK);
+			assert_memory_equal(dst[0], h, (size_t)ts[0]->bytes);
+			assert_memory_equal(dst[1], q, (size_t)ts[1]->bytes);
+		} else {
+			char want[96];
+			if (cases[k].elem == SIZE_MAX)
+				snprintf(want, sizeof want, "%s %zu of %u",
+					 cases[k].want, cases[k].block,
+					 (unsigned)BLOCKS);
+			else
+				snprintf(want, sizeof want, "%s", cases[k].want);
+			if (s != STRATA_E_CKPT_VALUE || !strstr(e.message, want))
+				fail_msg("case %zu: status %d: %s (want %s)", k, s,
+					 s ? e.message : "", want);
+		}
+		strata_weight_store_destroy(ws);
+		strata_catalog_destroy(c);
+		free(dst[0]);
+		free(dst[1]);
+		if (cases[k].elem != SIZE_MAX)
+			h[cases[k].elem] = FLOAT_ONE_BF16;
+		if (cases[k].block != SIZE_MAX)
+			q[cases[k].block * 34 + 1] = 0x3c;
+	}
+	unlink(path);
+	rmdir(dir);
+	free(dir);
+	free(h);
+	free(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +480,7 @@ int main(void)
 		cmocka_unit_test(f32_and_unchecked_calls_pass_as_before),
 		cmocka_unit_test(a_bad_q8_0_block_is_named),
 		cmocka_unit_test(a_cold_block_across_two_pieces_is_checked_whole),
+		cmocka_unit_test(a_large_group_read_in_spans_is_checked_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
