@@ -18,28 +18,6 @@
 #include "residency/engine_window.h"
 #include "residency/workload_fixture.h"
 
-static const wl_spec dense = {.text_units = {0, 1, 2, 3, 4, 5}, .text_count = 6,
-			      .vision_count = 2};
-
-static strata_backend *cpu(void)
-{
-	strata_backend *b = NULL;
-	strata_error err;
-	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
-	return b;
-}
-
-/* The CPU backend, or one that hides its device from host code as CUDA's
- * is, so the staged loads run too. */
-static strata_backend *backend(int hidden)
-{
-	strata_backend *b = NULL;
-	strata_error err;
-	strata_backend_cpu_options o = {.hide_addressable = hidden != 0};
-	assert_int_equal(strata_backend_cpu_create(&o, &b, &err), STRATA_OK);
-	return b;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Injected read faults                                                     */
 /* ------------------------------------------------------------------------ */
@@ -85,10 +63,10 @@ static strata_residency_config mode_config(workload *w, size_t m)
 static void read_fault_loop(fault f)
 {
 	workload w;
-	wl_create(&w, &dense);
+	wl_create(&w, &wl_dense);
 	for (int hidden = 0; hidden < 2; hidden++)
 	for (size_t m = 0; m < (hidden ? 3u : 4u); m++) {
-		strata_backend *b = backend(hidden);
+		strata_backend *b = wl_cpu(hidden);
 		int created_failures = 0, background_failures = 0;
 		for (long n = 0;; n++) {
 			kind = f;
@@ -160,8 +138,8 @@ static void test_reader_failure_sticks_until_destroy(void **state)
 {
 	(void)state;
 	workload w;
-	wl_create(&w, &dense);
-	strata_backend *b = cpu();
+	wl_create(&w, &wl_dense);
+	strata_backend *b = wl_cpu(false);
 	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
 	strata_residency *e = NULL;
 	strata_error err;
@@ -188,10 +166,10 @@ static void test_oom_at_every_allocation_site(void **state)
 {
 	(void)state;
 	workload w;
-	wl_create(&w, &dense);
+	wl_create(&w, &wl_dense);
 	for (int hidden = 0; hidden < 2; hidden++)
 	for (size_t m = 0; m < (hidden ? 3u : 4u); m++) {
-		strata_backend *b = backend(hidden);
+		strata_backend *b = wl_cpu(hidden);
 		for (long n = 0;; n++) {
 			strata_residency_config c = mode_config(&w, m);
 			strata_residency *e = NULL;
@@ -234,8 +212,8 @@ static void test_device_oom_at_create_is_named(void **state)
 {
 	(void)state;
 	workload w;
-	wl_create(&w, &dense);
-	strata_backend *b = cpu();
+	wl_create(&w, &wl_dense);
+	strata_backend *b = wl_cpu(false);
 	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_HOST, 2);
 	strata_residency *e = NULL;
 	strata_error err;
@@ -271,8 +249,8 @@ static void test_slow_reader_stalls_are_counted(void **state)
 {
 	(void)state;
 	workload w;
-	wl_create(&w, &dense);
-	strata_backend *b = cpu();
+	wl_create(&w, &wl_dense);
+	strata_backend *b = wl_cpu(false);
 	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_DISK, 0);
 	c.read = slow_read;
 	strata_residency *e = NULL;

@@ -84,15 +84,6 @@ static strata_residency_config with_hooks(workload *w,
 	return c;
 }
 
-static strata_backend *cpu(bool hide_addressable)
-{
-	strata_backend *b = NULL;
-	strata_error err;
-	strata_backend_cpu_options o = {.hide_addressable = hide_addressable};
-	assert_int_equal(strata_backend_cpu_create(&o, &b, &err), STRATA_OK);
-	return b;
-}
-
 /* Every unit's view and every static hold the written bytes; with
  * `mapped`, each tensor kept as stored points where the map hook said.
  * Returns how many tensors are served from the mapping. */
@@ -146,7 +137,7 @@ static void test_resident_cpu_tensors_are_mapped_not_read(void **state)
 			.vision_count = 2, .bf16 = true};
 	workload w;
 	wl_create(&w, &spec);
-	strata_backend *b = cpu(false);
+	strata_backend *b = wl_cpu(false);
 	mapper m;
 	progress_log p;
 	strata_residency_config c = with_hooks(&w, STRATA_RESIDENCY_RESIDENT,
@@ -190,7 +181,7 @@ static void test_map_refused_reads_and_map_failure_fails(void **state)
 	wl_spec spec = {.text_units = {0, 1, 2}, .text_count = 3};
 	workload w;
 	wl_create(&w, &spec);
-	strata_backend *b = cpu(false);
+	strata_backend *b = wl_cpu(false);
 	mapper m;
 	progress_log p;
 	strata_residency_config c = with_hooks(&w, STRATA_RESIDENCY_RESIDENT,
@@ -234,7 +225,7 @@ static void test_no_map_off_the_process_memory_or_outside_resident(void **state)
 		{STRATA_RESIDENCY_RESIDENT, true, w.static_file_bytes + w.unit_file_bytes},
 	};
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-		strata_backend *b = cpu(cases[k].hide);
+		strata_backend *b = wl_cpu(cases[k].hide);
 		mapper m;
 		progress_log p;
 		strata_residency_config c = with_hooks(&w, cases[k].mode, &m, &p);

@@ -30,8 +30,7 @@ static void run_mode(strata_residency_mode mode, uint64_t host_depth,
 	strata_residency_config c = wl_config(&w, STRATA_RESIDENCY_RESIDENT, 0);
 	assert_int_equal(strata_residency_config_from_plan(p.plan, &c, &err), STRATA_OK);
 	assert_int_equal(c.mode, mode);
-	strata_backend *b = NULL;
-	assert_int_equal(strata_backend_cpu_create(NULL, &b, &err), STRATA_OK);
+	strata_backend *b = wl_cpu(false);
 	strata_residency *e = NULL;
 	assert_int_equal(strata_residency_create(b, &c, &e, &err), STRATA_OK);
 	strata_residency_sizes z;

@@ -144,6 +144,9 @@ static void classify(workload *w)
 	}
 }
 
+const wl_spec wl_dense = {.text_units = {0, 1, 2, 3, 4, 5}, .text_count = 6,
+			  .vision_count = 2};
+
 void wl_create(workload *w, const wl_spec *spec)
 {
 	memset(w, 0, sizeof *w);
@@ -292,4 +295,31 @@ strata_status wl_pass(workload *w, strata_residency *e, strata_error *err)
 			return s;
 	}
 	return STRATA_OK;
+}
+
+strata_backend *wl_cpu(bool hidden)
+{
+	strata_backend *b = NULL;
+	strata_error err;
+	strata_backend_cpu_options o = {.hide_addressable = hidden};
+	assert_int_equal(strata_backend_cpu_create(&o, &b, &err), STRATA_OK);
+	return b;
+}
+
+void wl_create_expect(strata_backend *b, const strata_residency_config *c,
+		      strata_status want, const char *says)
+{
+	strata_residency *e = NULL;
+	strata_error err;
+	strata_status s = strata_residency_create(b, c, &e, &err);
+	if (s != want)
+		fail_msg("create: %s, expected %s (%s)", strata_status_name(s),
+			 strata_status_name(want), s ? err.message : "");
+	if (s == STRATA_OK) {
+		strata_residency_destroy(e);
+		return;
+	}
+	assert_null(e);
+	if (says && !strstr(err.message, says))
+		fail_msg("'%s' does not name '%s'", err.message, says);
 }

@@ -36,6 +36,10 @@ typedef struct workload {
 	uint64_t static_aligned_bytes;
 } workload;
 
+/* Units 0 .. 5 of group "model" and 2 of "model.vision": the layout most
+ * engine tests run. */
+extern const wl_spec wl_dense;
+
 /* Writes, opens and classifies; asserts on failure. */
 void wl_create(workload *w, const wl_spec *spec);
 void wl_destroy(workload *w);
@@ -73,6 +77,15 @@ void wl_check_view(const workload *w, const strata_residency_view *v);
 /* Same for a static tensor pointer. */
 void wl_check_tensor(const workload *w, const strata_residency_tensor *t,
 		     const void *data);
+
+/* A CPU backend; `hidden` hides its device memory from host code, as
+ * CUDA's is, so loads go through staging. Asserts it is made. */
+strata_backend *wl_cpu(bool hidden);
+
+/* Creates an engine over c on b expecting `want` (destroyed again when
+ * made); on an error its message must name `says` (NULL: any). */
+void wl_create_expect(strata_backend *b, const strata_residency_config *c,
+		      strata_status want, const char *says);
 
 /* One forward pass: every unit of every group in order, acquire, check,
  * release. Returns the first error (and stops there). */
