@@ -4,7 +4,7 @@
  * the rate that makes, and device memory measured against the plan.
  *
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
- *                 [--decode 64] [--quick]
+ *                 [--decode 64] [--threads N] [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
  * starting with "json " (bench/gpu collects them). The peers (accelerate,
@@ -179,7 +179,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		.exclude = c->r.exclude, .exclude_count = c->r.exclude_count,
 		.device_index = c->r.device_index,
 		.positions = n > c->decode + 1 ? n : c->decode + 1,
-		.prefill = n, .threads = c->threads,
+		.prefill = n, .threads = c->threads, .no_map = c->r.no_map,
 	};
 	uint64_t free0 = free_before_open(c);
 	strata_session *s = NULL;
@@ -347,6 +347,7 @@ int main(int argc, char **argv)
 {
 	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64};
 	strata_cli_residency_init(&c.r);
+	c.r.loads = true; /* --no-mmap, as run takes it */
 	bool quick = false;
 	strata_error err;
 	for (int i = 1; i < argc; i++) {

@@ -631,6 +631,10 @@ typedef struct strata_plan_options {
 	strata_plan_type_rate cpu_types[STRATA_BLOCK_COUNT];
 	strata_plan_type_rate device_types[STRATA_BLOCK_COUNT];
 	uint32_t calibrated_cpu_types, calibrated_device_types;
+	/* Per stored type, the CPU's weight bytes per second over a whole
+	 * decode layer (strata_plan_rates.cpu_layer; 0: not measured): what
+	 * units computed on the CPU are priced at in decode (cost.c). */
+	double cpu_layer[STRATA_BLOCK_COUNT];
 	/* Bit (1 << STRATA_PLAN_RATE_x) set: that rate came from the rates
 	 * file, not an option (for the explanation of where rates come
 	 * from). A zero rate takes its default whatever the bit. */
@@ -955,6 +959,10 @@ typedef struct strata_plan_rates {
 	uint32_t threads;   /* CPU threads it used */
 	uint32_t gemm_rows; /* rows the per-type gemm rates were taken at */
 	strata_plan_type_rate cpu_types[STRATA_BLOCK_COUNT];
+	/* per type, weight bytes per second of one token through a whole
+	 * llama decode layer on the CPU (its norms, rope, attention, SwiGLU
+	 * and residual adds included; 0: not measured) */
+	double cpu_layer[STRATA_BLOCK_COUNT];
 	double cpu_launch_seconds; /* a tiny kernel on the thread pool */
 	uint32_t device_count;
 	strata_plan_device_rates devices[STRATA_PLAN_MAX_DEVICES];

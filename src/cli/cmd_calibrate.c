@@ -122,15 +122,20 @@ static int parse(int argc, char **argv, args *a)
 }
 
 /* One line per measured type: GEMV GB/s (decode), dense product at the
- * prefill rows. */
+ * prefill rows, and on the CPU a whole decode layer's GB/s. */
 static void type_lines(const char *who, const strata_plan_type_rate *t,
-		       uint32_t rows)
+		       const double *layer, uint32_t rows)
 {
-	for (int k = 0; k < STRATA_BLOCK_COUNT; k++)
-		if (t[k].gemv > 0)
-			printf("  %s %-6s GEMV %8.1f GB/s, %u-row product %8.1f GFLOP/s\n",
-			       who, strata_block_name((strata_block_type)k),
-			       t[k].gemv / 1e9, rows, t[k].gemm / 1e9);
+	for (int k = 0; k < STRATA_BLOCK_COUNT; k++) {
+		if (!(t[k].gemv > 0))
+			continue;
+		printf("  %s %-6s GEMV %8.1f GB/s, %u-row product %8.1f GFLOP/s",
+		       who, strata_block_name((strata_block_type)k),
+		       t[k].gemv / 1e9, rows, t[k].gemm / 1e9);
+		if (layer && layer[k] > 0)
+			printf(", decode layer %6.1f GB/s", layer[k] / 1e9);
+		printf("\n");
+	}
 }
 
 static void summary(const char *path, const strata_plan_rates *r)
@@ -139,7 +144,7 @@ static void summary(const char *path, const strata_plan_rates *r)
 	       r->threads, r->host_memory / 1e9);
 	printf("CPU dense product: %.1f GFLOP/s; a kernel's fixed cost %.1f us\n",
 	       r->cpu_flops / 1e9, r->cpu_launch_seconds * 1e6);
-	type_lines("cpu", r->cpu_types, r->gemm_rows);
+	type_lines("cpu", r->cpu_types, r->cpu_layer, r->gemm_rows);
 	for (uint32_t i = 0; i < r->device_count; i++) {
 		const strata_plan_device_rates *d = &r->devices[i];
 		printf("%s: host to device %.2f GB/s, device to host %.2f GB/s, "
@@ -148,7 +153,7 @@ static void summary(const char *path, const strata_plan_rates *r)
 		       d->name, d->h2d / 1e9, d->d2h / 1e9, d->memory / 1e9,
 		       d->flops / 1e12, d->launch_seconds * 1e6,
 		       d->crossing_seconds * 1e6);
-		type_lines(d->name, d->types, r->gemm_rows);
+		type_lines(d->name, d->types, NULL, r->gemm_rows);
 	}
 	if (!r->device_count)
 		printf("no CUDA device: the host's rates only\n");

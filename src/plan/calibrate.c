@@ -4,7 +4,8 @@
  * rate; then per stored type, on the CPU and each device, the GEMV rate
  * (one row: decode) and the dense product rate at the prefill rows, the
  * fixed cost of a kernel, and a device's residual-row round trip, all
- * through the backend's tables, the kernels a run calls (layer: plan).
+ * through the backend's tables, the kernels a run calls; and per type the
+ * CPU's rate over a whole decode layer (calibrate_layer.c) (layer: plan).
  *
  * Each measure is the best of `repeats` timed runs after one warm-up: the
  * rate a pass can reach, which is what the plan's model assumes. */
@@ -12,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "plan/internal.h"
 #include "strata/backend.h"
-#include "strata/plan.h"
 
 #define COLS 4096u	 /* elements per weight row (a multiple of 256) */
 #define PRODUCT_ROWS 64u /* tokens of the f32 dense product */
@@ -270,6 +271,11 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 	if (s == STRATA_OK)
 		s = measure_types(&tb, types, r->cpu_types,
 				  &r->cpu_launch_seconds, err);
+	for (int k = 0; k < STRATA_BLOCK_COUNT && s == STRATA_OK; k++)
+		if (types >> k & 1)
+			s = strata__plan_calibrate_layer(
+				c, (strata_block_type)k, o->bytes, o->repeats,
+				&r->cpu_layer[k], err);
 done:
 	if (s != STRATA_OK && err)
 		strata_error_prefix(err, "calibrate the CPU");

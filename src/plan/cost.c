@@ -56,22 +56,38 @@ void strata__plan_type_rates(const strata_plan *p, bool cpu,
 
 /* Seconds of the products over `bytes` (by p's type index) at T rows on
  * one tier: each type's max(bytes / gemv, 2 E T / gemm), E its elements
- * (the roofline of one weight read, T rows multiplied). */
+ * (the roofline of one weight read, T rows multiplied). Units' bytes on
+ * the CPU (`layers`) take the type's measured decode-layer rate for
+ * gemv where strata calibrate gave one (and no option overrides the
+ * CPU's memory rate): it holds the layer's kernels' fixed costs, so
+ * *fixed_in (when not NULL) says every type had one. */
 static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
-		     double T)
+		     double T, bool layers, bool *fixed_in)
 {
+	const strata_plan_options *o = &p->options;
+	bool on_cpu = cpu || o->device == STRATA_PLAN_DEVICE_CPU;
+	bool opt = from_option(p, cpu ? STRATA_PLAN_RATE_HOST_MEMORY
+				      : STRATA_PLAN_RATE_MEMORY);
 	double s = 0;
+	bool all = true;
 	for (uint32_t k = 0; k < p->type_count; k++) {
 		if (!bytes[k])
 			continue;
 		strata_block_type t = p->type_of[k];
 		double gemv, gemm;
 		strata__plan_type_rates(p, cpu, t, &gemv, &gemm, NULL);
+		double layer = on_cpu ? o->cpu_layer[t] : 0;
+		if (layers && layer > 0 && !opt)
+			gemv = layer;
+		else
+			all = false;
 		double b = (double)bytes[k];
 		double elems = b * strata_block_elements(t) /
 			       (double)strata_block_bytes(t);
 		s += max2(b / gemv, 2.0 * elems * T / gemm);
 	}
+	if (fixed_in)
+		*fixed_in = all;
 	return s;
 }
 
@@ -128,7 +144,7 @@ void strata__plan_split_end(strata__plan_split *b)
 static double statics_seconds(const strata_plan *p, bool cpu)
 {
 	double B = (double)p->options.shape.batch;
-	double s = priced(p, cpu, p->static_types, B);
+	double s = priced(p, cpu, p->static_types, B, false, NULL);
 	if (cpu || p->options.device == STRATA_PLAN_DEVICE_CPU)
 		s += 2.0 * p->options.cpu_launch_seconds;
 	return s;
@@ -141,19 +157,25 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	const strata_plan_options *o = &p->options;
 	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
 	double M = o->memory_bandwidth, H = o->host_memory_bandwidth;
-	double res = priced(p, false, b->res, T) + (double)b->kv_res / M;
-	double str = priced(p, false, b->str, T) + (double)b->kv_str / M;
-	double cpu = priced(p, true, b->cpu, T) + (double)b->kv_cpu / H;
+	bool cpu_fixed, dev_fixed, str_fixed;
+	double res = priced(p, false, b->res, T, true, &dev_fixed) +
+		     (double)b->kv_res / M;
+	double str = priced(p, false, b->str, T, true, &str_fixed) +
+		     (double)b->kv_str / M;
+	double cpu = priced(p, true, b->cpu, T, true, &cpu_fixed) +
+		     (double)b->kv_cpu / H;
 	double stat = statics_seconds(p, b->statics_cpu);
 	double K = STRATA_PLAN_KERNELS_PER_UNIT;
-	/* kernels on the CPU's pool add their fixed cost; a device's
-	 * launches queue behind its kernels, a floor on its time */
-	double over = (double)b->cpu_units * K * o->cpu_launch_seconds;
+	/* kernels on the CPU's pool add their fixed cost, unless the
+	 * layer rate that priced them holds it; a device's launches queue
+	 * behind its kernels, a floor on its time */
+	double over = cpu_fixed ? 0.0
+				: (double)b->cpu_units * K * o->cpu_launch_seconds;
 	double dev_units = (double)(b->res_units + b->str_units);
 	if (cuda)
 		over += max2(0.0, dev_units * K * o->device_launch_seconds -
 					  (res + str));
-	else
+	else if (!(dev_fixed && str_fixed))
 		over += dev_units * K * o->cpu_launch_seconds;
 	if (cuda)
 		over += (double)b->changes * o->crossing_seconds / 2.0;

@@ -38,6 +38,16 @@ strata_status strata__plan_placements(strata_plan *p, strata_error *err);
 void strata__plan_experts_apply(const strata_plan *p,
 				strata_plan_candidate *c);
 
+/* The CPU's weight bytes per second over a llama decode layer of block
+ * type t on compute context c (hidden 4096, halved while the layer is
+ * over 4 x bytes; as many copies as fill bytes), best of repeats
+ * (calibrate_layer.c). */
+struct strata_compute;
+strata_status strata__plan_calibrate_layer(struct strata_compute *c,
+					   strata_block_type t, uint64_t bytes,
+					   uint32_t repeats, double *out,
+					   strata_error *err);
+
 /* Appends a copy of c to the candidates (planner.c). */
 strata_status strata__plan_push(strata_plan *p, const strata_plan_candidate *c,
 				strata_error *err);

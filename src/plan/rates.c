@@ -73,10 +73,11 @@ static strata_status number(json_t *o, const char *key, bool optional,
 }
 
 /* The optional "types" object of a processor: {"Q8_0": {"gemv_bytes_per_second",
- * "gemm_flops"}, ...}; a name strata does not know is skipped (a later
+ * "gemm_flops", "layer_bytes_per_second" (the CPU's)}, ...}; a name strata does not know is skipped (a later
  * strata's type), a known one must hold positive numbers. */
 static strata_status read_types(json_t *o, strata_plan_type_rate *out,
-				const char *path, strata_error *err)
+				double *layer, const char *path,
+				strata_error *err)
 {
 	json_t *types = json_object_get(o, "types");
 	if (!types)
@@ -95,6 +96,9 @@ static strata_status read_types(json_t *o, strata_plan_type_rate *out,
 		if (s == STRATA_OK)
 			s = number(e, "gemm_flops", true, &out[t].gemm, path,
 				   err);
+		if (s == STRATA_OK && layer)
+			s = number(e, "layer_bytes_per_second", true,
+				   &layer[t], path, err);
 		if (s != STRATA_OK)
 			return s;
 	}
@@ -125,7 +129,7 @@ static strata_status read_device(json_t *e, strata_plan_device_rates *d,
 		s = number(e, "crossing_seconds", true, &d->crossing_seconds,
 			   path, err);
 	if (s == STRATA_OK)
-		s = read_types(e, d->types, path, err);
+		s = read_types(e, d->types, NULL, path, err);
 	return s;
 }
 
@@ -150,7 +154,7 @@ static strata_status read_doc(json_t *doc, strata_plan_rates *r,
 		s = number(host, "launch_seconds", true, &r->cpu_launch_seconds,
 			   path, err);
 	if (s == STRATA_OK)
-		s = read_types(host, r->cpu_types, path, err);
+		s = read_types(host, r->cpu_types, r->cpu_layer, path, err);
 	json_t *rows = json_object_get(host, "gemm_rows");
 	if (s == STRATA_OK && rows &&
 	    (!json_is_integer(rows) || json_integer_value(rows) < 1 ||
@@ -232,7 +236,8 @@ static strata_status make_dirs(const char *path, strata_error *err)
 	return STRATA_OK;
 }
 
-static void write_types(strata_json *j, const strata_plan_type_rate *t)
+static void write_types(strata_json *j, const strata_plan_type_rate *t,
+			const double *layer)
 {
 	bool any = false;
 	for (int k = 0; k < STRATA_BLOCK_COUNT; k++)
@@ -251,6 +256,9 @@ static void write_types(strata_json *j, const strata_plan_type_rate *t)
 					      t[k].gemv);
 		if (t[k].gemm > 0)
 			strata_json_kv_double(j, "gemm_flops", t[k].gemm);
+		if (layer && layer[k] > 0)
+			strata_json_kv_double(j, "layer_bytes_per_second",
+					      layer[k]);
 		strata_json_object_end(j);
 	}
 	strata_json_object_end(j);
@@ -274,7 +282,7 @@ strata_status strata_plan_rates_save(const char *path,
 	if (r->cpu_launch_seconds > 0)
 		strata_json_kv_double(&j, "launch_seconds",
 				      r->cpu_launch_seconds);
-	write_types(&j, r->cpu_types);
+	write_types(&j, r->cpu_types, r->cpu_layer);
 	strata_json_object_end(&j);
 	strata_json_key(&j, "devices");
 	strata_json_array_begin(&j);
@@ -292,7 +300,7 @@ strata_status strata_plan_rates_save(const char *path,
 		if (d->crossing_seconds > 0)
 			strata_json_kv_double(&j, "crossing_seconds",
 					      d->crossing_seconds);
-		write_types(&j, d->types);
+		write_types(&j, d->types, NULL);
 		strata_json_object_end(&j);
 	}
 	strata_json_array_end(&j);
@@ -341,6 +349,9 @@ void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
 	take(&o->cpu_launch_seconds, r->cpu_launch_seconds,
 	     STRATA_PLAN_RATE_CPU_LAUNCH, o);
 	take_types(o->cpu_types, r->cpu_types, &o->calibrated_cpu_types);
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		if (!(o->cpu_layer[t] > 0))
+			o->cpu_layer[t] = r->cpu_layer[t];
 	if (o->device == STRATA_PLAN_DEVICE_CPU) {
 		/* the cpu device is the host: its memory and products */
 		take(&o->memory_bandwidth, r->host_memory,

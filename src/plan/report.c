@@ -114,6 +114,9 @@ static void write_type_tier(const strata_plan *p, strata_json *j,
 	strata_json_object_begin(j);
 	strata_json_kv_double(j, "gemv_bytes_per_second", gemv);
 	strata_json_kv_double(j, "gemm_flops", gemm);
+	if (cpu && p->options.cpu_layer[t] > 0) /* cost.c: CPU units */
+		strata_json_kv_double(j, "layer_bytes_per_second",
+				      p->options.cpu_layer[t]);
 	strata_json_kv_string(j, "source", measured ? "calibrated"
 					   : opt    ? "option"
 						    : "f32_rate");

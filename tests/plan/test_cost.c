@@ -153,6 +153,50 @@ static void each_type_is_priced_at_its_own_rate(void **state)
 	fixture_free(f);
 }
 
+/* CPU units are priced at their type's measured decode-layer rate, which
+ * holds the layer's kernel costs (no per-kernel overhead added); a type
+ * without one keeps its GEMV rate and the overhead; an option's host
+ * memory rate still prices every type. */
+static void cpu_units_take_the_layer_rate(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.cpu_launch_seconds = 1e-6;
+	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){25e9, 0.5e12};
+	o.cpu_layer[STRATA_BLOCK_Q8_0] = 20e9;
+	o.calibrated_cpu_types = 1u << STRATA_BLOCK_Q8_0;
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 0;
+	o.cpu_units = 8;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, false);
+	assert_non_null(c);
+	double q8 = 4.0 * 4 * MiB / 20e9, f32 = 4.0 * 4 * MiB / 100e9;
+	double kv = (double)KV_CPU / 100e9;
+	near(c->decode_cost.cpu_ms, (q8 + f32 + kv) * 1e3);
+	near(c->decode_cost.overhead_ms,
+	     8.0 * STRATA_PLAN_KERNELS_PER_UNIT * 1e-6 * 1e3);
+	strata_plan_destroy(p);
+	/* every type with a layer rate: the kernels' cost is in it */
+	o.cpu_types[STRATA_BLOCK_F32] = (strata_plan_type_rate){90e9, 1e12};
+	o.cpu_layer[STRATA_BLOCK_F32] = 50e9;
+	o.calibrated_cpu_types |= 1u << STRATA_BLOCK_F32;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	near(c->decode_cost.cpu_ms,
+	     (q8 + 4.0 * 4 * MiB / 50e9 + kv) * 1e3);
+	near(c->decode_cost.overhead_ms, 0.0);
+	strata_plan_destroy(p);
+	/* --host-memory-bandwidth: every CPU type at that rate, as before */
+	o.calibrated_rates &= ~(1u << STRATA_PLAN_RATE_HOST_MEMORY);
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	near(c->decode_cost.cpu_ms, (2 * f32 + kv) * 1e3);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 /* A streamed unit's compute overlaps the copy of the next: a prompt pass
  * of host:2 takes max(link, compute), of host:1 their sum; a prompt's
  * products run at the type's dense rate (the tensor-core path's for a
@@ -316,6 +360,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(each_type_is_priced_at_its_own_rate),
+		cmocka_unit_test(cpu_units_take_the_layer_rate),
 		cmocka_unit_test(streamed_compute_overlaps_the_link),
 		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
 		cmocka_unit_test(terms_are_reported_and_add_up),

@@ -176,11 +176,13 @@ static void calibration_measures_the_cpu(void **state)
 	for (int t = 0; t < STRATA_BLOCK_COUNT; t++) {
 		bool asked = t == STRATA_BLOCK_F32 || t == STRATA_BLOCK_Q8_0;
 		const strata_plan_type_rate *k = &r.cpu_types[t];
+		double layer = r.cpu_layer[t]; /* the decode layer's */
 		if (asked)
 			assert_true(k->gemv > 1e7 && k->gemv < 1e13 &&
-				    k->gemm > 1e6 && k->gemm < 1e15);
+				    k->gemm > 1e6 && k->gemm < 1e15 &&
+				    layer > 1e6 && layer < 1e13);
 		else
-			assert_true(k->gemv == 0 && k->gemm == 0);
+			assert_true(k->gemv == 0 && k->gemm == 0 && layer == 0);
 	}
 	assert_int_equal(r.gemm_rows, 16);
 	assert_true(r.cpu_launch_seconds > 0 && r.cpu_launch_seconds < 0.1);
@@ -215,6 +217,7 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 			       .cpu_launch_seconds = 6e-6, .device_count = 1};
 	r.cpu_types[STRATA_BLOCK_BF16] = (strata_plan_type_rate){40e9, 0.4e12};
 	r.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){30e9, 0.3e12};
+	r.cpu_layer[STRATA_BLOCK_BF16] = 31e9;
 	r.devices[0] = (strata_plan_device_rates){
 		.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 3e12,
 		.flops = 14e12, .launch_seconds = 3e-6,
@@ -228,6 +231,8 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 			 STRATA_OK);
 	assert_true(back.gemm_rows == 512 && back.cpu_launch_seconds == 6e-6);
 	assert_true(back.cpu_types[STRATA_BLOCK_BF16].gemv == 40e9 &&
+		    back.cpu_layer[STRATA_BLOCK_BF16] == 31e9 &&
+		    back.cpu_layer[STRATA_BLOCK_Q8_0] == 0 &&
 		    back.cpu_types[STRATA_BLOCK_Q8_0].gemm == 0.3e12 &&
 		    back.cpu_types[STRATA_BLOCK_F32].gemv == 0);
 	assert_true(back.devices[0].launch_seconds == 3e-6 &&
@@ -261,6 +266,8 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 	strata_plan_rates_apply(&r, 0, &o);
 	assert_true(o.cpu_types[STRATA_BLOCK_BF16].gemv == 40e9);
 	assert_true(o.cpu_types[STRATA_BLOCK_Q8_0].gemv == 1e9); /* kept */
+	assert_true(o.cpu_layer[STRATA_BLOCK_BF16] == 31e9 &&
+		    o.cpu_layer[STRATA_BLOCK_Q8_0] == 0);
 	assert_true(o.calibrated_cpu_types == 1u << STRATA_BLOCK_BF16);
 	assert_true(o.device_types[STRATA_BLOCK_BF16].gemm == 300e12 &&
 		    o.calibrated_device_types == 1u << STRATA_BLOCK_BF16);

@@ -5,8 +5,14 @@
  * the others (bf16, f16, the GGUF block types) to the stored product
  * (kernels_quant.c), which reads them as stored; an embedding row in a
  * stored type is decoded exactly; norms are f32, or half (bf16, f16) decoded
- * exactly as they are used (a norm in a block type is E_UNSUPPORTED). None of the optional fused slots is filled: the wrappers'
- * compositions of these kernels are what the CPU runs. */
+ * exactly as they are used (a norm in a block type is E_UNSUPPORTED).
+ *
+ * The fused slots (products, gated) take one row of activations on f32,
+ * bf16 and f16 weights (a decode step; kernels_decode.c), the norm folded
+ * in: computed once on the calling thread onto its stack (rows of at most
+ * FOLD_MAX, so a step allocates nothing), the same bits as the rmsnorm
+ * kernel's. Everything else (prefill, block types, the
+ * generic path) gets the wrappers' compositions of the plain kernels. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +67,10 @@ static strata_status cpu_matmul(void *ctx, float *y, const float *x,
 			       const strata_weight *w, const float *bias,
 			       uint32_t n, strata_error *err)
 {
+	if (strata__cpu_decode_take(n, &w, 1)) { /* one row: kernels_decode.c */
+		const strata_kernel_product p = {y, *w, bias};
+		return strata__cpu_decode_products(ctx, x, &p, 1, false, err);
+	}
 	if (w->type == STRATA_WEIGHT_F32)
 		return strata__cpu_matmul(ctx, y, x, w->data, bias, n,
 					  w->cols, w->rows, err);
@@ -142,6 +152,85 @@ static strata_status cpu_to_f32(void *ctx, float *dst, const strata_weight *w,
 	return STRATA_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Fused decode slots                                                       */
+/* ------------------------------------------------------------------------ */
+
+#define FOLD_MAX 16384u
+
+static bool norm_takes(const strata_kernel_norm *norm, uint32_t cols)
+{
+	return !norm || (norm->w.cols == cols && cols <= FOLD_MAX &&
+			 (norm->w.type == STRATA_WEIGHT_F32 ||
+			  norm->w.type == STRATA_WEIGHT_BF16 ||
+			  norm->w.type == STRATA_WEIGHT_F16));
+}
+
+/* x, or the norm of x (one row of at most FOLD_MAX) into normed. */
+static strata_status fold_norm(void *ctx, const float *x,
+			       const strata_kernel_norm *norm, float *normed,
+			       const float **out, strata_error *err)
+{
+	*out = x;
+	if (!norm)
+		return STRATA_OK;
+	*out = normed;
+	return cpu_rmsnorm(ctx, normed, x, &norm->w, 1, norm->eps, err);
+}
+
+static bool cpu_products_take(void *ctx, const strata_kernel_norm *norm,
+			      uint32_t n, const strata_kernel_product *p,
+			      uint32_t count)
+{
+	(void)ctx;
+	const strata_weight *w[STRATA_KERNEL_PRODUCTS_MAX];
+	for (uint32_t i = 0; i < count; i++)
+		w[i] = &p[i].w;
+	return norm_takes(norm, p[0].w.cols) &&
+	       strata__cpu_decode_take(n, w, count);
+}
+
+static strata_status cpu_products(void *ctx, const float *x,
+				  const strata_kernel_norm *norm, uint32_t n,
+				  const strata_kernel_product *p,
+				  uint32_t count, bool accumulate,
+				  strata_error *err)
+{
+	(void)n;
+	float normed[FOLD_MAX];
+	const float *in;
+	strata_status st = fold_norm(ctx, x, norm, normed, &in, err);
+	if (st == STRATA_OK)
+		st = strata__cpu_decode_products(ctx, in, p, count, accumulate,
+						 err);
+	return st;
+}
+
+static bool cpu_gated_take(void *ctx, const strata_kernel_norm *norm,
+			   uint32_t n, const strata_weight *gate,
+			   const strata_weight *up)
+{
+	(void)ctx;
+	const strata_weight *w[] = {gate, up};
+	return gate->type == up->type && norm_takes(norm, gate->cols) &&
+	       strata__cpu_decode_take(n, w, 2);
+}
+
+static strata_status cpu_gated(void *ctx, float *y, const float *x,
+			       const strata_kernel_norm *norm,
+			       const strata_weight *gate,
+			       const strata_weight *up, uint32_t n,
+			       strata_error *err)
+{
+	(void)n;
+	float normed[FOLD_MAX];
+	const float *in;
+	strata_status st = fold_norm(ctx, x, norm, normed, &in, err);
+	if (st == STRATA_OK)
+		st = strata__cpu_decode_gated(ctx, y, in, gate, up, err);
+	return st;
+}
+
 const strata_kernel_ops strata_cpu_kernel_ops = {
 	.name = "cpu",
 	.weight_types = STRATA_CPU_WEIGHT_TYPES,
@@ -161,4 +250,8 @@ const strata_kernel_ops strata_cpu_kernel_ops = {
 	.map = strata__cpu_map,
 	.scatter_add = strata__cpu_scatter_add,
 	.embed = cpu_embed,
+	.products_take = cpu_products_take,
+	.products = cpu_products,
+	.gated_take = cpu_gated_take,
+	.gated = cpu_gated,
 };

@@ -109,4 +109,21 @@ strata_status strata__cpu_embed(void *ctx, float *x, const float *table,
 				const int32_t *tokens, uint32_t n, uint32_t dim,
 				strata_error *err);
 
+/* The fused one-row products (kernels_decode.c): whether this processor
+ * runs them (AVX2, FMA, F16C, within the ISA limit), and whether they take
+ * n rows of these weights (n 1; each f32, bf16 or f16). products: y_i =
+ * x . w_i^T (+ bias_i), or y_i += that (accumulate), one job for all;
+ * gated: y = silu(x . gate^T) * (x . up^T), gate and up of one type. */
+bool strata__cpu_decode_usable(void);
+bool strata__cpu_decode_take(uint32_t n, const strata_weight *const *w,
+			     uint32_t count);
+strata_status strata__cpu_decode_products(void *ctx, const float *x,
+					  const strata_kernel_product *p,
+					  uint32_t count, bool accumulate,
+					  strata_error *err);
+strata_status strata__cpu_decode_gated(void *ctx, float *y, const float *x,
+				       const strata_weight *gate,
+				       const strata_weight *up,
+				       strata_error *err);
+
 #endif
