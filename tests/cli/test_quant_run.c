@@ -6,8 +6,10 @@
  * exact float64 forward pass, closer than llama.cpp's own; on CUDA (where
  * a device is visible) the block kernels give the CPU's logits to 1e-3 in
  * resident, host and disk modes, through the GEMV and the SGEMM path
- * (layer: cli); a NaN factor in a stored block is refused naming the
- * tensor and the block, in every mode. */
+ * (layer: cli), with STRATA_CUDA_DECODE=exact, and with CUDA's default 8-bit
+ * decode within llama.cpp's own distance from the exact logits; a NaN
+ * factor in a stored block is refused naming the tensor and the block, in
+ * every mode. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -239,6 +241,71 @@ static void cuda_gives_the_cpu_logits(void **state)
 	free(exact);
 }
 
+static double rms_diff(const float *a, const float *b, size_t n)
+{
+	double ss = 0.0;
+	for (size_t i = 0; i < n; i++)
+		ss += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+	return sqrt(ss / (double)n);
+}
+
+/* CUDA's default decode (x quantized to 8 bits, kernels_qgemv_q8.cu, as
+ * llama.cpp computes): chunks of 8 tokens take the decode GEMV, and the
+ * logits stay within llama.cpp's own distance from the exact ones, max
+ * and rms, as the CPU's q8 decode does (test_quant_logits); the distance
+ * to the CPU's q8 decode is printed. */
+static void cuda_q8_decode_is_within_llama_cpp_distance(void **state)
+{
+	(void)state;
+	if (strata_backend_device_count("cuda") == 0) {
+		print_message("no CUDA device visible: skipped\n");
+		skip();
+	}
+	static const char *const chunk8[] = {"--residency", "resident",
+					     "--prefill-chunk", "8", NULL};
+	unsetenv("STRATA_CUDA_DECODE");
+	unsetenv("STRATA_CPU_DECODE");
+	int32_t tokens[POSITIONS];
+	char ids[1024], dir[1024], path[512];
+	read_tokens(tokens, ids, sizeof ids);
+	cli_tmpdir(dir, sizeof dir, "quant-run-cuda-q8");
+	float *got = malloc(VALUES * sizeof *got),
+	      *cpu = malloc(VALUES * sizeof *got),
+	      *exact = malloc(VALUES * sizeof *got),
+	      *llama = malloc(VALUES * sizeof *got);
+	assert_true(got && cpu && exact && llama);
+	for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+		char model[512];
+		uint64_t peak;
+		snprintf(model, sizeof model, QUANT "model-%s.gguf", types[i]);
+		logits_on("cuda", model, ids, chunk8, 0, dir, got, &peak);
+		logits_on("cpu", model, ids, chunk8, 1, dir, cpu, &peak);
+		snprintf(path, sizeof path, QUANT "model-%s.ref.f32", types[i]);
+		read_floats(path, exact, VALUES);
+		snprintf(path, sizeof path, QUANT "model-%s.logits.f32",
+			 types[i]);
+		read_floats(path, llama, VALUES);
+		double d = ref_max_diff(got, exact, VALUES);
+		double dl = ref_max_diff(llama, exact, VALUES);
+		double r = rms_diff(got, exact, VALUES);
+		double rl = rms_diff(llama, exact, VALUES);
+		print_message("%-7s cuda q8 decode %.3g from exact (rms %.3g), "
+			      "llama.cpp %.3g (rms %.3g), cpu q8 %.3g away\n",
+			      types[i], d, r, dl, rl,
+			      ref_max_diff(got, cpu, VALUES));
+		if (!(d <= dl) || !(r <= rl))
+			fail_msg("%s: cuda q8 logits %.3g (rms %.3g) from "
+				 "exact, llama.cpp's %.3g (rms %.3g)",
+				 types[i], d, r, dl, rl);
+	}
+	setenv("STRATA_CUDA_DECODE", "exact", 1);
+	setenv("STRATA_CPU_DECODE", "exact", 1);
+	free(got);
+	free(cpu);
+	free(exact);
+	free(llama);
+}
+
 /* Copies src to dst with the f16 factor of block `block` of tensor `name`
  * set to NaN (a block type whose factor is at byte 0 of its block). */
 static void write_nan_block(const char *src, const char *dst,
@@ -296,11 +363,14 @@ static void nan_blocks_are_refused_naming_the_tensor(void **state)
 int main(void)
 {
 	/* the f32-activation path (the claims above); test_quant_logits and
-	 * test_cpu_qdot cover the default quantized decode path */
+	 * test_cpu_qdot cover the CPU's default quantized decode path, and
+	 * cuda_q8_decode_is_within_llama_cpp_distance the GPU's */
 	setenv("STRATA_CPU_DECODE", "exact", 1);
+	setenv("STRATA_CUDA_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_runs_as_stored_in_every_mode),
 		cmocka_unit_test(cuda_gives_the_cpu_logits),
+		cmocka_unit_test(cuda_q8_decode_is_within_llama_cpp_distance),
 		cmocka_unit_test(nan_blocks_are_refused_naming_the_tensor),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

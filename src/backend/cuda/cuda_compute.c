@@ -97,6 +97,26 @@ static strata_status prefill_terms(int *terms, strata_error *err)
 			   "STRATA_CUDA_PREFILL_PRECISION is '%.64s'", p);
 }
 
+/* The decode products' path the environment asks for: STRATA_CUDA_DECODE
+ * "q8" (or unset: x quantized to 8 bits, integer dot products on the
+ * stored blocks, as llama.cpp and the CPU's default decode compute) or
+ * "exact" (f32 x, within f32 rounding of the exact product), as
+ * STRATA_CPU_DECODE on the CPU. docs/cuda.md. */
+static strata_status decode_q8(int *q8, strata_error *err)
+{
+	const char *v = getenv("STRATA_CUDA_DECODE");
+	*q8 = 1;
+	if (!v || !*v || strcmp(v, "q8") == 0)
+		return STRATA_OK;
+	if (strcmp(v, "exact") == 0) {
+		*q8 = 0;
+		return STRATA_OK;
+	}
+	return strata_fail(err, STRATA_E_INVALID_ARG,
+			   "set it to q8 or exact, or unset it",
+			   "STRATA_CUDA_DECODE is '%.64s'", v);
+}
+
 static strata_status compute_create(uint32_t threads, void **ctx,
 				    strata_error *err)
 {
@@ -106,6 +126,8 @@ static strata_status compute_create(uint32_t threads, void **ctx,
 		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
 				   "cannot allocate a CUDA compute context");
 	strata_status s = prefill_terms(&k->prefill_terms, err);
+	if (s == STRATA_OK)
+		s = decode_q8(&k->decode_q8, err);
 	if (s)
 		goto fail;
 	cudaError_t e = cudaGetDevice(&k->device);

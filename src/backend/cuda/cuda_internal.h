@@ -40,15 +40,23 @@ typedef struct strata__cuda_compute {
 	 * inputs: 3 (f32 inputs split in bf16 hi + lo, the default) or 1
 	 * (rounded once); STRATA_CUDA_PREFILL_PRECISION, cuda_compute.c */
 	int prefill_terms;
+	/* decode products (1 .. STRATA__CUDA_GEMV_ROWS rows) on the block
+	 * types kernels_qgemv_q8.cu takes: 1 (the default) with x quantized
+	 * to 8 bits as llama.cpp computes, 0 with f32 x (exact to f32
+	 * rounding); STRATA_CUDA_DECODE q8|exact, cuda_compute.c */
+	int decode_q8;
 } strata__cuda_compute;
 
 /* Byte layout of the scratch block (inside STRATA_CUDA_COMPUTE_DEVICE_BYTES,
  * after the cuBLAS workspace): token ids, the constant 1.0f (the input of
- * the half-to-f32 conversion GEMV, written when the context is made), then
- * the partial results of split attention. */
+ * the half-to-f32 conversion GEMV, written when the context is made), the
+ * decode GEMV's quantized x, then the partial results of split attention. */
 #define STRATA__CUDA_TOKENS_MAX 16384u /* token ids per embed launch */
 #define STRATA__CUDA_SCRATCH_TOKENS 0u
 #define STRATA__CUDA_SCRATCH_ONE (STRATA__CUDA_TOKENS_MAX * 4u)
+/* x quantized for the decode GEMV (strata__cuda_quantize_x), up to the
+ * attention's partials: 896 KiB, 1.5 bytes an element (8 rows of 75000) */
+#define STRATA__CUDA_SCRATCH_Q8X ((uint64_t)128 << 10)
 #define STRATA__CUDA_SCRATCH_ATTENTION ((uint64_t)1 << 20)
 #define STRATA__CUDA_SCRATCH_BYTES ((uint64_t)4 << 20)
 

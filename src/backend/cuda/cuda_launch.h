@@ -205,6 +205,28 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
 				     const float *x, int type, uint32_t in,
 				     int glu);
 
+/* The decode GEMV on 8-bit activations (kernels_qgemv_q8.cu), as
+ * llama.cpp's MMVQ computes. strata__cuda_quantize_x quantizes x (n, in;
+ * 1 <= n <= STRATA__CUDA_GEMV_ROWS, in whole 32-element blocks, any
+ * float's alignment) into qx (strata__cuda_q8x_bytes(n, in) bytes, 16-byte
+ * aligned) as the CPU's q8 decode does (per 16: dx = max|x| / 127, codes
+ * rounded to nearest even, dx times their sum); with norm (rmsnorm's f32
+ * weights, in) x is taken as rmsnorm(x) * norm first. strata__cuda_q8gemv
+ * then computes the parts of p against it with strata__cuda_qgemv_fused's
+ * contract, for n rows (y_i (n, out_i)), p->norm NULL (it is in qx); glu
+ * needs n 1. strata__cuda_q8gemv_takes: Q8_0, Q4_0 on whole 32-element
+ * blocks, Q4_K, Q5_K, Q6_K on whole super-blocks, w 4-byte aligned. The
+ * tuning hooks are strata__cuda_qgemv_split and _unroll. */
+uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in);
+int strata__cuda_q8gemv_takes(int type, const void *w, uint32_t in);
+cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx, const float *x,
+				    uint32_t n, uint32_t in, const float *norm,
+				    float eps);
+cudaError_t strata__cuda_q8gemv(cudaStream_t s,
+				const strata__cuda_gemv_parts *p,
+				const void *qx, uint32_t n, int type,
+				uint32_t in, int glu);
+
 /* dst = columns [c0, c0 + cols) of `rows` rows of src (block type `type`,
  * rows of `in` elements) decoded as strata__cuda_dequant does, then in
  * bf16, row-major (rows, cols): `terms` 1, rounded once; 2, rounded and

@@ -5,10 +5,15 @@
  * cores, or in f32 for SGEMM), embedding rows and conversions, all decoded
  * bit-identically to base's strata_block_decode (layer: backend).
  *
- * Activations are never quantized: the GEMV takes them in f32, the
- * tensor-core product as bf16 hi + lo (~16 bits, the default prefill
- * precision) or rounded once (STRATA_CUDA_PREFILL_PRECISION=bf16), so the
- * logits track the CPU's stored products (docs/quant.md).
+ * Decode products (up to STRATA__CUDA_GEMV_ROWS rows) on Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K quantize x to 8 bits by default (the context's decode_q8,
+ * STRATA_CUDA_DECODE), as llama.cpp and the CPU's default decode compute:
+ * kernels_qgemv_q8.cu, the CPU's codes exactly. Everywhere else, and with
+ * STRATA_CUDA_DECODE=exact, activations are not quantized: the GEMV takes
+ * them in f32, the tensor-core product as bf16 hi + lo (~16 bits, the
+ * default prefill precision) or rounded once
+ * (STRATA_CUDA_PREFILL_PRECISION=bf16), so the logits track the CPU's
+ * exact stored products (docs/quant.md).
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -60,6 +65,42 @@ static strata_status block_of(const strata_weight *w, int *type,
 			   "CUDA block kernels: a %s weight of %" PRIu32
 			   " columns (rows must be whole blocks)",
 			   strata_weight_type_name(w->type), w->cols);
+}
+
+/* Whether the 8-bit decode GEMV takes n rows of x against w: the context
+ * asks for it, the kernel takes the type, and the quantized x fits the
+ * scratch block's region for it. */
+static bool q8_takes(const strata__cuda_compute *k, int type, const void *w,
+		     uint32_t n, uint32_t in)
+{
+	return k->decode_q8 && strata__cuda_q8gemv_takes(type, w, in) &&
+	       strata__cuda_q8x_bytes(n, in) <=
+		       STRATA__CUDA_SCRATCH_ATTENTION - STRATA__CUDA_SCRATCH_Q8X;
+}
+
+/* The parts g of one type against x (n rows): x (times the norm, when
+ * given) quantized into the scratch block, then the 8-bit GEMV. The next
+ * product's quantization runs after this one in stream order, so one
+ * buffer serves them all. */
+static strata_status q8_products(strata__cuda_compute *k, const float *x,
+				 const strata_kernel_norm *norm, uint32_t n,
+				 strata__cuda_gemv_parts *g, int type,
+				 uint32_t in, int glu, const char *what,
+				 strata_error *err)
+{
+	void *qx = (char *)k->scratch + STRATA__CUDA_SCRATCH_Q8X;
+	strata_status s = launched(
+		strata__cuda_quantize_x(k->stream.cuda, qx, x, n, in,
+					norm ? norm->w.data : NULL,
+					norm ? norm->eps : 0.0f),
+		"decode input quantization", err);
+	if (s != STRATA_OK)
+		return s;
+	g->norm = NULL; /* folded into qx */
+	g->eps = 0.0f;
+	return launched(strata__cuda_q8gemv(k->stream.cuda, g, qx, n, type, in,
+					    glu),
+			what, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -231,6 +272,12 @@ strata_status strata__cuda_quant_matmul(strata__cuda_compute *k, float *y,
 	strata_status s = block_of(w, &type, err);
 	if (s != STRATA_OK)
 		return s;
+	if (n <= STRATA__CUDA_GEMV_ROWS && q8_takes(k, type, w->data, n, in)) {
+		strata__cuda_gemv_parts g = {.count = 1};
+		g.part[0] = (strata__cuda_gemv_part){y, w->data, bias, out};
+		return q8_products(k, x, NULL, n, &g, type, in, 0,
+				   "block-type matmul (8-bit GEMV)", err);
+	}
 	if (n <= STRATA__CUDA_GEMV_ROWS)
 		return launched(strata__cuda_gemv_quant(k->stream.cuda, y, x,
 							w->data, type, bias, n,
@@ -320,6 +367,10 @@ strata_status strata__cuda_quant_products(strata__cuda_compute *k,
 				   "this is a bug in the caller; report it",
 				   "CUDA fused block-type products: not taken (products_take)");
 	strata__cuda_gemv_parts g = fused_parts(norm, p, count, accumulate);
+	if (q8_takes(k, type, p[0].w.data, 1, p[0].w.cols))
+		return q8_products(k, x, norm, 1, &g, type, p[0].w.cols, 0,
+				   "block-type products (fused 8-bit GEMV)",
+				   err);
 	return launched(strata__cuda_qgemv_fused(k->stream.cuda, &g, x, type,
 						 p[0].w.cols, 0),
 			"block-type products (fused GEMV)", err);
@@ -348,6 +399,10 @@ strata_status strata__cuda_quant_gated(strata__cuda_compute *k, float *y,
 				   "this is a bug in the caller; report it",
 				   "CUDA fused block-type gated product: not taken (gated_take)");
 	strata__cuda_gemv_parts g = fused_parts(norm, p, 2, false);
+	if (q8_takes(k, type, gate->data, 1, gate->cols))
+		return q8_products(k, x, norm, 1, &g, type, gate->cols, 1,
+				   "block-type gated product (fused 8-bit GEMV)",
+				   err);
 	return launched(strata__cuda_qgemv_fused(k->stream.cuda, &g, x, type,
 						 gate->cols, 1),
 			"block-type gated product (fused GEMV)", err);

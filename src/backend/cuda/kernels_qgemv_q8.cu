@@ -1,0 +1,614 @@
+/* kernels_qgemv_q8.cu - the decode GEMV on stored blocks with 8-bit
+ * activations, as llama.cpp's MMVQ computes: x quantized once per product,
+ * then integer dot products (__dp4a) of its codes with the weights' codes
+ * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) (layer: backend).
+ *
+ * Why: with f32 activations (kernels_qgemv.cu) every weight byte of a
+ * Q8_0 row pulls four bytes of x through L1 and costs a conversion and an
+ * FMA; ncu on the H200 finds that kernel L1-bound at a sixth of the
+ * memory's rate. Here x is one byte an element (plus two floats per 16),
+ * and four products and their sum are one instruction.
+ *
+ * The quantization is the CPU's (src/backend/cpu/qdot.c, quantize16), bit
+ * for bit: per 16 elements dx = max|x| / 127 (an IEEE quotient), codes
+ * x / dx rounded to nearest even and clamped to +-127, and s = dx times
+ * the codes' sum (the K-quants' min terms take it); a NaN or infinity
+ * makes its 16 codes 0 and dx NaN, so its outputs are NaN. With a norm,
+ * x is rmsnorm(x) * g first, computed as the rmsnorm kernels do (squares
+ * summed in double). So the CPU's q8 decode and this one share their
+ * codes, and their outputs differ only by f32 summation order; each output
+ * is within sum over 16s of dx / 2 times sum |w| of the exact product.
+ *
+ * Layout of a quantized x of n rows of `in` elements (strata__cuda_q8x_bytes
+ * bytes, 16-byte aligned): codes (n, in) int8, from byte align256(n in)
+ * dx (n, in / 16) f32, then s (n, in / 16) f32.
+ *
+ * The weights are read as kernels_qgemv.cu reads them (the same lanes,
+ * words and splits), each step's loads of U steps issued before any is
+ * used; a lane's x codes are one aligned 4- or 8-byte load per row.
+ */
+#include <float.h>
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/qgemv_loads.cuh"
+
+#define QX_THREADS 128u /* a block quantizes 128 x 16 elements */
+
+/* A quantized x on the device (the layout above). */
+struct q8x {
+	const int8_t *q;
+	const float *d, *s;
+	uint32_t in;
+};
+
+static uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
+static q8x q8x_at(const void *buf, uint32_t n, uint32_t in)
+{
+	q8x x;
+	x.q = (const int8_t *)buf;
+	x.d = (const float *)((const char *)buf + align256((uint64_t)n * in));
+	x.s = x.d + (uint64_t)n * (in / 16);
+	x.in = in;
+	return x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Quantizing x                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* 16 floats at p: four 16-byte loads where p is aligned, else one by one. */
+static __device__ __forceinline__ void ld16(const float *p, float *v)
+{
+	if (!((uintptr_t)p & 15)) {
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const float4 a = __ldg((const float4 *)p + k);
+			v[4 * k] = a.x, v[4 * k + 1] = a.y;
+			v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+		}
+		return;
+	}
+#pragma unroll
+	for (int k = 0; k < 16; k++)
+		v[k] = __ldg(p + k);
+}
+
+/* One thread per 16 elements of row blockIdx.y; with NORM every block
+ * first sums the row's squares (in double, as rmsnorm_kernel), so each
+ * holds the same factor. */
+template <bool NORM>
+__global__ void __launch_bounds__(QX_THREADS)
+quantize_x_kernel(int8_t *q, float *d, float *s, const float *x,
+		  const float *g, uint32_t in, float eps)
+{
+	const uint64_t row = blockIdx.y;
+	const float *xr = x + row * in;
+	float r = 1.0f;
+	if (NORM) {
+		__shared__ double red[QX_THREADS / 32];
+		double ss = 0.0;
+		for (uint32_t e = threadIdx.x; e < in; e += blockDim.x) {
+			const double v = xr[e];
+			ss += v * v;
+		}
+		ss = strata__block_sum(ss, red);
+		r = 1.0f / sqrtf((float)(ss / in) + eps);
+	}
+	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
+	if (grp >= in / 16)
+		return;
+	float v[16], amax = 0.0f;
+	bool bad = false;
+	ld16(xr + 16 * grp, v);
+	if (NORM) {
+		float w[16];
+		ld16(g + 16 * grp, w);
+#pragma unroll
+		for (int k = 0; k < 16; k++)
+			v[k] = __fmul_rn(__fmul_rn(v[k], r), w[k]);
+	}
+#pragma unroll
+	for (int k = 0; k < 16; k++) {
+		const float a = fabsf(v[k]);
+		bad |= !(a <= FLT_MAX); /* NaN or infinite */
+		amax = a > amax ? a : amax;
+	}
+	float dx = amax / 127.0f;
+	if (!(dx > 0.0f))
+		dx = 1.0f; /* every v is 0 (or tiny past f32's reach) */
+	int sum = 0;
+	unsigned packed[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+	for (int k = 0; k < 16; k++) {
+		float t = v[k] / dx;
+		t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+		const int c = bad ? 0 : (int)rintf(t);
+		sum += c;
+		packed[k / 4] |= ((unsigned)c & 0xffu) << (8 * (k % 4));
+	}
+	const uint64_t at = row * (in / 16) + grp;
+	*(uint4 *)(q + 16 * at) =
+		make_uint4(packed[0], packed[1], packed[2], packed[3]);
+	const float dd = bad ? __int_as_float(0x7fc00000) : amax / 127.0f;
+	d[at] = dd;
+	s[at] = dd * (float)sum;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The types: a lane's loads of one warp step and its integer products      */
+/* ------------------------------------------------------------------------ */
+
+/* Each type as kernels_qgemv.cu's of the same name: STEP elements a warp
+ * step, load() a lane's weights of step s (ok false past the row's end or
+ * when !live), dot() its products with the n rows of x added to acc. The
+ * factors multiply as the CPU's chunk_dot does: (weight factor x dx) x
+ * integer sum, min terms as min x s. */
+
+static __device__ __forceinline__ unsigned xq4(const q8x &x, uint32_t r,
+					       uint32_t col)
+{
+	return __ldg((const unsigned *)(x.q + (uint64_t)r * x.in + col));
+}
+
+static __device__ __forceinline__ uint2 xq8(const q8x &x, uint32_t r,
+					    uint32_t col)
+{
+	return __ldg((const uint2 *)(x.q + (uint64_t)r * x.in + col));
+}
+
+/* dx and s of the 16 elements holding column col of row r */
+static __device__ __forceinline__ float xd(const q8x &x, uint32_t r,
+					   uint32_t col)
+{
+	return __ldg(x.d + (uint64_t)r * (x.in / 16) + col / 16);
+}
+
+static __device__ __forceinline__ float xs(const q8x &x, uint32_t r,
+					   uint32_t col)
+{
+	return __ldg(x.s + (uint64_t)r * (x.in / 16) + col / 16);
+}
+
+/* Q8_0: 8 blocks a step, 4 lanes a block, 8 codes a lane (half of one
+ * 16-element run of x). */
+struct Q8Q8_0 {
+	enum { STEP = 256 };
+	struct regs {
+		uint2 q;
+		float d;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t b = 8 * s + lane / 4;
+		g.ok = live && b < in / 32;
+		if (!g.ok)
+			return;
+		const uint8_t *blk = row + (uint64_t)b * 34;
+		g.d = ld_f16(blk);
+		g.q = ld64(blk + 2 + 8 * (lane % 4));
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const q8x &x,
+						   uint32_t s, unsigned lane,
+						   uint32_t n, float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		const uint32_t col = 256 * s + 8 * lane;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const uint2 a = xq8(x, r, col);
+			const int t = __dp4a((int)g.q.y, (int)a.y,
+					     __dp4a((int)g.q.x, (int)a.x, 0));
+			acc[r] += __fmul_rn(g.d, xd(x, r, col)) * (float)t;
+		}
+	}
+};
+
+/* Q4_0: 8 blocks a step, 4 lanes a block, 4 bytes a lane: 4 low nibbles
+ * (elements 4 (lane % 4) ..) and their 4 high ones (16 further on). */
+struct Q8Q4_0 {
+	enum { STEP = 256 };
+	struct regs {
+		unsigned q;
+		float d;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t b = 8 * s + lane / 4;
+		g.ok = live && b < in / 32;
+		if (!g.ok)
+			return;
+		const uint8_t *blk = row + (uint64_t)b * 18;
+		g.d = ld_f16(blk);
+		g.q = ld32(blk + 2 + 4 * (lane % 4));
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const q8x &x,
+						   uint32_t s, unsigned lane,
+						   uint32_t n, float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		/* nibble - 8, a signed byte each */
+		const int lo = (int)__vsub4(g.q & 0x0f0f0f0fu, 0x08080808u);
+		const int hi = (int)__vsub4((g.q >> 4) & 0x0f0f0f0fu, 0x08080808u);
+		const uint32_t col = 32 * (8 * s + lane / 4) + 4 * (lane % 4);
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const int ta = __dp4a(lo, (int)xq4(x, r, col), 0);
+			const int tb = __dp4a(hi, (int)xq4(x, r, col + 16), 0);
+			acc[r] += __fmul_rn(g.d, xd(x, r, col)) * (float)ta +
+				  __fmul_rn(g.d, xd(x, r, col + 16)) * (float)tb;
+		}
+	}
+};
+
+/* Q4_K and Q5_K: 2 super-blocks a step, 16 lanes each, a lane 8 bytes of
+ * nibbles: elements 8 (j % 4) .. + 8 of sub-blocks 2 (j / 4) (low
+ * nibbles) and 2 (j / 4) + 1 (high), half of a 16-element run of x in
+ * each; the lanes holding a run's first half add its min term. */
+template <bool FIVE> struct Q8K45 {
+	enum { STEP = 512, BYTES = FIVE ? 176 : 144, QS = FIVE ? 48 : 16 };
+	struct regs {
+		unsigned h[4];
+		uint2 q, qh;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t sb = 2 * s + lane / 16, j = lane % 16;
+		g.ok = live && sb < in / 256;
+		if (!g.ok)
+			return;
+		const uint8_t *b = row + (uint64_t)sb * BYTES;
+		const uint2 h01 = ld64(b), h23 = ld64(b + 8);
+		g.h[0] = h01.x, g.h[1] = h01.y, g.h[2] = h23.x, g.h[3] = h23.y;
+		g.q = ld64(b + QS + 32 * (j / 4) + 8 * (j % 4));
+		g.qh = FIVE ? ld64(b + 16 + 8 * (j % 4)) : make_uint2(0u, 0u);
+	}
+	/* Four codes of sub-block `sub` from nibbles (shifted down by 0 or
+	 * 4) and fifth bits, a byte each (0 .. 31). */
+	static __device__ __forceinline__ int codes(unsigned q, unsigned qh,
+						    int sub)
+	{
+		unsigned c = q & 0x0f0f0f0fu;
+		if (FIVE)
+			c |= ((qh >> sub) & 0x01010101u) << 4;
+		return (int)c;
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const q8x &x,
+						   uint32_t s, unsigned lane,
+						   uint32_t n, float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		const uint32_t sb = 2 * s + lane / 16, j = lane % 16;
+		const int grp = (int)(j / 4);
+		float dl0, ml0, dl1, ml1;
+		head_scale_min(g.h, 2 * grp, &dl0, &ml0);
+		head_scale_min(g.h, 2 * grp + 1, &dl1, &ml1);
+		const int l0 = codes(g.q.x, g.qh.x, 2 * grp);
+		const int l1 = codes(g.q.y, g.qh.y, 2 * grp);
+		const int h0 = codes(g.q.x >> 4, g.qh.x, 2 * grp + 1);
+		const int h1 = codes(g.q.y >> 4, g.qh.y, 2 * grp + 1);
+		const uint32_t col = 256 * sb + 64 * grp + 8 * (j % 4);
+		const bool mins = (j & 1) == 0;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const uint2 a = xq8(x, r, col), b = xq8(x, r, col + 32);
+			const int ta = __dp4a(l1, (int)a.y, __dp4a(l0, (int)a.x, 0));
+			const int tb = __dp4a(h1, (int)b.y, __dp4a(h0, (int)b.x, 0));
+			float v = __fmul_rn(dl0, xd(x, r, col)) * (float)ta +
+				  __fmul_rn(dl1, xd(x, r, col + 32)) * (float)tb;
+			if (mins)
+				v -= ml0 * xs(x, r, col) + ml1 * xs(x, r, col + 32);
+			acc[r] += v;
+		}
+	}
+};
+
+/* Q6_K: a super-block a step, a lane 4 bytes of low nibbles: elements
+ * 128 h + 4 u .. (scale 8 h + u / 4) and 64 further on (scale + 4), a
+ * quarter of a 16-element run of x each; codes - 32 as signed bytes. */
+struct Q8Q6_K {
+	enum { STEP = 256 };
+	struct regs {
+		unsigned ql, qh;
+		float d0, d1;
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		g.ok = live && s < in / 256;
+		if (!g.ok)
+			return;
+		const uint32_t h = lane / 16, u = lane % 16;
+		const uint8_t *b = row + (uint64_t)s * 210;
+		g.ql = ld32(b + 64 * h + 4 * u);
+		g.qh = ld32(b + 128 + 32 * h + 4 * (u % 8));
+		const float d = ld_f16(b + 208);
+		const int8_t s0 = (int8_t)__ldcs((const signed char *)(b + 192 + 8 * h + u / 4));
+		const int8_t s1 = (int8_t)__ldcs((const signed char *)(b + 196 + 8 * h + u / 4));
+		g.d0 = __fmul_rn(d, (float)s0);
+		g.d1 = __fmul_rn(d, (float)s1);
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const q8x &x,
+						   uint32_t s, unsigned lane,
+						   uint32_t n, float (&acc)[NR])
+	{
+		if (!g.ok)
+			return;
+		const uint32_t h = lane / 16, u = lane % 16;
+		const unsigned sh = 2 * (u / 8);
+		const int lo = (int)__vsub4((g.ql & 0x0f0f0f0fu) |
+						    ((g.qh >> sh) & 0x03030303u) << 4,
+					    0x20202020u);
+		const int hi = (int)__vsub4(((g.ql >> 4) & 0x0f0f0f0fu) |
+						    ((g.qh >> (sh + 4)) & 0x03030303u)
+							    << 4,
+					    0x20202020u);
+		const uint32_t col = 256 * s + 128 * h + 4 * u;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const int ta = __dp4a(lo, (int)xq4(x, r, col), 0);
+			const int tb = __dp4a(hi, (int)xq4(x, r, col + 64), 0);
+			acc[r] += __fmul_rn(g.d0, xd(x, r, col)) * (float)ta +
+				  __fmul_rn(g.d1, xd(x, r, col + 64)) * (float)tb;
+		}
+	}
+};
+
+/* ------------------------------------------------------------------------ */
+/* The kernel                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The parts of p (up to three matrices of one type, rows numbered across
+ * them in order; y_i (n, out_i) = x . w_i^T (+ bias_i), y += with
+ * accumulate) or, GLU, row o of gate (part 0) and up (part 1) together as
+ * silu(gate) * up into part 0's y (one row of x). `split` warps of a
+ * block share a row, warp `part` of them its steps [steps part / split,
+ * steps (part + 1) / split); each lane issues the loads of U steps before
+ * using any. */
+template <typename B, int NR, int U, bool GLU>
+__global__ void __launch_bounds__(QG_THREADS)
+q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
+	      int split)
+{
+	__shared__ float red[QG_WARPS][2 * NR];
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t part = warp % (uint32_t)split, in = x.in;
+	uint64_t row = (uint64_t)blockIdx.x * (QG_WARPS / (uint32_t)split) +
+		       warp / (uint32_t)split;
+	/* constant indices only (a dynamic one copies p to local memory) */
+	float *y = NULL;
+	const uint8_t *w0 = NULL, *w1 = NULL;
+	const float *bias = NULL;
+	uint32_t out = 0;
+#pragma unroll
+	for (int i = 0; i < STRATA__CUDA_GEMV_PARTS; i++) {
+		if (y || i >= p.count || (GLU && i > 0))
+			continue;
+		if (row < p.part[i].out) {
+			y = p.part[i].y;
+			out = p.part[i].out;
+			w0 = (const uint8_t *)p.part[i].w;
+			w1 = GLU ? (const uint8_t *)p.part[1].w : NULL;
+			bias = p.part[i].bias;
+		} else {
+			row -= p.part[i].out;
+		}
+	}
+	const uint32_t steps = (in + B::STEP - 1) / B::STEP;
+	const uint32_t s0 = (uint32_t)((uint64_t)steps * part / split);
+	const uint32_t s1 = (uint32_t)((uint64_t)steps * (part + 1) / split);
+	float a0[NR], a1[NR]; /* a1: up's sums (GLU) */
+#pragma unroll
+	for (int r = 0; r < NR; r++)
+		a0[r] = a1[r] = 0.0f;
+	if (y) {
+		const uint8_t *r0 = w0 + row * rb, *r1 = GLU ? w1 + row * rb : NULL;
+		for (uint32_t s = s0; s < s1; s += U) {
+			typename B::regs ga[U], gb[GLU ? U : 1];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				B::load(ga[u], r0, s + u, lane, in, s + u < s1);
+				if (GLU)
+					B::load(gb[GLU ? u : 0], r1, s + u, lane, in,
+						s + u < s1);
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				B::template dot<NR>(ga[u], x, s + u, lane, n, a0);
+				if (GLU)
+					B::template dot<NR>(gb[GLU ? u : 0], x,
+							    s + u, lane, n, a1);
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < NR; r++) {
+		a0[r] = strata__warp_sum(a0[r]);
+		if (GLU)
+			a1[r] = strata__warp_sum(a1[r]);
+	}
+	if (split > 1) { /* uniform: every thread reaches the barrier */
+		if (lane == 0)
+#pragma unroll
+			for (int r = 0; r < NR; r++) {
+				red[warp][r] = a0[r];
+				red[warp][NR + r] = a1[r];
+			}
+		__syncthreads();
+		if (part == 0)
+			for (int q = 1; q < split; q++)
+#pragma unroll
+				for (int r = 0; r < NR; r++) {
+					a0[r] += red[warp + q][r];
+					if (GLU)
+						a1[r] += red[warp + q][NR + r];
+				}
+	}
+	if (!y || part != 0 || lane != 0)
+		return;
+	if (GLU) {
+		const float gv = a0[0], uv = a1[0];
+		y[row] = gv / (1.0f + expf(-gv)) * uv;
+		return;
+	}
+	const float b = bias ? bias[row] : 0.0f;
+#pragma unroll
+	for (int r = 0; r < NR; r++) {
+		if ((uint32_t)r >= n)
+			break;
+		float *yr = y + (uint64_t)r * out + row;
+		const float v = a0[r] + b;
+		*yr = p.accumulate ? *yr + v : v;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Launch                                                                   */
+/* ------------------------------------------------------------------------ */
+
+template <typename B, int NR, bool GLU>
+static void q8_unrolled(cudaStream_t s, unsigned grid,
+			const strata__cuda_gemv_parts &p, const q8x &x,
+			uint32_t n, uint64_t rb, int split)
+{
+	if (strata__cuda_qgemv_unroll >= 8)
+		q8gemv_kernel<B, NR, 8, GLU><<<grid, QG_THREADS, 0, s>>>(
+			p, x, n, rb, split);
+	else
+		q8gemv_kernel<B, NR, 4, GLU><<<grid, QG_THREADS, 0, s>>>(
+			p, x, n, rb, split);
+}
+
+template <typename B>
+static void q8_launch(cudaStream_t s, const strata__cuda_gemv_parts &p,
+		      const q8x &x, uint32_t n, uint64_t rows, uint64_t rb,
+		      int glu)
+{
+	const int split = qgemv_split((uint32_t)rows,
+				      (x.in + B::STEP - 1) / B::STEP);
+	const uint64_t per = QG_WARPS / (uint32_t)split;
+	const unsigned grid = (unsigned)((rows + per - 1) / per);
+	if (glu)
+		q8_unrolled<B, 1, true>(s, grid, p, x, 1, rb, split);
+	else if (n == 1)
+		q8_unrolled<B, 1, false>(s, grid, p, x, n, rb, split);
+	else if (n == 2)
+		q8_unrolled<B, 2, false>(s, grid, p, x, n, rb, split);
+	else if (n <= 4)
+		q8_unrolled<B, 4, false>(s, grid, p, x, n, rb, split);
+	else
+		q8_unrolled<B, 8, false>(s, grid, p, x, n, rb, split);
+}
+
+static uint64_t q8_row_bytes(int type, uint32_t in)
+{
+	switch (type) {
+	case STRATA__CUDA_Q8_0: return (uint64_t)in / 32 * 34;
+	case STRATA__CUDA_Q4_0: return (uint64_t)in / 32 * 18;
+	case STRATA__CUDA_Q4_K: return (uint64_t)in / 256 * 144;
+	case STRATA__CUDA_Q5_K: return (uint64_t)in / 256 * 176;
+	default: return (uint64_t)in / 256 * 210;
+	}
+}
+
+extern "C" uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in)
+{
+	return align256((uint64_t)n * in) + 2 * (uint64_t)n * (in / 16) * 4;
+}
+
+extern "C" int strata__cuda_q8gemv_takes(int type, const void *w, uint32_t in)
+{
+	if (((uintptr_t)w & 3) || in == 0 || in % 32)
+		return 0;
+	switch (type) {
+	case STRATA__CUDA_Q8_0:
+	case STRATA__CUDA_Q4_0: return 1;
+	case STRATA__CUDA_Q4_K:
+	case STRATA__CUDA_Q5_K:
+	case STRATA__CUDA_Q6_K: return in % 256 == 0;
+	default: return 0;
+	}
+}
+
+extern "C" cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx,
+					       const float *x, uint32_t n,
+					       uint32_t in, const float *norm,
+					       float eps)
+{
+	if (n == 0 || n > STRATA__CUDA_GEMV_ROWS || in == 0 || in % 32 ||
+	    ((uintptr_t)qx & 15))
+		return cudaErrorInvalidValue;
+	const q8x v = q8x_at(qx, n, in);
+	const dim3 grid((in / 16 + QX_THREADS - 1) / QX_THREADS, n);
+	int8_t *q = (int8_t *)qx;
+	float *d = (float *)v.d, *sm = (float *)v.s;
+	if (norm)
+		quantize_x_kernel<true><<<grid, QX_THREADS, 0, s>>>(
+			q, d, sm, x, norm, in, eps);
+	else
+		quantize_x_kernel<false><<<grid, QX_THREADS, 0, s>>>(
+			q, d, sm, x, NULL, in, 0.0f);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,
+					   const strata__cuda_gemv_parts *p,
+					   const void *qx, uint32_t n, int type,
+					   uint32_t in, int glu)
+{
+	uint64_t rows = 0;
+	if (n == 0 || n > STRATA__CUDA_GEMV_ROWS || p->count < 1 ||
+	    p->count > STRATA__CUDA_GEMV_PARTS || p->norm ||
+	    (glu && (n != 1 || p->count != 2 ||
+		     p->part[0].out != p->part[1].out)))
+		return cudaErrorInvalidValue;
+	for (int i = 0; i < p->count; i++) {
+		if (!strata__cuda_q8gemv_takes(type, p->part[i].w, in) ||
+		    p->part[i].out == 0)
+			return cudaErrorInvalidValue;
+		rows += p->part[i].out;
+	}
+	if (glu)
+		rows = p->part[0].out;
+	if (rows > UINT32_MAX)
+		return cudaErrorInvalidValue;
+	const q8x x = q8x_at(qx, n, in);
+	const uint64_t rb = q8_row_bytes(type, in);
+	switch (type) {
+	case STRATA__CUDA_Q8_0: q8_launch<Q8Q8_0>(s, *p, x, n, rows, rb, glu); break;
+	case STRATA__CUDA_Q4_0: q8_launch<Q8Q4_0>(s, *p, x, n, rows, rb, glu); break;
+	case STRATA__CUDA_Q4_K: q8_launch<Q8K45<false> >(s, *p, x, n, rows, rb, glu); break;
+	case STRATA__CUDA_Q5_K: q8_launch<Q8K45<true> >(s, *p, x, n, rows, rb, glu); break;
+	default: q8_launch<Q8Q6_K>(s, *p, x, n, rows, rb, glu); break;
+	}
+	return cudaGetLastError();
+}

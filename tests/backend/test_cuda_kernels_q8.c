@@ -1,0 +1,394 @@
+/* test_cuda_kernels_q8.c - the CUDA decode GEMV on 8-bit activations
+ * (kernels_qgemv_q8.cu, the default for 1..8 rows on Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K) against the CPU's q8 decode on the same bytes (the same
+ * codes of x, so within 1e-4: only f32 summation order differs) and
+ * against the exact product (within the scheme's bound: the sum over 16s
+ * of dx / 2 times the sum of |w|), 1..8 rows, rows of blocks that do not
+ * fill a warp step, weights off 16-byte boundaries, x off 16-byte
+ * boundaries, every row split and unroll; the fused slots (norm folded in,
+ * y +=, gate/up); NaN in x; and STRATA_CUDA_DECODE's values (layer:
+ * backend tests). Skipped (77) without a CUDA device. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/kernels_fixture.h"
+
+#include "support/gpu_skip.h"
+
+static const strata_weight_type q8types[] = {
+	STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
+	STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
+};
+#define Q8TYPES (sizeof q8types / sizeof *q8types)
+/* Against the CPU's q8 decode: the same codes, f32 sums in another order. */
+#define Q8_CPU_TOL 1e-4
+
+static uint32_t rng = 4242;
+static unsigned char rbyte(void)
+{
+	rng = rng * 1664525u + 1013904223u;
+	return (unsigned char)(rng >> 24);
+}
+
+/* Random blocks whose f16 factors are finite and small (the high byte's
+ * exponent bits kept low), so products stay in range. */
+static unsigned char *random_blocks(strata_block_type t, uint64_t bytes)
+{
+	unsigned char *p = malloc(bytes);
+	assert_non_null(p);
+	for (uint64_t i = 0; i < bytes; i++)
+		p[i] = rbyte();
+	int at[2] = {0, 2}, count = 1;
+	if (t == STRATA_BLOCK_Q4_K || t == STRATA_BLOCK_Q5_K)
+		count = 2;
+	else if (t == STRATA_BLOCK_Q6_K)
+		at[0] = 208;
+	uint32_t bb = strata_block_bytes(t);
+	for (uint64_t b = 0; b < bytes / bb; b++)
+		for (int k = 0; k < count; k++)
+			p[b * bb + (uint64_t)at[k] + 1] &= 0x2b;
+	return p;
+}
+
+static uint64_t weight_bytes(strata_weight_type t, uint32_t rows,
+			     uint32_t cols)
+{
+	strata_block_type b = strata_weight_type_block(t);
+	return (uint64_t)rows * (cols / strata_block_elements(b)) *
+	       strata_block_bytes(b);
+}
+
+static bool decode_q8(void)
+{
+	return ((strata__cuda_compute *)F.gpu->ctx)->decode_q8;
+}
+
+/* Each output of the q8 product within the scheme's bound of the exact
+ * one (w decoded exactly, sums in double): sum over 16s of dx / 2 times
+ * sum |w|, plus f32 rounding (1e-5 of sum |w x|). Returns the worst
+ * error relative to |exact| + rms, as expect_close measures it. */
+static double expect_within_bound(const char *what, const float *got,
+				  const float *w, const float *x,
+				  const float *bias, uint32_t n, uint32_t in,
+				  uint32_t out)
+{
+	double worst = 0.0, ss = 0.0;
+	double *exact = calloc((size_t)n * out, sizeof *exact);
+	assert_non_null(exact);
+	for (uint32_t r = 0; r < n; r++)
+		for (uint32_t o = 0; o < out; o++) {
+			const float *wr = w + (uint64_t)o * in;
+			const float *xr = x + (uint64_t)r * in;
+			double e = bias ? bias[o] : 0.0, bound = 0.0, mag = 0.0;
+			for (uint32_t g = 0; g < in; g += 16) {
+				float amax = 0.0f;
+				double aw = 0.0;
+				for (uint32_t i = g; i < g + 16; i++) {
+					amax = fmaxf(amax, fabsf(xr[i]));
+					aw += fabs((double)wr[i]);
+					e += (double)wr[i] * xr[i];
+					mag += fabs((double)wr[i] * xr[i]);
+				}
+				bound += (double)(amax / 127.0f) / 2.0 * aw;
+			}
+			double err = fabs((double)got[(uint64_t)r * out + o] - e);
+			if (!(err <= bound * (1 + 1e-3) + 1e-5 * mag + 1e-6))
+				fail_msg("%s: row %u output %u: %.9g, exact %.9g, "
+					 "error %.3g past the bound %.3g",
+					 what, r, o, (double)got[(uint64_t)r * out + o],
+					 e, err, bound);
+			exact[(uint64_t)r * out + o] = e;
+			ss += e * e;
+		}
+	double rms = sqrt(ss / ((double)n * out));
+	for (uint64_t i = 0; i < (uint64_t)n * out; i++) {
+		double d = fabs((double)got[i] - exact[i]) /
+			   (fabs(exact[i]) + rms + 1e-30);
+		worst = d > worst ? d : worst;
+	}
+	free(exact);
+	return worst;
+}
+
+/* Bytes past a device buffer's start at which check_product places the
+ * weights, and floats at which it places x. */
+static uint32_t w_offset, x_offset;
+
+/* y (n, out) = x . w^T (+ bias) of random blocks of type t on both
+ * backends: the CUDA product within Q8_CPU_TOL of the CPU's q8 decode and
+ * within the bound of the exact product. Returns that exact distance. */
+static double check_product(strata_weight_type t, uint32_t n, uint32_t in,
+			    uint32_t out, bool bias)
+{
+	strata_block_type bt = strata_weight_type_block(t);
+	uint64_t bytes = weight_bytes(t, out, in);
+	unsigned char *h = random_blocks(bt, bytes);
+	float *x = host_floats((size_t)n * in), *b = host_floats(out);
+	float *w = host_floats((size_t)out * in);
+	float *want = host_floats((size_t)n * out), *got = host_floats((size_t)n * out);
+	assert_true(strata_block_decode(bt, h, w, (uint64_t)out * in) ==
+		    STRATA_BLOCK_ALL_FINITE);
+	cuda_test_fill(x, (size_t)n * in, n * 31 + in + out, 1.0f);
+	cuda_test_fill(b, out, out, 1.0f);
+	OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){t, h, out, in}, bias ? b : NULL, n, ERR));
+	char *dw = (char *)dev_alloc(bytes + 16) + w_offset;
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, dw, h, bytes, ERR));
+	float *dx = (float *)dev_alloc((uint64_t)n * in * 4 + 64) + x_offset;
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, dx, x, (uint64_t)n * in * 4, ERR));
+	float *db = upload(b, (uint64_t)out * 4);
+	float *dy = dev_alloc((uint64_t)n * out * 4);
+	OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){t, dw, out, in}, bias ? db : NULL, n, ERR));
+	download(got, dy, (uint64_t)n * out * 4);
+	char what[96];
+	snprintf(what, sizeof what, "%s n=%u in=%u out=%u%s w+%u x+%u",
+		 strata_weight_type_name(t), n, in, out, bias ? " +bias" : "",
+		 w_offset, 4 * x_offset);
+	expect_close(what, want, got, (size_t)n * out, Q8_CPU_TOL);
+	double d = expect_within_bound(what, got, w, x, bias ? b : NULL, n, in,
+				       out);
+	dev_free_all();
+	free(h), free(x), free(b), free(w), free(want), free(got);
+	return d;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_q8_gemv_matches_cpu_q8_and_bound(void **state)
+{
+	(void)state;
+	assert_true(decode_q8());
+	for (size_t i = 0; i < Q8TYPES; i++) {
+		int bt = (int)strata_weight_type_block(q8types[i]);
+		assert_true(strata__cuda_q8gemv_takes(bt, (void *)(uintptr_t)0x10004, 4096));
+		assert_false(strata__cuda_q8gemv_takes(bt, (void *)(uintptr_t)0x10002, 4096));
+		double worst = 0.0;
+		for (uint32_t n = 1; n <= STRATA__CUDA_GEMV_ROWS; n++) {
+			double d = check_product(q8types[i], n, 4096, 70, n % 3 == 0);
+			worst = d > worst ? d : worst;
+		}
+		/* the down projection's width */
+		check_product(q8types[i], 2, 14336, 24, true);
+		printf("  %-8s worst distance from the exact product %.3g\n",
+		       strata_weight_type_name(q8types[i]), worst);
+	}
+}
+
+/* Rows of blocks that do not fill a warp step (800 and 96 columns of
+ * 32-element blocks: 25 and 3 blocks; 1280 of super-blocks: 5), rows off
+ * a word boundary (25 x 34 bytes), weights 4 bytes past a 16-byte
+ * boundary, x 4 and 8 bytes past one, every split and both unrolls. */
+static void test_q8_gemv_awkward_shapes(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < Q8TYPES; i++) {
+		bool k = strata_block_elements(strata_weight_type_block(q8types[i])) == 256;
+		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
+			for (int unroll = 4; unroll <= 8; unroll += 4) {
+				strata__cuda_qgemv_split = split;
+				strata__cuda_qgemv_unroll = unroll;
+				w_offset = unroll == 8 ? 4 : 0;
+				x_offset = (uint32_t)split % 3;
+				check_product(q8types[i], 1, k ? 1280 : 800, 45, true);
+				check_product(q8types[i], 5, k ? 2304 : 96, 19, false);
+				check_product(q8types[i], 8, k ? 256 : 32, 9, true);
+			}
+		strata__cuda_qgemv_split = 0;
+		strata__cuda_qgemv_unroll = 4;
+		w_offset = x_offset = 0;
+	}
+}
+
+/* STRATA_CUDA_DECODE=exact (decode_q8 0) gives the f32 product (1e-4 of
+ * the exact one), which the q8 path does not. */
+static void test_exact_decode_is_f32(void **state)
+{
+	(void)state;
+	strata__cuda_compute *k = F.gpu->ctx;
+	const uint32_t in = 2048, out = 64;
+	strata_block_type bt = STRATA_BLOCK_Q8_0;
+	uint64_t bytes = weight_bytes(STRATA_WEIGHT_Q8_0, out, in);
+	unsigned char *h = random_blocks(bt, bytes);
+	float *x = host_floats(in), *w = host_floats((size_t)out * in);
+	float *exact = host_floats(out), *got = host_floats(out);
+	assert_true(strata_block_decode(bt, h, w, (uint64_t)out * in) ==
+		    STRATA_BLOCK_ALL_FINITE);
+	cuda_test_fill(x, in, 3, 1.0f);
+	for (uint32_t o = 0; o < out; o++) {
+		double e = 0;
+		for (uint32_t i = 0; i < in; i++)
+			e += (double)w[(uint64_t)o * in + i] * x[i];
+		exact[o] = (float)e;
+	}
+	strata_weight dw = {STRATA_WEIGHT_Q8_0, upload(h, bytes), out, in};
+	float *dx = upload(x, in * 4), *dy = dev_alloc(out * 4);
+	for (int q8 = 0; q8 <= 1; q8++) {
+		k->decode_q8 = q8;
+		OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, 1, ERR));
+		download(got, dy, out * 4);
+		size_t at;
+		double d = cuda_test_rel_err(exact, got, out, &at);
+		printf("  Q8_0 decode_q8=%d: %.3g from the exact product\n", q8, d);
+		if (q8 ? !(d > 1e-4) : !(d <= 1e-4))
+			fail_msg("decode_q8=%d: %.3g from exact", q8, d);
+	}
+	k->decode_q8 = 1;
+	dev_free_all();
+	free(h), free(x), free(w), free(exact), free(got);
+}
+
+/* A NaN in x makes its outputs NaN, as on the CPU, never a number. */
+static void test_nan_in_x_gives_nan(void **state)
+{
+	(void)state;
+	const uint32_t in = 512, out = 16;
+	for (size_t i = 0; i < Q8TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(q8types[i]);
+		uint64_t bytes = weight_bytes(q8types[i], out, in);
+		unsigned char *h = random_blocks(bt, bytes);
+		float *x = host_floats(in), *got = host_floats(out);
+		cuda_test_fill(x, in, 9, 1.0f);
+		x[37] = NAN;
+		strata_weight dw = {q8types[i], upload(h, bytes), out, in};
+		float *dx = upload(x, in * 4), *dy = dev_alloc(out * 4);
+		OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, 1, ERR));
+		download(got, dy, out * 4);
+		for (uint32_t o = 0; o < out; o++)
+			if (!isnan(got[o]))
+				fail_msg("%s: output %u is %g, not NaN",
+					 strata_weight_type_name(q8types[i]), o,
+					 (double)got[o]);
+		dev_free_all();
+		free(h), free(x), free(got);
+	}
+}
+
+/* The fused slots (one row): three parts with the f32 norm folded in (a
+ * bias on part 1), one part y += (a residual), gate/up with the norm and
+ * SwiGLU, against the CPU's q8 decode through the same wrappers (its
+ * rmsnorm, then its q8 products). */
+static void check_fused(strata_weight_type t, const uint32_t outs[3])
+{
+	const uint32_t in = 1280;
+	strata_block_type bt = strata_weight_type_block(t);
+	float *x = host_floats(in), *g = host_floats(in), *cn = host_floats(in);
+	cuda_test_fill(x, in, 41 + (uint64_t)t, 3.0f);
+	cuda_test_fill(g, in, 43 + (uint64_t)t, 1.0f);
+	float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
+	float *dn = dev_alloc(in * 4);
+	strata_kernel_product hp[3], dp[3];
+	unsigned char *hw[3];
+	float *hy[3], *dy[3];
+	for (int i = 0; i < 3; i++) {
+		uint64_t bytes = weight_bytes(t, outs[i], in);
+		hw[i] = random_blocks(bt, bytes);
+		hy[i] = host_floats(outs[i]);
+		cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
+		dy[i] = upload(hy[i], outs[i] * 4);
+		hp[i] = (strata_kernel_product){hy[i], {t, hw[i], outs[i], in}, NULL};
+		dp[i] = (strata_kernel_product){dy[i], {t, upload(hw[i], bytes), outs[i], in}, NULL};
+	}
+	float *hb = host_floats(outs[1]);
+	cuda_test_fill(hb, outs[1], 99, 1.0f);
+	hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
+	strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
+	strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+	assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
+	OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
+	OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
+	char what[80];
+	float *got = host_floats(outs[0] > outs[1] ? outs[0] : outs[1]);
+	for (int i = 0; i < 3; i++) {
+		download(got, dy[i], outs[i] * 4);
+		snprintf(what, sizeof what, "%s q8 fused part %d + norm",
+			 strata_weight_type_name(t), i);
+		expect_close(what, hy[i], got, outs[i], Q8_CPU_TOL);
+	}
+	/* one part accumulating into y (no norm) */
+	float *sh = host_floats(outs[0]), *sd = dev_alloc(outs[0] * 4);
+	OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, sh, ERR));
+	OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, sd, ERR));
+	download(got, dy[0], outs[0] * 4);
+	snprintf(what, sizeof what, "%s q8 fused y +=", strata_weight_type_name(t));
+	expect_close(what, hy[0], got, outs[0], Q8_CPU_TOL);
+	/* gate and up of one row count, the norm folded in */
+	strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
+	uint64_t ub = weight_bytes(t, outs[0], in);
+	unsigned char *up = random_blocks(bt, ub);
+	hu.data = up, duw.data = upload(up, ub);
+	assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
+	float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
+	float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
+	OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
+	OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
+	download(got, dyg, outs[0] * 4);
+	snprintf(what, sizeof what, "%s q8 fused gate/up + norm",
+		 strata_weight_type_name(t));
+	expect_close(what, hyg, got, outs[0], Q8_CPU_TOL);
+	dev_free_all();
+	for (int i = 0; i < 3; i++)
+		free(hw[i]), free(hy[i]);
+	free(x), free(g), free(cn), free(hb), free(sh), free(got);
+	free(up), free(hyg), free(hup);
+}
+
+static void test_q8_fused_slots_match_cpu_q8(void **state)
+{
+	(void)state;
+	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
+	for (size_t t = 0; t < Q8TYPES; t++)
+		for (int sh = 0; sh < 2; sh++)
+			for (int split = 0; split <= 8; split = split ? split * 2 : 1) {
+				strata__cuda_qgemv_split = split;
+				check_fused(q8types[t], shapes[sh]);
+			}
+	strata__cuda_qgemv_split = 0;
+}
+
+/* STRATA_CUDA_DECODE: unset or q8 quantizes, exact does not, anything
+ * else is refused naming the variable and its value. */
+static void test_decode_env_is_read_and_checked(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *v;
+		int q8;
+	} cases[] = {{"q8", 1}, {"exact", 0}, {"", 1}, {NULL, 1}};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		if (cases[i].v)
+			setenv("STRATA_CUDA_DECODE", cases[i].v, 1);
+		else
+			unsetenv("STRATA_CUDA_DECODE");
+		strata_compute *c = NULL;
+		OK(strata_compute_create_on(F.b, 0, &c, ERR));
+		assert_int_equal(((strata__cuda_compute *)c->ctx)->decode_q8,
+				 cases[i].q8);
+		strata_compute_destroy(c);
+	}
+	setenv("STRATA_CUDA_DECODE", "int8", 1);
+	strata_compute *c = NULL;
+	strata_error e;
+	assert_int_equal(strata_compute_create_on(F.b, 0, &c, &e),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(e.message, "STRATA_CUDA_DECODE is 'int8'"));
+	assert_non_null(strstr(e.fix, "q8 or exact"));
+	printf("  refused: %s (fix: %s)\n", e.message, e.fix);
+	unsetenv("STRATA_CUDA_DECODE");
+}
+
+int main(void)
+{
+	if (gpu_skip_without_device("test_backend_cuda_kernels_q8"))
+		return GPU_SKIP_EXIT;
+	/* both backends' default decode: x quantized to 8 bits */
+	unsetenv("STRATA_CPU_DECODE");
+	unsetenv("STRATA_CUDA_DECODE");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_q8_gemv_matches_cpu_q8_and_bound),
+		cmocka_unit_test(test_q8_gemv_awkward_shapes),
+		cmocka_unit_test(test_exact_decode_is_f32),
+		cmocka_unit_test(test_nan_in_x_gives_nan),
+		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),
+		cmocka_unit_test(test_decode_env_is_read_and_checked),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
