@@ -7,13 +7,16 @@
  *                    [--rows 512,2048] [--no-sweep]
  *
  * Decode: each type's one-row product (the GEMV) at every shape, in GB/s
- * of stored bytes and as a share of the copy rate, Q8_0 and Q4_K also
+ * of stored bytes and as a share of the copy rate, on the types the 8-bit
+ * GEMV takes (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) with x quantized (the
+ * default, "q8 x": the quantization's launch included) and with f32 x
+ * ("f32 x", STRATA_CUDA_DECODE=exact), each row of figures for both; Q8_0 and Q4_K also
  * through the general block GEMV (kernels_quant.cu) and over every row
  * split and unroll (the tuning strata__cuda_qgemv_* picks from), 1..8
  * rows of x on the largest shape, and the sum of a token's products (16
  * layers of q, k, v, o, gate, up, down and the output head) as ms/token;
  * a decode layer's products through the fused slots as the forward pass
- * calls them (bf16, Q8_0, Q4_K, Q6_K).
+ * calls them (bf16, Q8_0, Q4_K, Q6_K; q8 and f32 x).
  * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:
  * tensor cores (bf16 hi + lo, the default; bf16 once) against the f32
  * SGEMM slices and the bf16 weights' own cuBLAS product, with the plan's
@@ -196,21 +199,32 @@ static double copy_rate(bench *B, uint64_t bytes)
 /* Decode                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static void gemv_line(bench *B, const char *type, const shape *sh,
-		      const char *path, uint32_t n, double t, uint64_t bytes)
+/* The activations the decode products take now: "q8" (quantized, the
+ * 8-bit GEMV) or "f32". */
+static const char *x_kind(const bench *B, strata_weight_type t)
+{
+	strata_block_type bt = strata_weight_type_block(t);
+	bool q8 = t != STRATA_WEIGHT_BF16 && bt < STRATA_BLOCK_COUNT &&
+		  strata__cuda_q8gemv_takes((int)bt, (void *)(uintptr_t)256, 4096);
+	return q8 && B->k->decode_q8 ? "q8" : "f32";
+}
+
+static void gemv_line(bench *B, const char *type, const char *x,
+		      const shape *sh, const char *path, uint32_t n, double t,
+		      uint64_t bytes)
 {
 	double rate = (double)bytes / t;
-	printf("  %-7s %-20s %-22s n=%u %9.1f us %7.0f GB/s %5.1f%% of copy\n",
-	       type, sh->name, path, n, t * 1e6, rate / 1e9,
+	printf("  %-7s %-3s x %-20s %-24s n=%u %9.1f us %7.0f GB/s %5.1f%% of copy\n",
+	       type, x, sh->name, path, n, t * 1e6, rate / 1e9,
 	       100.0 * rate / B->copy_rate);
-	printf("json {\"figure\":\"gemv\",\"type\":\"%s\",\"shape\":\"%s\",\"path\":\"%s\",\"n\":%u,\"us\":%.2f,\"gbps\":%.1f,\"copy_share\":%.4f}\n",
-	       type, sh->name, path, n, t * 1e6, rate / 1e9, rate / B->copy_rate);
+	printf("json {\"figure\":\"gemv\",\"type\":\"%s\",\"x\":\"%s\",\"shape\":\"%s\",\"path\":\"%s\",\"n\":%u,\"us\":%.2f,\"gbps\":%.1f,\"copy_share\":%.4f}\n",
+	       type, x, sh->name, path, n, t * 1e6, rate / 1e9, rate / B->copy_rate);
 }
 
 /* The product's time with the fast GEMV's split and unroll swept; prints
  * the best and what the automatic choice gives. */
-static void sweep(bench *B, product *p, const char *type, const shape *sh,
-		  uint64_t bytes)
+static void sweep(bench *B, product *p, const char *type, const char *x,
+		  const shape *sh, uint64_t bytes)
 {
 	double best = 1e30;
 	int bs = 0, bu = 4;
@@ -226,14 +240,14 @@ static void sweep(bench *B, product *p, const char *type, const shape *sh,
 	strata__cuda_qgemv_unroll = 4;
 	char path[48];
 	snprintf(path, sizeof path, "best: split %d unroll %d", bs, bu);
-	gemv_line(B, type, sh, path, 1, best, bytes);
+	gemv_line(B, type, x, sh, path, 1, best, bytes);
 }
 
 /* One type's decode products; returns the ms of a token's products. */
 static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 			  size_t count, bool do_sweep)
 {
-	const char *name = strata_weight_type_name(t);
+	const char *name = strata_weight_type_name(t), *xk = x_kind(B, t);
 	double token = 0, token_bytes = 0;
 	for (size_t i = 0; i < count; i++) {
 		const shape *sh = &shapes[i];
@@ -246,31 +260,65 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 		double tm = time_product(&p);
 		token += tm * sh->per_token;
 		token_bytes += (double)bytes * sh->per_token;
-		gemv_line(B, name, sh, "default", 1, tm, bytes);
+		gemv_line(B, name, xk, sh, "default", 1, tm, bytes);
 		bool fast = t != STRATA_WEIGHT_BF16 &&
 			    strata__cuda_qgemv_takes((int)strata_weight_type_block(t), w, sh->in);
 		if (fast && do_sweep && (t == STRATA_WEIGHT_Q8_0 || t == STRATA_WEIGHT_Q4_K)) {
-			strata__cuda_qgemv_enabled = 0;
-			gemv_line(B, name, sh, "general block GEMV", 1,
-				  time_product(&p), bytes);
-			strata__cuda_qgemv_enabled = 1;
-			sweep(B, &p, name, sh, bytes);
+			if (!strcmp(xk, "f32")) { /* the q8 path has no other */
+				strata__cuda_qgemv_enabled = 0;
+				gemv_line(B, name, xk, sh, "general block GEMV",
+					  1, time_product(&p), bytes);
+				strata__cuda_qgemv_enabled = 1;
+			}
+			sweep(B, &p, name, xk, sh, bytes);
 		}
 		if (i + 1 == count || sh->out == 14336)
 			for (uint32_t n = 2; n <= 8 && do_sweep; n *= 2) {
 				p.n = n;
-				gemv_line(B, name, sh, "default", n, time_product(&p),
-					  bytes);
+				gemv_line(B, name, xk, sh, "default", n,
+					  time_product(&p), bytes);
 			}
 		cudaFree(w);
 		cudaFree(x);
 		cudaFree(y);
 	}
-	printf("  %-7s a token's products: %.3f ms (%.2f TB/s of %.2f GB of weights)\n",
-	       name, token * 1e3, token_bytes / token / 1e12, token_bytes / 1e9);
-	printf("json {\"figure\":\"token\",\"type\":\"%s\",\"ms\":%.4f,\"bytes\":%.0f}\n",
-	       name, token * 1e3, token_bytes);
+	printf("  %-7s %-3s x a token's products: %.3f ms (%.2f TB/s of %.2f GB of weights)\n",
+	       name, xk, token * 1e3, token_bytes / token / 1e12, token_bytes / 1e9);
+	printf("json {\"figure\":\"token\",\"type\":\"%s\",\"x\":\"%s\",\"ms\":%.4f,\"bytes\":%.0f}\n",
+	       name, xk, token * 1e3, token_bytes);
 	return token * 1e3;
+}
+
+/* The 8-bit GEMV's quantization of x alone (one row, the norm folded in),
+ * per launch: what the q8 path adds to each product. */
+static void quantize_time(bench *B, uint32_t in)
+{
+	float *x = dev((uint64_t)in * 4), *g = dev((uint64_t)in * 4);
+	void *q = dev(strata__cuda_q8x_bytes(1, in));
+	cudaMemset(x, 0, (uint64_t)in * 4);
+	cudaMemset(g, 0, (uint64_t)in * 4);
+	cudaStream_t cs = B->k->stream.cuda;
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	if (strata__cuda_quantize_x(cs, q, x, 1, in, g, 1e-5f) != cudaSuccess)
+		die("quantize x", NULL);
+	float ms = 0;
+	cudaEventRecord(e0, cs);
+	for (int i = 0; i < B->reps; i++)
+		(void)strata__cuda_quantize_x(cs, q, x, 1, in, g, 1e-5f);
+	cudaEventRecord(e1, cs);
+	cudaEventSynchronize(e1);
+	cudaEventElapsedTime(&ms, e0, e1);
+	printf("  quantize x (1 row of %u, norm folded in): %.2f us a launch\n",
+	       in, ms * 1e3 / B->reps);
+	printf("json {\"figure\":\"quantize_x\",\"in\":%u,\"us\":%.3f}\n", in,
+	       ms * 1e3 / B->reps);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	cudaFree(x);
+	cudaFree(g);
+	cudaFree(q);
 }
 
 /* A decode layer's products as the forward pass calls them (q,k,v with
@@ -336,11 +384,11 @@ static double layer_time(bench *B, strata_weight_type t)
 	sec /= B->reps;
 	strata_event_destroy(B->b, a);
 	strata_event_destroy(B->b, z);
-	printf("  %-7s decode layer's products (fused slots): %.1f us, %.0f GB/s of %.1f MB, x16 layers %.3f ms\n",
-	       strata_weight_type_name(t), sec * 1e6, total / sec / 1e9,
-	       total / 1e6, 16 * sec * 1e3);
-	printf("json {\"figure\":\"layer\",\"type\":\"%s\",\"us\":%.2f,\"bytes\":%" PRIu64 "}\n",
-	       strata_weight_type_name(t), sec * 1e6, total);
+	printf("  %-7s %-3s x decode layer's products (fused slots): %.1f us, %.0f GB/s of %.1f MB, x16 layers %.3f ms\n",
+	       strata_weight_type_name(t), x_kind(B, t), sec * 1e6,
+	       total / sec / 1e9, total / 1e6, 16 * sec * 1e3);
+	printf("json {\"figure\":\"layer\",\"type\":\"%s\",\"x\":\"%s\",\"us\":%.2f,\"bytes\":%" PRIu64 "}\n",
+	       strata_weight_type_name(t), x_kind(B, t), sec * 1e6, total);
 	for (size_t i = 0; i < sizeof m / sizeof *m; i++)
 		cudaFree((void *)m[i].w->data);
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -465,18 +513,35 @@ int main(int argc, char **argv)
 		STRATA_WEIGHT_IQ4_XS,
 	};
 	printf("decode (one row of x unless n says otherwise):\n");
-	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-		if (listed(types, strata_weight_type_name(all[i])))
+	quantize_time(&B, quick ? 1024 : 4096);
+	if (!quick)
+		quantize_time(&B, 14336);
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+		if (!listed(types, strata_weight_type_name(all[i])))
+			continue;
+		decode_type(&B, all[i], shapes, count, do_sweep);
+		if (!strcmp(x_kind(&B, all[i]), "q8")) { /* and with f32 x */
+			B.k->decode_q8 = 0;
 			decode_type(&B, all[i], shapes, count, do_sweep);
+			B.k->decode_q8 = 1;
+		}
+	}
 	if (!quick) {
 		printf("decode layer (4096 -> q,k,v; o; 2 x 14336; down):\n");
 		static const strata_weight_type lt[] = {
 			STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
 			STRATA_WEIGHT_Q6_K,
 		};
-		for (size_t i = 0; i < sizeof lt / sizeof *lt; i++)
-			if (listed(types, strata_weight_type_name(lt[i])))
+		for (size_t i = 0; i < sizeof lt / sizeof *lt; i++) {
+			if (!listed(types, strata_weight_type_name(lt[i])))
+				continue;
+			layer_time(&B, lt[i]);
+			if (!strcmp(x_kind(&B, lt[i]), "q8")) {
+				B.k->decode_q8 = 0;
 				layer_time(&B, lt[i]);
+				B.k->decode_q8 = 1;
+			}
+		}
 	}
 	printf("prefill:\n");
 	static const strata_weight_type pre[] = {
