@@ -81,4 +81,10 @@ function(strata_add_test name)
   endif()
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77
     TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  # Tests on the GPU read the device's free memory, which is global to the
+  # device: one that runs beside another (ctest -j) sees the other's
+  # allocations. They take the device one at a time.
+  if(name MATCHES "cuda")
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK gpu)
+  endif()
 endfunction()
