@@ -713,7 +713,8 @@ uint64_t strata_plan_cuda_driver_bytes(uint64_t pinned_bytes);
 	X(LINK, "link")                                                        \
 	X(DISK, "disk")                                                        \
 	X(DEVICE, "device")                                                    \
-	X(CPU, "cpu")
+	X(CPU, "cpu")                                                          \
+	X(HOST_MEMORY, "host_memory")
 
 typedef enum strata_plan_bound {
 #define STRATA_PLAN_BOUND_ENUM(name, text) STRATA_PLAN_BOUND_##name,
@@ -726,7 +727,8 @@ const char *strata_plan_bound_name(strata_plan_bound b);
 
 /* One pass's predicted time by term, milliseconds (docs/plan.md "Cost
  * model"): total = max(link, resident + streamed + cpu + statics +
- * overhead) where the window prefetches, their sum where it cannot. */
+ * overhead, host memory) where the window prefetches, the sum of the
+ * first two where it cannot. */
 typedef struct strata_plan_cost {
 	double resident_ms; /* device compute of resident units, their KV */
 	double streamed_ms; /* device compute of the streamed units, their KV */
@@ -734,6 +736,9 @@ typedef struct strata_plan_cost {
 	double statics_ms;  /* the statics (head, norms) on their tier */
 	double link_ms;	    /* streamed bytes over the link; disk: the reads */
 	double overhead_ms; /* crossings, CPU kernels' fixed costs, launches */
+	double host_memory_ms; /* everything read from host memory per pass
+				  (CPU units, the statics there, streamed
+				  bytes) at the host's memory rate */
 	double total_ms;
 	strata_plan_bound bound;
 	uint64_t crossings; /* CPU-device round trips of the residual stream */

@@ -149,9 +149,9 @@ static const char *host_source(const strata_plan_budgets *b, char *buf,
 static void print_terms(FILE *f, const strata_plan *p)
 {
 	size_t n = strata_plan_candidate_count(p);
-	fprintf(f, "\npredicted terms, ms: %-22s %7s %9s %9s %9s %8s %8s %9s %9s  %s\n",
+	fprintf(f, "\npredicted terms, ms: %-22s %7s %9s %9s %9s %8s %8s %9s %9s %9s  %s\n",
 		"candidate", "pass", "resident", "streamed", "cpu", "statics",
-		"overhead", "link", "total", "bound");
+		"overhead", "link", "host mem", "total", "bound");
 	for (size_t i = 0; i < n; i++) {
 		const strata_plan_candidate *c = strata_plan_candidate_at(p, i);
 		if (n > 16 && !c->fits)
@@ -161,12 +161,12 @@ static void print_terms(FILE *f, const strata_plan *p)
 		const strata_plan_cost *k[2] = {&c->decode_cost,
 						&c->prefill_cost};
 		for (int j = 0; j < 2; j++)
-			fprintf(f, "  %-40s %7s %9.3f %9.3f %9.3f %8.3f %8.3f %9.3f %9.3f  %s\n",
+			fprintf(f, "  %-40s %7s %9.3f %9.3f %9.3f %8.3f %8.3f %9.3f %9.3f %9.3f  %s\n",
 				j ? "" : name, j ? "prefill" : "decode",
 				k[j]->resident_ms, k[j]->streamed_ms,
 				k[j]->cpu_ms, k[j]->statics_ms,
 				k[j]->overhead_ms, k[j]->link_ms,
-				k[j]->total_ms,
+				k[j]->host_memory_ms, k[j]->total_ms,
 				strata_plan_bound_name(k[j]->bound));
 	}
 }

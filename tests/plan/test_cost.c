@@ -246,6 +246,54 @@ static void streamed_compute_overlaps_the_link(void **state)
 	fixture_free(f);
 }
 
+/* The CPU's reads and the link's copies share one host memory: r0 c4 w4
+ * (statics on the device) with a CPU computing at 80 GB/s and a 50 GB/s
+ * link, where each alone fits in 0.21 ms (16 MiB / 80 GB/s, 16 MiB /
+ * 50 GB/s: 0.34 ms), but the 32 MiB both read come out of a memory of
+ * 60 GB/s: the pass takes that, bound by host memory; with the memory at
+ * 200 GB/s the link is the bound again. */
+static void cpu_and_link_share_host_memory(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.host_memory_bandwidth = 60e9;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		o.cpu_types[t] = (strata_plan_type_rate){80e9, 1e12};
+	o.calibrated_cpu_types = ~0u;
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 0;
+	o.cpu_units = 4;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, false);
+	assert_non_null(c);
+	const strata_plan_cost *k = &c->decode_cost;
+	double read = 32.0 * MiB + (double)KV_CPU / 2; /* 4 layers of 8 */
+	near(k->host_memory_ms, read / 60e9 * 1e3);
+	near(k->link_ms, 16.0 * MiB / 50e9 * 1e3);
+	assert_true(k->link_ms < k->host_memory_ms);
+	near(k->total_ms, k->host_memory_ms);
+	assert_int_equal(k->bound, STRATA_PLAN_BOUND_HOST_MEMORY);
+	near(c->predicted_decode_ms, k->host_memory_ms);
+	strata_plan_destroy(p);
+	o.host_memory_bandwidth = 200e9;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	k = &c->decode_cost;
+	near(k->host_memory_ms, read / 200e9 * 1e3);
+	assert_int_equal(k->bound, STRATA_PLAN_BOUND_LINK);
+	near(k->total_ms, k->link_ms);
+	strata_plan_destroy(p);
+	/* a host memory slower than the link: the copies alone show it gives
+	 * the link's rate */
+	o.host_memory_bandwidth = 20e9;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	near(c->decode_cost.host_memory_ms, read / 50e9 * 1e3);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 /* The fixed costs: each CPU unit's kernels on the pool, and each change
  * of site of the residual stream (half a measured round trip). r2 c3 w3
  * with the statics on the device runs R R C W C W C W: six changes. */
@@ -362,6 +410,7 @@ int main(void)
 		cmocka_unit_test(each_type_is_priced_at_its_own_rate),
 		cmocka_unit_test(cpu_units_take_the_layer_rate),
 		cmocka_unit_test(streamed_compute_overlaps_the_link),
+		cmocka_unit_test(cpu_and_link_share_host_memory),
 		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
 		cmocka_unit_test(terms_are_reported_and_add_up),
 		cmocka_unit_test(cuda_counts_the_load_staging),
