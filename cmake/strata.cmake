@@ -83,8 +83,10 @@ function(strata_add_test name)
     TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
   # Tests on the GPU read the device's free memory, which is global to the
   # device: one that runs beside another (ctest -j) sees the other's
-  # allocations. They take the device one at a time.
-  if(name MATCHES "cuda")
+  # allocations. Every test whose source names CUDA (its kernels, or a
+  # run with --device cuda) takes the device one at a time.
+  file(READ ${CMAKE_CURRENT_SOURCE_DIR}/${first} source_text)
+  if(name MATCHES "cuda" OR source_text MATCHES "cuda|CUDA")
     set_tests_properties(${name} PROPERTIES RESOURCE_LOCK gpu)
   endif()
 endfunction()
