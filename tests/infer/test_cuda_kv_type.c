@@ -149,7 +149,7 @@ static void check_model(const char *name)
 							 &err),
 						 STRATA_OK);
 			double dd = ref_max_diff(one, cpu, cells);
-			if (!(dd <= tol))
+			if (!(dd <= tol_kv))
 				fail_msg("%s, %s cache: decode %g from the "
 					 "CPU's prefill",
 					 name, kn, dd);
