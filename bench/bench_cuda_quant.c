@@ -269,6 +269,11 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 				gemv_line(B, name, xk, sh, "general block GEMV",
 					  1, time_product(&p), bytes);
 				strata__cuda_qgemv_enabled = 1;
+			} else if (t == STRATA_WEIGHT_Q8_0) {
+				strata__cuda_q8gemv_aligned = 0;
+				gemv_line(B, name, xk, sh, "funnel-shifted loads",
+					  1, time_product(&p), bytes);
+				strata__cuda_q8gemv_aligned = 1;
 			}
 			sweep(B, &p, name, xk, sh, bytes);
 		}

@@ -5,7 +5,8 @@
  * against the exact product (within the scheme's bound: the sum over 16s
  * of dx / 2 times the sum of |w|), 1..8 rows, rows of blocks that do not
  * fill a warp step, weights off 16-byte boundaries, x off 16-byte
- * boundaries, every row split and unroll; the fused slots (norm folded in,
+ * boundaries, every row split and unroll, Q8_0's aligned-row kernel and
+ * its fallback; the fused slots (norm folded in,
  * y +=, gate/up); NaN in x; and STRATA_CUDA_DECODE's values (layer:
  * backend tests). Skipped (77) without a CUDA device. */
 #include <math.h>
@@ -198,6 +199,28 @@ static void test_q8_gemv_awkward_shapes(void **state)
 	}
 }
 
+/* Q8_0 rows on 8-byte boundaries (w 8-byte aligned, a multiple of 4
+ * blocks a row) take the two-load kernel, others the funnel-shifted
+ * words: both, and the aligned kind forced off, on rows of 36 blocks (4.5
+ * warp steps), 128 (16) and 4 (half a step), every split. */
+static void test_q8_0_aligned_rows_and_not(void **state)
+{
+	(void)state;
+	for (int aligned = 0; aligned <= 1; aligned++)
+		for (uint32_t off = 0; off <= 4; off += 4)
+			for (int split = 0; split <= 8; split = split ? split * 2 : 1) {
+				strata__cuda_q8gemv_aligned = aligned;
+				strata__cuda_qgemv_split = split;
+				w_offset = off;
+				check_product(STRATA_WEIGHT_Q8_0, 3, 1152, 45, true);
+				check_product(STRATA_WEIGHT_Q8_0, 1, 4096, 33, false);
+				check_product(STRATA_WEIGHT_Q8_0, 8, 128, 7, true);
+			}
+	strata__cuda_q8gemv_aligned = 1;
+	strata__cuda_qgemv_split = 0;
+	w_offset = 0;
+}
+
 /* STRATA_CUDA_DECODE=exact (decode_q8 0) gives the f32 product (1e-4 of
  * the exact one), which the q8 path does not. */
 static void test_exact_decode_is_f32(void **state)
@@ -385,6 +408,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_q8_gemv_matches_cpu_q8_and_bound),
 		cmocka_unit_test(test_q8_gemv_awkward_shapes),
+		cmocka_unit_test(test_q8_0_aligned_rows_and_not),
 		cmocka_unit_test(test_exact_decode_is_f32),
 		cmocka_unit_test(test_nan_in_x_gives_nan),
 		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),

@@ -35,7 +35,11 @@
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/qgemv_loads.cuh"
 
-#define QX_THREADS 128u /* a block quantizes 128 x 16 elements */
+#define QX_THREADS 256u /* a block quantizes 256 x 16 elements */
+
+extern "C" {
+int strata__cuda_q8gemv_aligned = 1;
+}
 
 /* A quantized x on the device (the layout above). */
 struct q8x {
@@ -77,40 +81,16 @@ static __device__ __forceinline__ void ld16(const float *p, float *v)
 		v[k] = __ldg(p + k);
 }
 
-/* One thread per 16 elements of row blockIdx.y; with NORM every block
- * first sums the row's squares (in double, as rmsnorm_kernel), so each
- * holds the same factor. */
-template <bool NORM>
-__global__ void __launch_bounds__(QX_THREADS)
-quantize_x_kernel(int8_t *q, float *d, float *s, const float *x,
-		  const float *g, uint32_t in, float eps)
+/* Group `at` (16 values v) quantized as qdot.c's quantize16: codes of
+ * v / dx, dx = max|v| / 127 (1 where that is 0, so the codes are 0),
+ * rounded to nearest even; a NaN or infinity makes the codes 0 and dx
+ * NaN. */
+static __device__ __forceinline__ void quantize16(const float *v, int8_t *q,
+						  float *d, float *s,
+						  uint64_t at)
 {
-	const uint64_t row = blockIdx.y;
-	const float *xr = x + row * in;
-	float r = 1.0f;
-	if (NORM) {
-		__shared__ double red[QX_THREADS / 32];
-		double ss = 0.0;
-		for (uint32_t e = threadIdx.x; e < in; e += blockDim.x) {
-			const double v = xr[e];
-			ss += v * v;
-		}
-		ss = strata__block_sum(ss, red);
-		r = 1.0f / sqrtf((float)(ss / in) + eps);
-	}
-	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
-	if (grp >= in / 16)
-		return;
-	float v[16], amax = 0.0f;
+	float amax = 0.0f;
 	bool bad = false;
-	ld16(xr + 16 * grp, v);
-	if (NORM) {
-		float w[16];
-		ld16(g + 16 * grp, w);
-#pragma unroll
-		for (int k = 0; k < 16; k++)
-			v[k] = __fmul_rn(__fmul_rn(v[k], r), w[k]);
-	}
 #pragma unroll
 	for (int k = 0; k < 16; k++) {
 		const float a = fabsf(v[k]);
@@ -130,12 +110,58 @@ quantize_x_kernel(int8_t *q, float *d, float *s, const float *x,
 		sum += c;
 		packed[k / 4] |= ((unsigned)c & 0xffu) << (8 * (k % 4));
 	}
-	const uint64_t at = row * (in / 16) + grp;
 	*(uint4 *)(q + 16 * at) =
 		make_uint4(packed[0], packed[1], packed[2], packed[3]);
 	const float dd = bad ? __int_as_float(0x7fc00000) : amax / 127.0f;
 	d[at] = dd;
 	s[at] = dd * (float)sum;
+}
+
+/* One thread per 16 elements of row blockIdx.y. */
+__global__ void __launch_bounds__(QX_THREADS)
+quantize_x_kernel(int8_t *q, float *d, float *s, const float *x, uint32_t in)
+{
+	const uint64_t row = blockIdx.y;
+	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
+	if (grp >= in / 16)
+		return;
+	float v[16];
+	ld16(x + row * in + 16 * grp, v);
+	quantize16(v, q, d, s, row * (in / 16) + grp);
+}
+
+/* The same of rmsnorm(x) * g, one block a row: its squares summed in
+ * double as rmsnorm_kernel sums them, the factor computed as it does,
+ * then x read again (from L1) and scaled ((x r) g) before quantizing.
+ * At most 1024 threads, a group each (rows to 16384 elements read once
+ * from memory), more groups a thread past that. */
+__global__ void __launch_bounds__(1024)
+quantize_norm_kernel(int8_t *q, float *d, float *s, const float *x,
+		     const float *g, uint32_t in, float eps)
+{
+	__shared__ double red[32];
+	const uint64_t row = blockIdx.y;
+	const float *xr = x + row * in;
+	const uint32_t groups = in / 16;
+	float v[16];
+	double ss = 0.0;
+	for (uint32_t grp = threadIdx.x; grp < groups; grp += blockDim.x) {
+		ld16(xr + 16 * grp, v);
+#pragma unroll
+		for (int k = 0; k < 16; k++)
+			ss += (double)v[k] * (double)v[k];
+	}
+	ss = strata__block_sum(ss, red);
+	const float r = 1.0f / sqrtf((float)(ss / in) + eps);
+	for (uint32_t grp = threadIdx.x; grp < groups; grp += blockDim.x) {
+		float w[16];
+		ld16(xr + 16 * grp, v);
+		ld16(g + 16 * grp, w);
+#pragma unroll
+		for (int k = 0; k < 16; k++)
+			v[k] = __fmul_rn(__fmul_rn(v[k], r), w[k]);
+		quantize16(v, q, d, s, row * groups + grp);
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -210,6 +236,67 @@ struct Q8Q8_0 {
 			const int t = __dp4a((int)g.q.y, (int)a.y,
 					     __dp4a((int)g.q.x, (int)a.x, 0));
 			acc[r] += __fmul_rn(g.d, xd(x, r, col)) * (float)t;
+		}
+	}
+};
+
+/* Q8_0 on rows that start and end on 8-byte boundaries (w 8-byte aligned,
+ * a multiple of 4 blocks a row): the same lanes as Q8Q8_0, each loading
+ * the two aligned 8-byte words around its bytes [34 b + 8 k, + 10) (its
+ * codes at + 2; the block's f16 d at + 0 for k = 0, whose lane hands it
+ * to the block's other three by a shuffle): two loads a lane where
+ * Q8Q8_0 issues up to four, and never past the row's last word. */
+struct Q8Q8_0A {
+	enum { STEP = 256 };
+	struct regs {
+		uint2 a, b;
+		unsigned o; /* (34 b + 8 k) % 8: 0, 2, 4 or 6 */
+		bool ok;
+	};
+	static __device__ __forceinline__ void load(regs &g, const uint8_t *row,
+						    uint32_t s, unsigned lane,
+						    uint32_t in, bool live)
+	{
+		const uint32_t b = 8 * s + lane / 4;
+		g.ok = live && b < in / 32;
+		g.o = 0;
+		g.a = g.b = make_uint2(0u, 0u); /* what the shuffle reads */
+		if (!g.ok)
+			return;
+		const uint64_t at = (uint64_t)b * 34 + 8 * (lane % 4);
+		const uint2 *p = (const uint2 *)(row + (at & ~(uint64_t)7));
+		g.a = __ldcs(p);
+		g.b = __ldcs(p + 1);
+		g.o = (unsigned)(at & 7);
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const regs &g, const q8x &x,
+						   uint32_t s, unsigned lane,
+						   uint32_t n, float (&acc)[NR])
+	{
+		/* every lane takes part in the shuffle, loaded or not */
+		const unsigned dw = g.o < 4 ? g.a.x : g.a.y;
+		const unsigned dh = __shfl_sync(STRATA__FULL_MASK,
+						(dw >> (8 * (g.o & 3))) & 0xffffu,
+						lane & ~3u);
+		if (!g.ok)
+			return;
+		const float d = __half2float(__ushort_as_half((unsigned short)dh));
+		const unsigned c = g.o + 2, sh = 8 * (c & 3);
+		const unsigned w0 = c < 4 ? g.a.x : c < 8 ? g.a.y : g.b.x;
+		const unsigned w1 = c < 4 ? g.a.y : c < 8 ? g.b.x : g.b.y;
+		const unsigned w2 = c < 4 ? g.b.x : g.b.y;
+		const unsigned q0 = __funnelshift_r(w0, w1, sh);
+		const unsigned q1 = __funnelshift_r(w1, w2, sh);
+		const uint32_t col = 256 * s + 8 * lane;
+#pragma unroll
+		for (int r = 0; r < NR; r++) {
+			if ((uint32_t)r >= n)
+				break;
+			const uint2 a = xq8(x, r, col);
+			const int t = __dp4a((int)q1, (int)a.y,
+					     __dp4a((int)q0, (int)a.x, 0));
+			acc[r] += __fmul_rn(d, xd(x, r, col)) * (float)t;
 		}
 	}
 };
@@ -540,6 +627,15 @@ static uint64_t q8_row_bytes(int type, uint32_t in)
 	}
 }
 
+/* Whether every part's weights start on an 8-byte boundary. */
+static bool aligned8(const strata__cuda_gemv_parts *p)
+{
+	for (int i = 0; i < p->count; i++)
+		if ((uintptr_t)p->part[i].w & 7)
+			return false;
+	return true;
+}
+
 extern "C" uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in)
 {
 	return align256((uint64_t)n * in) + 2 * (uint64_t)n * (in / 16) * 4;
@@ -568,15 +664,17 @@ extern "C" cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx,
 	    ((uintptr_t)qx & 15))
 		return cudaErrorInvalidValue;
 	const q8x v = q8x_at(qx, n, in);
-	const dim3 grid((in / 16 + QX_THREADS - 1) / QX_THREADS, n);
 	int8_t *q = (int8_t *)qx;
 	float *d = (float *)v.d, *sm = (float *)v.s;
-	if (norm)
-		quantize_x_kernel<true><<<grid, QX_THREADS, 0, s>>>(
-			q, d, sm, x, norm, in, eps);
-	else
-		quantize_x_kernel<false><<<grid, QX_THREADS, 0, s>>>(
-			q, d, sm, x, NULL, in, 0.0f);
+	const uint32_t groups = in / 16;
+	if (norm) {
+		const uint32_t t = groups < 1024 ? (groups + 31) / 32 * 32 : 1024;
+		quantize_norm_kernel<<<dim3(1, n), t, 0, s>>>(q, d, sm, x, norm,
+							       in, eps);
+	} else {
+		const dim3 grid((groups + QX_THREADS - 1) / QX_THREADS, n);
+		quantize_x_kernel<<<grid, QX_THREADS, 0, s>>>(q, d, sm, x, in);
+	}
 	return cudaGetLastError();
 }
 
@@ -604,7 +702,12 @@ extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,
 	const q8x x = q8x_at(qx, n, in);
 	const uint64_t rb = q8_row_bytes(type, in);
 	switch (type) {
-	case STRATA__CUDA_Q8_0: q8_launch<Q8Q8_0>(s, *p, x, n, rows, rb, glu); break;
+	case STRATA__CUDA_Q8_0:
+		if (strata__cuda_q8gemv_aligned && rb % 8 == 0 && aligned8(p))
+			q8_launch<Q8Q8_0A>(s, *p, x, n, rows, rb, glu);
+		else
+			q8_launch<Q8Q8_0>(s, *p, x, n, rows, rb, glu);
+		break;
 	case STRATA__CUDA_Q4_0: q8_launch<Q8Q4_0>(s, *p, x, n, rows, rb, glu); break;
 	case STRATA__CUDA_Q4_K: q8_launch<Q8K45<false> >(s, *p, x, n, rows, rb, glu); break;
 	case STRATA__CUDA_Q5_K: q8_launch<Q8K45<true> >(s, *p, x, n, rows, rb, glu); break;
