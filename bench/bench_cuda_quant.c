@@ -10,7 +10,7 @@
  * of stored bytes and as a share of the copy rate, on the types the 8-bit
  * GEMV takes (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) with x quantized (the
  * default, "q8 x": the quantization's launch included) and with f32 x
- * ("f32 x", STRATA_CUDA_DECODE=exact), each row of figures for both; Q8_0 and Q4_K also
+ * ("f32 x", --precision exact), each row of figures for both; Q8_0 and Q4_K also
  * through the general block GEMV (kernels_quant.cu) and over every row
  * split and unroll (the tuning strata__cuda_qgemv_* picks from), 1..8
  * rows of x on the largest shape, and the sum of a token's products (16
@@ -431,6 +431,7 @@ static void prefill_type(bench *B, strata_weight_type t, const shape *sh,
 	product p = {B, {t, w, sh->out, sh->in}, y, x, n};
 	const int terms = B->k->prefill_terms;
 	if (t == STRATA_WEIGHT_BF16) {
+		B->k->prefill_terms = 3; /* --precision exact */
 		prefill_line(name, sh, "cuBLAS bf16 hi+lo x", n, time_product(&p));
 		B->k->prefill_terms = 1;
 		prefill_line(name, sh, "cuBLAS bf16 once", n, time_product(&p));

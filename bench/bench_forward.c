@@ -4,7 +4,8 @@
  * the rate that makes, and device memory measured against the plan.
  *
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
- *                 [--decode 64] [--threads N] [--quick]
+ *                 [--decode 64] [--threads N] [--precision fast|exact]
+ *                 [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
  * starting with "json " (bench/gpu collects them). The peers (accelerate,
@@ -46,6 +47,7 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
+		"                     [--precision fast|exact]\n"
 		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n");
 	strata_cli_residency_print_help(stderr, 0);
 	return 2;
@@ -180,6 +182,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		.device_index = c->r.device_index,
 		.positions = n > c->decode + 1 ? n : c->decode + 1,
 		.prefill = n, .threads = c->threads, .no_map = c->r.no_map,
+		.precision = c->r.precision,
 	};
 	uint64_t free0 = free_before_open(c);
 	strata_session *s = NULL;
@@ -289,10 +292,12 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 {
 	double ms = f->pass_ns / 1e6;
 	double gbs = f->weight_bytes / (double)f->pass_ns;
-	printf("%u-token pass: %.2f ms median of %u%s (weights %.3f GB: %.1f "
+	printf("%u-token pass, --precision %s: %.2f ms median of %u%s (weights "
+	       "%.3f GB: %.1f "
 	       "GB/s; host->device %.3f GB per pass, %.1f GB/s; %" PRIu64
 	       " stalls, %.2f ms)\n",
-	       n, ms, c->passes, c->cold ? ", cold" : "",
+	       n, strata_precision_name(c->r.precision), ms, c->passes,
+	       c->cold ? ", cold" : "",
 	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
 	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
 	       f->stall_ns / 1e6 / c->passes);
@@ -314,7 +319,8 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 	       f->plan_name, f->predicted_decode_ms, f->prefill_chunk,
 	       f->predicted_prefill_ms, f->peak_device, f->peak_host,
 	       f->plan_device, f->plan_host);
-	printf("json {\"tokens\": %u, \"pass_ms\": %.4f, \"weight_bytes\": %"
+	printf("json {\"tokens\": %u, \"precision\": \"%s\", \"pass_ms\": "
+	       "%.4f, \"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
 	       "%.4f, \"device_used_bytes\": %" PRIu64 ", \"plan_device_bytes\": %"
 	       PRIu64 ", \"stalls\": %" PRIu64 ", \"plan\": \"%s\", "
@@ -322,7 +328,8 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 	       "\"prefill_chunk\": %" PRIu64 ", \"plan_host_bytes\": %" PRIu64
 	       ", \"peak_device_bytes\": %" PRIu64 ", \"peak_host_bytes\": %"
 	       PRIu64 "}\n",
-	       n, ms, f->weight_bytes, f->h2d_bytes_per_pass,
+	       n, strata_precision_name(c->r.precision), ms, f->weight_bytes,
+	       f->h2d_bytes_per_pass,
 	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls,
 	       f->plan_name, f->predicted_decode_ms, f->predicted_prefill_ms,
 	       f->prefill_chunk, f->plan_host, f->peak_device, f->peak_host);
@@ -347,7 +354,7 @@ int main(int argc, char **argv)
 {
 	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64};
 	strata_cli_residency_init(&c.r);
-	c.r.loads = true; /* --no-mmap, as run takes it */
+	c.r.loads = true; /* --no-mmap and --precision, as run takes them */
 	bool quick = false;
 	strata_error err;
 	for (int i = 1; i < argc; i++) {

@@ -4,7 +4,7 @@
  *
  * Decode shape: n = 1 and 4 activation rows times an (out x in) stored
  * matrix, on both decode paths (q8: x quantized to 8 bits and integer dot
- * products, the default; exact: f32 x, STRATA_CPU_DECODE=exact), over enough matrices (a ring of about 512 MiB of stored bytes) that
+ * products, the default: --precision fast; exact: f32 x, --precision exact), over enough matrices (a ring of about 512 MiB of stored bytes) that
  * every product reads its weights from memory, not from the caches; rate =
  * stored weight bytes / time. Prefill shape: n = 128 rows times one matrix,
  * in GFLOP/s (2 n in out / time), beside the f32 product of the same
@@ -45,8 +45,8 @@ static strata_weight_type weight_type_of(strata_block_type t)
 /* ------------------------------------------------------------------------ */
 
 typedef struct kbench {
-	strata_compute *c;  /* the default: decode on quantized x */
-	strata_compute *cx; /* STRATA_CPU_DECODE=exact: f32 x */
+	strata_compute *c;  /* --precision fast: decode on quantized x */
+	strata_compute *cx; /* --precision exact: f32 x */
 	uint32_t in, out, passes;
 	float *x, *y; /* (128, in), (128, out) */
 	unsigned char *ring;
@@ -219,24 +219,17 @@ int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 	strata_error e;
 	int rc = 1;
 	float *wf = NULL;
-	/* the exact path's context is made with STRATA_CPU_DECODE=exact, the
-	 * other with the environment's own setting (q8 unless told) */
-	const char *env = getenv("STRATA_CPU_DECODE");
-	char saved[64] = "";
-	if (env)
-		snprintf(saved, sizeof saved, "%s", env);
+	/* one context at each precision: fast (the default) and exact */
 	if (strata_compute_create(&strata_cpu_kernel_ops, threads, &b.c, &e)) {
 		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
 			e.fix);
 		return 1;
 	}
-	setenv("STRATA_CPU_DECODE", "exact", 1);
-	strata_status st = strata_compute_create(&strata_cpu_kernel_ops,
-						 threads, &b.cx, &e);
-	if (env)
-		setenv("STRATA_CPU_DECODE", saved, 1);
-	else
-		unsetenv("STRATA_CPU_DECODE");
+	strata_status st = strata_compute_create_with(
+		&strata_cpu_kernel_ops,
+		&(strata_compute_options){.threads = threads,
+					  .precision = STRATA_PRECISION_EXACT},
+		&b.cx, &e);
 	if (st) {
 		fprintf(stderr, "bench_quant: %s\n  fix: %s\n", e.message,
 			e.fix);
@@ -257,8 +250,9 @@ int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 	       "memory read rate %.1f GB/s; pool fork/join %.1f us\n",
 	       b.out, b.in, strata_compute_threads(b.c), mem_rate / 1e9,
 	       fork_join_us(strata_compute_threads(b.c)));
-	printf("decode: q8 = x quantized to 8 bits, integer dot products (the "
-	       "default); exact = f32 x (STRATA_CPU_DECODE=exact)\n");
+	printf("decode: q8 = x quantized to 8 bits, integer dot products "
+	       "(--precision fast, the default); exact = f32 x (--precision "
+	       "exact)\n");
 	printf("| type | q8 1 row GB/s | of memory | q8 4 rows GB/s | "
 	       "of memory | exact 1 row GB/s | of memory | exact 4 rows GB/s | "
 	       "of memory | prefill %u rows GFLOP/s | of f32 product |\n"

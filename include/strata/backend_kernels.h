@@ -45,6 +45,36 @@ typedef enum strata_rope_layout {
 /* "rotate-half" / "interleaved"; "unknown" outside the enum. */
 const char *strata_rope_layout_name(strata_rope_layout l);
 
+/* The numerics of a compute context (X(NAME, "text"), --precision):
+ * FAST (the default, 0): what llama.cpp and transformers compute, as fast
+ * as they are: on the CPU, one-row products on block-type weights take x
+ * quantized to 8 bits (integer dot products); on CUDA, decode products on
+ * block types likewise where the kernels have that path, and prefill's
+ * products and attention take their f32 inputs rounded to bf16 once.
+ * EXACT: f32 activations everywhere: on the CPU the f32 product's bits
+ * over the exactly decoded weights; on CUDA f32 x in decode and prefill
+ * inputs split into bf16 hi + lo (about 16 bits, two or three tensor-core
+ * products). docs/infer.md#precision says what each costs and how far
+ * from exact each lands. */
+#define STRATA_PRECISION_MAP(X)                                                \
+	X(FAST, "fast")                                                        \
+	X(EXACT, "exact")
+
+typedef enum strata_precision {
+#define STRATA_PRECISION_ENUM(name, text) STRATA_PRECISION_##name,
+	STRATA_PRECISION_MAP(STRATA_PRECISION_ENUM)
+#undef STRATA_PRECISION_ENUM
+	STRATA_PRECISION_COUNT
+} strata_precision;
+
+/* "fast" / "exact"; "unknown" outside the enum. */
+const char *strata_precision_name(strata_precision p);
+/* Parses "fast" or "exact" (exactly) into *out; anything else is E_USAGE
+ * naming the text (escaped) with the fix listing both. *out is unchanged
+ * on error. */
+strata_status strata_precision_parse(const char *text, strata_precision *out,
+				     strata_error *err);
+
 /* The stored type of a weight (X(NAME, "text")); infer's
  * STRATA_INFER_ELEM_MAP is this list. Each name is also base's strata_block_type
  * of that name (the block layouts are base's, strata_block_decode). The
@@ -136,6 +166,13 @@ struct strata_stream;
 struct strata_backend;
 typedef struct strata_compute strata_compute;
 
+/* How a compute context is made (strata_compute_create_with); a zeroed
+ * struct is the default: one worker per online processor, FAST. */
+typedef struct strata_compute_options {
+	uint32_t threads;	    /* CPU workers; 0: one per processor */
+	strata_precision precision; /* the numerics (STRATA_PRECISION_MAP) */
+} strata_compute_options;
+
 /* The kernel slots. `ctx` is the compute context's own state. Arguments are
  * checked by the strata_kernel_* wrappers (shapes, and weight types against
  * `weight_types`), so slots trust them. Slots marked optional may be NULL;
@@ -147,9 +184,10 @@ typedef struct strata_kernel_ops {
 	/* STRATA_WEIGHT_BIT of each KV cache type attention reads and
 	 * kv_store writes besides F32 (which every table takes). */
 	uint32_t kv_types;
-	/* threads: 0 picks the machine's online processor count. */
-	strata_status (*compute_create)(uint32_t threads, void **ctx,
-					strata_error *err);
+	/* o->threads: 0 picks the machine's online processor count;
+	 * o->precision is checked by the wrapper (in range). */
+	strata_status (*compute_create)(const struct strata_compute_options *o,
+					void **ctx, strata_error *err);
 	void (*compute_destroy)(void *ctx);
 	uint32_t (*compute_threads)(void *ctx);
 	/* Optional: the context's own stream, which its kernels queue on
@@ -263,14 +301,22 @@ struct strata_compute {
 	const strata_kernel_ops *ops;
 	void *ctx;
 	struct strata_backend *backend;
+	strata_precision precision; /* as it was made */
 };
 
 /* Creates a compute context on `ops` (e.g. &strata_cpu_kernel_ops) with
- * `threads` workers (0: one per online processor). The caller owns *out
- * (strata_compute_destroy). E_NOMEM / E_THREAD on failure, nothing leaked. */
+ * `threads` workers (0: one per online processor), at the default
+ * precision (FAST). The caller owns *out (strata_compute_destroy).
+ * E_NOMEM / E_THREAD on failure, nothing leaked. */
 strata_status strata_compute_create(const strata_kernel_ops *ops,
 				    uint32_t threads, strata_compute **out,
 				    strata_error *err);
+/* The same with options (o NULL: the defaults); a precision outside
+ * STRATA_PRECISION_MAP is E_INVALID_ARG. */
+strata_status strata_compute_create_with(const strata_kernel_ops *ops,
+					 const strata_compute_options *o,
+					 strata_compute **out,
+					 strata_error *err);
 void strata_compute_destroy(strata_compute *c); /* NULL is fine */
 
 /* The same on a backend's own kernel table; E_BACKEND_UNAVAILABLE naming
@@ -288,6 +334,14 @@ strata_status strata_compute_create_measured(struct strata_backend *b,
 					     strata_compute **out,
 					     uint64_t *device_bytes,
 					     strata_error *err);
+/* Both of the above with options (o NULL: the defaults): on b's kernel
+ * table, and, when device_bytes is not NULL, measured as
+ * strata_compute_create_measured measures. */
+strata_status strata_compute_create_on_with(struct strata_backend *b,
+					    const strata_compute_options *o,
+					    strata_compute **out,
+					    uint64_t *device_bytes,
+					    strata_error *err);
 uint32_t strata_compute_threads(const strata_compute *c);
 
 /* The context's stream (it belongs to the context: never destroy it), for

@@ -407,6 +407,7 @@ typedef struct strata_infer_experts_options {
 	uint32_t cache_slots; /* 0: every expert of those layers on the CPU */
 	uint32_t rows;	      /* activation rows of a pass at most */
 	uint32_t threads;     /* the CPU's compute threads; 0: every processor */
+	strata_precision precision; /* the CPU's numerics (the session's) */
 	/* the cache's device and the compute context the forward pass runs
 	 * those layers on (hits run there); needed with slots only */
 	strata_backend *device;
@@ -767,6 +768,9 @@ typedef struct strata_session_options {
 	size_t exclude_count;
 	uint32_t device_index;		/* N of --device cuda:N */
 	uint32_t threads;		/* compute threads; 0: every processor */
+	/* --precision: the numerics of every compute context the session
+	 * makes (strata_precision; 0, the default, is FAST) */
+	strata_precision precision;
 	uint32_t positions;		/* positions the run needs (prompt + new) */
 	uint32_t prefill;		/* longest pass wanted (prompt length) */
 	/* Shape fields the options leave 0 take strata plan's defaults

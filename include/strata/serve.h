@@ -617,6 +617,9 @@ typedef struct strata_server_options {
 	uint64_t max_body_bytes;   /* 0: 4 MiB; larger bodies get 413 */
 	uint32_t max_connections;  /* 0: 512 */
 	uint32_t default_max_tokens; /* 0: 256 (capped by the context) */
+	/* the replicas' numerics (--precision), which /v1/models shows:
+	 * one per loaded model, not chosen per request */
+	strata_precision precision;
 } strata_server_options;
 
 /* Listens and serves until strata_server_destroy; the strings are copied.

@@ -17,6 +17,12 @@ static const char *const rope_layout_names[] = {
 #undef STRATA_ROPE_LAYOUT_NAME
 };
 
+static const char *const precision_names[] = {
+#define STRATA_PRECISION_NAME(name, text) text,
+	STRATA_PRECISION_MAP(STRATA_PRECISION_NAME)
+#undef STRATA_PRECISION_NAME
+};
+
 static const char *const weight_type_names[] = {
 #define STRATA_WEIGHT_TYPE_NAME(name, text) text,
 	STRATA_WEIGHT_TYPE_MAP(STRATA_WEIGHT_TYPE_NAME)
@@ -81,18 +87,51 @@ const char *strata_rope_layout_name(strata_rope_layout l)
 	return rope_layout_names[l];
 }
 
-strata_status strata_compute_create(const strata_kernel_ops *ops,
-				    uint32_t threads, strata_compute **out,
-				    strata_error *err)
+const char *strata_precision_name(strata_precision p)
 {
+	if ((unsigned)p >= STRATA_PRECISION_COUNT)
+		return "unknown";
+	return precision_names[p];
+}
+
+strata_status strata_precision_parse(const char *text, strata_precision *out,
+				     strata_error *err)
+{
+	if (!text || !out)
+		return bad(err, "precision", "NULL text or result");
+	for (unsigned p = 0; p < STRATA_PRECISION_COUNT; p++)
+		if (!strcmp(text, precision_names[p])) {
+			*out = (strata_precision)p;
+			return STRATA_OK;
+		}
+	char shown[64];
+	strata_escape(shown, sizeof shown, text, strlen(text));
+	return strata_fail(err, STRATA_E_USAGE,
+			   "use fast (the default: llama.cpp's and "
+			   "transformers' numerics) or exact (f32 activations)",
+			   "precision '%s' is not fast or exact", shown);
+}
+
+strata_status strata_compute_create_with(const strata_kernel_ops *ops,
+					 const strata_compute_options *o,
+					 strata_compute **out,
+					 strata_error *err)
+{
+	const strata_compute_options defaults = {0};
+	if (!o)
+		o = &defaults;
 	if (!ops || !out)
 		return bad(err, "compute", "NULL ops or result");
+	if ((unsigned)o->precision >= STRATA_PRECISION_COUNT)
+		return bad(err, "compute", "precision out of range");
 	strata_compute *c = strata_alloc_or_error(sizeof *c, "compute context",
 						  err);
 	if (!c)
 		return STRATA_E_NOMEM;
 	c->ops = ops;
-	strata_status st = ops->compute_create(threads, &c->ctx, err);
+	c->backend = NULL;
+	c->precision = o->precision;
+	strata_status st = ops->compute_create(o, &c->ctx, err);
 	if (st != STRATA_OK) {
 		strata_free(c);
 		return st;
@@ -101,8 +140,18 @@ strata_status strata_compute_create(const strata_kernel_ops *ops,
 	return STRATA_OK;
 }
 
-strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
-				       strata_compute **out, strata_error *err)
+strata_status strata_compute_create(const strata_kernel_ops *ops,
+				    uint32_t threads, strata_compute **out,
+				    strata_error *err)
+{
+	const strata_compute_options o = {.threads = threads};
+	return strata_compute_create_with(ops, &o, out, err);
+}
+
+/* On b's kernel table. */
+static strata_status create_on(strata_backend *b,
+			       const strata_compute_options *o,
+			       strata_compute **out, strata_error *err)
 {
 	if (!b)
 		return bad(err, "compute", "NULL backend");
@@ -110,19 +159,21 @@ strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
 		return strata_fail(err, STRATA_E_BACKEND_UNAVAILABLE,
 				   "run with --device cpu",
 				   "this backend has no compute kernels");
-	strata_status st = strata_compute_create(b->ops->kernels, threads, out,
-						 err);
+	strata_status st = strata_compute_create_with(b->ops->kernels, o, out,
+						      err);
 	if (st == STRATA_OK)
 		(*out)->backend = b;
 	return st;
 }
 
-strata_status strata_compute_create_measured(strata_backend *b,
-					     uint32_t threads,
-					     strata_compute **out,
-					     uint64_t *device_bytes,
-					     strata_error *err)
+strata_status strata_compute_create_on_with(strata_backend *b,
+					    const strata_compute_options *o,
+					    strata_compute **out,
+					    uint64_t *device_bytes,
+					    strata_error *err)
 {
+	if (!device_bytes)
+		return create_on(b, o, out, err);
 	strata_backend_memory before = {0}, after = {0};
 	strata_backend_caps caps = {0};
 	strata_error ignored;
@@ -135,12 +186,29 @@ strata_status strata_compute_create_measured(strata_backend *b,
 		   !caps.device_addressable;
 	bool known = own && strata_backend_memory_info(b, &before,
 						      &ignored) == STRATA_OK;
-	strata_status st = strata_compute_create_on(b, threads, out, err);
+	strata_status st = create_on(b, o, out, err);
 	known = known && st == STRATA_OK &&
 		strata_backend_memory_info(b, &after, &ignored) == STRATA_OK;
 	if (known && before.free_bytes > after.free_bytes)
 		*device_bytes = before.free_bytes - after.free_bytes;
 	return st;
+}
+
+strata_status strata_compute_create_on(strata_backend *b, uint32_t threads,
+				       strata_compute **out, strata_error *err)
+{
+	const strata_compute_options o = {.threads = threads};
+	return create_on(b, &o, out, err);
+}
+
+strata_status strata_compute_create_measured(strata_backend *b,
+					     uint32_t threads,
+					     strata_compute **out,
+					     uint64_t *device_bytes,
+					     strata_error *err)
+{
+	const strata_compute_options o = {.threads = threads};
+	return strata_compute_create_on_with(b, &o, out, device_bytes, err);
 }
 
 void strata_compute_destroy(strata_compute *c)

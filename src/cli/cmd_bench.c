@@ -435,6 +435,7 @@ int strata_cmd_bench(int argc, char **argv)
 			.exclude_count = r.exclude_count,
 			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads, .positions = longest,
+			.precision = r.precision,
 			.prefill = longest_pp,
 		};
 		st = strata_session_open(&so, &s, &err);

@@ -324,6 +324,7 @@ static strata_status open_chat(const chat_args *a, strata_cli_residency *r,
 			.exclude_count = r->exclude_count,
 			.device_index = r->device_index,
 			.threads = (uint32_t)a->threads,
+			.precision = r->precision,
 			.positions = 1, .prefill = 1, .plan_shape = true,
 		};
 		st = strata_session_open(&so, &c->s, err);

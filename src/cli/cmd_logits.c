@@ -194,6 +194,7 @@ int strata_cmd_logits(int argc, char **argv)
 			.exclude_count = r.exclude_count,
 			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads, .positions = n,
+			.precision = r.precision,
 			.prefill = n, .no_map = r.no_map,
 			.load_progress = strata_cli_load_bar_update,
 			.load_progress_user = &bar,

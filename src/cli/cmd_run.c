@@ -306,6 +306,7 @@ int strata_cmd_run(int argc, char **argv)
 			.exclude_count = r.exclude_count,
 			.device_index = r.device_index,
 			.threads = (uint32_t)a.threads,
+			.precision = r.precision,
 			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
 			.plan_shape = true, /* the shape strata plan sizes */
 			.no_map = r.no_map,

@@ -284,6 +284,7 @@ static strata_status open_replicas(const serve_args *a,
 			.exclude_count = r->exclude_count,
 			.device_index = rp->d.index[i / per],
 			.no_map = r->no_map, .threads = threads,
+			.precision = r->precision,
 			.positions = hp->context < DEFAULT_CONTEXT
 					     ? hp->context
 					     : DEFAULT_CONTEXT,
@@ -380,6 +381,7 @@ static int serve(const serve_args *a, strata_cli_residency *r, replicas *rp,
 			.router = rp->router, .tokenizer = tok,
 			.chat_format = chat, .max_body_bytes = a->max_body,
 			.default_max_tokens = (uint32_t)a->max_tokens,
+			.precision = r->precision,
 		};
 		st = strata_server_create(&o, &srv, &err);
 	}

@@ -101,9 +101,10 @@ typedef struct strata_cli_residency {
 	const char **exclude;	  /* pointers into argv, strata_free'd */
 	size_t exclude_count;
 	/* The commands that load a model (strata_cli_model_args) also take
-	 * --no-mmap (no_map) and --quiet (quiet: nothing on stderr but
-	 * errors). */
+	 * --no-mmap (no_map), --quiet (quiet: nothing on stderr but
+	 * errors) and --precision fast|exact (precision, default fast). */
 	bool loads, no_map, quiet;
+	strata_precision precision;
 } strata_cli_residency;
 
 void strata_cli_residency_init(strata_cli_residency *r);
@@ -118,7 +119,8 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
  * help lists exactly what it accepts. */
 #define STRATA_CLI_HELP_NO_BATCH 1u /* run, logits: one sequence; batch:
 				       its own --batch entry */
-#define STRATA_CLI_HELP_NO_LOAD 2u /* plan: no --no-mmap, --quiet */
+#define STRATA_CLI_HELP_NO_LOAD 2u /* plan: no --precision, --no-mmap,
+					 --quiet */
 void strata_cli_residency_print_help(FILE *f, unsigned omit);
 
 /* The argument loop of the commands that run a model (run, logits,

@@ -43,6 +43,10 @@ static const char residency_help[] =
 	"  --expert-stream-rows N with --n-cpu-moe: a missed expert given N rows\n"
 	"                        or more in a pass is copied to the device and\n"
 	"                        computed there (default: the plan's, cuda only)\n"
+	"  --precision fast|exact the numerics (default fast: as llama.cpp and\n"
+	"                        transformers compute, x quantized to 8 bits on\n"
+	"                        quantized weights, CUDA prefill in bf16; exact:\n"
+	"                        f32 activations everywhere, slower)\n"
 	"  --no-mmap             read resident CPU weights into memory instead of\n"
 	"                        mapping them from the checkpoint's files\n"
 	"  --quiet               no progress bar, summary or warnings on stderr\n"
@@ -54,6 +58,7 @@ static const struct {
 	const char *name;
 } omittable[] = {
 	{STRATA_CLI_HELP_NO_BATCH, "--batch"},
+	{STRATA_CLI_HELP_NO_LOAD, "--precision"},
 	{STRATA_CLI_HELP_NO_LOAD, "--no-mmap"},
 	{STRATA_CLI_HELP_NO_LOAD, "--quiet"},
 };
@@ -352,6 +357,27 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 	return 0;
 }
 
+/* --precision fast|exact (or --precision=...), the numerics of every
+ * compute context the command's session makes. */
+static int parse_precision(strata_cli_residency *r, int argc, char **argv,
+			   int *i, strata_error *err)
+{
+	const char *v = strchr(argv[*i], '=');
+	if (v) {
+		v++;
+	} else if (*i + 1 < argc) {
+		v = argv[++*i];
+	} else {
+		strata_fail(err, STRATA_E_USAGE, "give it fast or exact",
+			    "--precision needs a value");
+		return -1;
+	}
+	if (strata_precision_parse(v, &r->precision, err) != STRATA_OK)
+		return usage_error(err, "use fast (the default) or exact",
+				   "--precision", v, "fast or exact");
+	return 1;
+}
+
 int strata_cli_residency_option(strata_cli_residency *r, int argc,
 				char **argv, int *i, strata_error *err)
 {
@@ -361,6 +387,9 @@ int strata_cli_residency_option(strata_cli_residency *r, int argc,
 		return r->no_map = true, 1;
 	if (r->loads && !strcmp(arg, "--quiet"))
 		return r->quiet = true, 1;
+	if (r->loads && (!strcmp(arg, "--precision") ||
+			 !strncmp(arg, "--precision=", 12)))
+		return parse_precision(r, argc, argv, i, err);
 	for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
 		size_t n = strlen(options[k].name);
 		if (strncmp(arg, options[k].name, n) != 0 ||

@@ -278,8 +278,11 @@ strata_status strata_infer_experts_create(const strata_infer_experts_options *o,
 	if (st == STRATA_OK)
 		st = strata_backend_cpu_create(NULL, &x->cpu_b, err);
 	if (st == STRATA_OK)
-		st = strata_compute_create_on(x->cpu_b, o->threads, &x->cpu_c,
-					      err);
+		st = strata_compute_create_on_with(
+			x->cpu_b,
+			&(strata_compute_options){.threads = o->threads,
+						  .precision = o->precision},
+			&x->cpu_c, NULL, err);
 	if (st) {
 		strata_infer_experts_destroy(x);
 		return st;

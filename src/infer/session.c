@@ -250,10 +250,11 @@ static strata_status open_backend(strata_session *s,
 						 cpu ? &co : NULL, &s->backend,
 						 err);
 	if (st == STRATA_OK)
-		st = strata_compute_create_measured(s->backend, o->threads,
-						    &s->compute,
-						    &s->compute_device_bytes,
-						    err);
+		st = strata_compute_create_on_with(
+			s->backend,
+			&(strata_compute_options){.threads = o->threads,
+						  .precision = o->precision},
+			&s->compute, &s->compute_device_bytes, err);
 	return st;
 }
 
@@ -271,7 +272,8 @@ static strata_status open_experts(strata_session *s,
 		.layers = (uint32_t)po->experts.layers,
 		.cache_slots = (uint32_t)po->experts.cache_slots,
 		.rows = s->batch > s->sequences ? s->batch : s->sequences,
-		.threads = o->threads, .device = s->backend,
+		.threads = o->threads, .precision = o->precision,
+		.device = s->backend,
 		.device_compute = s->compute, .device_kind = po->device,
 		.stream_rows = (uint32_t)strata_plan_experts_stream_rows(s->plan),
 	};

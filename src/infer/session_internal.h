@@ -47,7 +47,8 @@ void strata__session_experts_telemetry(const strata_session *s,
 
 /* session_place.c */
 /* Opens the split's other devices and the CPU site of a placement (a
- * no-op for the uniform modes), after the plan and the first backend. */
+ * no-op for the uniform modes), after the plan and the first backend;
+ * their compute contexts take s->compute's precision. */
 strata_status strata__session_place_open(strata_session *s, uint32_t threads,
 					 uint32_t device_index,
 					 strata_error *err);

@@ -53,8 +53,12 @@ static strata_status open_device(strata_session *s, strata_session_placement *p,
 						 cpu ? &co : NULL,
 						 &p->device[d], err);
 	if (st == STRATA_OK)
-		st = strata_compute_create_on(p->device[d], threads,
-					      &p->compute[d], err);
+		st = strata_compute_create_on_with(
+			p->device[d],
+			&(strata_compute_options){
+				.threads = threads,
+				.precision = s->compute->precision},
+			&p->compute[d], NULL, err);
 	if (st)
 		strata_error_prefix(err, "device %u of the layer split", d);
 	return st;
@@ -100,8 +104,12 @@ strata_status strata__session_place_open(strata_session *s, uint32_t threads,
 	if (st == STRATA_OK && cpu_computes(c)) {
 		st = strata_backend_cpu_create(NULL, &p->cpu_b, err);
 		if (st == STRATA_OK)
-			st = strata_compute_create_on(p->cpu_b, threads,
-						      &p->cpu_c, err);
+			st = strata_compute_create_on_with(
+				p->cpu_b,
+				&(strata_compute_options){
+					.threads = threads,
+					.precision = s->compute->precision},
+				&p->cpu_c, NULL, err);
 	}
 	for (int k = 0; st == STRATA_OK && k < 2; k++) {
 		p->site_of[k] = strata_calloc_or_error(s->hp.layers, 1,

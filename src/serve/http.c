@@ -219,10 +219,11 @@ static bool authorized(strata_server *srv, struct MHD_Connection *c)
 static enum MHD_Result models(strata_server *srv, struct MHD_Connection *c)
 {
 	strata__http_reply r = {200, NULL};
-	r.body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object",
+	r.body = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s}]}", "object",
 			   "list", "data", "id", srv->model_name, "object",
 			   "model", "created", (json_int_t)0, "owned_by",
-			   "strata");
+			   "strata", "precision",
+			   strata_precision_name(srv->o.precision));
 	return send_reply(srv, c, &r);
 }
 

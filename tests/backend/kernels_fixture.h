@@ -143,16 +143,30 @@ static inline void fill_sixty_fourths(float *x, size_t n, uint64_t seed)
 
 /* ------------------------------------------------------------------------ */
 
+/* Both contexts at KERNELS_FIXTURE_PRECISION, STRATA_PRECISION_EXACT
+ * unless the test defines it before including this file: the CPU
+ * reference is then the f32 product (fast quantizes x to 8 bits on block
+ * types), and the CUDA context splits prefill inputs into bf16 hi + lo
+ * and decodes on f32 x; tests of the rounded-once path set prefill_terms
+ * themselves; test_cuda_kernels_q8 takes FAST, the 8-bit decode on both. */
+#ifndef KERNELS_FIXTURE_PRECISION
+#define KERNELS_FIXTURE_PRECISION STRATA_PRECISION_EXACT
+#endif
 static inline int setup(void **state)
 {
 	(void)state;
 	strata_error err;
+	const strata_compute_options exact_cpu = {
+		.threads = 2, .precision = KERNELS_FIXTURE_PRECISION};
+	const strata_compute_options exact = {
+		.precision = KERNELS_FIXTURE_PRECISION};
 	if (strata_backend_cuda_create(NULL, &F.b, &err) != STRATA_OK ||
 	    strata_arena_create(F.b, STRATA_ARENA_DEVICE, (uint64_t)768 << 20,
 				"kernel test", &F.arena, &err) != STRATA_OK ||
-	    strata_compute_create(&strata_cpu_kernel_ops, 2, &F.cpu, &err) !=
-		    STRATA_OK ||
-	    strata_compute_create_on(F.b, 0, &F.gpu, &err) != STRATA_OK) {
+	    strata_compute_create_with(&strata_cpu_kernel_ops, &exact_cpu,
+				       &F.cpu, &err) != STRATA_OK ||
+	    strata_compute_create_on_with(F.b, &exact, &F.gpu, NULL, &err) !=
+		    STRATA_OK) {
 		fprintf(stderr, "setup: %s\n  fix: %s\n", err.message, err.fix);
 		return -1;
 	}

@@ -4,7 +4,7 @@
  * equals the portable reference of the integer scheme up to the order of
  * its f32 sums, and every output is within the derived bound of the f32
  * product of the exactly decoded weights (sum over 16s of dx / 2 times the
- * sum of |w|: the scheme computes w . x^ exactly, then rounds); STRATA_CPU_DECODE=exact gives that f32 product's bits
+ * sum of |w|: the scheme computes w . x^ exactly, then rounds); STRATA_PRECISION_EXACT gives that f32 product's bits
  * and a bad value is refused; the activation buffer's allocation failure
  * is E_NOMEM naming it. */
 #include <math.h>
@@ -262,15 +262,17 @@ static void x_quantization_is_the_same_on_every_path(void **state)
 	strata_free(b);
 }
 
-/* STRATA_CPU_DECODE=exact: the decode shape gives the f32 product's bits
- * (test_cpu_quant checks every type); a value neither q8 nor exact is
- * refused at the compute's creation, naming it. */
+/* STRATA_PRECISION_EXACT: the decode shape gives the f32 product's bits
+ * (test_cpu_quant checks every type), where the default (FAST) takes x
+ * quantized to 8 bits and lands elsewhere; a precision outside the enum
+ * is refused at the compute's creation, and a name neither fast nor exact
+ * at parsing, naming it. */
 static void the_exact_path_stays_reachable(void **state)
 {
 	(void)state;
 	enum { IN = 512, OUT = 16 };
 	static unsigned char w[IN / 32 * 34 * OUT];
-	static float wf[IN * OUT], x[IN], y[OUT], yf[OUT];
+	static float wf[IN * OUT], x[IN], y[OUT], yf[OUT], yq[OUT];
 	rb_fill(STRATA_BLOCK_Q8_0, w, sizeof w, &rng);
 	(void)strata_block_decode(STRATA_BLOCK_Q8_0, w, wf, IN * OUT);
 	for (int i = 0; i < IN; i++)
@@ -278,23 +280,48 @@ static void the_exact_path_stays_reachable(void **state)
 	strata_weight ws = {STRATA_WEIGHT_Q8_0, w, OUT, IN};
 	strata_weight w32 = {STRATA_WEIGHT_F32, wf, OUT, IN};
 	strata_error e;
-	setenv("STRATA_CPU_DECODE", "exact", 1);
-	strata_compute *c = cpu(2);
+	strata_compute *c = NULL;
+	assert_int_equal(strata_compute_create_with(
+				 &strata_cpu_kernel_ops,
+				 &(strata_compute_options){
+					 .threads = 2,
+					 .precision = STRATA_PRECISION_EXACT},
+				 &c, &e),
+			 STRATA_OK);
+	assert_int_equal(c->precision, STRATA_PRECISION_EXACT);
 	assert_int_equal(strata_kernel_matmul(c, y, x, &ws, NULL, 1, &e),
 			 STRATA_OK);
 	assert_int_equal(strata_kernel_matmul(c, yf, x, &w32, NULL, 1, &e),
 			 STRATA_OK);
 	assert_memory_equal(y, yf, sizeof y);
 	strata_compute_destroy(c);
-	setenv("STRATA_CPU_DECODE", "int8", 1);
+	c = cpu(2); /* the default */
+	assert_int_equal(c->precision, STRATA_PRECISION_FAST);
+	assert_int_equal(strata_kernel_matmul(c, yq, x, &ws, NULL, 1, &e),
+			 STRATA_OK);
+	assert_true(memcmp(yq, yf, sizeof yq) != 0);
+	strata_compute_destroy(c);
 	strata_compute *bad = NULL;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, 1, &bad,
-					       &e),
+	assert_int_equal(strata_compute_create_with(
+				 &strata_cpu_kernel_ops,
+				 &(strata_compute_options){
+					 .precision = STRATA_PRECISION_COUNT},
+				 &bad, &e),
 			 STRATA_E_INVALID_ARG);
 	assert_null(bad);
-	assert_non_null(strstr(e.message, "STRATA_CPU_DECODE is 'int8'"));
-	assert_non_null(strstr(e.fix, "q8 or exact"));
-	unsetenv("STRATA_CPU_DECODE");
+	strata_precision p = STRATA_PRECISION_EXACT;
+	assert_int_equal(strata_precision_parse("int8", &p, &e),
+			 STRATA_E_USAGE);
+	assert_int_equal(p, STRATA_PRECISION_EXACT);
+	assert_non_null(strstr(e.message, "'int8'"));
+	assert_non_null(strstr(e.fix, "fast"));
+	assert_non_null(strstr(e.fix, "exact"));
+	assert_int_equal(strata_precision_parse("fast", &p, &e), STRATA_OK);
+	assert_int_equal(p, STRATA_PRECISION_FAST);
+	assert_string_equal(strata_precision_name(STRATA_PRECISION_EXACT),
+			    "exact");
+	assert_string_equal(strata_precision_name(STRATA_PRECISION_COUNT),
+			    "unknown");
 }
 
 /* The quantized activations' buffer is the one allocation of a decode
@@ -332,7 +359,6 @@ static void activation_buffer_failure_is_reported(void **state)
 
 int main(void)
 {
-	unsetenv("STRATA_CPU_DECODE");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_kernel_matches_the_reference_within_the_bound),
 		cmocka_unit_test(zero_and_skewed_rows_stay_within_the_bound),

@@ -5,8 +5,8 @@
  * rows, the prefill panels beyond), with a bias, rows wider than one
  * decoded chunk and widths that are not a multiple of 8, on every path the
  * processor has (AVX-512, AVX2, generic); the AVX2 and AVX-512 decoders
- * give the exact decoders' bits; refusals. The decode products run with
- * STRATA_CPU_DECODE=exact (f32 x); test_cpu_qdot covers the default. */
+ * give the exact decoders' bits; refusals. The decode products run at
+ * STRATA_PRECISION_EXACT (f32 x); test_cpu_qdot covers the default. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,8 +42,12 @@ static strata_compute *cpu(uint32_t threads)
 {
 	strata_compute *c;
 	strata_error e;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, threads,
-					       &c, &e),
+	assert_int_equal(strata_compute_create_with(
+				 &strata_cpu_kernel_ops,
+				 &(strata_compute_options){
+					 .threads = threads,
+					 .precision = STRATA_PRECISION_EXACT},
+				 &c, &e),
 			 STRATA_OK);
 	return c;
 }
@@ -289,7 +293,6 @@ static void stored_embedding_rows_are_decoded_exactly(void **state)
 
 int main(void)
 {
-	setenv("STRATA_CPU_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_equals_the_f32_product_of_its_decoding),
 		cmocka_unit_test(rows_wider_than_a_chunk_and_odd_widths),

@@ -7,11 +7,13 @@
  * fill a warp step, weights off 16-byte boundaries, x off 16-byte
  * boundaries, every row split and unroll, Q8_0's aligned-row kernel and
  * its fallback; the fused slots (norm folded in,
- * y +=, gate/up); NaN in x; and STRATA_CUDA_DECODE's values (layer:
- * backend tests). Skipped (77) without a CUDA device. */
+ * y +=, gate/up); NaN in x; and --precision's choice of the path
+ * (layer: backend tests). Skipped (77) without a CUDA device. */
 #include <math.h>
 #include <stdlib.h>
 
+/* both backends' fast decode: x quantized to 8 bits */
+#define KERNELS_FIXTURE_PRECISION STRATA_PRECISION_FAST
 #include "backend/kernels_fixture.h"
 
 #include "support/gpu_skip.h"
@@ -221,7 +223,7 @@ static void test_q8_0_aligned_rows_and_not(void **state)
 	w_offset = 0;
 }
 
-/* STRATA_CUDA_DECODE=exact (decode_q8 0) gives the f32 product (1e-4 of
+/* STRATA_PRECISION_EXACT (decode_q8 0) gives the f32 product (1e-4 of
  * the exact one), which the q8 path does not. */
 static void test_exact_decode_is_f32(void **state)
 {
@@ -367,44 +369,46 @@ static void test_q8_fused_slots_match_cpu_q8(void **state)
 	strata__cuda_qgemv_split = 0;
 }
 
-/* STRATA_CUDA_DECODE: unset or q8 quantizes, exact does not, anything
- * else is refused naming the variable and its value. */
-static void test_decode_env_is_read_and_checked(void **state)
+/* The precision picks the path when the context is made: fast (the
+ * default, and what zeroed or NULL options give) quantizes x and rounds
+ * prefill inputs to bf16 once, exact does neither; a precision outside
+ * the enum is refused. */
+static void test_precision_picks_the_decode_path(void **state)
 {
 	(void)state;
 	static const struct {
-		const char *v;
-		int q8;
-	} cases[] = {{"q8", 1}, {"exact", 0}, {"", 1}, {NULL, 1}};
+		bool given;
+		strata_precision p;
+		int q8, terms;
+	} cases[] = {{true, STRATA_PRECISION_FAST, 1, 1},
+		     {true, STRATA_PRECISION_EXACT, 0, 3},
+		     {false, STRATA_PRECISION_FAST, 1, 1}};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		if (cases[i].v)
-			setenv("STRATA_CUDA_DECODE", cases[i].v, 1);
-		else
-			unsetenv("STRATA_CUDA_DECODE");
 		strata_compute *c = NULL;
-		OK(strata_compute_create_on(F.b, 0, &c, ERR));
-		assert_int_equal(((strata__cuda_compute *)c->ctx)->decode_q8,
-				 cases[i].q8);
+		const strata_compute_options o = {.precision = cases[i].p};
+		OK(strata_compute_create_on_with(F.b, cases[i].given ? &o : NULL,
+						 &c, NULL, ERR));
+		strata__cuda_compute *k = c->ctx;
+		assert_int_equal(k->decode_q8, cases[i].q8);
+		assert_int_equal(k->prefill_terms, cases[i].terms);
+		assert_int_equal(c->precision, cases[i].p);
 		strata_compute_destroy(c);
 	}
-	setenv("STRATA_CUDA_DECODE", "int8", 1);
 	strata_compute *c = NULL;
 	strata_error e;
-	assert_int_equal(strata_compute_create_on(F.b, 0, &c, &e),
+	assert_int_equal(strata_compute_create_on_with(
+				 F.b,
+				 &(strata_compute_options){
+					 .precision = STRATA_PRECISION_COUNT},
+				 &c, NULL, &e),
 			 STRATA_E_INVALID_ARG);
-	assert_non_null(strstr(e.message, "STRATA_CUDA_DECODE is 'int8'"));
-	assert_non_null(strstr(e.fix, "q8 or exact"));
-	printf("  refused: %s (fix: %s)\n", e.message, e.fix);
-	unsetenv("STRATA_CUDA_DECODE");
+	assert_null(c);
 }
 
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_q8"))
 		return GPU_SKIP_EXIT;
-	/* both backends' default decode: x quantized to 8 bits */
-	unsetenv("STRATA_CPU_DECODE");
-	unsetenv("STRATA_CUDA_DECODE");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_q8_gemv_matches_cpu_q8_and_bound),
 		cmocka_unit_test(test_q8_gemv_awkward_shapes),
@@ -412,7 +416,7 @@ int main(void)
 		cmocka_unit_test(test_exact_decode_is_f32),
 		cmocka_unit_test(test_nan_in_x_gives_nan),
 		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),
-		cmocka_unit_test(test_decode_env_is_read_and_checked),
+		cmocka_unit_test(test_precision_picks_the_decode_path),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -378,11 +378,10 @@ int main(void)
 	if (gpu_skip_without_device("test_backend_cuda_kernels_quant"))
 		return GPU_SKIP_EXIT;
 	/* the reference is the CPU's exact product (f32 activations), which
-	 * the CUDA kernels compute with STRATA_CUDA_DECODE=exact; both
-	 * backends' default decode quantizes x to 8 bits (docs/infer.md),
-	 * 1e-2 from it: test_backend_cuda_kernels_q8 covers that path */
-	setenv("STRATA_CPU_DECODE", "exact", 1);
-	setenv("STRATA_CUDA_DECODE", "exact", 1);
+	 * the CUDA kernels compute at STRATA_PRECISION_EXACT: the fixture
+	 * makes both contexts so; both backends' default (fast) decode
+	 * quantizes x to 8 bits (docs/infer.md), 1e-2 from it:
+	 * test_backend_cuda_kernels_q8 covers that path */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decoding_is_bit_exact),
 		cmocka_unit_test(test_gemv_matches_cpu),

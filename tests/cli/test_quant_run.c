@@ -6,8 +6,8 @@
  * exact float64 forward pass, closer than llama.cpp's own; on CUDA (where
  * a device is visible) the block kernels give the CPU's logits to 1e-3 in
  * resident, host and disk modes, through the GEMV and the SGEMM path
- * (layer: cli), with STRATA_CUDA_DECODE=exact, and with CUDA's default 8-bit
- * decode within llama.cpp's own distance from the exact logits; a NaN
+ * (layer: cli), at --precision exact, and at --precision fast (CUDA's 8-bit
+ * decode) within llama.cpp's own distance from the exact logits; a NaN
  * factor in a stored block is refused naming the tensor and the block, in
  * every mode. */
 #include <math.h>
@@ -92,8 +92,11 @@ static uint64_t residency_u64(const char *telemetry, const char *key)
 	return x;
 }
 
+/* The --precision every run below takes unless a test changes it. */
+static const char *precision = "exact";
+
 /* One run of `strata logits` on `device` with options `mode` (NULL
- * ended); its logits into got. */
+ * ended), at `precision`; its logits into got. */
 static void logits_on(const char *device, const char *model, const char *ids,
 		      const char *const *mode, size_t m, const char *dir,
 		      float *got, uint64_t *device_bytes)
@@ -102,8 +105,9 @@ static void logits_on(const char *device, const char *model, const char *ids,
 	snprintf(out, sizeof out, "%s/logits-%zu.f32", dir, m);
 	snprintf(tel, sizeof tel, "%s/telemetry-%zu.json", dir, m);
 	const char *argv[20] = {"logits", model, "--tokens", ids, "--out",
-				out, "--telemetry", tel, "--device", device};
-	size_t n = 10;
+				out, "--telemetry", tel, "--device", device,
+				"--precision", precision};
+	size_t n = 12;
 	for (size_t k = 0; mode[k]; k++)
 		argv[n++] = mode[k];
 	cli_result r;
@@ -249,7 +253,7 @@ static double rms_diff(const float *a, const float *b, size_t n)
 	return sqrt(ss / (double)n);
 }
 
-/* CUDA's default decode (x quantized to 8 bits, kernels_qgemv_q8.cu, as
+/* CUDA's fast decode, the default (x quantized to 8 bits, kernels_qgemv_q8.cu, as
  * llama.cpp computes): chunks of 8 tokens take the decode GEMV, and the
  * logits stay within llama.cpp's own distance from the exact ones, max
  * and rms, as the CPU's q8 decode does (test_quant_logits); the distance
@@ -263,8 +267,7 @@ static void cuda_q8_decode_is_within_llama_cpp_distance(void **state)
 	}
 	static const char *const chunk8[] = {"--residency", "resident",
 					     "--prefill-chunk", "8", NULL};
-	unsetenv("STRATA_CUDA_DECODE");
-	unsetenv("STRATA_CPU_DECODE");
+	precision = "fast";
 	int32_t tokens[POSITIONS];
 	char ids[1024], dir[1024], path[512];
 	read_tokens(tokens, ids, sizeof ids);
@@ -298,8 +301,7 @@ static void cuda_q8_decode_is_within_llama_cpp_distance(void **state)
 				 "exact, llama.cpp's %.3g (rms %.3g)",
 				 types[i], d, r, dl, rl);
 	}
-	setenv("STRATA_CUDA_DECODE", "exact", 1);
-	setenv("STRATA_CPU_DECODE", "exact", 1);
+	precision = "exact";
 	free(got);
 	free(cpu);
 	free(exact);
@@ -362,11 +364,11 @@ static void nan_blocks_are_refused_naming_the_tensor(void **state)
 
 int main(void)
 {
-	/* the f32-activation path (the claims above); test_quant_logits and
-	 * test_cpu_qdot cover the CPU's default quantized decode path, and
+	/* the f32-activation path (the claims above, --precision exact);
+	 * test_cli_precision, test_quant_logits and test_cpu_qdot cover the
+	 * CPU's fast quantized decode path, and
 	 * cuda_q8_decode_is_within_llama_cpp_distance the GPU's */
-	setenv("STRATA_CPU_DECODE", "exact", 1);
-	setenv("STRATA_CUDA_DECODE", "exact", 1);
+	ref_precision = STRATA_PRECISION_EXACT;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_type_runs_as_stored_in_every_mode),
 		cmocka_unit_test(cuda_gives_the_cpu_logits),

@@ -114,6 +114,9 @@ static strata_session *open_session(const char *path, strata_plan_device d,
 	strata_session_options so = {
 		.model_path = path, .plan = *mode, .threads = 2,
 		.positions = positions, .prefill = prompt,
+		/* f32 activations: the tolerances above (fast rounds
+		 * prefill's inputs to bf16 once) */
+		.precision = STRATA_PRECISION_EXACT,
 	};
 	so.plan.device = d;
 	strata_session *s = NULL;

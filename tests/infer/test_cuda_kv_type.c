@@ -42,7 +42,8 @@ static strata_session *open_session(const char *path, strata_plan_device d,
 {
 	strata_session_options so = {.model_path = path, .plan = *mode,
 				     .threads = 2, .positions = positions,
-				     .prefill = positions};
+				     .prefill = positions,
+				     .precision = STRATA_PRECISION_EXACT};
 	so.plan.device = d;
 	so.plan.shape.kv_type = kv;
 	strata_session *s = NULL;

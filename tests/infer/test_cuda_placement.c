@@ -43,7 +43,8 @@ static strata_session *open_cuda(const char *path, strata_plan_options po,
 				 uint32_t positions, uint32_t prefill)
 {
 	strata_session_options o = {.model_path = path, .positions = positions,
-				    .prefill = prefill, .plan = po};
+				    .prefill = prefill, .plan = po,
+				    .precision = STRATA_PRECISION_EXACT};
 	o.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_session *s = NULL;
 	strata_error err;

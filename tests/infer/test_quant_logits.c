@@ -1,6 +1,6 @@
 /* test_quant_logits.c - the small llama of tests/data/quant in every GGUF
  * type llama.cpp's presets write runs on the CPU with its matrices as
- * stored (strata_infer_load_stored). With STRATA_CPU_DECODE=exact
+ * stored (strata_infer_load_stored). At STRATA_PRECISION_EXACT
  * (activations stay f32) its logits are within 1e-3 of the exact float64
  * forward pass over the dequantized weights, closer than llama.cpp's own
  * logits on the same file, and bit for bit the logits of the f32
@@ -113,15 +113,15 @@ static void every_type_is_within_1e_3_of_the_exact_logits(void **state)
 static void exact_path_is_within_1e_3_of_the_exact_logits(void **state)
 {
 	(void)state;
-	setenv("STRATA_CPU_DECODE", "exact", 1);
+	ref_precision = STRATA_PRECISION_EXACT;
 	every_type_is_within_1e_3_of_the_exact_logits(state);
-	unsetenv("STRATA_CPU_DECODE");
+	ref_precision = STRATA_PRECISION_FAST;
 }
 
 static void quantized_decode_is_within_llama_cpp_distance(void **state)
 {
 	(void)state;
-	unsetenv("STRATA_CPU_DECODE");
+	ref_precision = STRATA_PRECISION_FAST; /* the default */
 	int32_t tokens[POSITIONS];
 	read_tokens(tokens);
 	size_t n = (size_t)POSITIONS * VOCAB;

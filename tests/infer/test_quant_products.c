@@ -33,8 +33,14 @@ static strata_compute *cpu(uint32_t threads)
 {
 	strata_compute *c;
 	strata_error e;
-	assert_int_equal(strata_compute_create(&strata_cpu_kernel_ops, threads,
-					       &c, &e),
+	/* the f32-activation path (the claims above); test_quant_logits and
+	 * test_cpu_qdot cover the default quantized decode path */
+	assert_int_equal(strata_compute_create_with(
+				 &strata_cpu_kernel_ops,
+				 &(strata_compute_options){
+					 .threads = threads,
+					 .precision = STRATA_PRECISION_EXACT},
+				 &c, &e),
 			 STRATA_OK);
 	return c;
 }
@@ -140,9 +146,6 @@ static void stored_products_equal_f32_products_of_the_decoding(void **state)
 
 int main(void)
 {
-	/* the f32-activation path (the claims above); test_quant_logits and
-	 * test_cpu_qdot cover the default quantized decode path */
-	setenv("STRATA_CPU_DECODE", "exact", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(stored_products_equal_f32_products_of_the_decoding),
 	};

@@ -35,7 +35,8 @@ static strata_session *open_session(const char *path,
 {
 	strata_session_options so = {.model_path = path, .plan = *mode,
 				     .threads = 2, .positions = POSITIONS,
-				     .prefill = 8};
+				     .prefill = 8,
+				     .precision = STRATA_PRECISION_EXACT};
 	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_session *s = NULL;
 	strata_error err;

@@ -195,17 +195,20 @@ uint64_t ref_planned_buffers(const strata_infer_hparams *hp, uint32_t context,
 	return strata_plan_site_bytes(&m, UINT64_MAX, false, false);
 }
 
+strata_precision ref_precision = STRATA_PRECISION_FAST;
+
 void ref_pass_open(const char *what, uint32_t threads,
 		   strata_forward_options o, ref_pass *p)
 {
 	strata_error err;
 	memset(p, 0, sizeof *p);
-	strata_status st = o.backend ? strata_compute_create_on(o.backend,
-							       threads, &p->c,
-							       &err)
-				     : strata_compute_create(
-					       &strata_cpu_kernel_ops, threads,
-					       &p->c, &err);
+	const strata_compute_options co = {.threads = threads,
+					   .precision = ref_precision};
+	strata_status st =
+		o.backend ? strata_compute_create_on_with(o.backend, &co, &p->c,
+							  NULL, &err)
+			  : strata_compute_create_with(&strata_cpu_kernel_ops,
+						       &co, &p->c, &err);
 	if (st)
 		fail_msg("%s: compute create: %s", what, err.message);
 	o.compute = p->c;

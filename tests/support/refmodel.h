@@ -66,9 +66,13 @@ void ref_plan_make(const strata_catalog *cat, strata_plan_device device,
 		   strata_plan_options *o, ref_plan *p);
 void ref_plan_destroy(ref_plan *p);
 
+/* The precision ref_pass_open (and so ref_logits) makes its contexts at:
+ * STRATA_PRECISION_FAST, the library's default, unless a test sets it. */
+extern strata_precision ref_precision;
+
 /* A forward pass and the compute context it runs on: the context is made
- * on o.backend (`threads` threads), or over the CPU kernels where o has
- * no backend, and set as o.compute. Fails the test, naming `what`, when
+ * on o.backend (`threads` threads, at ref_precision), or over the CPU
+ * kernels where o has no backend, and set as o.compute. Fails the test, naming `what`, when
  * either cannot be made. ref_pass_close destroys both. */
 typedef struct ref_pass {
 	strata_compute *c;

@@ -19,35 +19,20 @@
 
 #include "backend/cpu/kernels_internal.h"
 
-/* The decode products' path the environment asks for: STRATA_CPU_DECODE
- * "q8" (or unset: x quantized to 8 bits, integer dot products on the
- * stored blocks, as llama.cpp computes) or "exact" (f32 x against the
- * exactly decoded weights: the f32 product's bits). docs/infer.md. */
-static strata_status decode_mode(int *mode, strata_error *err)
-{
-	const char *v = getenv("STRATA_CPU_DECODE");
-	*mode = STRATA__DECODE_Q8;
-	if (!v || !*v || strcmp(v, "q8") == 0)
-		return STRATA_OK;
-	if (strcmp(v, "exact") == 0) {
-		*mode = STRATA__DECODE_EXACT;
-		return STRATA_OK;
-	}
-	return strata_fail(err, STRATA_E_INVALID_ARG,
-			   "set it to q8 or exact, or unset it",
-			   "STRATA_CPU_DECODE is '%.64s'", v);
-}
-
-static strata_status cpu_compute_create(uint32_t threads, void **ctx,
-					strata_error *err)
+/* The precision's decode path (strata_precision, docs/infer.md#precision):
+ * FAST takes x quantized to 8 bits with integer dot products on the stored
+ * blocks, as llama.cpp computes; EXACT takes f32 x against the exactly
+ * decoded weights (the f32 product's bits). */
+static strata_status cpu_compute_create(const strata_compute_options *o,
+					void **ctx, strata_error *err)
 {
 	strata__pool *p;
-	int mode;
-	strata_status st = decode_mode(&mode, err);
-	if (st == STRATA_OK)
-		st = strata__pool_create(threads, &p, err);
+	strata_status st = strata__pool_create(o->threads, &p, err);
 	if (st == STRATA_OK) {
-		strata__pool_set_decode_mode(p, mode);
+		strata__pool_set_decode_mode(p, o->precision ==
+							STRATA_PRECISION_EXACT
+						? STRATA__DECODE_EXACT
+						: STRATA__DECODE_Q8);
 		*ctx = p;
 	}
 	return st;

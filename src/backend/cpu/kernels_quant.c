@@ -21,7 +21,7 @@
  *   product's speed plus one decoding per panel.
  * The block types' decode shape goes by default to qdot.h's path instead
  * (x quantized to 8 bits, integer dot products, as llama.cpp computes):
- * decoding to f32 is compute-bound there. STRATA_CPU_DECODE=exact (the
+ * decoding to f32 is compute-bound there. --precision exact (the
  * compute context's decode mode) keeps it here, bit-exact.
  */
 #include "backend/cpu/dot8.h"

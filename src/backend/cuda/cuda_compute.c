@@ -77,59 +77,25 @@ static void compute_destroy(void *ctx)
 	strata_free(k);
 }
 
-/* The prefill precision the environment asks for: STRATA_CUDA_PREFILL_PRECISION
- * "split" (or unset: f32 inputs split into bf16 hi + lo, ~16 bits, two or
- * three tensor-core products) or "bf16" (inputs rounded to bf16 once, one
- * product, as transformers and llama.cpp compute in bf16: about twice the
- * prefill speed, logits of small models moved by up to ~0.3). */
-static strata_status prefill_terms(int *terms, strata_error *err)
+/* The precision's numerics (strata_precision, docs/cuda.md#precision):
+ * prefill's half-precision inputs rounded to bf16 once (FAST: one
+ * tensor-core product, as transformers and llama.cpp compute in bf16,
+ * about twice the speed) or split into bf16 hi + lo (EXACT: ~16 bits, two
+ * or three products); decode's block-type products on x quantized to 8
+ * bits (FAST: the dp4a GEMV, kernels_qgemv_q8.cu, as llama.cpp and the
+ * CPU's fast decode compute) or on f32 x (EXACT). */
+static strata_status compute_create(const strata_compute_options *o,
+				    void **ctx, strata_error *err)
 {
-	const char *p = getenv("STRATA_CUDA_PREFILL_PRECISION");
-	*terms = 3;
-	if (!p || !*p || strcmp(p, "split") == 0)
-		return STRATA_OK;
-	if (strcmp(p, "bf16") == 0) {
-		*terms = 1;
-		return STRATA_OK;
-	}
-	return strata_fail(err, STRATA_E_INVALID_ARG,
-			   "set it to split or bf16, or unset it",
-			   "STRATA_CUDA_PREFILL_PRECISION is '%.64s'", p);
-}
-
-/* The decode products' path the environment asks for: STRATA_CUDA_DECODE
- * "q8" (or unset: x quantized to 8 bits, integer dot products on the
- * stored blocks, as llama.cpp and the CPU's default decode compute) or
- * "exact" (f32 x, within f32 rounding of the exact product), as
- * STRATA_CPU_DECODE on the CPU. docs/cuda.md. */
-static strata_status decode_q8(int *q8, strata_error *err)
-{
-	const char *v = getenv("STRATA_CUDA_DECODE");
-	*q8 = 1;
-	if (!v || !*v || strcmp(v, "q8") == 0)
-		return STRATA_OK;
-	if (strcmp(v, "exact") == 0) {
-		*q8 = 0;
-		return STRATA_OK;
-	}
-	return strata_fail(err, STRATA_E_INVALID_ARG,
-			   "set it to q8 or exact, or unset it",
-			   "STRATA_CUDA_DECODE is '%.64s'", v);
-}
-
-static strata_status compute_create(uint32_t threads, void **ctx,
-				    strata_error *err)
-{
-	(void)threads; /* the device decides its own parallelism */
+	/* o->threads: the device decides its own parallelism */
 	strata__cuda_compute *k = strata_calloc(1, sizeof *k);
 	if (!k)
 		return strata_fail(err, STRATA_E_NOMEM, "free host memory and retry",
 				   "cannot allocate a CUDA compute context");
-	strata_status s = prefill_terms(&k->prefill_terms, err);
-	if (s == STRATA_OK)
-		s = decode_q8(&k->decode_q8, err);
-	if (s)
-		goto fail;
+	bool exact = o->precision == STRATA_PRECISION_EXACT;
+	k->prefill_terms = exact ? 3 : 1;
+	k->decode_q8 = !exact;
+	strata_status s = STRATA_OK;
 	cudaError_t e = cudaGetDevice(&k->device);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&k->stream.cuda,
@@ -672,7 +638,7 @@ strata_status strata_cuda_rmsnorm_half(strata_compute *c, float *y,
  * object of their own context, so each path is the one those functions'
  * tests check. */
 #define AS_COMPUTE(ctx)                                                        \
-	(&(strata_compute){&strata_cuda_kernel_ops, (ctx), NULL})
+	(&(strata_compute){.ops = &strata_cuda_kernel_ops, .ctx = (ctx)})
 
 static bool is_half(strata_weight_type t)
 {

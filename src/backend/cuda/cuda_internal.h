@@ -38,12 +38,12 @@ typedef struct strata__cuda_compute {
 	uint64_t half_ws_bytes;
 	/* products and attention of prefill (n > 1 rows) with half-precision
 	 * inputs: 3 (f32 inputs split in bf16 hi + lo, the default) or 1
-	 * (rounded once); STRATA_CUDA_PREFILL_PRECISION, cuda_compute.c */
+	 * (rounded once): --precision exact / fast, cuda_compute.c */
 	int prefill_terms;
 	/* decode products (1 .. STRATA__CUDA_GEMV_ROWS rows) on the block
 	 * types kernels_qgemv_q8.cu takes: 1 (the default) with x quantized
 	 * to 8 bits as llama.cpp computes, 0 with f32 x (exact to f32
-	 * rounding); STRATA_CUDA_DECODE q8|exact, cuda_compute.c */
+	 * rounding); --precision fast / exact, cuda_compute.c */
 	int decode_q8;
 } strata__cuda_compute;
 

@@ -6,14 +6,13 @@
  * bit-identically to base's strata_block_decode (layer: backend).
  *
  * Decode products (up to STRATA__CUDA_GEMV_ROWS rows) on Q8_0, Q4_0, Q4_K,
- * Q5_K and Q6_K quantize x to 8 bits by default (the context's decode_q8,
- * STRATA_CUDA_DECODE), as llama.cpp and the CPU's default decode compute:
- * kernels_qgemv_q8.cu, the CPU's codes exactly. Everywhere else, and with
- * STRATA_CUDA_DECODE=exact, activations are not quantized: the GEMV takes
- * them in f32, the tensor-core product as bf16 hi + lo (~16 bits, the
- * default prefill precision) or rounded once
- * (STRATA_CUDA_PREFILL_PRECISION=bf16), so the logits track the CPU's
- * exact stored products (docs/quant.md).
+ * Q5_K and Q6_K quantize x to 8 bits at --precision fast, the default (the
+ * context's decode_q8), as llama.cpp and the CPU's fast decode compute:
+ * kernels_qgemv_q8.cu, the CPU's codes exactly. Everywhere else, and at
+ * --precision exact, activations are not quantized: the GEMV takes them
+ * in f32, the tensor-core product as bf16 hi + lo (~16 bits, exact) or
+ * rounded once (fast), so the exact logits track the CPU's exact stored
+ * products (docs/quant.md).
  */
 #include <inttypes.h>
 #include <limits.h>

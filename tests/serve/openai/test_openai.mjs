@@ -95,6 +95,7 @@ equal(s1.choices[0].text, s2.choices[0].text, "same seed, same text");
 // models, and the key
 const models = await client.models.list();
 equal(models.data.map(m => m.id), ["stories260K"], "model list");
+equal(models.data.map(m => m.precision), ["fast"], "model precision (the default)");
 const bad = new OpenAI({ baseURL: srv.base + "/v1", apiKey: "wrong", maxRetries: 0 });
 let status = 0;
 try { await bad.models.list(); } catch (e) { status = e.status; }
