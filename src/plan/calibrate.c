@@ -24,6 +24,14 @@
  * device at most this many of the GEMV's matrix (the output stays small). */
 #define CPU_GEMM_ROWS 1024u
 #define DEVICE_GEMM_ROWS 16384u
+/* The widest input of the product workspace a device's products get:
+ * the forward pass reserves the plan's (rows x the model's widest input
+ * x 4 bytes) before it runs, and a block type's tensor-core tiles grow
+ * with it. Without it a 4096-wide product took 8 MiB and 512-row tiles:
+ * Q8_0 measured 46 TFLOP/s on the H200 where the 7.5 GB llama's forward
+ * pass, with its 29 MiB, multiplied at about twice that. 14336 is the
+ * FFN width of the 7-8B llamas. */
+#define DEVICE_WORKSPACE_WIDEST 14336u
 #define LAUNCHES 64u	/* tiny kernels timed back to back */
 #define TINY_ROWS 64u	/* (TINY_ROWS, TINY_COLS) f32: a tiny product */
 #define TINY_COLS 256u
@@ -466,6 +474,10 @@ static strata_status device_rates(const strata_plan_calibrate_options *o,
 			 .host = d.host, .x = d.x, .y = d.y, .bytes = bytes,
 			 .gemm_rows = o->gemm_rows,
 			 .gemm_cap = DEVICE_GEMM_ROWS, .repeats = o->repeats};
+	if (s == STRATA_OK)
+		s = strata_compute_reserve(
+			d.c, (uint64_t)o->gemm_rows * DEVICE_WORKSPACE_WIDEST * 4,
+			err);
 	if (s == STRATA_OK)
 		s = measure_types(&tb, types, r->types, &r->launch_seconds,
 				  err);
