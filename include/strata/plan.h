@@ -727,8 +727,8 @@ const char *strata_plan_bound_name(strata_plan_bound b);
 
 /* One pass's predicted time by term, milliseconds (docs/plan.md "Cost
  * model"): total = max(link, resident + streamed + cpu + statics +
- * overhead, host memory) where the window prefetches, the sum of the
- * first two where it cannot. */
+ * overhead, host memory) + window fill where the window prefetches, the
+ * sum of the first two where it cannot. */
 typedef struct strata_plan_cost {
 	double resident_ms; /* device compute of resident units, their KV */
 	double streamed_ms; /* device compute of the streamed units, their KV */
@@ -739,6 +739,9 @@ typedef struct strata_plan_cost {
 	double host_memory_ms; /* everything read from host memory per pass
 				  (CPU units, the statics there, streamed
 				  bytes) at the host's memory rate */
+	double window_fill_ms; /* prefill of a placement: the first streamed
+				  unit's copy into the empty window, less the
+				  resident units' compute before it */
 	double total_ms;
 	strata_plan_bound bound;
 	uint64_t crossings; /* CPU-device round trips of the residual stream */

@@ -121,6 +121,8 @@ void strata__plan_split_add(const strata_plan *p, strata__plan_split *b,
 		b->cpu_bytes = strata_sat_add_u64(b->cpu_bytes, bytes);
 		break;
 	default:
+		if (!b->str_units)
+			b->first_streamed = bytes;
 		b->str_units++;
 		b->streamed = strata_sat_add_u64(b->streamed, bytes);
 		break;
@@ -224,6 +226,14 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	double host = cuda ? host_read_bytes(p, b) / max2(H, o->h2d_bandwidth)
 			   : 0.0;
 	double total = prefetch ? max2(max2(link, chain), host) : link + chain;
+	/* a pass that starts with an empty window waits for its first
+	 * streamed unit's copy, less what the resident units before it
+	 * compute meanwhile */
+	double fill = 0.0;
+	if (prefetch && b->cold_window && b->first_streamed)
+		fill = max2(0.0, (double)b->first_streamed / o->h2d_bandwidth -
+					 res);
+	total += fill;
 	*out = (strata_plan_cost){
 		.resident_ms = res * 1e3,
 		.streamed_ms = str * 1e3,
@@ -232,6 +242,7 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		.link_ms = link * 1e3,
 		.overhead_ms = over * 1e3,
 		.host_memory_ms = host * 1e3,
+		.window_fill_ms = fill * 1e3,
 		.total_ms = total * 1e3,
 		.crossings = cuda ? b->changes : 0,
 	};

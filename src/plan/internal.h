@@ -75,7 +75,9 @@ typedef struct strata__plan_split {
 	uint64_t streamed;  /* over the link (or from disk) per pass */
 	uint64_t kv_res, kv_str, kv_cpu;
 	uint64_t changes;
+	uint64_t first_streamed; /* bytes of the first streamed unit */
 	bool statics_cpu;
+	bool cold_window; /* the pass starts with an empty window (cost.c) */
 	bool started, last_cpu; /* the walk's state */
 } strata__plan_split;
 

@@ -374,6 +374,10 @@ static void candidate_split(const strata_plan *p, const strata_plan_candidate *c
 	uint64_t r = c->resident_units, rest = n - r;
 	uint64_t w = prefill ? c->prefill_window_units : c->window_units;
 	b->statics_cpu = c->statics_on_cpu;
+	/* a prompt after decode steps finds the window empty: switching
+	 * splits drops it (strata_residency_set_pass), and it does not fill
+	 * across the end of a pass */
+	b->cold_window = prefill;
 	/* KV stays where decode computes; prefill streams the KV of the
 	 * units it moves from the CPU to the device */
 	uint64_t moved = 0;

@@ -294,6 +294,35 @@ static void cpu_and_link_share_host_memory(void **state)
 	fixture_free(f);
 }
 
+/* A prompt finds the window empty (switching from decode's split drops
+ * it): r2 c0 w6, the prefill waits for its first streamed unit's copy
+ * (4 MiB over 50 GB/s) less the two resident units' compute; a decode
+ * step, following the one before, does not. */
+static void prefill_fills_an_empty_window(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 2;
+	o.cpu_units = 0;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = placement(p, false);
+	assert_non_null(c);
+	assert_int_equal(c->prefill_window_units, 6);
+	const strata_plan_cost *k = &c->prefill_cost;
+	near(k->window_fill_ms,
+	     fmax(0.0, 4.0 * MiB / 50e9 * 1e3 - k->resident_ms));
+	assert_true(k->window_fill_ms > 0);
+	near(k->total_ms, fmax(fmax(k->link_ms, k->resident_ms +
+				k->streamed_ms + k->cpu_ms + k->statics_ms +
+				k->overhead_ms), k->host_memory_ms) +
+				  k->window_fill_ms);
+	near(c->decode_cost.window_fill_ms, 0.0);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 /* The fixed costs: each CPU unit's kernels on the pool, and each change
  * of site of the residual stream (half a measured round trip). r2 c3 w3
  * with the statics on the device runs R R C W C W C W: six changes. */
@@ -411,6 +440,7 @@ int main(void)
 		cmocka_unit_test(cpu_units_take_the_layer_rate),
 		cmocka_unit_test(streamed_compute_overlaps_the_link),
 		cmocka_unit_test(cpu_and_link_share_host_memory),
+		cmocka_unit_test(prefill_fills_an_empty_window),
 		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
 		cmocka_unit_test(terms_are_reported_and_add_up),
 		cmocka_unit_test(cuda_counts_the_load_staging),
