@@ -169,6 +169,9 @@ static void every_kernel_matches_the_reference_within_the_bound(void **state)
 	const shape shapes[] = {
 		{512, 37, 1, false}, {768, 41, 4, true}, {256, 9, 8, true},
 		{4096 + 256, 5, 2, false},
+		/* the last two and three rows of a task together, and x's
+		 * rows four at a time then one to three */
+		{512, 6, 5, true}, {1024, 7, 3, false}, {768, 11, 6, true},
 	};
 	for (int isa = 2; isa >= 0; isa--) {
 		strata__cpu_isa_limit(isa);

@@ -55,140 +55,96 @@ QDOT_TARGET static inline __m256i iq4_table(void)
 				(char)217, (char)241);
 }
 
-/* Whole 32-element blocks: nb (<= 8) blocks at p of bb bytes. */
-QDOT_TARGET static inline void codes32(strata_block_type t,
-				       const unsigned char *p, uint32_t nb,
-				       uint32_t bb, uint8_t *u)
+/* The 32 codes of slot s (0-7, a constant after inlining) of a chunk at
+ * p, bb bytes a block for the 32-element types: the register each kernel
+ * multiplies, no buffer in between (loads two slots share are one load
+ * once inlined). */
+QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+code_slot(strata_block_type t, const unsigned char *p, uint32_t bb, int s)
 {
-	const __m256i k80 = _mm256_set1_epi8((char)0x80),
-		      k16 = _mm256_set1_epi8(16);
-	for (uint32_t b = 0; b < nb; b++, p += bb) {
-		__m256i v;
-		switch (t) {
-		case STRATA_BLOCK_Q8_0:
-			v = _mm256_xor_si256(LOAD256(p + 2), k80);
-			break;
-		case STRATA_BLOCK_Q4_0: v = nibbles32(LOAD128(p + 2)); break;
-		case STRATA_BLOCK_Q4_1: v = nibbles32(LOAD128(p + 4)); break;
-		case STRATA_BLOCK_Q5_0:
-			v = _mm256_or_si256(nibbles32(LOAD128(p + 6)),
-					    _mm256_and_si256(bits32(p + 2), k16));
-			break;
-		case STRATA_BLOCK_Q5_1:
-			v = _mm256_or_si256(nibbles32(LOAD128(p + 8)),
-					    _mm256_and_si256(bits32(p + 4), k16));
-			break;
-		default: /* IQ4_NL */
-			v = _mm256_shuffle_epi8(iq4_table(),
-						nibbles32(LOAD128(p + 2)));
-			break;
-		}
-		STORE256(u + 32 * b, v);
-	}
-	memset(u + 32 * nb, 0, QDOT_CHUNK - 32 * nb);
-}
-
-/* Q4_K (nibbles at 16) and Q5_K (at 48, fifth bits at 16): bytes 32 p ..
- * 32 p + 31 hold sub-blocks 2 p (low) and 2 p + 1 (high); slots 0 2 1 3
- * 4 6 5 7 put the low nibbles of two such runs before their high ones. */
-QDOT_TARGET static inline void codes_q45k(const unsigned char *b, bool five,
-					  uint8_t *u)
-{
-	const __m256i m = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
-	const unsigned char *qs = b + (five ? 48 : 16);
-	__m256i h = five ? LOAD256(b + 16) : _mm256_setzero_si256();
-	for (int p = 0; p < 4; p++) {
-		__m256i v = LOAD256(qs + 32 * p);
-		__m256i lo = _mm256_and_si256(v, m);
-		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-		if (five) {
-			__m256i bl = _mm256_set1_epi8((char)(1 << (2 * p)));
-			__m256i bh = _mm256_set1_epi8((char)(2 << (2 * p)));
-			lo = _mm256_or_si256(
-				lo, _mm256_and_si256(bit_set(h, bl), k16));
-			hi = _mm256_or_si256(
-				hi, _mm256_and_si256(bit_set(h, bh), k16));
-		}
-		/* pair p -> slots: p even: 2p/2*4 + {0, 2}; odd: + {1, 3} */
-		int base = 128 * (p / 2) + 32 * (p % 2);
-		STORE256(u + base, lo);
-		STORE256(u + base + 64, hi);
-	}
-}
-
-/* Q6_K: element 128 h + r: low nibble r / 64 of ql[64 h + r % 64], bits
- * 2 (r / 32) of qh[32 h + r % 32]; natural order. */
-QDOT_TARGET static inline void codes_q6k(const unsigned char *b, uint8_t *u)
-{
-	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-	for (int h = 0; h < 2; h++) {
-		__m256i qh = LOAD256(b + 128 + 32 * h);
-		for (int r = 0; r < 4; r++) {
-			__m256i ql = LOAD256(b + 64 * h + 32 * (r % 2));
-			if (r >= 2)
-				ql = _mm256_srli_epi16(ql, 4);
-			__m256i hi = _mm256_and_si256(
-				_mm256_srli_epi16(qh, 2 * r), m2);
-			__m256i v = _mm256_or_si256(_mm256_and_si256(ql, m4),
-						    _mm256_slli_epi16(hi, 4));
-			STORE256(u + 128 * h + 32 * r, v);
-		}
-	}
-}
-
-/* IQ4_XS: sub-block ib's element l is nibble l / 16 of byte 16 ib + l % 16. */
-QDOT_TARGET static inline void codes_iq4xs(const unsigned char *b, uint8_t *u)
-{
-	for (int ib = 0; ib < 8; ib++)
-		STORE256(u + 32 * ib,
-			 _mm256_shuffle_epi8(iq4_table(),
-					     nibbles32(LOAD128(b + 8 + 16 * ib))));
-}
-
-/* Q2_K / Q3_K: element 128 h + 32 j + l has bits 2 j of byte 32 h + l of
- * the 2-bit codes (at 16 / at 32); Q3_K adds 4 where bit (e / 32) of mask
- * byte l is set. Natural order. */
-QDOT_TARGET static inline void codes_q23k(const unsigned char *b, bool three,
-					  uint8_t *u)
-{
-	const __m256i m2 = _mm256_set1_epi8(3), k4 = _mm256_set1_epi8(4);
-	const unsigned char *qs = b + (three ? 32 : 16);
-	__m256i hm = LOAD256(b);
-	for (int h = 0; h < 2; h++) {
-		__m256i q = LOAD256(qs + 32 * h);
-		for (int j = 0; j < 4; j++) {
-			__m256i v = _mm256_and_si256(
-				_mm256_srli_epi16(q, 2 * j), m2);
-			if (three) {
-				__m256i bit = _mm256_set1_epi8(
-					(char)(1 << (4 * h + j)));
-				v = _mm256_or_si256(
-					v, _mm256_and_si256(bit_set(hm, bit), k4));
-			}
-			STORE256(u + 128 * h + 32 * j, v);
-		}
-	}
-}
-
-/* The codes of a chunk (elements: a multiple of 32, at most QDOT_CHUNK;
- * bb: the type's block bytes). */
-QDOT_TARGET static inline __attribute__((always_inline)) void
-qdot_codes_simd(strata_block_type t,
-					       const unsigned char *p,
-					       uint32_t elements, uint32_t bb,
-					       strata__qw *w)
-{
+	const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
+	const unsigned char *b = p + (uint64_t)s * bb;
 	switch (t) {
-	case STRATA_BLOCK_Q4_K: codes_q45k(p, false, w->u); return;
-	case STRATA_BLOCK_Q5_K: codes_q45k(p, true, w->u); return;
-	case STRATA_BLOCK_Q6_K: codes_q6k(p, w->u); return;
-	case STRATA_BLOCK_IQ4_XS: codes_iq4xs(p, w->u); return;
-	case STRATA_BLOCK_Q2_K: codes_q23k(p, false, w->u); return;
-	case STRATA_BLOCK_Q3_K: codes_q23k(p, true, w->u); return;
-	default:
-		codes32(t, p, elements / 32, bb, w->u);
-		return;
+	case STRATA_BLOCK_Q8_0:
+		return _mm256_xor_si256(LOAD256(b + 2),
+					_mm256_set1_epi8((char)0x80));
+	case STRATA_BLOCK_Q4_0: return nibbles32(LOAD128(b + 2));
+	case STRATA_BLOCK_Q4_1: return nibbles32(LOAD128(b + 4));
+	case STRATA_BLOCK_Q5_0:
+		return _mm256_or_si256(nibbles32(LOAD128(b + 6)),
+				       _mm256_and_si256(bits32(b + 2), k16));
+	case STRATA_BLOCK_Q5_1:
+		return _mm256_or_si256(nibbles32(LOAD128(b + 8)),
+				       _mm256_and_si256(bits32(b + 4), k16));
+	case STRATA_BLOCK_IQ4_NL:
+		return _mm256_shuffle_epi8(iq4_table(),
+					   nibbles32(LOAD128(b + 2)));
+	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K: {
+		/* bytes 32 q .. 32 q + 31 hold group 2 q (low nibbles) and
+		 * 2 q + 1 (high); slots 0 2 1 3 4 6 5 7 hold groups g */
+		int g = (s & 4) | (s & 1) << 1 | (s >> 1 & 1);
+		bool five = t == STRATA_BLOCK_Q5_K;
+		__m256i v = LOAD256(p + (five ? 48 : 16) + 32 * (g / 2));
+		if (g & 1)
+			v = _mm256_srli_epi16(v, 4);
+		v = _mm256_and_si256(v, m4);
+		if (five)
+			v = _mm256_or_si256(
+				v, _mm256_and_si256(
+					   bit_set(LOAD256(p + 16),
+						   _mm256_set1_epi8((char)(1 << g))),
+					   k16));
+		return v;
 	}
+	case STRATA_BLOCK_Q6_K: {
+		/* element 128 h + r: low nibble r / 64 of ql[64 h + r % 64],
+		 * bits 2 (r / 32) of qh[32 h + r % 32] */
+		int h = s / 4, r = s % 4;
+		__m256i ql = LOAD256(p + 64 * h + 32 * (r % 2));
+		if (r >= 2)
+			ql = _mm256_srli_epi16(ql, 4);
+		__m256i hi = _mm256_and_si256(
+			_mm256_srli_epi16(LOAD256(p + 128 + 32 * h), 2 * r),
+			_mm256_set1_epi8(3));
+		return _mm256_or_si256(_mm256_and_si256(ql, m4),
+				       _mm256_slli_epi16(hi, 4));
+	}
+	case STRATA_BLOCK_IQ4_XS:
+		/* element l of group s: nibble l / 16 of byte 16 s + l % 16 */
+		return _mm256_shuffle_epi8(iq4_table(),
+					   nibbles32(LOAD128(p + 8 + 16 * s)));
+	default: { /* Q2_K, Q3_K */
+		/* element 128 h + 32 j + l: bits 2 j of byte 32 h + l of the
+		 * 2-bit codes (at 16 / at 32); Q3_K adds 4 where bit s of
+		 * mask byte l is set */
+		bool three = t == STRATA_BLOCK_Q3_K;
+		int h = s / 4, j = s % 4;
+		__m256i v = _mm256_and_si256(
+			_mm256_srli_epi16(LOAD256(p + (three ? 32 : 16) + 32 * h),
+					  2 * j),
+			_mm256_set1_epi8(3));
+		if (three)
+			v = _mm256_or_si256(
+				v, _mm256_and_si256(
+					   bit_set(LOAD256(p),
+						   _mm256_set1_epi8((char)(1 << s))),
+					   _mm256_set1_epi8(4)));
+		return v;
+	}
+	}
+}
+
+/* The codes of a chunk into w->u (elements: a multiple of 32, at most
+ * QDOT_CHUNK, whole super-blocks for the 256-element types; bb: the
+ * type's block bytes); zero past the elements. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+qdot_codes_simd(strata_block_type t, const unsigned char *p,
+		uint32_t elements, uint32_t bb, strata__qw *w)
+{
+	for (int s = 0; s < 8; s++)
+		STORE256(w->u + 32 * s, (uint32_t)s < elements / 32
+						? code_slot(t, p, bb, s)
+						: _mm256_setzero_si256());
 }
 
 /* ------------------------------------------------------------------------ */
@@ -210,33 +166,89 @@ QDOT_TARGET static inline void store_twice(float *p, __m256 v)
 QDOT_TARGET static inline __m256 halves(const unsigned char *p, uint32_t nb,
 					uint32_t bb, uint32_t at)
 {
-	uint16_t h[8] = {0};
-	for (uint32_t b = 0; b < nb; b++)
-		memcpy(&h[b], p + b * bb + at, 2);
-	return _mm256_cvtph_ps(LOAD128(h));
+	short h[8]; /* inserted as words, not stored and reloaded whole */
+	for (uint32_t b = 0; b < 8; b++) {
+		uint16_t v = 0;
+		if (b < nb)
+			memcpy(&v, p + b * bb + at, 2);
+		h[b] = (short)v;
+	}
+	return _mm256_cvtph_ps(
+		_mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]));
 }
 
-/* Q4_K / Q5_K: eight 6-bit scales and mins from 12 bytes, four at a time
- * in 32-bit words (the layout of q4k_scale_min in qdot.c: words 0 and 1
- * hold scales and mins 0-3; word 2 the low nibbles of 4-7, whose high
- * bits are the top bits of words 0 and 1). */
+/* The f16 at p as a float. */
+QDOT_TARGET static inline float half_at(const unsigned char *p)
+{
+	return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+}
+
+/* Q4_K / Q5_K: the eight 6-bit scales (bytes 0-7) and mins (8-15) of the
+ * 12 bytes at s, in group order, four at a time in 32-bit words (the
+ * layout of q4k_scale_min in qdot.c: words 0 and 1 hold scales and mins
+ * 0-3; word 2 the low nibbles of 4-7, whose high bits are the top bits of
+ * words 0 and 1). */
+QDOT_TARGET static inline __m128i q45k_scales(const unsigned char *s)
+{
+	uint32_t w[3];
+	memcpy(w, s, 12);
+	return _mm_setr_epi32(
+		(int)(w[0] & 0x3f3f3f3fu),
+		(int)((w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u)),
+		(int)(w[1] & 0x3f3f3f3fu),
+		(int)(((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u)));
+}
+
+/* Q3_K: the sixteen signed scales of the 12 bytes at s (q3k_scale in
+ * qdot.c): scale i has the nibble i / 8 of byte i % 8 and, above it, bits
+ * 2 (i / 4) of byte 8 + i % 4, less 32. */
+QDOT_TARGET static inline __m128i q3k_scales(const unsigned char *s)
+{
+	uint64_t l;
+	uint32_t h;
+	memcpy(&l, s, 8);
+	memcpy(&h, s + 8, 4);
+	const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+	const uint32_t m2 = 0x03030303u;
+	uint64_t ha = (h & m2) | (uint64_t)((h >> 2) & m2) << 32;
+	uint64_t hb = ((h >> 4) & m2) | (uint64_t)((h >> 6) & m2) << 32;
+	__m128i v = _mm_set_epi64x((long long)(((l >> 4) & m4) | hb << 4),
+				   (long long)((l & m4) | ha << 4));
+	return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+/* IQ4_XS: the eight signed scales of the super-block at b as int32 lanes
+ * (factors256 in qdot.c): the nibble ib of bytes 4-7 and, above it, bits
+ * 2 ib of the u16 at 2, less 32. */
+QDOT_TARGET static inline __m256i iq4xs_scales(const unsigned char *b)
+{
+	uint32_t lo;
+	memcpy(&lo, b + 4, 4);
+	const __m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i nib = _mm256_and_si256(
+		_mm256_srlv_epi32(_mm256_set1_epi32((int)lo),
+				  _mm256_slli_epi32(at, 2)),
+		_mm256_set1_epi32(15));
+	__m256i hi = _mm256_and_si256(
+		_mm256_srlv_epi32(_mm256_set1_epi32(b[2] | b[3] << 8),
+				  _mm256_slli_epi32(at, 1)),
+		_mm256_set1_epi32(3));
+	return _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(hi, 4)),
+				_mm256_set1_epi32(32));
+}
+
+/* Q4_K / Q5_K's factors into w, slot order. */
 QDOT_TARGET static inline void factors_q45k(const unsigned char *b,
 					    strata__qw *w)
 {
-	uint32_t s[3], sc[2], m[2];
-	memcpy(s, b + 4, 12);
-	sc[0] = s[0] & 0x3f3f3f3fu;
-	m[0] = s[1] & 0x3f3f3f3fu;
-	sc[1] = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
-	m[1] = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+	__m128i sm = q45k_scales(b + 4);
 	/* slots 0 2 1 3 4 6 5 7, each factor for two 16s */
 	const __m256i slots = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);
-	__m256 d = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[0] | b[1] << 8)));
-	__m256 dm = _mm256_set1_ps(_cvtsh_ss((unsigned short)(b[2] | b[3] << 8)));
-	__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-		_mm_loadl_epi64((const __m128i *)sc)));
-	__m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-		_mm_loadl_epi64((const __m128i *)m)));
+	__m256 d = _mm256_set1_ps(half_at(b));
+	__m256 dm = _mm256_set1_ps(half_at(b + 2));
+	__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+	__m256 fm = _mm256_cvtepi32_ps(
+		_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(sm, sm)));
 	store_twice(w->ws, _mm256_permutevar8x32_ps(_mm256_mul_ps(d, fs), slots));
 	__m256 mins = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(dm, fm));
 	store_twice(w->mw, _mm256_permutevar8x32_ps(mins, slots));
@@ -293,6 +305,24 @@ qdot_factors_simd(strata_block_type t,
 		}
 		return;
 	}
+	case STRATA_BLOCK_Q3_K: {
+		__m256 d = _mm256_set1_ps(half_at(p + 108));
+		__m128i sc = q3k_scales(p + 96);
+		_mm256_storeu_ps(w->ws, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+							      _mm256_cvtepi8_epi32(sc))));
+		_mm256_storeu_ps(w->ws + 8,
+				 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+							  _mm_unpackhi_epi64(sc, sc)))));
+		_mm256_storeu_ps(w->mw, zero);
+		_mm256_storeu_ps(w->mw + 8, zero);
+		return;
+	}
+	case STRATA_BLOCK_IQ4_XS:
+		store_twice(w->ws, _mm256_mul_ps(_mm256_set1_ps(half_at(p)),
+						 _mm256_cvtepi32_ps(iq4xs_scales(p))));
+		_mm256_storeu_ps(w->mw, zero);
+		_mm256_storeu_ps(w->mw + 8, zero);
+		return;
 	default:
 		strata__qdot_factors(t, p, elements, w);
 		return;
