@@ -1,13 +1,15 @@
 /* qdot_avx2.c - the activation-quantized decode product with AVX2: each 32
  * codes times 32 signed 8-bit x by vpmaddubsw (pairs into int16) and
- * vpmaddwd (into 8 int32 lanes of four elements), scaled lane by lane as
- * qdot_vnni.c does (layer: backend).
+ * vpmaddwd (into 8 int32 lanes of four elements), the lanes of four slots
+ * summed in integers to their 8 run sums before the factors, as
+ * qdot_vnni.c does with 16 (layer: backend).
  *
  * vpmaddubsw saturates its int16 pair sums: codes up to 63 against |x| <=
  * 127 stay below 2^15 (16002), but the biased signed types (offset 128:
  * Q8_0, IQ4) would not, so those multiply |w| by x carrying w's sign
- * (vpsign), at most 2 * 128 * 127 = 32512. Same integers as
- * strata__qdot_rows_c, f32 sums in lane order. */
+ * (vpsign), at most 2 * 128 * 127 = 32512; the other offsets are taken
+ * out in the integers. Same integers as strata__qdot_rows_c, f32 sums in
+ * their own order. */
 #include "backend/cpu/kernels_internal.h"
 
 #if defined(__x86_64__)
@@ -62,73 +64,154 @@ QDOT_TARGET void strata__qdot_quantize16_avx2(const float *x, int8_t *q,
 	*s = dx * (float)_mm_cvtsi128_si32(s4);
 }
 
-typedef struct xrow {
-	const int8_t *q;
-	const float *d, *s;
-} xrow;
+/* ------------------------------------------------------------------------ */
+/* The reduce4 order                                                        */
+/* ------------------------------------------------------------------------ */
 
-/* The 8 int32 lanes of 32 codes u (offset off) times 32 x bytes, exact
- * signed sums (code - off) * x of each four; corr: off times x's four-byte
- * sums (unused at 0 and 128). */
-QDOT_TARGET static inline __m256i dot32(__m256i u, __m256i x, __m256i corr,
-					int off)
+/* Lane 4 b + i of reduce4's result: the sum of lane block b of d[i]; for
+ * slots h4 .. h4 + 3 (h = 0, 1) that is run 8 h + 2 i + b of the chunk. */
+QDOT_TARGET static inline __m256i reduce4(const __m256i d[4])
+{
+	__m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(d[0], d[1]),
+				     _mm256_unpackhi_epi32(d[0], d[1]));
+	__m256i b = _mm256_add_epi32(_mm256_unpacklo_epi32(d[2], d[3]),
+				     _mm256_unpackhi_epi32(d[2], d[3]));
+	return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b),
+				_mm256_unpackhi_epi64(a, b));
+}
+
+/* 8 values of runs 8 h .. 8 h + 7 in slot order, in reduce4's order. */
+QDOT_TARGET static inline __m256 order16(__m256 v)
+{
+	return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3,
+							     5, 7));
+}
+
+/* The factors of the 32-element groups in group order (one for both of a
+ * group's runs), in reduce4's order for half h: run 8 h + 2 i + b is in
+ * slot 4 h + i, which holds group order[4 h + i] (Q4_K and Q5_K: 0 2 1 3
+ * 4 6 5 7). */
+QDOT_TARGET static inline void order8(__m256 v, bool q45k, __m256 o[2])
+{
+	o[0] = _mm256_permutevar8x32_ps(
+		v, q45k ? _mm256_setr_epi32(0, 2, 1, 3, 0, 2, 1, 3)
+			: _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3));
+	o[1] = _mm256_permutevar8x32_ps(
+		v, q45k ? _mm256_setr_epi32(4, 6, 5, 7, 4, 6, 5, 7)
+			: _mm256_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7));
+}
+
+/* 16 signed bytes times f, as 16 factors in reduce4's order. */
+QDOT_TARGET static inline void order16_i8(__m128i v, float f, __m256 o[2])
+{
+	__m256 fv = _mm256_set1_ps(f);
+	o[0] = order16(_mm256_mul_ps(fv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+	o[1] = order16(_mm256_mul_ps(
+		fv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)))));
+}
+
+/* The chunk's factors (ws) and min terms (mw) in reduce4's order; *mins
+ * false where the type has none. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+factors8(strata_block_type t, const unsigned char *p, uint32_t bb, __m256 ws[2],
+	 __m256 mw[2], bool *mins)
+{
+	*mins = false;
+	mw[0] = mw[1] = _mm256_setzero_ps();
+	switch (t) {
+	case STRATA_BLOCK_Q4_1: case STRATA_BLOCK_Q5_1:
+		*mins = true;
+		order8(halves(p, bb, 2), false, mw);
+		/* fall through */
+	case STRATA_BLOCK_Q8_0: case STRATA_BLOCK_Q4_0: case STRATA_BLOCK_Q5_0:
+	case STRATA_BLOCK_IQ4_NL:
+		order8(halves(p, bb, 0), false, ws);
+		return;
+	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K: {
+		__m128i sm = q45k_scales(p + 4);
+		__m256 d = _mm256_set1_ps(half_at(p)),
+		       dm = _mm256_set1_ps(-half_at(p + 2));
+		order8(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm))),
+		       true, ws);
+		order8(_mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+						 _mm_unpackhi_epi64(sm, sm)))),
+		       true, mw);
+		*mins = true;
+		return;
+	}
+	case STRATA_BLOCK_IQ4_XS:
+		order8(_mm256_mul_ps(_mm256_set1_ps(half_at(p)),
+				     _mm256_cvtepi32_ps(iq4xs_scales(p))),
+		       false, ws);
+		return;
+	case STRATA_BLOCK_Q6_K:
+		order16_i8(LOAD128(p + 192), half_at(p + 208), ws);
+		return;
+	case STRATA_BLOCK_Q3_K:
+		order16_i8(q3k_scales(p + 96), half_at(p + 108), ws);
+		return;
+	default: { /* Q2_K: scale in the low nibble, min in the high */
+		__m256 d = _mm256_set1_ps(half_at(p + 80)),
+		       dm = _mm256_set1_ps(-half_at(p + 82));
+		for (int h = 0; h < 2; h++) {
+			__m256i v = _mm256_cvtepu8_epi32(
+				_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
+			ws[h] = order16(_mm256_mul_ps(
+				d, _mm256_cvtepi32_ps(_mm256_and_si256(
+					   v, _mm256_set1_epi32(15)))));
+			mw[h] = order16(_mm256_mul_ps(
+				dm, _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))));
+		}
+		*mins = true;
+		return;
+	}
+	}
+}
+
+/* The 8 int32 lanes of 32 codes u times 32 x bytes, sums of each four: of
+ * (u - 128) x at offset 128 (w's sign moved onto x), else of u x (the
+ * offset is taken out after reduce4). */
+QDOT_TARGET static inline __m256i dot32(__m256i u, __m256i x, int off)
 {
 	const __m256i ones = _mm256_set1_epi16(1);
 	if (off == 128) {
 		__m256i s = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
-		__m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(s),
-						 _mm256_sign_epi8(x, s));
-		return _mm256_madd_epi16(p, ones);
+		return _mm256_madd_epi16(
+			_mm256_maddubs_epi16(_mm256_abs_epi8(s),
+					     _mm256_sign_epi8(x, s)),
+			ones);
 	}
-	__m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
-	return off ? _mm256_sub_epi32(d, corr) : d;
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
-chunk_avx2(const strata__qw *w, const xrow *x, int R, int C, int off,
-	   __m256 acc[QDOT_W][3], __m256 mins[QDOT_W][3])
+/* ------------------------------------------------------------------------ */
+/* The pieces qdot_rows.h puts together                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef __m256 qacc;
+
+/* A chunk of one row of x: its codes, and per half (slots 0-3, 4-7) its
+ * factors, min sums and offset sums in reduce4's order. */
+typedef struct xchunk {
+	const int8_t *q;
+	__m256 d[2], s[2];
+	__m256i off[2];
+} xchunk;
+
+/* A chunk of one weight row: the codes of each slot, factors and min
+ * terms in reduce4's order (mins: whether it has them). */
+typedef struct wchunk {
+	__m256i c[8];
+	__m256 ws[2], mw[2];
+	bool mins;
+} wchunk;
+
+QDOT_TARGET static inline qacc acc_zero(void)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
-	const __m256i offv = _mm256_set1_epi8((char)off);
-	for (int g = 0; g < 8; g++) {
-		__m256i xv[3], corr[3];
-		__m256 dv[3];
-		for (int c = 0; c < C; c++) {
-			xv[c] = LOAD256(x[c].q + 32 * g);
-			corr[c] = _mm256_setzero_si256();
-			if (off && off != 128)
-				corr[c] = _mm256_madd_epi16(
-					_mm256_maddubs_epi16(offv, xv[c]), ones);
-			dv[c] = _mm256_set_m128(
-				_mm_broadcast_ss(x[c].d + 2 * g + 1),
-				_mm_broadcast_ss(x[c].d + 2 * g));
-		}
-		for (int r = 0; r < R; r++) {
-			__m256i u = _mm256_load_si256(
-				(const __m256i *)(w[r].u + 32 * g));
-			__m256 wl = _mm256_set_m128(
-				_mm_broadcast_ss(w[r].ws + 2 * g + 1),
-				_mm_broadcast_ss(w[r].ws + 2 * g));
-			for (int c = 0; c < C; c++)
-				acc[r][c] = _mm256_fmadd_ps(
-					_mm256_cvtepi32_ps(
-						dot32(u, xv[c], corr[c], off)),
-					_mm256_mul_ps(wl, dv[c]), acc[r][c]);
-		}
-	}
-	for (int r = 0; r < R; r++) {
-		__m256 m0 = _mm256_loadu_ps(w[r].mw),
-		       m1 = _mm256_loadu_ps(w[r].mw + 8);
-		for (int c = 0; c < C; c++) {
-			mins[r][c] = _mm256_fmadd_ps(
-				m0, _mm256_loadu_ps(x[c].s), mins[r][c]);
-			mins[r][c] = _mm256_fmadd_ps(
-				m1, _mm256_loadu_ps(x[c].s + 8), mins[r][c]);
-		}
-	}
+	return _mm256_setzero_ps();
 }
 
-QDOT_TARGET static inline float hsum(__m256 v)
+QDOT_TARGET static inline float acc_sum(qacc v)
 {
 	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
 			      _mm256_extractf128_ps(v, 1));
@@ -138,87 +221,54 @@ QDOT_TARGET static inline float hsum(__m256 v)
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-rows_avx2(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C,
-	  strata__qw w[QDOT_W])
+x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, xchunk *x)
 {
-	__m256 acc[QDOT_W][3], mins[QDOT_W][3];
-	const unsigned char *w0 = j->w + (uint64_t)o * j->row_bytes;
-	const uint32_t g = j->x.groups;
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++)
-			acc[r][c] = mins[r][c] = _mm256_setzero_ps();
-	for (uint32_t k = 0, ch = 0; k < j->in; k += QDOT_CHUNK, ch++) {
-		uint32_t m = j->in - k < QDOT_CHUNK ? j->in - k : QDOT_CHUNK;
-		uint64_t at = (uint64_t)ch * j->chunk_bytes;
-		for (int r = 0; r < R; r++) {
-			const unsigned char *p = w0 + r * j->row_bytes + at;
-			if (j->prefetch)
-				for (uint32_t b = 0; b < j->chunk_bytes; b += 64)
-					__builtin_prefetch(p + j->prefetch + b,
-							   0, 3);
-			qdot_codes_simd(j->type, p, m, j->block_bytes, &w[r]);
-			qdot_factors_simd(j->type, p, m, j->block_bytes,
-					  &w[r]);
+	uint64_t gi = (uint64_t)c * j->x.groups + 8u * ch;
+	x->q = j->x.q + gi * 32;
+	const __m256i offv = _mm256_set1_epi8((char)off),
+		      ones = _mm256_set1_epi16(1);
+	for (int h = 0; h < 2; h++) {
+		x->d[h] = order16(_mm256_loadu_ps(j->x.d + 2 * gi + 8 * h));
+		x->s[h] = order16(_mm256_loadu_ps(j->x.s + 2 * gi + 8 * h));
+		x->off[h] = _mm256_setzero_si256();
+		if (off && off != 128) {
+			__m256i d[4];
+			for (int i = 0; i < 4; i++)
+				d[i] = _mm256_madd_epi16(
+					_mm256_maddubs_epi16(
+						offv, LOAD256(x->q + 128 * h + 32 * i)),
+					ones);
+			x->off[h] = reduce4(d);
 		}
-		xrow x[3];
-		for (int c = 0; c < C; c++) {
-			uint64_t gi = (uint64_t)(c0 + c) * g + 8u * ch;
-			x[c] = (xrow){j->x.q + gi * 32, j->x.d + 2 * gi,
-				      j->x.s + 2 * gi};
-		}
-		chunk_avx2(w, x, R, C, j->off, acc, mins);
 	}
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++) {
-			float s = hsum(_mm256_add_ps(acc[r][c], mins[r][c]));
-			if (j->bias)
-				s += j->bias[o + r];
-			j->y[(uint64_t)(c0 + c) * j->out + o + r] = s;
-		}
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-group_avx2(const strata__qjob *j, uint32_t o, int R, strata__qw w[QDOT_W])
+w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, wchunk *w)
 {
-	uint32_t c0 = 0;
-	for (; c0 + 3 <= j->n; c0 += 3)
-		rows_avx2(j, o, R, c0, 3, w);
-	if (j->n - c0 == 2)
-		rows_avx2(j, o, R, c0, 2, w);
-	else if (j->n - c0 == 1)
-		rows_avx2(j, o, R, c0, 1, w);
+	for (int s = 0; s < 8; s++)
+		w->c[s] = code_slot(t, p, bb, s);
+	factors8(t, p, bb, w->ws, w->mw, &w->mins);
 }
 
-/* One copy of the loops per type (t a constant in each), so the codes'
- * and factors' unpacking is inlined without a switch per chunk. */
 QDOT_TARGET static inline __attribute__((always_inline)) void
-rows_typed(const strata__qjob *j, uint32_t o0, uint32_t o1, strata_block_type t)
+chunk_row(const wchunk *w, const xchunk *x, int off, qacc *acc)
 {
-	strata__qjob jt = *j;
-	jt.type = t;
-	strata__qw w[QDOT_W];
-	uint32_t o = o0;
-	for (; o + QDOT_W <= o1; o += QDOT_W)
-		group_avx2(&jt, o, QDOT_W, w);
-	for (; o < o1; o++)
-		group_avx2(&jt, o, 1, w);
-}
-
-#define ROWS_CASE(T)                                                           \
-	case STRATA_BLOCK_##T:                                                 \
-		rows_typed(j, o0, o1, STRATA_BLOCK_##T);                       \
-		return;
-
-QDOT_TARGET void strata__qdot_rows_avx2(const strata__qjob *j, uint32_t o0,
-					uint32_t o1)
-{
-	switch (j->type) {
-	ROWS_CASE(Q8_0) ROWS_CASE(Q4_0) ROWS_CASE(Q4_1) ROWS_CASE(Q5_0)
-	ROWS_CASE(Q5_1) ROWS_CASE(IQ4_NL) ROWS_CASE(Q2_K) ROWS_CASE(Q3_K)
-	ROWS_CASE(Q4_K) ROWS_CASE(Q5_K) ROWS_CASE(Q6_K) ROWS_CASE(IQ4_XS)
-	default:
-		strata__qdot_rows_c(j, o0, o1);
-		return;
+	for (int h = 0; h < 2; h++) {
+		__m256i d[4];
+		for (int i = 0; i < 4; i++)
+			d[i] = dot32(w->c[4 * h + i],
+				     LOAD256(x->q + 128 * h + 32 * i), off);
+		__m256i sums = reduce4(d);
+		if (off && off != 128)
+			sums = _mm256_sub_epi32(sums, x->off[h]);
+		*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
+				       _mm256_mul_ps(w->ws[h], x->d[h]), *acc);
+		if (w->mins)
+			*acc = _mm256_fmadd_ps(w->mw[h], x->s[h], *acc);
 	}
 }
+
+#define QDOT_ROWS strata__qdot_rows_avx2
+#include "backend/cpu/qdot_rows.h"
 #endif

@@ -1,9 +1,11 @@
-/* qdot_codes.h - a chunk's codes unpacked with AVX2 byte instructions, in
- * the slot order of qdot.h, the bytes strata__qdot_codes gives, and its
- * factors with F16C, the floats strata__qdot_factors gives: included
- * by qdot_avx2.c and qdot_vnni.c, each defining QDOT_TARGET (its
- * __attribute__((target))) first (layer: backend). The types without an
- * unpacking here go to the portable one. */
+/* qdot_codes.h - what the SIMD decode kernels read from the stored blocks:
+ * a chunk's codes, slot by slot, unpacked with AVX2 byte instructions into
+ * the registers the dot products take (the bytes strata__qdot_codes
+ * gives, in the slot order of qdot.h), and the integer scales and f16
+ * factors behind strata__qdot_factors' floats; included by qdot_avx2.c
+ * and qdot_vnni.c, each defining QDOT_TARGET (its
+ * __attribute__((target))) first, which put the factors in the order
+ * their sums come in (layer: backend). */
 #ifndef STRATA_BACKEND_CPU_QDOT_CODES_H
 #define STRATA_BACKEND_CPU_QDOT_CODES_H
 
@@ -134,43 +136,18 @@ code_slot(strata_block_type t, const unsigned char *p, uint32_t bb, int s)
 	}
 }
 
-/* The codes of a chunk into w->u (elements: a multiple of 32, at most
- * QDOT_CHUNK, whole super-blocks for the 256-element types; bb: the
- * type's block bytes); zero past the elements. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
-qdot_codes_simd(strata_block_type t, const unsigned char *p,
-		uint32_t elements, uint32_t bb, strata__qw *w)
-{
-	for (int s = 0; s < 8; s++)
-		STORE256(w->u + 32 * s, (uint32_t)s < elements / 32
-						? code_slot(t, p, bb, s)
-						: _mm256_setzero_si256());
-}
-
 /* ------------------------------------------------------------------------ */
 /* Factors                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* v's 8 floats each twice, in v's order: 16 floats at p. */
-QDOT_TARGET static inline void store_twice(float *p, __m256 v)
-{
-	_mm256_storeu_ps(p, _mm256_permutevar8x32_ps(
-				    v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
-	_mm256_storeu_ps(p + 8,
-			 _mm256_permutevar8x32_ps(
-				 v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
-}
-
-/* The f16 at byte `at` of each of nb (<= 8) blocks of bb bytes, as floats
- * (0 past nb). */
-QDOT_TARGET static inline __m256 halves(const unsigned char *p, uint32_t nb,
-					uint32_t bb, uint32_t at)
+/* The f16 at byte `at` of each of 8 blocks of bb bytes, as floats. */
+QDOT_TARGET static inline __m256 halves(const unsigned char *p, uint32_t bb,
+					uint32_t at)
 {
 	short h[8]; /* inserted as words, not stored and reloaded whole */
 	for (uint32_t b = 0; b < 8; b++) {
-		uint16_t v = 0;
-		if (b < nb)
-			memcpy(&v, p + b * bb + at, 2);
+		uint16_t v;
+		memcpy(&v, p + b * bb + at, 2);
 		h[b] = (short)v;
 	}
 	return _mm256_cvtph_ps(
@@ -235,98 +212,6 @@ QDOT_TARGET static inline __m256i iq4xs_scales(const unsigned char *b)
 		_mm256_set1_epi32(3));
 	return _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(hi, 4)),
 				_mm256_set1_epi32(32));
-}
-
-/* Q4_K / Q5_K's factors into w, slot order. */
-QDOT_TARGET static inline void factors_q45k(const unsigned char *b,
-					    strata__qw *w)
-{
-	__m128i sm = q45k_scales(b + 4);
-	/* slots 0 2 1 3 4 6 5 7, each factor for two 16s */
-	const __m256i slots = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);
-	__m256 d = _mm256_set1_ps(half_at(b));
-	__m256 dm = _mm256_set1_ps(half_at(b + 2));
-	__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
-	__m256 fm = _mm256_cvtepi32_ps(
-		_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(sm, sm)));
-	store_twice(w->ws, _mm256_permutevar8x32_ps(_mm256_mul_ps(d, fs), slots));
-	__m256 mins = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(dm, fm));
-	store_twice(w->mw, _mm256_permutevar8x32_ps(mins, slots));
-}
-
-/* The factors of a chunk; the types not here go to the portable one. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
-qdot_factors_simd(strata_block_type t,
-						 const unsigned char *p,
-						 uint32_t elements, uint32_t bb,
-						 strata__qw *w)
-{
-	const __m256 zero = _mm256_setzero_ps();
-	switch (t) {
-	case STRATA_BLOCK_Q8_0: case STRATA_BLOCK_Q4_0: case STRATA_BLOCK_Q5_0:
-	case STRATA_BLOCK_IQ4_NL:
-		store_twice(w->ws, halves(p, elements / 32, bb, 0));
-		_mm256_storeu_ps(w->mw, zero);
-		_mm256_storeu_ps(w->mw + 8, zero);
-		return;
-	case STRATA_BLOCK_Q4_1: case STRATA_BLOCK_Q5_1:
-		store_twice(w->ws, halves(p, elements / 32, bb, 0));
-		store_twice(w->mw, halves(p, elements / 32, bb, 2));
-		return;
-	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K:
-		factors_q45k(p, w);
-		return;
-	case STRATA_BLOCK_Q6_K: {
-		__m256 d = _mm256_set1_ps(
-			_cvtsh_ss((unsigned short)(p[208] | p[209] << 8)));
-		for (int h = 0; h < 2; h++)
-			_mm256_storeu_ps(
-				w->ws + 8 * h,
-				_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-							 _mm_loadl_epi64((const __m128i *)(p + 192 + 8 * h))))));
-		_mm256_storeu_ps(w->mw, zero);
-		_mm256_storeu_ps(w->mw + 8, zero);
-		return;
-	}
-	case STRATA_BLOCK_Q2_K: {
-		__m256 d = _mm256_set1_ps(
-			_cvtsh_ss((unsigned short)(p[80] | p[81] << 8)));
-		__m256 dm = _mm256_set1_ps(
-			_cvtsh_ss((unsigned short)(p[82] | p[83] << 8)));
-		for (int h = 0; h < 2; h++) {
-			__m256i v = _mm256_cvtepu8_epi32(
-				_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
-			__m256 sc = _mm256_cvtepi32_ps(
-				_mm256_and_si256(v, _mm256_set1_epi32(15)));
-			__m256 m = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-			_mm256_storeu_ps(w->ws + 8 * h, _mm256_mul_ps(d, sc));
-			_mm256_storeu_ps(w->mw + 8 * h,
-					 _mm256_sub_ps(zero, _mm256_mul_ps(dm, m)));
-		}
-		return;
-	}
-	case STRATA_BLOCK_Q3_K: {
-		__m256 d = _mm256_set1_ps(half_at(p + 108));
-		__m128i sc = q3k_scales(p + 96);
-		_mm256_storeu_ps(w->ws, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
-							      _mm256_cvtepi8_epi32(sc))));
-		_mm256_storeu_ps(w->ws + 8,
-				 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-							  _mm_unpackhi_epi64(sc, sc)))));
-		_mm256_storeu_ps(w->mw, zero);
-		_mm256_storeu_ps(w->mw + 8, zero);
-		return;
-	}
-	case STRATA_BLOCK_IQ4_XS:
-		store_twice(w->ws, _mm256_mul_ps(_mm256_set1_ps(half_at(p)),
-						 _mm256_cvtepi32_ps(iq4xs_scales(p))));
-		_mm256_storeu_ps(w->mw, zero);
-		_mm256_storeu_ps(w->mw + 8, zero);
-		return;
-	default:
-		strata__qdot_factors(t, p, elements, w);
-		return;
-	}
 }
 
 #endif
