@@ -32,6 +32,19 @@ QDOT_TARGET static inline __m256i bit_set(__m256i h, __m256i bits)
 	return _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
 }
 
+/* Bit `from` of each byte of h moved to bit `to` of it, the other bits 0
+ * (from and to constants: one shift of the 16-bit lanes, one mask, which
+ * leaves out the bits a shift moves across a byte). */
+QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+bit_to(__m256i h, int from, int to)
+{
+	if (to > from)
+		h = _mm256_slli_epi16(h, to - from);
+	else if (from > to)
+		h = _mm256_srli_epi16(h, from - to);
+	return _mm256_and_si256(h, _mm256_set1_epi8((char)(1 << to)));
+}
+
 /* The 32 bits of the little-endian word at p spread one per byte (bit i
  * of the word in byte i: 0 or 0xff). */
 QDOT_TARGET static inline __m256i bits32(const unsigned char *p)
@@ -91,11 +104,7 @@ code_slot(strata_block_type t, const unsigned char *p, uint32_t bb, int s)
 			v = _mm256_srli_epi16(v, 4);
 		v = _mm256_and_si256(v, m4);
 		if (five)
-			v = _mm256_or_si256(
-				v, _mm256_and_si256(
-					   bit_set(LOAD256(p + 16),
-						   _mm256_set1_epi8((char)(1 << g))),
-					   k16));
+			v = _mm256_or_si256(v, bit_to(LOAD256(p + 16), g, 4));
 		return v;
 	}
 	case STRATA_BLOCK_Q6_K: {
@@ -126,11 +135,7 @@ code_slot(strata_block_type t, const unsigned char *p, uint32_t bb, int s)
 					  2 * j),
 			_mm256_set1_epi8(3));
 		if (three)
-			v = _mm256_or_si256(
-				v, _mm256_and_si256(
-					   bit_set(LOAD256(p),
-						   _mm256_set1_epi8((char)(1 << s))),
-					   _mm256_set1_epi8(4)));
+			v = _mm256_or_si256(v, bit_to(LOAD256(p), s, 2));
 		return v;
 	}
 	}
