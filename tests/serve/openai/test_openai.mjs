@@ -104,6 +104,12 @@ equal(status, 401, "a wrong key is 401");
 const ex = await stopServer(srv);
 equal(ex.code, 0, "SIGTERM exits 0");
 
+// --precision is the loaded model's, shown in /v1/models
+const exact = await startServer(["--precision", "exact"]);
+const em = await (await fetch(exact.base + "/v1/models")).json();
+equal(em.data.map(m => m.precision), ["exact"], "model precision (--precision exact)");
+equal((await stopServer(exact)).code, 0, "SIGTERM exits 0 (exact)");
+
 // --chat-template overrides: Phi-3.5's template, which writes no BOS
 const phi = await startServer(["--chat-template", TEMPLATE]);
 const pc = new OpenAI({ baseURL: phi.base + "/v1", apiKey: "none", maxRetries: 0 });
