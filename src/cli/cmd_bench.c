@@ -44,6 +44,7 @@ typedef struct bench_test {
 /* What the table's first columns say about the model and its run. */
 typedef struct bench_model {
 	char name[160], size[32], params[32], backend[16], residency[64];
+	const char *precision; /* --precision, as the contexts were made */
 	uint64_t bytes, elements;
 } bench_model;
 
@@ -209,6 +210,7 @@ static strata_status describe(const char *model, const strata_session *s,
 		 r->plan.device == STRATA_PLAN_DEVICE_CUDA ? "CUDA" : "CPU");
 	const strata_plan_candidate *c =
 		strata_plan_selected(strata_session_plan(s));
+	m->precision = strata_precision_name(r->precision);
 	snprintf(m->residency, sizeof m->residency, "%s", "?");
 	if (c)
 		strata_plan_candidate_name(c, m->residency, sizeof m->residency);
@@ -335,6 +337,7 @@ static strata_status print_json(const bench_model *m, const bench_test *t,
 		strata_json_kv_u64(&j, "model_n_params", m->elements);
 		strata_json_kv_string(&j, "backend", m->backend);
 		strata_json_kv_string(&j, "residency", m->residency);
+		strata_json_kv_string(&j, "precision", m->precision);
 		strata_json_kv_string(&j, "test", name);
 		strata_json_kv_u64(&j, "n_prompt", t[i].prompt ? t[i].tokens : 0);
 		strata_json_kv_u64(&j, "n_gen", t[i].prompt ? 0 : t[i].tokens);

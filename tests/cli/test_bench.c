@@ -145,6 +145,9 @@ static void test_bench_json_matches_table(void **state)
 		assert_string_equal(
 			json_string_value(json_object_get(o, "backend")),
 			t.cell[2 + i][3]);
+		assert_string_equal(
+			json_string_value(json_object_get(o, "precision")),
+			"fast"); /* the default */
 		/* the table's size and parameter count are these, rounded */
 		char size[32], params[32];
 		snprintf(size, sizeof size, "%.2f KiB",
