@@ -531,7 +531,10 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
 	X(CPU_FLOPS, cpu_flops, "cpu_flops")                                   \
 	X(CPU_LAUNCH, cpu_launch_seconds, "cpu_launch_seconds")                \
 	X(DEVICE_LAUNCH, device_launch_seconds, "device_launch_seconds")       \
-	X(CROSSING, crossing_seconds, "crossing_seconds")
+	X(CROSSING, crossing_seconds, "crossing_seconds")                      \
+	X(H2D_SHARED, h2d_shared_bandwidth, "h2d_shared_bytes_per_second")     \
+	X(HOST_MEMORY_SHARED, host_memory_shared_bandwidth,                    \
+	  "host_memory_shared_bytes_per_second")
 
 typedef enum strata_plan_rate {
 #define STRATA_PLAN_RATE_ENUM(name, field, json) STRATA_PLAN_RATE_##name,
@@ -619,6 +622,9 @@ typedef struct strata_plan_options {
 	double h2d_bandwidth, disk_bandwidth, memory_bandwidth; /* bytes/s */
 	double d2h_bandwidth;	      /* device to host, bytes/s */
 	double host_memory_bandwidth; /* the CPU reading host memory, bytes/s */
+	/* the link and the CPU's reads while both run (cost.c): default the
+	 * rates alone */
+	double h2d_shared_bandwidth, host_memory_shared_bandwidth;
 	double device_flops, cpu_flops; /* dense products, operations/s */
 	/* fixed costs, seconds (STRATA_PLAN_DEFAULT_*_S) */
 	double cpu_launch_seconds, device_launch_seconds, crossing_seconds;
@@ -956,6 +962,9 @@ typedef struct strata_plan_device_rates {
 	strata_plan_type_rate types[STRATA_BLOCK_COUNT];
 	double launch_seconds;	 /* a tiny kernel, queued back to back */
 	double crossing_seconds; /* a residual row up, down, and the wait */
+	/* the link and the CPU's GEMV over host memory while both run: one
+	 * host memory feeds them (0: not measured) */
+	double h2d_shared, host_memory_shared;
 } strata_plan_device_rates;
 
 /* What `strata calibrate` measured (0: not measured). A file of an

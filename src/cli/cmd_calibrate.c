@@ -153,6 +153,13 @@ static void summary(const char *path, const strata_plan_rates *r)
 		       d->name, d->h2d / 1e9, d->d2h / 1e9, d->memory / 1e9,
 		       d->flops / 1e12, d->launch_seconds * 1e6,
 		       d->crossing_seconds * 1e6);
+		if (d->h2d_shared > 0)
+			printf("%s: with the CPU reading host memory, host to "
+			       "device %.2f GB/s and the CPU %.2f GB/s "
+			       "(%.2f together)\n",
+			       d->name, d->h2d_shared / 1e9,
+			       d->host_memory_shared / 1e9,
+			       (d->h2d_shared + d->host_memory_shared) / 1e9);
 		type_lines(d->name, d->types, NULL, r->gemm_rows);
 	}
 	if (!r->device_count)

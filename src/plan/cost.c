@@ -13,10 +13,11 @@
  * CPU's reads and the link's copies come out of one host memory: on the
  * GPU machine a pinned copy beside a 16-thread CPU decode ran at 49 GB/s
  * (54 alone) and the decode at 64 GB/s (79 alone), 113 GB/s together
- * against the 110 GB/s strata calibrate reads through the CPU kernels, so
- * the pass is also at least everything both read over that rate (or over
- * the link's, where the CPU's rate is below it: the copies alone show the
- * memory gives at least that). */
+ * against 110 GB/s through the CPU kernels alone. So where both run in a
+ * pass they run at the rates strata calibrate measures them at together
+ * (h2d_shared, host_memory_shared), and the pass is at least everything
+ * both read over the most host memory gave: alone to the CPU, alone to
+ * the link, or to both together. */
 #include <string.h>
 
 #include "plan/internal.h"
@@ -187,6 +188,14 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		     (double)b->kv_str / M;
 	double cpu = priced(p, true, b->cpu, T, true, &cpu_fixed) +
 		     (double)b->kv_cpu / H;
+	/* the CPU computing while the link streams: both at the rates
+	 * strata calibrate measured them at together (one host memory) */
+	bool shared = cuda && b->cpu_units && b->streamed &&
+		      c->mode == STRATA_RESIDENCY_PLACEMENT;
+	double Hs = o->host_memory_shared_bandwidth,
+	       Ls = o->h2d_shared_bandwidth;
+	if (shared && Hs > 0 && Hs < H)
+		cpu *= H / Hs;
 	double stat = statics_seconds(p, b->statics_cpu);
 	double K = STRATA_PLAN_KERNELS_PER_UNIT;
 	/* kernels on the CPU's pool add their fixed cost, unless the
@@ -202,7 +211,8 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		over += dev_units * K * o->cpu_launch_seconds;
 	if (cuda)
 		over += (double)b->changes * o->crossing_seconds / 2.0;
-	double link = (double)b->streamed / o->h2d_bandwidth;
+	double link = (double)b->streamed /
+		      (shared && Ls > 0 ? Ls : o->h2d_bandwidth);
 	double chain = res + str + cpu + stat + over;
 	bool prefetch = true, disk = false;
 	if (c->mode == STRATA_RESIDENCY_DISK) {
@@ -223,8 +233,9 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	if ((c->mode == STRATA_RESIDENCY_HOST && c->weights.depth < 2) ||
 	    !cuda)
 		prefetch = false;
-	double host = cuda ? host_read_bytes(p, b) / max2(H, o->h2d_bandwidth)
-			   : 0.0;
+	double ceiling = max2(max2(H, o->h2d_bandwidth),
+			      Hs > 0 && Ls > 0 ? Hs + Ls : 0.0);
+	double host = cuda ? host_read_bytes(p, b) / ceiling : 0.0;
 	double total = prefetch ? max2(max2(link, chain), host) : link + chain;
 	/* a pass that starts with an empty window waits for its first
 	 * streamed unit's copy, less what the resident units before it

@@ -76,6 +76,10 @@ static void resolve_rates(strata_plan *p)
 	DEFAULT_RATE(H2D, h2d_bandwidth,
 		     cuda ? STRATA_PLAN_DEFAULT_H2D_BW : o->memory_bandwidth);
 	DEFAULT_RATE(D2H, d2h_bandwidth, o->h2d_bandwidth);
+	/* unmeasured: the link and the CPU as fast together as alone */
+	DEFAULT_RATE(H2D_SHARED, h2d_shared_bandwidth, o->h2d_bandwidth);
+	DEFAULT_RATE(HOST_MEMORY_SHARED, host_memory_shared_bandwidth,
+		     o->host_memory_bandwidth);
 	DEFAULT_RATE(DISK, disk_bandwidth, STRATA_PLAN_DEFAULT_DISK_BW);
 	DEFAULT_RATE(CPU_FLOPS, cpu_flops, STRATA_PLAN_DEFAULT_CPU_FLOPS);
 	DEFAULT_RATE(DEVICE_FLOPS, device_flops,

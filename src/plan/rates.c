@@ -129,6 +129,12 @@ static strata_status read_device(json_t *e, strata_plan_device_rates *d,
 		s = number(e, "crossing_seconds", true, &d->crossing_seconds,
 			   path, err);
 	if (s == STRATA_OK)
+		s = number(e, "h2d_shared_bytes_per_second", true,
+			   &d->h2d_shared, path, err);
+	if (s == STRATA_OK)
+		s = number(e, "host_memory_shared_bytes_per_second", true,
+			   &d->host_memory_shared, path, err);
+	if (s == STRATA_OK)
 		s = read_types(e, d->types, NULL, path, err);
 	return s;
 }
@@ -300,6 +306,13 @@ strata_status strata_plan_rates_save(const char *path,
 		if (d->crossing_seconds > 0)
 			strata_json_kv_double(&j, "crossing_seconds",
 					      d->crossing_seconds);
+		if (d->h2d_shared > 0 && d->host_memory_shared > 0) {
+			strata_json_kv_double(&j, "h2d_shared_bytes_per_second",
+					      d->h2d_shared);
+			strata_json_kv_double(
+				&j, "host_memory_shared_bytes_per_second",
+				d->host_memory_shared);
+		}
 		write_types(&j, d->types, NULL);
 		strata_json_object_end(&j);
 	}
@@ -378,6 +391,10 @@ void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
 		     STRATA_PLAN_RATE_DEVICE_LAUNCH, o);
 		take(&o->crossing_seconds, d->crossing_seconds,
 		     STRATA_PLAN_RATE_CROSSING, o);
+		take(&o->h2d_shared_bandwidth, d->h2d_shared,
+		     STRATA_PLAN_RATE_H2D_SHARED, o);
+		take(&o->host_memory_shared_bandwidth, d->host_memory_shared,
+		     STRATA_PLAN_RATE_HOST_MEMORY_SHARED, o);
 		take_types(o->device_types, d->types,
 			   &o->calibrated_device_types);
 	}

@@ -246,18 +246,17 @@ static void streamed_compute_overlaps_the_link(void **state)
 	fixture_free(f);
 }
 
-/* The CPU's reads and the link's copies share one host memory: r0 c4 w4
- * (statics on the device) with a CPU computing at 80 GB/s and a 50 GB/s
- * link, where each alone fits in 0.21 ms (16 MiB / 80 GB/s, 16 MiB /
- * 50 GB/s: 0.34 ms), but the 32 MiB both read come out of a memory of
- * 60 GB/s: the pass takes that, bound by host memory; with the memory at
- * 200 GB/s the link is the bound again. */
+/* The CPU's reads and the link's copies share one host memory. r0 c4 w4
+ * (statics on the device), a CPU computing at 80 GB/s alone of a host
+ * memory of 100, a 50 GB/s link; together (calibrate's shared rates) the
+ * CPU reads at 40 and the link at 25: the CPU units take twice as long,
+ * the link 16 MiB / 25 GB/s, and the pass at least the 32 MiB both read
+ * over 100 GB/s (the most the memory gave: alone to the CPU). */
 static void cpu_and_link_share_host_memory(void **state)
 {
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	o.host_memory_bandwidth = 60e9;
 	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
 		o.cpu_types[t] = (strata_plan_type_rate){80e9, 1e12};
 	o.calibrated_cpu_types = ~0u;
@@ -267,29 +266,47 @@ static void cpu_and_link_share_host_memory(void **state)
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
-	const strata_plan_cost *k = &c->decode_cost;
-	double read = 32.0 * MiB + (double)KV_CPU / 2; /* 4 layers of 8 */
-	near(k->host_memory_ms, read / 60e9 * 1e3);
-	near(k->link_ms, 16.0 * MiB / 50e9 * 1e3);
-	assert_true(k->link_ms < k->host_memory_ms);
-	near(k->total_ms, k->host_memory_ms);
-	assert_int_equal(k->bound, STRATA_PLAN_BOUND_HOST_MEMORY);
-	near(c->predicted_decode_ms, k->host_memory_ms);
+	double alone = c->decode_cost.cpu_ms;
+	near(c->decode_cost.link_ms, 16.0 * MiB / 50e9 * 1e3);
 	strata_plan_destroy(p);
-	o.host_memory_bandwidth = 200e9;
+	o.host_memory_shared_bandwidth = 40e9;
+	o.h2d_shared_bandwidth = 25e9;
+	p = plan_of(f, &o);
+	c = placement(p, false);
+	const strata_plan_cost *k = &c->decode_cost;
+	near(k->cpu_ms, alone * 100e9 / 40e9);
+	near(k->link_ms, 16.0 * MiB / 25e9 * 1e3);
+	double read = 32.0 * MiB + (double)KV_CPU / 2; /* 4 layers of 8 */
+	near(k->host_memory_ms, read / 100e9 * 1e3);
+	assert_int_equal(k->bound, STRATA_PLAN_BOUND_LINK);
+	strata_plan_destroy(p);
+	/* a memory that gave the two together less than the CPU alone
+	 * would bound the pass: both read at 20 + 10 GB/s, alone 30 */
+	o.host_memory_bandwidth = 30e9;
+	o.host_memory_shared_bandwidth = 20e9;
+	o.h2d_shared_bandwidth = 10e9;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		o.cpu_types[t] = (strata_plan_type_rate){300e9, 1e12};
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	k = &c->decode_cost;
-	near(k->host_memory_ms, read / 200e9 * 1e3);
-	assert_int_equal(k->bound, STRATA_PLAN_BOUND_LINK);
-	near(k->total_ms, k->link_ms);
+	near(k->host_memory_ms, read / 50e9 * 1e3); /* the link alone */
+	near(k->link_ms, 16.0 * MiB / 10e9 * 1e3);
+	assert_true(k->total_ms >= k->host_memory_ms);
 	strata_plan_destroy(p);
-	/* a host memory slower than the link: the copies alone show it gives
-	 * the link's rate */
-	o.host_memory_bandwidth = 20e9;
+	/* the units all on the CPU stream nothing: no sharing */
+	o = cuda_opts();
+	o.host_memory_shared_bandwidth = 40e9;
+	o.h2d_shared_bandwidth = 25e9;
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		o.cpu_types[t] = (strata_plan_type_rate){80e9, 1e12};
+	o.calibrated_cpu_types = ~0u;
+	o.has_resident_units = o.has_cpu_units = true;
+	o.resident_units = 0;
+	o.cpu_units = 8;
 	p = plan_of(f, &o);
 	c = placement(p, false);
-	near(c->decode_cost.host_memory_ms, read / 50e9 * 1e3);
+	near(c->decode_cost.cpu_ms, 2 * alone);
 	strata_plan_destroy(p);
 	fixture_free(f);
 }

@@ -221,7 +221,8 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 	r.devices[0] = (strata_plan_device_rates){
 		.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 3e12,
 		.flops = 14e12, .launch_seconds = 3e-6,
-		.crossing_seconds = 25e-6};
+		.crossing_seconds = 25e-6, .h2d_shared = 49e9,
+		.host_memory_shared = 64e9};
 	r.devices[0].types[STRATA_BLOCK_BF16] =
 		(strata_plan_type_rate){3.4e12, 300e12};
 	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
@@ -237,6 +238,8 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 		    back.cpu_types[STRATA_BLOCK_F32].gemv == 0);
 	assert_true(back.devices[0].launch_seconds == 3e-6 &&
 		    back.devices[0].crossing_seconds == 25e-6 &&
+		    back.devices[0].h2d_shared == 49e9 &&
+		    back.devices[0].host_memory_shared == 64e9 &&
 		    back.devices[0].types[STRATA_BLOCK_BF16].gemm == 300e12);
 	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
 		      "\"cpu_flops\": 1e9, \"threads\": 2}, \"devices\": [{\"device\": \"cuda:0\", "
@@ -246,6 +249,7 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 			 STRATA_OK);
 	assert_true(back.gemm_rows == 0 && back.cpu_launch_seconds == 0 &&
 		    back.devices[0].crossing_seconds == 0 &&
+		    back.devices[0].h2d_shared == 0 &&
 		    back.cpu_types[STRATA_BLOCK_F32].gemv == 0);
 	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
 		      "\"cpu_flops\": 1e9, \"threads\": 2, \"types\": {\"MXFP9\": {}, "
@@ -271,6 +275,9 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 	assert_true(o.calibrated_cpu_types == 1u << STRATA_BLOCK_BF16);
 	assert_true(o.device_types[STRATA_BLOCK_BF16].gemm == 300e12 &&
 		    o.calibrated_device_types == 1u << STRATA_BLOCK_BF16);
+	assert_true(o.h2d_shared_bandwidth == 49e9 &&
+		    o.host_memory_shared_bandwidth == 64e9 &&
+		    (o.calibrated_rates >> STRATA_PLAN_RATE_H2D_SHARED & 1));
 	assert_true(o.crossing_seconds == 25e-6 &&
 		    o.device_launch_seconds == 3e-6 &&
 		    o.cpu_launch_seconds == 6e-6);
