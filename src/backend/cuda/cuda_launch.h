@@ -217,8 +217,9 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
  * needs n 1. strata__cuda_q8gemv_takes: Q8_0, Q4_0 on whole 32-element
  * blocks, Q4_K, Q5_K, Q6_K on whole super-blocks, w 4-byte aligned. The
  * tuning hooks are strata__cuda_qgemv_split and _unroll, and
- * strata__cuda_q8gemv_aligned (1: Q8_0 rows on 8-byte boundaries take two
- * aligned 8-byte loads a lane; 0: the funnel-shifted words everywhere). */
+ * strata__cuda_q8gemv_aligned (1: Q8_0 rows on 8-byte boundaries, and
+ * Q4_K and Q5_K weights on 16-byte ones, take aligned 8- and 16-byte
+ * loads; 0: the funnel-shifted words everywhere). */
 extern int strata__cuda_q8gemv_aligned;
 uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in);
 int strata__cuda_q8gemv_takes(int type, const void *w, uint32_t in);

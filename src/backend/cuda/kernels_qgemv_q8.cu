@@ -20,12 +20,16 @@
  * is within sum over 16s of dx / 2 times sum |w| of the exact product.
  *
  * Layout of a quantized x of n rows of `in` elements (strata__cuda_q8x_bytes
- * bytes, 16-byte aligned): codes (n, in) int8, from byte align256(n in)
- * dx (n, in / 16) f32, then s (n, in / 16) f32.
+ * bytes, 16-byte aligned): codes (n, in) int8, then from byte
+ * align256(n in) (dx, s) pairs (n, in / 16) of f32, so the K-quants read
+ * both of a run in one 8-byte load.
  *
  * The weights are read as kernels_qgemv.cu reads them (the same lanes,
  * words and splits), each step's loads of U steps issued before any is
- * used; a lane's x codes are one aligned 4- or 8-byte load per row.
+ * used, with aligned 8- and 16-byte loads where the rows allow them (Q8_0
+ * rows on 8-byte boundaries, Q4_K and Q5_K on 16: every L1 wavefront
+ * saved counts, as the f32-x kernel is L1-bound); a lane's x codes are
+ * one aligned 4- or 8-byte load per row.
  */
 #include <float.h>
 
@@ -44,7 +48,7 @@ int strata__cuda_q8gemv_aligned = 1;
 /* A quantized x on the device (the layout above). */
 struct q8x {
 	const int8_t *q;
-	const float *d, *s;
+	const float2 *ds; /* (dx, s) of each 16 */
 	uint32_t in;
 };
 
@@ -54,8 +58,7 @@ static q8x q8x_at(const void *buf, uint32_t n, uint32_t in)
 {
 	q8x x;
 	x.q = (const int8_t *)buf;
-	x.d = (const float *)((const char *)buf + align256((uint64_t)n * in));
-	x.s = x.d + (uint64_t)n * (in / 16);
+	x.ds = (const float2 *)((const char *)buf + align256((uint64_t)n * in));
 	x.in = in;
 	return x;
 }
@@ -86,8 +89,7 @@ static __device__ __forceinline__ void ld16(const float *p, float *v)
  * rounded to nearest even; a NaN or infinity makes the codes 0 and dx
  * NaN. */
 static __device__ __forceinline__ void quantize16(const float *v, int8_t *q,
-						  float *d, float *s,
-						  uint64_t at)
+						  float2 *ds, uint64_t at)
 {
 	float amax = 0.0f;
 	bool bad = false;
@@ -113,13 +115,12 @@ static __device__ __forceinline__ void quantize16(const float *v, int8_t *q,
 	*(uint4 *)(q + 16 * at) =
 		make_uint4(packed[0], packed[1], packed[2], packed[3]);
 	const float dd = bad ? __int_as_float(0x7fc00000) : amax / 127.0f;
-	d[at] = dd;
-	s[at] = dd * (float)sum;
+	ds[at] = make_float2(dd, dd * (float)sum);
 }
 
 /* One thread per 16 elements of row blockIdx.y. */
 __global__ void __launch_bounds__(QX_THREADS)
-quantize_x_kernel(int8_t *q, float *d, float *s, const float *x, uint32_t in)
+quantize_x_kernel(int8_t *q, float2 *ds, const float *x, uint32_t in)
 {
 	const uint64_t row = blockIdx.y;
 	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
@@ -127,7 +128,7 @@ quantize_x_kernel(int8_t *q, float *d, float *s, const float *x, uint32_t in)
 		return;
 	float v[16];
 	ld16(x + row * in + 16 * grp, v);
-	quantize16(v, q, d, s, row * (in / 16) + grp);
+	quantize16(v, q, ds, row * (in / 16) + grp);
 }
 
 /* The same of rmsnorm(x) * g, one block a row: its squares summed in
@@ -136,8 +137,8 @@ quantize_x_kernel(int8_t *q, float *d, float *s, const float *x, uint32_t in)
  * At most 1024 threads, a group each (rows to 16384 elements read once
  * from memory), more groups a thread past that. */
 __global__ void __launch_bounds__(1024)
-quantize_norm_kernel(int8_t *q, float *d, float *s, const float *x,
-		     const float *g, uint32_t in, float eps)
+quantize_norm_kernel(int8_t *q, float2 *ds, const float *x, const float *g,
+		     uint32_t in, float eps)
 {
 	__shared__ double red[32];
 	const uint64_t row = blockIdx.y;
@@ -160,7 +161,7 @@ quantize_norm_kernel(int8_t *q, float *d, float *s, const float *x,
 #pragma unroll
 		for (int k = 0; k < 16; k++)
 			v[k] = __fmul_rn(__fmul_rn(v[k], r), w[k]);
-		quantize16(v, q, d, s, row * groups + grp);
+		quantize16(v, q, ds, row * groups + grp);
 	}
 }
 
@@ -186,17 +187,17 @@ static __device__ __forceinline__ uint2 xq8(const q8x &x, uint32_t r,
 	return __ldg((const uint2 *)(x.q + (uint64_t)r * x.in + col));
 }
 
-/* dx and s of the 16 elements holding column col of row r */
+/* dx, and (dx, s), of the 16 elements holding column col of row r */
 static __device__ __forceinline__ float xd(const q8x &x, uint32_t r,
 					   uint32_t col)
 {
-	return __ldg(x.d + (uint64_t)r * (x.in / 16) + col / 16);
+	return __ldg(&x.ds[(uint64_t)r * (x.in / 16) + col / 16].x);
 }
 
-static __device__ __forceinline__ float xs(const q8x &x, uint32_t r,
-					   uint32_t col)
+static __device__ __forceinline__ float2 xds(const q8x &x, uint32_t r,
+					     uint32_t col)
 {
-	return __ldg(x.s + (uint64_t)r * (x.in / 16) + col / 16);
+	return __ldg(x.ds + (uint64_t)r * (x.in / 16) + col / 16);
 }
 
 /* Q8_0: 8 blocks a step, 4 lanes a block, 8 codes a lane (half of one
@@ -348,8 +349,11 @@ struct Q8Q4_0 {
 /* Q4_K and Q5_K: 2 super-blocks a step, 16 lanes each, a lane 8 bytes of
  * nibbles: elements 8 (j % 4) .. + 8 of sub-blocks 2 (j / 4) (low
  * nibbles) and 2 (j / 4) + 1 (high), half of a 16-element run of x in
- * each; the lanes holding a run's first half add its min term. */
-template <bool FIVE> struct Q8K45 {
+ * each; the lanes holding a run's first half add its min term. A16: the
+ * weights start on a 16-byte boundary (so does every super-block: 144
+ * and 176 bytes), and the head is one 16-byte load, the codes 8-byte
+ * loads, where the funnel-shifted words take two or three each. */
+template <bool FIVE, bool A16> struct Q8K45 {
 	enum { STEP = 512, BYTES = FIVE ? 176 : 144, QS = FIVE ? 48 : 16 };
 	struct regs {
 		unsigned h[4];
@@ -365,10 +369,19 @@ template <bool FIVE> struct Q8K45 {
 		if (!g.ok)
 			return;
 		const uint8_t *b = row + (uint64_t)sb * BYTES;
+		const uint8_t *qs = b + QS + 32 * (j / 4) + 8 * (j % 4);
+		const uint8_t *qh = b + 16 + 8 * (j % 4);
+		if (A16) {
+			const uint4 h = __ldcs((const uint4 *)b);
+			g.h[0] = h.x, g.h[1] = h.y, g.h[2] = h.z, g.h[3] = h.w;
+			g.q = __ldcs((const uint2 *)qs);
+			g.qh = FIVE ? __ldcs((const uint2 *)qh) : make_uint2(0u, 0u);
+			return;
+		}
 		const uint2 h01 = ld64(b), h23 = ld64(b + 8);
 		g.h[0] = h01.x, g.h[1] = h01.y, g.h[2] = h23.x, g.h[3] = h23.y;
-		g.q = ld64(b + QS + 32 * (j / 4) + 8 * (j % 4));
-		g.qh = FIVE ? ld64(b + 16 + 8 * (j % 4)) : make_uint2(0u, 0u);
+		g.q = ld64(qs);
+		g.qh = FIVE ? ld64(qh) : make_uint2(0u, 0u);
 	}
 	/* Four codes of sub-block `sub` from nibbles (shifted down by 0 or
 	 * 4) and fifth bits, a byte each (0 .. 31). */
@@ -403,12 +416,13 @@ template <bool FIVE> struct Q8K45 {
 			if ((uint32_t)r >= n)
 				break;
 			const uint2 a = xq8(x, r, col), b = xq8(x, r, col + 32);
+			const float2 da = xds(x, r, col), db = xds(x, r, col + 32);
 			const int ta = __dp4a(l1, (int)a.y, __dp4a(l0, (int)a.x, 0));
 			const int tb = __dp4a(h1, (int)b.y, __dp4a(h0, (int)b.x, 0));
-			float v = __fmul_rn(dl0, xd(x, r, col)) * (float)ta +
-				  __fmul_rn(dl1, xd(x, r, col + 32)) * (float)tb;
+			float v = __fmul_rn(dl0, da.x) * (float)ta +
+				  __fmul_rn(dl1, db.x) * (float)tb;
 			if (mins)
-				v -= ml0 * xs(x, r, col) + ml1 * xs(x, r, col + 32);
+				v -= ml0 * da.y + ml1 * db.y;
 			acc[r] += v;
 		}
 	}
@@ -627,11 +641,14 @@ static uint64_t q8_row_bytes(int type, uint32_t in)
 	}
 }
 
-/* Whether every part's weights start on an 8-byte boundary. */
-static bool aligned8(const strata__cuda_gemv_parts *p)
+/* Whether every part's weights start on a multiple of `to` bytes and
+ * strata__cuda_q8gemv_aligned lets the aligned kernels take them. */
+static bool aligned(const strata__cuda_gemv_parts *p, uintptr_t to)
 {
+	if (!strata__cuda_q8gemv_aligned)
+		return false;
 	for (int i = 0; i < p->count; i++)
-		if ((uintptr_t)p->part[i].w & 7)
+		if ((uintptr_t)p->part[i].w % to)
 			return false;
 	return true;
 }
@@ -665,15 +682,15 @@ extern "C" cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx,
 		return cudaErrorInvalidValue;
 	const q8x v = q8x_at(qx, n, in);
 	int8_t *q = (int8_t *)qx;
-	float *d = (float *)v.d, *sm = (float *)v.s;
+	float2 *ds = (float2 *)v.ds;
 	const uint32_t groups = in / 16;
 	if (norm) {
 		const uint32_t t = groups < 1024 ? (groups + 31) / 32 * 32 : 1024;
-		quantize_norm_kernel<<<dim3(1, n), t, 0, s>>>(q, d, sm, x, norm,
-							       in, eps);
+		quantize_norm_kernel<<<dim3(1, n), t, 0, s>>>(q, ds, x, norm, in,
+							       eps);
 	} else {
 		const dim3 grid((groups + QX_THREADS - 1) / QX_THREADS, n);
-		quantize_x_kernel<<<grid, QX_THREADS, 0, s>>>(q, d, sm, x, in);
+		quantize_x_kernel<<<grid, QX_THREADS, 0, s>>>(q, ds, x, in);
 	}
 	return cudaGetLastError();
 }
@@ -703,14 +720,24 @@ extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,
 	const uint64_t rb = q8_row_bytes(type, in);
 	switch (type) {
 	case STRATA__CUDA_Q8_0:
-		if (strata__cuda_q8gemv_aligned && rb % 8 == 0 && aligned8(p))
+		if (rb % 8 == 0 && aligned(p, 8))
 			q8_launch<Q8Q8_0A>(s, *p, x, n, rows, rb, glu);
 		else
 			q8_launch<Q8Q8_0>(s, *p, x, n, rows, rb, glu);
 		break;
 	case STRATA__CUDA_Q4_0: q8_launch<Q8Q4_0>(s, *p, x, n, rows, rb, glu); break;
-	case STRATA__CUDA_Q4_K: q8_launch<Q8K45<false> >(s, *p, x, n, rows, rb, glu); break;
-	case STRATA__CUDA_Q5_K: q8_launch<Q8K45<true> >(s, *p, x, n, rows, rb, glu); break;
+	case STRATA__CUDA_Q4_K:
+		if (aligned(p, 16))
+			q8_launch<Q8K45<false, true> >(s, *p, x, n, rows, rb, glu);
+		else
+			q8_launch<Q8K45<false, false> >(s, *p, x, n, rows, rb, glu);
+		break;
+	case STRATA__CUDA_Q5_K:
+		if (aligned(p, 16))
+			q8_launch<Q8K45<true, true> >(s, *p, x, n, rows, rb, glu);
+		else
+			q8_launch<Q8K45<true, false> >(s, *p, x, n, rows, rb, glu);
+		break;
 	default: q8_launch<Q8Q6_K>(s, *p, x, n, rows, rb, glu); break;
 	}
 	return cudaGetLastError();
