@@ -158,6 +158,29 @@ static void test_swiglu_add_embed_match_cpu(void **state)
 	download(out, dx, (uint64_t)n * dim * 4);
 	assert_memory_equal(want, out, (size_t)n * dim * 4);
 	printf("  %-52s exact\n", "embed n=20000 dim=8");
+	/* bf16 and f16 tables (bits mixed from each f32's: signs, zeros,
+	 * subnormals and normals of both), gathered in one launch and
+	 * converted exactly, as the CPU converts */
+	uint16_t *half = calloc((size_t)vocab * dim, sizeof *half);
+	assert_non_null(half);
+	for (uint32_t i = 0; i < vocab * dim; i++) {
+		uint32_t b;
+		memcpy(&b, &table[i], 4);
+		half[i] = (uint16_t)(b ^ (b >> 16));
+		if ((half[i] & 0x7c00u) == 0x7c00u ||
+		    (half[i] & 0x7f80u) == 0x7f80u)
+			half[i] &= 0xbfffu; /* finite in both types */
+	}
+	void *dh = upload(half, (uint64_t)vocab * dim * 2);
+	const strata_weight_type ht[2] = {STRATA_WEIGHT_BF16, STRATA_WEIGHT_F16};
+	for (int t = 0; t < 2; t++) {
+		OK(strata_kernel_embed(F.cpu, want, &(strata_weight){ht[t], half, vocab, dim}, tok, n, ERR));
+		OK(strata_kernel_embed(F.gpu, dx, &(strata_weight){ht[t], dh, vocab, dim}, tok, n, ERR));
+		download(out, dx, (uint64_t)n * dim * 4);
+		assert_memory_equal(want, out, (size_t)n * dim * 4);
+		printf("  %-52s exact\n", t ? "embed f16 n=20000 dim=8" : "embed bf16 n=20000 dim=8");
+	}
+	free(half);
 	dev_free_all();
 	free(table), free(want), free(out), free(tok);
 }

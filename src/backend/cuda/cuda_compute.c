@@ -361,11 +361,11 @@ static strata_status cuda_add(void *ctx, float *y, const float *x,
 
 /* tokens are host memory (the wrapper has read them): they go to the
  * scratch block in chunks; stream order keeps a chunk from being
- * overwritten before the kernel that reads it has run. An f32 table is
- * gathered by the embed kernel, a block-type one (`blocks`) decoded row by
- * row. */
-static strata_status gather_embed(void *ctx, float *x, const float *table,
-				  const strata_weight *blocks,
+ * overwritten before the kernel that reads it has run. An f32 or half
+ * table (`half`: -1, or STRATA__CUDA_BF16 / F16) is gathered by the
+ * embed kernel, a block-type one (`blocks`) decoded row by row. */
+static strata_status gather_embed(void *ctx, float *x, const void *table,
+				  int half, const strata_weight *blocks,
 				  const int32_t *tokens, uint32_t n,
 				  uint32_t dim, strata_error *err)
 {
@@ -389,8 +389,8 @@ static strata_status gather_embed(void *ctx, float *x, const float *table,
 							 err)
 			       : launched(strata__cuda_embed(k->stream.cuda,
 							     x + (uint64_t)at * dim,
-							     table, dev_tokens,
-							     m, dim),
+							     table, half,
+							     dev_tokens, m, dim),
 					  "embed", err);
 		if (s != STRATA_OK)
 			return s;
@@ -714,25 +714,25 @@ static strata_status cuda_to_f32(void *ctx, float *dst, const strata_weight *w,
 			   (uint64_t)w->rows * w->cols, err);
 }
 
-/* An f32 table is gathered by the embed kernel, a block-type one decoded
- * on the device; a half one is converted row by row. */
+/* An f32 or half table is gathered by the embed kernel, every token of
+ * the pass in one launch (a bf16 table was converted a row a launch:
+ * 2048 launches, 7.6 ms of a 2048-token prompt on the H200); a
+ * block-type one is decoded on the device. */
 static strata_status cuda_embed(void *ctx, float *x, const strata_weight *table,
 				const int32_t *tokens, uint32_t n,
 				strata_error *err)
 {
 	uint32_t dim = table->cols;
 	if (table->type == STRATA_WEIGHT_F32)
-		return gather_embed(ctx, x, table->data, NULL, tokens, n, dim,
-				    err);
+		return gather_embed(ctx, x, table->data, -1, NULL, tokens, n,
+				    dim, err);
 	if (strata__cuda_is_block(table->type))
-		return gather_embed(ctx, x, NULL, table, tokens, n, dim, err);
-	const uint16_t *rows = table->data;
-	strata_status st = STRATA_OK;
-	for (uint32_t i = 0; st == STRATA_OK && i < n; i++)
-		st = half_to_f32(ctx, x + (uint64_t)i * dim,
-				 rows + (uint64_t)tokens[i] * dim, table->type,
-				 dim, err);
-	return st;
+		return gather_embed(ctx, x, NULL, -1, table, tokens, n, dim,
+				    err);
+	int half = table->type == STRATA_WEIGHT_BF16 ? STRATA__CUDA_BF16
+						     : STRATA__CUDA_F16;
+	return gather_embed(ctx, x, table->data, half, NULL, tokens, n, dim,
+			    err);
 }
 
 /* strata_cuda_matmul_half_parts: up to its part count, of one half type;

@@ -87,9 +87,10 @@ cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate, const float *up,
 				uint64_t count);
 cudaError_t strata__cuda_add(cudaStream_t s, float *y, const float *x,
 			     uint64_t count);
-/* x (n, dim) = table rows tokens (device int32, n). */
-cudaError_t strata__cuda_embed(cudaStream_t s, float *x, const float *table,
-			       const int32_t *tokens, uint32_t n,
+/* x (n, dim, f32) = table rows tokens (device int32, n); the table's
+ * elements f32 (half < 0) or STRATA__CUDA_BF16 / F16, converted exactly. */
+cudaError_t strata__cuda_embed(cudaStream_t s, float *x, const void *table,
+			       int half, const int32_t *tokens, uint32_t n,
 			       uint32_t dim);
 /* x[rows[i]] (dim) += weight[i] * y[i] (dim), i < m; rows and weight
  * device memory. */

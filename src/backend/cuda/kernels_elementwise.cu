@@ -84,15 +84,29 @@ __global__ void map_kernel(float *y, const float *x, uint64_t count, int op,
 	}
 }
 
-__global__ void embed_kernel(float *x, const float *table,
-			     const int32_t *tokens, uint32_t n, uint32_t dim)
+__device__ __forceinline__ float embed_value(float v) { return v; }
+__device__ __forceinline__ float embed_value(__nv_bfloat16 v)
+{
+	return strata__to_float(v);
+}
+__device__ __forceinline__ float embed_value(__half v)
+{
+	return strata__to_float(v);
+}
+
+/* Rows `tokens` of table into x as f32 (a half element converts
+ * exactly), every row of the pass in one launch. */
+template <typename T>
+__global__ void embed_kernel(float *x, const T *table, const int32_t *tokens,
+			     uint32_t n, uint32_t dim)
 {
 	uint64_t count = (uint64_t)n * dim;
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride) {
 		uint64_t row = i / dim, e = i % dim;
-		x[i] = table[(uint64_t)(uint32_t)tokens[row] * dim + e];
+		x[i] = embed_value(
+			table[(uint64_t)(uint32_t)tokens[row] * dim + e]);
 	}
 }
 
@@ -197,12 +211,20 @@ extern "C" cudaError_t strata__cuda_map(cudaStream_t s, float *y,
 }
 
 extern "C" cudaError_t strata__cuda_embed(cudaStream_t s, float *x,
-					  const float *table,
+					  const void *table, int half,
 					  const int32_t *tokens, uint32_t n,
 					  uint32_t dim)
 {
-	embed_kernel<<<strata__grid((uint64_t)n * dim, EW_THREADS), EW_THREADS,
-		       0, s>>>(x, table, tokens, n, dim);
+	unsigned grid = strata__grid((uint64_t)n * dim, EW_THREADS);
+	if (half < 0)
+		embed_kernel<<<grid, EW_THREADS, 0, s>>>(
+			x, (const float *)table, tokens, n, dim);
+	else if (half == STRATA__CUDA_BF16)
+		embed_kernel<<<grid, EW_THREADS, 0, s>>>(
+			x, (const __nv_bfloat16 *)table, tokens, n, dim);
+	else
+		embed_kernel<<<grid, EW_THREADS, 0, s>>>(
+			x, (const __half *)table, tokens, n, dim);
 	return cudaGetLastError();
 }
 
