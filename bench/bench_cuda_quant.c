@@ -269,11 +269,18 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 				gemv_line(B, name, xk, sh, "general block GEMV",
 					  1, time_product(&p), bytes);
 				strata__cuda_qgemv_enabled = 1;
-			} else if (t == STRATA_WEIGHT_Q8_0) {
-				strata__cuda_q8gemv_aligned = 0;
-				gemv_line(B, name, xk, sh, "funnel-shifted loads",
-					  1, time_product(&p), bytes);
-				strata__cuda_q8gemv_aligned = 1;
+			} else {
+				if (t == STRATA_WEIGHT_Q8_0) {
+					strata__cuda_q8gemv_aligned = 0;
+					gemv_line(B, name, xk, sh,
+						  "funnel-shifted loads", 1,
+						  time_product(&p), bytes);
+					strata__cuda_q8gemv_aligned = 1;
+				}
+				strata__cuda_q8gemv_pdl = 0;
+				gemv_line(B, name, xk, sh, "ordinary launch", 1,
+					  time_product(&p), bytes);
+				strata__cuda_q8gemv_pdl = 1;
 			}
 			sweep(B, &p, name, xk, sh, bytes);
 		}
@@ -543,6 +550,10 @@ int main(int argc, char **argv)
 				continue;
 			layer_time(&B, lt[i]);
 			if (!strcmp(x_kind(&B, lt[i]), "q8")) {
+				printf("  (ordinary launches:)\n");
+				strata__cuda_q8gemv_pdl = 0;
+				layer_time(&B, lt[i]);
+				strata__cuda_q8gemv_pdl = 1;
 				B.k->decode_q8 = 0;
 				layer_time(&B, lt[i]);
 				B.k->decode_q8 = 1;

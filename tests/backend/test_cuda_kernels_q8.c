@@ -6,7 +6,8 @@
  * of dx / 2 times the sum of |w|), 1..8 rows, rows of blocks that do not
  * fill a warp step, weights off 16-byte boundaries, x off 16-byte
  * boundaries, every row split and unroll, Q8_0's aligned-row kernel and
- * its fallback; the fused slots (norm folded in,
+ * its fallback, the dependent launch against the ordinary one (the same
+ * bits); the fused slots (norm folded in,
  * y +=, gate/up); NaN in x; and --precision's choice of the path
  * (layer: backend tests). Skipped (77) without a CUDA device. */
 #include <math.h>
@@ -223,6 +224,49 @@ static void test_q8_0_aligned_rows_and_not(void **state)
 	w_offset = 0;
 }
 
+/* The GEMV launched as a programmatic dependent of the quantization
+ * (the default) and launched the ordinary way give the same bits, on
+ * every type, 1 and 5 rows, and gate/up with the norm. */
+static void test_dependent_launch_gives_the_same_bits(void **state)
+{
+	(void)state;
+	const uint32_t in = 4096, out = 70;
+	for (size_t i = 0; i < Q8TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(q8types[i]);
+		uint64_t bytes = weight_bytes(q8types[i], out, in);
+		unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
+		float *x = host_floats(5 * in), *g = host_floats(in);
+		float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
+		float *glu[2] = {host_floats(out), host_floats(out)};
+		cuda_test_fill(x, 5 * in, 17 + i, 2.0f);
+		cuda_test_fill(g, in, 19 + i, 1.0f);
+		strata_weight dw = {q8types[i], upload(h, bytes), out, in};
+		strata_weight du = {q8types[i], upload(hu, bytes), out, in};
+		float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
+		float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
+		float *dup = dev_alloc(out * 4);
+		strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+		for (int pdl = 0; pdl <= 1; pdl++) {
+			strata__cuda_q8gemv_pdl = pdl;
+			for (uint32_t n = 1; n <= 5; n += 4) {
+				OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
+				download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
+			}
+			OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
+			download(glu[pdl], dy, out * 4);
+		}
+		strata__cuda_q8gemv_pdl = 1;
+		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
+			fail_msg("%s: the dependent launch changed the bits",
+				 strata_weight_type_name(q8types[i]));
+		printf("  %-8s dependent and ordinary launches bit-identical\n",
+		       strata_weight_type_name(q8types[i]));
+		dev_free_all();
+		free(h), free(hu), free(x), free(g);
+		free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
+	}
+}
+
 /* STRATA_PRECISION_EXACT (decode_q8 0) gives the f32 product (1e-4 of
  * the exact one), which the q8 path does not. */
 static void test_exact_decode_is_f32(void **state)
@@ -413,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_q8_gemv_matches_cpu_q8_and_bound),
 		cmocka_unit_test(test_q8_gemv_awkward_shapes),
 		cmocka_unit_test(test_q8_0_aligned_rows_and_not),
+		cmocka_unit_test(test_dependent_launch_gives_the_same_bits),
 		cmocka_unit_test(test_exact_decode_is_f32),
 		cmocka_unit_test(test_nan_in_x_gives_nan),
 		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),

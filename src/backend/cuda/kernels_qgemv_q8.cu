@@ -43,6 +43,27 @@
 
 extern "C" {
 int strata__cuda_q8gemv_aligned = 1;
+int strata__cuda_q8gemv_pdl = 1;
+}
+
+/* Programmatic dependent launch (Hopper): the quantization lets the GEMV
+ * that follows it start at once (launch_dependents), and the GEMV issues
+ * its first weight loads before it waits for the quantization to finish
+ * and its x to be visible (wait), so neither the launch gap nor the
+ * quantization's short run stalls the weights' stream. Without such a
+ * launch, wait returns at once. */
+static __device__ __forceinline__ void let_dependents_start()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void wait_for_x()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 /* A quantized x on the device (the layout above). */
@@ -122,6 +143,7 @@ static __device__ __forceinline__ void quantize16(const float *v, int8_t *q,
 __global__ void __launch_bounds__(QX_THREADS)
 quantize_x_kernel(int8_t *q, float2 *ds, const float *x, uint32_t in)
 {
+	let_dependents_start();
 	const uint64_t row = blockIdx.y;
 	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
 	if (grp >= in / 16)
@@ -141,6 +163,7 @@ quantize_norm_kernel(int8_t *q, float2 *ds, const float *x, const float *g,
 		     uint32_t in, float eps)
 {
 	__shared__ double red[32];
+	let_dependents_start();
 	const uint64_t row = blockIdx.y;
 	const float *xr = x + row * in;
 	const uint32_t groups = in / 16;
@@ -533,6 +556,7 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 		a0[r] = a1[r] = 0.0f;
 	if (y) {
 		const uint8_t *r0 = w0 + row * rb, *r1 = GLU ? w1 + row * rb : NULL;
+		bool waited = false;
 		for (uint32_t s = s0; s < s1; s += U) {
 			typename B::regs ga[U], gb[GLU ? U : 1];
 #pragma unroll
@@ -541,6 +565,10 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 				if (GLU)
 					B::load(gb[GLU ? u : 0], r1, s + u, lane, in,
 						s + u < s1);
+			}
+			if (!waited) { /* x is read from here on */
+				wait_for_x();
+				waited = true;
 			}
 #pragma unroll
 			for (int u = 0; u < U; u++) {
@@ -596,17 +624,42 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 /* Launch                                                                   */
 /* ------------------------------------------------------------------------ */
 
+typedef void (*q8gemv_fn)(strata__cuda_gemv_parts, q8x, uint32_t, uint64_t,
+			  int);
+
+/* One launch of a GEMV kernel, as a programmatic dependent of the
+ * quantization before it where strata__cuda_q8gemv_pdl allows (a launch
+ * the runtime refuses is made the ordinary way). */
+static void q8_launch_one(q8gemv_fn k, cudaStream_t s, unsigned grid,
+			  const strata__cuda_gemv_parts &p, const q8x &x,
+			  uint32_t n, uint64_t rb, int split)
+{
+	if (strata__cuda_q8gemv_pdl) {
+		cudaLaunchAttribute at[1];
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cudaLaunchConfig_t c = {};
+		c.gridDim = dim3(grid);
+		c.blockDim = dim3(QG_THREADS);
+		c.dynamicSmemBytes = 0;
+		c.stream = s;
+		c.attrs = at;
+		c.numAttrs = 1;
+		if (cudaLaunchKernelEx(&c, k, p, x, n, rb, split) == cudaSuccess)
+			return;
+		(void)cudaGetLastError(); /* not taken: the ordinary launch */
+	}
+	k<<<grid, QG_THREADS, 0, s>>>(p, x, n, rb, split);
+}
+
 template <typename B, int NR, bool GLU>
 static void q8_unrolled(cudaStream_t s, unsigned grid,
 			const strata__cuda_gemv_parts &p, const q8x &x,
 			uint32_t n, uint64_t rb, int split)
 {
-	if (strata__cuda_qgemv_unroll >= 8)
-		q8gemv_kernel<B, NR, 8, GLU><<<grid, QG_THREADS, 0, s>>>(
-			p, x, n, rb, split);
-	else
-		q8gemv_kernel<B, NR, 4, GLU><<<grid, QG_THREADS, 0, s>>>(
-			p, x, n, rb, split);
+	q8_launch_one(strata__cuda_qgemv_unroll >= 8 ? q8gemv_kernel<B, NR, 8, GLU>
+						     : q8gemv_kernel<B, NR, 4, GLU>,
+		      s, grid, p, x, n, rb, split);
 }
 
 template <typename B>
