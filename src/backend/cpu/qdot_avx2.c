@@ -69,7 +69,7 @@ QDOT_TARGET void strata__qdot_quantize16_avx2(const float *x, int8_t *q,
 /* ------------------------------------------------------------------------ */
 
 /* Lane 4 b + i of reduce4's result: the sum of lane block b of d[i]; for
- * slots h4 .. h4 + 3 (h = 0, 1) that is run 8 h + 2 i + b of the chunk. */
+ * slots 4 h .. 4 h + 3 (h = 0, 1) that is run 8 h + 2 i + b of the chunk. */
 QDOT_TARGET static inline __m256i reduce4(const __m256i d[4])
 {
 	__m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(d[0], d[1]),
@@ -78,6 +78,21 @@ QDOT_TARGET static inline __m256i reduce4(const __m256i d[4])
 				     _mm256_unpackhi_epi32(d[2], d[3]));
 	return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b),
 				_mm256_unpackhi_epi64(a, b));
+}
+
+/* The 4 x 4 dwords at each 128-bit block position of v[0..3] transposed
+ * (qdot_vnni.c's transpose4: each lane then holds pieces of one run). */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+transpose4(__m256i v[4])
+{
+	__m256i a = _mm256_unpacklo_epi32(v[0], v[1]),
+		b = _mm256_unpackhi_epi32(v[0], v[1]),
+		c = _mm256_unpacklo_epi32(v[2], v[3]),
+		d = _mm256_unpackhi_epi32(v[2], v[3]);
+	v[0] = _mm256_unpacklo_epi64(a, c);
+	v[1] = _mm256_unpackhi_epi64(a, c);
+	v[2] = _mm256_unpacklo_epi64(b, d);
+	v[3] = _mm256_unpackhi_epi64(b, d);
 }
 
 /* 8 values of runs 8 h .. 8 h + 7 in slot order, in reduce4's order. */
@@ -184,16 +199,32 @@ QDOT_TARGET static inline __m256i dot32(__m256i u, __m256i x, int off)
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
 }
 
+/* The run sums of four slots' codes c against their x, in reduce4's order
+ * either way: as loaded, reduce4 of the four lanes a run; both transposed
+ * (tr), each lane one run's whole sum. */
+QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+sums4(const __m256i c[4], const __m256i x[4], int off, bool tr)
+{
+	__m256i d[4];
+	for (int i = 0; i < 4; i++)
+		d[i] = dot32(c[i], x[i], off);
+	if (tr)
+		return _mm256_add_epi32(_mm256_add_epi32(d[0], d[1]),
+					_mm256_add_epi32(d[2], d[3]));
+	return reduce4(d);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The pieces qdot_rows.h puts together                                     */
 /* ------------------------------------------------------------------------ */
 
 typedef __m256 qacc;
 
-/* A chunk of one row of x: its codes, and per half (slots 0-3, 4-7) its
- * factors, min sums and offset sums in reduce4's order. */
+/* A chunk of one row of x: its codes (transposed where tr), and per half
+ * (slots 0-3, 4-7) its factors, min sums and offset sums in reduce4's
+ * order. */
 typedef struct xchunk {
-	const int8_t *q;
+	__m256i q[8];
 	__m256 d[2], s[2];
 	__m256i off[2];
 } xchunk;
@@ -221,45 +252,44 @@ QDOT_TARGET static inline float acc_sum(qacc v)
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, xchunk *x)
+x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
+	xchunk *x)
 {
 	uint64_t gi = (uint64_t)c * j->x.groups + 8u * ch;
-	x->q = j->x.q + gi * 32;
-	const __m256i offv = _mm256_set1_epi8((char)off),
-		      ones = _mm256_set1_epi16(1);
+	const __m256i offv = _mm256_set1_epi8((char)off);
+	for (int s = 0; s < 8; s++)
+		x->q[s] = LOAD256(j->x.q + gi * 32 + 32 * s);
 	for (int h = 0; h < 2; h++) {
+		if (tr)
+			transpose4(x->q + 4 * h);
 		x->d[h] = order16(_mm256_loadu_ps(j->x.d + 2 * gi + 8 * h));
 		x->s[h] = order16(_mm256_loadu_ps(j->x.s + 2 * gi + 8 * h));
 		x->off[h] = _mm256_setzero_si256();
 		if (off && off != 128) {
-			__m256i d[4];
-			for (int i = 0; i < 4; i++)
-				d[i] = _mm256_madd_epi16(
-					_mm256_maddubs_epi16(
-						offv, LOAD256(x->q + 128 * h + 32 * i)),
-					ones);
-			x->off[h] = reduce4(d);
+			const __m256i o[4] = {offv, offv, offv, offv};
+			x->off[h] = sums4(o, x->q + 4 * h, 0, tr);
 		}
 	}
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, wchunk *w)
+w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
+	wchunk *w)
 {
 	for (int s = 0; s < 8; s++)
 		w->c[s] = code_slot(t, p, bb, s);
+	if (tr) {
+		transpose4(w->c);
+		transpose4(w->c + 4);
+	}
 	factors8(t, p, bb, w->ws, w->mw, &w->mins);
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-chunk_row(const wchunk *w, const xchunk *x, int off, qacc *acc)
+chunk_row(const wchunk *w, const xchunk *x, int off, bool tr, qacc *acc)
 {
 	for (int h = 0; h < 2; h++) {
-		__m256i d[4];
-		for (int i = 0; i < 4; i++)
-			d[i] = dot32(w->c[4 * h + i],
-				     LOAD256(x->q + 128 * h + 32 * i), off);
-		__m256i sums = reduce4(d);
+		__m256i sums = sums4(w->c + 4 * h, x->q + 4 * h, off, tr);
 		if (off && off != 128)
 			sums = _mm256_sub_epi32(sums, x->off[h]);
 		*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),

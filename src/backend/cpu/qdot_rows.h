@@ -11,9 +11,12 @@
  *   xchunk        a chunk of one row of x as the kernel takes it
  *   wchunk        a chunk of one weight row: its codes and factors
  *   acc_zero()    a qacc of zeros; acc_sum(qacc) its sum
- *   x_chunk(j, c, ch, off, *x)   chunk ch of x row c
- *   w_chunk(t, p, bb, *w)        the chunk of whole blocks at p
- *   chunk_row(*w, *x, off, *acc) acc += that chunk's product
+ *   x_chunk(j, c, ch, off, tr, *x)   chunk ch of x row c
+ *   w_chunk(t, p, bb, tr, *w)        the chunk of whole blocks at p
+ *   chunk_row(*w, *x, off, tr, *acc) acc += that chunk's product
+ * where tr (a constant: more than one row of x) lets a kernel lay out a
+ * chunk so as to spend more on each weight row and x row and less on
+ * each pair of them.
  * The inner functions are always_inline, so each type's loops are one
  * straight piece of code without a switch per chunk. */
 #ifndef STRATA_BACKEND_CPU_QDOT_ROWS_H
@@ -44,7 +47,7 @@ rows_simd(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C)
 		uint64_t at = (uint64_t)ch * j->chunk_bytes;
 		xchunk x[QDOT_W];
 		for (int c = 0; c < C; c++)
-			x_chunk(j, c0 + c, ch, j->off, &x[c]);
+			x_chunk(j, c0 + c, ch, j->off, C > 1, &x[c]);
 		for (int r = 0; r < R; r++) {
 			const unsigned char *p = w0 + r * j->row_bytes + at;
 			if (j->prefetch)
@@ -57,9 +60,10 @@ rows_simd(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C)
 				p = pad;
 			}
 			wchunk w;
-			w_chunk(j->type, p, bb, &w);
+			w_chunk(j->type, p, bb, C > 1, &w);
 			for (int c = 0; c < C; c++)
-				chunk_row(&w, &x[c], j->off, &acc[r][c]);
+				chunk_row(&w, &x[c], j->off, C > 1,
+					  &acc[r][c]);
 		}
 	}
 	for (int r = 0; r < R; r++)

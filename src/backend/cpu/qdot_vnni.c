@@ -5,10 +5,10 @@
  * (layer: backend).
  *
  * A chunk is four such vectors, each 128-bit lane one 16-element run of
- * x. Their lanes are summed in integers to one vector of the chunk's 16
- * run sums (reduce4), so the factors are applied once per run: one
+ * x. Their products are summed in integers to one vector of the chunk's
+ * 16 run sums (sums4), so the factors are applied once per run: one
  * conversion, one multiply and one FMA per chunk and row of x, the min
- * terms a second FMA into the same sums. The runs come out of reduce4 in
+ * terms a second FMA into the same sums. The runs come out of sums4 in
  * its order (lane 4 b + i: run 4 i + b of the slot order), so the weights'
  * factors are made in that order and x's are permuted into it once per
  * chunk. The code offset is taken out in the integers (off times each
@@ -30,10 +30,17 @@ bool strata__qdot_vnni_usable(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The reduce4 order                                                        */
+/* The transpose4 order                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* Lane 4 b + i of reduce4's result: the sum of lane block b of d[i]. */
+/* The run sums of a chunk's codes c against its x, 16 int32 lanes in one
+ * order either way (lane 4 b + i: run 4 i + b of the slot order):
+ * - c and x as loaded (tr false): vpdpbusd gives 4 lanes a run, summed
+ *   in reduce4;
+ * - both transposed by transpose4 (tr true), so that lane 4 b + i of the
+ *   vectors holds four elements each of that one run and four vpdpbusd
+ *   sum it whole in its lane: no sums after, the transposes once per chunk
+ *   of a weight row or of x, so it pays with two rows of x or more. */
 QDOT_TARGET static inline __m512i reduce4(const __m512i d[4])
 {
 	__m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]),
@@ -44,7 +51,37 @@ QDOT_TARGET static inline __m512i reduce4(const __m512i d[4])
 				_mm512_unpackhi_epi64(a, b));
 }
 
-/* 16 values of the runs in slot order, in reduce4's order. */
+/* The 4 x 4 dwords at each 128-bit block position of v[0..3] transposed:
+ * dword i of block b of v[k] was dword k of block b of v[i]. */
+QDOT_TARGET static inline __attribute__((always_inline)) void
+transpose4(__m512i v[4])
+{
+	__m512i a = _mm512_unpacklo_epi32(v[0], v[1]),
+		b = _mm512_unpackhi_epi32(v[0], v[1]),
+		c = _mm512_unpacklo_epi32(v[2], v[3]),
+		d = _mm512_unpackhi_epi32(v[2], v[3]);
+	v[0] = _mm512_unpacklo_epi64(a, c);
+	v[1] = _mm512_unpackhi_epi64(a, c);
+	v[2] = _mm512_unpacklo_epi64(b, d);
+	v[3] = _mm512_unpackhi_epi64(b, d);
+}
+
+QDOT_TARGET static inline __attribute__((always_inline)) __m512i
+sums4(const __m512i c[4], const __m512i x[4], bool tr)
+{
+	__m512i d[4];
+	if (tr) {
+		d[0] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], x[0]);
+		for (int v = 1; v < 4; v++)
+			d[0] = _mm512_dpbusd_epi32(d[0], c[v], x[v]);
+		return d[0];
+	}
+	for (int v = 0; v < 4; v++)
+		d[v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[v], x[v]);
+	return reduce4(d);
+}
+
+/* 16 values of the runs in slot order, in sums4's order. */
 QDOT_TARGET static inline __m512 order16(__m512 v)
 {
 	const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
@@ -53,7 +90,7 @@ QDOT_TARGET static inline __m512 order16(__m512 v)
 }
 
 /* 8 values of the 32-element groups in group order (a factor for both of
- * a group's runs), in reduce4's order: run 4 i + b is in slot 2 i + b / 2,
+ * a group's runs), in sums4's order: run 4 i + b is in slot 2 i + b / 2,
  * which holds group order[2 i + b / 2] (Q4_K and Q5_K: 0 2 1 3 4 6 5 7). */
 QDOT_TARGET static inline __m512 order8(__m256 v, bool q45k)
 {
@@ -68,7 +105,7 @@ QDOT_TARGET static inline __m512 order8(__m256 v, bool q45k)
 /* A chunk of one weight row                                                */
 /* ------------------------------------------------------------------------ */
 
-/* The chunk's factors (ws) and min terms (mw) in reduce4's order; *mins
+/* The chunk's factors (ws) and min terms (mw) in sums4's order; *mins
  * false where the type has none. */
 QDOT_TARGET static inline __attribute__((always_inline)) void
 factors4(strata_block_type t, const unsigned char *p, uint32_t bb,
@@ -134,16 +171,17 @@ factors4(strata_block_type t, const unsigned char *p, uint32_t bb,
 
 typedef __m512 qacc;
 
-/* A chunk of one row of x: its codes, and its factors, min sums and
- * offset sums in reduce4's order. */
+/* A chunk of one row of x: its codes (transposed where tr), and its factors, min
+ * sums and offset sums in sums4's order. */
 typedef struct xchunk {
-	const int8_t *q;
+	__m512i q[4];
 	__m512 d, s;
 	__m512i off;
 } xchunk;
 
-/* A chunk of one weight row: codes (vector v: slots 2 v and 2 v + 1),
- * factors and min terms in reduce4's order (mins: whether it has them). */
+/* A chunk of one weight row: codes (vector v: slots 2 v and 2 v + 1,
+ * transposed where tr), factors and min terms in sums4's order (mins: whether
+ * it has them). */
 typedef struct wchunk {
 	__m512i c[4];
 	__m512 ws, mw;
@@ -161,41 +199,41 @@ QDOT_TARGET static inline float acc_sum(qacc a)
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, xchunk *x)
+x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
+	xchunk *x)
 {
 	uint64_t gi = (uint64_t)c * j->x.groups + 8u * ch;
-	x->q = j->x.q + gi * 32;
+	for (int v = 0; v < 4; v++)
+		x->q[v] = _mm512_loadu_si512(j->x.q + gi * 32 + 64 * v);
+	if (tr)
+		transpose4(x->q);
 	x->d = order16(_mm512_loadu_ps(j->x.d + 2 * gi));
 	x->s = order16(_mm512_loadu_ps(j->x.s + 2 * gi));
 	x->off = _mm512_setzero_si512();
 	if (off) {
 		const __m512i offv = _mm512_set1_epi8((char)off);
-		__m512i d[4];
-		for (int v = 0; v < 4; v++)
-			d[v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offv,
-						   _mm512_loadu_si512(x->q + 64 * v));
-		x->off = reduce4(d);
+		const __m512i o[4] = {offv, offv, offv, offv};
+		x->off = sums4(o, x->q, tr);
 	}
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, wchunk *w)
+w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
+	wchunk *w)
 {
 	for (int v = 0; v < 4; v++)
 		w->c[v] = _mm512_inserti64x4(
 			_mm512_castsi256_si512(code_slot(t, p, bb, 2 * v)),
 			code_slot(t, p, bb, 2 * v + 1), 1);
+	if (tr)
+		transpose4(w->c);
 	factors4(t, p, bb, &w->ws, &w->mw, &w->mins);
 }
 
 QDOT_TARGET static inline __attribute__((always_inline)) void
-chunk_row(const wchunk *w, const xchunk *x, int off, qacc *acc)
+chunk_row(const wchunk *w, const xchunk *x, int off, bool tr, qacc *acc)
 {
-	__m512i d[4];
-	for (int v = 0; v < 4; v++)
-		d[v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->c[v],
-					   _mm512_loadu_si512(x->q + 64 * v));
-	__m512i sums = reduce4(d);
+	__m512i sums = sums4(w->c, x->q, tr);
 	if (off)
 		sums = _mm512_sub_epi32(sums, x->off);
 	*acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
