@@ -1,6 +1,7 @@
 /* qdot.h - what the activation-quantized decode product shares between its
- * files: the 8-bit x, the weights of one chunk unpacked into codes and
- * factors, and each instruction set's row kernel (layer: backend).
+ * files: the 8-bit x, the portable unpacking of a chunk into codes and
+ * factors (the SIMD kernels keep theirs in registers: qdot_codes.h,
+ * qdot_rows.h), and each instruction set's row kernel (layer: backend).
  *
  * The scheme (qdot.c says why and what it costs in accuracy): x is
  * quantized once per product, per 16 elements, to q = round(x / dx) with
@@ -27,8 +28,8 @@
 /* Weight rows a kernel call takes together (x read once for them). */
 #define QDOT_W 4
 
-/* One weight row's chunk, unpacked (a partial last chunk is zero past its
- * elements, so it adds nothing). */
+/* One weight row's chunk, unpacked by the portable code (a partial last
+ * chunk is zero past its elements, so it adds nothing). */
 typedef struct strata__qw {
 	uint8_t u[QDOT_CHUNK] __attribute__((aligned(64))); /* slot order */
 	float ws[QDOT_CHUNK / 16]; /* factor of each 16 codes, slot order */
