@@ -9,7 +9,10 @@
  * stored weight bytes / time. Prefill shape: n = 128 rows times one matrix,
  * in GFLOP/s (2 n in out / time), beside the f32 product of the same
  * weights decoded (the peer every stored type should come close to). Also
- * the fork/join cost of the compute pool (every thread one task). */
+ * the fork/join cost of the compute pool (every thread one task), and the
+ * one-row decode rate on a matrix that stays in the caches (64 rows a
+ * thread): the kernel's own speed, which tells a memory-bound figure from
+ * a compute-bound one. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +89,27 @@ static double decode_rate(kbench *b, strata_compute *c, strata_weight_type wt,
 		}
 		double rate = (double)b->matrix_bytes * b->matrices / s;
 		best = rate > best ? rate : best;
+	}
+	return best;
+}
+
+/* Stored bytes per second of a one-row decode product on a matrix small
+ * enough to stay in the caches (64 rows a thread, from the ring's first
+ * matrix), best of `reps`: the kernel's own rate, the ceiling that the
+ * rate from memory can reach (far above it: memory sets the pace). */
+static double cached_rate(kbench *b, strata_weight_type wt, uint64_t row_bytes,
+			  uint32_t reps)
+{
+	uint32_t rows = 64 * strata_compute_threads(b->c);
+	rows = rows < b->out ? rows : b->out;
+	strata_weight w = {wt, b->ring, rows, b->in};
+	double best = 0;
+	for (uint32_t i = 0; i < reps; i++) {
+		double t = product_s(b, b->c, &w, 1);
+		if (t < 0)
+			return -1;
+		double r = t > 0 ? (double)row_bytes * rows / t : 0;
+		best = r > best ? r : best;
 	}
 	return best;
 }
@@ -170,26 +194,30 @@ static int bench_type(kbench *b, strata_block_type t, double mem_rate,
 	random_blocks(t, b->ring, b->matrix_bytes * b->matrices);
 	double r1 = decode_rate(b, b->c, wt, 1), r4 = decode_rate(b, b->c, wt, 4);
 	double x1 = decode_rate(b, b->cx, wt, 1), x4 = decode_rate(b, b->cx, wt, 4);
+	double c1 = cached_rate(b, wt, b->matrix_bytes / b->out,
+				b->passes == 1 ? 5 : 300);
 	strata_weight w = {wt, b->ring, b->out, b->in};
 	strata_weight w32 = {STRATA_WEIGHT_F32, wf, b->out, b->in};
 	(void)strata_block_decode(t, b->ring, wf, (uint64_t)b->in * b->out);
 	double pf = prefill_rate(b, &w, prefill_n);
 	double pf32 = prefill_rate(b, &w32, prefill_n);
-	if (r1 < 0 || r4 < 0 || x1 < 0 || x4 < 0 || pf < 0 || pf32 < 0)
+	if (r1 < 0 || r4 < 0 || x1 < 0 || x4 < 0 || c1 < 0 || pf < 0 ||
+	    pf32 < 0)
 		return 1;
 	printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f "
-	       "| %.1f | %.2f |\n",
+	       "| %.1f | %.2f | %.1f |\n",
 	       strata_block_name(t), r1 / 1e9, r1 / mem_rate, r4 / 1e9,
 	       r4 / mem_rate, x1 / 1e9, x1 / mem_rate, x4 / 1e9, x4 / mem_rate,
-	       pf / 1e9, pf / pf32);
+	       pf / 1e9, pf / pf32, c1 / 1e9);
 	printf("json {\"kernel\": \"%s\", \"in\": %u, \"out\": %u, "
 	       "\"decode1_bytes_per_s\": %.0f, \"decode4_bytes_per_s\": %.0f, "
 	       "\"exact_decode1_bytes_per_s\": %.0f, "
 	       "\"exact_decode4_bytes_per_s\": %.0f, "
 	       "\"memory_read_rate\": %.0f, \"prefill%u_flops\": %.0f, "
-	       "\"prefill_f32_flops\": %.0f}\n",
+	       "\"prefill_f32_flops\": %.0f, \"cached_decode1_bytes_per_s\": "
+	       "%.0f}\n",
 	       strata_block_name(t), b->in, b->out, r1, r4, x1, x4, mem_rate,
-	       prefill_n, pf, pf32);
+	       prefill_n, pf, pf32, c1);
 	return 0;
 }
 
@@ -255,9 +283,10 @@ int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 	       "exact)\n");
 	printf("| type | q8 1 row GB/s | of memory | q8 4 rows GB/s | "
 	       "of memory | exact 1 row GB/s | of memory | exact 4 rows GB/s | "
-	       "of memory | prefill %u rows GFLOP/s | of f32 product |\n"
+	       "of memory | prefill %u rows GFLOP/s | of f32 product | "
+	       "q8 1 row in cache GB/s |\n"
 	       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-	       "| --- |\n",
+	       "| --- | --- |\n",
 	       prefill_n);
 	rc = 0;
 	for (size_t i = 0; i < sizeof all_types / sizeof *all_types && !rc; i++)

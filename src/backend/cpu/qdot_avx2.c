@@ -65,7 +65,7 @@ QDOT_TARGET void strata__qdot_quantize16_avx2(const float *x, int8_t *q,
 }
 
 /* ------------------------------------------------------------------------ */
-/* The reduce4 order                                                        */
+/* Run sums                                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* Lane 4 b + i of reduce4's result: the sum of lane block b of d[i]; for

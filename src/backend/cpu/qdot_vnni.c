@@ -30,7 +30,7 @@ bool strata__qdot_vnni_usable(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The transpose4 order                                                     */
+/* Run sums                                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* The run sums of a chunk's codes c against its x, 16 int32 lanes in one
