@@ -23,6 +23,16 @@
 
 #include "strata/base.h"
 
+/* The SIMD kernels' inner functions: inlined into one copy per type and
+ * shape when optimising (their loops and switches on constants fold
+ * away); left as calls at -O0, where forcing it makes 192 copies of every
+ * kernel a file and the ASan build of each file takes minutes. */
+#if defined(__OPTIMIZE__)
+#define QDOT_INLINE inline __attribute__((always_inline))
+#else
+#define QDOT_INLINE inline
+#endif
+
 /* Elements of a chunk: one super-block, eight 32-element blocks. */
 #define QDOT_CHUNK 256u
 /* Weight rows a kernel call takes together (x read once for them). */

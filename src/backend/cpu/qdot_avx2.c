@@ -82,7 +82,7 @@ QDOT_TARGET static inline __m256i reduce4(const __m256i d[4])
 
 /* The 4 x 4 dwords at each 128-bit block position of v[0..3] transposed
  * (qdot_vnni.c's transpose4: each lane then holds pieces of one run). */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 transpose4(__m256i v[4])
 {
 	__m256i a = _mm256_unpacklo_epi32(v[0], v[1]),
@@ -127,7 +127,7 @@ QDOT_TARGET static inline void order16_i8(__m128i v, float f, __m256 o[2])
 
 /* The chunk's factors (ws) and min terms (mw) in reduce4's order; *mins
  * false where the type has none. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 factors8(strata_block_type t, const unsigned char *p, uint32_t bb, __m256 ws[2],
 	 __m256 mw[2], bool *mins)
 {
@@ -202,7 +202,7 @@ QDOT_TARGET static inline __m256i dot32(__m256i u, __m256i x, int off)
 /* The run sums of four slots' codes c against their x, in reduce4's order
  * either way: as loaded, reduce4 of the four lanes a run; both transposed
  * (tr), each lane one run's whole sum. */
-QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+QDOT_TARGET static QDOT_INLINE __m256i
 sums4(const __m256i c[4], const __m256i x[4], int off, bool tr)
 {
 	__m256i d[4];
@@ -251,7 +251,7 @@ QDOT_TARGET static inline float acc_sum(qacc v)
 	return _mm_cvtss_f32(s);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
 	xchunk *x)
 {
@@ -272,7 +272,7 @@ x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
 	}
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
 	wchunk *w)
 {
@@ -285,7 +285,7 @@ w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
 	factors8(t, p, bb, w->ws, w->mw, &w->mins);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 chunk_row(const wchunk *w, const xchunk *x, int off, bool tr, qacc *acc)
 {
 	for (int h = 0; h < 2; h++) {

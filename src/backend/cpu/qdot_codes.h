@@ -35,7 +35,7 @@ QDOT_TARGET static inline __m256i bit_set(__m256i h, __m256i bits)
 /* Bit `from` of each byte of h moved to bit `to` of it, the other bits 0
  * (from and to constants: one shift of the 16-bit lanes, one mask, which
  * leaves out the bits a shift moves across a byte). */
-QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+QDOT_TARGET static QDOT_INLINE __m256i
 bit_to(__m256i h, int from, int to)
 {
 	if (to > from)
@@ -74,7 +74,7 @@ QDOT_TARGET static inline __m256i iq4_table(void)
  * p, bb bytes a block for the 32-element types: the register each kernel
  * multiplies, no buffer in between (loads two slots share are one load
  * once inlined). */
-QDOT_TARGET static inline __attribute__((always_inline)) __m256i
+QDOT_TARGET static QDOT_INLINE __m256i
 code_slot(strata_block_type t, const unsigned char *p, uint32_t bb, int s)
 {
 	const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);

@@ -17,7 +17,7 @@
  * where tr (a constant: more than one row of x) lets a kernel lay out a
  * chunk so as to spend more on each weight row and x row and less on
  * each pair of them.
- * The inner functions are always_inline, so each type's loops are one
+ * The inner functions are QDOT_INLINE (qdot.h), so each type's loops are one
  * straight piece of code without a switch per chunk. */
 #ifndef STRATA_BACKEND_CPU_QDOT_ROWS_H
 #define STRATA_BACKEND_CPU_QDOT_ROWS_H
@@ -32,7 +32,7 @@
 /* Outputs o .. o + R of x rows c0 .. c0 + C over the whole row. A partial
  * last chunk (the 32-element types) is copied first into zeroed blocks,
  * whose factors are 0, so that no load reads past the row. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 rows_simd(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C)
 {
 	const uint32_t bb = j->block_bytes;
@@ -76,7 +76,7 @@ rows_simd(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C)
 }
 
 /* Every row of x, four at a time, for R weight rows. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 group_simd(const strata__qjob *j, uint32_t o, int R)
 {
 	uint32_t c0 = 0;
@@ -91,7 +91,7 @@ group_simd(const strata__qjob *j, uint32_t o, int R)
 }
 
 /* Outputs [o0, o1) with the type a constant t. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 rows_typed(const strata__qjob *j, uint32_t o0, uint32_t o1, strata_block_type t)
 {
 	strata__qjob jt = *j;

@@ -53,7 +53,7 @@ QDOT_TARGET static inline __m512i reduce4(const __m512i d[4])
 
 /* The 4 x 4 dwords at each 128-bit block position of v[0..3] transposed:
  * dword i of block b of v[k] was dword k of block b of v[i]. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 transpose4(__m512i v[4])
 {
 	__m512i a = _mm512_unpacklo_epi32(v[0], v[1]),
@@ -66,7 +66,7 @@ transpose4(__m512i v[4])
 	v[3] = _mm512_unpackhi_epi64(b, d);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) __m512i
+QDOT_TARGET static QDOT_INLINE __m512i
 sums4(const __m512i c[4], const __m512i x[4], bool tr)
 {
 	__m512i d[4];
@@ -107,7 +107,7 @@ QDOT_TARGET static inline __m512 order8(__m256 v, bool q45k)
 
 /* The chunk's factors (ws) and min terms (mw) in sums4's order; *mins
  * false where the type has none. */
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 factors4(strata_block_type t, const unsigned char *p, uint32_t bb,
 	 __m512 *ws, __m512 *mw, bool *mins)
 {
@@ -198,7 +198,7 @@ QDOT_TARGET static inline float acc_sum(qacc a)
 	return _mm512_reduce_add_ps(a);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
 	xchunk *x)
 {
@@ -217,7 +217,7 @@ x_chunk(const strata__qjob *j, uint32_t c, uint32_t ch, int off, bool tr,
 	}
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
 	wchunk *w)
 {
@@ -230,7 +230,7 @@ w_chunk(strata_block_type t, const unsigned char *p, uint32_t bb, bool tr,
 	factors4(t, p, bb, &w->ws, &w->mw, &w->mins);
 }
 
-QDOT_TARGET static inline __attribute__((always_inline)) void
+QDOT_TARGET static QDOT_INLINE void
 chunk_row(const wchunk *w, const xchunk *x, int off, bool tr, qacc *acc)
 {
 	__m512i sums = sums4(w->c, x->q, tr);
