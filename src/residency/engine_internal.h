@@ -1,7 +1,9 @@
 /* engine_internal.h - the residency engine's state, shared by its three
- * parts: the life cycle (engine.c), the window (engine_window.c) and the
- * reads (engine_read.c), each with its own header (layer: residency). Not
- * a public header; it declares no part's functions. */
+ * parts: the life cycle (engine.c, with the steps of its create in
+ * engine_config.c, engine_sizes.c and engine_load.c), the window
+ * (engine_window.c) and the reads (engine_read.c), each with its own
+ * header (layer: residency). Not a public header; it declares no part's
+ * functions. */
 #ifndef STRATA_RESIDENCY_ENGINE_INTERNAL_H
 #define STRATA_RESIDENCY_ENGINE_INTERNAL_H
 

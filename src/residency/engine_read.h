@@ -24,7 +24,7 @@ typedef struct reader_buffers {
 	void **dst;		       /* max_tensors */
 	unsigned char *scratch;	       /* file bytes of the largest converted tensor */
 	/* max_tensors: a tensor already mapped (non-NULL) is not read; only
-	 * during the loads at create (engine.c load_fixed), else NULL */
+	 * during the loads at create (engine_load.c), else NULL */
 	const void **mapped;
 } reader_buffers;
 

@@ -376,7 +376,7 @@ static void test_stories_greedy_text(void **state)
 
 /* Disk mode with host memory 0 reads straight into device memory, which
  * the residency engine does only where the host can address the device
- * (src/residency/engine.c); on CUDA the planner never offers it, so the
+ * (src/residency/engine_sizes.c); on CUDA the planner never offers it, so the
  * run is refused at planning with the host memory that fits. */
 static void test_disk_direct_is_refused_with_a_fix(void **state)
 {
