@@ -121,7 +121,8 @@ static inline strata_status plan_bf16(const fixture *f,
 }
 
 /* KV: 8 layers x 2 x [1, 256, 2*16] f32 = 8 x 2 x 32768; workspace 2304
- * (computed by hand in memory_model_formulas_are_exact). */
+ * (computed by hand in test_memory_model.c,
+ * memory_model_formulas_are_exact). */
 #define KV_CPU (UINT64_C(8) * 2 * 32768)
 #define WS 2304u
 #define RESIDENT_DEVICE (1 * MiB + 32 * MiB + KV_CPU + WS)
