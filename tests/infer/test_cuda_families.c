@@ -96,23 +96,17 @@ static void check_family(const char *name)
 		if (cases[c].expert_slots >= 0 && !moe)
 			continue;
 		s = open_cuda(path, options_of(&cases[c], layers), r.n_tokens);
-		strata_error err;
-		strata_forward *f = strata_session_forward(s);
-		if (strata_forward_run(f, r.tokens, r.n_tokens, 0, logits,
-				       NULL, &err))
-			fail_msg("%s %s: %s", name, cases[c].name,
-				 err.message);
-		double d = ref_max_diff(logits, r.logits, cells);
-		char plan[96];
+		char plan[96], what[256];
 		strata_plan_candidate_name(
 			strata_plan_selected(strata_session_plan(s)), plan,
 			sizeof plan);
+		snprintf(what, sizeof what, "%s %s (%s), against transformers'",
+			 name, cases[c].name, plan);
+		double d = ref_run_compare(what, strata_session_forward(s), &r,
+					   r.logits, TOLERANCE, logits, NULL);
 		print_message("%-22s %-36s max |dlogit| %.2e (%s)\n", name,
 			      cases[c].name, d, plan);
-		if (!(d <= TOLERANCE))
-			fail_msg("%s %s: logits %.3g from transformers' "
-				 "(tolerance %g)",
-				 name, cases[c].name, d, TOLERANCE);
+		strata_error err;
 		assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 		strata_session_close(s);
 	}

@@ -31,14 +31,6 @@ static const cuda_case cases[] = {
 };
 #define CASE_COUNT (sizeof cases / sizeof *cases)
 
-static strata_status collect(void *user, int32_t tok, strata_error *err)
-{
-	(void)err;
-	int32_t *out = user;
-	out[++out[0]] = tok;
-	return STRATA_OK;
-}
-
 static strata_session *open_cuda(const char *path, strata_plan_options po,
 				 uint32_t positions, uint32_t prefill)
 {
@@ -51,28 +43,6 @@ static strata_session *open_cuda(const char *path, strata_plan_options po,
 	if (strata_session_open(&o, &s, &err))
 		fail_msg("%s: %s / %s", path, err.message, err.fix);
 	return s;
-}
-
-static void run_it(strata_session *s, const ref_data *r, uint32_t n_greedy,
-		   float *logits, int32_t *greedy)
-{
-	strata_forward *f = strata_session_forward(s);
-	strata_error err;
-	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
-			       &err))
-		fail_msg("forward: %s", err.message);
-	strata_forward_reset(f);
-	strata_sampler *smp;
-	strata_sampler_params sp = {.temperature = 0, .top_p = 1,
-				    .repeat_penalty = 1};
-	assert_int_equal(strata_sampler_create(&sp, r->vocab, &smp, &err),
-			 STRATA_OK);
-	greedy[0] = 0;
-	if (strata_generate(f, smp, r->tokens, r->n_tokens, n_greedy, -1,
-			    collect, greedy, NULL, &err))
-		fail_msg("generate: %s", err.message);
-	strata_sampler_destroy(smp);
-	assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 }
 
 static void snapshot(strata_session *s, strata_telemetry_snapshot *t)
@@ -169,13 +139,18 @@ static void check_model(const char *name)
 	float *want = strata_alloc(cells * sizeof(float));
 	float *got = strata_alloc(cells * sizeof(float));
 	int32_t want_g[65], got_g[65];
+	/* rg: r with the greedy tokens every run makes, at most 16 */
 	uint32_t g = r.n_greedy > 16 ? 16 : r.n_greedy;
 	uint32_t positions = r.n_tokens + g + 1;
+	ref_data rg = r;
+	rg.n_greedy = g;
 	strata_plan_options po = {.mode = STRATA_RESIDENCY_RESIDENT,
 				  .has_host_budget = true,
 				  .host_budget_bytes = GIB};
 	strata_session *rs = open_cuda(path, po, positions, r.n_tokens);
-	run_it(rs, &r, g, want, want_g);
+	strata_error err;
+	ref_run_greedy(strata_session_forward(rs), &rg, rg.vocab, want, want_g);
+	assert_int_equal(strata_session_finish(rs, &err), STRATA_OK);
 	uint32_t layers = strata_session_hparams(rs)->layers;
 	strata_session_close(rs);
 	for (size_t i = 0; i < CASE_COUNT; i++) {
@@ -192,10 +167,12 @@ static void check_model(const char *name)
 		strata_session *s = open_cuda(path, o, positions, r.n_tokens);
 		strata_telemetry_snapshot before;
 		snapshot(s, &before);
-		run_it(s, &r, g, got, got_g);
-		double d = ref_max_diff(got, want, cells);
-		if (d > 1e-3) /* CUDA's half products against the CPU's f32 */
-			fail_msg("%s: logits %g from resident", what, d);
+		/* CUDA's half products against the CPU's f32 */
+		char cmp[300];
+		snprintf(cmp, sizeof cmp, "%s, against resident", what);
+		ref_run_compare(cmp, strata_session_forward(s), &rg, want, 1e-3,
+				got, got_g);
+		assert_int_equal(strata_session_finish(s, &err), STRATA_OK);
 		if (memcmp(got_g, want_g, (1 + g) * sizeof(int32_t)))
 			fail_msg("%s: greedy text differs from resident", what);
 		check_run(what, s, layers, &before);

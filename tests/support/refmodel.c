@@ -266,6 +266,28 @@ void ref_run_greedy(strata_forward *f, const ref_data *r, uint32_t vocab,
 	strata_sampler_destroy(s);
 }
 
+double ref_run_compare(const char *what, strata_forward *f, const ref_data *r,
+		       const float *want, double tolerance, float *logits,
+		       int32_t *greedy)
+{
+	strata_error err;
+	if (greedy)
+		ref_run_greedy(f, r, r->vocab, logits, greedy);
+	else if (strata_forward_run(f, r->tokens, r->n_tokens, 0, logits, NULL,
+				    &err))
+		fail_msg("%s: forward: %s", what, err.message);
+	double worst = 0;
+	for (uint32_t i = 0; i < r->n_tokens; i++) {
+		double d = ref_max_diff(logits + (uint64_t)i * r->vocab,
+					want + (uint64_t)i * r->vocab, r->vocab);
+		if (!(d <= tolerance))
+			fail_msg("%s: position %u max |dlogit| %.3g > %.0e", what,
+				 i, d, tolerance);
+		worst = d > worst ? d : worst;
+	}
+	return worst;
+}
+
 void ref_window_open(const ref_open *m, strata_weight_store *ws,
 		     strata_plan_device device, strata_plan_options po,
 		     uint32_t reader_threads, const char *what,

@@ -119,4 +119,15 @@ void ref_window_close(ref_window *w);
 /* max |a - b| over n floats. */
 double ref_max_diff(const float *a, const float *b, uint64_t n);
 
+/* Run and compare to the reference: r's prompt through f from position 0
+ * into logits (r->n_tokens, r->vocab) and, where greedy is not NULL, after
+ * a reset r->n_greedy greedy tokens into greedy as ref_run_greedy makes
+ * them; then every position's logits against want (n_tokens, vocab: the
+ * reference's or another run's). Fails the test, naming `what`, the
+ * position and its difference, where one lies beyond `tolerance` (a NaN
+ * fails). Returns the largest difference. */
+double ref_run_compare(const char *what, strata_forward *f, const ref_data *r,
+		       const float *want, double tolerance, float *logits,
+		       int32_t *greedy);
+
 #endif
