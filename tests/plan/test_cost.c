@@ -62,6 +62,32 @@ static strata_plan_options cuda_opts(void)
 	return o;
 }
 
+/* Forces the placement rR cC, the rest streamed (--resident-units R
+ * --cpu-units C). */
+static void force_units(strata_plan_options *o, uint64_t resident,
+			uint64_t cpu)
+{
+	o->has_resident_units = o->has_cpu_units = true;
+	o->resident_units = resident;
+	o->cpu_units = cpu;
+}
+
+/* Type t's CPU rate as strata calibrate measured it (its file's bit). */
+static void cpu_rate(strata_plan_options *o, strata_block_type t,
+		     strata_plan_type_rate r)
+{
+	o->cpu_types[t] = r;
+	o->calibrated_cpu_types |= 1u << t;
+}
+
+/* Every type's CPU rate measured, all at r. */
+static void cpu_rate_all(strata_plan_options *o, strata_plan_type_rate r)
+{
+	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
+		o->cpu_types[t] = r;
+	o->calibrated_cpu_types = ~0u;
+}
+
 static strata_plan *plan_of(const fixture *f, const strata_plan_options *o)
 {
 	strata_plan *p = NULL;
@@ -111,11 +137,8 @@ static void each_type_is_priced_at_its_own_rate(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){25e9, 0.5e12};
-	o.calibrated_cpu_types = 1u << STRATA_BLOCK_Q8_0;
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 0;
-	o.cpu_units = 8;
+	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){25e9, 0.5e12});
+	force_units(&o, 0, 8);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
@@ -163,12 +186,9 @@ static void cpu_units_take_the_layer_rate(void **state)
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
 	o.cpu_launch_seconds = 1e-6;
-	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){25e9, 0.5e12};
+	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){25e9, 0.5e12});
 	o.cpu_layer[STRATA_BLOCK_Q8_0] = 20e9;
-	o.calibrated_cpu_types = 1u << STRATA_BLOCK_Q8_0;
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 0;
-	o.cpu_units = 8;
+	force_units(&o, 0, 8);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
@@ -179,9 +199,8 @@ static void cpu_units_take_the_layer_rate(void **state)
 	     8.0 * STRATA_PLAN_KERNELS_PER_UNIT * 1e-6 * 1e3);
 	strata_plan_destroy(p);
 	/* every type with a layer rate: the kernels' cost is in it */
-	o.cpu_types[STRATA_BLOCK_F32] = (strata_plan_type_rate){90e9, 1e12};
+	cpu_rate(&o, STRATA_BLOCK_F32, (strata_plan_type_rate){90e9, 1e12});
 	o.cpu_layer[STRATA_BLOCK_F32] = 50e9;
-	o.calibrated_cpu_types |= 1u << STRATA_BLOCK_F32;
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	near(c->decode_cost.cpu_ms,
@@ -257,12 +276,8 @@ static void cpu_and_link_share_host_memory(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
-		o.cpu_types[t] = (strata_plan_type_rate){80e9, 1e12};
-	o.calibrated_cpu_types = ~0u;
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 0;
-	o.cpu_units = 4;
+	cpu_rate_all(&o, (strata_plan_type_rate){80e9, 1e12});
+	force_units(&o, 0, 4);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
@@ -285,8 +300,7 @@ static void cpu_and_link_share_host_memory(void **state)
 	o.host_memory_bandwidth = 30e9;
 	o.host_memory_shared_bandwidth = 20e9;
 	o.h2d_shared_bandwidth = 10e9;
-	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
-		o.cpu_types[t] = (strata_plan_type_rate){300e9, 1e12};
+	cpu_rate_all(&o, (strata_plan_type_rate){300e9, 1e12});
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	k = &c->decode_cost;
@@ -298,12 +312,8 @@ static void cpu_and_link_share_host_memory(void **state)
 	o = cuda_opts();
 	o.host_memory_shared_bandwidth = 40e9;
 	o.h2d_shared_bandwidth = 25e9;
-	for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
-		o.cpu_types[t] = (strata_plan_type_rate){80e9, 1e12};
-	o.calibrated_cpu_types = ~0u;
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 0;
-	o.cpu_units = 8;
+	cpu_rate_all(&o, (strata_plan_type_rate){80e9, 1e12});
+	force_units(&o, 0, 8);
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	near(c->decode_cost.cpu_ms, 2 * alone);
@@ -320,9 +330,7 @@ static void prefill_fills_an_empty_window(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 2;
-	o.cpu_units = 0;
+	force_units(&o, 2, 0);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
@@ -350,9 +358,7 @@ static void fixed_costs_count_kernels_and_crossings(void **state)
 	strata_plan_options o = cuda_opts();
 	o.crossing_seconds = 1e-3;
 	o.cpu_launch_seconds = 1e-4;
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 2;
-	o.cpu_units = 3;
+	force_units(&o, 2, 3);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
 	assert_non_null(c);
@@ -370,8 +376,7 @@ static void fixed_costs_count_kernels_and_crossings(void **state)
 	o.crossing_seconds = 1e-15;
 	o.cpu_launch_seconds = 1e-15;
 	o.device_launch_seconds = 1.0;
-	o.resident_units = 8;
-	o.cpu_units = 0;
+	force_units(&o, 8, 0);
 	p = plan_of(f, &o);
 	c = placement(p, true);
 	assert_non_null(c);
@@ -422,9 +427,7 @@ static void cuda_counts_the_load_staging(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	o.has_resident_units = o.has_cpu_units = true;
-	o.resident_units = 8;
-	o.cpu_units = 0;
+	force_units(&o, 8, 0);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, true);
 	assert_non_null(c);
@@ -433,8 +436,7 @@ static void cuda_counts_the_load_staging(void **state)
 	assert_int_equal(c->host_bytes, 2 * MiB + 4 * MiB + m->workspace_bytes);
 	strata_plan_destroy(p);
 	/* nothing resident, nothing streamed: the largest static */
-	o.resident_units = 0;
-	o.cpu_units = 8;
+	force_units(&o, 0, 8);
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	assert_non_null(c);
