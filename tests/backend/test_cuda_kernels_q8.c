@@ -15,52 +15,14 @@
 
 /* both backends' fast decode: x quantized to 8 bits */
 #define KERNELS_FIXTURE_PRECISION STRATA_PRECISION_FAST
+#define QUANT_FIXTURE_SEED 4242
 #include "backend/kernels_fixture.h"
+#include "backend/quant_fixture.h"
 
 #include "support/gpu_skip.h"
 
-static const strata_weight_type q8types[] = {
-	STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
-	STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
-};
-#define Q8TYPES (sizeof q8types / sizeof *q8types)
 /* Against the CPU's q8 decode: the same codes, f32 sums in another order. */
 #define Q8_CPU_TOL 1e-4
-
-static uint32_t rng = 4242;
-static unsigned char rbyte(void)
-{
-	rng = rng * 1664525u + 1013904223u;
-	return (unsigned char)(rng >> 24);
-}
-
-/* Random blocks whose f16 factors are finite and small (the high byte's
- * exponent bits kept low), so products stay in range. */
-static unsigned char *random_blocks(strata_block_type t, uint64_t bytes)
-{
-	unsigned char *p = malloc(bytes);
-	assert_non_null(p);
-	for (uint64_t i = 0; i < bytes; i++)
-		p[i] = rbyte();
-	int at[2] = {0, 2}, count = 1;
-	if (t == STRATA_BLOCK_Q4_K || t == STRATA_BLOCK_Q5_K)
-		count = 2;
-	else if (t == STRATA_BLOCK_Q6_K)
-		at[0] = 208;
-	uint32_t bb = strata_block_bytes(t);
-	for (uint64_t b = 0; b < bytes / bb; b++)
-		for (int k = 0; k < count; k++)
-			p[b * bb + (uint64_t)at[k] + 1] &= 0x2b;
-	return p;
-}
-
-static uint64_t weight_bytes(strata_weight_type t, uint32_t rows,
-			     uint32_t cols)
-{
-	strata_block_type b = strata_weight_type_block(t);
-	return (uint64_t)rows * (cols / strata_block_elements(b)) *
-	       strata_block_bytes(b);
-}
 
 static bool decode_q8(void)
 {
@@ -161,19 +123,19 @@ static void test_q8_gemv_matches_cpu_q8_and_bound(void **state)
 {
 	(void)state;
 	assert_true(decode_q8());
-	for (size_t i = 0; i < Q8TYPES; i++) {
-		int bt = (int)strata_weight_type_block(q8types[i]);
+	for (size_t i = 0; i < FAST_TYPES; i++) {
+		int bt = (int)strata_weight_type_block(fast_types[i]);
 		assert_true(strata__cuda_q8gemv_takes(bt, (void *)(uintptr_t)0x10004, 4096));
 		assert_false(strata__cuda_q8gemv_takes(bt, (void *)(uintptr_t)0x10002, 4096));
 		double worst = 0.0;
 		for (uint32_t n = 1; n <= STRATA__CUDA_GEMV_ROWS; n++) {
-			double d = check_product(q8types[i], n, 4096, 70, n % 3 == 0);
+			double d = check_product(fast_types[i], n, 4096, 70, n % 3 == 0);
 			worst = d > worst ? d : worst;
 		}
 		/* the down projection's width */
-		check_product(q8types[i], 2, 14336, 24, true);
+		check_product(fast_types[i], 2, 14336, 24, true);
 		printf("  %-8s worst distance from the exact product %.3g\n",
-		       strata_weight_type_name(q8types[i]), worst);
+		       strata_weight_type_name(fast_types[i]), worst);
 	}
 }
 
@@ -184,17 +146,17 @@ static void test_q8_gemv_matches_cpu_q8_and_bound(void **state)
 static void test_q8_gemv_awkward_shapes(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < Q8TYPES; i++) {
-		bool k = strata_block_elements(strata_weight_type_block(q8types[i])) == 256;
+	for (size_t i = 0; i < FAST_TYPES; i++) {
+		bool k = strata_block_elements(strata_weight_type_block(fast_types[i])) == 256;
 		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
 			for (int unroll = 4; unroll <= 8; unroll += 4) {
 				strata__cuda_qgemv_split = split;
 				strata__cuda_qgemv_unroll = unroll;
 				w_offset = unroll == 8 ? 4 : 0;
 				x_offset = (uint32_t)split % 3;
-				check_product(q8types[i], 1, k ? 1280 : 800, 45, true);
-				check_product(q8types[i], 5, k ? 2304 : 96, 19, false);
-				check_product(q8types[i], 8, k ? 256 : 32, 9, true);
+				check_product(fast_types[i], 1, k ? 1280 : 800, 45, true);
+				check_product(fast_types[i], 5, k ? 2304 : 96, 19, false);
+				check_product(fast_types[i], 8, k ? 256 : 32, 9, true);
 			}
 		strata__cuda_qgemv_split = 0;
 		strata__cuda_qgemv_unroll = 4;
@@ -231,17 +193,17 @@ static void test_dependent_launch_gives_the_same_bits(void **state)
 {
 	(void)state;
 	const uint32_t in = 4096, out = 70;
-	for (size_t i = 0; i < Q8TYPES; i++) {
-		strata_block_type bt = strata_weight_type_block(q8types[i]);
-		uint64_t bytes = weight_bytes(q8types[i], out, in);
+	for (size_t i = 0; i < FAST_TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(fast_types[i]);
+		uint64_t bytes = weight_bytes(fast_types[i], out, in);
 		unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
 		float *x = host_floats(5 * in), *g = host_floats(in);
 		float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
 		float *glu[2] = {host_floats(out), host_floats(out)};
 		cuda_test_fill(x, 5 * in, 17 + i, 2.0f);
 		cuda_test_fill(g, in, 19 + i, 1.0f);
-		strata_weight dw = {q8types[i], upload(h, bytes), out, in};
-		strata_weight du = {q8types[i], upload(hu, bytes), out, in};
+		strata_weight dw = {fast_types[i], upload(h, bytes), out, in};
+		strata_weight du = {fast_types[i], upload(hu, bytes), out, in};
 		float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
 		float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
 		float *dup = dev_alloc(out * 4);
@@ -258,9 +220,9 @@ static void test_dependent_launch_gives_the_same_bits(void **state)
 		strata__cuda_q8gemv_pdl = 1;
 		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
 			fail_msg("%s: the dependent launch changed the bits",
-				 strata_weight_type_name(q8types[i]));
+				 strata_weight_type_name(fast_types[i]));
 		printf("  %-8s dependent and ordinary launches bit-identical\n",
-		       strata_weight_type_name(q8types[i]));
+		       strata_weight_type_name(fast_types[i]));
 		dev_free_all();
 		free(h), free(hu), free(x), free(g);
 		free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
@@ -310,21 +272,21 @@ static void test_nan_in_x_gives_nan(void **state)
 {
 	(void)state;
 	const uint32_t in = 512, out = 16;
-	for (size_t i = 0; i < Q8TYPES; i++) {
-		strata_block_type bt = strata_weight_type_block(q8types[i]);
-		uint64_t bytes = weight_bytes(q8types[i], out, in);
+	for (size_t i = 0; i < FAST_TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(fast_types[i]);
+		uint64_t bytes = weight_bytes(fast_types[i], out, in);
 		unsigned char *h = random_blocks(bt, bytes);
 		float *x = host_floats(in), *got = host_floats(out);
 		cuda_test_fill(x, in, 9, 1.0f);
 		x[37] = NAN;
-		strata_weight dw = {q8types[i], upload(h, bytes), out, in};
+		strata_weight dw = {fast_types[i], upload(h, bytes), out, in};
 		float *dx = upload(x, in * 4), *dy = dev_alloc(out * 4);
 		OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, 1, ERR));
 		download(got, dy, out * 4);
 		for (uint32_t o = 0; o < out; o++)
 			if (!isnan(got[o]))
 				fail_msg("%s: output %u is %g, not NaN",
-					 strata_weight_type_name(q8types[i]), o,
+					 strata_weight_type_name(fast_types[i]), o,
 					 (double)got[o]);
 		dev_free_all();
 		free(h), free(x), free(got);
@@ -337,78 +299,21 @@ static void test_nan_in_x_gives_nan(void **state)
  * rmsnorm, then its q8 products). */
 static void check_fused(strata_weight_type t, const uint32_t outs[3])
 {
-	const uint32_t in = 1280;
-	strata_block_type bt = strata_weight_type_block(t);
-	float *x = host_floats(in), *g = host_floats(in), *cn = host_floats(in);
-	cuda_test_fill(x, in, 41 + (uint64_t)t, 3.0f);
-	cuda_test_fill(g, in, 43 + (uint64_t)t, 1.0f);
-	float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
-	float *dn = dev_alloc(in * 4);
-	strata_kernel_product hp[3], dp[3];
-	unsigned char *hw[3];
-	float *hy[3], *dy[3];
-	for (int i = 0; i < 3; i++) {
-		uint64_t bytes = weight_bytes(t, outs[i], in);
-		hw[i] = random_blocks(bt, bytes);
-		hy[i] = host_floats(outs[i]);
-		cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
-		dy[i] = upload(hy[i], outs[i] * 4);
-		hp[i] = (strata_kernel_product){hy[i], {t, hw[i], outs[i], in}, NULL};
-		dp[i] = (strata_kernel_product){dy[i], {t, upload(hw[i], bytes), outs[i], in}, NULL};
-	}
-	float *hb = host_floats(outs[1]);
-	cuda_test_fill(hb, outs[1], 99, 1.0f);
-	hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
-	strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
-	strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
-	assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
-	OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
-	OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
-	char what[80];
-	float *got = host_floats(outs[0] > outs[1] ? outs[0] : outs[1]);
-	for (int i = 0; i < 3; i++) {
-		download(got, dy[i], outs[i] * 4);
-		snprintf(what, sizeof what, "%s q8 fused part %d + norm",
-			 strata_weight_type_name(t), i);
-		expect_close(what, hy[i], got, outs[i], Q8_CPU_TOL);
-	}
-	/* one part accumulating into y (no norm) */
-	float *sh = host_floats(outs[0]), *sd = dev_alloc(outs[0] * 4);
-	OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, sh, ERR));
-	OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, sd, ERR));
-	download(got, dy[0], outs[0] * 4);
-	snprintf(what, sizeof what, "%s q8 fused y +=", strata_weight_type_name(t));
-	expect_close(what, hy[0], got, outs[0], Q8_CPU_TOL);
-	/* gate and up of one row count, the norm folded in */
-	strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
-	uint64_t ub = weight_bytes(t, outs[0], in);
-	unsigned char *up = random_blocks(bt, ub);
-	hu.data = up, duw.data = upload(up, ub);
-	assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
-	float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
-	float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
-	OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
-	OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
-	download(got, dyg, outs[0] * 4);
-	snprintf(what, sizeof what, "%s q8 fused gate/up + norm",
-		 strata_weight_type_name(t));
-	expect_close(what, hyg, got, outs[0], Q8_CPU_TOL);
-	dev_free_all();
-	for (int i = 0; i < 3; i++)
-		free(hw[i]), free(hy[i]);
-	free(x), free(g), free(cn), free(hb), free(sh), free(got);
-	free(up), free(hyg), free(hup);
+	fused_case c;
+	fused_case_init(&c, t, (uint64_t)t, outs);
+	fused_check(&c, "q8 fused", Q8_CPU_TOL);
+	fused_case_fini(&c);
 }
 
 static void test_q8_fused_slots_match_cpu_q8(void **state)
 {
 	(void)state;
 	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
-	for (size_t t = 0; t < Q8TYPES; t++)
+	for (size_t t = 0; t < FAST_TYPES; t++)
 		for (int sh = 0; sh < 2; sh++)
 			for (int split = 0; split <= 8; split = split ? split * 2 : 1) {
 				strata__cuda_qgemv_split = split;
-				check_fused(q8types[t], shapes[sh]);
+				check_fused(fast_types[t], shapes[sh]);
 			}
 	strata__cuda_qgemv_split = 0;
 }

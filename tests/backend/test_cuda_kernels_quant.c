@@ -9,7 +9,9 @@
  * are not whole blocks refused (layer: backend tests). Skipped (77) without a CUDA device. */
 #include <stdlib.h>
 
+#define QUANT_FIXTURE_SEED 777
 #include "backend/kernels_fixture.h"
+#include "backend/quant_fixture.h"
 
 #include "support/gpu_skip.h"
 
@@ -20,57 +22,6 @@ static const strata_weight_type types[] = {
 	STRATA_WEIGHT_Q6_K, STRATA_WEIGHT_IQ4_NL, STRATA_WEIGHT_IQ4_XS,
 };
 #define TYPES (sizeof types / sizeof *types)
-
-static uint32_t rng = 777;
-static unsigned char rbyte(void)
-{
-	rng = rng * 1664525u + 1013904223u;
-	return (unsigned char)(rng >> 24);
-}
-
-/* Byte offsets of each block type's f16 factors (ggml's layouts). */
-static void factor_offsets(strata_block_type t, int at[2], int *count)
-{
-	*count = 1;
-	at[0] = 0;
-	switch (t) {
-	case STRATA_BLOCK_Q4_1: case STRATA_BLOCK_Q5_1:
-	case STRATA_BLOCK_Q4_K: case STRATA_BLOCK_Q5_K:
-		at[1] = 2, *count = 2;
-		break;
-	case STRATA_BLOCK_Q2_K:
-		at[0] = 80, at[1] = 82, *count = 2;
-		break;
-	case STRATA_BLOCK_Q3_K: at[0] = 108; break;
-	case STRATA_BLOCK_Q6_K: at[0] = 208; break;
-	default: break;
-	}
-}
-
-/* Random blocks whose f16 factors are finite and small (exponent bits of
- * the high byte kept low), so products stay in range. */
-static unsigned char *random_blocks(strata_block_type t, uint64_t bytes)
-{
-	unsigned char *p = malloc(bytes);
-	assert_non_null(p);
-	for (uint64_t i = 0; i < bytes; i++)
-		p[i] = rbyte();
-	int at[2], count;
-	factor_offsets(t, at, &count);
-	uint32_t bb = strata_block_bytes(t);
-	for (uint64_t b = 0; b < bytes / bb; b++)
-		for (int k = 0; k < count; k++)
-			p[b * bb + (uint64_t)at[k] + 1] &= 0x2b;
-	return p;
-}
-
-static uint64_t weight_bytes(strata_weight_type t, uint32_t rows,
-			     uint32_t cols)
-{
-	strata_block_type b = strata_weight_type_block(t);
-	return (uint64_t)rows * (cols / strata_block_elements(b)) *
-	       strata_block_bytes(b);
-}
 
 /* ------------------------------------------------------------------------ */
 
@@ -228,13 +179,9 @@ static void test_tensor_core_bf16_precision(void **state)
 static void test_fast_gemv_shapes(void **state)
 {
 	(void)state;
-	static const strata_weight_type fast[] = {
-		STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
-		STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
-	};
 	const float *x16 = (const float *)(uintptr_t)0x10000;
-	for (size_t i = 0; i < sizeof fast / sizeof *fast; i++) {
-		int bt = (int)strata_weight_type_block(fast[i]);
+	for (size_t i = 0; i < FAST_TYPES; i++) {
+		int bt = (int)strata_weight_type_block(fast_types[i]);
 		bool k = strata_block_elements((strata_block_type)bt) == 256;
 		/* the kernel takes these (not the general GEMV) */
 		assert_true(strata__cuda_qgemv_takes(bt, (const char *)x16 + 4,
@@ -246,14 +193,14 @@ static void test_fast_gemv_shapes(void **state)
 				strata__cuda_qgemv_split = split;
 				strata__cuda_qgemv_unroll = unroll;
 				w_offset = unroll == 8 ? 4 : 0;
-				check_product(fast[i], 1, k ? 1280 : 800, 45, true);
-				check_product(fast[i], 5, k ? 2304 : 96, 19, false);
+				check_product(fast_types[i], 1, k ? 1280 : 800, 45, true);
+				check_product(fast_types[i], 5, k ? 2304 : 96, 19, false);
 			}
 		strata__cuda_qgemv_split = 0;
 		strata__cuda_qgemv_unroll = 4;
 		w_offset = 0;
 		for (uint32_t n = 1; n <= STRATA__CUDA_GEMV_ROWS; n++)
-			check_product(fast[i], n, 4096, 70, n % 3 == 0);
+			check_product(fast_types[i], n, 4096, 70, n % 3 == 0);
 	}
 }
 
@@ -285,86 +232,22 @@ static void test_rows_of_partial_blocks_are_refused(void **state)
  * rows of one warp step in two parts), under every row split. */
 static void check_fused_slots(size_t t, const uint32_t outs[3])
 {
-	static const strata_weight_type fast[] = {
-		STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_0, STRATA_WEIGHT_Q4_K,
-		STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
-	};
-	const uint32_t in = 1280;
-	strata_block_type bt = strata_weight_type_block(fast[t]);
-	float *x = host_floats(in), *g = host_floats(in);
-	cuda_test_fill(x, in, 41 + t, 3.0f);
-	cuda_test_fill(g, in, 43 + t, 1.0f);
-	float *dx = upload(x, in * 4), *dg = upload(g, in * 4);
-	float *dn = dev_alloc(in * 4), *cn = host_floats(in);
-	strata_kernel_product hp[3], dp[3];
-	unsigned char *hw[3];
-	float *hy[3], *dy[3];
-	for (int i = 0; i < 3; i++) {
-		uint64_t bytes = weight_bytes(fast[t], outs[i], in);
-		hw[i] = random_blocks(bt, bytes);
-		hy[i] = host_floats(outs[i]);
-		cuda_test_fill(hy[i], outs[i], 7 + i, 1.0f);
-		dy[i] = upload(hy[i], outs[i] * 4);
-		hp[i] = (strata_kernel_product){hy[i], {fast[t], hw[i], outs[i], in}, NULL};
-		dp[i] = (strata_kernel_product){dy[i], {fast[t], upload(hw[i], bytes), outs[i], in}, NULL};
-	}
-	float *hb = host_floats(outs[1]);
-	cuda_test_fill(hb, outs[1], 99, 1.0f);
-	hp[1].bias = hb, dp[1].bias = upload(hb, outs[1] * 4);
-	strata_kernel_norm hn = {{STRATA_WEIGHT_F32, g, 1, in}, 1e-5f};
-	strata_kernel_norm dnrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
-	assert_true(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 1, dp, 3));
-	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &dnrm, 2, dp, 3));
-	strata_kernel_norm half = dnrm;
+	fused_case c;
+	fused_case_init(&c, fast_types[t], t, outs);
+	/* two rows, or a bf16 norm: the unfused path */
+	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &c.dnrm, 2, c.dp, 3));
+	strata_kernel_norm half = c.dnrm;
 	half.w.type = STRATA_WEIGHT_BF16;
-	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &half, 1, dp, 3));
-	/* three parts, the norm folded in (the bias on part 1) */
-	OK(strata_kernel_products(F.cpu, x, &hn, cn, 1, hp, 3, false, NULL, ERR));
-	OK(strata_kernel_products(F.gpu, dx, &dnrm, dn, 1, dp, 3, false, NULL, ERR));
-	char what[80];
-	for (int i = 0; i < 3; i++) {
-		float *got = host_floats(outs[i]);
-		download(got, dy[i], outs[i] * 4);
-		snprintf(what, sizeof what, "%s fused part %d + norm",
-			 strata_weight_type_name(fast[t]), i);
-		expect_close(what, hy[i], got, outs[i], F32_TOL);
-		free(got);
-	}
-	/* one part accumulating into y */
-	float *scratch_h = host_floats(outs[0]), *scratch_d = dev_alloc(outs[0] * 4);
-	OK(strata_kernel_products(F.cpu, x, NULL, NULL, 1, hp, 1, true, scratch_h, ERR));
-	OK(strata_kernel_products(F.gpu, dx, NULL, NULL, 1, dp, 1, true, scratch_d, ERR));
-	float *got = host_floats(outs[0]);
-	download(got, dy[0], outs[0] * 4);
-	snprintf(what, sizeof what, "%s fused y += (residual)",
-		 strata_weight_type_name(fast[t]));
-	expect_close(what, hy[0], got, outs[0], F32_TOL);
-	/* gate and up (parts 0 and 2 resized to one row count) */
-	strata_weight hg = hp[0].w, hu = hp[0].w, dgw = dp[0].w, duw = dp[0].w;
-	uint64_t ub = weight_bytes(fast[t], outs[0], in);
-	unsigned char *up = random_blocks(bt, ub);
-	hu.data = up, duw.data = upload(up, ub);
-	assert_true(F.gpu->ops->gated_take(F.gpu->ctx, &dnrm, 1, &dgw, &duw));
-	float *hyg = host_floats(outs[0]), *hup = host_floats(outs[0]);
-	float *dyg = dev_alloc(outs[0] * 4), *dup = dev_alloc(outs[0] * 4);
-	OK(strata_kernel_gated(F.cpu, hyg, x, &hn, cn, &hg, &hu, hup, 1, ERR));
-	OK(strata_kernel_gated(F.gpu, dyg, dx, &dnrm, dn, &dgw, &duw, dup, 1, ERR));
-	download(got, dyg, outs[0] * 4);
-	snprintf(what, sizeof what, "%s fused gate/up + norm",
-		 strata_weight_type_name(fast[t]));
-	expect_close(what, hyg, got, outs[0], F32_TOL);
-	dev_free_all();
-	for (int i = 0; i < 3; i++)
-		free(hw[i]), free(hy[i]);
-	free(x), free(g), free(cn), free(hb), free(scratch_h), free(got);
-	free(up), free(hyg), free(hup);
+	assert_false(F.gpu->ops->products_take(F.gpu->ctx, &half, 1, c.dp, 3));
+	fused_check(&c, "fused", F32_TOL);
+	fused_case_fini(&c);
 }
 
 static void test_fused_decode_slots_match_cpu(void **state)
 {
 	(void)state;
 	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
-	for (size_t t = 0; t < 5; t++)
+	for (size_t t = 0; t < FAST_TYPES; t++)
 		for (int sh = 0; sh < 2; sh++)
 			for (int split = 0; split <= 8; split = split ? split * 2 : 1) {
 				strata__cuda_qgemv_split = split;
