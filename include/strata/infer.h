@@ -892,5 +892,8 @@ strata_infer_source *strata_session_source(strata_session *s);
 const char *strata_session_model_path(const strata_session *s);
 /* Nanoseconds strata_session_open took, through the first loads. */
 uint64_t strata_session_load_ns(const strata_session *s);
+/* The numerics every compute context of the session was made with
+ * (strata_session_options.precision, --precision). */
+strata_precision strata_session_precision(const strata_session *s);
 
 #endif

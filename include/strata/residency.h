@@ -177,6 +177,9 @@ typedef struct strata_telemetry_report {
 	 * writes "f32") and its bytes (layers x keys and values) */
 	const char *kv_type;
 	uint64_t kv_cache_bytes;
+	/* the compute contexts' numerics, --precision ("fast", "exact";
+	 * NULL writes "fast", the default) */
+	const char *precision;
 	double load_seconds;	  /* opening, planning, first loads */
 	double run_seconds;	  /* the forward passes */
 	uint64_t tokens;	  /* positions computed */

@@ -390,14 +390,15 @@ void strata_session_print_summary(strata_session *s, FILE *f)
 	if (c)
 		strata_plan_candidate_name(c, name, sizeof name);
 	fprintf(f, "plan: %s, context %llu, batch %llu, prefill chunk %llu; "
-		"device %s, host %s planned\n", name,
+		"device %s, host %s planned; precision %s\n", name,
 		(unsigned long long)po->shape.context,
 		(unsigned long long)po->shape.batch,
 		(unsigned long long)po->shape.prefill_chunk,
 		strata_size_format(strata_plan_device_total(s->plan), dev,
 				   sizeof dev),
 		strata_size_format(strata_plan_host_total(s->plan), host,
-				   sizeof host));
+				   sizeof host),
+		strata_precision_name(s->compute->precision));
 	strata_residency *e = strata_infer_window_engine(s->window);
 	strata_telemetry_snapshot snap;
 	strata_telemetry_get(strata_residency_telemetry(e), &snap);
@@ -466,6 +467,7 @@ strata_status strata_session_write_telemetry(strata_session *s,
 		.kv_type = strata_weight_type_name(
 			strata_plan_get_options(s->plan)->shape.kv_type),
 		.kv_cache_bytes = strata_plan_get_memory(s->plan)->kv_cache_bytes,
+		.precision = strata_precision_name(s->compute->precision),
 		.load_seconds = s->load_ns / 1e9,
 		.run_seconds = run->run_ns / 1e9,
 		.tokens = run->tokens,
@@ -540,4 +542,9 @@ const char *strata_session_model_path(const strata_session *s)
 uint64_t strata_session_load_ns(const strata_session *s)
 {
 	return s->load_ns;
+}
+
+strata_precision strata_session_precision(const strata_session *s)
+{
+	return s->compute->precision;
 }

@@ -191,6 +191,8 @@ void strata_telemetry_write_json(strata_json *j,
 	strata_json_kv_u64(j, "window_bytes", r->window_bytes);
 	strata_json_kv_string(j, "kv_type", r->kv_type ? r->kv_type : "f32");
 	strata_json_kv_u64(j, "kv_cache_bytes", r->kv_cache_bytes);
+	strata_json_kv_string(j, "precision",
+			      r->precision ? r->precision : "fast");
 	strata_json_object_end(j);
 
 	strata_json_key(j, "timing");

@@ -5,7 +5,8 @@
  * quantizes x to 8 bits (a different result, within llama.cpp's distance
  * of the reference); a bad value is a usage error (exit 2) naming it with
  * the fix; every command that computes lists it and takes it, plan (whose
- * figures do not depend on it) does not. */
+ * figures do not depend on it) does not; the telemetry document and run's
+ * summary say which one ran. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "support/cli_runner.h"
 
@@ -205,6 +208,74 @@ static void every_computing_command_takes_it(void **state)
 	cli_result_free(&r);
 }
 
+/* The telemetry document's plan.precision at `path`. */
+static void telemetry_says(const char *path, const char *want,
+			   const char *what)
+{
+	json_error_t je;
+	/* counters are u64 (a random seed may pass jansson's int64) */
+	json_t *doc = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+	if (!doc)
+		fail_msg("%s: no telemetry document: %s", what, je.text);
+	const char *got = json_string_value(
+		json_object_get(json_object_get(doc, "plan"), "precision"));
+	if (!got || strcmp(got, want))
+		fail_msg("%s: plan.precision is %s, want %s", what,
+			 got ? got : "(absent)", want);
+	json_decref(doc);
+	unlink(path);
+}
+
+/* run, logits and batch write the precision they computed at into the
+ * telemetry document (the default's name too), and run's summary line
+ * ends with it. */
+static void the_telemetry_and_summary_say_which(void **state)
+{
+	(void)state;
+	const char *model = QUANT "model-Q4_0.gguf";
+	char path[1200];
+	snprintf(path, sizeof path, "%s/telemetry.json", dir);
+	const char *given[] = {NULL, "fast", "exact"};
+	for (size_t i = 0; i < 3; i++) {
+		const char *want = given[i] ? given[i] : "fast";
+		const char *argv[20] = {"run", model, "-p", "Once upon", "-n",
+					"3", "--device", "cpu",
+					"--temperature", "0", "--telemetry",
+					path};
+		size_t n = 12;
+		if (given[i]) {
+			argv[n++] = "--precision";
+			argv[n++] = given[i];
+		}
+		cli_result r = run(argv, NULL);
+		if (r.exit_code != 0)
+			fail_msg("run: exit %d: %s", r.exit_code, r.err);
+		char line[64];
+		snprintf(line, sizeof line, " planned; precision %s\n", want);
+		if (!strstr(r.err, "\nplan: ") || !strstr(r.err, line))
+			fail_msg("run --precision %s: the summary says no "
+				 "'%s': %s", want, line, r.err);
+		cli_result_free(&r);
+		telemetry_says(path, want, "run");
+	}
+	const char *logit[] = {"logits", model, "--tokens", "1 2 3", "--out",
+			       "/dev/null", "--device", "cpu", "--precision",
+			       "exact", "--telemetry", path, "--quiet", NULL};
+	cli_result r = run(logit, NULL);
+	if (r.exit_code != 0)
+		fail_msg("logits: exit %d: %s", r.exit_code, r.err);
+	cli_result_free(&r);
+	telemetry_says(path, "exact", "logits");
+	const char *batch[] = {"batch", model, "--device", "cpu", "--precision",
+			       "exact", "--telemetry", path, NULL};
+	r = run(batch, "{\"id\": \"a\", \"prompt\": \"Once\", "
+		       "\"max_tokens\": 2}\n");
+	if (r.exit_code != 0)
+		fail_msg("batch: exit %d: %s", r.exit_code, r.err);
+	cli_result_free(&r);
+	telemetry_says(path, "exact", "batch");
+}
+
 int main(void)
 {
 	cli_tmpdir(dir, sizeof dir, "precision");
@@ -221,6 +292,7 @@ int main(void)
 		cmocka_unit_test(fast_is_the_default_and_quantizes_activations),
 		cmocka_unit_test(bad_values_are_usage_errors),
 		cmocka_unit_test(every_computing_command_takes_it),
+		cmocka_unit_test(the_telemetry_and_summary_say_which),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,7 +55,7 @@ static void test_projection_preserves_every_tier_and_ordered_transfer(void **sta
 	strata_telemetry_report r = {
 		.model = "m", .mode = "host", .depth = 2, .static_bytes = 7,
 		.window_bytes = 19, .kv_type = "bf16", .kv_cache_bytes = 64,
-		.load_seconds = 0.25, .run_seconds = 2,
+		.precision = "exact", .load_seconds = 0.25, .run_seconds = 2,
 		.tokens = 8, .residency = &snap, .weight_store = &ws,
 		.device_count = 1, .devices = &dev};
 	strata_json j;
@@ -67,7 +67,8 @@ static void test_projection_preserves_every_tier_and_ordered_transfer(void **sta
 		 "{\"schema_version\":1,\"model\":{\"path\":\"m\"},"
 		 "\"plan\":{\"mode\":\"host\",\"depth\":2,\"lookahead_units\":0,"
 		 "\"queue_depth\":0,\"static_bytes\":7,\"window_bytes\":19,"
-		 "\"kv_type\":\"bf16\",\"kv_cache_bytes\":64},"
+		 "\"kv_type\":\"bf16\",\"kv_cache_bytes\":64,"
+		 "\"precision\":\"exact\"},"
 		 "\"timing\":{\"load_seconds\":0.25,\"run_seconds\":2,\"tokens\":8,"
 		 "\"tokens_per_second\":4},"
 		 "\"residency\":%s,"
@@ -125,6 +126,8 @@ static void test_weight_store_paths_and_counts_are_projected(void **state)
 		"\"payload_shard_paths\":[\"b.safetensors\"],\"physical_reads\":5,"
 		"\"physical_read_bytes\":6,\"coalesced_group_hits\":7}"));
 	assert_non_null(strstr(j.buf, "\"devices\":[]"));
+	/* no precision given: the default's name */
+	assert_non_null(strstr(j.buf, "\"precision\":\"fast\"}"));
 	strata_json_fini(&j);
 }
 
