@@ -210,7 +210,7 @@ static strata_status describe(const char *model, const strata_session *s,
 		 r->plan.device == STRATA_PLAN_DEVICE_CUDA ? "CUDA" : "CPU");
 	const strata_plan_candidate *c =
 		strata_plan_selected(strata_session_plan(s));
-	m->precision = strata_precision_name(r->precision);
+	m->precision = strata_precision_name(strata_session_precision(s));
 	snprintf(m->residency, sizeof m->residency, "%s", "?");
 	if (c)
 		strata_plan_candidate_name(c, m->residency, sizeof m->residency);
@@ -424,6 +424,7 @@ int strata_cmd_bench(int argc, char **argv)
 	}
 	strata_error err;
 	strata_session *s = NULL;
+	strata_progress bar;
 	strata_status st = tests ? STRATA_OK
 				 : strata_fail(&err, STRATA_E_NOMEM,
 					       "free memory and retry",
@@ -432,16 +433,15 @@ int strata_cmd_bench(int argc, char **argv)
 	if (st == STRATA_OK)
 		st = strata_cli_residency_rates(&r, &err);
 	if (st == STRATA_OK) {
-		strata_session_options so = {
-			.model_path = a.model, .plan = r.plan,
-			.exclude = (const char *const *)r.exclude,
-			.exclude_count = r.exclude_count,
-			.device_index = r.device_index,
-			.threads = (uint32_t)a.threads, .positions = longest,
-			.precision = r.precision,
-			.prefill = longest_pp,
-		};
+		strata_session_options so =
+			strata_cli_session_options(&r, a.model, a.threads);
+		so.positions = longest;
+		so.prefill = longest_pp;
+		so.load_progress = strata_cli_load_bar_update;
+		so.load_progress_user = &bar;
+		strata_cli_load_bar_init(&bar, &r);
 		st = strata_session_open(&so, &s, &err);
+		strata_progress_finish(&bar);
 	}
 	if (st == STRATA_OK)
 		st = bench(s, &a, &r, tests, n, longest, &err);

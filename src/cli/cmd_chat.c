@@ -312,22 +312,24 @@ static strata_status open_chat(const chat_args *a, strata_cli_residency *r,
 			       chat *c, strata_tokenizer **tok,
 			       strata_error *err)
 {
-	strata_status st = strata_tokenizer_load(a->model, tok, err);
+	strata_status st = strata_cli_residency_rates(r, err);
+	if (st == STRATA_OK)
+		st = strata_tokenizer_load(a->model, tok, err);
 	c->tok = *tok;
 	if (st == STRATA_OK)
 		st = strata_chat_format_load(a->model, a->chat_template, *tok,
 					     &c->fmt, err);
 	if (st == STRATA_OK) {
-		strata_session_options so = {
-			.model_path = a->model, .plan = r->plan,
-			.exclude = (const char *const *)r->exclude,
-			.exclude_count = r->exclude_count,
-			.device_index = r->device_index,
-			.threads = (uint32_t)a->threads,
-			.precision = r->precision,
-			.positions = 1, .prefill = 1, .plan_shape = true,
-		};
+		strata_session_options so =
+			strata_cli_session_options(r, a->model, a->threads);
+		so.positions = so.prefill = 1;
+		so.plan_shape = true;
+		strata_progress bar;
+		so.load_progress = strata_cli_load_bar_update;
+		so.load_progress_user = &bar;
+		strata_cli_load_bar_init(&bar, r);
 		st = strata_session_open(&so, &c->s, err);
+		strata_progress_finish(&bar);
 	}
 	if (st == STRATA_OK)
 		st = strata_sampler_create(&a->sp,

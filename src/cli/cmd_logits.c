@@ -188,17 +188,11 @@ int strata_cmd_logits(int argc, char **argv)
 	if (st == STRATA_OK)
 		st = parse_tokens(a.tokens, &ids, &n, &err);
 	if (st == STRATA_OK) {
-		strata_session_options so = {
-			.model_path = a.model, .plan = r.plan,
-			.exclude = (const char *const *)r.exclude,
-			.exclude_count = r.exclude_count,
-			.device_index = r.device_index,
-			.threads = (uint32_t)a.threads, .positions = n,
-			.precision = r.precision,
-			.prefill = n, .no_map = r.no_map,
-			.load_progress = strata_cli_load_bar_update,
-			.load_progress_user = &bar,
-		};
+		strata_session_options so =
+			strata_cli_session_options(&r, a.model, a.threads);
+		so.positions = so.prefill = n;
+		so.load_progress = strata_cli_load_bar_update;
+		so.load_progress_user = &bar;
 		strata_cli_load_bar_init(&bar, &r);
 		st = strata_session_open(&so, &s, &err);
 		strata_progress_finish(&bar);

@@ -300,19 +300,13 @@ int strata_cmd_run(int argc, char **argv)
 		st = encode_prompt(&a, tok, &ids, &n, &eos, &err);
 	}
 	if (st == STRATA_OK) {
-		strata_session_options so = {
-			.model_path = a.model, .plan = r.plan,
-			.exclude = (const char *const *)r.exclude,
-			.exclude_count = r.exclude_count,
-			.device_index = r.device_index,
-			.threads = (uint32_t)a.threads,
-			.precision = r.precision,
-			.positions = (uint32_t)(n + a.n), .prefill = (uint32_t)n,
-			.plan_shape = true, /* the shape strata plan sizes */
-			.no_map = r.no_map,
-			.load_progress = strata_cli_load_bar_update,
-			.load_progress_user = &bar,
-		};
+		strata_session_options so =
+			strata_cli_session_options(&r, a.model, a.threads);
+		so.positions = (uint32_t)(n + a.n);
+		so.prefill = (uint32_t)n;
+		so.plan_shape = true; /* the shape strata plan sizes */
+		so.load_progress = strata_cli_load_bar_update;
+		so.load_progress_user = &bar;
 		strata_cli_load_bar_init(&bar, &r);
 		st = strata_session_open(&so, &s, &err);
 		strata_progress_finish(&bar);

@@ -162,6 +162,17 @@ strata_status strata_cli_residency_rates(strata_cli_residency *r,
 strata_status strata_cli_load_rates(strata_plan_rates *out, bool *found,
 				    strata_error *err);
 
+/* The session options every command that loads one model opens with:
+ * r's plan, --exclude list, device index, --precision and --no-mmap, the
+ * model and --threads (0: every processor); the command adds its own
+ * shape (positions, prefill, plan_shape) and load progress. The
+ * pointers are borrowed from r and model: keep both while the options
+ * are in use. One translation, so no command drops an option that its
+ * help lists (chat and bench once took --no-mmap and never passed it). */
+strata_session_options strata_cli_session_options(const strata_cli_residency *r,
+						  const char *model,
+						  uint64_t threads);
+
 /* strata plan's throughput against --batch (plan_batch.c): the plans of
  * p's inputs at batch 1, 2, 4 ... 256 as a table to f, or as the key
  * "throughput_by_batch" of the object open in j. A point that cannot be

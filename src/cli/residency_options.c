@@ -491,3 +491,18 @@ strata_status strata_cli_residency_rates(strata_cli_residency *r,
 		strata_plan_rates_apply(&rates, r->device_index, &r->plan);
 	return s;
 }
+
+strata_session_options strata_cli_session_options(const strata_cli_residency *r,
+						  const char *model,
+						  uint64_t threads)
+{
+	return (strata_session_options){
+		.model_path = model, .plan = r->plan,
+		.exclude = (const char *const *)r->exclude,
+		.exclude_count = r->exclude_count,
+		.device_index = r->device_index,
+		.threads = (uint32_t)threads,
+		.precision = r->precision,
+		.no_map = r->no_map,
+	};
+}
