@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cuda_runtime_api.h>
 
@@ -461,24 +462,106 @@ static void prefill_type(bench *B, strata_weight_type t, const shape *sh,
 
 /* ------------------------------------------------------------------------ */
 
-static bool listed(const char *list, const char *name)
+/* Every type the bench measures somewhere, in the order it does. */
+static const strata_weight_type all_types[] = {
+	STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0,	 STRATA_WEIGHT_Q4_0,
+	STRATA_WEIGHT_Q4_K, STRATA_WEIGHT_Q5_K,	 STRATA_WEIGHT_Q6_K,
+	STRATA_WEIGHT_Q4_1, STRATA_WEIGHT_Q5_0,	 STRATA_WEIGHT_Q5_1,
+	STRATA_WEIGHT_Q2_K, STRATA_WEIGHT_Q3_K,	 STRATA_WEIGHT_IQ4_NL,
+	STRATA_WEIGHT_IQ4_XS,
+};
+#define ALL_TYPES (sizeof all_types / sizeof *all_types)
+/* The types of the decode layer and prefill sections. */
+static const strata_weight_type section_types[] = {
+	STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
+	STRATA_WEIGHT_Q6_K,
+};
+#define SECTION_TYPES (sizeof section_types / sizeof *section_types)
+
+static bool listed(uint32_t chosen, strata_weight_type t)
 {
-	if (!list)
-		return true;
-	size_t n = strlen(name);
-	for (const char *p = list; (p = strstr(p, name)); p += n)
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n]))
+	return chosen >> t & 1;
+}
+
+/* --types "Q8_0,q4_k,...": bits of strata_weight_type into *chosen. The
+ * names are strata_weight_type_name's in any case (the weights' own names
+ * are lower case, "q8_0": a case-sensitive match of "Q8_0,Q4_K,Q6_K"
+ * once selected nothing, and every section printed its heading and no
+ * row). An unknown or empty name is a usage error (exit 2). */
+static int parse_types(const char *list, uint32_t *chosen)
+{
+	*chosen = 0;
+	for (const char *p = list;;) {
+		size_t n = strcspn(p, ",");
+		bool found = false;
+		for (size_t i = 0; i < ALL_TYPES && n; i++) {
+			const char *name = strata_weight_type_name(all_types[i]);
+			if (strlen(name) == n && !strncasecmp(p, name, n)) {
+				*chosen |= 1u << all_types[i];
+				found = true;
+			}
+		}
+		if (!found) {
+			fprintf(stderr, "bench_cuda_quant: --types: '%.*s' is "
+				"not a type this bench measures\n  fix: give "
+				"some of", (int)n, p);
+			for (size_t i = 0; i < ALL_TYPES; i++)
+				fprintf(stderr, "%s%s", i ? "," : " ",
+					strata_weight_type_name(all_types[i]));
+			fprintf(stderr, " (any case)\n");
+			return 2;
+		}
+		if (!p[n])
+			return 0;
+		p += n + 1;
+	}
+}
+
+/* --rows "512,2048": 1 to 4 row counts of 1 to 16384; else exit 2. */
+static int parse_rows(const char *list, uint32_t *rows, uint32_t *nrows)
+{
+	*nrows = 0;
+	for (const char *p = list;;) {
+		char *end = NULL;
+		unsigned long v = strtoul(p, &end, 10);
+		if (end == p || (*end && *end != ',') || v < 1 || v > 16384 ||
+		    *nrows == 4) {
+			fprintf(stderr, "bench_cuda_quant: --rows '%s': give 1 "
+				"to 4 row counts of 1 to 16384, comma-separated"
+				"\n", list);
+			return 2;
+		}
+		rows[(*nrows)++] = (uint32_t)v;
+		if (!*end)
+			return 0;
+		p = end + 1;
+	}
+}
+
+/* A section's heading, and why it has no row when none of its types was
+ * chosen (rather than a heading with nothing under it). */
+static bool section(const char *heading, uint32_t chosen)
+{
+	printf("%s\n", heading);
+	for (size_t i = 0; i < SECTION_TYPES; i++)
+		if (listed(chosen, section_types[i]))
 			return true;
+	printf("  (no row: --types names none of");
+	for (size_t i = 0; i < SECTION_TYPES; i++)
+		printf("%s%s", i ? "," : " ",
+		       strata_weight_type_name(section_types[i]));
+	printf(", the types this section measures)\n");
 	return false;
 }
 
 int main(int argc, char **argv)
 {
 	bool quick = false, do_sweep = true;
-	const char *types = NULL;
+	uint32_t chosen = UINT32_MAX; /* every type */
 	uint32_t rows[4] = {512, 2048}, nrows = 2;
 	bench B = {.reps = 20};
-	for (int i = 1; i < argc; i++) {
+	int rc = 0;
+	for (int i = 1; i < argc && !rc; i++) {
 		if (!strcmp(argv[i], "--quick"))
 			quick = true;
 		else if (!strcmp(argv[i], "--no-sweep"))
@@ -486,17 +569,16 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			B.reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--types") && i + 1 < argc)
-			types = argv[++i];
-		else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
-			nrows = 0;
-			for (char *t = strtok(argv[++i], ","); t && nrows < 4;
-			     t = strtok(NULL, ","))
-				rows[nrows++] = (uint32_t)atoi(t);
-		} else {
+			rc = parse_types(argv[++i], &chosen);
+		else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+			rc = parse_rows(argv[++i], rows, &nrows);
+		else {
 			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep]\n");
-			return 2;
+			rc = 2;
 		}
 	}
+	if (rc)
+		return rc;
 	if (strata_backend_device_count("cuda") <= 0) {
 		printf("bench_cuda_quant: no CUDA device visible: skipped\n");
 		return 77;
@@ -518,62 +600,48 @@ int main(int argc, char **argv)
 	printf("json {\"figure\":\"copy\",\"gbps\":%.1f}\n", B.copy_rate / 1e9);
 	const shape *shapes = quick ? quick_shapes : full_shapes;
 	size_t count = quick ? 2 : sizeof full_shapes / sizeof *full_shapes;
-	static const strata_weight_type all[] = {
-		STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0,	 STRATA_WEIGHT_Q4_0,
-		STRATA_WEIGHT_Q4_K, STRATA_WEIGHT_Q5_K,	 STRATA_WEIGHT_Q6_K,
-		STRATA_WEIGHT_Q4_1, STRATA_WEIGHT_Q5_0,	 STRATA_WEIGHT_Q5_1,
-		STRATA_WEIGHT_Q2_K, STRATA_WEIGHT_Q3_K,	 STRATA_WEIGHT_IQ4_NL,
-		STRATA_WEIGHT_IQ4_XS,
-	};
 	printf("decode (one row of x unless n says otherwise):\n");
 	quantize_time(&B, quick ? 1024 : 4096);
 	if (!quick)
 		quantize_time(&B, 14336);
-	for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
-		if (!listed(types, strata_weight_type_name(all[i])))
+	for (size_t i = 0; i < ALL_TYPES; i++) {
+		if (!listed(chosen, all_types[i]))
 			continue;
-		decode_type(&B, all[i], shapes, count, do_sweep);
-		if (!strcmp(x_kind(&B, all[i]), "q8")) { /* and with f32 x */
+		decode_type(&B, all_types[i], shapes, count, do_sweep);
+		if (!strcmp(x_kind(&B, all_types[i]), "q8")) { /* and f32 x */
 			B.k->decode_q8 = 0;
-			decode_type(&B, all[i], shapes, count, do_sweep);
+			decode_type(&B, all_types[i], shapes, count, do_sweep);
 			B.k->decode_q8 = 1;
 		}
 	}
-	if (!quick) {
-		printf("decode layer (4096 -> q,k,v; o; 2 x 14336; down):\n");
-		static const strata_weight_type lt[] = {
-			STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
-			STRATA_WEIGHT_Q6_K,
-		};
-		for (size_t i = 0; i < sizeof lt / sizeof *lt; i++) {
-			if (!listed(types, strata_weight_type_name(lt[i])))
+	if (!quick && section("decode layer (4096 -> q,k,v; o; 2 x 14336; down):",
+			      chosen))
+		for (size_t i = 0; i < SECTION_TYPES; i++) {
+			strata_weight_type t = section_types[i];
+			if (!listed(chosen, t))
 				continue;
-			layer_time(&B, lt[i]);
-			if (!strcmp(x_kind(&B, lt[i]), "q8")) {
+			layer_time(&B, t);
+			if (!strcmp(x_kind(&B, t), "q8")) {
 				printf("  (ordinary launches:)\n");
 				strata__cuda_q8gemv_pdl = 0;
-				layer_time(&B, lt[i]);
+				layer_time(&B, t);
 				strata__cuda_q8gemv_pdl = 1;
 				B.k->decode_q8 = 0;
-				layer_time(&B, lt[i]);
+				layer_time(&B, t);
 				B.k->decode_q8 = 1;
 			}
 		}
-	}
-	printf("prefill:\n");
-	static const strata_weight_type pre[] = {
-		STRATA_WEIGHT_BF16, STRATA_WEIGHT_Q8_0, STRATA_WEIGHT_Q4_K,
-		STRATA_WEIGHT_Q6_K,
-	};
-	for (uint32_t r = 0; r < nrows; r++)
-		for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
-			if (!listed(types, strata_weight_type_name(pre[i])))
-				continue;
-			for (size_t j = 0; j < count; j++)
-				if (quick || shapes[j].per_token >= 16)
-					prefill_type(&B, pre[i], &shapes[j],
-						     rows[r], quick ? 2048 : 14336);
-		}
+	if (section("prefill:", chosen))
+		for (uint32_t r = 0; r < nrows; r++)
+			for (size_t i = 0; i < SECTION_TYPES; i++) {
+				if (!listed(chosen, section_types[i]))
+					continue;
+				for (size_t j = 0; j < count; j++)
+					if (quick || shapes[j].per_token >= 16)
+						prefill_type(&B, section_types[i],
+							     &shapes[j], rows[r],
+							     quick ? 2048 : 14336);
+			}
 	strata_compute_destroy(B.c);
 	strata_backend_destroy(B.b);
 	return 0;
