@@ -972,6 +972,9 @@ typedef struct strata_plan_device_rates {
  * 0, and plans price those types at the f32 rates (and say so). */
 typedef struct strata_plan_rates {
 	double host_memory; /* the CPU kernels' GEMV over host memory, bytes/s */
+	/* the matrix it was read over (calibrate's memory_bytes; not in the
+	 * rates file, 0 when read from one) */
+	uint64_t host_memory_bytes;
 	double cpu_flops;   /* the CPU kernels' dense product, operations/s */
 	uint32_t threads;   /* CPU threads it used */
 	uint32_t gemm_rows; /* rows the per-type gemm rates were taken at */
@@ -1012,6 +1015,11 @@ void strata_plan_rates_apply(const strata_plan_rates *r, uint32_t index,
 /* What to measure and how much. */
 typedef struct strata_plan_calibrate_options {
 	uint64_t bytes;	  /* weight bytes read per measure (0: 256 MiB) */
+	/* The host memory read's matrix, and the CPU's in the shared
+	 * link/CPU measure (0: past the last-level cache, the larger of 1 GiB
+	 * and 4x the caches /sys describes, at most 8 GiB and a quarter of the
+	 * physical memory; tests give a small one) */
+	uint64_t memory_bytes;
 	uint32_t repeats; /* best of (0: 3) */
 	uint32_t threads; /* CPU threads (0: one per processor) */
 	bool cpu_only;	  /* skip the CUDA devices */
@@ -1023,7 +1031,7 @@ typedef struct strata_plan_calibrate_options {
 } strata_plan_calibrate_options;
 
 /* Measures the host memory read rate through the CPU kernels (a GEMV over
- * an f32 matrix of `bytes`), the CPU's dense product rate, and for each
+ * an f32 matrix of `memory_bytes`), the CPU's dense product rate, and for each
  * CUDA device the pinned link both ways, its GEMV rate and its dense
  * product rate. Then, on the CPU and each device, for every block type of
  * o->types: the GEMV rate over a matrix of that type of `bytes` (one row,

@@ -25,6 +25,8 @@ static void help(FILE *f)
 		"(--h2d-bandwidth, --memory-bandwidth, --host-memory-bandwidth ...).\n\n"
 		"options:\n"
 		"  --bytes SIZE     weight bytes read per measure (default 256MiB)\n"
+		"  --memory-bytes SIZE  the host memory read's matrix (default:\n"
+		"                   past the last-level cache, at least 1GiB)\n"
 		"  --repeats N      best of N timed runs (default 3)\n"
 		"  --threads N      CPU threads (default: one per processor)\n"
 		"  --cpu-only       skip the CUDA devices\n"
@@ -77,9 +79,12 @@ static int take(args *a, const char *opt, const char *v)
 	}
 	if (!strcmp(opt, "--types"))
 		return parse_types(a, v);
-	if (!strcmp(opt, "--bytes")) {
-		if (strata_size_parse(v, &a->o.bytes, &err))
-			return strata_cli_usage("calibrate", "--bytes: '%s' is not a size", v);
+	if (!strcmp(opt, "--bytes") || !strcmp(opt, "--memory-bytes")) {
+		if (strata_size_parse(v, opt[2] == 'b' ? &a->o.bytes
+						       : &a->o.memory_bytes,
+				      &err))
+			return strata_cli_usage("calibrate", "%s: '%s' is not a size",
+						opt, v);
 		return 0;
 	}
 	if (strata_cli_parse_u64(opt, v, &u, &err) || u == 0 || u > 4096)
@@ -107,6 +112,7 @@ static int parse(int argc, char **argv, args *a)
 		} else if (!strcmp(arg, "--json")) {
 			a->json = true;
 		} else if (!strcmp(arg, "--bytes") || !strcmp(arg, "--repeats") ||
+			   !strcmp(arg, "--memory-bytes") ||
 			   !strcmp(arg, "--threads") || !strcmp(arg, "--out") ||
 			   !strcmp(arg, "--types") || !strcmp(arg, "--rows")) {
 			if (i + 1 >= argc)
@@ -140,8 +146,11 @@ static void type_lines(const char *who, const strata_plan_type_rate *t,
 
 static void summary(const char *path, const strata_plan_rates *r)
 {
-	printf("host memory read (CPU kernels, %u threads): %.2f GB/s\n",
-	       r->threads, r->host_memory / 1e9);
+	char m[32];
+	printf("host memory read (CPU kernels, %u threads, a %s matrix): "
+	       "%.2f GB/s\n", r->threads,
+	       strata_size_format(r->host_memory_bytes, m, sizeof m),
+	       r->host_memory / 1e9);
 	printf("CPU dense product: %.1f GFLOP/s; a kernel's fixed cost %.1f us\n",
 	       r->cpu_flops / 1e9, r->cpu_launch_seconds * 1e6);
 	type_lines("cpu", r->cpu_types, r->cpu_layer, r->gemm_rows);

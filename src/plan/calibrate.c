@@ -6,12 +6,15 @@
  * fixed cost of a kernel, and a device's residual-row round trip, all
  * through the backend's tables, the kernels a run calls; and per type the
  * CPU's rate over a whole decode layer (calibrate_layer.c) (layer: plan).
+ * The host memory read goes over a matrix past the last-level cache.
  *
  * Each measure is the best of `repeats` timed runs after one warm-up: the
  * rate a pass can reach, which is what the plan's model assumes. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "plan/internal.h"
 #include "strata/backend.h"
@@ -227,6 +230,129 @@ static strata_status measure_types(type_bench *tb, uint32_t types,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Host memory, past the last-level cache                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The host memory read's matrix when the options give none. With the
+ * 256 MiB of the other measures the H200's host read it at 89-147 GB/s
+ * from run to run: its last-level cache held part of the matrix (the
+ * shared link/CPU measure moved to 1 GiB for the same reason, 211df65).
+ * The larger of 1 GiB and 4x the caches /sys describes, at most 8 GiB
+ * and a quarter of the physical memory. */
+#define MEMORY_MATRIX_MIN ((uint64_t)1 << 30)
+#define MEMORY_MATRIX_MAX ((uint64_t)8 << 30)
+#define CPU_CACHE "/sys/devices/system/cpu/cpu0/cache/index"
+
+/* The first line of a /sys file into buf; false when there is none. */
+static bool sys_line(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool ok = fgets(buf, (int)cap, f) != NULL;
+	fclose(f);
+	return ok;
+}
+
+/* Processors in a list such as "0-15,32-47" (0 for a malformed one). */
+static uint64_t cpus_in(const char *list)
+{
+	uint64_t n = 0;
+	for (const char *p = list; *p && *p != '\n';) {
+		char *end;
+		unsigned long a = strtoul(p, &end, 10), b = a;
+		if (end == p)
+			return 0;
+		if (*end == '-') {
+			const char *q = end + 1;
+			b = strtoul(q, &end, 10);
+			if (end == q || b < a)
+				return 0;
+		}
+		n += b - a + 1;
+		if (*end == ',')
+			end++;
+		else if (*end && *end != '\n')
+			return 0;
+		p = end;
+	}
+	return n;
+}
+
+/* Bytes of every last-level cache of the machine: cpu0's highest level
+ * (its size, "32768K"), times the instances of it (online processors
+ * over those sharing cpu0's). 0 when /sys says nothing usable. */
+static uint64_t last_level_cache_bytes(void)
+{
+	uint64_t best = 0, level = 0, sharing = 1;
+	for (int i = 0; i < 16; i++) {
+		char path[96], buf[256];
+		snprintf(path, sizeof path, CPU_CACHE "%d/level", i);
+		if (!sys_line(path, buf, sizeof buf))
+			break;
+		uint64_t lv = strtoull(buf, NULL, 10);
+		snprintf(path, sizeof path, CPU_CACHE "%d/type", i);
+		if (lv < level || !sys_line(path, buf, sizeof buf) ||
+		    !strncmp(buf, "Instruction", 11))
+			continue;
+		snprintf(path, sizeof path, CPU_CACHE "%d/size", i);
+		char *end;
+		if (!sys_line(path, buf, sizeof buf))
+			continue;
+		uint64_t size = strtoull(buf, &end, 10);
+		size <<= *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+		snprintf(path, sizeof path, CPU_CACHE "%d/shared_cpu_list", i);
+		uint64_t n = sys_line(path, buf, sizeof buf) ? cpus_in(buf) : 0;
+		level = lv, best = size, sharing = n ? n : 1;
+	}
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t instances = online > 0 ? ((uint64_t)online + sharing - 1) / sharing
+					: 1;
+	return best * instances;
+}
+
+uint64_t strata__plan_memory_matrix_bytes(void)
+{
+	uint64_t m = 4 * last_level_cache_bytes();
+	m = m > MEMORY_MATRIX_MIN ? m : MEMORY_MATRIX_MIN;
+	m = m < MEMORY_MATRIX_MAX ? m : MEMORY_MATRIX_MAX;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && page > 0 &&
+	    m > (uint64_t)pages * (uint64_t)page / 4)
+		m = (uint64_t)pages * (uint64_t)page / 4;
+	return m;
+}
+
+/* The host memory read rate: the CPU kernels' f32 GEMV over a matrix of
+ * `bytes` of its own (past the caches), best of repeats. */
+static strata_status time_host_memory(strata_backend *b, strata_compute *c,
+				      uint64_t bytes, uint32_t repeats,
+				      double *rate, strata_error *err)
+{
+	uint32_t rows = (uint32_t)(bytes / (COLS * 4));
+	float *w = strata_alloc_aligned(64, (size_t)rows * COLS * 4);
+	float *x = strata_alloc((size_t)COLS * 4);
+	float *y = strata_alloc((size_t)rows * 4);
+	strata_status s = STRATA_OK;
+	if (!w || !x || !y)
+		s = strata_fail(err, STRATA_E_NOMEM, "give a smaller --memory-bytes",
+				"calibrate: no memory for a %llu-byte host memory matrix",
+				(unsigned long long)bytes);
+	double t = 0;
+	if (s == STRATA_OK) {
+		fill(w, (uint64_t)rows * COLS);
+		fill(x, COLS);
+		s = time_product(b, c, y, x, w, rows, 1, repeats, &t, err);
+	}
+	if (s == STRATA_OK)
+		*rate = (double)rows * COLS * 4 / t;
+	strata_free(w);
+	strata_free(x);
+	strata_free(y);
+	return s;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The CPU                                                                  */
 /* ------------------------------------------------------------------------ */
 
@@ -261,9 +387,9 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 		s = strata_compute_create_on(b, o->threads, &c, err);
 	double t = 0;
 	if (s == STRATA_OK)
-		s = time_product(b, c, y, x, w, rows, 1, o->repeats, &t, err);
-	if (s == STRATA_OK)
-		r->host_memory = (double)rows * COLS * 4 / t;
+		s = time_host_memory(b, c, o->memory_bytes, o->repeats,
+				     &r->host_memory, err);
+	r->host_memory_bytes = o->memory_bytes;
 	if (s == STRATA_OK)
 		s = time_product(b, c, y, x, w, prows, PRODUCT_ROWS, o->repeats,
 				 &t, err);
@@ -355,16 +481,15 @@ static strata_status time_copy(dev_bufs *d, bool h2d, uint64_t bytes,
  * 16-thread decode and a copy loop took 64 + 49 GB/s together where
  * they took 79 and 54 alone. */
 #define SHARED_COPIES 40u
-/* The CPU's matrix there: past the last-level cache. With the 256 MiB of
- * the other measures the H200's host read it at 188 GB/s beside the
- * copies where it read 119 alone: the matrix sat in the cache. */
-#define SHARED_MATRIX_BYTES ((uint64_t)1 << 30)
+/* The CPU's matrix there: the host memory read's (memory_bytes), past the
+ * last-level cache. With the 256 MiB of the other measures the H200's
+ * host read it at 188 GB/s beside the copies where it read 119 alone:
+ * the matrix sat in the cache. */
 static strata_status time_shared(dev_bufs *d, uint64_t bytes,
-				 uint32_t threads, double *h2d, double *cpu,
-				 strata_error *err)
+				 uint64_t matrix_bytes, uint32_t threads,
+				 double *h2d, double *cpu, strata_error *err)
 {
-	uint64_t mbytes = bytes > SHARED_MATRIX_BYTES ? bytes
-						      : SHARED_MATRIX_BYTES;
+	uint64_t mbytes = bytes > matrix_bytes ? bytes : matrix_bytes;
 	uint32_t rows = (uint32_t)(mbytes / (COLS * 4));
 	strata_backend *b = NULL;
 	strata_compute *c = NULL;
@@ -523,7 +648,8 @@ static strata_status device_rates(const strata_plan_calibrate_options *o,
 	if (s == STRATA_OK)
 		r->h2d = (double)bytes / t;
 	if (s == STRATA_OK)
-		s = time_shared(&d, bytes, o->threads, &r->h2d_shared,
+		s = time_shared(&d, bytes, o->memory_bytes, o->threads,
+				&r->h2d_shared,
 				&r->host_memory_shared, err);
 	if (s == STRATA_OK)
 		s = time_copy(&d, false, bytes, o->repeats, &t, err);
@@ -594,7 +720,16 @@ strata_status strata_plan_calibrate(const strata_plan_calibrate_options *opt,
 				   "give --bytes between 32MiB and 16GiB",
 				   "calibrate: %llu bytes per measure is outside 32 MiB .. 16 GiB",
 				   (unsigned long long)o.bytes);
+	if (o.memory_bytes && (o.memory_bytes < PRODUCT_BYTES ||
+			       o.memory_bytes > ((uint64_t)16 << 30)))
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "give --memory-bytes between 32MiB and 16GiB",
+				   "calibrate: a %llu-byte host memory matrix is outside 32 MiB .. 16 GiB",
+				   (unsigned long long)o.memory_bytes);
+	if (!o.memory_bytes)
+		o.memory_bytes = strata__plan_memory_matrix_bytes();
 	o.bytes = o.bytes / (COLS * 4) * (COLS * 4);
+	o.memory_bytes = o.memory_bytes / (COLS * 4) * (COLS * 4);
 	strata_plan_rates r;
 	memset(&r, 0, sizeof r);
 	strata_status s = cpu_rates(&o, &r, err);

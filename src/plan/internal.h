@@ -47,6 +47,10 @@ strata_status strata__plan_calibrate_layer(struct strata_compute *c,
 					   strata_block_type t, uint64_t bytes,
 					   uint32_t repeats, double *out,
 					   strata_error *err);
+/* The host memory read's matrix when calibrate's options give none: the
+ * larger of 1 GiB and 4x the last-level caches /sys describes, at most
+ * 8 GiB and a quarter of the physical memory (calibrate.c). */
+uint64_t strata__plan_memory_matrix_bytes(void);
 
 /* Appends a copy of c to the candidates (planner.c). */
 strata_status strata__plan_push(strata_plan *p, const strata_plan_candidate *c,

@@ -555,10 +555,12 @@ static void calibrate_writes_the_rates_plan_reads(void **state)
 			    "default");
 	json_decref(doc);
 	const char *cal[] = {"calibrate", "--cpu-only", "--bytes", "32MiB",
-			     "--repeats", "1", NULL};
+			     "--memory-bytes", "32MiB", "--repeats", "1",
+			     NULL};
 	cli_result r = plan_run(cal);
 	assert_int_equal(r.exit_code, 0);
 	assert_non_null(strstr(r.out, "host memory read"));
+	assert_non_null(strstr(r.out, "a 32.00 MiB matrix"));
 	assert_non_null(strstr(r.out, "written to "));
 	assert_non_null(strstr(r.out, plan_cache_dir));
 	cli_result_free(&r);

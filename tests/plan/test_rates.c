@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "plan/internal.h"
 #include "strata/plan.h"
 
 static char dir[64];
@@ -163,13 +164,15 @@ static void calibration_measures_the_cpu(void **state)
 {
 	(void)state;
 	strata_plan_calibrate_options o = {
-		.bytes = 32u << 20, .repeats = 1, .cpu_only = true,
+		.bytes = 32u << 20, .memory_bytes = 32u << 20, .repeats = 1,
+		.cpu_only = true,
 		.types = 1u << STRATA_BLOCK_F32 | 1u << STRATA_BLOCK_Q8_0,
 		.gemm_rows = 16};
 	strata_plan_rates r;
 	strata_error err;
 	assert_int_equal(strata_plan_calibrate(&o, &r, &err), STRATA_OK);
 	assert_true(r.host_memory > 1e8 && r.host_memory < 1e13);
+	assert_int_equal(r.host_memory_bytes, 32u << 20);
 	assert_true(r.cpu_flops > 1e7 && r.cpu_flops < 1e15);
 	assert_true(r.threads >= 1 && r.device_count == 0);
 	/* the types asked for, through the CPU kernels, and none other */
@@ -197,10 +200,50 @@ static void calibration_measures_the_cpu(void **state)
 			 STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.fix, "--rows"));
 	o.gemm_rows = 16;
+	o.memory_bytes = 1u << 20;
+	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
+			 STRATA_E_INVALID_ARG);
+	assert_non_null(strstr(err.fix, "--memory-bytes"));
+	o.memory_bytes = 32u << 20;
 	o.bytes = 1u << 20;
 	assert_int_equal(strata_plan_calibrate(&o, &r, &err),
 			 STRATA_E_INVALID_ARG);
 	assert_non_null(strstr(err.fix, "--bytes"));
+}
+
+/* Without a size the host memory read goes past the last-level cache:
+ * at least 1 GiB and 4x the caches /sys names (the 256 MiB of the other
+ * measures sat partly in the GPU host's cache, 89-147 GB/s from run to
+ * run), within 8 GiB and a quarter of the memory. */
+static void the_host_read_goes_past_the_last_level_cache(void **state)
+{
+	(void)state;
+	uint64_t m = strata__plan_memory_matrix_bytes();
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t quarter = (uint64_t)pages * (uint64_t)page / 4;
+	uint64_t floor = quarter < (1ull << 30) ? quarter : 1ull << 30;
+	assert_true(m >= floor && m <= 8ull << 30 && m <= quarter);
+	/* every cache level cpu0 has, the largest times its instances */
+	uint64_t largest = 0;
+	for (int i = 0; i < 16; i++) {
+		char path[96];
+		snprintf(path, sizeof path,
+			 "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			break;
+		unsigned long long k = 0;
+		char unit = 0;
+		if (fscanf(f, "%llu%c", &k, &unit) == 2)
+			k <<= unit == 'K' ? 10 : unit == 'M' ? 20 : 0;
+		largest = k > largest ? k : largest;
+		fclose(f);
+	}
+	if (4 * largest <= (8ull << 30) && 4 * largest <= quarter)
+		assert_true(m >= 4 * largest);
+	print_message("host memory matrix %llu MiB (largest cache %llu KiB)\n",
+		      (unsigned long long)(m >> 20),
+		      (unsigned long long)(largest >> 10));
 }
 
 /* The per-type rates, fixed costs and rows read back; a file without
@@ -291,6 +334,7 @@ int main(void)
 		cmocka_unit_test(malformed_files_are_refused_by_key),
 		cmocka_unit_test(rates_fill_what_options_leave),
 		cmocka_unit_test(calibration_measures_the_cpu),
+		cmocka_unit_test(the_host_read_goes_past_the_last_level_cache),
 		cmocka_unit_test(type_rates_round_trip_and_old_files_read),
 	};
 	return cmocka_run_group_tests(tests, make_dir, remove_dir);
