@@ -16,6 +16,14 @@
  * plus the forward pass's arenas there (its CPU site's on the host): every
  * buffer of that tier the plan's totals count (tier_peak).
  *
+ * Experts on the CPU (--n-cpu-moe): what the expert store counted per
+ * timed pass and per decode step (routed, cache hits, misses on the CPU,
+ * streamed, admissions, the CPU's and the copies' bytes), beside the
+ * plan's per-pass figures for the same (predicted vs counted), and the
+ * routing's concentration: the share of every routed call that went to
+ * the cache-size most routed experts (what a cache that kept them would
+ * hit) against the uniform share, slots / (layers x experts).
+ *
  * Device memory: on CUDA, the free memory before the session opens less
  * the least free memory seen after any pass; everything strata took on the
  * device (the plan's arenas, the compute context's workspaces, cuBLAS's
@@ -48,6 +56,11 @@ static int usage(void)
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
 		"                     [--precision fast|exact]\n"
+		"                     [--expert-hit-rate F] [--expert-admit-rate F]\n"
+		"  --expert-hit-rate, --expert-admit-rate: the decode hit and\n"
+		"    admission shares the plan predicts with (as a run counted\n"
+		"    them: the 'experts per decode step' line); 0: its own\n"
+		"    model (uniform hits, rare admissions)\n"
 		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n");
 	strata_cli_residency_print_help(stderr, 0);
 	return 2;
@@ -134,7 +147,54 @@ typedef struct figures {
 	char plan_name[96];
 	double predicted_decode_ms, predicted_prefill_ms;
 	uint64_t plan_host, peak_device, peak_host, prefill_chunk;
+	/* experts on the CPU: counted per timed pass and per decode step */
+	bool experts;
+	strata_infer_experts_stats pass_x, step_x;
+	double top_share; /* of the cache-size most routed experts */
+	strata_plan_experts_figures plan_pass_x, plan_step_x;
+	uint64_t slots, pairs;
 } figures;
+
+/* b - a, every count of an expert store's statistics. */
+static strata_infer_experts_stats stats_sub(strata_infer_experts_stats b,
+					    const strata_infer_experts_stats *a)
+{
+	b.routed -= a->routed, b.hits -= a->hits, b.misses -= a->misses;
+	b.streamed -= a->streamed, b.admissions -= a->admissions;
+	b.evictions -= a->evictions, b.cpu_bytes -= a->cpu_bytes;
+	b.device_bytes -= a->device_bytes, b.upload_bytes -= a->upload_bytes;
+	return b;
+}
+
+static int cmp_u64_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x < y) - (x > y);
+}
+
+/* The share of every routed call that went to the `slots` most routed
+ * (layer, expert) pairs so far; *pairs: how many pairs there are. */
+static double top_share(const strata_session *s, uint64_t slots,
+			uint64_t *pairs)
+{
+	const strata_infer_experts *x = strata_session_experts(s);
+	strata_infer_experts_stats st;
+	strata_infer_experts_get_stats(x, &st);
+	uint32_t e = strata_session_hparams(s)->experts;
+	uint64_t n = (uint64_t)st.layers * e, all = 0, top = 0;
+	*pairs = n;
+	uint64_t *v = calloc(n ? n : 1, sizeof *v);
+	if (!v)
+		return 0.0;
+	for (uint64_t i = 0; i < n; i++)
+		all += v[i] = strata_infer_experts_routed(x, (uint32_t)(i / e),
+							  (uint32_t)(i % e));
+	qsort(v, n, sizeof *v, cmp_u64_desc);
+	for (uint64_t i = 0; i < n && i < slots; i++)
+		top += v[i];
+	free(v);
+	return all ? (double)top / (double)all : 0.0;
+}
 
 static strata_status weight_bytes(const strata_session *s, uint64_t *out)
 {
@@ -206,10 +266,15 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	strata_telemetry_snapshot a, b;
 	uint32_t first = c->cold ? 0 : 1; /* pass 0 warms up unless cold */
 	strata_telemetry_get(t, &a);
+	const strata_infer_experts *xs = strata_session_experts(s);
+	strata_infer_experts_stats x0 = {0}, x1 = {0};
+	out->experts = xs != NULL;
 	for (uint32_t p = 0; p < first + c->passes; p++) {
 		strata_forward_reset(strata_session_forward(s));
 		if (p == first)
 			strata_telemetry_get(t, &a);
+		if (p == first && xs)
+			strata_infer_experts_get_stats(xs, &x0);
 		uint64_t t0 = strata_now_ns();
 		if (strata_forward_run(strata_session_forward(s), tok, n, 0,
 				       NULL, last, &err))
@@ -223,6 +288,10 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	}
 	out->used_at_open = free0 > free_open ? free0 - free_open : 0;
 	strata_telemetry_get(t, &b);
+	if (xs) {
+		strata_infer_experts_get_stats(xs, &x1);
+		out->pass_x = stats_sub(x1, &x0);
+	}
 	out->pass_ns = median(ns + first, c->passes);
 	const strata_transfer_stats *ha = &a.transfers[STRATA_DIR_HOST_TO_DEVICE],
 				    *hb = &b.transfers[STRATA_DIR_HOST_TO_DEVICE];
@@ -242,6 +311,8 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		if (strata_forward_run(strata_session_forward(s), tok, 1, 0,
 				       NULL, last, &err))
 			goto fail;
+		if (xs)
+			strata_infer_experts_get_stats(xs, &x0);
 		for (uint32_t d = 0; d < c->decode; d++) {
 			int32_t next = tok[(d + 1) % n];
 			uint64_t t0 = strata_now_ns();
@@ -252,6 +323,10 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 			queued[d] = the_spy.released_last_ns - t0;
 		}
 		out->decode_ns = median(ns, c->decode);
+		if (xs) {
+			strata_infer_experts_get_stats(xs, &x1);
+			out->step_x = stats_sub(x1, &x0);
+		}
 		out->decode_queued_ns = median(queued, c->decode);
 		free(queued);
 		strata_session_source(s)->ops = the_spy.ops;
@@ -269,6 +344,13 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 		out->predicted_prefill_ms = sel->predicted_prefill_ms;
 	}
 	out->prefill_chunk = strata_plan_get_options(plan)->shape.prefill_chunk;
+	if (xs) {
+		out->slots = strata_plan_get_options(plan)->experts.cache_slots;
+		out->top_share = top_share(s, out->slots, &out->pairs);
+		strata_plan_experts_pass(plan, 1.0, false, &out->plan_step_x);
+		strata_plan_experts_pass(plan, (double)n, n > 1,
+					 &out->plan_pass_x);
+	}
 	out->plan_device = strata_plan_device_total(plan);
 	out->plan_host = strata_plan_host_total(plan);
 	strata_telemetry_get(t, &b);
@@ -286,6 +368,23 @@ fail:
 	strata_session_close(s);
 	free(tok), free(ns), free(last);
 	return rc;
+}
+
+/* One line of expert counts per pass (or step), counted beside the
+ * plan's. */
+static void report_experts(const char *what, const strata_infer_experts_stats *x,
+			   uint64_t n, const strata_plan_experts_figures *p)
+{
+	double k = n ? (double)n : 1.0;
+	printf("  experts per %s: routed %.1f, hits %.1f, misses %.1f, "
+	       "streamed %.1f, admissions %.1f; cpu %.1f MB, uploads %.1f MB"
+	       " (plan: routed %.1f, hits %.1f, misses %.1f, streamed %.1f, "
+	       "admissions %.1f; cpu %.1f MB, uploads %.1f MB)\n",
+	       what, x->routed / k, x->hits / k, x->misses / k,
+	       x->streamed / k, x->admissions / k, x->cpu_bytes / k / 1e6,
+	       x->upload_bytes / k / 1e6, p->calls, p->hits, p->misses,
+	       p->streamed, p->admissions, p->cpu_bytes / 1e6,
+	       p->upload_bytes / 1e6);
 }
 
 static void report(const cfg *c, uint32_t n, const figures *f)
@@ -319,6 +418,25 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 	       f->plan_name, f->predicted_decode_ms, f->prefill_chunk,
 	       f->predicted_prefill_ms, f->peak_device, f->peak_host,
 	       f->plan_device, f->plan_host);
+	if (f->experts) {
+		report_experts("pass", &f->pass_x, c->passes, &f->plan_pass_x);
+		if (c->decode)
+			report_experts("decode step", &f->step_x, c->decode,
+				       &f->plan_step_x);
+		printf("  routing: the %" PRIu64 " most routed of %" PRIu64
+		       " experts took %.1f%% of the calls (uniform: %.1f%%); "
+		       "decode hit share %.3f, admissions per miss %.3f "
+		       "(--expert-hit-rate, --expert-admit-rate)\n",
+		       f->slots, f->pairs, 100.0 * f->top_share,
+		       f->pairs ? 100.0 * (double)f->slots / (double)f->pairs
+				: 0.0,
+		       f->step_x.routed ? (double)f->step_x.hits /
+						  (double)f->step_x.routed
+					: 0.0,
+		       f->step_x.misses ? (double)f->step_x.admissions /
+						  (double)f->step_x.misses
+					: 0.0);
+	}
 	printf("json {\"tokens\": %u, \"precision\": \"%s\", \"pass_ms\": "
 	       "%.4f, \"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
@@ -376,6 +494,10 @@ int main(int argc, char **argv)
 			c.passes = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--decode") && v && atoi(v) >= 0)
 			c.decode = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--expert-hit-rate") && v && atof(v) >= 0)
+			c.r.plan.experts.hit_rate = atof(argv[++i]);
+		else if (!strcmp(a, "--expert-admit-rate") && v && atof(v) >= 0)
+			c.r.plan.experts.admit_rate = atof(argv[++i]);
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
 			c.threads = (uint32_t)atoi(argv[++i]);
 		else if (a[0] != '-' && !c.model)

@@ -581,7 +581,35 @@ typedef struct strata_plan_experts {
 	 * predicted faster than the CPU's rows, strata_plan_experts_stream_rows;
 	 * never on cpu). The stream slot adds slot_bytes to device 0. */
 	uint64_t stream_rows;
+	/* the stored type the CPU computes the experts in (the largest
+	 * layer's first expert tensor's) */
+	strata_block_type type;
+	/* the share of routed calls the cache hits, to predict with (a
+	 * run's: telemetry hits / routed, bench_forward's routing line);
+	 * 0: routing taken as uniform, slots / (layers x experts). Kept by
+	 * strata_plan_experts_size, like stream_rows. */
+	double hit_rate;
+	/* the share of decode's misses the cache admits (a run's: telemetry
+	 * admissions / misses over decode steps); 0: taken as rare, as in a
+	 * long run under uniform routing. Kept like hit_rate. */
+	double admit_rate;
 } strata_plan_experts;
+
+/* What the plan expects one pass of `rows` rows to do with the experts on
+ * the CPU, summed over their layers (docs/plan.md "Experts"): the calls
+ * (routed, as the expert store counts them), cache hits, misses the CPU
+ * computes, misses streamed through the stream slot, admissions into the
+ * cache; the expert weight bytes the CPU reads (misses), the device reads
+ * (hits and streamed) and the link copies (streamed and admissions), the
+ * expert store's cpu_bytes, device_bytes and upload_bytes; and the
+ * seconds: the CPU's misses, the device's hits and streamed experts, the
+ * admissions' copies, the layers' round trips, and what the pass waits
+ * for in all (cpu and device overlap on CUDA). */
+typedef struct strata_plan_experts_figures {
+	double calls, hits, misses, streamed, admissions;
+	double cpu_bytes, device_bytes, upload_bytes;
+	double cpu_ms, device_ms, admit_ms, sync_ms, total_ms;
+} strata_plan_experts_figures;
 
 /* Fills out's sizes from catalog c for `layers` layers (at most the
  * model's; 0: none) and `slots` cache slots, the expert tensors being HF's
@@ -855,6 +883,11 @@ void strata_plan_unit_place(const strata_plan_candidate *c, uint64_t units,
  * cpu_flops) take longer than the expert's copy (slot_bytes at h2d), at
  * least 2; 0 without experts. */
 uint64_t strata_plan_experts_stream_rows(const strata_plan *p);
+/* The plan's figures for one pass of `rows` rows (a decode step: the
+ * batch; a prompt pass: batch x chunk, prefill true) of p's experts on
+ * the CPU; all zero without. */
+void strata_plan_experts_pass(const strata_plan *p, double rows, bool prefill,
+			      strata_plan_experts_figures *out);
 
 /* Accessors. selected returns NULL when nothing fits. */
 size_t strata_plan_candidate_count(const strata_plan *p);

@@ -4,14 +4,19 @@
  * every candidate's totals, fit and predicted times (layer: plan).
  *
  * Headers only: no payload byte is read. The prediction is stated in
- * docs/plan.md "Experts": routing is taken as uniform, so the cache holds
- * a token's expert with probability slots / (layers x experts); a miss
- * reads its expert once from host memory (decode) or computes its rows on
- * the CPU (prefill, the larger of the bytes over host memory bandwidth
- * and the products over the CPU's rate); a hit reads its slot on the
- * device; a missed expert a pass gives enough rows (a prompt's) is copied
- * to the device through a stream slot instead, and costs the copy. The
- * layer waits for its experts, so these add to the pass. */
+ * docs/plan.md "Experts" and follows what the expert store and the MoE
+ * step do (src/infer/experts.c, forward_moe.c): a pass of R rows calls
+ * each layer's experts with a binomial spread of rows (routing taken as
+ * uniform and independent); a called expert is a cache hit with the
+ * cache's share (decode: slots / every expert, or the share a run
+ * measured; a prompt whose calls overflow the cache: none, the store then
+ * runs as an LRU over the pass), else streamed through the stream slot
+ * when it has stream_rows rows, else computed on the CPU (its bytes at
+ * the CPU's rate for its type, or its products, and its kernels). On cuda
+ * the device's queue runs the hits and streamed experts while the CPU
+ * runs the misses; the layer waits for both, then for the admissions'
+ * copies into the cache, and makes one round trip of the residual rows.
+ * The layer waits for its experts, so these add to the pass. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,7 +104,8 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 {
 	*globs = NULL;
 	*n_globs = 0;
-	uint64_t stream_rows = out->stream_rows; /* the caller's option */
+	uint64_t stream_rows = out->stream_rows; /* the caller's options */
+	double hit_rate = out->hit_rate, admit_rate = out->admit_rate;
 	memset(out, 0, sizeof *out);
 	if (!layers || !experts)
 		return STRATA_OK;
@@ -108,6 +114,12 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 	if (!pl)
 		return STRATA_E_NOMEM;
 	uint64_t top = 0, host = 0;
+	strata_block_type *type = strata_calloc_or_error(
+		MAX_LAYERS, sizeof *type, "expert types", err);
+	if (!type) {
+		strata_free(pl);
+		return STRATA_E_NOMEM;
+	}
 	bool gguf = strata_catalog_format(c) == STRATA_FORMAT_GGUF;
 	strata_status st = STRATA_OK;
 	for (size_t i = 0; st == STRATA_OK && i < strata_catalog_count(c); i++) {
@@ -131,6 +143,11 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 					     "expert host bytes", err)))
 			break;
 		if (gguf || strstr(t->name, ".experts.0.")) {
+			strata_block_type b = STRATA_BLOCK_F32;
+			if (!h.convert && !strata_dtype_block(t->dtype, &b))
+				b = STRATA_BLOCK_F32;
+			if (!pl[l].host)
+				type[l] = b;
 			pl[l].host += h.bytes / per;
 			pl[l].slot += a;
 			pl[l].elements += t->elements / per;
@@ -144,8 +161,12 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 					 .experts_used = experts_used,
 					 .host_bytes = host,
 					 .cache_slots = slots,
-					 .stream_rows = stream_rows};
+					 .stream_rows = stream_rows,
+					 .hit_rate = hit_rate,
+					 .admit_rate = admit_rate};
 		for (uint64_t l = 0; l < n; l++) {
+			if (pl[l].host > x.expert_bytes)
+				x.type = type[l];
 			x.expert_bytes = pl[l].host > x.expert_bytes ? pl[l].host : x.expert_bytes;
 			x.slot_bytes = pl[l].slot > x.slot_bytes ? pl[l].slot : x.slot_bytes;
 			x.expert_elements = pl[l].elements > x.expert_elements
@@ -159,20 +180,13 @@ strata_status strata_plan_experts_size(const strata_catalog *c,
 			*out = n ? x : (strata_plan_experts){0};
 	}
 	strata_free(pl);
+	strata_free(type);
 	return st;
 }
 
 /* ------------------------------------------------------------------------ */
 /* What they add to a candidate                                             */
 /* ------------------------------------------------------------------------ */
-
-/* Experts of one layer that `rows` rows route to at least once, routing
- * taken as uniform. */
-static double distinct(const strata_plan_experts *x, double rows)
-{
-	double e = (double)x->experts, k = (double)x->experts_used;
-	return e * (1.0 - pow(1.0 - k / e, rows));
-}
 
 uint64_t strata_plan_experts_stream_rows(const strata_plan *p)
 {
@@ -191,35 +205,174 @@ uint64_t strata_plan_experts_stream_rows(const strata_plan *p)
 	return r < 2.0 ? 2 : r > 1e9 ? 1000000000u : (uint64_t)r;
 }
 
-/* Seconds the experts add to a pass of `rows` rows: each missed call on
- * the CPU (its bytes over host memory; in a prompt, or its products at
- * the CPU's rate), or copied and computed on the device when the pass
- * gives it stream rows or more. */
-static double pass_seconds(const strata_plan *p, double rows, bool prefill)
+/* The kernels of one expert: on the CPU the rows' gather, gate/up and
+ * down (then the pool's finish); on the device the same and the
+ * scatter-add of its rows (src/infer/experts.c, forward_moe.c). */
+#define CPU_KERNELS_PER_EXPERT 3.0
+#define DEVICE_KERNELS_PER_EXPERT 4.0
+
+/* The share of routed calls the cache hits in decode: the caller's
+ * measured one, else uniform routing's slots / (layers x experts). The
+ * store keeps the most routed experts (its victim is the least routed),
+ * which under uniform routing are any `slots` of them. */
+static double uniform_share(const strata_plan_experts *x)
+{
+	double all = (double)x->layers * (double)x->experts;
+	double h = all > 0 ? (double)x->cache_slots / all : 0.0;
+	return h < 1.0 ? h : 1.0;
+}
+
+static double decode_share(const strata_plan_experts *x)
+{
+	if (x->hit_rate > 0)
+		return x->hit_rate < 1.0 ? x->hit_rate : 1.0;
+	return uniform_share(x);
+}
+
+/* Experts one layer of R rows calls, routing uniform and independent
+ * (each row picks `used` distinct experts of the layer's). */
+static double called_per_layer(const strata_plan_experts *x, double R)
+{
+	double e = (double)x->experts, k = (double)x->experts_used;
+	return k >= e ? e : e * (1.0 - pow(1.0 - k / e, R));
+}
+
+/* Seconds of one expert's products over m rows at bytes / gemv and
+ * 2 x m x elements / gemm, the larger (one weight read, m rows). */
+static double products(double bytes, double elements, double m, double gemv,
+		       double gemm)
+{
+	double r = gemv > 0 ? bytes / gemv : 0.0;
+	double c = gemm > 0 ? 2.0 * m * elements / gemm : 0.0;
+	return r > c ? r : c;
+}
+
+/* One layer of a pass of R rows, routing uniform and independent: an
+ * expert gets m rows with the binomial probability of m of R draws at
+ * used / experts (each row picks `used` distinct experts), so a layer
+ * calls experts x (1 - (1 - used/experts)^R) of them; each called one is
+ * a hit with the cache's share, else streamed when it has stream_rows
+ * rows or more, else computed on the CPU. Fills the per-layer counts and
+ * the seconds of the CPU's misses and of the device's hits and streamed
+ * ones (their copies through the stream slot in order with their
+ * products on the device's queue). */
+static void layer_figures(const strata_plan *p, double R, double h,
+			  double link, double cpu_scale,
+			  strata_plan_experts_figures *f, double *cpu_s,
+			  double *dev_s)
 {
 	const strata_plan_experts *x = &p->options.experts;
 	const strata_plan_options *o = &p->options;
-	double all = (double)x->layers * (double)x->experts;
-	double hit = all > 0 ? (double)x->cache_slots / all : 0.0;
-	hit = hit > 1.0 ? 1.0 : hit;
-	double per_layer = distinct(x, rows);
-	double calls = per_layer * (double)x->layers;
-	/* rows each called expert gets, routing uniform */
-	double each = per_layer > 0 ? rows * (double)x->experts_used / per_layer
-				    : 0.0;
-	double bw = o->host_memory_bandwidth > 0 ? o->host_memory_bandwidth
+	double E = (double)x->experts, q = (double)x->experts_used / E;
+	double sr = (double)strata_plan_experts_stream_rows(p);
+	double el = (double)x->expert_elements, hb = (double)x->expert_bytes;
+	double db = hb; /* the cache and the CPU hold one form (infer) */
+	double cg, cm, dg, dm;
+	strata__plan_type_rates(p, true, x->type, &cg, &cm, NULL);
+	strata__plan_type_rates(p, false, x->type, &dg, &dm, NULL);
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	double cl = o->cpu_launch_seconds, dl = cuda ? o->device_launch_seconds
+						     : o->cpu_launch_seconds;
+	*cpu_s = *dev_s = 0.0;
+	/* every expert gets every row when used = experts: one term */
+	uint64_t n = R < 1.0 || q >= 1.0 ? 1 : (uint64_t)llround(R);
+	double mean = (double)n * q, sd = sqrt(mean * (1.0 - q));
+	double top = fmin((double)n, mean + 12.0 * sd + 16.0);
+	for (uint64_t m = 1; (double)m <= top; m++) {
+		/* one row calls exactly `used` experts: no rounding there */
+		double called =
+			n == 1 ? (double)x->experts_used
+			       : E * exp(lgamma((double)n + 1) -
+					 lgamma((double)m + 1) -
+					 lgamma((double)(n - m) + 1) +
+					 (double)m * log(q) +
+					 (double)(n - m) * log1p(-q));
+		double rows = q >= 1.0 ? R : (double)m;
+		if (called <= 0)
+			continue;
+		double hits = called * h, miss = called - hits;
+		f->calls += called;
+		f->hits += hits;
+		*dev_s += hits * (products(db, el, rows, dg, dm) +
+				  DEVICE_KERNELS_PER_EXPERT * dl);
+		if (sr > 0 && rows >= sr) {
+			f->streamed += miss;
+			*dev_s += miss * ((link > 0 ? db / link : 0.0) +
+					  products(db, el, rows, dg, dm) +
+					  DEVICE_KERNELS_PER_EXPERT * dl);
+		} else {
+			f->misses += miss;
+			*cpu_s += miss * (products(hb * cpu_scale, el, rows, cg, cm) +
+					  CPU_KERNELS_PER_EXPERT * cl);
+		}
+	}
+}
+
+void strata_plan_experts_pass(const strata_plan *p, double rows, bool prefill,
+			      strata_plan_experts_figures *out)
+{
+	const strata_plan_experts *x = &p->options.experts;
+	const strata_plan_options *o = &p->options;
+	memset(out, 0, sizeof *out);
+	if (!x->layers || !x->experts || !x->experts_used || !(rows > 0))
+		return;
+	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
+	double H = o->host_memory_bandwidth > 0 ? o->host_memory_bandwidth
 						 : STRATA_PLAN_DEFAULT_CPU_MEM_BW;
-	double cpu_one = (double)x->expert_bytes / bw;
-	if (prefill && o->cpu_flops > 0)
-		cpu_one = fmax(cpu_one, 2.0 * each * (double)x->expert_elements /
-						o->cpu_flops);
-	uint64_t sr = strata_plan_experts_stream_rows(p);
-	if (sr && each >= (double)sr && o->h2d_bandwidth > 0)
-		cpu_one = (double)x->slot_bytes / o->h2d_bandwidth;
-	double dev_bytes = calls * hit * (double)x->slot_bytes;
-	double dev = o->memory_bandwidth > 0 ? dev_bytes / o->memory_bandwidth
-					     : 0.0;
-	return calls * (1.0 - hit) * cpu_one + dev;
+	/* The store admits a missed expert routed at least as often as the
+	 * cache's least routed one, ties to the least recently used. A
+	 * prompt pass calls (nearly) every expert once, so the counts stay
+	 * level and the cache runs as an LRU over the pass's calls: when
+	 * they overflow it, each layer's misses push out what the other
+	 * layers cached and a pass hits nothing, while every miss the CPU
+	 * computed is copied in after its layer (measured: 187 of 187). In
+	 * decode the cache holds its share of the routed calls and the
+	 * counts of the experts a token misses trail the cached ones', so
+	 * admissions are taken as rare unless the caller measured them. */
+	double L = (double)x->layers;
+	double h = prefill ? (L * called_per_layer(x, rows) >
+					      (double)x->cache_slots
+				      ? 0.0
+				      : uniform_share(x))
+			   : decode_share(x);
+	/* first alone; where the CPU and the link both work in the layer,
+	 * again at the rates strata calibrate measured them at together */
+	strata_plan_experts_figures f = {0};
+	double cpu_s, dev_s;
+	layer_figures(p, rows, h, o->h2d_bandwidth, 1.0, &f, &cpu_s, &dev_s);
+	double Hs = o->host_memory_shared_bandwidth, Ls = o->h2d_shared_bandwidth;
+	if (cuda && f.streamed > 0 && f.misses > 0 && Hs > 0 && Ls > 0 &&
+	    Hs < H) {
+		f = (strata_plan_experts_figures){0};
+		layer_figures(p, rows, h, Ls, H / Hs, &f, &cpu_s, &dev_s);
+	}
+	double admit = !x->cache_slots ? 0.0
+		       : prefill	 ? f.misses
+					 : f.misses * fmin(1.0, x->admit_rate);
+	double link = o->h2d_bandwidth > 0 ? o->h2d_bandwidth : H;
+	double admit_s = admit * (double)x->expert_bytes / (cuda ? link : H);
+	/* the router's logits come back each layer and, with misses, their
+	 * sum goes up again: one round trip of the residual rows */
+	double sync_s = cuda ? o->crossing_seconds : 0.0;
+	/* on cuda the device's queue runs the hits and streamed experts
+	 * while the CPU computes the misses; on cpu one pool runs both */
+	double layer = (cuda ? fmax(cpu_s, dev_s) : cpu_s + dev_s) + admit_s +
+		       sync_s;
+	*out = (strata_plan_experts_figures){
+		.calls = L * f.calls,
+		.hits = L * f.hits,
+		.misses = L * f.misses,
+		.streamed = L * f.streamed,
+		.admissions = L * admit,
+		.cpu_bytes = L * f.misses * (double)x->expert_bytes,
+		.device_bytes = L * (f.hits + f.streamed) * (double)x->expert_bytes,
+		.upload_bytes = L * (f.streamed + admit) * (double)x->expert_bytes,
+		.cpu_ms = L * cpu_s * 1e3,
+		.device_ms = L * dev_s * 1e3,
+		.admit_ms = L * admit_s * 1e3,
+		.sync_ms = L * sync_s * 1e3,
+		.total_ms = L * layer * 1e3,
+	};
 }
 
 void strata__plan_experts_apply(const strata_plan *p, strata_plan_candidate *c)
@@ -262,8 +415,10 @@ void strata__plan_experts_apply(const strata_plan *p, strata_plan_candidate *c)
 		c->device_shortfall_bytes = both - b->ram_bytes;
 	double batch = (double)p->options.shape.batch;
 	double chunk = batch * (double)p->options.shape.prefill_chunk;
-	double dec = pass_seconds(p, batch, false) * 1e3;
-	double pre = pass_seconds(p, chunk, true) * 1e3;
+	strata_plan_experts_figures fd, fp;
+	strata_plan_experts_pass(p, batch, false, &fd);
+	strata_plan_experts_pass(p, chunk, true, &fp);
+	double dec = fd.total_ms, pre = fp.total_ms;
 	c->predicted_decode_ms += dec;
 	c->predicted_prefill_ms += pre;
 	/* the experts are CPU work in the chain of each pass's terms */

@@ -146,6 +146,33 @@ static void write_type_rates(const strata_plan *p, strata_json *j)
 	strata_json_array_end(j);
 }
 
+
+/* The plan's figures for one pass of the experts on the CPU
+ * (strata_plan_experts_pass), under key. */
+static void write_expert_pass(const strata_plan *p, strata_json *j,
+			      const char *key, double rows, bool prefill)
+{
+	strata_plan_experts_figures f;
+	strata_plan_experts_pass(p, rows, prefill, &f);
+	strata_json_key(j, key);
+	strata_json_object_begin(j);
+	strata_json_kv_double(j, "rows", rows);
+	strata_json_kv_double(j, "calls", f.calls);
+	strata_json_kv_double(j, "hits", f.hits);
+	strata_json_kv_double(j, "misses", f.misses);
+	strata_json_kv_double(j, "streamed", f.streamed);
+	strata_json_kv_double(j, "admissions", f.admissions);
+	strata_json_kv_double(j, "cpu_bytes", f.cpu_bytes);
+	strata_json_kv_double(j, "device_bytes", f.device_bytes);
+	strata_json_kv_double(j, "upload_bytes", f.upload_bytes);
+	strata_json_kv_double(j, "cpu_ms", f.cpu_ms);
+	strata_json_kv_double(j, "device_ms", f.device_ms);
+	strata_json_kv_double(j, "admit_ms", f.admit_ms);
+	strata_json_kv_double(j, "sync_ms", f.sync_ms);
+	strata_json_kv_double(j, "total_ms", f.total_ms);
+	strata_json_object_end(j);
+}
+
 static void write_inputs(const strata_plan *p, strata_json *j)
 {
 	const strata_plan_options *o = &p->options;
@@ -229,6 +256,12 @@ static void write_inputs(const strata_plan *p, strata_json *j)
 	strata_json_kv_u64(j, "cache_bytes", x->cache_bytes);
 	strata_json_kv_u64(j, "scratch_bytes", x->scratch_bytes);
 	strata_json_kv_u64(j, "stream_rows", strata_plan_experts_stream_rows(p));
+	strata_json_kv_double(j, "hit_rate", x->hit_rate);
+	strata_json_kv_double(j, "admit_rate", x->admit_rate);
+	double batch = (double)o->shape.batch;
+	write_expert_pass(p, j, "decode", batch, false);
+	write_expert_pass(p, j, "prefill",
+			  batch * (double)o->shape.prefill_chunk, true);
 	strata_json_object_end(j);
 }
 
