@@ -218,6 +218,10 @@ typedef struct strata_plan_unit {
 	uint64_t exact_bytes; /* the same without the slots (the seed's) */
 	/* exact_bytes by the block type each tensor computes as */
 	uint64_t type_bytes[STRATA_BLOCK_COUNT];
+	/* the part of type_bytes that is routed experts' tensors
+	 * (strata_plan_expert_layer): a pass reads and computes only the
+	 * experts its rows route to (docs/plan.md "Cost model") */
+	uint64_t expert_type_bytes[STRATA_BLOCK_COUNT];
 } strata_plan_unit;
 
 /* Occupied units (layout_info.occupied_units) and the i-th of them. */
@@ -307,7 +311,7 @@ typedef struct strata_plan_arch {
 	 * layer's strata_infer_plan_arch fills them from the model): routed
 	 * experts a layer (0: dense), sliding layers with a rope base of
 	 * their own, and norms computed as 1 + w from f32 copies. */
-	uint64_t experts;
+	uint64_t experts, experts_used; /* and routed to a token */
 	bool local_rope, norm_plus_one;
 	/* known == false: why, copied into the architecture_unknown
 	 * explanation; may be NULL. */

@@ -346,7 +346,8 @@ void strata_infer_plan_arch(const strata_infer_hparams *hp,
 		.intermediate = hp->ffn, .heads = hp->heads,
 		.kv_heads = hp->kv_heads, .head_dim = hp->head_dim,
 		.vocab = hp->vocab, .max_context = hp->context,
-		.experts = hp->experts, .local_rope = hp->rope_local_theta > 0,
+		.experts = hp->experts, .experts_used = hp->experts_used,
+		.local_rope = hp->rope_local_theta > 0,
 		.norm_plus_one = hp->norm_plus_one,
 	};
 }

@@ -18,6 +18,7 @@
  * (h2d_shared, host_memory_shared), and the pass is at least everything
  * both read over the most host memory gave: alone to the CPU, alone to
  * the link, or to both together. */
+#include <math.h>
 #include <string.h>
 
 #include "plan/internal.h"
@@ -62,20 +63,51 @@ void strata__plan_type_rates(const strata_plan *p, bool cpu,
 		*measured = tr->gemv > 0 && !opt;
 }
 
+/* The routed experts of a mixture-of-experts layer at T rows (each row
+ * routed to experts_used of the layer's experts, uniform and independent,
+ * as src/plan/experts.c takes them): the share of their bytes a pass
+ * reads (the experts called at least once) and of their elements each
+ * row multiplies (its own experts). 1 and 1 where the model says no
+ * routing. */
+static void routed_shares(const strata_plan *p, double T, double *read,
+			  double *rows)
+{
+	double e = (double)p->arch.experts, k = (double)p->arch.experts_used;
+	if (!p->arch.known || !(e > 0) || !(k > 0) || k >= e) {
+		*read = *rows = 1.0;
+		return;
+	}
+	*read = 1.0 - pow(1.0 - k / e, T < 1.0 ? 1.0 : T);
+	*rows = k / e;
+}
+
+/* Experts a MoE layer calls in a pass of T rows. */
+static double called_experts(const strata_plan *p, double T)
+{
+	double read, rows;
+	routed_shares(p, T, &read, &rows);
+	return rows < 1.0 ? read * (double)p->arch.experts : 0.0;
+}
+
 /* Seconds of the products over `bytes` (by p's type index) at T rows on
  * one tier: each type's max(bytes / gemv, 2 E T / gemm), E its elements
- * (the roofline of one weight read, T rows multiplied). Units' bytes on
- * the CPU (`layers`) take the type's measured decode-layer rate for
- * gemv where strata calibrate gave one (and no option overrides the
+ * (the roofline of one weight read, T rows multiplied), the routed
+ * experts' part of them (`xbytes`, NULL: none) at the share of their
+ * bytes the pass reads and of their elements a row multiplies. Units'
+ * bytes on the CPU (`layers`) take the type's measured decode-layer rate
+ * for gemv where strata calibrate gave one (and no option overrides the
  * CPU's memory rate): it holds the layer's kernels' fixed costs, so
  * *fixed_in (when not NULL) says every type had one. */
 static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
-		     double T, bool layers, bool *fixed_in)
+		     const uint64_t *xbytes, double T, bool layers,
+		     bool *fixed_in)
 {
 	const strata_plan_options *o = &p->options;
 	bool on_cpu = cpu || o->device == STRATA_PLAN_DEVICE_CPU;
 	bool opt = from_option(p, cpu ? STRATA_PLAN_RATE_HOST_MEMORY
 				      : STRATA_PLAN_RATE_MEMORY);
+	double read, rows;
+	routed_shares(p, T, &read, &rows);
 	double s = 0;
 	bool all = true;
 	for (uint32_t k = 0; k < p->type_count; k++) {
@@ -89,10 +121,13 @@ static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
 			gemv = layer;
 		else
 			all = false;
-		double b = (double)bytes[k];
-		double elems = b * strata_block_elements(t) /
-			       (double)strata_block_bytes(t);
-		s += max2(b / gemv, 2.0 * elems * T / gemm);
+		double per = strata_block_elements(t) /
+			     (double)strata_block_bytes(t);
+		double x = xbytes ? (double)xbytes[k] : 0.0;
+		double b = (double)bytes[k] - x;
+		s += max2(b / gemv, 2.0 * b * per * T / gemm);
+		if (x > 0)
+			s += max2(x * read / gemv, 2.0 * x * per * rows * T / gemm);
 	}
 	if (fixed_in)
 		*fixed_in = all;
@@ -109,9 +144,21 @@ void strata__plan_split_add(const strata_plan *p, strata__plan_split *b,
 	uint64_t *into = where == STRATA_PLACE_RESIDENT ? b->res
 			 : where == STRATA_PLACE_CPU	? b->cpu
 							: b->str;
+	uint64_t *into_x = where == STRATA_PLACE_RESIDENT ? b->res_x
+			   : where == STRATA_PLACE_CPU	 ? b->cpu_x
+							 : b->str_x;
 	const uint64_t *types = p->unit_types + i * p->type_count;
-	for (uint32_t k = 0; k < p->type_count; k++)
+	const uint64_t *xtypes = p->unit_expert_types + i * p->type_count;
+	bool moe = false;
+	for (uint32_t k = 0; k < p->type_count; k++) {
 		into[k] = strata_sat_add_u64(into[k], types[k]);
+		into_x[k] = strata_sat_add_u64(into_x[k], xtypes[k]);
+		moe |= xtypes[k] > 0;
+	}
+	if (moe)
+		(*(where == STRATA_PLACE_RESIDENT ? &b->res_moe
+		   : where == STRATA_PLACE_CPU	  ? &b->cpu_moe
+						  : &b->str_moe))++;
 	uint64_t bytes = p->unit_bytes[i];
 	switch (where) {
 	case STRATA_PLACE_RESIDENT:
@@ -154,20 +201,23 @@ void strata__plan_split_end(strata__plan_split *b)
 static double statics_seconds(const strata_plan *p, bool cpu)
 {
 	double B = (double)p->options.shape.batch;
-	double s = priced(p, cpu, p->static_types, B, false, NULL);
+	double s = priced(p, cpu, p->static_types, NULL, B, false, NULL);
 	if (cpu || p->options.device == STRATA_PLAN_DEVICE_CPU)
 		s += 2.0 * p->options.cpu_launch_seconds;
 	return s;
 }
 
-/* Bytes a pass reads from host memory: the CPU units' weights and KV,
- * the statics' products where they sit on the CPU, the streamed bytes. */
+/* Bytes a pass of T rows reads from host memory: the CPU units' weights
+ * (of their experts the routed ones) and KV, the statics' products where
+ * they sit on the CPU, the streamed bytes. */
 static double host_read_bytes(const strata_plan *p,
-			      const strata__plan_split *b)
+			      const strata__plan_split *b, double T)
 {
+	double read, rows;
+	routed_shares(p, T, &read, &rows);
 	double s = (double)b->kv_cpu + (double)b->streamed;
 	for (uint32_t k = 0; k < p->type_count; k++)
-		s += (double)b->cpu[k];
+		s += (double)(b->cpu[k] - b->cpu_x[k]) + read * (double)b->cpu_x[k];
 	if (b->statics_cpu)
 		for (uint32_t k = 0; k < p->type_count; k++)
 			s += (double)p->static_types[k];
@@ -182,11 +232,11 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
 	double M = o->memory_bandwidth, H = o->host_memory_bandwidth;
 	bool cpu_fixed, dev_fixed, str_fixed;
-	double res = priced(p, false, b->res, T, true, &dev_fixed) +
+	double res = priced(p, false, b->res, b->res_x, T, true, &dev_fixed) +
 		     (double)b->kv_res / M;
-	double str = priced(p, false, b->str, T, true, &str_fixed) +
+	double str = priced(p, false, b->str, b->str_x, T, true, &str_fixed) +
 		     (double)b->kv_str / M;
-	double cpu = priced(p, true, b->cpu, T, true, &cpu_fixed) +
+	double cpu = priced(p, true, b->cpu, b->cpu_x, T, true, &cpu_fixed) +
 		     (double)b->kv_cpu / H;
 	/* the CPU computing while the link streams: both at the rates
 	 * strata calibrate measured them at together (one host memory) */
@@ -211,6 +261,17 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		over += dev_units * K * o->cpu_launch_seconds;
 	if (cuda)
 		over += (double)b->changes * o->crossing_seconds / 2.0;
+	/* a MoE layer runs each expert it calls as its own kernels (gather,
+	 * gate/up, down; on a device also the scatter-add), and on a device
+	 * waits for its router's logits to come back (forward_moe.c) */
+	double called = called_experts(p, T);
+	double dev_moe = (double)(b->res_moe + b->str_moe);
+	over += (double)b->cpu_moe * called * 3.0 * o->cpu_launch_seconds;
+	if (cuda)
+		over += dev_moe * (called * 4.0 * o->device_launch_seconds +
+				   o->crossing_seconds / 2.0);
+	else
+		over += dev_moe * called * 3.0 * o->cpu_launch_seconds;
 	double link = (double)b->streamed /
 		      (shared && Ls > 0 ? Ls : o->h2d_bandwidth);
 	double chain = res + str + cpu + stat + over;
@@ -235,7 +296,7 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		prefetch = false;
 	double ceiling = max2(max2(H, o->h2d_bandwidth),
 			      Hs > 0 && Ls > 0 ? Hs + Ls : 0.0);
-	double host = cuda ? host_read_bytes(p, b) / ceiling : 0.0;
+	double host = cuda ? host_read_bytes(p, b, T) / ceiling : 0.0;
 	double total = prefetch ? max2(max2(link, chain), host) : link + chain;
 	/* a pass that starts with an empty window waits for its first
 	 * streamed unit's copy, less what the resident units before it

@@ -74,6 +74,11 @@ strata_status strata__plan_nothing_fits(const strata_plan *p,
 typedef struct strata__plan_split {
 	uint64_t res[STRATA_BLOCK_COUNT], str[STRATA_BLOCK_COUNT],
 		cpu[STRATA_BLOCK_COUNT];
+	/* the routed experts' part of res, str and cpu, and the units of
+	 * each tier that hold experts (a mixture-of-experts layer) */
+	uint64_t res_x[STRATA_BLOCK_COUNT], str_x[STRATA_BLOCK_COUNT],
+		cpu_x[STRATA_BLOCK_COUNT];
+	uint64_t res_moe, str_moe, cpu_moe;
 	uint64_t res_units, str_units, cpu_units;
 	uint64_t cpu_bytes; /* slots of the cpu units */
 	uint64_t streamed;  /* over the link (or from disk) per pass */
@@ -125,6 +130,9 @@ struct strata_plan {
 	uint32_t type_count;
 	strata_block_type type_of[STRATA_BLOCK_COUNT];
 	uint64_t *unit_types;
+	/* the part of unit_types that is routed experts' (same shape, in
+	 * unit_types' block) */
+	uint64_t *unit_expert_types;
 	uint64_t static_types[STRATA_BLOCK_COUNT];
 	double element_bytes; /* of the weights where they execute */
 	uint32_t default_rates; /* bit per rate that took its default */

@@ -600,18 +600,21 @@ static strata_status unit_table(strata_plan *p, strata_error *err)
 		if (index[t] >= 0)
 			p->static_types[index[t]] =
 				p->info.static_compute_type_bytes[t];
-	p->unit_types = strata_calloc_or_error(
-		(n ? n : 1) * (p->type_count ? p->type_count : 1),
-		sizeof *p->unit_types, "plan unit types", err);
+	size_t cells = (n ? n : 1) * (p->type_count ? p->type_count : 1);
+	p->unit_types = strata_calloc_or_error(2 * cells, sizeof *p->unit_types,
+					       "plan unit types", err);
 	if (!p->unit_types)
 		return STRATA_E_NOMEM;
+	p->unit_expert_types = p->unit_types + cells;
 	for (size_t i = 0; i < n; i++) {
 		strata_plan_unit u;
 		strata_plan_layout_unit_at(p->layout, i, &u);
 		for (int t = 0; t < STRATA_BLOCK_COUNT; t++)
-			if (index[t] >= 0)
-				p->unit_types[i * p->type_count + index[t]] =
-					u.type_bytes[t];
+			if (index[t] >= 0) {
+				size_t k = i * p->type_count + (size_t)index[t];
+				p->unit_types[k] = u.type_bytes[t];
+				p->unit_expert_types[k] = u.expert_type_bytes[t];
+			}
 	}
 	return STRATA_OK;
 }

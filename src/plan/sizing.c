@@ -21,6 +21,7 @@ typedef struct unit_entry {
 	uint64_t unit;
 	uint64_t bytes, exact;
 	strata_block_type type; /* one tensor's, before merging */
+	bool expert;		/* a routed expert's (strata_plan_expert_layer) */
 } unit_entry;
 
 typedef struct group_range {
@@ -38,6 +39,9 @@ struct strata_plan_layout {
 	/* [unit_entries][STRATA_BLOCK_COUNT]: each unit's exact bytes by
 	 * the block type its tensors compute as (time prediction) */
 	uint64_t *type_bytes;
+	/* the same of the routed experts' tensors only (a part of it): in
+	 * type_bytes' block, after it */
+	uint64_t *expert_type_bytes;
 	uint64_t embed_type_bytes[STRATA_BLOCK_COUNT];
 	bool has_output; /* a static of role "output" */
 	strata_plan_layout_info info;
@@ -157,6 +161,7 @@ static strata_status collect(strata_plan_layout *l,
 			.bytes = b,
 			.exact = exact,
 			.type = type,
+			.expert = strata_plan_expert_layer(p->name) >= 0,
 		};
 	}
 	return STRATA_OK;
@@ -172,11 +177,13 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 	for (size_t i = 0; i < l->unit_entries; i++)
 		distinct += i == 0 ||
 			    compare_entry(&l->units[i - 1], &l->units[i]) != 0;
-	l->type_bytes = strata_calloc_or_error(
-		(distinct ? distinct : 1) * STRATA_BLOCK_COUNT,
-		sizeof *l->type_bytes, "plan layout unit types", err);
+	size_t rows = distinct ? distinct : 1;
+	l->type_bytes = strata_calloc_or_error(rows * 2 * STRATA_BLOCK_COUNT,
+					       sizeof *l->type_bytes,
+					       "plan layout unit types", err);
 	if (!l->type_bytes)
 		return STRATA_E_NOMEM;
+	l->expert_type_bytes = l->type_bytes + rows * STRATA_BLOCK_COUNT;
 	size_t out = 0;
 	for (size_t i = 0; i < l->unit_entries; i++) {
 		unit_entry *e = &l->units[i];
@@ -190,9 +197,15 @@ static strata_status merge(strata_plan_layout *l, strata_error *err)
 			into->exact += e->exact; /* <= into->bytes */
 			l->type_bytes[(out - 1) * STRATA_BLOCK_COUNT + e->type] +=
 				e->exact; /* <= into->exact */
+			if (e->expert)
+				l->expert_type_bytes[(out - 1) * STRATA_BLOCK_COUNT +
+						     e->type] += e->exact;
 			continue;
 		}
 		l->type_bytes[out * STRATA_BLOCK_COUNT + e->type] = e->exact;
+		if (e->expert)
+			l->expert_type_bytes[out * STRATA_BLOCK_COUNT + e->type] =
+				e->exact;
 		l->units[out++] = *e;
 	}
 	l->unit_entries = out;
@@ -399,6 +412,9 @@ void strata_plan_layout_unit_at(const strata_plan_layout *l, size_t i,
 				  .exact_bytes = e->exact};
 	memcpy(out->type_bytes, l->type_bytes + i * STRATA_BLOCK_COUNT,
 	       sizeof out->type_bytes);
+	memcpy(out->expert_type_bytes,
+	       l->expert_type_bytes + i * STRATA_BLOCK_COUNT,
+	       sizeof out->expert_type_bytes);
 }
 
 strata_status strata_plan_layout_weights(const strata_plan_layout *l,

@@ -4,7 +4,9 @@
  * the cache hits its share in decode (uniform, or the measured one given)
  * and, overflowed by a prompt's calls, nothing in a prompt, admitting its
  * misses; on cuda the device's hits and streamed experts overlap the
- * CPU's misses; the candidates' predictions carry the experts' time. */
+ * CPU's misses; the candidates' predictions carry the experts' time; and
+ * a MoE layer kept in its unit (resident, streamed or on the CPU) reads
+ * and multiplies its routed experts only (src/plan/cost.c). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -231,6 +233,77 @@ static void candidates_carry_the_experts(void **state)
 	fixture_free(f);
 }
 
+/* Two MoE layers of a 1 MiB attention matrix and four 1 MiB experts,
+ * one routed a token, resident on cuda: decode reads the attention and a
+ * quarter of the experts (one token calls one); a prompt of 64 tokens
+ * calls all but (3/4)^64 of them and multiplies each row by one expert;
+ * each called expert adds its four launches and each layer its router's
+ * wait. Without routing (experts 0) every byte counts, as for a dense
+ * layer. */
+static void moe_units_read_their_routed_experts(void **state)
+{
+	(void)state;
+	fixture *f = calloc(1, sizeof *f);
+	add_param(f, "model.embed_tokens.weight", 1 * MiB);
+	for (int l = 0; l < 2; l++) {
+		char name[48];
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.q.weight", l);
+		add_param(f, name, 1 * MiB);
+		for (int e = 0; e < 4; e++) {
+			snprintf(name, sizeof name,
+				 "model.layers.%d.mlp.experts.%d.up.weight", l, e);
+			add_param(f, name, 1 * MiB);
+		}
+	}
+	strata_error err;
+	assert_int_equal(strata_plan_layout_create(f->params, f->n,
+						   fixture_bytes, f, NULL, 0,
+						   &f->layout, &err),
+			 STRATA_OK);
+	strata_plan_unit u;
+	strata_plan_layout_unit_at(f->layout, 0, &u);
+	assert_int_equal(u.expert_type_bytes[STRATA_BLOCK_F32], 4 * MiB);
+	assert_int_equal(u.type_bytes[STRATA_BLOCK_F32], 5 * MiB);
+	f->arch = (strata_plan_arch){.known = true, .family = "qwen3_moe",
+				     .layers = 2, .hidden = 64,
+				     .intermediate = 128, .heads = 4,
+				     .kv_heads = 2, .head_dim = 16,
+				     .vocab = 100, .max_context = 512,
+				     .experts = 4, .experts_used = 1};
+	strata_plan_options o = moe_opts(STRATA_PLAN_DEVICE_CUDA, 0);
+	o.experts = (strata_plan_experts){0};
+	o.mode = STRATA_RESIDENCY_RESIDENT;
+	o.shape.prefill_chunk = 64;
+	o.device_flops = 10e12; /* decode memory bound, the prompt not */
+	double M = o.memory_bandwidth, F = o.device_flops;
+	double dl = o.device_launch_seconds;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = strata_plan_selected(p);
+	assert_non_null(c);
+	assert_int_equal(c->mode, STRATA_RESIDENCY_RESIDENT);
+	double dense = 2.0 * MiB, x = 8.0 * MiB; /* f32: 4 bytes an element */
+	double kv = c->decode_cost.resident_ms / 1e3 - (dense + x / 4) / M;
+	assert_true(kv >= 0 && kv * M < 0.25 * MiB); /* the KV cache's reads */
+	double read = 1.0 - pow(0.75, 64);
+	double dense_p = fmax(dense / M, 2.0 * (dense / 4) * 64 / F);
+	double x_p = fmax(x * read / M, 2.0 * (x / 4) * 0.25 * 64 / F);
+	assert_true(x_p > x * read / M); /* compute bound: one expert a row */
+	near(c->prefill_cost.resident_ms, (dense_p + x_p + kv) * 1e3);
+	/* two layers: one expert a token each, four launches an expert, and
+	 * the router's logits back (half a round trip) */
+	double moe = 2.0 * (1.0 * 4 * dl + o.crossing_seconds / 2.0);
+	double launches = 2.0 * STRATA_PLAN_KERNELS_PER_UNIT * dl;
+	double rest = launches - c->decode_cost.resident_ms / 1e3;
+	near(c->decode_cost.overhead_ms, ((rest > 0 ? rest : 0) + moe) * 1e3);
+	strata_plan_destroy(p);
+	f->arch.experts = f->arch.experts_used = 0; /* no routing known */
+	p = plan_of(f, &o);
+	near(strata_plan_selected(p)->decode_cost.resident_ms,
+	     ((dense + x) / M + kv) * 1e3);
+	strata_plan_destroy(p);
+	fixture_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -240,6 +313,7 @@ int main(void)
 		cmocka_unit_test(an_overflowed_cache_hits_nothing_in_a_prompt),
 		cmocka_unit_test(prompt_experts_stream_from_their_rows),
 		cmocka_unit_test(candidates_carry_the_experts),
+		cmocka_unit_test(moe_units_read_their_routed_experts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
