@@ -99,11 +99,13 @@ strata_status strata_cuda_matmul_half_reserve(strata_compute *c,
 					      uint64_t bytes,
 					      strata_error *err);
 
-/* RMSNorm folded into a one-row half product: the product reads x as
- * stored and takes rmsnorm(x) * w in its place (w (in) of the product's
- * half type, device), so the norm needs no launch of its own. Within
- * rounding of strata_cuda_rmsnorm_half then the product: the norm's factor
- * scales each finished dot product instead of each element of x. */
+/* RMSNorm folded into a half product: the product reads x as stored and
+ * takes rmsnorm(x) * w in its place (w (in) of the product's half type,
+ * device). One row: the norm needs no launch of its own, and the result is
+ * within rounding of strata_cuda_rmsnorm_half then the product (the norm's
+ * factor scales each finished dot product instead of each element of x).
+ * Several rows: the norm writes the product's half input directly, and the
+ * result is that of the norm then the product, bit for bit. */
 typedef struct strata_cuda_half_norm {
 	const void *w;
 	float eps;
@@ -123,7 +125,7 @@ typedef struct strata_cuda_half_part {
  * or y_i += that when `accumulate` (a residual add folded into the
  * product). One row is one GEMV launch for every part; several rows split
  * x once and run strata_cuda_matmul_half's cuBLAS path for each part. No
- * y_i may alias x or its weights. `norm` (or NULL) takes one row only. */
+ * y_i may alias x or its weights. `norm` (or NULL): see above. */
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    const strata_cuda_half_norm *norm,
 					    strata_cuda_half type, uint32_t n,

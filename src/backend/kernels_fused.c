@@ -120,20 +120,20 @@ strata_status strata_kernel_gated(strata_compute *c, float *y, const float *x,
 		return bad(err, "gated", "NULL, aliased or unequal arguments");
 	const strata_kernel_ops *k = c->ops;
 	bool fused = k->gated && k->gated_take(c->ctx, NULL, n, gate, up);
-	bool takes_norm = fused && norm &&
-			  k->gated_take(c->ctx, norm, n, gate, up);
-	strata_status st = unfold_norm(c, fused, takes_norm, &x, &norm, normed,
-				       n, "gated", err);
-	if (st)
-		return st;
-	if (fused)
-		return k->gated(c->ctx, y, x, norm, gate, up, n, err);
+	if (fused) {
+		bool takes_norm = norm && k->gated_take(c->ctx, norm, n, gate, up);
+		strata_status st = unfold_norm(c, fused, takes_norm, &x, &norm,
+					       normed, n, "gated", err);
+		return st ? st : k->gated(c->ctx, y, x, norm, gate, up, n, err);
+	}
 	if (!up_out)
 		return bad(err, "gated", "no buffer for the up product");
+	/* the two products take the norm where their slot can fold it (CUDA
+	 * prefill: the norm writes the products' input) */
 	const strata_kernel_product p[] = {{y, *gate, NULL},
 					   {up_out, *up, NULL}};
-	st = strata_kernel_products(c, x, NULL, NULL, n, p, 2, false, NULL,
-				    err);
+	strata_status st = strata_kernel_products(c, x, norm, normed, n, p, 2,
+						  false, NULL, err);
 	if (st == STRATA_OK)
 		st = strata_kernel_swiglu(c, y, up_out,
 					  (uint64_t)n * gate->rows, err);

@@ -209,11 +209,10 @@ static strata_status attention_step(strata_forward *f,
 	strata_status st = strata__forward_biases(f, w, &bq, &bk, &bv, err);
 	if (st)
 		return st;
+	const strata_kernel_norm norm = {w->attn_norm, hp->norm_eps};
 	const strata_kernel_product qkv[] = {
 		{f->q, w->wq, bq}, {k, w->wk, bk}, {v, w->wv, bv}};
-	if ((st = strata_kernel_rmsnorm(f->c, f->xb, f->x, &w->attn_norm,
-					rows, hp->norm_eps, err)) ||
-	    (st = strata_kernel_products(f->c, f->xb, NULL, NULL, rows, qkv,
+	if ((st = strata_kernel_products(f->c, f->x, &norm, f->xb, rows, qkv,
 					 3, false, NULL, err)) ||
 	    (st = strata__forward_qk_norm(f, w, f->q, k, rows, err)) ||
 	    (st = attend_rows(f, layer, r, err)))

@@ -258,6 +258,72 @@ static void test_gemv_tunings_match_cpu(void **state)
 	strata__cuda_gemv_rows_max = F.gemv_default;
 }
 
+/* Several rows with the norm folded (prefill): the norm writes the
+ * products' half input itself, and each product must equal, bit for bit,
+ * the norm's f32 rows then the products without a norm. */
+static void check_parts_norm_rows_bit_equal(strata_cuda_half type, uint32_t n,
+					    uint64_t seed)
+{
+	const uint32_t in = 1024, outs[2] = {768, 256};
+	float *x = host_floats((size_t)n * in), *g = host_floats(in);
+	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
+	fill_sixty_fourths(g, in, seed + 1);
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	const strata_cuda_half_norm norm = {upload_half(type, g, in), 1e-5f};
+	float *dxn = dev_alloc((uint64_t)n * in * 4);
+	OK(strata_cuda_rmsnorm_half(F.gpu, dxn, dx, norm.w, type, n, in, 1e-5f,
+				    ERR));
+	strata_cuda_half_part fused[2], plain[2];
+	for (int i = 0; i < 2; i++) {
+		size_t wn = (size_t)outs[i] * in;
+		float *w = host_floats(wn);
+		fill_sixty_fourths(w, wn, seed + 10 + i);
+		const void *dw = upload_half(type, w, wn);
+		const uint64_t yb = (uint64_t)n * outs[i] * 4;
+		fused[i] = (strata_cuda_half_part){dev_alloc(yb), dw, NULL, outs[i]};
+		plain[i] = (strata_cuda_half_part){dev_alloc(yb), dw, NULL, outs[i]};
+		free(w);
+	}
+	OK(strata_cuda_matmul_half_parts(F.gpu, dx, &norm, type, n, in, fused, 2,
+					 false, ERR));
+	OK(strata_cuda_matmul_half_parts(F.gpu, dxn, NULL, type, n, in, plain, 2,
+					 false, ERR));
+	for (int i = 0; i < 2; i++) {
+		const size_t yn = (size_t)n * outs[i];
+		float *a = host_floats(yn), *b = host_floats(yn);
+		download(a, fused[i].y, yn * 4);
+		download(b, plain[i].y, yn * 4);
+		printf("  parts %s n=%u part %d: norm folded == norm then products\n",
+		       type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i);
+		assert_memory_equal(a, b, yn * 4);
+		free(a), free(b);
+	}
+	dev_free_all();
+	free(x), free(g);
+}
+
+/* The folded norm on several rows at both prefill precisions: the compute
+ * context's terms (1 rounded once, 3 split in two) pick the layout the
+ * norm writes, so each is checked against its own unfolded path. */
+static void test_parts_norm_rows_equal_unfolded(void **state)
+{
+	(void)state;
+	strata__cuda_compute *k = strata__cuda_compute_of(F.gpu);
+	assert_non_null(k);
+	const int terms0 = k->prefill_terms;
+	const int terms[] = {1, 3};
+	strata__cuda_gemv_rows_max = 0; /* every row count through cuBLAS */
+	for (int t = 0; t < 2; t++) {
+		k->prefill_terms = terms[t];
+		printf("  prefill terms %d\n", terms[t]);
+		check_parts_norm_rows_bit_equal(STRATA_CUDA_BF16, 7, 100 + t);
+		check_parts_norm_rows_bit_equal(STRATA_CUDA_F16, 64, 110 + t);
+		check_parts_norm_rows_bit_equal(STRATA_CUDA_BF16, 2, 120 + t);
+	}
+	k->prefill_terms = terms0;
+	strata__cuda_gemv_rows_max = F.gemv_default;
+}
+
 static void test_matmul_half_parts_matches_cpu(void **state)
 {
 	(void)state;
@@ -292,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_half_gemv_matches_cpu),
 		cmocka_unit_test(test_matmul_half_gemm_matches_cpu),
 		cmocka_unit_test(test_matmul_half_parts_matches_cpu),
+		cmocka_unit_test(test_parts_norm_rows_equal_unfolded),
 		cmocka_unit_test(test_gemv_tunings_match_cpu),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

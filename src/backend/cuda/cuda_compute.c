@@ -474,6 +474,32 @@ static strata_status split_input(strata__cuda_compute *k, const float *x,
 			"matmul input conversion", err);
 }
 
+/* rmsnorm(x) * norm (n, in) into the workspace as split_input lays x out,
+ * in one launch: the prefill products' norm folded in as decode's is, so
+ * the normed rows never go through f32 memory (the same bits). */
+static strata_status norm_input(strata__cuda_compute *k, const float *x,
+				const strata_cuda_half_norm *norm,
+				strata_cuda_half type, uint32_t n, uint32_t in,
+				uint32_t out, strata_error *err)
+{
+	uint64_t elems, bytes;
+	strata_status s = blas_dims(n, in, out, err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(n, in, &elems, "matmul input elements",
+				       err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
+	if (s == STRATA_OK)
+		s = strata__cuda_reserve_ws(k, bytes, err);
+	if (s != STRATA_OK)
+		return s;
+	return launched(strata__cuda_rmsnorm_to_half(k->stream.cuda, k->half_ws,
+						     x, norm->w, (int)type, n,
+						     in, norm->eps,
+						     k->prefill_terms == 1 ? 1 : 2),
+			"matmul input norm", err);
+}
+
 /* y (n, out) (+)= the split input . w^T (+ bias) with cuBLAS: one product
  * per term, the second adding to the first. */
 static strata_status gemm_split(strata__cuda_compute *k, float *y,
@@ -547,7 +573,7 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 	bool ok = k && x && n && in && parts && count &&
 		  count <= STRATA_CUDA_HALF_PARTS_MAX &&
 		  (type == STRATA_CUDA_BF16 || type == STRATA_CUDA_F16) &&
-		  (!norm || (norm->w && n == 1));
+		  (!norm || norm->w);
 	uint32_t widest = 0;
 	for (uint32_t i = 0; ok && i < count; i++) {
 		const strata_cuda_half_part *p = &parts[i];
@@ -571,7 +597,8 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 							     in),
 				"half-precision matmul (GEMV, parts)", err);
 	}
-	strata_status s = split_input(k, x, type, n, in, widest, err);
+	strata_status s = norm ? norm_input(k, x, norm, type, n, in, widest, err)
+			       : split_input(k, x, type, n, in, widest, err);
 	for (uint32_t i = 0; s == STRATA_OK && i < count; i++)
 		s = gemm_split(k, parts[i].y, parts[i].w, type, parts[i].bias,
 			       n, in, parts[i].out, accumulate, err);
@@ -735,8 +762,8 @@ static strata_status cuda_embed(void *ctx, float *x, const strata_weight *table,
 			    err);
 }
 
-/* strata_cuda_matmul_half_parts: up to its part count, of one half type;
- * a norm of that type, on one row. */
+/* strata_cuda_matmul_half_parts: up to its part count, of one half type,
+ * and a norm of that type. */
 static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
 			       uint32_t n, const strata_kernel_product *p,
 			       uint32_t count)
@@ -749,7 +776,7 @@ static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
 	for (uint32_t i = 1; i < count; i++)
 		if (p[i].w.type != p[0].w.type)
 			return false;
-	return !norm || (n == 1 && norm->w.type == p[0].w.type);
+	return !norm || norm->w.type == p[0].w.type;
 }
 
 static strata_status cuda_products(void *ctx, const float *x,

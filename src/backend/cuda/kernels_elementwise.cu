@@ -1,5 +1,6 @@
 /* kernels_elementwise.cu - CUDA RMSNorm, SwiGLU, residual add, bias add,
- * embedding lookup and f32-to-half conversion (layer: backend).
+ * embedding lookup, f32-to-half conversion and RMSNorm into a half matmul
+ * input (layer: backend).
  *
  * Each kernel follows the CPU kernel's formula step for step (RMSNorm's mean
  * of squares in double, silu as g / (1 + e^-g)), so the two agree to float
@@ -39,6 +40,39 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const W *w,
 		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
 		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x)
 			yr[e] = (xr[e] * r) * strata__to_float(w[e]);
+	}
+}
+
+/* rmsnorm_kernel's rows written straight as a matmul's half input: the
+ * same value per element, rounded to T (TERMS 1), or split as
+ * to_half_split_kernel splits it (TERMS 2: the rounded value at dst, the
+ * rounded remainder `count` further on). So a prefill product with the
+ * norm folded in sees the bits the norm-then-convert pair gave it, without
+ * the f32 rows' write and read between the two launches. */
+template <typename T, int TERMS>
+__global__ void rmsnorm_to_half_kernel(T *dst, const float *x, const T *w,
+				       uint32_t n, uint32_t dim, float eps)
+{
+	__shared__ double red[NORM_THREADS / 32];
+	const uint64_t count = (uint64_t)n * dim;
+	for (uint32_t row = blockIdx.x; row < n; row += gridDim.x) {
+		const float *xr = x + (uint64_t)row * dim;
+		T *dr = dst + (uint64_t)row * dim;
+		double ss = 0.0;
+		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
+			double v = xr[e];
+			ss += v * v;
+		}
+		ss = strata__block_sum(ss, red);
+		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
+			const float v = (xr[e] * r) * strata__to_float(w[e]);
+			const T hi = strata__from_float<T>(v);
+			dr[e] = hi;
+			if (TERMS > 1)
+				dr[count + e] = strata__from_float<T>(
+					v - strata__to_float(hi));
+		}
 	}
 }
 
@@ -183,6 +217,33 @@ extern "C" cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y,
 		rmsnorm_kernel<<<grid, NORM_THREADS, 0, s>>>(
 			y, x, (const __half *)w, n, dim, eps);
 	return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t rmsnorm_to_half(cudaStream_t s, void *dst, const float *x,
+				   const void *w, uint32_t n, uint32_t dim,
+				   float eps, int terms)
+{
+	const unsigned grid = strata__grid(n, 1);
+	if (terms > 1)
+		rmsnorm_to_half_kernel<T, 2><<<grid, NORM_THREADS, 0, s>>>(
+			(T *)dst, x, (const T *)w, n, dim, eps);
+	else
+		rmsnorm_to_half_kernel<T, 1><<<grid, NORM_THREADS, 0, s>>>(
+			(T *)dst, x, (const T *)w, n, dim, eps);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t strata__cuda_rmsnorm_to_half(cudaStream_t s, void *dst,
+						    const float *x,
+						    const void *w, int type,
+						    uint32_t n, uint32_t dim,
+						    float eps, int terms)
+{
+	if (type == STRATA__CUDA_BF16)
+		return rmsnorm_to_half<__nv_bfloat16>(s, dst, x, w, n, dim, eps,
+						      terms);
+	return rmsnorm_to_half<__half>(s, dst, x, w, n, dim, eps, terms);
 }
 
 extern "C" cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate,
