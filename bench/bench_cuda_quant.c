@@ -278,10 +278,10 @@ static double decode_type(bench *B, strata_weight_type t, const shape *shapes,
 						  time_product(&p), bytes);
 					strata__cuda_q8gemv_aligned = 1;
 				}
-				strata__cuda_q8gemv_pdl = 0;
+				strata__cuda_pdl = 0;
 				gemv_line(B, name, xk, sh, "ordinary launch", 1,
 					  time_product(&p), bytes);
-				strata__cuda_q8gemv_pdl = 1;
+				strata__cuda_pdl = 1;
 			}
 			sweep(B, &p, name, xk, sh, bytes);
 		}
@@ -623,9 +623,9 @@ int main(int argc, char **argv)
 			layer_time(&B, t);
 			if (!strcmp(x_kind(&B, t), "q8")) {
 				printf("  (ordinary launches:)\n");
-				strata__cuda_q8gemv_pdl = 0;
+				strata__cuda_pdl = 0;
 				layer_time(&B, t);
-				strata__cuda_q8gemv_pdl = 1;
+				strata__cuda_pdl = 1;
 				B.k->decode_q8 = 0;
 				layer_time(&B, t);
 				B.k->decode_q8 = 1;

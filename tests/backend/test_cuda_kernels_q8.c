@@ -209,7 +209,7 @@ static void test_dependent_launch_gives_the_same_bits(void **state)
 		float *dup = dev_alloc(out * 4);
 		strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
 		for (int pdl = 0; pdl <= 1; pdl++) {
-			strata__cuda_q8gemv_pdl = pdl;
+			strata__cuda_pdl = pdl;
 			for (uint32_t n = 1; n <= 5; n += 4) {
 				OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
 				download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
@@ -217,7 +217,7 @@ static void test_dependent_launch_gives_the_same_bits(void **state)
 			OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
 			download(glu[pdl], dy, out * 4);
 		}
-		strata__cuda_q8gemv_pdl = 1;
+		strata__cuda_pdl = 1;
 		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
 			fail_msg("%s: the dependent launch changed the bits",
 				 strata_weight_type_name(fast_types[i]));

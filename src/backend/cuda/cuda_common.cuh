@@ -83,6 +83,63 @@ __device__ __forceinline__ float strata__block_max(float v, float *red)
 	return t;
 }
 
+/* Programmatic dependent launch (Hopper), for the chain of small kernels
+ * a decode step is: a kernel launched by strata__launch_chained may be
+ * scheduled while the kernel before it still runs, so neither the launch
+ * gap nor the predecessor's last blocks leave the device idle.
+ * strata__chain_wait blocks until the predecessor has finished and its
+ * writes are visible: a chained kernel calls it before it reads anything
+ * the predecessor writes or writes anything it reads (its first statement,
+ * unless it has reads of its own to start, as the GEMVs' weights).
+ * strata__chain_next lets the next chained kernel be scheduled. Without a
+ * programmatic launch both return at once. */
+__device__ __forceinline__ void strata__chain_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void strata__chain_next()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Chained launches on (1) or off (0: every launch waits for the kernel
+ * before it, as usual); tests compare the two. cuda_launch.h. */
+extern "C" int strata__cuda_pdl;
+
+/* kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of
+ * the kernel before it in s where strata__cuda_pdl allows (a launch the
+ * runtime refuses is made the ordinary way). The kernel must call
+ * strata__chain_wait before touching its predecessor's memory. */
+template <typename... P, typename... A>
+static inline cudaError_t strata__launch_chained(void (*kernel)(P...),
+						 dim3 grid, dim3 block,
+						 size_t smem, cudaStream_t s,
+						 A... args)
+{
+	if (strata__cuda_pdl) {
+		cudaLaunchAttribute at[1];
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cudaLaunchConfig_t c = {};
+		c.gridDim = grid;
+		c.blockDim = block;
+		c.dynamicSmemBytes = smem;
+		c.stream = s;
+		c.attrs = at;
+		c.numAttrs = 1;
+		if (cudaLaunchKernelEx(&c, kernel, args...) == cudaSuccess)
+			return cudaSuccess;
+		(void)cudaGetLastError(); /* not taken: the ordinary launch */
+	}
+	kernel<<<grid, block, smem, s>>>(args...);
+	return cudaGetLastError();
+}
+
 /* Blocks for `work` items at `per_block` each, capped: kernels loop with a
  * grid stride past the cap. */
 static inline unsigned strata__grid(uint64_t work, uint64_t per_block)

@@ -228,12 +228,14 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
  * tuning hooks are strata__cuda_qgemv_split and _unroll, and
  * strata__cuda_q8gemv_aligned (1: Q8_0 rows on 8-byte boundaries, and
  * Q4_K and Q5_K weights on 16-byte ones, take aligned 8- and 16-byte
- * loads; 0: the funnel-shifted words everywhere), and
- * strata__cuda_q8gemv_pdl (1: the GEMV is launched as a programmatic
- * dependent of the quantization before it, starting its weight loads
- * while x is made; 0: ordinary launches). */
+ * loads; 0: the funnel-shifted words everywhere), and strata__cuda_pdl
+ * (1: the decode chain's kernels, the quantizations, these GEMVs, rope,
+ * the decode attention and its combine and the cache stores, are launched
+ * as programmatic dependents of the kernel before them (cuda_common.cuh),
+ * and a GEMV starts its weight loads while x is made; 0: ordinary
+ * launches). */
 extern int strata__cuda_q8gemv_aligned;
-extern int strata__cuda_q8gemv_pdl;
+extern int strata__cuda_pdl;
 uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in);
 int strata__cuda_q8gemv_takes(int type, const void *w, uint32_t in);
 cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx, const float *x,

@@ -42,6 +42,8 @@ __global__ void rope_kernel(float *x, uint32_t heads, float *x2,
 			    uint32_t head_dim, const float *inv_freq,
 			    int interleaved)
 {
+	strata__chain_wait();
+	strata__chain_next();
 	const uint32_t half = head_dim / 2, all = heads + heads2;
 	const uint64_t count = (uint64_t)n * all * half;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -232,6 +234,8 @@ __global__ void attention_decode_kernel(att_args a)
 	constexpr int KEYS = 32 / PER; /* rows in flight: 64 floats a lane */
 	__shared__ float wm[DEC_WARPS], wl[DEC_WARPS];
 	__shared__ float wo[DEC_WARPS][PER * 32];
+	strata__chain_wait();
+	strata__chain_next();
 	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const uint32_t hd = PER * 32, group = a.heads / a.kv_heads;
 	const uint64_t kv_stride = (uint64_t)a.kv_heads * hd;
@@ -335,6 +339,8 @@ __global__ void attention_decode_kernel(att_args a)
  * M the largest m_s; empty splits (m = -inf) weigh 0. */
 __global__ void attention_combine(att_args a)
 {
+	strata__chain_wait();
+	strata__chain_next();
 	const uint32_t hd = a.head_dim;
 	const uint64_t pairs = (uint64_t)a.n * a.heads;
 	for (uint64_t pair = blockIdx.x; pair < pairs; pair += gridDim.x) {
@@ -371,9 +377,11 @@ extern "C" cudaError_t strata__cuda_rope(cudaStream_t s, float *x,
 					 const float *inv_freq, int layout)
 {
 	uint64_t count = (uint64_t)n * (heads + heads2) * (head_dim / 2);
-	rope_kernel<<<strata__grid(count, ROPE_THREADS), ROPE_THREADS, 0, s>>>(
-		x, heads, x2, heads2, n, pos0, head_dim, inv_freq, layout);
-	return cudaGetLastError();
+	return strata__launch_chained(rope_kernel,
+				      dim3(strata__grid(count, ROPE_THREADS)),
+				      dim3(ROPE_THREADS), 0, s, x, heads, x2,
+				      heads2, n, pos0, head_dim, inv_freq,
+				      layout);
 }
 
 extern "C" uint64_t strata__cuda_attention_smem_bytes(uint32_t head_dim)
@@ -404,18 +412,14 @@ static uint64_t attention_splits(uint64_t pairs, uint64_t keys,
 template <typename E>
 static bool launch_decode(cudaStream_t s, const att_args &a, unsigned grid)
 {
-	switch (a.head_dim) {
-	case 64:
-		attention_decode_kernel<2, E><<<grid, DEC_THREADS, 0, s>>>(a);
-		return true;
-	case 128:
-		attention_decode_kernel<4, E><<<grid, DEC_THREADS, 0, s>>>(a);
-		return true;
-	case 256:
-		attention_decode_kernel<8, E><<<grid, DEC_THREADS, 0, s>>>(a);
-		return true;
-	}
-	return false;
+	void (*k)(att_args) = a.head_dim == 64	  ? attention_decode_kernel<2, E>
+			      : a.head_dim == 128 ? attention_decode_kernel<4, E>
+			      : a.head_dim == 256 ? attention_decode_kernel<8, E>
+						  : NULL;
+	if (!k)
+		return false;
+	(void)strata__launch_chained(k, dim3(grid), dim3(DEC_THREADS), 0, s, a);
+	return true; /* an error is the caller's cudaGetLastError */
 }
 
 /* The attention kernels on a cache of E. */
@@ -440,6 +444,8 @@ template <> __device__ __forceinline__ float kv_of(float x) { return x; }
 template <typename E>
 __global__ void kv_store_kernel(E *dst, const float *src, uint64_t count)
 {
+	strata__chain_wait();
+	strata__chain_next();
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride)
@@ -487,8 +493,9 @@ extern "C" cudaError_t strata__cuda_attention(
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess || splits == 1)
 		return e;
-	attention_combine<<<strata__grid(pairs, 1), ATT_THREADS, 0, s>>>(a);
-	return cudaGetLastError();
+	return strata__launch_chained(attention_combine,
+				      dim3(strata__grid(pairs, 1)),
+				      dim3(ATT_THREADS), 0, s, a);
 }
 
 extern "C" cudaError_t strata__cuda_kv_store(cudaStream_t s, void *dst,
@@ -498,17 +505,17 @@ extern "C" cudaError_t strata__cuda_kv_store(cudaStream_t s, void *dst,
 	const unsigned threads = 256;
 	if (!count)
 		return cudaSuccess;
+	const dim3 grid(strata__grid(count, threads)), block(threads);
 	if (kv_type == STRATA__CUDA_KV_F32)
-		kv_store_kernel<float><<<strata__grid(count, threads), threads, 0,
-					 s>>>((float *)dst, src, count);
-	else if (kv_type == STRATA__CUDA_KV_F16)
-		kv_store_kernel<__half><<<strata__grid(count, threads), threads, 0,
-					  s>>>((__half *)dst, src, count);
-	else if (kv_type == STRATA__CUDA_KV_BF16)
-		kv_store_kernel<__nv_bfloat16>
-			<<<strata__grid(count, threads), threads, 0, s>>>(
-				(__nv_bfloat16 *)dst, src, count);
-	else
-		return cudaErrorInvalidValue;
-	return cudaGetLastError();
+		return strata__launch_chained(kv_store_kernel<float>, grid, block,
+					      0, s, (float *)dst, src, count);
+	if (kv_type == STRATA__CUDA_KV_F16)
+		return strata__launch_chained(kv_store_kernel<__half>, grid,
+					      block, 0, s, (__half *)dst, src,
+					      count);
+	if (kv_type == STRATA__CUDA_KV_BF16)
+		return strata__launch_chained(kv_store_kernel<__nv_bfloat16>,
+					      grid, block, 0, s,
+					      (__nv_bfloat16 *)dst, src, count);
+	return cudaErrorInvalidValue;
 }

@@ -43,28 +43,15 @@
 
 extern "C" {
 int strata__cuda_q8gemv_aligned = 1;
-int strata__cuda_q8gemv_pdl = 1;
+int strata__cuda_pdl = 1;
 }
 
-/* Programmatic dependent launch (Hopper): the quantization lets the GEMV
- * that follows it start at once (launch_dependents), and the GEMV issues
- * its first weight loads before it waits for the quantization to finish
- * and its x to be visible (wait), so neither the launch gap nor the
- * quantization's short run stalls the weights' stream. Without such a
- * launch, wait returns at once. */
-static __device__ __forceinline__ void let_dependents_start()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void wait_for_x()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+/* The decode chain (cuda_common.cuh): the quantization is chained to the
+ * kernel before it and lets the GEMV that follows start at once; the GEMV
+ * issues its first weight loads before it waits for the quantization to
+ * finish and its x to be visible, so neither the launch gap nor the
+ * quantization's short run stalls the weights' stream, and lets the next
+ * kernel be scheduled once its own loads are done. */
 
 /* A quantized x on the device (the layout above). */
 struct q8x {
@@ -143,7 +130,8 @@ static __device__ __forceinline__ void quantize16(const float *v, int8_t *q,
 __global__ void __launch_bounds__(QX_THREADS)
 quantize_x_kernel(int8_t *q, float2 *ds, const float *x, uint32_t in)
 {
-	let_dependents_start();
+	strata__chain_wait();
+	strata__chain_next();
 	const uint64_t row = blockIdx.y;
 	const uint32_t grp = blockIdx.x * blockDim.x + threadIdx.x;
 	if (grp >= in / 16)
@@ -163,7 +151,8 @@ quantize_norm_kernel(int8_t *q, float2 *ds, const float *x, const float *g,
 		     uint32_t in, float eps)
 {
 	__shared__ double red[32];
-	let_dependents_start();
+	strata__chain_wait();
+	strata__chain_next();
 	const uint64_t row = blockIdx.y;
 	const float *xr = x + row * in;
 	const uint32_t groups = in / 16;
@@ -567,7 +556,7 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 						s + u < s1);
 			}
 			if (!waited) { /* x is read from here on */
-				wait_for_x();
+				strata__chain_wait();
 				waited = true;
 			}
 #pragma unroll
@@ -579,6 +568,8 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 			}
 		}
 	}
+	strata__chain_wait(); /* a block with no row waits here */
+	strata__chain_next();
 #pragma unroll
 	for (int r = 0; r < NR; r++) {
 		a0[r] = strata__warp_sum(a0[r]);
@@ -627,14 +618,14 @@ q8gemv_kernel(strata__cuda_gemv_parts p, q8x x, uint32_t n, uint64_t rb,
 typedef void (*q8gemv_fn)(strata__cuda_gemv_parts, q8x, uint32_t, uint64_t,
 			  int);
 
-/* One launch of a GEMV kernel, as a programmatic dependent of the
- * quantization before it where strata__cuda_q8gemv_pdl allows (a launch
- * the runtime refuses is made the ordinary way). */
+/* One launch of a GEMV kernel, chained to the quantization before it
+ * (strata__launch_chained's rule; the kernel's arguments are passed by
+ * reference here, so it is written out). */
 static void q8_launch_one(q8gemv_fn k, cudaStream_t s, unsigned grid,
 			  const strata__cuda_gemv_parts &p, const q8x &x,
 			  uint32_t n, uint64_t rb, int split)
 {
-	if (strata__cuda_q8gemv_pdl) {
+	if (strata__cuda_pdl) {
 		cudaLaunchAttribute at[1];
 		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -739,13 +730,13 @@ extern "C" cudaError_t strata__cuda_quantize_x(cudaStream_t s, void *qx,
 	const uint32_t groups = in / 16;
 	if (norm) {
 		const uint32_t t = groups < 1024 ? (groups + 31) / 32 * 32 : 1024;
-		quantize_norm_kernel<<<dim3(1, n), t, 0, s>>>(q, ds, x, norm, in,
-							       eps);
-	} else {
-		const dim3 grid((groups + QX_THREADS - 1) / QX_THREADS, n);
-		quantize_x_kernel<<<grid, QX_THREADS, 0, s>>>(q, ds, x, in);
+		return strata__launch_chained(quantize_norm_kernel, dim3(1, n),
+					      dim3(t), 0, s, q, ds, x, norm, in,
+					      eps);
 	}
-	return cudaGetLastError();
+	const dim3 grid((groups + QX_THREADS - 1) / QX_THREADS, n);
+	return strata__launch_chained(quantize_x_kernel, grid, dim3(QX_THREADS),
+				      0, s, q, ds, x, in);
 }
 
 extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,

@@ -1,0 +1,111 @@
+/* test_cuda_chain.c - the decode chain's programmatic launches
+ * (strata__cuda_pdl, cuda_common.cuh) change no bit: a CUDA session's
+ * prompt and greedy decode give logits equal, byte for byte, with the
+ * kernels chained and with ordinary launches, on stored-type GGUF files
+ * (Q8_0, Q4_K_M, Q6_K: the 8-bit-activation GEMVs) and an f16 one, with an
+ * f32 and a bf16 KV cache (the cache stores are chained too). A kernel that
+ * read its predecessor's output before waiting for it would differ here
+ * (or, at worst, by chance not). Exits 77 (skipped) where no CUDA device is
+ * visible (layer: infer). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/gpu_skip.h"
+#include "strata/infer.h"
+
+/* backend/cuda/cuda_launch.h: 1 chained, 0 ordinary launches */
+extern int strata__cuda_pdl;
+
+#define QUANT_DIR STRATA_SOURCE_DIR "/tests/data/quant/"
+#define PROMPT 9u
+#define DECODES 12u
+
+static uint32_t argmax(const float *v, uint32_t n)
+{
+	uint32_t best = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* The last prompt position's logits, then each greedy token's, into out
+ * ((1 + DECODES) rows of vocab); *vocab_out the row length. */
+static float *decode_logits(const char *path, strata_weight_type kv, int pdl,
+			    uint32_t *vocab_out)
+{
+	strata__cuda_pdl = pdl;
+	strata_session_options so = {.model_path = path, .threads = 2,
+				     .positions = 64, .prefill = 16,
+				     .precision = STRATA_PRECISION_FAST};
+	so.plan.mode = STRATA_RESIDENCY_RESIDENT;
+	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
+	so.plan.shape.kv_type = kv;
+	strata_session *s = NULL;
+	strata_error err;
+	if (strata_session_open(&so, &s, &err))
+		fail_msg("%s: %s (%s)", path, err.message, err.fix);
+	const uint32_t vocab = strata_session_hparams(s)->vocab;
+	float *out = strata_alloc((size_t)(1 + DECODES) * vocab * sizeof *out);
+	assert_non_null(out);
+	strata_forward *f = strata_session_forward(s);
+	int32_t prompt[PROMPT];
+	for (uint32_t i = 0; i < PROMPT; i++)
+		prompt[i] = (int32_t)((7 * i + 3) % vocab);
+	if (strata_forward_run(f, prompt, PROMPT, 0, NULL, out, &err))
+		fail_msg("%s: prompt: %s", path, err.message);
+	for (uint32_t d = 0; d < DECODES; d++) {
+		const int32_t tok = (int32_t)argmax(out + (size_t)d * vocab, vocab);
+		if (strata_forward_run(f, &tok, 1, PROMPT + d, NULL,
+				       out + (size_t)(d + 1) * vocab, &err))
+			fail_msg("%s: decode %u: %s", path, d, err.message);
+	}
+	strata_session_close(s);
+	strata__cuda_pdl = 1;
+	*vocab_out = vocab;
+	return out;
+}
+
+static void check_file(const char *file, strata_weight_type kv)
+{
+	char path[1024];
+	snprintf(path, sizeof path, QUANT_DIR "%s", file);
+	uint32_t v0, v1;
+	float *plain = decode_logits(path, kv, 0, &v0);
+	float *chained = decode_logits(path, kv, 1, &v1);
+	assert_int_equal(v0, v1);
+	const size_t bytes = (size_t)(1 + DECODES) * v0 * sizeof(float);
+	printf("  %-18s kv %-4s chained == ordinary launches over %u steps\n",
+	       file, strata_weight_type_name(kv), 1 + DECODES);
+	if (memcmp(plain, chained, bytes))
+		fail_msg("%s (kv %s): chained launches changed the logits", file,
+			 strata_weight_type_name(kv));
+	strata_free(plain);
+	strata_free(chained);
+}
+
+static void test_chained_launches_change_no_bit(void **state)
+{
+	(void)state;
+	static const char *files[] = {"model-Q8_0.gguf", "model-Q4_K_M.gguf",
+				      "model-Q6_K.gguf", "model-F16.gguf"};
+	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+		check_file(files[i], STRATA_WEIGHT_F32);
+		check_file(files[i], STRATA_WEIGHT_BF16);
+	}
+}
+
+int main(void)
+{
+	if (gpu_skip_without_device("test_infer_cuda_chain"))
+		return GPU_SKIP_EXIT;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chained_launches_change_no_bit),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
