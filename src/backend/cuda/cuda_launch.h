@@ -229,8 +229,9 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
  * strata__cuda_q8gemv_aligned (1: Q8_0 rows on 8-byte boundaries, and
  * Q4_K and Q5_K weights on 16-byte ones, take aligned 8- and 16-byte
  * loads; 0: the funnel-shifted words everywhere), and strata__cuda_pdl
- * (1: the decode chain's kernels, the quantizations, these GEMVs, rope,
- * the decode attention and its combine and the cache stores, are launched
+ * (1: the decode chain's kernels, the quantizations, these GEMVs and the
+ * half ones (kernels_gemv.cu), rope, the decode attention and its combine
+ * and the cache stores, are launched
  * as programmatic dependents of the kernel before them (cuda_common.cuh),
  * and a GEMV starts its weight loads while x is made; 0: ordinary
  * launches). */

@@ -151,9 +151,11 @@ __device__ __forceinline__ void block_rows(float (&acc)[M][NR],
 #pragma unroll
 		for (int r = 0; r < NR; r++)
 			acc[m][r] = 0.0f;
+	strata__chain_wait(); /* a chained launch: x is written before us */
 	if (valid)
 		dot_rows<T, M, NR, U, NORM>(acc, w, g, ssq, x, in, part * cols,
 					    part * cols + cols, lane, vec);
+	strata__chain_next();
 #pragma unroll
 	for (int m = 0; m < M; m++)
 #pragma unroll
@@ -293,28 +295,25 @@ static void gemv_launch(cudaStream_t s, float *y, const float *x, const T *w,
 	int vec = in % 8 == 0 && ((uintptr_t)w % 16) == 0 &&
 		  ((uintptr_t)x % 16) == 0;
 	int split = n == 1 ? gemv_split(in, vec, false) : 1;
-	unsigned grid = gemv_grid(out, split);
-	if (n == 1 && strata__cuda_gemv_unroll >= 8) {
-		gemv_kernel<T, 1, 8><<<grid, GEMV_THREADS, 0, s>>>(
-			y, x, w, bias, in, out, vec, split);
-		return;
-	}
-#define GEMV_CASE(R)                                                           \
-	case R:                                                                \
-		gemv_kernel<T, R, 4><<<grid, GEMV_THREADS, 0, s>>>(             \
-			y, x, w, bias, in, out, vec, split);                   \
-		break;
-	switch (n) {
-		GEMV_CASE(1)
-		GEMV_CASE(2)
-		GEMV_CASE(3)
-		GEMV_CASE(4)
-		GEMV_CASE(5)
-		GEMV_CASE(6)
-		GEMV_CASE(7)
-		GEMV_CASE(8)
-	}
-#undef GEMV_CASE
+	const dim3 grid(gemv_grid(out, split)), block(GEMV_THREADS);
+	void (*k)(float *, const float *, const T *, const float *, uint32_t,
+		  uint32_t, int, int) = NULL;
+	if (n == 1 && strata__cuda_gemv_unroll >= 8)
+		k = gemv_kernel<T, 1, 8>;
+	else
+		switch (n) {
+		case 1: k = gemv_kernel<T, 1, 4>; break;
+		case 2: k = gemv_kernel<T, 2, 4>; break;
+		case 3: k = gemv_kernel<T, 3, 4>; break;
+		case 4: k = gemv_kernel<T, 4, 4>; break;
+		case 5: k = gemv_kernel<T, 5, 4>; break;
+		case 6: k = gemv_kernel<T, 6, 4>; break;
+		case 7: k = gemv_kernel<T, 7, 4>; break;
+		case 8: k = gemv_kernel<T, 8, 4>; break;
+		}
+	if (k)
+		(void)strata__launch_chained(k, grid, block, 0, s, y, x, w, bias,
+					     in, out, vec, split);
 }
 
 extern "C" cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y,
@@ -332,18 +331,12 @@ extern "C" cudaError_t strata__cuda_gemv_half(cudaStream_t s, float *y,
 	return cudaGetLastError();
 }
 
-/* Instances by loads in flight and norm: kernels K<T, U, NORM>. */
-#define GEMV_BY_TUNING(kernel, T, norm, ...)                                   \
-	do {                                                                   \
-		if (strata__cuda_gemv_unroll >= 8 && (norm))                   \
-			kernel<T, 8, true> __VA_ARGS__;                        \
-		else if (strata__cuda_gemv_unroll >= 8)                        \
-			kernel<T, 8, false> __VA_ARGS__;                       \
-		else if (norm)                                                 \
-			kernel<T, 4, true> __VA_ARGS__;                        \
-		else                                                           \
-			kernel<T, 4, false> __VA_ARGS__;                       \
-	} while (0)
+/* The instance of kernel K<T, U, NORM> for the loads in flight and norm. */
+#define GEMV_BY_TUNING(kernel, T, norm)                                        \
+	(strata__cuda_gemv_unroll >= 8 ? ((norm) ? kernel<T, 8, true>          \
+						 : kernel<T, 8, false>)        \
+				       : ((norm) ? kernel<T, 4, true>          \
+						 : kernel<T, 4, false>))
 
 template <typename T>
 static void glu_launch(cudaStream_t s, float *y, const float *x,
@@ -353,9 +346,10 @@ static void glu_launch(cudaStream_t s, float *y, const float *x,
 	const int split = gemv_split(in, vec, norm != NULL);
 	const unsigned grid = gemv_grid(out, split);
 	const T *g = (const T *)gate, *u = (const T *)up, *nw = (const T *)norm;
-	GEMV_BY_TUNING(gemv_glu_kernel, T, norm != NULL,
-		       <<<grid, GEMV_THREADS, 0, s>>>(y, x, g, u, in, out, vec,
-						      split, nw, eps));
+	(void)strata__launch_chained(GEMV_BY_TUNING(gemv_glu_kernel, T,
+						    norm != NULL),
+				     dim3(grid), dim3(GEMV_THREADS), 0, s, y, x,
+				     g, u, in, out, vec, split, nw, eps);
 }
 
 extern "C" cudaError_t strata__cuda_gemv_half_glu(
@@ -380,8 +374,10 @@ static void parts_launch(cudaStream_t s, const strata__cuda_gemv_parts *p,
 {
 	const int split = gemv_split(in, vec, p->norm != NULL);
 	const unsigned grid = gemv_grid(rows, split);
-	GEMV_BY_TUNING(gemv_parts_kernel, T, p->norm != NULL,
-		       <<<grid, GEMV_THREADS, 0, s>>>(*p, x, in, vec, split));
+	(void)strata__launch_chained(GEMV_BY_TUNING(gemv_parts_kernel, T,
+						    p->norm != NULL),
+				     dim3(grid), dim3(GEMV_THREADS), 0, s, *p, x,
+				     in, vec, split);
 }
 
 extern "C" cudaError_t strata__cuda_gemv_half_parts(
