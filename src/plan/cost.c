@@ -254,13 +254,6 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	double over = cpu_fixed ? 0.0
 				: (double)b->cpu_units * K * o->cpu_launch_seconds;
 	double dev_units = (double)(b->res_units + b->str_units);
-	if (cuda)
-		over += max2(0.0, dev_units * K * o->device_launch_seconds -
-					  (res + str));
-	else if (!(dev_fixed && str_fixed))
-		over += dev_units * K * o->cpu_launch_seconds;
-	if (cuda)
-		over += (double)b->changes * o->crossing_seconds / 2.0;
 	/* a MoE layer runs each expert it calls as its own kernels (gather,
 	 * gate/up, down; on a device also the scatter-add), and on a device
 	 * waits for its router's logits to come back (forward_moe.c) */
@@ -268,10 +261,17 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	double dev_moe = (double)(b->res_moe + b->str_moe);
 	over += (double)b->cpu_moe * called * 3.0 * o->cpu_launch_seconds;
 	if (cuda)
-		over += dev_moe * (called * 4.0 * o->device_launch_seconds +
-				   o->crossing_seconds / 2.0);
+		over += max2(0.0, (dev_units * K + dev_moe * called * 4.0) *
+					  o->device_launch_seconds -
+					  (res + str)) +
+			dev_moe * o->crossing_seconds / 2.0;
+	else if (!(dev_fixed && str_fixed))
+		over += (dev_units * K + dev_moe * called * 3.0) *
+			o->cpu_launch_seconds;
 	else
 		over += dev_moe * called * 3.0 * o->cpu_launch_seconds;
+	if (cuda)
+		over += (double)b->changes * o->crossing_seconds / 2.0;
 	double link = (double)b->streamed /
 		      (shared && Ls > 0 ? Ls : o->h2d_bandwidth);
 	double chain = res + str + cpu + stat + over;
