@@ -7,8 +7,15 @@
  * bits), 2e-2 for half-precision inputs (issue 8), and 5e-2 for that
  * kernel at prefill precision bf16 (q, k, v and the weights rounded to 8
  * bits once: up to 2.4e-2 measured by a host emulation of the kernel on
- * these shapes). Each case prints its
- * measured worst error. Skipped (77) where no CUDA device is present. */
+ * these shapes). The direct kernel over an f16 or bf16 cache at that
+ * precision (kernels_flash_direct.cu) reads the cached keys and values
+ * exactly and rounds two things to the cache's type, once each: the
+ * queries and the softmax's weights, relative u = 2^-8 in bf16, 2^-11 in
+ * f16. A host emulation of exactly that (q and p rounded, f32 sums, the
+ * online softmax over the kernel's tiles) gives up to 4.9 u (bf16) and
+ * 4.2 u (f16) on the shapes below, so the tolerance is 8 u: 3.1e-2 and
+ * 3.9e-3. Each case prints its measured worst error. Skipped (77) where
+ * no CUDA device is present. */
 #include "backend/kernels_fixture.h"
 
 /* ------------------------------------------------------------------------ */
@@ -16,6 +23,13 @@
 /* ------------------------------------------------------------------------ */
 
 #define BF16_ATTENTION_TOL 5e-2
+#define DIRECT_BF16_TOL (8.0 / 256)	/* 8 u, u = 2^-8 */
+#define DIRECT_F16_TOL (8.0 / 2048) /* 8 u, u = 2^-11 */
+
+/* kernels_flash_direct.cu's switch: 1 (as shipped) the direct kernel
+ * over 2-byte caches at one rounding, 2 the same at three blocks per
+ * multiprocessor, 0 kernels_flash.cu's kernel for every call. */
+extern int strata__cuda_flash_direct;
 
 static void check_attention(uint32_t n, uint32_t pos0, uint32_t heads,
 			    uint32_t kv_heads, uint32_t hd, uint32_t window,
@@ -115,6 +129,108 @@ static void test_attention_sliding_window_matches_cpu(void **state)
 	check_attention(200, 300, 4, 4, 64, 70, 94); /* window after a prefix */
 }
 
+/* ------------------------------------------------------------------------ */
+/* The direct kernel over f16 and bf16 caches                               */
+/* ------------------------------------------------------------------------ */
+
+/* One tensor-core call at one rounding, the kernel picked by `direct`
+ * (strata__cuda_flash_direct), into got; the output starts as NaN, so an
+ * element the kernel does not write fails the comparison. */
+static void flash_once(float *got, float *dout, const float *dq,
+		       const void *dk, const void *dv,
+		       const strata_attention_shape *s, int direct)
+{
+	strata__cuda_compute *ctx = strata__cuda_compute_of(F.gpu);
+	const uint32_t flash_dflt = strata__cuda_flash_min_blocks;
+	const uint64_t bytes = (uint64_t)s->n * s->heads * s->head_dim * 4;
+	memset(got, 0xff, bytes);
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, dout, got, bytes, ERR));
+	strata__cuda_flash_min_blocks = 1;
+	strata__cuda_flash_direct = direct;
+	ctx->prefill_terms = 1;
+	OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, s, ERR));
+	download(got, dout, bytes);
+	strata__cuda_flash_min_blocks = flash_dflt;
+	strata__cuda_flash_direct = 1;
+	ctx->prefill_terms = 3;
+}
+
+/* The direct kernel (both occupancies) and the kernel before it against
+ * the CPU over the same cache of `type`, and against each other: where
+ * the cache is bf16 both round the same q and p to bf16, so they agree
+ * within the direct tolerance; an f16 cache the old kernel rounds to bf16
+ * (its one term), so there they agree within its own. */
+static void check_direct(strata_weight_type type, uint32_t n, uint32_t pos0,
+			 uint32_t heads, uint32_t kv_heads, uint32_t hd,
+			 uint32_t window, uint64_t seed)
+{
+	const uint32_t positions = pos0 + n;
+	size_t nq = (size_t)n * heads * hd, nkv = (size_t)positions * kv_heads * hd;
+	float *q = host_floats(nq), *k = host_floats(nkv), *v = host_floats(nkv);
+	float *want = host_floats(nq), *old = host_floats(nq);
+	float *got = host_floats(nq);
+	uint16_t *kt = calloc(nkv, 2), *vt = calloc(nkv, 2);
+	assert_true(kt && vt);
+	cuda_test_fill(q, nq, seed, 1.0f);
+	cuda_test_fill(k, nkv, seed + 1, 1.0f);
+	cuda_test_fill(v, nkv, seed + 2, 1.0f);
+	OK(strata_kernel_kv_store(F.cpu, kt, type, k, nkv, ERR));
+	OK(strata_kernel_kv_store(F.cpu, vt, type, v, nkv, ERR));
+	strata_attention_shape s = {.n = n, .pos0 = pos0, .heads = heads,
+				    .kv_heads = kv_heads, .head_dim = hd,
+				    .window = window,
+				    .scale = 1.0f / sqrtf((float)hd),
+				    .kv_type = type};
+	OK(strata_kernel_attention(F.cpu, want, q, kt, vt, &s, ERR));
+	/* every shape here is one the tensor-core kernels take on a device
+	 * of the H100's class */
+	assert_true(strata__cuda_flash_takes(n, heads, kv_heads, hd, 1));
+	float *dq = upload(q, nq * 4), *dout = dev_alloc(nq * 4);
+	void *dk = upload(kt, nkv * 2), *dv = upload(vt, nkv * 2);
+	const bool bf = type == STRATA_WEIGHT_BF16;
+	const double tol = bf ? DIRECT_BF16_TOL : DIRECT_F16_TOL;
+	char shape[96], what[128];
+	snprintf(shape, sizeof shape, "%s n=%u pos0=%u h=%u/%u hd=%u win=%u",
+		 strata_weight_type_name(type), n, pos0, heads, kv_heads, hd,
+		 window);
+	flash_once(old, dout, dq, dk, dv, &s, 0);
+	snprintf(what, sizeof what, "%.96s old", shape);
+	expect_close(what, want, old, nq, BF16_ATTENTION_TOL);
+	for (int direct = 1; direct <= 2; direct++) {
+		flash_once(got, dout, dq, dk, dv, &s, direct);
+		snprintf(what, sizeof what, "%.96s direct=%d", shape, direct);
+		expect_close(what, want, got, nq, tol);
+		snprintf(what, sizeof what, "%.96s direct=%d vs old", shape,
+			 direct);
+		expect_close(what, old, got, nq, bf ? tol : BF16_ATTENTION_TOL);
+	}
+	dev_free_all();
+	free(q), free(k), free(v), free(want), free(old), free(got);
+	free(kt), free(vt);
+}
+
+/* Causal from the start and after a prefix, a window (inside the prompt
+ * and after a prefix), GQA groups 1, 4 and 8, head sizes 64 and 128,
+ * row counts that fill no tile of rows or keys exactly (2 rows: one block
+ * mostly padding). */
+static void test_attention_direct_matches_cpu(void **state)
+{
+	(void)state;
+	static const strata_weight_type types[] = {STRATA_WEIGHT_BF16,
+						   STRATA_WEIGHT_F16};
+	for (size_t t = 0; t < 2; t++) {
+		check_direct(types[t], 37, 0, 8, 2, 64, 0, 80);
+		check_direct(types[t], 600, 0, 8, 2, 128, 0, 85);
+		check_direct(types[t], 333, 0, 8, 8, 64, 0, 86);
+		check_direct(types[t], 257, 300, 16, 2, 128, 0, 87);
+		check_direct(types[t], 500, 0, 8, 2, 128, 100, 93);
+		check_direct(types[t], 200, 300, 4, 4, 64, 70, 94);
+		check_direct(types[t], 2, 5, 8, 1, 128, 0, 95);
+		check_direct(types[t], 130, 1000, 32, 8, 128, 0, 96);
+		check_direct(types[t], 1024, 0, 4, 1, 64, 0, 88);
+	}
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_attention"))
@@ -124,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_attention_prefill_causal_matches_cpu),
 		cmocka_unit_test(test_attention_long_prefill_matches_cpu),
 		cmocka_unit_test(test_attention_sliding_window_matches_cpu),
+		cmocka_unit_test(test_attention_direct_matches_cpu),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

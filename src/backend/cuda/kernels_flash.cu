@@ -32,13 +32,17 @@
  * values unchanged.
  *
  * Head sizes of 64 and 128 run here; others, decode (one query) and calls
- * with too few rows to fill the device go to kernels_attention.cu.
+ * with too few rows to fill the device go to kernels_attention.cu. Calls at
+ * one rounding (terms 1) over a 16-byte aligned f16 or bf16 cache go to
+ * kernels_flash_direct.cu instead (strata__cuda_flash_direct), which reads
+ * the cached elements as they are.
  */
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/flash_common.cuh"
 
 #define FA_WARPS 8
 #define FA_THREADS (FA_WARPS * 32)
@@ -46,15 +50,6 @@
 #define FA_KEYS 64		/* keys of a tile */
 
 typedef __nv_bfloat16 bf16;
-
-typedef struct fa_args {
-	float *out;
-	const float *q;
-	const void *k, *v; /* elements of the kernel's E */
-	uint32_t n, pos0, heads, kv_heads, window;
-	float scale; /* times log2(e): the softmax runs on exp2 */
-	int vec4;    /* keys and values 16-byte aligned: cp.async of 16 */
-} fa_args;
 
 /* Shared memory of one block for head size D and T terms: the stage, where
  * the next tile's f32 keys and values arrive by cp.async while the warps
@@ -125,40 +120,6 @@ __device__ __forceinline__ void mma_terms(float c[4], const uint32_t ah[4],
 			 *(const uint32_t *)(bl + off8));
 		mma16816(c, al, h0, h1);
 	}
-}
-
-/* 2^x in one instruction (relative error ~2^-22; 2^-inf is 0). */
-__device__ __forceinline__ float fast_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-}
-
-/* First key a query at position p sees. */
-__device__ __forceinline__ uint64_t first_key(uint64_t p, uint32_t window)
-{
-	return window && p + 1 > window ? p + 1 - window : 0;
-}
-
-/* 16 bytes global -> shared without passing through registers; bytes 0
- * fills the 16 with zeros (keys past the last). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src,
-					   int bytes)
-{
-	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
-		     "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::);
-}
-
-__device__ __forceinline__ void cp_async_wait(void)
-{
-	asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
 /* x as a cache element of E. */
@@ -265,13 +226,6 @@ __device__ __forceinline__ void convert_tile(const void *stage, bf16 *sh)
 					vv[j] - __bfloat162float(h));
 		}
 	}
-}
-
-/* A row's query index in q and out (units of D floats). */
-__device__ __forceinline__ uint64_t row_at(const fa_args &a, uint64_t r,
-					   uint32_t kvh, uint32_t group)
-{
-	return (r / group) * a.heads + (uint64_t)kvh * group + r % group;
 }
 
 /* One block per (FA_ROWS rows, kv head); the row tiles run last first, so
@@ -514,13 +468,18 @@ extern "C" int strata__cuda_flash_takes(uint32_t n, uint32_t heads,
 {
 	if (n < 2 || (head_dim != 64 && head_dim != 128))
 		return 0;
-	const size_t need = head_dim == 64 ? fa_smem<64>::bytes(3)
-					   : fa_smem<128>::bytes(3);
-	if (smem_optin() < need)
+	/* the call may go to either kernel (terms, cache type and alignment
+	 * decide): the device must take the larger need */
+	const size_t old_need = head_dim == 64 ? fa_smem<64>::bytes(3)
+					       : fa_smem<128>::bytes(3);
+	const size_t direct_need = strata__cuda_flash_direct_bytes(head_dim);
+	if (smem_optin() < (old_need > direct_need ? old_need : direct_need))
 		return 0;
 	const uint64_t rows = (uint64_t)n * (heads / kv_heads);
 	const uint64_t blocks = (rows + FA_ROWS - 1) / FA_ROWS * kv_heads;
-	return rows / FA_ROWS < (1u << 31) && blocks >= min_blocks;
+	/* the grid's x counts row tiles of either kernel (FD_ROWS is the
+	 * smaller) */
+	return rows / FD_ROWS < (1u << 31) && blocks >= min_blocks;
 }
 
 /* The kernel for head size D on a cache of E. */
@@ -548,6 +507,9 @@ extern "C" cudaError_t strata__cuda_flash_attention(
 		     n,	       pos0,   heads,	   kv_heads,
 		     window,   scale * 1.4426950408889634f, vec4};
 	const bool one = terms == 1;
+	if (one && vec4 && strata__cuda_flash_direct &&
+	    (kv_type == STRATA__CUDA_KV_F16 || kv_type == STRATA__CUDA_KV_BF16))
+		return strata__cuda_flash_direct_launch(s, a, kv_type, head_dim);
 	switch (kv_type) {
 	case STRATA__CUDA_KV_F32:
 		return launch_type<float>(s, a, head_dim, one);
