@@ -151,6 +151,75 @@ static void test_attention_prefill_typed(void **state)
 	}
 }
 
+/* An f32 cache at one rounding: the compute context rounds its rows to
+ * bf16 once in the product workspace and runs the kernel that reads a
+ * 2-byte cache, so the result must equal, bit for bit, the same call over
+ * a bf16 cache stored from the same values; and stay within
+ * BF16_ATTENTION_TOL of the CPU's f32 attention, as the f32-staging kernel
+ * (strata__cuda_flash_direct 0) does. */
+static void check_f32_rounded_once(uint32_t n, uint32_t pos0, uint32_t heads,
+				   uint32_t kv_heads, uint32_t hd,
+				   uint32_t window, uint64_t seed)
+{
+	const size_t nq = (size_t)n * heads * hd;
+	const size_t nkv = (size_t)(pos0 + n) * kv_heads * hd;
+	float *q = host_floats(nq), *k = host_floats(nkv), *v = host_floats(nkv);
+	float *want = host_floats(nq), *got = host_floats(nq);
+	float *twin = host_floats(nq);
+	cuda_test_fill(q, nq, seed, 1.0f);
+	cuda_test_fill(k, nkv, seed + 1, 1.0f);
+	cuda_test_fill(v, nkv, seed + 2, 1.0f);
+	strata_attention_shape s = {.n = n, .pos0 = pos0, .heads = heads,
+				    .kv_heads = kv_heads, .head_dim = hd,
+				    .window = window,
+				    .scale = 1.0f / sqrtf((float)hd),
+				    .kv_type = STRATA_WEIGHT_F32};
+	OK(strata_kernel_attention(F.cpu, want, q, k, v, &s, ERR));
+	float *dq = upload(q, nq * 4), *dout = dev_alloc(nq * 4);
+	float *dk = upload(k, nkv * 4), *dv = upload(v, nkv * 4);
+	void *dkb = dev_alloc(nkv * 2), *dvb = dev_alloc(nkv * 2);
+	OK(strata_kernel_kv_store(F.gpu, dkb, STRATA_WEIGHT_BF16, dk, nkv, ERR));
+	OK(strata_kernel_kv_store(F.gpu, dvb, STRATA_WEIGHT_BF16, dv, nkv, ERR));
+	strata__cuda_compute *ctx = strata__cuda_compute_of(F.gpu);
+	const uint32_t flash_dflt = strata__cuda_flash_min_blocks;
+	strata__cuda_flash_min_blocks = 1;
+	ctx->prefill_terms = 1;
+	OK(strata_cuda_matmul_half_reserve(F.gpu, 4 * nkv + 4096, ERR));
+	OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, &s, ERR));
+	download(got, dout, nq * 4);
+	strata_attention_shape sb = s;
+	sb.kv_type = STRATA_WEIGHT_BF16;
+	OK(strata_kernel_attention(F.gpu, dout, dq, dkb, dvb, &sb, ERR));
+	download(twin, dout, nq * 4);
+	char what[112];
+	snprintf(what, sizeof what, "f32 KV rounded once n=%u pos0=%u h=%u/%u hd=%u win=%u",
+		 n, pos0, heads, kv_heads, hd, window);
+	expect_close(what, want, got, nq, BF16_ATTENTION_TOL);
+	if (memcmp(got, twin, nq * 4))
+		fail_msg("%s: differs from the same call on a bf16 cache", what);
+	strata__cuda_flash_direct = 0; /* the f32-staging kernel */
+	OK(strata_kernel_attention(F.gpu, dout, dq, dk, dv, &s, ERR));
+	download(got, dout, nq * 4);
+	strata__cuda_flash_direct = 1;
+	snprintf(what, sizeof what, "f32 KV staged n=%u pos0=%u h=%u/%u hd=%u win=%u",
+		 n, pos0, heads, kv_heads, hd, window);
+	expect_close(what, want, got, nq, BF16_ATTENTION_TOL);
+	strata__cuda_flash_min_blocks = flash_dflt;
+	ctx->prefill_terms = 3;
+	dev_free_all();
+	free(q), free(k), free(v), free(want), free(got), free(twin);
+}
+
+static void test_attention_f32_cache_rounded_once(void **state)
+{
+	(void)state;
+	check_f32_rounded_once(37, 0, 8, 2, 64, 0, 190);
+	check_f32_rounded_once(600, 0, 8, 2, 128, 0, 191);
+	check_f32_rounded_once(257, 300, 16, 2, 128, 0, 192);
+	check_f32_rounded_once(500, 0, 8, 2, 128, 100, 193);
+	check_f32_rounded_once(200, 300, 4, 4, 64, 70, 194);
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_kv"))
@@ -159,6 +228,7 @@ int main(void)
 		cmocka_unit_test(test_kv_store_matches_cpu),
 		cmocka_unit_test(test_attention_decode_typed),
 		cmocka_unit_test(test_attention_prefill_typed),
+		cmocka_unit_test(test_attention_f32_cache_rounded_once),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

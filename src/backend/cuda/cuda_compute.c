@@ -258,6 +258,39 @@ static strata_status cuda_kv_store(void *ctx, void *dst,
 			"KV store", err);
 }
 
+/* At one rounding (--precision fast) the tensor-core kernel rounds an f32
+ * cache's keys and values to bf16 anyway, tile by tile in every block
+ * that reads them. Rounded once here instead, rows [0, pos0 + n) of each
+ * into the product workspace, they go to the kernel that reads a 2-byte
+ * cache straight into its tiles (kernels_flash_direct.cu): the same
+ * roundings of the same values, a ~0.1 ms copy a 2048-token pass. The
+ * workspace is free between the q/k/v products and the output product
+ * (the stream orders them); where the plan sized it too small for the
+ * copy, or strata__cuda_flash_direct is 0, the f32 cache is read as
+ * stored. Sets *k, *v and *kt to what the kernel then reads. */
+static void cache_as_bf16(strata__cuda_compute *c,
+			  const strata_attention_shape *sh, const void **k,
+			  const void **v, int *kt)
+{
+	const uint64_t elems = ((uint64_t)sh->pos0 + sh->n) *
+			       sh->kv_heads * sh->head_dim;
+	const uint64_t v_at = (elems * 2 + 255) / 256 * 256;
+	if (c->prefill_terms != 1 || *kt != STRATA__CUDA_KV_F32 ||
+	    !strata__cuda_flash_direct || !c->half_ws ||
+	    c->half_ws_bytes < v_at + elems * 2 ||
+	    (((uintptr_t)*k | (uintptr_t)*v) & 15))
+		return;
+	char *ws = c->half_ws;
+	if (strata__cuda_to_half(c->stream.cuda, ws, *k, elems,
+				 STRATA__CUDA_BF16) != cudaSuccess ||
+	    strata__cuda_to_half(c->stream.cuda, ws + v_at, *v, elems,
+				 STRATA__CUDA_BF16) != cudaSuccess)
+		return; /* the launch error stays for the attention's check */
+	*k = ws;
+	*v = ws + v_at;
+	*kt = STRATA__CUDA_KV_BF16;
+}
+
 static strata_status cuda_attention(void *ctx, float *out, const float *q,
 				    const void *kc, const void *vc,
 				    const strata_attention_shape *sh,
@@ -275,13 +308,15 @@ static strata_status cuda_attention(void *ctx, float *out, const float *q,
 	if (!(sh->softcap > 0) &&
 	    strata__cuda_flash_takes(sh->n, sh->heads, sh->kv_heads,
 				     sh->head_dim,
-				     strata__cuda_flash_min_blocks))
+				     strata__cuda_flash_min_blocks)) {
+		cache_as_bf16(c, sh, &kc, &vc, &kt);
 		return launched(strata__cuda_flash_attention(
 					c->stream.cuda, out, q, kc, vc, kt,
 					sh->n, sh->pos0, sh->heads, sh->kv_heads,
 					sh->head_dim, sh->window, sh->scale,
 					c->prefill_terms),
 				"attention (tensor cores)", err);
+	}
 	float *partials = (float *)((char *)c->scratch +
 				    STRATA__CUDA_SCRATCH_ATTENTION);
 	uint64_t floats = (STRATA__CUDA_SCRATCH_BYTES -

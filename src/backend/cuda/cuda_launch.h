@@ -78,6 +78,10 @@ cudaError_t strata__cuda_attention(cudaStream_t s, float *out, const float *q,
  * head size 128). */
 int strata__cuda_flash_takes(uint32_t n, uint32_t heads, uint32_t kv_heads,
 			     uint32_t head_dim, uint32_t min_blocks);
+/* 1 (2: three blocks a multiprocessor at head size 128): a 2-byte cache
+ * at one rounding goes to kernels_flash_direct.cu; 0: to the f32-staging
+ * kernel of kernels_flash.cu (tests compare them). */
+extern int strata__cuda_flash_direct;
 /* The same result as strata__cuda_attention on tensor cores, tiled, the
  * score matrix never formed; terms 3: inputs split into bf16 hi + lo
  * (~1e-5 of the f32 result), 1: rounded to bf16 once. */
