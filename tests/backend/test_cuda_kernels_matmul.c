@@ -302,6 +302,52 @@ static void check_parts_norm_rows_bit_equal(strata_cuda_half type, uint32_t n,
 	free(x), free(g);
 }
 
+/* The same through the kernel table with the norm's weights in f32, as
+ * GGUF files store them: strata_kernel_products with the norm against
+ * strata_kernel_rmsnorm then the products, bit for bit. */
+static void check_products_f32_norm_rows(strata_cuda_half type, uint32_t n,
+					 uint64_t seed)
+{
+	const uint32_t in = 1024, outs[2] = {512, 300};
+	float *x = host_floats((size_t)n * in), *g = host_floats(in);
+	cuda_test_fill(x, (size_t)n * in, seed, 1.0f);
+	cuda_test_fill(g, in, seed + 1, 1.0f);
+	float *dx = upload(x, (uint64_t)n * in * 4);
+	const strata_kernel_norm norm = {
+		{STRATA_WEIGHT_F32, upload(g, (uint64_t)in * 4), 1, in}, 1e-5f};
+	float *dxn = dev_alloc((uint64_t)n * in * 4);
+	const strata_weight_type wt =
+		type == STRATA_CUDA_BF16 ? STRATA_WEIGHT_BF16 : STRATA_WEIGHT_F16;
+	strata_kernel_product fused[2], plain[2];
+	for (int i = 0; i < 2; i++) {
+		size_t wn = (size_t)outs[i] * in;
+		float *w = host_floats(wn);
+		fill_sixty_fourths(w, wn, seed + 10 + i);
+		const strata_weight dw = {wt, upload_half(type, w, wn), outs[i], in};
+		const uint64_t yb = (uint64_t)n * outs[i] * 4;
+		fused[i] = (strata_kernel_product){dev_alloc(yb), dw, NULL};
+		plain[i] = (strata_kernel_product){dev_alloc(yb), dw, NULL};
+		free(w);
+	}
+	OK(strata_kernel_products(F.gpu, dx, &norm, dxn, n, fused, 2, false,
+				  NULL, ERR));
+	OK(strata_kernel_rmsnorm(F.gpu, dxn, dx, &norm.w, n, norm.eps, ERR));
+	OK(strata_kernel_products(F.gpu, dxn, NULL, NULL, n, plain, 2, false,
+				  NULL, ERR));
+	for (int i = 0; i < 2; i++) {
+		const size_t yn = (size_t)n * outs[i];
+		float *a = host_floats(yn), *b = host_floats(yn);
+		download(a, fused[i].y, yn * 4);
+		download(b, plain[i].y, yn * 4);
+		printf("  products %s n=%u part %d, f32 norm folded == norm then products\n",
+		       type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i);
+		assert_memory_equal(a, b, yn * 4);
+		free(a), free(b);
+	}
+	dev_free_all();
+	free(x), free(g);
+}
+
 /* The folded norm on several rows at both prefill precisions: the compute
  * context's terms (1 rounded once, 3 split in two) pick the layout the
  * norm writes, so each is checked against its own unfolded path. */
@@ -319,6 +365,8 @@ static void test_parts_norm_rows_equal_unfolded(void **state)
 		check_parts_norm_rows_bit_equal(STRATA_CUDA_BF16, 7, 100 + t);
 		check_parts_norm_rows_bit_equal(STRATA_CUDA_F16, 64, 110 + t);
 		check_parts_norm_rows_bit_equal(STRATA_CUDA_BF16, 2, 120 + t);
+		check_products_f32_norm_rows(STRATA_CUDA_BF16, 33, 130 + t);
+		check_products_f32_norm_rows(STRATA_CUDA_F16, 5, 140 + t);
 	}
 	k->prefill_terms = terms0;
 	strata__cuda_gemv_rows_max = F.gemv_default;

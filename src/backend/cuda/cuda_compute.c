@@ -513,7 +513,7 @@ static strata_status split_input(strata__cuda_compute *k, const float *x,
  * in one launch: the prefill products' norm folded in as decode's is, so
  * the normed rows never go through f32 memory (the same bits). */
 static strata_status norm_input(strata__cuda_compute *k, const float *x,
-				const strata_cuda_half_norm *norm,
+				const void *norm_w, bool norm_f32, float eps,
 				strata_cuda_half type, uint32_t n, uint32_t in,
 				uint32_t out, strata_error *err)
 {
@@ -529,8 +529,8 @@ static strata_status norm_input(strata__cuda_compute *k, const float *x,
 	if (s != STRATA_OK)
 		return s;
 	return launched(strata__cuda_rmsnorm_to_half(k->stream.cuda, k->half_ws,
-						     x, norm->w, (int)type, n,
-						     in, norm->eps,
+						     x, norm_w, norm_f32,
+						     (int)type, n, in, eps,
 						     k->prefill_terms == 1 ? 1 : 2),
 			"matmul input norm", err);
 }
@@ -596,6 +596,30 @@ strata_status strata_cuda_matmul_half(strata_compute *c, float *y,
 	return gemm_split(k, y, w, type, bias, n, in, out, false, err);
 }
 
+/* Several rows of strata_cuda_matmul_half_parts through cuBLAS: x split
+ * (or normed, with norm_w: weights of the products' type, or f32 with
+ * norm_f32) into the workspace once, then each part's products. */
+static strata_status rows_products(strata__cuda_compute *k, const float *x,
+				   const void *norm_w, bool norm_f32, float eps,
+				   strata_cuda_half type, uint32_t n,
+				   uint32_t in,
+				   const strata_cuda_half_part *parts,
+				   uint32_t count, bool accumulate,
+				   strata_error *err)
+{
+	uint32_t widest = 0;
+	for (uint32_t i = 0; i < count; i++)
+		widest = parts[i].out > widest ? parts[i].out : widest;
+	strata_status s =
+		norm_w ? norm_input(k, x, norm_w, norm_f32, eps, type, n, in,
+				    widest, err)
+		       : split_input(k, x, type, n, in, widest, err);
+	for (uint32_t i = 0; s == STRATA_OK && i < count; i++)
+		s = gemm_split(k, parts[i].y, parts[i].w, type, parts[i].bias,
+			       n, in, parts[i].out, accumulate, err);
+	return s;
+}
+
 strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 					    const strata_cuda_half_norm *norm,
 					    strata_cuda_half type, uint32_t n,
@@ -609,12 +633,10 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 		  count <= STRATA_CUDA_HALF_PARTS_MAX &&
 		  (type == STRATA_CUDA_BF16 || type == STRATA_CUDA_F16) &&
 		  (!norm || norm->w);
-	uint32_t widest = 0;
 	for (uint32_t i = 0; ok && i < count; i++) {
 		const strata_cuda_half_part *p = &parts[i];
 		ok = p->y && p->w && p->out && (const void *)p->y != x &&
 		     (const void *)p->y != p->w;
-		widest = ok && p->out > widest ? p->out : widest;
 	}
 	if (!ok)
 		return not_cuda_compute(err, "strata_cuda_matmul_half_parts");
@@ -632,12 +654,9 @@ strata_status strata_cuda_matmul_half_parts(strata_compute *c, const float *x,
 							     in),
 				"half-precision matmul (GEMV, parts)", err);
 	}
-	strata_status s = norm ? norm_input(k, x, norm, type, n, in, widest, err)
-			       : split_input(k, x, type, n, in, widest, err);
-	for (uint32_t i = 0; s == STRATA_OK && i < count; i++)
-		s = gemm_split(k, parts[i].y, parts[i].w, type, parts[i].bias,
-			       n, in, parts[i].out, accumulate, err);
-	return s;
+	return rows_products(k, x, norm ? norm->w : NULL, false,
+			     norm ? norm->eps : 0.0f, type, n, in, parts, count,
+			     accumulate, err);
 }
 
 strata_status strata_cuda_rope_qk(strata_compute *c, float *q, float *k,
@@ -798,7 +817,8 @@ static strata_status cuda_embed(void *ctx, float *x, const strata_weight *table,
 }
 
 /* strata_cuda_matmul_half_parts: up to its part count, of one half type,
- * and a norm of that type. */
+ * and a norm of that type; on several rows an f32 norm too (the GGUF
+ * files' norms), which rows_products folds the same way. */
 static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
 			       uint32_t n, const strata_kernel_product *p,
 			       uint32_t count)
@@ -811,7 +831,8 @@ static bool cuda_products_take(void *ctx, const strata_kernel_norm *norm,
 	for (uint32_t i = 1; i < count; i++)
 		if (p[i].w.type != p[0].w.type)
 			return false;
-	return !norm || norm->w.type == p[0].w.type;
+	return !norm || norm->w.type == p[0].w.type ||
+	       (n > 1 && norm->w.type == STRATA_WEIGHT_F32);
 }
 
 static strata_status cuda_products(void *ctx, const float *x,
@@ -827,6 +848,10 @@ static strata_status cuda_products(void *ctx, const float *x,
 	for (uint32_t i = 0; i < count; i++)
 		parts[i] = (strata_cuda_half_part){p[i].y, p[i].w.data,
 						   p[i].bias, p[i].w.rows};
+	if (norm && n > 1 && norm->w.type == STRATA_WEIGHT_F32)
+		return rows_products(ctx, x, norm->w.data, true, norm->eps,
+				     half_of(p[0].w.type), n, p[0].w.cols,
+				     parts, count, accumulate, err);
 	strata_cuda_half_norm fold = {norm ? norm->w.data : NULL,
 				      norm ? norm->eps : 0.0f};
 	return strata_cuda_matmul_half_parts(AS_COMPUTE(ctx), x,

@@ -35,14 +35,15 @@ cudaError_t strata__cuda_rmsnorm(cudaStream_t s, float *y, const float *x,
 cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y, const float *x,
 				      const void *w, int type, uint32_t n,
 				      uint32_t dim, float eps);
-/* dst = rmsnorm(x) * w as a half matmul input of `type` (bf16 or f16,
- * the weights w (dim) in it too): terms 1 rounded once, terms 2 split as
- * strata__cuda_to_half_split lays it out (2 n dim elements); the same
- * bits as strata__cuda_rmsnorm_half followed by that conversion. */
+/* dst = rmsnorm(x) * w as a half matmul input of `type` (bf16 or f16;
+ * the weights w (dim) in it too, or f32 with w_f32): terms 1 rounded
+ * once, terms 2 split as strata__cuda_to_half_split lays it out (2 n dim
+ * elements); the same bits as the norm (strata__cuda_rmsnorm_half, or
+ * strata__cuda_rmsnorm) followed by that conversion. */
 cudaError_t strata__cuda_rmsnorm_to_half(cudaStream_t s, void *dst,
 					 const float *x, const void *w,
-					 int type, uint32_t n, uint32_t dim,
-					 float eps, int terms);
+					 int w_f32, int type, uint32_t n,
+					 uint32_t dim, float eps, int terms);
 /* x (n, heads, head_dim) and x2 (n, heads2, head_dim) rotated in place in
  * one launch (heads2 0: x alone); layout 0 rotate-half, 1 interleaved
  * (strata_rope_layout). */

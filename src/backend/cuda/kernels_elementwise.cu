@@ -48,9 +48,11 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const W *w,
  * to_half_split_kernel splits it (TERMS 2: the rounded value at dst, the
  * rounded remainder `count` further on). So a prefill product with the
  * norm folded in sees the bits the norm-then-convert pair gave it, without
- * the f32 rows' write and read between the two launches. */
-template <typename T, int TERMS>
-__global__ void rmsnorm_to_half_kernel(T *dst, const float *x, const T *w,
+ * the f32 rows' write and read between the two launches. The norm's
+ * weights W are the product's type or f32 (GGUF files store norms in f32),
+ * read as rmsnorm_kernel reads them. */
+template <typename W, typename T, int TERMS>
+__global__ void rmsnorm_to_half_kernel(T *dst, const float *x, const W *w,
 				       uint32_t n, uint32_t dim, float eps)
 {
 	__shared__ double red[NORM_THREADS / 32];
@@ -219,31 +221,37 @@ extern "C" cudaError_t strata__cuda_rmsnorm_half(cudaStream_t s, float *y,
 	return cudaGetLastError();
 }
 
-template <typename T>
+template <typename W, typename T>
 static cudaError_t rmsnorm_to_half(cudaStream_t s, void *dst, const float *x,
 				   const void *w, uint32_t n, uint32_t dim,
 				   float eps, int terms)
 {
 	const unsigned grid = strata__grid(n, 1);
 	if (terms > 1)
-		rmsnorm_to_half_kernel<T, 2><<<grid, NORM_THREADS, 0, s>>>(
-			(T *)dst, x, (const T *)w, n, dim, eps);
+		rmsnorm_to_half_kernel<W, T, 2><<<grid, NORM_THREADS, 0, s>>>(
+			(T *)dst, x, (const W *)w, n, dim, eps);
 	else
-		rmsnorm_to_half_kernel<T, 1><<<grid, NORM_THREADS, 0, s>>>(
-			(T *)dst, x, (const T *)w, n, dim, eps);
+		rmsnorm_to_half_kernel<W, T, 1><<<grid, NORM_THREADS, 0, s>>>(
+			(T *)dst, x, (const W *)w, n, dim, eps);
 	return cudaGetLastError();
 }
 
 extern "C" cudaError_t strata__cuda_rmsnorm_to_half(cudaStream_t s, void *dst,
 						    const float *x,
-						    const void *w, int type,
-						    uint32_t n, uint32_t dim,
-						    float eps, int terms)
+						    const void *w, int w_f32,
+						    int type, uint32_t n,
+						    uint32_t dim, float eps,
+						    int terms)
 {
 	if (type == STRATA__CUDA_BF16)
-		return rmsnorm_to_half<__nv_bfloat16>(s, dst, x, w, n, dim, eps,
-						      terms);
-	return rmsnorm_to_half<__half>(s, dst, x, w, n, dim, eps, terms);
+		return w_f32 ? rmsnorm_to_half<float, __nv_bfloat16>(
+				       s, dst, x, w, n, dim, eps, terms)
+			     : rmsnorm_to_half<__nv_bfloat16, __nv_bfloat16>(
+				       s, dst, x, w, n, dim, eps, terms);
+	return w_f32 ? rmsnorm_to_half<float, __half>(s, dst, x, w, n, dim, eps,
+						      terms)
+		     : rmsnorm_to_half<__half, __half>(s, dst, x, w, n, dim, eps,
+						       terms);
 }
 
 extern "C" cudaError_t strata__cuda_swiglu(cudaStream_t s, float *gate,
