@@ -14,8 +14,9 @@
  * when it has stream_rows rows, else computed on the CPU (its bytes at
  * the CPU's rate for its type, or its products, and its kernels). On cuda
  * the device's queue runs the hits and streamed experts while the CPU
- * runs the misses; the layer waits for both, then for the admissions'
- * copies into the cache, and makes one round trip of the residual rows.
+ * runs the misses (after the host has launched the device's); the layer
+ * waits for both, then for the admissions' copies into the cache, and
+ * makes one round trip of the residual rows.
  * The layer waits for its experts, so these add to the pass. */
 #include <inttypes.h>
 #include <math.h>
@@ -355,9 +356,15 @@ void strata_plan_experts_pass(const strata_plan *p, double rows, bool prefill,
 	 * sum goes up again: one round trip of the residual rows */
 	double sync_s = cuda ? o->crossing_seconds : 0.0;
 	/* on cuda the device's queue runs the hits and streamed experts
-	 * while the CPU computes the misses; on cpu one pool runs both */
-	double layer = (cuda ? fmax(cpu_s, dev_s) : cpu_s + dev_s) + admit_s +
-		       sync_s;
+	 * while the CPU computes the misses, which the host thread starts
+	 * once it has launched the device's (forward_moe.c experts_apart);
+	 * on cpu one pool runs both */
+	double launch_s = cuda ? (f.hits + f.streamed) *
+					 DEVICE_KERNELS_PER_EXPERT *
+					 o->device_launch_seconds
+			       : 0.0;
+	double layer = (cuda ? fmax(dev_s, launch_s + cpu_s) : cpu_s + dev_s) +
+		       admit_s + sync_s;
 	*out = (strata_plan_experts_figures){
 		.calls = L * f.calls,
 		.hits = L * f.hits,
