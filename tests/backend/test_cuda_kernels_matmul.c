@@ -258,6 +258,22 @@ static void test_gemv_tunings_match_cpu(void **state)
 	strata__cuda_gemv_rows_max = F.gemv_default;
 }
 
+/* Part i's n x out products with the norm folded (fused, on the device)
+ * equal, byte for byte, those of the norm then the products (plain). */
+static void expect_same_rows(const char *what, strata_cuda_half type,
+			     uint32_t n, int i, const float *fused,
+			     const float *plain, uint32_t out)
+{
+	const size_t yn = (size_t)n * out;
+	float *a = host_floats(yn), *b = host_floats(yn);
+	download(a, fused, yn * 4);
+	download(b, plain, yn * 4);
+	printf("  %s %s n=%u part %d: norm folded == norm then products\n",
+	       what, type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i);
+	assert_memory_equal(a, b, yn * 4);
+	free(a), free(b);
+}
+
 /* Several rows with the norm folded (prefill): the norm writes the
  * products' half input itself, and each product must equal, bit for bit,
  * the norm's f32 rows then the products without a norm. */
@@ -288,16 +304,9 @@ static void check_parts_norm_rows_bit_equal(strata_cuda_half type, uint32_t n,
 					 false, ERR));
 	OK(strata_cuda_matmul_half_parts(F.gpu, dxn, NULL, type, n, in, plain, 2,
 					 false, ERR));
-	for (int i = 0; i < 2; i++) {
-		const size_t yn = (size_t)n * outs[i];
-		float *a = host_floats(yn), *b = host_floats(yn);
-		download(a, fused[i].y, yn * 4);
-		download(b, plain[i].y, yn * 4);
-		printf("  parts %s n=%u part %d: norm folded == norm then products\n",
-		       type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i);
-		assert_memory_equal(a, b, yn * 4);
-		free(a), free(b);
-	}
+	for (int i = 0; i < 2; i++)
+		expect_same_rows("parts", type, n, i, fused[i].y, plain[i].y,
+				 outs[i]);
 	dev_free_all();
 	free(x), free(g);
 }
@@ -334,16 +343,9 @@ static void check_products_f32_norm_rows(strata_cuda_half type, uint32_t n,
 	OK(strata_kernel_rmsnorm(F.gpu, dxn, dx, &norm.w, n, norm.eps, ERR));
 	OK(strata_kernel_products(F.gpu, dxn, NULL, NULL, n, plain, 2, false,
 				  NULL, ERR));
-	for (int i = 0; i < 2; i++) {
-		const size_t yn = (size_t)n * outs[i];
-		float *a = host_floats(yn), *b = host_floats(yn);
-		download(a, fused[i].y, yn * 4);
-		download(b, plain[i].y, yn * 4);
-		printf("  products %s n=%u part %d, f32 norm folded == norm then products\n",
-		       type == STRATA_CUDA_BF16 ? "bf16" : "f16", n, i);
-		assert_memory_equal(a, b, yn * 4);
-		free(a), free(b);
-	}
+	for (int i = 0; i < 2; i++)
+		expect_same_rows("products, f32 norm", type, n, i, fused[i].y,
+				 plain[i].y, outs[i]);
 	dev_free_all();
 	free(x), free(g);
 }

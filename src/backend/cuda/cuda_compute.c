@@ -479,6 +479,23 @@ strata_status strata__cuda_reserve_ws(strata__cuda_compute *k, uint64_t bytes,
 	return STRATA_OK;
 }
 
+/* The workspace for a product's input x (n, in) in half terms: the
+ * dimensions cuBLAS takes, and room for two terms of n x in (*elems). */
+static strata_status input_workspace(strata__cuda_compute *k, uint32_t n,
+				     uint32_t in, uint32_t out,
+				     uint64_t *elems, strata_error *err)
+{
+	uint64_t bytes;
+	strata_status s = blas_dims(n, in, out, err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(n, in, elems, "matmul input elements",
+				       err);
+	if (s == STRATA_OK)
+		s = strata_checked_mul(*elems, 4, &bytes, "matmul input bytes",
+				       err);
+	return s == STRATA_OK ? strata__cuda_reserve_ws(k, bytes, err) : s;
+}
+
 /* x (n, in) split into two half terms in the workspace: hi, then lo (or,
  * at prefill precision bf16, rounded once: the hi term alone).
  * cuBLAS on tensor cores takes inputs of the weights' type only; rounding
@@ -489,15 +506,8 @@ static strata_status split_input(strata__cuda_compute *k, const float *x,
 				 strata_cuda_half type, uint32_t n,
 				 uint32_t in, uint32_t out, strata_error *err)
 {
-	uint64_t elems, bytes;
-	strata_status s = blas_dims(n, in, out, err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(n, in, &elems, "matmul input elements",
-				       err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
-	if (s == STRATA_OK)
-		s = strata__cuda_reserve_ws(k, bytes, err);
+	uint64_t elems;
+	strata_status s = input_workspace(k, n, in, out, &elems, err);
 	if (s != STRATA_OK)
 		return s;
 	if (k->prefill_terms == 1)
@@ -517,15 +527,8 @@ static strata_status norm_input(strata__cuda_compute *k, const float *x,
 				strata_cuda_half type, uint32_t n, uint32_t in,
 				uint32_t out, strata_error *err)
 {
-	uint64_t elems, bytes;
-	strata_status s = blas_dims(n, in, out, err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(n, in, &elems, "matmul input elements",
-				       err);
-	if (s == STRATA_OK)
-		s = strata_checked_mul(elems, 4, &bytes, "matmul input bytes", err);
-	if (s == STRATA_OK)
-		s = strata__cuda_reserve_ws(k, bytes, err);
+	uint64_t elems;
+	strata_status s = input_workspace(k, n, in, out, &elems, err);
 	if (s != STRATA_OK)
 		return s;
 	return launched(strata__cuda_rmsnorm_to_half(k->stream.cuda, k->half_ws,

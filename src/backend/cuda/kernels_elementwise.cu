@@ -19,6 +19,21 @@
 
 /* ------------------------------------------------------------------------ */
 
+/* 1 / sqrt(mean(x^2) + eps) of one row, the squares summed in double as
+ * the CPU kernel sums them; every thread of the block calls it and gets
+ * the same sum, so the same factor. */
+__device__ __forceinline__ float rms_factor(const float *xr, uint32_t dim,
+					    float eps, double *red)
+{
+	double ss = 0.0;
+	for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
+		double v = xr[e];
+		ss += v * v;
+	}
+	ss = strata__block_sum(ss, red);
+	return 1.0f / sqrtf((float)(ss / dim) + eps);
+}
+
 /* One block per row (grid stride over rows). Weights f32, or half ones
  * read as they are stored (exactly their f32 values), which spares decode
  * a conversion launch per norm. */
@@ -30,14 +45,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const W *w,
 	for (uint32_t row = blockIdx.x; row < n; row += gridDim.x) {
 		const float *xr = x + (uint64_t)row * dim;
 		float *yr = y + (uint64_t)row * dim;
-		double ss = 0.0;
-		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
-			double v = xr[e];
-			ss += v * v;
-		}
-		ss = strata__block_sum(ss, red);
-		/* Every thread holds the same sum, so the same r. */
-		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+		const float r = rms_factor(xr, dim, eps, red);
 		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x)
 			yr[e] = (xr[e] * r) * strata__to_float(w[e]);
 	}
@@ -60,13 +68,7 @@ __global__ void rmsnorm_to_half_kernel(T *dst, const float *x, const W *w,
 	for (uint32_t row = blockIdx.x; row < n; row += gridDim.x) {
 		const float *xr = x + (uint64_t)row * dim;
 		T *dr = dst + (uint64_t)row * dim;
-		double ss = 0.0;
-		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
-			double v = xr[e];
-			ss += v * v;
-		}
-		ss = strata__block_sum(ss, red);
-		float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+		const float r = rms_factor(xr, dim, eps, red);
 		for (uint32_t e = threadIdx.x; e < dim; e += blockDim.x) {
 			const float v = (xr[e] * r) * strata__to_float(w[e]);
 			const T hi = strata__from_float<T>(v);
