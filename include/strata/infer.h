@@ -887,8 +887,8 @@ strata_session_weight_store(const strata_session *s);
  * and must put them back before the next forward pass it does not mean to
  * wrap. */
 strata_infer_source *strata_session_source(strata_session *s);
-/* The model path given to strata_session_open (borrowed from its
- * options). */
+/* The model path given to strata_session_open (the session's own copy,
+ * so the options' buffer need not outlive it). */
 const char *strata_session_model_path(const strata_session *s);
 /* Nanoseconds strata_session_open took, through the first loads. */
 uint64_t strata_session_load_ns(const strata_session *s);

@@ -335,8 +335,14 @@ strata_status strata_session_open(const strata_session_options *o,
 						   err);
 	if (!s)
 		return STRATA_E_NOMEM;
-	s->model_path = o->model_path;
 	strata_status st;
+	/* A copy: the caller's buffer may be gone before the session is. */
+	s->model_path = o->model_path ? strata_strdup(o->model_path) : NULL;
+	if (o->model_path && !s->model_path) {
+		strata_free(s);
+		return strata_fail(err, STRATA_E_NOMEM, "free memory and retry",
+				   "no memory to copy the model path");
+	}
 	if ((st = strata_catalog_open(o->model_path, &s->catalog, err)) ||
 	    (st = strata_infer_hparams_read(o->model_path, s->catalog, &s->hp,
 					    err)) ||
@@ -371,6 +377,7 @@ void strata_session_close(strata_session *s)
 	strata_plan_source_destroy(s->plan_source);
 	strata_infer_tensors_fini(&s->tensors);
 	strata_catalog_destroy(s->catalog);
+	strata_free(s->model_path);
 	strata_free(s);
 }
 

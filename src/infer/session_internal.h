@@ -24,7 +24,7 @@ struct strata_session {
 	strata_infer_source source;
 	strata_compute *compute;
 	strata_forward *forward;
-	const char *model_path; /* borrowed from the options */
+	char *model_path; /* a copy of the options' */
 	uint32_t context, batch; /* positions per sequence, prefill chunk */
 	uint32_t sequences;	 /* the plan's --batch: KV caches */
 	uint64_t load_ns; /* opening through the first loads */
