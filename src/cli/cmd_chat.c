@@ -60,6 +60,7 @@ typedef struct chat_args {
 	const char *model, *chat_template, *system;
 	uint64_t n, threads;
 	bool seed_given;
+	bool quiet; /* --quiet: nothing on stderr but errors */
 	strata_sampler_params sp;
 	strata_cli_stops stops;
 } chat_args;
@@ -249,7 +250,7 @@ static strata_status turn(chat *c, const char *line, strata_error *err)
 	if (st == STRATA_OK)
 		st = add_message(c, "assistant", r.out.text ? r.out.text : "",
 				 r.out.len, err);
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && !c->a->quiet)
 		fprintf(stderr, "strata: prompt %zu tokens (%zu reused), "
 			"generated %llu tokens (%.1f tokens/s)%s\n", n, reused,
 			(unsigned long long)g.generated_tokens,
@@ -364,17 +365,18 @@ int strata_cmd_chat(int argc, char **argv)
 	}
 	if (!a.seed_given)
 		a.sp.seed = strata_random_seed();
+	a.quiet = r.quiet;
 	if (!r.device_given && strata_backend_device_count("cuda") > 0)
 		r.plan.device = STRATA_PLAN_DEVICE_CUDA;
 	strata_error err;
 	strata_tokenizer *tok = NULL;
 	chat c = {.a = &a};
 	strata_status st = open_chat(&a, &r, &c, &tok, &err);
-	if (st == STRATA_OK) {
+	if (st == STRATA_OK && !a.quiet)
 		fprintf(stderr, "strata: chat with %s; seed %llu; /exit ends\n",
 			a.model, (unsigned long long)a.sp.seed);
+	if (st == STRATA_OK)
 		st = converse(&c, &err);
-	}
 	rc = st == STRATA_OK ? STRATA_EXIT_OK : strata_cli_fail(&err);
 	json_decref(c.messages);
 	strata_free(c.cached);

@@ -383,7 +383,7 @@ static size_t count(const char *hay, const char *needle)
 /* strata chat through a pipe: each reply is what a fresh render of the
  * whole conversation gives (batch "messages"), though the second turn
  * reuses the first turn's KV; /exit ends it (the line after it is not
- * answered); /reset starts over. */
+ * answered); /reset starts over; --quiet leaves stderr empty. */
 static void test_chat_through_a_pipe_reuses_the_kv_exactly(void **state)
 {
 	(void)state;
@@ -417,6 +417,16 @@ static void test_chat_through_a_pipe_reuses_the_kv_exactly(void **state)
 	assert_int_equal(r.exit_code, 0);
 	snprintf(want, sizeof want, "%s\n%s\n", t1, t1);
 	assert_string_equal(r.out, want);
+	cli_result_free(&r);
+	/* --quiet: the replies alone, nothing on stderr (no greeting, no
+	 * turn's figures) */
+	const char *quiet[] = {"chat", CHAT, "-n", "20", "--temperature", "0",
+			       "--device", "cpu", "--quiet", NULL};
+	assert_int_equal(cli_run(quiet, again, strlen(again), NULL, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out, want);
+	if (r.err[0])
+		fail_msg("chat --quiet wrote '%s' on stderr", r.err);
 	cli_result_free(&r);
 	free(m2s);
 	json_decref(m2);
