@@ -43,6 +43,13 @@ static const char residency_help[] =
 	"  --expert-stream-rows N with --n-cpu-moe: a missed expert given N rows\n"
 	"                        or more in a pass is copied to the device and\n"
 	"                        computed there (default: the plan's, cuda only)\n"
+	"  --expert-hit-rate R   with --expert-cache: the share of decode's routed\n"
+	"                        calls the cache hits, to predict with (a run's:\n"
+	"                        telemetry hits / routed; default: routing taken\n"
+	"                        as uniform, slots / every expert)\n"
+	"  --expert-admit-rate R with --expert-cache: the share of decode's misses\n"
+	"                        the cache admits (a run's: telemetry admissions /\n"
+	"                        misses; default 0, rare in a long run)\n"
 	"  --precision fast|exact the numerics (default fast: as llama.cpp and\n"
 	"                        transformers compute, x quantized to 8 bits on\n"
 	"                        quantized weights, CUDA prefill in bf16; exact:\n"
@@ -98,7 +105,7 @@ typedef enum opt_kind {
 	OPT_LOOKAHEAD, OPT_QUEUE, OPT_CONTEXT, OPT_BATCH, OPT_CHUNK,
 	OPT_EXCLUDE, OPT_H2D, OPT_DISK, OPT_MEMBW, OPT_HOSTBW,
 	OPT_RESIDENT_UNITS, OPT_CPU_UNITS, OPT_CPU_MOE, OPT_EXPERT_CACHE,
-	OPT_EXPERT_STREAM, OPT_KV_TYPE,
+	OPT_EXPERT_STREAM, OPT_EXPERT_HIT, OPT_EXPERT_ADMIT, OPT_KV_TYPE,
 } opt_kind;
 
 static const struct {
@@ -124,6 +131,8 @@ static const struct {
 	{"--n-cpu-moe", OPT_CPU_MOE},
 	{"--expert-cache", OPT_EXPERT_CACHE},
 	{"--expert-stream-rows", OPT_EXPERT_STREAM},
+	{"--expert-hit-rate", OPT_EXPERT_HIT},
+	{"--expert-admit-rate", OPT_EXPERT_ADMIT},
 	{"--kv-type", OPT_KV_TYPE},
 };
 
@@ -215,6 +224,19 @@ static int parse_bandwidth(const char *opt, const char *v, double *out,
 		return usage_error(err, "give bytes per second above 0, e.g. 55GB or 55GB/s",
 				   opt, v, "a bandwidth");
 	*out = (double)bytes;
+	return 1;
+}
+
+/* A share from 0 to 1, e.g. 0.81 (a measured hit rate). */
+static int parse_share(const char *opt, const char *v, double *out,
+		       strata_error *err)
+{
+	char *end = NULL;
+	double d = strtod(v, &end);
+	if (end == v || *end || !(d >= 0.0 && d <= 1.0))
+		return usage_error(err, "give a share from 0 to 1, e.g. 0.81",
+				   opt, v, "a share");
+	*out = d;
 	return 1;
 }
 
@@ -352,6 +374,10 @@ static int apply(strata_cli_residency *r, opt_kind k, const char *opt,
 		return parse_count(opt, v, false, &o->experts.cache_slots, err);
 	case OPT_EXPERT_STREAM:
 		return parse_count(opt, v, true, &o->experts.stream_rows, err);
+	case OPT_EXPERT_HIT:
+		return parse_share(opt, v, &o->experts.hit_rate, err);
+	case OPT_EXPERT_ADMIT:
+		return parse_share(opt, v, &o->experts.admit_rate, err);
 	case OPT_KV_TYPE: return parse_kv_type(o, v, err);
 	}
 	return 0;

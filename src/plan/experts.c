@@ -9,8 +9,8 @@
  * each layer's experts with a binomial spread of rows (routing taken as
  * uniform and independent); a called expert is a cache hit with the
  * cache's share (decode: slots / every expert, or the share a run
- * measured; a prompt whose calls overflow the cache: none, the store then
- * runs as an LRU over the pass), else streamed through the stream slot
+ * measured; a prompt pass, which calls nearly every expert: the uniform
+ * share), else streamed through the stream slot
  * when it has stream_rows rows, else computed on the CPU (its bytes at
  * the CPU's rate for its type, or its products, and its kernels). On cuda
  * the device's queue runs the hits and streamed experts while the CPU
@@ -230,14 +230,6 @@ static double decode_share(const strata_plan_experts *x)
 	return uniform_share(x);
 }
 
-/* Experts one layer of R rows calls, routing uniform and independent
- * (each row picks `used` distinct experts of the layer's). */
-static double called_per_layer(const strata_plan_experts *x, double R)
-{
-	double e = (double)x->experts, k = (double)x->experts_used;
-	return k >= e ? e : e * (1.0 - pow(1.0 - k / e, R));
-}
-
 /* Seconds of one expert's products over m rows at bytes / gemv and
  * 2 x m x elements / gemm, the larger (one weight read, m rows). */
 static double products(double bytes, double elements, double m, double gemv,
@@ -320,22 +312,19 @@ void strata_plan_experts_pass(const strata_plan *p, double rows, bool prefill,
 	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
 	double H = o->host_memory_bandwidth > 0 ? o->host_memory_bandwidth
 						 : STRATA_PLAN_DEFAULT_CPU_MEM_BW;
-	/* The store admits a missed expert routed at least as often as the
-	 * cache's least routed one, ties to the least recently used. A
-	 * prompt pass calls (nearly) every expert once, so the counts stay
-	 * level and the cache runs as an LRU over the pass's calls: when
-	 * they overflow it, each layer's misses push out what the other
-	 * layers cached and a pass hits nothing, while every miss the CPU
-	 * computed is copied in after its layer (measured: 187 of 187). In
-	 * decode the cache holds its share of the routed calls and the
-	 * counts of the experts a token misses trail the cached ones', so
-	 * admissions are taken as rare unless the caller measured them. */
+	/* The store admits a missed expert into an empty slot, else only
+	 * when it has had strictly more rows than the cache's fewest (ties
+	 * keep the cached one). In decode the cache then holds its share of
+	 * the routed calls (measured, else uniform) and the experts a token
+	 * misses trail the cached ones' rows, so admissions are taken as
+	 * rare unless the caller measured them. A prompt pass calls (nearly)
+	 * every expert of a layer, so its calls hit the cached share of all
+	 * the experts however skewed the routing: the uniform share; its
+	 * misses are admitted as rarely (counting calls instead, as the
+	 * store did, admitted every one: measured 187 of 187, and the
+	 * prompt ran slower with the cache than without). */
 	double L = (double)x->layers;
-	double h = prefill ? (L * called_per_layer(x, rows) >
-					      (double)x->cache_slots
-				      ? 0.0
-				      : uniform_share(x))
-			   : decode_share(x);
+	double h = prefill ? uniform_share(x) : decode_share(x);
 	/* first alone; where the CPU and the link both work in the layer,
 	 * again at the rates strata calibrate measured them at together */
 	strata_plan_experts_figures f = {0};
@@ -348,8 +337,7 @@ void strata_plan_experts_pass(const strata_plan *p, double rows, bool prefill,
 		layer_figures(p, rows, h, Ls, H / Hs, &f, &cpu_s, &dev_s);
 	}
 	double admit = !x->cache_slots ? 0.0
-		       : prefill	 ? f.misses
-					 : f.misses * fmin(1.0, x->admit_rate);
+				       : f.misses * fmin(1.0, x->admit_rate);
 	double link = o->h2d_bandwidth > 0 ? o->h2d_bandwidth : H;
 	double admit_s = admit * (double)x->expert_bytes / (cuda ? link : H);
 	/* the router's logits come back each layer and, with misses, their

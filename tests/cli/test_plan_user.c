@@ -342,6 +342,82 @@ static void nothing_fits_names_the_one_change(void **state)
 	one_change_fits("100KiB", "1GiB", "--device-memory", "--host-memory");
 }
 
+/* ------------------------------------------------------------------------ */
+/* Measured expert shares                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define MOE STRATA_SOURCE_DIR "/tests/data/families/qwen3_moe_f32"
+
+/* `plan --json`'s experts object for the MoE model, --n-cpu-moe 2
+ * --expert-cache 2 and `more` options (NULL-terminated). */
+static json_t *expert_plan(const char *const *more)
+{
+	const char *argv[32] = {"plan", MOE, "--n-cpu-moe", "2",
+				"--expert-cache", "2", "--json"};
+	size_t n = 7;
+	while (*more)
+		argv[n++] = *more++;
+	argv[n] = NULL;
+	cli_result r = run(argv);
+	if (r.exit_code != 0)
+		fail_msg("plan exited %d: %s", r.exit_code, r.err);
+	json_error_t je;
+	json_t *doc = json_loads(r.out, 0, &je);
+	if (!doc)
+		fail_msg("plan --json: %s", je.text);
+	cli_result_free(&r);
+	json_t *x = json_incref(json_object_get(doc, "experts"));
+	json_decref(doc);
+	assert_non_null(x);
+	return x;
+}
+
+static double number(json_t *o, const char *pass, const char *key)
+{
+	json_t *v = json_object_get(pass ? json_object_get(o, pass) : o, key);
+	assert_true(json_is_number(v));
+	return json_number_value(v);
+}
+
+/* A run's measured shares given to plan take the place of uniform
+ * routing's: a hit rate of 1 predicts every decode call a hit, an admit
+ * rate the admissions per miss; values outside 0..1 are usage errors
+ * naming the option. */
+static void plan_takes_measured_expert_shares(void **state)
+{
+	(void)state;
+	const char *none[] = {NULL};
+	json_t *u = expert_plan(none);
+	assert_true(number(u, NULL, "hit_rate") == 0.0);
+	double calls = number(u, "decode", "calls");
+	assert_true(number(u, "decode", "hits") < calls);
+	const char *all[] = {"--expert-hit-rate", "1", NULL};
+	json_t *h = expert_plan(all);
+	assert_true(number(h, NULL, "hit_rate") == 1.0);
+	assert_true(number(h, "decode", "hits") == calls);
+	assert_true(number(h, "decode", "misses") == 0.0);
+	const char *half[] = {"--expert-hit-rate", "0.5", "--expert-admit-rate",
+			      "0.25", NULL};
+	json_t *a = expert_plan(half);
+	double misses = number(a, "decode", "misses");
+	assert_true(number(a, "decode", "hits") == 0.5 * calls);
+	assert_true(number(a, "decode", "admissions") == 0.25 * misses);
+	json_decref(u), json_decref(h), json_decref(a);
+	static const char *const bad[][2] = {
+		{"--expert-hit-rate", "1.5"}, {"--expert-hit-rate", "-0.1"},
+		{"--expert-admit-rate", "half"}, {"--expert-admit-rate", "nan"}};
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		const char *argv[] = {"plan", MOE, "--n-cpu-moe", "2",
+				      "--expert-cache", "2", bad[k][0],
+				      bad[k][1], NULL};
+		cli_result r = run(argv);
+		assert_int_equal(r.exit_code, 2);
+		assert_non_null(strstr(r.err, bad[k][0]));
+		assert_non_null(strstr(r.err, "from 0 to 1"));
+		cli_result_free(&r);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -351,6 +427,7 @@ int main(void)
 		cmocka_unit_test(help_tells_the_shape_defaults),
 		cmocka_unit_test(plan_refuses_what_run_refuses),
 		cmocka_unit_test(nothing_fits_names_the_one_change),
+		cmocka_unit_test(plan_takes_measured_expert_shares),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

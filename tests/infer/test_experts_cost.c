@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -154,44 +155,63 @@ static void test_full_cache_hits_every_call(void **state)
 	}
 }
 
-/* A prompt pass calling more experts than the cache holds: the counts
- * stay level, the cache turns over as an LRU within the pass, and a
- * second pass of the same prompt hits nothing and admits every miss;
- * the plan says the same. */
-static void test_overflowing_prompt_hits_nothing(void **state)
+/* One prompt pass from position 0: the counts it adds. */
+static strata_infer_experts_stats prompt(strata_session *s, const ref_data *r,
+					 const char *name)
+{
+	strata_forward *fw = strata_session_forward(s);
+	strata_error err;
+	strata_infer_experts_stats a = stats_of(s), b;
+	strata_forward_reset(fw);
+	if (strata_forward_run(fw, r->tokens, r->n_tokens, 0, NULL, NULL, &err))
+		fail_msg("%s: %s", name, err.message);
+	b = stats_of(s);
+	b.routed -= a.routed, b.hits -= a.hits, b.misses -= a.misses;
+	b.admissions -= a.admissions, b.evictions -= a.evictions;
+	return b;
+}
+
+/* A prompt calling more experts than the cache holds, three times. The
+ * first pass fills the two empty slots and evicts nothing (every expert
+ * ranks by its rows before the pass: none); the second replaces what
+ * the first pass's rows rank lower; from then on the two with the most
+ * rows stay and every pass hits both. The plan gives a prompt the
+ * cache's uniform share and no admissions. */
+static void test_prompt_keeps_the_cache(void **state)
 {
 	(void)state;
 	for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
 		ref_data r;
 		ref_load_family(models[m], &r);
 		strata_session *s = open_run(models[m], 2, 2, r.n_tokens);
+		const strata_infer_hparams *hp = strata_session_hparams(s);
 		strata_plan_experts_figures f;
 		strata_plan_experts_pass(strata_session_plan(s),
 					 (double)r.n_tokens, true, &f);
 		assert_true(f.calls > 2.0); /* the pass overflows 2 slots */
-		assert_true(f.hits == 0 && f.admissions == f.misses &&
-			    f.upload_bytes == f.cpu_bytes);
-		strata_forward *fw = strata_session_forward(s);
-		strata_error err;
-		strata_infer_experts_stats a, b;
-		for (int pass = 0; pass < 2; pass++) {
-			a = stats_of(s);
-			strata_forward_reset(fw);
-			if (strata_forward_run(fw, r.tokens, r.n_tokens, 0, NULL,
-					       NULL, &err))
-				fail_msg("%s: %s", models[m], err.message);
-		}
-		b = stats_of(s);
-		print_message("%-24s second prompt pass: %llu calls, %llu "
-			      "hits, %llu misses, %llu admissions\n",
-			      models[m],
-			      (unsigned long long)(b.routed - a.routed),
-			      (unsigned long long)(b.hits - a.hits),
-			      (unsigned long long)(b.misses - a.misses),
-			      (unsigned long long)(b.admissions - a.admissions));
-		assert_true(b.routed - a.routed > 2);
-		assert_int_equal(b.hits - a.hits, 0);
-		assert_int_equal(b.admissions - a.admissions, b.misses - a.misses);
+		double share = 2.0 / (2.0 * hp->experts);
+		assert_true(fabs(f.hits - f.calls * share) <= 1e-9 * f.calls);
+		assert_true(f.admissions == 0 && f.upload_bytes == 0);
+		strata_infer_experts_stats p1 = prompt(s, &r, models[m]);
+		strata_infer_experts_stats p2 = prompt(s, &r, models[m]);
+		strata_infer_experts_stats p3 = prompt(s, &r, models[m]);
+		print_message("%-24s prompt passes: admissions %llu, %llu, "
+			      "%llu of %llu calls; hits %llu, %llu, %llu\n",
+			      models[m], (unsigned long long)p1.admissions,
+			      (unsigned long long)p2.admissions,
+			      (unsigned long long)p3.admissions,
+			      (unsigned long long)p1.routed,
+			      (unsigned long long)p1.hits,
+			      (unsigned long long)p2.hits,
+			      (unsigned long long)p3.hits);
+		assert_true(p1.routed > 2);
+		assert_int_equal(p1.hits, 0);
+		assert_int_equal(p1.admissions, 2);
+		assert_int_equal(p1.evictions, 0);
+		assert_true(p2.admissions < p2.misses);
+		assert_int_equal(p2.admissions, p2.evictions);
+		assert_int_equal(p3.admissions, 0);
+		assert_int_equal(p3.hits, 2);
 		strata_session_close(s);
 		ref_free(&r);
 	}
@@ -202,7 +222,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_counts_are_the_plans),
 		cmocka_unit_test(test_full_cache_hits_every_call),
-		cmocka_unit_test(test_overflowing_prompt_hits_nothing),
+		cmocka_unit_test(test_prompt_keeps_the_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

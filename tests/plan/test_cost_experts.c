@@ -158,22 +158,26 @@ static void the_cache_hits_its_share_in_decode(void **state)
 	near(x.total_ms, x.cpu_ms + x.device_ms + x.admit_ms);
 }
 
-/* A prompt whose calls overflow the cache hits nothing and copies every
- * miss in; with room for every expert it hits them all. */
-static void an_overflowed_cache_hits_nothing_in_a_prompt(void **state)
+/* A prompt calls nearly every expert, so it hits the cache's share of
+ * all of them whatever decode's measured share, and admits its misses as
+ * rarely as decode does; with room for every expert it hits them all. */
+static void a_prompt_hits_the_caches_share(void **state)
 {
 	(void)state;
 	strata_plan_options o = moe_opts(STRATA_PLAN_DEVICE_CUDA, 96);
 	o.experts.hit_rate = 0.75; /* decode's, not the prompt's */
 	strata_plan_experts_figures x = pass(&o, 512.0, true);
-	near(x.hits, 0);
-	near(x.admissions, x.misses);
-	near(x.upload_bytes, (x.streamed + x.misses) * (double)EXPERT_BYTES);
+	double share = 96.0 / (LAYERS * EXPERTS);
+	near(x.hits, x.calls * share);
+	near(x.admissions, 0);
+	near(x.upload_bytes, x.streamed * (double)EXPERT_BYTES);
+	o.experts.admit_rate = 0.25;
 	o.experts.stream_rows = 100000; /* none streamed: all on the CPU */
 	x = pass(&o, 512.0, true);
 	near(x.streamed, 0);
-	near(x.admissions, x.calls);
-	near(x.upload_bytes, x.calls * (double)EXPERT_BYTES);
+	near(x.misses, x.calls * (1.0 - share));
+	near(x.admissions, x.misses * 0.25);
+	near(x.upload_bytes, x.admissions * (double)EXPERT_BYTES);
 	o = moe_opts(STRATA_PLAN_DEVICE_CUDA, LAYERS * EXPERTS);
 	x = pass(&o, 512.0, true);
 	near(x.hits, x.calls);
@@ -315,7 +319,7 @@ int main(void)
 		cmocka_unit_test(decode_reads_its_routed_experts_only),
 		cmocka_unit_test(a_prompt_calls_nearly_every_expert),
 		cmocka_unit_test(the_cache_hits_its_share_in_decode),
-		cmocka_unit_test(an_overflowed_cache_hits_nothing_in_a_prompt),
+		cmocka_unit_test(a_prompt_hits_the_caches_share),
 		cmocka_unit_test(prompt_experts_stream_from_their_rows),
 		cmocka_unit_test(candidates_carry_the_experts),
 		cmocka_unit_test(moe_units_read_their_routed_experts),
