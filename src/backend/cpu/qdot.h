@@ -25,9 +25,18 @@
 
 /* The SIMD kernels' inner functions: inlined into one copy per type and
  * shape when optimising (their loops and switches on constants fold
- * away); left as calls at -O0, where forcing it makes 192 copies of every
- * kernel a file and the ASan build of each file takes minutes. */
-#if defined(__OPTIMIZE__)
+ * away); left as calls at -O0 and under ASan (these files are -O3 in
+ * every build type), where forcing it makes 192 instrumented copies of
+ * every kernel a file: the ASan build of qdot_vnni.c took over 18 minutes
+ * on two loaded cores, and the inlining is for speed, not checking. */
+#if defined(__SANITIZE_ADDRESS__)
+#define QDOT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QDOT_SANITIZED 1
+#endif
+#endif
+#if defined(__OPTIMIZE__) && !defined(QDOT_SANITIZED)
 #define QDOT_INLINE inline __attribute__((always_inline))
 #else
 #define QDOT_INLINE inline
