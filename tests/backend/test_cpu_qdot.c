@@ -193,6 +193,66 @@ static void every_kernel_matches_the_reference_within_the_bound(void **state)
 	strata_compute_destroy(c);
 }
 
+/* One row of x takes its own loop (qdot_rows.h: x's chunks prepared once a
+ * task in the thread's scratch, the weight rows streamed one by one); its
+ * outputs are the bits of that row in a product of two rows, which takes
+ * four weight rows in step: tasks split over threads, partial last chunks
+ * (the 32-element types), a bias, a row of 40000, on each SIMD kernel. */
+static void one_row_gives_the_bits_of_that_row_among_two(void **state)
+{
+	(void)state;
+	strata_compute *c = cpu(3);
+	const shape shapes[] = {
+		{768, 101, 1, true}, {4096 + 256, 23, 1, false},
+		{256 + 96, 203, 1, true}, {40000, 9, 1, false},
+	};
+	for (int isa = 2; isa >= 1; isa--) {
+		strata__cpu_isa_limit(isa);
+		for (int t = STRATA_BLOCK_F16; t < STRATA_BLOCK_COUNT; t++) {
+			strata_block_type bt = (strata_block_type)t;
+			if (!strata__qdot_has(bt))
+				continue;
+			for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+				shape s = shapes[k];
+				if (s.in % strata_block_elements(bt))
+					continue;
+				uint64_t wbytes = (uint64_t)s.in /
+						  strata_block_elements(bt) *
+						  strata_block_bytes(bt) * s.out;
+				unsigned char *w = malloc(wbytes);
+				float *x = malloc(2 * (size_t)s.in * sizeof *x);
+				float *b = malloc(s.out * sizeof *b);
+				float *y1 = malloc(s.out * sizeof *y1);
+				float *y2 = malloc(2 * s.out * sizeof *y2);
+				rb_fill(bt, w, wbytes, &rng);
+				for (size_t i = 0; i < 2 * (size_t)s.in; i++)
+					x[i] = frand();
+				for (uint32_t i = 0; i < s.out; i++)
+					b[i] = frand();
+				strata_weight ws = {weight_type_of(bt), w, s.out,
+						    s.in};
+				strata_error e;
+				const float *bias = s.bias ? b : NULL;
+				assert_int_equal(strata_kernel_matmul(c, y1, x, &ws,
+								      bias, 1, &e),
+						 STRATA_OK);
+				assert_int_equal(strata_kernel_matmul(c, y2, x, &ws,
+								      bias, 2, &e),
+						 STRATA_OK);
+				if (memcmp(y1, y2, s.out * sizeof *y1))
+					fail_msg("%s in %u out %u isa %d: one row "
+						 "differs from the same row among "
+						 "two",
+						 strata_block_name(bt), s.in,
+						 s.out, isa);
+				free(w), free(x), free(b), free(y1), free(y2);
+			}
+		}
+	}
+	strata__cpu_isa_limit(2);
+	strata_compute_destroy(c);
+}
+
 /* Rows of x that are all zero, or hold one huge value: zero factors and a
  * group whose other values round to 0 stay within the bound. */
 static void zero_and_skewed_rows_stay_within_the_bound(void **state)
@@ -364,6 +424,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_kernel_matches_the_reference_within_the_bound),
+		cmocka_unit_test(one_row_gives_the_bits_of_that_row_among_two),
 		cmocka_unit_test(zero_and_skewed_rows_stay_within_the_bound),
 		cmocka_unit_test(x_quantization_is_the_same_on_every_path),
 		cmocka_unit_test(the_exact_path_stays_reachable),

@@ -265,12 +265,17 @@ static strata__pool_fn pick_task(void)
 /* Decode on quantized x (qdot.h), the default for the block types          */
 /* ------------------------------------------------------------------------ */
 
+/* One row of x: the task's copy of the job points at its thread's
+ * scratch, where the kernel prepares x once (qdot_rows.h). */
 static inline void qtask_rows(const strata__qjob *j, uint32_t task,
 			      void (*rows)(const strata__qjob *, uint32_t,
 					   uint32_t))
 {
 	uint32_t o0 = task * j->rows_per_task, o1 = o0 + j->rows_per_task;
-	rows(j, o0, o1 > j->out ? j->out : o1);
+	strata__qjob jt = *j;
+	if (j->pool)
+		jt.xs = strata__pool_scratch(j->pool);
+	rows(&jt, o0, o1 > j->out ? j->out : o1);
 }
 
 static void qtask_c(void *arg, uint32_t task)
@@ -303,7 +308,8 @@ static strata__pool_fn pick_qtask(void)
 }
 
 /* x quantized once into the pool's shared buffer, then the rows spread as
- * the exact decode path spreads them. */
+ * the exact decode path spreads them; one row of x also takes each
+ * thread's scratch for its prepared chunks. */
 static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 				 strata_error *err)
 {
@@ -319,6 +325,13 @@ static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 			  .off = strata__qdot_offset(mj->type)};
 	j.block_bytes = mj->block_bytes;
 	j.chunk_bytes = QDOT_CHUNK / mj->block_elements * mj->block_bytes;
+	if (mj->n == 1) {
+		strata_status st = strata__pool_reserve(
+			p, strata__qdot_xs_bytes(mj->in), err);
+		if (st != STRATA_OK)
+			return st;
+		j.pool = p;
+	}
 	strata__qdot_quantize_x(mj->type, mj->x, mj->n, mj->in, buf, &j.x);
 	strata__pool_run(p, pick_qtask(), &j,
 			 (mj->out + mj->rows_per_task - 1) / mj->rows_per_task);

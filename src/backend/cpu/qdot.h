@@ -46,6 +46,10 @@
 #define QDOT_CHUNK 256u
 /* Weight rows a kernel call takes together (x read once for them). */
 #define QDOT_W 4
+/* Bytes of scratch a SIMD kernel takes per chunk of x on one row of x
+ * (its x_chunk of the chunk, prepared once a task): at least the size of
+ * either kernel's xchunk (448), a multiple of 64. */
+#define QDOT_XCHUNK_BYTES 512u
 
 /* One weight row's chunk, unpacked by the portable code (a partial last
  * chunk is zero past its elements, so it adds nothing). */
@@ -77,11 +81,21 @@ typedef struct strata__qjob {
 	uint32_t prefetch; /* bytes ahead of the chunk being read */
 	int off;	   /* the type's code offset */
 	strata__qx x;
+	/* One row of x (n 1): the running thread's scratch of
+	 * strata__qdot_xs_bytes (64-byte aligned), where a SIMD kernel
+	 * prepares x's chunks once and then streams its weight rows one after
+	 * another; NULL: the rows four at a time (qdot_rows.h says why).
+	 * pool: whose scratch the task sets xs to (NULL: none). */
+	void *xs;
+	struct strata__pool *pool;
 } strata__qjob;
 
 /* Whether type t has the integer scheme; its code offset. */
 bool strata__qdot_has(strata_block_type t);
 int strata__qdot_offset(strata_block_type t);
+/* Bytes of the scratch (strata__qjob.xs) a one-row product of `in`
+ * elements takes. */
+uint64_t strata__qdot_xs_bytes(uint32_t in);
 /* Bytes strata__qdot_quantize_x lays out for n rows of `in` elements. */
 uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in);
 /* Quantizes x (n, in) for type t into buf (strata__qdot_x_bytes of it,
