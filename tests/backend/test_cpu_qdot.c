@@ -193,12 +193,52 @@ static void every_kernel_matches_the_reference_within_the_bound(void **state)
 	strata_compute_destroy(c);
 }
 
-/* One row of x takes its own loop (qdot_rows.h: x's chunks prepared once a
- * task in the thread's scratch, the weight rows streamed one by one); its
- * outputs are the bits of that row in a product of two rows, which takes
- * four weight rows in step: tasks split over threads, partial last chunks
- * (the 32-element types), a bias, a row of 40000, on each SIMD kernel. */
-static void one_row_gives_the_bits_of_that_row_among_two(void **state)
+/* Products of m <= 4 rows of x against one weight matrix w (type bt):
+ * rows 4 .. 4 + m of x alone (qdot_rows.h's stream: x's chunks prepared
+ * once a task in the thread's scratch, the weight rows one by one) must
+ * give the bits of those rows in the product of all 4 + m rows, whose
+ * path takes four weight rows in step (x's rows 0-3, then 4 .. 4 + m
+ * together); and rows 0-3 alone those of rows 0-3 there. */
+static void check_stream_bits(strata_compute *c, strata_block_type bt,
+			      shape s, uint32_t m)
+{
+	uint64_t wbytes = (uint64_t)s.in / strata_block_elements(bt) *
+			  strata_block_bytes(bt) * s.out;
+	unsigned char *w = malloc(wbytes);
+	float *x = malloc(8 * (size_t)s.in * sizeof *x);
+	float *b = malloc(s.out * sizeof *b);
+	float *ya = malloc(8 * (size_t)s.out * sizeof *ya);
+	float *yb = malloc(8 * (size_t)s.out * sizeof *yb);
+	rb_fill(bt, w, wbytes, &rng);
+	for (size_t i = 0; i < 8 * (size_t)s.in; i++)
+		x[i] = frand();
+	for (uint32_t i = 0; i < s.out; i++)
+		b[i] = frand();
+	strata_weight ws = {weight_type_of(bt), w, s.out, s.in};
+	strata_error e;
+	const float *bias = s.bias ? b : NULL;
+	assert_int_equal(strata_kernel_matmul(c, ya, x, &ws, bias, 4 + m, &e),
+			 STRATA_OK);
+	assert_int_equal(strata_kernel_matmul(c, yb, x + (size_t)4 * s.in, &ws,
+					      bias, m, &e),
+			 STRATA_OK);
+	if (memcmp(ya + (size_t)4 * s.out, yb, m * s.out * sizeof *yb))
+		fail_msg("%s in %u out %u, %u rows: the stream differs from "
+			 "the rows in step", strata_block_name(bt), s.in, s.out,
+			 m);
+	assert_int_equal(strata_kernel_matmul(c, yb, x, &ws, bias, 4, &e),
+			 STRATA_OK);
+	if (memcmp(ya, yb, 4 * s.out * sizeof *yb))
+		fail_msg("%s in %u out %u: four rows streamed differ from "
+			 "them in step", strata_block_name(bt), s.in, s.out);
+	free(w), free(x), free(b), free(ya), free(yb);
+}
+
+/* Up to four rows of x stream the weight rows one by one; their outputs
+ * are the bits of the four-rows-in-step path, 1 to 4 rows of x: tasks
+ * split over threads, partial last chunks (the 32-element types), a bias,
+ * a row of 40000, on each SIMD kernel. */
+static void streamed_rows_give_the_bits_of_rows_in_step(void **state)
 {
 	(void)state;
 	strata_compute *c = cpu(3);
@@ -212,41 +252,12 @@ static void one_row_gives_the_bits_of_that_row_among_two(void **state)
 			strata_block_type bt = (strata_block_type)t;
 			if (!strata__qdot_has(bt))
 				continue;
-			for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
-				shape s = shapes[k];
-				if (s.in % strata_block_elements(bt))
-					continue;
-				uint64_t wbytes = (uint64_t)s.in /
-						  strata_block_elements(bt) *
-						  strata_block_bytes(bt) * s.out;
-				unsigned char *w = malloc(wbytes);
-				float *x = malloc(2 * (size_t)s.in * sizeof *x);
-				float *b = malloc(s.out * sizeof *b);
-				float *y1 = malloc(s.out * sizeof *y1);
-				float *y2 = malloc(2 * s.out * sizeof *y2);
-				rb_fill(bt, w, wbytes, &rng);
-				for (size_t i = 0; i < 2 * (size_t)s.in; i++)
-					x[i] = frand();
-				for (uint32_t i = 0; i < s.out; i++)
-					b[i] = frand();
-				strata_weight ws = {weight_type_of(bt), w, s.out,
-						    s.in};
-				strata_error e;
-				const float *bias = s.bias ? b : NULL;
-				assert_int_equal(strata_kernel_matmul(c, y1, x, &ws,
-								      bias, 1, &e),
-						 STRATA_OK);
-				assert_int_equal(strata_kernel_matmul(c, y2, x, &ws,
-								      bias, 2, &e),
-						 STRATA_OK);
-				if (memcmp(y1, y2, s.out * sizeof *y1))
-					fail_msg("%s in %u out %u isa %d: one row "
-						 "differs from the same row among "
-						 "two",
-						 strata_block_name(bt), s.in,
-						 s.out, isa);
-				free(w), free(x), free(b), free(y1), free(y2);
-			}
+			for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+				for (uint32_t m = 1; m <= 4; m++)
+					if (shapes[k].in %
+					    strata_block_elements(bt) == 0)
+						check_stream_bits(c, bt,
+								  shapes[k], m);
 		}
 	}
 	strata__cpu_isa_limit(2);
@@ -424,7 +435,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_kernel_matches_the_reference_within_the_bound),
-		cmocka_unit_test(one_row_gives_the_bits_of_that_row_among_two),
+		cmocka_unit_test(streamed_rows_give_the_bits_of_rows_in_step),
 		cmocka_unit_test(zero_and_skewed_rows_stay_within_the_bound),
 		cmocka_unit_test(x_quantization_is_the_same_on_every_path),
 		cmocka_unit_test(the_exact_path_stays_reachable),

@@ -265,8 +265,8 @@ static strata__pool_fn pick_task(void)
 /* Decode on quantized x (qdot.h), the default for the block types          */
 /* ------------------------------------------------------------------------ */
 
-/* One row of x: the task's copy of the job points at its thread's
- * scratch, where the kernel prepares x once (qdot_rows.h). */
+/* Up to QDOT_W rows of x: the task's copy of the job points at its
+ * thread's scratch, where the kernel prepares x once (qdot_rows.h). */
 static inline void qtask_rows(const strata__qjob *j, uint32_t task,
 			      void (*rows)(const strata__qjob *, uint32_t,
 					   uint32_t))
@@ -308,8 +308,8 @@ static strata__pool_fn pick_qtask(void)
 }
 
 /* x quantized once into the pool's shared buffer, then the rows spread as
- * the exact decode path spreads them; one row of x also takes each
- * thread's scratch for its prepared chunks. */
+ * the exact decode path spreads them; up to QDOT_W rows of x also take
+ * each thread's scratch for their prepared chunks. */
 static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 				 strata_error *err)
 {
@@ -325,9 +325,9 @@ static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 			  .off = strata__qdot_offset(mj->type)};
 	j.block_bytes = mj->block_bytes;
 	j.chunk_bytes = QDOT_CHUNK / mj->block_elements * mj->block_bytes;
-	if (mj->n == 1) {
+	if (mj->n <= QDOT_W) {
 		strata_status st = strata__pool_reserve(
-			p, strata__qdot_xs_bytes(mj->in), err);
+			p, strata__qdot_xs_bytes(mj->n, mj->in), err);
 		if (st != STRATA_OK)
 			return st;
 		j.pool = p;

@@ -94,9 +94,10 @@ static uint32_t groups_of(uint32_t in)
 	return (in + QDOT_CHUNK - 1) / QDOT_CHUNK * (QDOT_CHUNK / 32);
 }
 
-uint64_t strata__qdot_xs_bytes(uint32_t in)
+uint64_t strata__qdot_xs_bytes(uint32_t n, uint32_t in)
 {
-	return (uint64_t)groups_of(in) / (QDOT_CHUNK / 32) * QDOT_XCHUNK_BYTES;
+	return (uint64_t)n * (groups_of(in) / (QDOT_CHUNK / 32)) *
+	       QDOT_XCHUNK_BYTES;
 }
 
 uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in)

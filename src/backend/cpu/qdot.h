@@ -81,7 +81,7 @@ typedef struct strata__qjob {
 	uint32_t prefetch; /* bytes ahead of the chunk being read */
 	int off;	   /* the type's code offset */
 	strata__qx x;
-	/* One row of x (n 1): the running thread's scratch of
+	/* At most QDOT_W rows of x: the running thread's scratch of
 	 * strata__qdot_xs_bytes (64-byte aligned), where a SIMD kernel
 	 * prepares x's chunks once and then streams its weight rows one after
 	 * another; NULL: the rows four at a time (qdot_rows.h says why).
@@ -93,9 +93,9 @@ typedef struct strata__qjob {
 /* Whether type t has the integer scheme; its code offset. */
 bool strata__qdot_has(strata_block_type t);
 int strata__qdot_offset(strata_block_type t);
-/* Bytes of the scratch (strata__qjob.xs) a one-row product of `in`
- * elements takes. */
-uint64_t strata__qdot_xs_bytes(uint32_t in);
+/* Bytes of the scratch (strata__qjob.xs) a product of n (<= QDOT_W) rows
+ * of `in` elements takes. */
+uint64_t strata__qdot_xs_bytes(uint32_t n, uint32_t in);
 /* Bytes strata__qdot_quantize_x lays out for n rows of `in` elements. */
 uint64_t strata__qdot_x_bytes(uint32_t n, uint32_t in);
 /* Quantizes x (n, in) for type t into buf (strata__qdot_x_bytes of it,

@@ -20,16 +20,19 @@
  * The inner functions are QDOT_INLINE (qdot.h), so each type's loops are one
  * straight piece of code without a switch per chunk.
  *
- * One row of x (decode at batch 1) goes otherwise: x's chunks are prepared
- * once a task into the thread's scratch (j->xs), then the weight rows are
- * read one after another, each from its start to its end, so a task reads
- * its rows as one forward stream that the hardware prefetchers follow.
- * Four rows in step read four streams a row apart, each only a row long
- * (Q4_K at 4096: 36 cache lines), and from memory that ran at 0.2-0.45 of
- * the read rate where the kernel alone runs faster than memory (bench_quant
- * --kernels); one stream keeps up with memory. x costs no more that way:
- * its prepared chunks (7 KiB at 4096) stay in L1. The sums are the four
- * rows' own, in the same order, so the outputs are the same bits. */
+ * Up to four rows of x (decode, a batch of up to four) go otherwise: x's
+ * chunks are prepared once a task into the thread's scratch (j->xs), then
+ * the weight rows are read one after another, each from its start to its
+ * end, so a task reads its rows as one forward stream that the hardware
+ * prefetchers follow. Four weight rows in step read four streams a row
+ * apart, each only a row long (Q4_K at 4096: 36 cache lines), and from
+ * memory that ran at 0.2-0.45 of the read rate where the kernel alone runs
+ * faster than memory (bench_quant --kernels); one stream keeps up with
+ * memory. x costs less that way: its chunks are prepared once a task, not
+ * once per four weight rows, and stay in L1 or L2 (7 KiB a row of x at
+ * 4096). Five rows of x or more keep the four weight rows in step, which
+ * read x's chunks a quarter as often. The sums are the same as in step, in
+ * the same order, so the outputs are the same bits. */
 #ifndef STRATA_BACKEND_CPU_QDOT_ROWS_H
 #define STRATA_BACKEND_CPU_QDOT_ROWS_H
 
@@ -86,15 +89,19 @@ rows_simd(const strata__qjob *j, uint32_t o, int R, uint32_t c0, int C)
 		}
 }
 
-/* One row of x: output o over the whole row against x's prepared chunks
- * (xs), the row read forward chunk by chunk. */
+/* Output o of x's C rows over the whole weight row, against x's prepared
+ * chunks (xs: chunk ch of row c at c * chunks + ch), the row read forward
+ * chunk by chunk. */
 QDOT_TARGET static QDOT_INLINE void
-row_one(const strata__qjob *j, uint32_t o, const xchunk *xs)
+row_stream(const strata__qjob *j, uint32_t o, const xchunk *xs,
+	   uint32_t chunks, int C)
 {
 	const uint32_t bb = j->block_bytes;
 	unsigned char pad[8 * QDOT_BLOCK32_MAX];
 	const unsigned char *p = j->w + (uint64_t)o * j->row_bytes;
-	qacc acc = acc_zero();
+	qacc acc[QDOT_W];
+	for (int c = 0; c < C; c++)
+		acc[c] = acc_zero();
 	for (uint32_t k = 0, ch = 0; k < j->in;
 	     k += QDOT_CHUNK, ch++, p += j->chunk_bytes) {
 		const unsigned char *q = p;
@@ -107,28 +114,34 @@ row_one(const strata__qjob *j, uint32_t o, const xchunk *xs)
 			q = pad;
 		}
 		wchunk w;
-		w_chunk(j->type, q, bb, false, &w);
-		chunk_row(&w, &xs[ch], j->off, false, &acc);
+		w_chunk(j->type, q, bb, C > 1, &w);
+		for (int c = 0; c < C; c++)
+			chunk_row(&w, &xs[(uint64_t)c * chunks + ch], j->off,
+				  C > 1, &acc[c]);
 	}
-	float s = acc_sum(acc);
-	if (j->bias)
-		s += j->bias[o];
-	j->y[o] = s;
+	for (int c = 0; c < C; c++) {
+		float s = acc_sum(acc[c]);
+		if (j->bias)
+			s += j->bias[o];
+		j->y[(uint64_t)c * j->out + o] = s;
+	}
 }
 
-/* Outputs [o0, o1) of one row of x: its chunks prepared into j->xs, then
- * the rows one by one. */
+/* Outputs [o0, o1) of x's C rows (C <= QDOT_W, all of them): x's chunks
+ * prepared into j->xs, then the weight rows one by one. */
 QDOT_TARGET static QDOT_INLINE void
-rows_one(const strata__qjob *j, uint32_t o0, uint32_t o1)
+rows_stream(const strata__qjob *j, uint32_t o0, uint32_t o1, int C)
 {
 	_Static_assert(sizeof(xchunk) <= QDOT_XCHUNK_BYTES,
 		       "QDOT_XCHUNK_BYTES holds an xchunk");
 	xchunk *xs = j->xs;
 	uint32_t chunks = (j->in + QDOT_CHUNK - 1) / QDOT_CHUNK;
-	for (uint32_t ch = 0; ch < chunks; ch++)
-		x_chunk(j, 0, ch, j->off, false, &xs[ch]);
+	for (int c = 0; c < C; c++)
+		for (uint32_t ch = 0; ch < chunks; ch++)
+			x_chunk(j, (uint32_t)c, ch, j->off, C > 1,
+				&xs[(uint64_t)c * chunks + ch]);
 	for (uint32_t o = o0; o < o1; o++)
-		row_one(j, o, xs);
+		row_stream(j, o, xs, chunks, C);
 }
 
 /* Every row of x, four at a time, for R weight rows. */
@@ -152,9 +165,13 @@ rows_typed(const strata__qjob *j, uint32_t o0, uint32_t o1, strata_block_type t)
 {
 	strata__qjob jt = *j;
 	jt.type = t;
-	if (j->n == 1 && j->xs) {
-		rows_one(&jt, o0, o1);
-		return;
+	if (j->xs) { /* n <= QDOT_W */
+		switch (j->n) {
+		case 1: rows_stream(&jt, o0, o1, 1); return;
+		case 2: rows_stream(&jt, o0, o1, 2); return;
+		case 3: rows_stream(&jt, o0, o1, 3); return;
+		default: rows_stream(&jt, o0, o1, 4); return;
+		}
 	}
 	uint32_t o = o0;
 	for (; o + QDOT_W <= o1; o += QDOT_W)
