@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "strata/backend.h"
 #include "strata/backend_kernels.h"
@@ -222,6 +223,7 @@ static int bench_type(kbench *b, strata_block_type t, double mem_rate,
 }
 
 /* Whether name is one of the comma list's (NULL: every name). */
+/* Is `name` in the comma list (any case: "q4_k" is Q4_K)? No list: all. */
 static bool listed(const char *list, const char *name)
 {
 	if (!list)
@@ -230,16 +232,50 @@ static bool listed(const char *list, const char *name)
 	for (const char *p = list; *p;) {
 		const char *e = strchr(p, ',');
 		size_t len = e ? (size_t)(e - p) : strlen(p);
-		if (len == n && !strncmp(p, name, n))
+		if (len == n && !strncasecmp(p, name, n))
 			return true;
 		p += len + (e != NULL);
 	}
 	return false;
 }
 
+/* Every name of the list is a type this bench measures; else says which
+ * is not, and the names it takes (a list matching nothing once printed
+ * the table's heading and no row, and exited 0). */
+static bool list_known(const char *list)
+{
+	if (!list)
+		return true;
+	for (const char *p = list;;) {
+		size_t len = strcspn(p, ",");
+		bool found = false;
+		for (size_t i = 0; i < sizeof all_types / sizeof *all_types; i++) {
+			const char *name = strata_block_name(all_types[i]);
+			found |= len && strlen(name) == len &&
+				 !strncasecmp(p, name, len);
+		}
+		if (!found) {
+			fprintf(stderr, "bench_quant: --types: '%.*s' is not a "
+				"type this bench measures\n  fix: give some of",
+				(int)len, p);
+			for (size_t i = 0; i < sizeof all_types / sizeof *all_types;
+			     i++)
+				fprintf(stderr, "%s%s", i ? "," : " ",
+					strata_block_name(all_types[i]));
+			fprintf(stderr, " (any case)\n");
+			return false;
+		}
+		if (!p[len])
+			return true;
+		p += len + 1;
+	}
+}
+
 int strata_bench_kernels(uint32_t threads, bool quick, double mem_rate,
 			 uint32_t in, uint32_t out, const char *types)
 {
+	if (!list_known(types))
+		return 2;
 	kbench b = {.in = quick ? 512 : in, .out = quick ? 256 : out,
 		    .passes = quick ? 1 : 2,
 		    .ring_bytes = (uint64_t)(quick ? 8 : 512) << 20};
