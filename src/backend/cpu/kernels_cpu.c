@@ -8,11 +8,13 @@
  * exactly as they are used (a norm in a block type is E_UNSUPPORTED).
  *
  * The fused slots (products, gated) take one row of activations on f32,
- * bf16 and f16 weights (a decode step; kernels_decode.c), the norm folded
+ * bf16 and f16 weights (a decode step; kernels_decode.c), and on the block
+ * types in the Q8 decode mode (kernels_decode_q8.c), the norm folded
  * in: computed once on the calling thread onto its stack (rows of at most
  * FOLD_MAX, so a step allocates nothing), the same bits as the rmsnorm
- * kernel's. Everything else (prefill, block types, the
- * generic path) gets the wrappers' compositions of the plain kernels. */
+ * kernel's. Everything else (prefill, block types under --precision
+ * exact, the generic path) gets the wrappers' compositions of the plain
+ * kernels. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,12 +169,12 @@ static bool cpu_products_take(void *ctx, const strata_kernel_norm *norm,
 			      uint32_t n, const strata_kernel_product *p,
 			      uint32_t count)
 {
-	(void)ctx;
 	const strata_weight *w[STRATA_KERNEL_PRODUCTS_MAX];
 	for (uint32_t i = 0; i < count; i++)
 		w[i] = &p[i].w;
 	return norm_takes(norm, p[0].w.cols) &&
-	       strata__cpu_decode_take(n, w, count);
+	       (strata__cpu_decode_take(n, w, count) ||
+		strata__cpu_decode_q8_take(ctx, n, w, count));
 }
 
 static strata_status cpu_products(void *ctx, const float *x,
@@ -181,11 +183,17 @@ static strata_status cpu_products(void *ctx, const float *x,
 				  uint32_t count, bool accumulate,
 				  strata_error *err)
 {
-	(void)n;
 	float normed[FOLD_MAX];
 	const float *in;
+	const strata_weight *w[STRATA_KERNEL_PRODUCTS_MAX];
+	for (uint32_t i = 0; i < count; i++)
+		w[i] = &p[i].w;
+	bool q8 = strata__cpu_decode_q8_take(ctx, n, w, count);
 	strata_status st = fold_norm(ctx, x, norm, normed, &in, err);
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && q8)
+		st = strata__cpu_decode_q8_products(ctx, in, p, count,
+						    accumulate, err);
+	else if (st == STRATA_OK)
 		st = strata__cpu_decode_products(ctx, in, p, count, accumulate,
 						 err);
 	return st;
@@ -195,10 +203,10 @@ static bool cpu_gated_take(void *ctx, const strata_kernel_norm *norm,
 			   uint32_t n, const strata_weight *gate,
 			   const strata_weight *up)
 {
-	(void)ctx;
 	const strata_weight *w[] = {gate, up};
 	return gate->type == up->type && norm_takes(norm, gate->cols) &&
-	       strata__cpu_decode_take(n, w, 2);
+	       (strata__cpu_decode_take(n, w, 2) ||
+		strata__cpu_decode_q8_take(ctx, n, w, 2));
 }
 
 static strata_status cpu_gated(void *ctx, float *y, const float *x,
@@ -207,11 +215,14 @@ static strata_status cpu_gated(void *ctx, float *y, const float *x,
 			       const strata_weight *up, uint32_t n,
 			       strata_error *err)
 {
-	(void)n;
 	float normed[FOLD_MAX];
 	const float *in;
+	const strata_weight *w[] = {gate, up};
+	bool q8 = strata__cpu_decode_q8_take(ctx, n, w, 2);
 	strata_status st = fold_norm(ctx, x, norm, normed, &in, err);
-	if (st == STRATA_OK)
+	if (st == STRATA_OK && q8)
+		st = strata__cpu_decode_q8_gated(ctx, y, in, gate, up, err);
+	else if (st == STRATA_OK)
 		st = strata__cpu_decode_gated(ctx, y, in, gate, up, err);
 	return st;
 }

@@ -125,5 +125,20 @@ strata_status strata__cpu_decode_gated(void *ctx, float *y, const float *x,
 				       const strata_weight *gate,
 				       const strata_weight *up,
 				       strata_error *err);
+/* The same slots on the GGUF block types through the activation-quantized
+ * kernels (kernels_decode_q8.c): whether they take n rows of these weights
+ * (n 1, each a block type of qdot.h's scheme, whole blocks, the pool in
+ * the Q8 decode mode), then products and gated as above, the bits of the
+ * plain Q8 products composed. */
+bool strata__cpu_decode_q8_take(void *ctx, uint32_t n,
+				const strata_weight *const *w, uint32_t count);
+strata_status strata__cpu_decode_q8_products(void *ctx, const float *x,
+					     const strata_kernel_product *p,
+					     uint32_t count, bool accumulate,
+					     strata_error *err);
+strata_status strata__cpu_decode_q8_gated(void *ctx, float *y, const float *x,
+					  const strata_weight *gate,
+					  const strata_weight *up,
+					  strata_error *err);
 
 #endif

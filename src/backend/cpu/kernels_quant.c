@@ -307,6 +307,33 @@ static strata__pool_fn pick_qtask(void)
 	return qtask_c;
 }
 
+strata__qdot_rows_fn strata__qdot_pick_rows(void)
+{
+#if defined(__x86_64__)
+	strata__pool_fn t = pick_qtask();
+	if (t == qtask_vnni)
+		return strata__qdot_rows_vnni;
+	if (t == qtask_avx2)
+		return strata__qdot_rows_avx2;
+#endif
+	return strata__qdot_rows_c;
+}
+
+void strata__qdot_setup(strata__qjob *j, float *y, const void *w,
+			strata_block_type type, const float *bias, uint32_t n,
+			uint32_t in, uint32_t out)
+{
+	uint32_t be = strata_block_elements(type), bb = strata_block_bytes(type);
+	*j = (strata__qjob){.y = y, .bias = bias, .w = w, .type = type,
+			    .row_bytes = (uint64_t)in / be * bb, .n = n,
+			    .in = in, .out = out,
+			    .off = strata__qdot_offset(type)};
+	j->block_bytes = bb;
+	j->chunk_bytes = QDOT_CHUNK / be * bb;
+	/* the decode path's distance (GEMV_CHUNK's bytes a chunk) */
+	j->prefetch = prefetch_chunks * (GEMV_CHUNK / be * bb);
+}
+
 /* x quantized once into the pool's shared buffer, then the rows spread as
  * the exact decode path spreads them; up to QDOT_W rows of x also take
  * each thread's scratch for their prepared chunks. */
@@ -317,14 +344,10 @@ static strata_status matmul_qdot(strata__pool *p, const mq_job *mj,
 	void *buf = strata__pool_shared(p, bytes, "quantized activations", err);
 	if (!buf)
 		return STRATA_E_NOMEM;
-	strata__qjob j = {.y = mj->y, .bias = mj->bias, .w = mj->w,
-			  .type = mj->type, .row_bytes = mj->row_bytes,
-			  .n = mj->n, .in = mj->in, .out = mj->out,
-			  .rows_per_task = mj->rows_per_task,
-			  .prefetch = mj->prefetch,
-			  .off = strata__qdot_offset(mj->type)};
-	j.block_bytes = mj->block_bytes;
-	j.chunk_bytes = QDOT_CHUNK / mj->block_elements * mj->block_bytes;
+	strata__qjob j;
+	strata__qdot_setup(&j, mj->y, mj->w, mj->type, mj->bias, mj->n, mj->in,
+			   mj->out);
+	j.rows_per_task = mj->rows_per_task;
 	if (mj->n <= QDOT_W) {
 		strata_status st = strata__pool_reserve(
 			p, strata__qdot_xs_bytes(mj->n, mj->in), err);

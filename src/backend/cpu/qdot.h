@@ -109,6 +109,19 @@ void strata__qdot_factors(strata_block_type t, const unsigned char *p,
 void strata__qdot_codes(strata_block_type t, const unsigned char *p,
 			uint32_t elements, strata__qw *w);
 
+/* A row kernel (below); the one the decode product takes on this processor
+ * within the ISA limit (kernels_quant.c), so that every caller of it gets
+ * the same bits. */
+typedef void (*strata__qdot_rows_fn)(const strata__qjob *j, uint32_t o0,
+				     uint32_t o1);
+strata__qdot_rows_fn strata__qdot_pick_rows(void);
+/* *j for y (n, out) = x (n, in) . w^T (+ bias) on w of `type` as the
+ * decode product reads it (prefetch distance included); x, rows_per_task,
+ * xs and pool left zero. */
+void strata__qdot_setup(strata__qjob *j, float *y, const void *w,
+			strata_block_type type, const float *bias, uint32_t n,
+			uint32_t in, uint32_t out);
+
 /* Row kernels: outputs [o0, o1) of every row of x. The portable one is the
  * reference of the scheme; the others give its integers exactly and its
  * f32 sums in their own order. */
