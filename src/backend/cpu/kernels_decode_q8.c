@@ -136,6 +136,18 @@ static bool plan_tasks(q8_job *job)
 	return small;
 }
 
+typedef struct one_task {
+	q8_job *job;
+	uint32_t task;
+} one_task;
+
+static void run_one(void *arg, uint32_t task)
+{
+	(void)task;
+	const one_task *o = arg;
+	q8_task(o->job, o->task);
+}
+
 /* x quantized for every part (once for parts of one type) into the pool's
  * shared buffer, the threads' scratch made room for x's prepared chunks,
  * then the job. */
@@ -166,8 +178,12 @@ static strata_status run_job(q8_job *job, const float *x, strata_error *err)
 	}
 	job->rows = strata__qdot_pick_rows();
 	if (plan_tasks(job)) {
-		for (uint32_t t = 0; t < job->tasks; t++)
-			q8_task(job, t); /* small: not worth waking the pool */
+		/* small: not worth waking the pool; one task a call runs on
+		 * this thread, in the scratch slot of the pool's caller */
+		for (uint32_t t = 0; t < job->tasks; t++) {
+			one_task one = {job, t};
+			strata__pool_run(p, run_one, &one, 1);
+		}
 		return STRATA_OK;
 	}
 	strata__pool_run(p, q8_task, job, job->tasks);
