@@ -51,21 +51,28 @@ static strata_infer_experts_stats stats_of(strata_session *s)
 	return st;
 }
 
+/* The counts between a (before) and b (after). */
+static strata_infer_experts_stats added(strata_infer_experts_stats a,
+					strata_infer_experts_stats b)
+{
+	b.routed -= a.routed, b.hits -= a.hits, b.misses -= a.misses;
+	b.streamed -= a.streamed, b.admissions -= a.admissions;
+	b.evictions -= a.evictions, b.cpu_bytes -= a.cpu_bytes;
+	b.upload_bytes -= a.upload_bytes;
+	return b;
+}
+
 /* The n tokens one at a time from position 0: the counts they add. */
 static strata_infer_experts_stats decode(strata_session *s, const ref_data *r)
 {
 	strata_forward *f = strata_session_forward(s);
 	strata_error err;
-	strata_infer_experts_stats a = stats_of(s), b;
+	strata_infer_experts_stats a = stats_of(s);
 	strata_forward_reset(f);
 	for (uint32_t t = 0; t < r->n_tokens; t++)
 		if (strata_forward_run(f, r->tokens + t, 1, t, NULL, NULL, &err))
 			fail_msg("decode %u: %s", t, err.message);
-	b = stats_of(s);
-	b.routed -= a.routed, b.hits -= a.hits, b.misses -= a.misses;
-	b.admissions -= a.admissions, b.cpu_bytes -= a.cpu_bytes;
-	b.upload_bytes -= a.upload_bytes, b.streamed -= a.streamed;
-	return b;
+	return added(a, stats_of(s));
 }
 
 /* One expert's three tensors of layer 0 in the catalog, as the CPU
@@ -161,14 +168,11 @@ static strata_infer_experts_stats prompt(strata_session *s, const ref_data *r,
 {
 	strata_forward *fw = strata_session_forward(s);
 	strata_error err;
-	strata_infer_experts_stats a = stats_of(s), b;
+	strata_infer_experts_stats a = stats_of(s);
 	strata_forward_reset(fw);
 	if (strata_forward_run(fw, r->tokens, r->n_tokens, 0, NULL, NULL, &err))
 		fail_msg("%s: %s", name, err.message);
-	b = stats_of(s);
-	b.routed -= a.routed, b.hits -= a.hits, b.misses -= a.misses;
-	b.admissions -= a.admissions, b.evictions -= a.evictions;
-	return b;
+	return added(a, stats_of(s));
 }
 
 /* A prompt calling more experts than the cache holds, three times. The
