@@ -1,8 +1,13 @@
 # strata.cmake - helpers that declare a layer, a test and a bench the same way.
 
 # strata_add_layer(NAME SOURCES f.c ... [DEPENDS layer ...] [LIBS target ...])
-# Builds strata_NAME as a static archive that links the layers it depends on,
-# so a test of one layer builds without the layers below it.
+# Builds strata_NAME as a library that links the layers it depends on, so a
+# test of one layer builds without the layers above it. With the CUDA backend
+# each layer is a shared library: the backend's device code (a fatbin of some
+# 11 MB, and its debug information) then sits on disk once, where static
+# archives copied it into each of some 150 tests and benches (25 MB each, a
+# 2 GB build, more than CI's disk once had free). The tool and libstrata are
+# built from the layers' objects either way, so neither depends on these.
 function(strata_add_layer name)
   cmake_parse_arguments(L "" "" "SOURCES;DEPENDS;LIBS" ${ARGN})
   add_library(strata_${name}_objs OBJECT ${L_SOURCES})
@@ -13,7 +18,11 @@ function(strata_add_layer name)
     list(APPEND deps strata_${d})
   endforeach()
   target_link_libraries(strata_${name}_objs PUBLIC ${deps} ${L_LIBS})
-  add_library(strata_${name} STATIC $<TARGET_OBJECTS:strata_${name}_objs>)
+  if(STRATA_HAVE_CUDA)
+    add_library(strata_${name} SHARED $<TARGET_OBJECTS:strata_${name}_objs>)
+  else()
+    add_library(strata_${name} STATIC $<TARGET_OBJECTS:strata_${name}_objs>)
+  endif()
   target_include_directories(strata_${name} PUBLIC ${CMAKE_SOURCE_DIR}/include)
   target_link_libraries(strata_${name} PUBLIC ${deps} ${L_LIBS})
   set_property(GLOBAL APPEND PROPERTY STRATA_LAYER_OBJECTS
