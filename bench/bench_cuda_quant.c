@@ -4,7 +4,7 @@
  * rate measured in the same run (bench, layer: backend).
  *
  *   bench_cuda_quant [--quick] [--reps N] [--types Q8_0,Q4_K,...]
- *                    [--rows 512,2048] [--no-sweep]
+ *                    [--rows 512,2048] [--no-sweep] [--wide 0|1|both]
  *
  * Decode: each type's one-row product (the GEMV) at every shape, in GB/s
  * of stored bytes and as a share of the copy rate, on the types the 8-bit
@@ -16,7 +16,10 @@
  * rows of x on the largest shape, and the sum of a token's products (16
  * layers of q, k, v, o, gate, up, down and the output head) as ms/token;
  * a decode layer's products through the fused slots as the forward pass
- * calls them (bf16, Q8_0, Q4_K, Q6_K; q8 and f32 x).
+ * calls them (bf16, Q8_0, Q4_K, Q6_K; q8 and f32 x). --wide sets
+ * strata__cuda_q8gemv_wide (0, the default: the current lanes; 1: the wide
+ * K-quant lanes; both: Q4_K, Q5_K and Q6_K measured each way, one after
+ * the other); rows and figures of the wide lanes say x "q8w".
  * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:
  * tensor cores (bf16 hi + lo, the default; bf16 once) against the f32
  * SGEMM slices and the bf16 weights' own cuBLAS product, with the plan's
@@ -200,14 +203,30 @@ static double copy_rate(bench *B, uint64_t bytes)
 /* Decode                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* The activations the decode products take now: "q8" (quantized, the
- * 8-bit GEMV) or "f32". */
-static const char *x_kind(const bench *B, strata_weight_type t)
+/* Whether the decode products of t take x quantized now (the 8-bit
+ * GEMV). */
+static bool q8_x(const bench *B, strata_weight_type t)
 {
 	strata_block_type bt = strata_weight_type_block(t);
-	bool q8 = t != STRATA_WEIGHT_BF16 && bt < STRATA_BLOCK_COUNT &&
-		  strata__cuda_q8gemv_takes((int)bt, (void *)(uintptr_t)256, 4096);
-	return q8 && B->k->decode_q8 ? "q8" : "f32";
+	return t != STRATA_WEIGHT_BF16 && bt < STRATA_BLOCK_COUNT &&
+	       strata__cuda_q8gemv_takes((int)bt, (void *)(uintptr_t)256, 4096) &&
+	       B->k->decode_q8;
+}
+
+/* Whether strata__cuda_q8gemv_wide has a say on t's 8-bit GEMV. */
+static bool k_quant(strata_weight_type t)
+{
+	return t == STRATA_WEIGHT_Q4_K || t == STRATA_WEIGHT_Q5_K ||
+	       t == STRATA_WEIGHT_Q6_K;
+}
+
+/* The activations the decode products take now: "q8" (quantized, the
+ * 8-bit GEMV), "q8w" (the same on the wide K-quant lanes) or "f32". */
+static const char *x_kind(const bench *B, strata_weight_type t)
+{
+	if (!q8_x(B, t))
+		return "f32";
+	return k_quant(t) && strata__cuda_q8gemv_wide ? "q8w" : "q8";
 }
 
 static void gemv_line(bench *B, const char *type, const char *x,
@@ -538,6 +557,19 @@ static int parse_rows(const char *list, uint32_t *rows, uint32_t *nrows)
 	}
 }
 
+/* --wide 0|1|both: strata__cuda_q8gemv_wide (both: 0, then the K-quants
+ * again at 1); else exit 2. */
+static int parse_wide(const char *v, bool *both)
+{
+	if (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "both")) {
+		strata__cuda_q8gemv_wide = !strcmp(v, "1");
+		*both = !strcmp(v, "both");
+		return 0;
+	}
+	fprintf(stderr, "bench_cuda_quant: --wide '%s': give 0, 1 or both\n", v);
+	return 2;
+}
+
 /* A section's heading, and why it has no row when none of its types was
  * chosen (rather than a heading with nothing under it). */
 static bool section(const char *heading, uint32_t chosen)
@@ -556,7 +588,7 @@ static bool section(const char *heading, uint32_t chosen)
 
 int main(int argc, char **argv)
 {
-	bool quick = false, do_sweep = true;
+	bool quick = false, do_sweep = true, wide_both = false;
 	uint32_t chosen = UINT32_MAX; /* every type */
 	uint32_t rows[4] = {512, 2048}, nrows = 2;
 	bench B = {.reps = 20};
@@ -572,8 +604,10 @@ int main(int argc, char **argv)
 			rc = parse_types(argv[++i], &chosen);
 		else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
 			rc = parse_rows(argv[++i], rows, &nrows);
+		else if (!strcmp(argv[i], "--wide") && i + 1 < argc)
+			rc = parse_wide(argv[++i], &wide_both);
 		else {
-			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep]\n");
+			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep] [--wide 0|1|both]\n");
 			rc = 2;
 		}
 	}
@@ -608,7 +642,13 @@ int main(int argc, char **argv)
 		if (!listed(chosen, all_types[i]))
 			continue;
 		decode_type(&B, all_types[i], shapes, count, do_sweep);
-		if (!strcmp(x_kind(&B, all_types[i]), "q8")) { /* and f32 x */
+		if (q8_x(&B, all_types[i]) && k_quant(all_types[i]) &&
+		    wide_both) { /* the other lanes too */
+			strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+			decode_type(&B, all_types[i], shapes, count, do_sweep);
+			strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+		}
+		if (q8_x(&B, all_types[i])) { /* and f32 x */
 			B.k->decode_q8 = 0;
 			decode_type(&B, all_types[i], shapes, count, do_sweep);
 			B.k->decode_q8 = 1;
@@ -621,7 +661,12 @@ int main(int argc, char **argv)
 			if (!listed(chosen, t))
 				continue;
 			layer_time(&B, t);
-			if (!strcmp(x_kind(&B, t), "q8")) {
+			if (q8_x(&B, t) && k_quant(t) && wide_both) {
+				strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+				layer_time(&B, t);
+				strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+			}
+			if (q8_x(&B, t)) {
 				printf("  (ordinary launches:)\n");
 				strata__cuda_pdl = 0;
 				layer_time(&B, t);

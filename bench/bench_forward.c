@@ -5,7 +5,7 @@
  *
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
  *                 [--decode 64] [--threads N] [--precision fast|exact]
- *                 [--quick]
+ *                 [--q8gemv-wide 0|1|both] [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
  * starting with "json " (bench/gpu collects them). The peers (accelerate,
@@ -24,6 +24,10 @@
  * the cache-size most routed experts (what a cache that kept them would
  * hit) against the uniform share, slots / (layers x experts).
  *
+ * --q8gemv-wide (CUDA builds): the 8-bit decode GEMV's K-quant lanes
+ * (strata__cuda_q8gemv_wide: 0 the current ones, the default; 1 the wide
+ * ones; both: every figure measured at 0, then again at 1, in one run).
+ *
  * Device memory: on CUDA, the free memory before the session opens less
  * the least free memory seen after any pass; everything strata took on the
  * device (the plan's arenas, the compute context's workspaces, cuBLAS's
@@ -38,6 +42,11 @@
 #include "strata/backend.h"
 #include "strata/infer.h"
 
+#ifdef STRATA_HAVE_CUDA
+/* backend/cuda/cuda_launch.h: which lanes the K-quants' q8 GEMV takes */
+extern int strata__cuda_q8gemv_wide;
+#endif
+
 #define MAX_SHAPES 8
 
 typedef struct cfg {
@@ -48,6 +57,8 @@ typedef struct cfg {
 	uint32_t passes, decode;
 	uint32_t threads; /* CPU compute threads, 0: every processor */
 	bool cold; /* time the first pass too: nothing read before it */
+	int wide[2]; /* strata__cuda_q8gemv_wide values to measure, in order */
+	size_t n_wide;
 } cfg;
 
 static int usage(void)
@@ -55,7 +66,7 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
-		"                     [--precision fast|exact]\n"
+		"                     [--precision fast|exact] [--q8gemv-wide 0|1|both]\n"
 		"                     [--expert-hit-rate F] [--expert-admit-rate F]\n"
 		"  --expert-hit-rate, --expert-admit-rate: the decode hit and\n"
 		"    admission shares the plan predicts with (as a run counted\n"
@@ -387,15 +398,16 @@ static void report_experts(const char *what, const strata_infer_experts_stats *x
 	       p->upload_bytes / 1e6);
 }
 
-static void report(const cfg *c, uint32_t n, const figures *f)
+static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 {
 	double ms = f->pass_ns / 1e6;
 	double gbs = f->weight_bytes / (double)f->pass_ns;
-	printf("%u-token pass, --precision %s: %.2f ms median of %u%s (weights "
+	printf("%u-token pass, --precision %s, --q8gemv-wide %d: %.2f ms median "
+	       "of %u%s (weights "
 	       "%.3f GB: %.1f "
 	       "GB/s; host->device %.3f GB per pass, %.1f GB/s; %" PRIu64
 	       " stalls, %.2f ms)\n",
-	       n, strata_precision_name(c->r.precision), ms, c->passes,
+	       n, strata_precision_name(c->r.precision), wide, ms, c->passes,
 	       c->cold ? ", cold" : "",
 	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
 	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
@@ -437,8 +449,8 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 						  (double)f->step_x.misses
 					: 0.0);
 	}
-	printf("json {\"tokens\": %u, \"precision\": \"%s\", \"pass_ms\": "
-	       "%.4f, \"weight_bytes\": %"
+	printf("json {\"tokens\": %u, \"precision\": \"%s\", "
+	       "\"q8gemv_wide\": %d, \"pass_ms\": %.4f, \"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
 	       "%.4f, \"device_used_bytes\": %" PRIu64 ", \"plan_device_bytes\": %"
 	       PRIu64 ", \"stalls\": %" PRIu64 ", \"plan\": \"%s\", "
@@ -446,11 +458,31 @@ static void report(const cfg *c, uint32_t n, const figures *f)
 	       "\"prefill_chunk\": %" PRIu64 ", \"plan_host_bytes\": %" PRIu64
 	       ", \"peak_device_bytes\": %" PRIu64 ", \"peak_host_bytes\": %"
 	       PRIu64 "}\n",
-	       n, strata_precision_name(c->r.precision), ms, f->weight_bytes,
+	       n, strata_precision_name(c->r.precision), wide, ms, f->weight_bytes,
 	       f->h2d_bytes_per_pass,
 	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls,
 	       f->plan_name, f->predicted_decode_ms, f->predicted_prefill_ms,
 	       f->prefill_chunk, f->plan_host, f->peak_device, f->peak_host);
+}
+
+/* --q8gemv-wide 0|1|both into c->wide; -1 on another value or in a
+ * build without CUDA (the knob is CUDA's). */
+static int parse_wide(cfg *c, const char *v)
+{
+#ifdef STRATA_HAVE_CUDA
+	if (!strcmp(v, "0") || !strcmp(v, "1")) {
+		c->wide[0] = v[0] - '0', c->n_wide = 1;
+		return 0;
+	}
+	if (!strcmp(v, "both")) {
+		c->wide[0] = 0, c->wide[1] = 1, c->n_wide = 2;
+		return 0;
+	}
+#else
+	(void)c, (void)v;
+	fprintf(stderr, "bench_forward: --q8gemv-wide needs a CUDA build\n");
+#endif
+	return -1;
 }
 
 static int parse_tokens(cfg *c, const char *v)
@@ -470,7 +502,8 @@ static int parse_tokens(cfg *c, const char *v)
 
 int main(int argc, char **argv)
 {
-	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64};
+	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64,
+		 .wide = {0}, .n_wide = 1};
 	strata_cli_residency_init(&c.r);
 	c.r.loads = true; /* --no-mmap and --precision, as run takes them */
 	bool quick = false;
@@ -500,6 +533,8 @@ int main(int argc, char **argv)
 			c.r.plan.experts.admit_rate = atof(argv[++i]);
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
 			c.threads = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(a, "--q8gemv-wide") && v && !parse_wide(&c, v))
+			i++;
 		else if (a[0] != '-' && !c.model)
 			c.model = a;
 		else
@@ -526,11 +561,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int rc = 0;
-	for (size_t i = 0; i < c.n_tokens && !rc; i++) {
-		figures f;
-		rc = measure(&c, c.tokens[i], &f);
-		if (!rc)
-			report(&c, c.tokens[i], &f);
+	for (size_t w = 0; w < c.n_wide && !rc; w++) {
+#ifdef STRATA_HAVE_CUDA
+		strata__cuda_q8gemv_wide = c.wide[w];
+#endif
+		for (size_t i = 0; i < c.n_tokens && !rc; i++) {
+			figures f;
+			rc = measure(&c, c.tokens[i], &f);
+			if (!rc)
+				report(&c, c.tokens[i], c.wide[w], &f);
+		}
 	}
 	strata_cli_residency_fini(&c.r);
 	return rc;

@@ -8,8 +8,11 @@
  * boundaries, every row split and unroll, Q8_0's aligned-row kernel and
  * its fallback, the dependent launch against the ordinary one (the same
  * bits); the fused slots (norm folded in,
- * y +=, gate/up); NaN in x; and --precision's choice of the path
- * (layer: backend tests). Skipped (77) without a CUDA device. */
+ * y +=, gate/up); NaN in x; and --precision's choice of the path; and the
+ * wide lanes of Q4_K, Q5_K and Q6_K (strata__cuda_q8gemv_wide 1,
+ * qgemv_q8_kquants.cuh) against the current ones and the CPU on the 7.5 GB
+ * llama's shapes and odd ones, every slot and tuning above (layer: backend
+ * tests). Skipped (77) without a CUDA device. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -354,6 +357,232 @@ static void test_precision_picks_the_decode_path(void **state)
 	assert_null(c);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The wide lanes (strata__cuda_q8gemv_wide 1)                              */
+/* ------------------------------------------------------------------------ */
+
+static const strata_weight_type k_types[] = {
+	STRATA_WEIGHT_Q4_K, STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
+};
+#define K_TYPES (sizeof k_types / sizeof *k_types)
+
+/* Whether the wide lanes take weights of type t placed w_offset bytes past
+ * a 16-byte boundary (Q4_K and Q5_K need it; Q6_K, 2-byte aligned
+ * super-blocks, does not). */
+static bool wide_takes(strata_weight_type t)
+{
+	return t == STRATA_WEIGHT_Q6_K || w_offset % 16 == 0;
+}
+
+/* y (n, out) = x . w^T (+ bias) of one set of random blocks of type t for
+ * each n of ns, with the wide lanes and the current ones: the wide product
+ * within Q8_CPU_TOL of the CPU's q8 decode and of the current kernel (the
+ * same codes and factors; not the same bits: a wide lane sums a whole
+ * 16-element run where two narrow lanes sum half each, so the f32 terms
+ * are added in another order), and with `bound` within the scheme's bound
+ * of the exact product. Where the wide lanes do not take the weights
+ * (Q4_K, Q5_K off 16-byte boundaries) the knob must change no bit. y is
+ * filled with NaN before each product, so a kernel that leaves rows
+ * unwritten fails. */
+static void check_wide(strata_weight_type t, const uint32_t *ns, size_t count,
+		       uint32_t in, uint32_t out, bool bias, bool bound)
+{
+	strata_block_type bt = strata_weight_type_block(t);
+	uint64_t bytes = weight_bytes(t, out, in);
+	unsigned char *h = random_blocks(bt, bytes);
+	const uint32_t nmax = STRATA__CUDA_GEMV_ROWS;
+	float *x = host_floats((size_t)nmax * in), *b = host_floats(out);
+	float *want = host_floats((size_t)nmax * out);
+	float *got[2] = {host_floats((size_t)nmax * out),
+			 host_floats((size_t)nmax * out)};
+	float *w = bound ? host_floats((size_t)out * in) : NULL;
+	if (w)
+		assert_true(strata_block_decode(bt, h, w, (uint64_t)out * in) ==
+			    STRATA_BLOCK_ALL_FINITE);
+	cuda_test_fill(b, out, out + 7, 1.0f);
+	char *dw = (char *)dev_alloc(bytes + 16) + w_offset;
+	OK(strata_backend_copy_h2d_async(F.b, F.gs, dw, h, bytes, ERR));
+	float *dx = (float *)dev_alloc((uint64_t)nmax * in * 4 + 64) + x_offset;
+	float *db = upload(b, (uint64_t)out * 4);
+	float *dy = dev_alloc((uint64_t)nmax * out * 4);
+	for (size_t i = 0; i < count; i++) {
+		const uint32_t n = ns[i];
+		const uint64_t ybytes = (uint64_t)n * out * 4;
+		cuda_test_fill(x, (size_t)n * in, n * 37 + in + out, 1.0f);
+		OK(strata_backend_copy_h2d_async(F.b, F.gs, dx, x, (uint64_t)n * in * 4, ERR));
+		OK(strata_kernel_matmul(F.cpu, want, x, &(strata_weight){t, h, out, in},
+					bias ? b : NULL, n, ERR));
+		for (int wide = 0; wide <= 1; wide++) {
+			for (uint64_t k = 0; k < (uint64_t)n * out; k++)
+				got[wide][k] = NAN;
+			OK(strata_backend_copy_h2d_async(F.b, F.gs, dy, got[wide], ybytes, ERR));
+			strata__cuda_q8gemv_wide = wide;
+			OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){t, dw, out, in},
+						bias ? db : NULL, n, ERR));
+			strata__cuda_q8gemv_wide = 0;
+			download(got[wide], dy, ybytes);
+		}
+		char what[112];
+		snprintf(what, sizeof what, "wide %s n=%u in=%u out=%u%s w+%u x+%u",
+			 strata_weight_type_name(t), n, in, out,
+			 bias ? " +bias" : "", w_offset, 4 * x_offset);
+		expect_close(what, want, got[1], (size_t)n * out, Q8_CPU_TOL);
+		expect_close("  ... against the current lanes", got[0], got[1],
+			     (size_t)n * out, Q8_CPU_TOL);
+		if (!wide_takes(t) && memcmp(got[0], got[1], ybytes))
+			fail_msg("%s: the knob changed bits where the wide lanes "
+				 "do not take the weights", what);
+		if (w)
+			expect_within_bound(what, got[1], w, x, bias ? b : NULL,
+					    n, in, out);
+	}
+	dev_free_all();
+	free(h), free(x), free(b), free(want), free(got[0]), free(got[1]);
+	free(w);
+}
+
+/* The 7.5 GB llama's products (q/o 4096x4096, gate/up 14336x4096, down
+ * 4096x14336) and an odd small one (in 256: 8 lanes of a warp's 32 load;
+ * out 3: a block of 8 warps with 5 idle), 1..8 rows (every kernel's row
+ * count, partly filled), against the current lanes and the CPU. */
+static void test_wide_k_quants_match_current_and_cpu(void **state)
+{
+	(void)state;
+	static const uint32_t all[] = {1, 2, 3, 4, 5, 6, 7, 8};
+	static const uint32_t some[] = {1, 2, 3, 5, 8};
+	for (size_t i = 0; i < K_TYPES; i++) {
+		check_wide(k_types[i], all, 8, 4096, 4096, true, true);
+		check_wide(k_types[i], some, 5, 4096, 14336, false, false);
+		check_wide(k_types[i], some, 5, 14336, 4096, true, false);
+		check_wide(k_types[i], all, 8, 256, 3, true, true);
+	}
+}
+
+/* Rows of super-blocks that do not fill a wide warp step (1280: 5 of a
+ * step's 4 + 4; 2304: 9), row counts that do not fill a block (45, 19,
+ * 4097), weights 4 and 8 bytes past a 16-byte boundary (Q4_K and Q5_K
+ * keep the current lanes there, bit for bit; Q6_K's super-blocks start on
+ * every even offset whatever the weights' own), x 4 and 8 bytes past
+ * one, every row split and both unrolls. */
+static void test_wide_k_quants_awkward_shapes(void **state)
+{
+	(void)state;
+	static const uint32_t one[] = {1}, five[] = {5}, eight[] = {8};
+	static const uint32_t offsets[] = {0, 4, 8};
+	for (size_t i = 0; i < K_TYPES; i++)
+		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
+			for (int unroll = 4; unroll <= 8; unroll += 4) {
+				strata__cuda_qgemv_split = split;
+				strata__cuda_qgemv_unroll = unroll;
+				w_offset = offsets[(uint32_t)(split + unroll) % 3];
+				x_offset = (uint32_t)split % 3;
+				check_wide(k_types[i], one, 1, 1280, 45, true, true);
+				check_wide(k_types[i], five, 1, 2304, 19, false, true);
+				check_wide(k_types[i], eight, 1, 256, 9, true, true);
+			}
+	strata__cuda_qgemv_split = 0;
+	strata__cuda_qgemv_unroll = 4;
+	w_offset = x_offset = 0;
+	static const uint32_t two[] = {2};
+	for (size_t i = 0; i < K_TYPES; i++)
+		check_wide(k_types[i], two, 1, 4096, 4097, true, false);
+}
+
+/* The fused slots (three parts with the norm folded in, y +=, gate/up
+ * with SwiGLU: the wide lanes' halved unroll) on the wide lanes against
+ * the CPU's q8 decode, every split. */
+static void test_wide_fused_slots_match_cpu_q8(void **state)
+{
+	(void)state;
+	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
+	strata__cuda_q8gemv_wide = 1;
+	for (size_t t = 0; t < K_TYPES; t++)
+		for (int sh = 0; sh < 2; sh++)
+			for (int split = 0; split <= 8; split = split ? split * 2 : 1)
+				for (int unroll = 4; unroll <= 8; unroll += 4) {
+					strata__cuda_qgemv_split = split;
+					strata__cuda_qgemv_unroll = unroll;
+					check_fused(k_types[t], shapes[sh]);
+				}
+	strata__cuda_qgemv_split = 0;
+	strata__cuda_qgemv_unroll = 4;
+	strata__cuda_q8gemv_wide = 0;
+}
+
+/* A NaN in x makes every output NaN on the wide lanes too (its run's dx
+ * is NaN; the lanes add every run's term, mins included), in each row it
+ * is in and only there. */
+static void test_wide_nan_in_x_gives_nan(void **state)
+{
+	(void)state;
+	const uint32_t in = 1280, out = 37, n = 3;
+	strata__cuda_q8gemv_wide = 1;
+	for (size_t i = 0; i < K_TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(k_types[i]);
+		uint64_t bytes = weight_bytes(k_types[i], out, in);
+		unsigned char *h = random_blocks(bt, bytes);
+		float *x = host_floats(n * in), *got = host_floats(n * out);
+		cuda_test_fill(x, n * in, 11, 1.0f);
+		x[in + 1100] = NAN; /* row 1, the fifth super-block */
+		strata_weight dw = {k_types[i], upload(h, bytes), out, in};
+		float *dx = upload(x, n * in * 4), *dy = dev_alloc(n * out * 4);
+		OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
+		download(got, dy, n * out * 4);
+		for (uint32_t r = 0; r < n; r++)
+			for (uint32_t o = 0; o < out; o++)
+				if (isnan(got[r * out + o]) != (r == 1))
+					fail_msg("wide %s: row %u output %u is %g",
+						 strata_weight_type_name(k_types[i]),
+						 r, o, (double)got[r * out + o]);
+		dev_free_all();
+		free(h), free(x), free(got);
+	}
+	strata__cuda_q8gemv_wide = 0;
+}
+
+/* The wide lanes launched as a programmatic dependent of the quantization
+ * and the ordinary way give the same bits (the same kernel, one order of
+ * sums), 1 and 5 rows and gate/up with the norm. */
+static void test_wide_dependent_launch_gives_the_same_bits(void **state)
+{
+	(void)state;
+	const uint32_t in = 4096, out = 70;
+	strata__cuda_q8gemv_wide = 1;
+	for (size_t i = 0; i < K_TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(k_types[i]);
+		uint64_t bytes = weight_bytes(k_types[i], out, in);
+		unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
+		float *x = host_floats(5 * in), *g = host_floats(in);
+		float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
+		float *glu[2] = {host_floats(out), host_floats(out)};
+		cuda_test_fill(x, 5 * in, 23 + i, 2.0f);
+		cuda_test_fill(g, in, 29 + i, 1.0f);
+		strata_weight dw = {k_types[i], upload(h, bytes), out, in};
+		strata_weight du = {k_types[i], upload(hu, bytes), out, in};
+		float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
+		float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
+		float *dup = dev_alloc(out * 4);
+		strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+		for (int pdl = 0; pdl <= 1; pdl++) {
+			strata__cuda_pdl = pdl;
+			for (uint32_t n = 1; n <= 5; n += 4) {
+				OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
+				download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
+			}
+			OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
+			download(glu[pdl], dy, out * 4);
+		}
+		strata__cuda_pdl = 1;
+		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
+			fail_msg("wide %s: the dependent launch changed the bits",
+				 strata_weight_type_name(k_types[i]));
+		dev_free_all();
+		free(h), free(hu), free(x), free(g);
+		free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
+	}
+	strata__cuda_q8gemv_wide = 0;
+}
+
 int main(void)
 {
 	if (gpu_skip_without_device("test_backend_cuda_kernels_q8"))
@@ -367,6 +596,11 @@ int main(void)
 		cmocka_unit_test(test_nan_in_x_gives_nan),
 		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),
 		cmocka_unit_test(test_precision_picks_the_decode_path),
+		cmocka_unit_test(test_wide_k_quants_match_current_and_cpu),
+		cmocka_unit_test(test_wide_k_quants_awkward_shapes),
+		cmocka_unit_test(test_wide_fused_slots_match_cpu_q8),
+		cmocka_unit_test(test_wide_nan_in_x_gives_nan),
+		cmocka_unit_test(test_wide_dependent_launch_gives_the_same_bits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -29,7 +29,10 @@
  * used, with aligned 8- and 16-byte loads where the rows allow them (Q8_0
  * rows on 8-byte boundaries, Q4_K and Q5_K on 16: every L1 wavefront
  * saved counts, as the f32-x kernel is L1-bound); a lane's x codes are
- * one aligned 4- or 8-byte load per row.
+ * one aligned 4- or 8-byte load per row. strata__cuda_q8gemv_wide 1 gives
+ * Q4_K, Q5_K and Q6_K the wide lanes of qgemv_q8_kquants.cuh instead
+ * (16-byte loads, a lane two whole 16-element runs, scales decoded once
+ * per lane), run by the same kernel.
  */
 #include <float.h>
 
@@ -43,6 +46,7 @@
 
 extern "C" {
 int strata__cuda_q8gemv_aligned = 1;
+int strata__cuda_q8gemv_wide = 0;
 int strata__cuda_pdl = 1;
 }
 
@@ -496,6 +500,10 @@ struct Q8Q6_K {
 	}
 };
 
+/* The wide lanes of Q4_K, Q5_K and Q6_K (strata__cuda_q8gemv_wide), on
+ * q8x, xds and the loads above. */
+#include "backend/cuda/qgemv_q8_kquants.cuh"
+
 /* ------------------------------------------------------------------------ */
 /* The kernel                                                               */
 /* ------------------------------------------------------------------------ */
@@ -643,17 +651,26 @@ static void q8_launch_one(q8gemv_fn k, cudaStream_t s, unsigned grid,
 	k<<<grid, QG_THREADS, 0, s>>>(p, x, n, rb, split);
 }
 
-template <typename B, int NR, bool GLU>
+/* Steps of loads in flight: strata__cuda_qgemv_unroll's 4 or 8; half
+ * that for the wide lanes' gate/up (WIDE), whose two matrices' loads of
+ * 4 steps would hold past 200 registers a thread (8: spill). */
+template <typename B, int NR, bool GLU, bool WIDE>
 static void q8_unrolled(cudaStream_t s, unsigned grid,
 			const strata__cuda_gemv_parts &p, const q8x &x,
 			uint32_t n, uint64_t rb, int split)
 {
-	q8_launch_one(strata__cuda_qgemv_unroll >= 8 ? q8gemv_kernel<B, NR, 8, GLU>
-						     : q8gemv_kernel<B, NR, 4, GLU>,
-		      s, grid, p, x, n, rb, split);
+	const bool eight = strata__cuda_qgemv_unroll >= 8;
+	if (WIDE && GLU)
+		q8_launch_one(eight ? q8gemv_kernel<B, NR, 4, GLU>
+				    : q8gemv_kernel<B, NR, 2, GLU>,
+			      s, grid, p, x, n, rb, split);
+	else
+		q8_launch_one(eight ? q8gemv_kernel<B, NR, 8, GLU>
+				    : q8gemv_kernel<B, NR, 4, GLU>,
+			      s, grid, p, x, n, rb, split);
 }
 
-template <typename B>
+template <typename B, bool WIDE = false>
 static void q8_launch(cudaStream_t s, const strata__cuda_gemv_parts &p,
 		      const q8x &x, uint32_t n, uint64_t rows, uint64_t rb,
 		      int glu)
@@ -663,15 +680,15 @@ static void q8_launch(cudaStream_t s, const strata__cuda_gemv_parts &p,
 	const uint64_t per = QG_WARPS / (uint32_t)split;
 	const unsigned grid = (unsigned)((rows + per - 1) / per);
 	if (glu)
-		q8_unrolled<B, 1, true>(s, grid, p, x, 1, rb, split);
+		q8_unrolled<B, 1, true, WIDE>(s, grid, p, x, 1, rb, split);
 	else if (n == 1)
-		q8_unrolled<B, 1, false>(s, grid, p, x, n, rb, split);
+		q8_unrolled<B, 1, false, WIDE>(s, grid, p, x, n, rb, split);
 	else if (n == 2)
-		q8_unrolled<B, 2, false>(s, grid, p, x, n, rb, split);
+		q8_unrolled<B, 2, false, WIDE>(s, grid, p, x, n, rb, split);
 	else if (n <= 4)
-		q8_unrolled<B, 4, false>(s, grid, p, x, n, rb, split);
+		q8_unrolled<B, 4, false, WIDE>(s, grid, p, x, n, rb, split);
 	else
-		q8_unrolled<B, 8, false>(s, grid, p, x, n, rb, split);
+		q8_unrolled<B, 8, false, WIDE>(s, grid, p, x, n, rb, split);
 }
 
 static uint64_t q8_row_bytes(int type, uint32_t in)
@@ -685,16 +702,20 @@ static uint64_t q8_row_bytes(int type, uint32_t in)
 	}
 }
 
-/* Whether every part's weights start on a multiple of `to` bytes and
- * strata__cuda_q8gemv_aligned lets the aligned kernels take them. */
-static bool aligned(const strata__cuda_gemv_parts *p, uintptr_t to)
+/* Whether every part's weights start on a multiple of `to` bytes. */
+static bool aligned_to(const strata__cuda_gemv_parts *p, uintptr_t to)
 {
-	if (!strata__cuda_q8gemv_aligned)
-		return false;
 	for (int i = 0; i < p->count; i++)
 		if ((uintptr_t)p->part[i].w % to)
 			return false;
 	return true;
+}
+
+/* The same, and strata__cuda_q8gemv_aligned lets the aligned kernels take
+ * them. */
+static bool aligned(const strata__cuda_gemv_parts *p, uintptr_t to)
+{
+	return strata__cuda_q8gemv_aligned && aligned_to(p, to);
 }
 
 extern "C" uint64_t strata__cuda_q8x_bytes(uint32_t n, uint32_t in)
@@ -771,18 +792,27 @@ extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,
 		break;
 	case STRATA__CUDA_Q4_0: q8_launch<Q8Q4_0>(s, *p, x, n, rows, rb, glu); break;
 	case STRATA__CUDA_Q4_K:
-		if (aligned(p, 16))
+		if (strata__cuda_q8gemv_wide && aligned_to(p, 16))
+			q8_launch<Q8K45W<false>, true>(s, *p, x, n, rows, rb, glu);
+		else if (aligned(p, 16))
 			q8_launch<Q8K45<false, true> >(s, *p, x, n, rows, rb, glu);
 		else
 			q8_launch<Q8K45<false, false> >(s, *p, x, n, rows, rb, glu);
 		break;
 	case STRATA__CUDA_Q5_K:
-		if (aligned(p, 16))
+		if (strata__cuda_q8gemv_wide && aligned_to(p, 16))
+			q8_launch<Q8K45W<true>, true>(s, *p, x, n, rows, rb, glu);
+		else if (aligned(p, 16))
 			q8_launch<Q8K45<true, true> >(s, *p, x, n, rows, rb, glu);
 		else
 			q8_launch<Q8K45<true, false> >(s, *p, x, n, rows, rb, glu);
 		break;
-	default: q8_launch<Q8Q6_K>(s, *p, x, n, rows, rb, glu); break;
+	default:
+		if (strata__cuda_q8gemv_wide)
+			q8_launch<Q8Q6_KW, true>(s, *p, x, n, rows, rb, glu);
+		else
+			q8_launch<Q8Q6_K>(s, *p, x, n, rows, rb, glu);
+		break;
 	}
 	return cudaGetLastError();
 }

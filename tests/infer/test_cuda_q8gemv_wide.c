@@ -1,0 +1,164 @@
+/* test_cuda_q8gemv_wide.c - the wide K-quant lanes of the 8-bit decode
+ * GEMV (strata__cuda_q8gemv_wide 1, qgemv_q8_kquants.cuh) in a whole
+ * forward pass: a CUDA session's prompt and greedy decode of the Q4_K_M,
+ * Q5_K_M and Q6_K files give, with the knob 1, the current lanes' tokens and
+ * logits within WIDE_TOL (the same codes and factors, f32 sums in
+ * another order), on an f32 and a bf16 KV cache. The wide run is fed the
+ * current run's tokens, so a near tie cannot make the sequences part; a
+ * greedy token must still agree wherever the current run's top two
+ * logits are further apart than the two runs' distance. And the logits
+ * must differ in some bit: if they did not, the wide lanes took none of
+ * the products (layer: infer). Exits 77 (skipped) where no CUDA device is
+ * visible. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/gpu_skip.h"
+#include "strata/infer.h"
+
+/* backend/cuda/cuda_launch.h: 0 the current lanes, 1 the wide ones */
+extern int strata__cuda_q8gemv_wide;
+
+#define QUANT_DIR STRATA_SOURCE_DIR "/tests/data/quant/"
+#define PROMPT 9u
+#define DECODES 12u
+/* Each logit within WIDE_TOL of (|logit| + the row's rms) of the current
+ * lanes' (the kernel tests hold each product to 1e-4 of that; layers
+ * carry it forward). */
+#define WIDE_TOL 1e-3
+
+static uint32_t argmax(const float *v, uint32_t n)
+{
+	uint32_t best = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* The last prompt position's logits, then each decode step's, into a new
+ * ((1 + DECODES), vocab) buffer; tokens[d] the token fed at step d: the
+ * greedy one when `greedy` (and written there), else read from it. */
+static float *decode_logits(const char *path, strata_weight_type kv, int wide,
+			    bool greedy, int32_t *tokens, uint32_t *vocab_out)
+{
+	strata__cuda_q8gemv_wide = wide;
+	strata_session_options so = {.model_path = path, .threads = 2,
+				     .positions = 64, .prefill = 16,
+				     .precision = STRATA_PRECISION_FAST};
+	so.plan.mode = STRATA_RESIDENCY_RESIDENT;
+	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
+	so.plan.shape.kv_type = kv;
+	strata_session *s = NULL;
+	strata_error err;
+	if (strata_session_open(&so, &s, &err))
+		fail_msg("%s: %s (%s)", path, err.message, err.fix);
+	const uint32_t vocab = strata_session_hparams(s)->vocab;
+	float *out = strata_alloc((size_t)(1 + DECODES) * vocab * sizeof *out);
+	assert_non_null(out);
+	strata_forward *f = strata_session_forward(s);
+	int32_t prompt[PROMPT];
+	for (uint32_t i = 0; i < PROMPT; i++)
+		prompt[i] = (int32_t)((7 * i + 3) % vocab);
+	if (strata_forward_run(f, prompt, PROMPT, 0, NULL, out, &err))
+		fail_msg("%s: prompt: %s", path, err.message);
+	for (uint32_t d = 0; d < DECODES; d++) {
+		if (greedy)
+			tokens[d] = (int32_t)argmax(out + (size_t)d * vocab, vocab);
+		if (strata_forward_run(f, &tokens[d], 1, PROMPT + d, NULL,
+				       out + (size_t)(d + 1) * vocab, &err))
+			fail_msg("%s: decode %u: %s", path, d, err.message);
+	}
+	strata_session_close(s);
+	strata__cuda_q8gemv_wide = 0;
+	*vocab_out = vocab;
+	return out;
+}
+
+/* Row r of both runs: the worst distance relative to |logit| + rms, and
+ * whether the greedy tokens agree or the current run's top two are
+ * within the distance of each other (a tie the runs may break apart). */
+static double row_distance(const float *cur, const float *wide, uint32_t v,
+			   bool *tokens_ok)
+{
+	double ss = 0.0, worst = 0.0, far = 0.0;
+	for (uint32_t i = 0; i < v; i++)
+		ss += (double)cur[i] * cur[i];
+	const double rms = sqrt(ss / v);
+	for (uint32_t i = 0; i < v; i++) {
+		const double d = fabs((double)wide[i] - cur[i]);
+		const double r = d / (fabs((double)cur[i]) + rms + 1e-30);
+		if (!(r <= worst))
+			worst = isnan(r) ? INFINITY : r;
+		far = d > far ? d : far;
+	}
+	const uint32_t a = argmax(cur, v), b = argmax(wide, v);
+	float second = -INFINITY;
+	for (uint32_t i = 0; i < v; i++)
+		if (i != a && cur[i] > second)
+			second = cur[i];
+	*tokens_ok = a == b || (double)cur[a] - second <= 2 * far;
+	return worst;
+}
+
+static void check_file(const char *file, strata_weight_type kv)
+{
+	char path[1024];
+	snprintf(path, sizeof path, QUANT_DIR "%s", file);
+	int32_t tokens[DECODES];
+	uint32_t v0, v1;
+	float *cur = decode_logits(path, kv, 0, true, tokens, &v0);
+	float *wide = decode_logits(path, kv, 1, false, tokens, &v1);
+	assert_int_equal(v0, v1);
+	double worst = 0.0;
+	for (uint32_t r = 0; r <= DECODES; r++) {
+		bool tokens_ok;
+		const double d = row_distance(cur + (size_t)r * v0,
+					      wide + (size_t)r * v0, v0, &tokens_ok);
+		if (!(d <= WIDE_TOL))
+			fail_msg("%s (kv %s) step %u: wide lanes' logits %.3g from "
+				 "the current lanes' (tolerance %.0e)", file,
+				 strata_weight_type_name(kv), r, d, WIDE_TOL);
+		if (!tokens_ok)
+			fail_msg("%s (kv %s) step %u: the wide lanes' greedy token "
+				 "differs without a tie", file,
+				 strata_weight_type_name(kv), r);
+		worst = d > worst ? d : worst;
+	}
+	const size_t bytes = (size_t)(1 + DECODES) * v0 * sizeof(float);
+	if (!memcmp(cur, wide, bytes))
+		fail_msg("%s (kv %s): the knob changed no bit: the wide lanes "
+			 "took no product", file, strata_weight_type_name(kv));
+	printf("  %-18s kv %-4s wide lanes within %.3g of the current over %u "
+	       "steps, same greedy tokens\n", file, strata_weight_type_name(kv),
+	       worst, 1 + DECODES);
+	strata_free(cur);
+	strata_free(wide);
+}
+
+static void test_wide_lanes_keep_tokens_and_logits(void **state)
+{
+	(void)state;
+	static const char *files[] = {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf",
+				      "model-Q6_K.gguf"};
+	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+		check_file(files[i], STRATA_WEIGHT_F32);
+		check_file(files[i], STRATA_WEIGHT_BF16);
+	}
+}
+
+int main(void)
+{
+	if (gpu_skip_without_device("test_infer_cuda_q8gemv_wide"))
+		return GPU_SKIP_EXIT;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_wide_lanes_keep_tokens_and_logits),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
