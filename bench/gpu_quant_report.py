@@ -17,16 +17,14 @@ calibrate reader it runs.
 import json
 import sys
 
+from gpu_report import finder, json_rows, verdict
+
 # issue 18's targets
 CPU_SHARE_TARGET = 0.70         # of the measured host memory read rate
 CPU_SHARE_TYPES = ("BF16", "Q8_0", "Q4_K")
 RESIDENT_TARGET_TYPES = ("Q8_0", "Q4_K_M")   # decode and prompt <= llama.cpp
 HOST_WINDOW_TARGET_MS = 80.0    # Q8_0, 2 GiB, the host window
 OFFLOAD_X_LLAMA = 1.5           # the automatic plan against -ngl offload
-
-
-def verdict(ok):
-    return "met" if ok else "NOT met"
 
 
 def calibrate_rows(doc):
@@ -132,17 +130,8 @@ def main():
         return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    rows = [json.loads(l[5:]) for l in open(sys.argv[1]).read().splitlines()
-            if l.startswith("json {")]
-
-    def find(run, has=None, **kv):
-        for r in rows:
-            if r.get("run") == run and all(r.get(k) == v
-                                           for k, v in kv.items()) \
-                    and (has is None or has in r):
-                return r
-        return None
-
+    rows = json_rows(open(sys.argv[1]).read())
+    find = finder(rows)
     types = []
     for r in rows:
         if r.get("run") == "strata-resident" and r["type"] not in types:

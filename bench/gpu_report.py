@@ -70,6 +70,25 @@ def llama_rows(doc):
     return rows
 
 
+def json_rows(text):
+    """The "json {...}" lines of a bench log, as dicts."""
+    return [json.loads(l[5:]) for l in text.splitlines()
+            if l.startswith("json {")]
+
+
+def finder(rows):
+    """find(run, has=None, **fields): the first row of that run whose
+    fields equal those given (and that has the key `has`), else None."""
+    def find(run, has=None, **kv):
+        for r in rows:
+            if r.get("run") == run and all(r.get(k) == v
+                                           for k, v in kv.items()) \
+                    and (has is None or has in r):
+                return r
+        return None
+    return find
+
+
 def verdict(ok):
     return "met" if ok else "NOT met"
 
@@ -177,21 +196,13 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     text = open(sys.argv[1]).read()
-    rows = [json.loads(l[5:]) for l in text.splitlines()
-            if l.startswith("json {")]
+    rows = json_rows(text)
     m = re.search(r"synchronous pinned copies ([0-9.]+) GB/s", text)
     link = float(m.group(1)) if m else 55.0
     print(f"link (pinned host->device, measured): {link:.1f} GB/s"
           + ("" if m else " (not measured: GPU-MACHINE.md's figure)"))
 
-    def find(run, has=None, **kv):
-        for r in rows:
-            if r.get("run") == run and all(r.get(k) == v
-                                           for k, v in kv.items()) \
-                    and (has is None or has in r):
-                return r
-        return None
-
+    find = finder(rows)
     host1 = find("strata-host", tokens=1)
     for n in (1, 128):
         s = find("strata-host", tokens=n)
