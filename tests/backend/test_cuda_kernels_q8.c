@@ -189,47 +189,55 @@ static void test_q8_0_aligned_rows_and_not(void **state)
 	w_offset = 0;
 }
 
+/* One type's GEMV launched as a programmatic dependent of the quantization
+ * and launched the ordinary way give the same bits, 1 and 5 rows and
+ * gate/up with the norm; `label` names the lanes in the failure. */
+static void dependent_launch_same_bits(strata_weight_type type,
+				       uint32_t seed, const char *label)
+{
+	const uint32_t in = 4096, out = 70;
+	strata_block_type bt = strata_weight_type_block(type);
+	uint64_t bytes = weight_bytes(type, out, in);
+	unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
+	float *x = host_floats(5 * in), *g = host_floats(in);
+	float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
+	float *glu[2] = {host_floats(out), host_floats(out)};
+	cuda_test_fill(x, 5 * in, seed, 2.0f);
+	cuda_test_fill(g, in, seed + 2, 1.0f);
+	strata_weight dw = {type, upload(h, bytes), out, in};
+	strata_weight du = {type, upload(hu, bytes), out, in};
+	float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
+	float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
+	float *dup = dev_alloc(out * 4);
+	strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
+	for (int pdl = 0; pdl <= 1; pdl++) {
+		strata__cuda_pdl = pdl;
+		for (uint32_t n = 1; n <= 5; n += 4) {
+			OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
+			download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
+		}
+		OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
+		download(glu[pdl], dy, out * 4);
+	}
+	strata__cuda_pdl = 1;
+	if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
+		fail_msg("%s%s: the dependent launch changed the bits", label,
+			 strata_weight_type_name(type));
+	printf("  %s%-8s dependent and ordinary launches bit-identical\n", label,
+	       strata_weight_type_name(type));
+	dev_free_all();
+	free(h), free(hu), free(x), free(g);
+	free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
+}
+
 /* The GEMV launched as a programmatic dependent of the quantization
  * (the default) and launched the ordinary way give the same bits, on
- * every type, 1 and 5 rows, and gate/up with the norm. */
+ * every type. */
 static void test_dependent_launch_gives_the_same_bits(void **state)
 {
 	(void)state;
-	const uint32_t in = 4096, out = 70;
-	for (size_t i = 0; i < FAST_TYPES; i++) {
-		strata_block_type bt = strata_weight_type_block(fast_types[i]);
-		uint64_t bytes = weight_bytes(fast_types[i], out, in);
-		unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
-		float *x = host_floats(5 * in), *g = host_floats(in);
-		float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
-		float *glu[2] = {host_floats(out), host_floats(out)};
-		cuda_test_fill(x, 5 * in, 17 + i, 2.0f);
-		cuda_test_fill(g, in, 19 + i, 1.0f);
-		strata_weight dw = {fast_types[i], upload(h, bytes), out, in};
-		strata_weight du = {fast_types[i], upload(hu, bytes), out, in};
-		float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
-		float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
-		float *dup = dev_alloc(out * 4);
-		strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
-		for (int pdl = 0; pdl <= 1; pdl++) {
-			strata__cuda_pdl = pdl;
-			for (uint32_t n = 1; n <= 5; n += 4) {
-				OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
-				download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
-			}
-			OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
-			download(glu[pdl], dy, out * 4);
-		}
-		strata__cuda_pdl = 1;
-		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
-			fail_msg("%s: the dependent launch changed the bits",
-				 strata_weight_type_name(fast_types[i]));
-		printf("  %-8s dependent and ordinary launches bit-identical\n",
-		       strata_weight_type_name(fast_types[i]));
-		dev_free_all();
-		free(h), free(hu), free(x), free(g);
-		free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
-	}
+	for (size_t i = 0; i < FAST_TYPES; i++)
+		dependent_launch_same_bits(fast_types[i], 17 + (uint32_t)i, "");
 }
 
 /* STRATA_PRECISION_EXACT (decode_q8 0) gives the f32 product (1e-4 of
@@ -542,44 +550,13 @@ static void test_wide_nan_in_x_gives_nan(void **state)
 
 /* The wide lanes launched as a programmatic dependent of the quantization
  * and the ordinary way give the same bits (the same kernel, one order of
- * sums), 1 and 5 rows and gate/up with the norm. */
+ * sums). */
 static void test_wide_dependent_launch_gives_the_same_bits(void **state)
 {
 	(void)state;
-	const uint32_t in = 4096, out = 70;
 	strata__cuda_q8gemv_wide = 1;
-	for (size_t i = 0; i < K_TYPES; i++) {
-		strata_block_type bt = strata_weight_type_block(k_types[i]);
-		uint64_t bytes = weight_bytes(k_types[i], out, in);
-		unsigned char *h = random_blocks(bt, bytes), *hu = random_blocks(bt, bytes);
-		float *x = host_floats(5 * in), *g = host_floats(in);
-		float *got[2] = {host_floats(6 * out), host_floats(6 * out)};
-		float *glu[2] = {host_floats(out), host_floats(out)};
-		cuda_test_fill(x, 5 * in, 23 + i, 2.0f);
-		cuda_test_fill(g, in, 29 + i, 1.0f);
-		strata_weight dw = {k_types[i], upload(h, bytes), out, in};
-		strata_weight du = {k_types[i], upload(hu, bytes), out, in};
-		float *dx = upload(x, 5 * in * 4), *dg = upload(g, in * 4);
-		float *dy = dev_alloc(5 * out * 4), *dn = dev_alloc(in * 4);
-		float *dup = dev_alloc(out * 4);
-		strata_kernel_norm nrm = {{STRATA_WEIGHT_F32, dg, 1, in}, 1e-5f};
-		for (int pdl = 0; pdl <= 1; pdl++) {
-			strata__cuda_pdl = pdl;
-			for (uint32_t n = 1; n <= 5; n += 4) {
-				OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
-				download(got[pdl] + (n == 5 ? 0 : 5 * out), dy, n * out * 4);
-			}
-			OK(strata_kernel_gated(F.gpu, dy, dx, &nrm, dn, &dw, &du, dup, 1, ERR));
-			download(glu[pdl], dy, out * 4);
-		}
-		strata__cuda_pdl = 1;
-		if (memcmp(got[0], got[1], 6 * out * 4) || memcmp(glu[0], glu[1], out * 4))
-			fail_msg("wide %s: the dependent launch changed the bits",
-				 strata_weight_type_name(k_types[i]));
-		dev_free_all();
-		free(h), free(hu), free(x), free(g);
-		free(got[0]), free(got[1]), free(glu[0]), free(glu[1]);
-	}
+	for (size_t i = 0; i < K_TYPES; i++)
+		dependent_launch_same_bits(k_types[i], 23 + (uint32_t)i, "wide ");
 	strata__cuda_q8gemv_wide = 0;
 }
 
