@@ -17,57 +17,19 @@
 
 #include "support/gpu_skip.h"
 #include "strata/infer.h"
+#include "infer/cuda_decode_fixture.h"
 
 /* backend/cuda/cuda_launch.h: 1 chained, 0 ordinary launches */
 extern int strata__cuda_pdl;
 
-#define QUANT_DIR STRATA_SOURCE_DIR "/tests/data/quant/"
-#define PROMPT 9u
-#define DECODES 12u
-
-static uint32_t argmax(const float *v, uint32_t n)
+/* The logits of the file's greedy decode with the chain on (pdl 1) or off. */
+static float *chain_logits(const char *path, strata_weight_type kv, int pdl,
+			   uint32_t *vocab_out)
 {
-	uint32_t best = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-/* The last prompt position's logits, then each greedy token's, into out
- * ((1 + DECODES) rows of vocab); *vocab_out the row length. */
-static float *decode_logits(const char *path, strata_weight_type kv, int pdl,
-			    uint32_t *vocab_out)
-{
+	int32_t tokens[DECODES];
 	strata__cuda_pdl = pdl;
-	strata_session_options so = {.model_path = path, .threads = 2,
-				     .positions = 64, .prefill = 16,
-				     .precision = STRATA_PRECISION_FAST};
-	so.plan.mode = STRATA_RESIDENCY_RESIDENT;
-	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
-	so.plan.shape.kv_type = kv;
-	strata_session *s = NULL;
-	strata_error err;
-	if (strata_session_open(&so, &s, &err))
-		fail_msg("%s: %s (%s)", path, err.message, err.fix);
-	const uint32_t vocab = strata_session_hparams(s)->vocab;
-	float *out = strata_alloc((size_t)(1 + DECODES) * vocab * sizeof *out);
-	assert_non_null(out);
-	strata_forward *f = strata_session_forward(s);
-	int32_t prompt[PROMPT];
-	for (uint32_t i = 0; i < PROMPT; i++)
-		prompt[i] = (int32_t)((7 * i + 3) % vocab);
-	if (strata_forward_run(f, prompt, PROMPT, 0, NULL, out, &err))
-		fail_msg("%s: prompt: %s", path, err.message);
-	for (uint32_t d = 0; d < DECODES; d++) {
-		const int32_t tok = (int32_t)argmax(out + (size_t)d * vocab, vocab);
-		if (strata_forward_run(f, &tok, 1, PROMPT + d, NULL,
-				       out + (size_t)(d + 1) * vocab, &err))
-			fail_msg("%s: decode %u: %s", path, d, err.message);
-	}
-	strata_session_close(s);
+	float *out = decode_logits(path, kv, true, tokens, vocab_out);
 	strata__cuda_pdl = 1;
-	*vocab_out = vocab;
 	return out;
 }
 
@@ -76,8 +38,8 @@ static void check_file(const char *file, strata_weight_type kv)
 	char path[1024];
 	snprintf(path, sizeof path, QUANT_DIR "%s", file);
 	uint32_t v0, v1;
-	float *plain = decode_logits(path, kv, 0, &v0);
-	float *chained = decode_logits(path, kv, 1, &v1);
+	float *plain = chain_logits(path, kv, 0, &v0);
+	float *chained = chain_logits(path, kv, 1, &v1);
 	assert_int_equal(v0, v1);
 	const size_t bytes = (size_t)(1 + DECODES) * v0 * sizeof(float);
 	printf("  %-18s kv %-4s chained == ordinary launches over %u steps\n",

@@ -21,63 +21,23 @@
 
 #include "support/gpu_skip.h"
 #include "strata/infer.h"
+#include "infer/cuda_decode_fixture.h"
 
 /* backend/cuda/cuda_launch.h: 0 the current lanes, 1 the wide ones */
 extern int strata__cuda_q8gemv_wide;
 
-#define QUANT_DIR STRATA_SOURCE_DIR "/tests/data/quant/"
-#define PROMPT 9u
-#define DECODES 12u
 /* Each logit within WIDE_TOL of (|logit| + the row's rms) of the current
  * lanes' (the kernel tests hold each product to 1e-4 of that; layers
  * carry it forward). */
 #define WIDE_TOL 1e-3
 
-static uint32_t argmax(const float *v, uint32_t n)
-{
-	uint32_t best = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-/* The last prompt position's logits, then each decode step's, into a new
- * ((1 + DECODES), vocab) buffer; tokens[d] the token fed at step d: the
- * greedy one when `greedy` (and written there), else read from it. */
-static float *decode_logits(const char *path, strata_weight_type kv, int wide,
-			    bool greedy, int32_t *tokens, uint32_t *vocab_out)
+/* decode_logits with the wide lanes on (1) or off. */
+static float *lanes_logits(const char *path, strata_weight_type kv, int wide,
+			   bool greedy, int32_t *tokens, uint32_t *vocab_out)
 {
 	strata__cuda_q8gemv_wide = wide;
-	strata_session_options so = {.model_path = path, .threads = 2,
-				     .positions = 64, .prefill = 16,
-				     .precision = STRATA_PRECISION_FAST};
-	so.plan.mode = STRATA_RESIDENCY_RESIDENT;
-	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
-	so.plan.shape.kv_type = kv;
-	strata_session *s = NULL;
-	strata_error err;
-	if (strata_session_open(&so, &s, &err))
-		fail_msg("%s: %s (%s)", path, err.message, err.fix);
-	const uint32_t vocab = strata_session_hparams(s)->vocab;
-	float *out = strata_alloc((size_t)(1 + DECODES) * vocab * sizeof *out);
-	assert_non_null(out);
-	strata_forward *f = strata_session_forward(s);
-	int32_t prompt[PROMPT];
-	for (uint32_t i = 0; i < PROMPT; i++)
-		prompt[i] = (int32_t)((7 * i + 3) % vocab);
-	if (strata_forward_run(f, prompt, PROMPT, 0, NULL, out, &err))
-		fail_msg("%s: prompt: %s", path, err.message);
-	for (uint32_t d = 0; d < DECODES; d++) {
-		if (greedy)
-			tokens[d] = (int32_t)argmax(out + (size_t)d * vocab, vocab);
-		if (strata_forward_run(f, &tokens[d], 1, PROMPT + d, NULL,
-				       out + (size_t)(d + 1) * vocab, &err))
-			fail_msg("%s: decode %u: %s", path, d, err.message);
-	}
-	strata_session_close(s);
+	float *out = decode_logits(path, kv, greedy, tokens, vocab_out);
 	strata__cuda_q8gemv_wide = 0;
-	*vocab_out = vocab;
 	return out;
 }
 
@@ -113,8 +73,8 @@ static void check_file(const char *file, strata_weight_type kv)
 	snprintf(path, sizeof path, QUANT_DIR "%s", file);
 	int32_t tokens[DECODES];
 	uint32_t v0, v1;
-	float *cur = decode_logits(path, kv, 0, true, tokens, &v0);
-	float *wide = decode_logits(path, kv, 1, false, tokens, &v1);
+	float *cur = lanes_logits(path, kv, 0, true, tokens, &v0);
+	float *wide = lanes_logits(path, kv, 1, false, tokens, &v1);
 	assert_int_equal(v0, v1);
 	double worst = 0.0;
 	for (uint32_t r = 0; r <= DECODES; r++) {
