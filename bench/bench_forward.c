@@ -5,7 +5,8 @@
  *
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
  *                 [--decode 64] [--threads N] [--precision fast|exact]
- *                 [--q8gemv-wide 0|1|both] [--quick]
+ *                 [--q8gemv-wide 0|1|both]
+ *                 [--moe-group 0|1] [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
  * starting with "json " (bench/gpu collects them). The peers (accelerate,
@@ -27,6 +28,10 @@
  * --q8gemv-wide (CUDA builds): the 8-bit decode GEMV's K-quant lanes
  * (strata__cuda_q8gemv_wide: 0 the current ones, the default; 1 the wide
  * ones; both: every figure measured at 0, then again at 1, in one run).
+ * --moe-group 1: a mixture of experts' device experts (resident, or the
+ * expert cache's hits) go to strata_kernel_experts a layer at a time
+ * (CUDA: the grouped decode kernels, docs/cuda.md "Grouped experts");
+ * 0, the default, each expert through its own kernels.
  *
  * Device memory: on CUDA, the free memory before the session opens less
  * the least free memory seen after any pass; everything strata took on the
@@ -39,6 +44,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "infer/forward_internal.h"
 #include "strata/backend.h"
 #include "strata/infer.h"
 
@@ -68,11 +74,14 @@ static int usage(void)
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
 		"                     [--precision fast|exact] [--q8gemv-wide 0|1|both]\n"
 		"                     [--expert-hit-rate F] [--expert-admit-rate F]\n"
+		"                     [--moe-group 0|1]\n"
 		"  --expert-hit-rate, --expert-admit-rate: the decode hit and\n"
 		"    admission shares the plan predicts with (as a run counted\n"
 		"    them: the 'experts per decode step' line); 0: its own\n"
 		"    model (uniform hits, rare admissions)\n"
-		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n");
+		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n"
+		"  --moe-group 1: a layer's device experts in one grouped call\n"
+		"    (CUDA: five launches for all hits); 0 (default): one by one\n");
 	strata_cli_residency_print_help(stderr, 0);
 	return 2;
 }
@@ -412,6 +421,9 @@ static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
 	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
 	       f->stall_ns / 1e6 / c->passes);
+	if (strata__moe_group)
+		printf("  --moe-group 1: device experts grouped a layer at a "
+		       "time\n");
 	if (c->decode)
 		printf("  decode: %.3f ms/token median of %u (%.1f GB/s of "
 		       "weights; every layer queued by the host after %.3f ms)\n",
@@ -535,6 +547,9 @@ int main(int argc, char **argv)
 			c.threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--q8gemv-wide") && v && !parse_wide(&c, v))
 			i++;
+		else if (!strcmp(a, "--moe-group") && v &&
+			 (!strcmp(v, "0") || !strcmp(v, "1")))
+			strata__moe_group = atoi(argv[++i]);
 		else if (a[0] != '-' && !c.model)
 			c.model = a;
 		else

@@ -162,6 +162,25 @@ typedef struct strata_kernel_product {
 } strata_kernel_product;
 #define STRATA_KERNEL_PRODUCTS_MAX 3u
 
+/* One routed expert of strata_kernel_experts (a mixture-of-experts
+ * layer's hit): its weights as stored, gate and up (ffn, dim), down (dim,
+ * ffn), and the m rows of x routed to it (host memory: their ids,
+ * increasing, and their routing weights); m 0: nothing to do. */
+typedef struct strata_kernel_expert {
+	strata_weight gate, up, down;
+	const int32_t *rows;
+	const float *weight;
+	uint32_t m;
+} strata_kernel_expert;
+
+/* The buffers strata_kernel_experts' default composition runs in (device
+ * memory of the context), each of n rows: `in` (n, dim) an expert's rows
+ * of x gathered, h and h2 (n, ffn) its gate's and up's products, out (n,
+ * dim) its output rows. */
+typedef struct strata_kernel_experts_scratch {
+	float *in, *h, *h2, *out;
+} strata_kernel_experts_scratch;
+
 struct strata_stream;
 struct strata_backend;
 typedef struct strata_compute strata_compute;
@@ -287,6 +306,17 @@ typedef struct strata_kernel_ops {
 	 * (the plan's product_workspace_bytes) instead of at the first
 	 * product that needs them. */
 	strata_status (*reserve)(void *ctx, uint64_t bytes, strata_error *err);
+	/* Optional, with experts: whether experts takes this call. */
+	bool (*experts_take)(void *ctx, uint32_t n,
+			     const strata_kernel_expert *e, uint32_t count);
+	/* y (n, dim) += a layer's routed experts over x (n, dim), as
+	 * strata_kernel_experts says, in as few launches as the table can
+	 * (CUDA: five for all the hits, kernels_experts.cu); the wrapper has
+	 * checked every shape, row and weight type; hits of m 0 are to be
+	 * skipped. */
+	strata_status (*experts)(void *ctx, float *y, const float *x,
+				 uint32_t n, const strata_kernel_expert *e,
+				 uint32_t count, strata_error *err);
 } strata_kernel_ops;
 
 /* The CPU kernels (src/backend/cpu/kernels_*.c): products on every weight
@@ -455,6 +485,25 @@ strata_status strata_kernel_gated(strata_compute *c, float *y, const float *x,
 				  float *normed, const strata_weight *gate,
 				  const strata_weight *up, float *up_out,
 				  uint32_t n, strata_error *err);
+
+/* A mixture-of-experts layer's routed experts at once: for each hit e[i]
+ * in order, for each of its rows r = e[i].rows[j], y[r] (dim) +=
+ * e[i].weight[j] * down(silu(x[r] . gate^T) * (x[r] . up^T)), the product
+ * rounded before the sum; x (n, dim) the normed input rows, y (n, dim)
+ * the residual stream (not x). Every hit's weights have the first's
+ * shapes, its rows increase and lie in [0, n). The table's experts slot
+ * where it takes the call (CUDA, decode: every hit in five launches);
+ * else, expert by expert, the gather (strata_kernel_embed) into s->in,
+ * strata_kernel_gated into s->h (s->h2 its up product), the down into
+ * s->out and strata_kernel_scatter_add: the same bits as those calls
+ * made one expert at a time. E_INVALID_ARG naming the hit for a bad
+ * shape, row or buffer. */
+strata_status strata_kernel_experts(strata_compute *c, float *y,
+				    const float *x, uint32_t n,
+				    const strata_kernel_expert *e,
+				    uint32_t count,
+				    const strata_kernel_experts_scratch *s,
+				    strata_error *err);
 
 /* Rope on queries q (n, heads, head_dim) and keys k (n, kv_heads,
  * head_dim): the table's one call where it has it, else two. */

@@ -8,7 +8,8 @@
  * runs on its own into the caller's buffer, and the fused slot is asked
  * again without it; failing that, the plain kernels run one after the
  * other. So a backend fuses exactly what it can and the caller writes each
- * step once for every backend.
+ * step once for every backend. A mixture-of-experts layer's routed
+ * experts go to the table's experts slot, or one expert at a time.
  */
 #include "strata/backend.h"
 #include "strata/backend_kernels.h"
@@ -39,6 +40,65 @@ static strata_status unfold_norm(strata_compute *c, bool fused,
 	*x = normed;
 	*norm = NULL;
 	return st;
+}
+
+/* A hit's weight: data, the shape wanted, a type the table takes. */
+static strata_status expert_weight(const strata_compute *c,
+				   const strata_weight *w, uint32_t rows,
+				   uint32_t cols, uint32_t hit,
+				   strata_error *err)
+{
+	if (!w->data || w->rows != rows || w->cols != cols)
+		return strata_fail(err, STRATA_E_INVALID_ARG,
+				   "this is a bug in the caller of the kernel",
+				   "experts kernel: hit %u: a NULL weight or one "
+				   "of %u x %u where the first hit's is %u x %u",
+				   hit, w->rows, w->cols, rows, cols);
+	if ((unsigned)w->type >= STRATA_WEIGHT_TYPE_COUNT ||
+	    !(c->ops->weight_types & STRATA_WEIGHT_BIT(w->type)))
+		return strata_fail(err, STRATA_E_UNSUPPORTED,
+				   "run the model on a backend that computes "
+				   "on this type, or convert it to f32",
+				   "experts kernel: the %s kernels take no %s "
+				   "weights",
+				   c->ops->name, strata_weight_type_name(w->type));
+	return STRATA_OK;
+}
+
+/* Every hit against the first's shapes (ffn, dim) and x's n rows. */
+static strata_status check_experts(const strata_compute *c, uint32_t n,
+				   const strata_kernel_expert *e,
+				   uint32_t count, strata_error *err)
+{
+	const uint32_t ffn = e[0].gate.rows, dim = e[0].gate.cols;
+	if (!ffn || !dim)
+		return bad(err, "experts", "zero weight dimension");
+	for (uint32_t i = 0; i < count; i++) {
+		const strata_kernel_expert *h = &e[i];
+		strata_status st = expert_weight(c, &h->gate, ffn, dim, i, err);
+		if (st == STRATA_OK)
+			st = expert_weight(c, &h->up, ffn, dim, i, err);
+		if (st == STRATA_OK)
+			st = expert_weight(c, &h->down, dim, ffn, i, err);
+		if (st)
+			return st;
+		if (h->m && (!h->rows || !h->weight || h->m > n))
+			return strata_fail(err, STRATA_E_INVALID_ARG,
+					   "this is a bug in the caller of the kernel",
+					   "experts kernel: hit %u: %u rows of "
+					   "x's %u, or no rows or weights",
+					   i, h->m, n);
+		for (uint32_t j = 0; j < h->m; j++)
+			if (h->rows[j] < 0 || (uint32_t)h->rows[j] >= n ||
+			    (j && h->rows[j] <= h->rows[j - 1]))
+				return strata_fail(err, STRATA_E_INVALID_ARG,
+						   "give each hit rows of x, increasing",
+						   "experts kernel: hit %u: row %d "
+						   "at %u is outside x's %u rows or "
+						   "not above the one before",
+						   i, h->rows[j], j, n);
+	}
+	return STRATA_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -163,5 +223,47 @@ strata_status strata_kernel_rope_qk(strata_compute *c, float *q, float *k,
 	if (st == STRATA_OK)
 		st = strata_kernel_rope(c, k, n, pos0, kv_heads, head_dim,
 					inv_freq, layout, err);
+	return st;
+}
+
+strata_status strata_kernel_experts(strata_compute *c, float *y,
+				    const float *x, uint32_t n,
+				    const strata_kernel_expert *e,
+				    uint32_t count,
+				    const strata_kernel_experts_scratch *s,
+				    strata_error *err)
+{
+	if (!c || !y || !x || (const float *)y == x || !n || (count && !e))
+		return bad(err, "experts", "NULL, aliased or empty buffers");
+	if (!count)
+		return STRATA_OK;
+	strata_status st = check_experts(c, n, e, count, err);
+	if (st)
+		return st;
+	const strata_kernel_ops *k = c->ops;
+	if (k->experts && k->experts_take(c->ctx, n, e, count))
+		return k->experts(c->ctx, y, x, n, e, count, err);
+	if (!s || !s->in || !s->h || !s->h2 || !s->out)
+		return bad(err, "experts", "no buffers for one expert at a time");
+	/* one expert at a time, as forward_moe.c ran them before the slot */
+	const uint32_t dim = e[0].gate.cols;
+	const strata_weight rows = strata_weight_f32(x, n, dim);
+	for (uint32_t i = 0; st == STRATA_OK && i < count; i++) {
+		const strata_kernel_expert *h = &e[i];
+		if (!h->m)
+			continue;
+		st = strata_kernel_embed(c, s->in, &rows, h->rows, h->m, err);
+		if (st == STRATA_OK)
+			st = strata_kernel_gated(c, s->h, s->in, NULL, NULL,
+						 &h->gate, &h->up, s->h2, h->m,
+						 err);
+		if (st == STRATA_OK)
+			st = strata_kernel_matmul(c, s->out, s->h, &h->down,
+						  NULL, h->m, err);
+		if (st == STRATA_OK)
+			st = strata_kernel_scatter_add(c, y, n, s->out, h->rows,
+						       h->weight, h->m, dim,
+						       err);
+	}
 	return st;
 }

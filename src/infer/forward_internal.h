@@ -192,6 +192,10 @@ strata_status strata__forward_layer(strata_forward *f, uint32_t layer,
 strata_status strata__forward_moe(strata_forward *f,
 				  const strata_forward_weights *w, uint32_t n,
 				  strata_error *err);
+/* Test and bench knob (forward_moe.c): 1 runs a layer's device experts
+ * through one strata_kernel_experts call (CUDA: the grouped decode
+ * kernels), 0 (the default) each expert through its own kernels. */
+extern int strata__moe_group;
 /* Host bytes of the routing buffers for hp and `rows` rows (0: dense). */
 uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
 					uint32_t rows);

@@ -10,11 +10,33 @@
  * Qwen2-MoE adds its shared expert, scaled by the sigmoid of its gate.
  * A layer whose routed experts are on the CPU (experts.c) runs them
  * through the expert store instead: cache hits here, misses there.
+ *
+ * With strata__moe_group 1 the experts on the device (the layer's own,
+ * or the cache's hits) go to strata_kernel_experts together, so a
+ * backend can run them in a few launches (CUDA's grouped decode kernels,
+ * docs/cuda.md "Grouped experts"); they still add to x in the same order,
+ * and where the backend declines the call the wrapper runs them one at a
+ * time exactly as expert_run does (the CPU's bits are unchanged).
  */
 #include <math.h>
 #include <string.h>
 
 #include "infer/forward_internal.h"
+
+/* 0: each expert its own kernels (expert_run), as before; 1: a layer's
+ * device experts in one strata_kernel_experts call. Unmeasured on a GPU
+ * as of its commit, so off by default; bench_forward --moe-group sets
+ * it, and the tests set it themselves. */
+int strata__moe_group = 0;
+
+/* Hits gathered for one strata_kernel_experts call: passed on when full,
+ * before a streamed expert runs (its slot's bytes are rewritten by the
+ * next stream) and at the end, so the experts add to x in their order. */
+#define GROUP_MAX 64u
+typedef struct group {
+	strata_kernel_expert e[GROUP_MAX];
+	uint32_t count;
+} group;
 
 uint64_t strata__forward_moe_host_bytes(const strata_infer_hparams *hp,
 					uint32_t rows)
@@ -123,9 +145,37 @@ static strata_status expert_run(strata_forward *f, const strata_weight *gate,
 	return st ? st : scatter_add(f, rows, weight, n, m, err);
 }
 
+static strata_status group_flush(strata_forward *f, group *g, uint32_t n,
+				 strata_error *err)
+{
+	const strata_kernel_experts_scratch s = {f->moe_in, f->hb, f->hb2,
+						 f->moe_out};
+	strata_status st = strata_kernel_experts(f->c, f->x, f->xb, n, g->e,
+						 g->count, &s, err);
+	g->count = 0;
+	return st;
+}
+
+/* One expert over its m rows: into g where grouping (g not NULL), else
+ * its own kernels now. */
+static strata_status expert_add(strata_forward *f, group *g,
+				const strata_weight *gate,
+				const strata_weight *up,
+				const strata_weight *down, uint32_t n,
+				const int32_t *rows, const float *weight,
+				uint32_t m, strata_error *err)
+{
+	if (!g)
+		return expert_run(f, gate, up, down, n, rows, weight, m, err);
+	g->e[g->count++] = (strata_kernel_expert){*gate, *up, *down, rows,
+						  weight, m};
+	return g->count == GROUP_MAX ? group_flush(f, g, n, err) : STRATA_OK;
+}
+
 /* Expert e of the layer's own weights (from the source). */
-static strata_status expert(strata_forward *f, const strata_forward_weights *w,
-			    uint32_t e, uint32_t n, const int32_t *rows,
+static strata_status expert(strata_forward *f, group *g,
+			    const strata_forward_weights *w, uint32_t e,
+			    uint32_t n, const int32_t *rows,
 			    const float *weight, uint32_t m, strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
@@ -138,7 +188,7 @@ static strata_status expert(strata_forward *f, const strata_forward_weights *w,
 	const strata_weight down = {w->expert_elem[STRATA_EXPERT_DOWN],
 				    w->expert[STRATA_EXPERT_DOWN][e], hp->dim,
 				    hp->moe_ffn};
-	return expert_run(f, &gate, &up, &down, n, rows, weight, m, err);
+	return expert_add(f, g, &gate, &up, &down, n, rows, weight, m, err);
 }
 
 /* A layer whose experts are on the CPU (experts.c): hits run here from
@@ -146,9 +196,9 @@ static strata_status expert(strata_forward *f, const strata_forward_weights *w,
  * (f->xb, already there: the router's read-back waited for it), their sum
  * added to the residual stream in one step; then the missed experts may
  * enter the cache. */
-static strata_status experts_apart(strata_forward *f, uint32_t layer,
-				   uint32_t n, const uint32_t *count,
-				   strata_error *err)
+static strata_status experts_apart(strata_forward *f, group *g,
+				   uint32_t layer, uint32_t n,
+				   const uint32_t *count, strata_error *err)
 {
 	const strata_infer_hparams *hp = f->hp;
 	strata_infer_experts *x = f->experts;
@@ -162,8 +212,13 @@ static strata_status experts_apart(strata_forward *f, uint32_t layer,
 			count[e] ? strata__experts_route(x, layer, e, count[e],
 							 f->c, dw, err, &st)
 				 : STRATA_EXPERT_MISS;
+		/* a streamed expert runs now, after the hits before it */
+		bool now = r == STRATA_EXPERT_STREAMED;
+		if (count[e] && now && g && g->count && st == STRATA_OK)
+			st = group_flush(f, g, n, err);
 		if (count[e] && r != STRATA_EXPERT_MISS && st == STRATA_OK)
-			st = expert_run(f, &dw[STRATA_EXPERT_GATE],
+			st = expert_add(f, now ? NULL : g,
+					&dw[STRATA_EXPERT_GATE],
 					&dw[STRATA_EXPERT_UP],
 					&dw[STRATA_EXPERT_DOWN], n,
 					f->moe_rows + at, f->moe_weights + at,
@@ -172,6 +227,8 @@ static strata_status experts_apart(strata_forward *f, uint32_t layer,
 			misses += miss[e] = true;
 		at += count[e];
 	}
+	if (st == STRATA_OK && g && g->count)
+		st = group_flush(f, g, n, err);
 	if (st || !misses)
 		return st;
 	uint64_t bytes = (uint64_t)n * hp->dim * sizeof(float);
@@ -258,14 +315,18 @@ strata_status strata__forward_moe(strata_forward *f,
 		return st;
 	route(f, n, count);
 	uint32_t at = 0;
+	group grouped, *g = strata__moe_group ? &grouped : NULL;
+	grouped.count = 0;
 	if (apart)
-		st = experts_apart(f, w->layer, n, count, err);
+		st = experts_apart(f, g, w->layer, n, count, err);
 	for (uint32_t e = 0; !apart && st == STRATA_OK && e < hp->experts; e++) {
 		if (count[e])
-			st = expert(f, w, e, n, f->moe_rows + at,
+			st = expert(f, g, w, e, n, f->moe_rows + at,
 				    f->moe_weights + at, count[e], err);
 		at += count[e];
 	}
+	if (!apart && st == STRATA_OK && g && g->count)
+		st = group_flush(f, g, n, err);
 	/* the expert outputs are added before the shared expert reuses the
 	 * routing arrays: the device runs them in order, and the host
 	 * arrays are only rewritten after the next finish */

@@ -19,7 +19,8 @@ set_source_files_properties(${cuda_kernel_sources} PROPERTIES
   COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra,-Werror;-Werror=all-warnings;-D_GNU_SOURCE")
 
 set(cuda_backend_sources
-  cuda/cuda_memory.c cuda/cuda_compute.c cuda/cuda_quant.c cuda/cublas_load.c
+  cuda/cuda_memory.c cuda/cuda_compute.c cuda/cuda_quant.c cuda/cuda_experts.c
+  cuda/cublas_load.c
   ${cuda_kernel_sources})
 # cuBLAS is not linked: cublas_load.c opens it at the first compute
 # context, so starting the tool does not load it (issue 25). Its headers

@@ -935,4 +935,6 @@ const strata_kernel_ops strata_cuda_kernel_ops = {
 	.gated = cuda_gated,
 	.rope_qk = cuda_rope_qk,
 	.reserve = cuda_reserve,
+	.experts_take = strata__cuda_experts_take,
+	.experts = strata__cuda_experts_run,
 };

@@ -151,6 +151,17 @@ strata_status strata__cuda_quant_gated(strata__cuda_compute *k, float *y,
 				       const strata_weight *up,
 				       strata_error *err);
 
+/* The experts slot (cuda_experts.c): a layer's routed experts in the
+ * grouped kernels of kernels_experts.cu, where _take says it takes the
+ * call (the 8-bit decode GEMVs' types and rows, the scratch block's
+ * room). */
+bool strata__cuda_experts_take(void *ctx, uint32_t n,
+			       const strata_kernel_expert *e, uint32_t count);
+strata_status strata__cuda_experts_run(void *ctx, float *y, const float *x,
+				       uint32_t n,
+				       const strata_kernel_expert *e,
+				       uint32_t count, strata_error *err);
+
 /* The compute context of c, or NULL when c is not a CUDA one. */
 strata__cuda_compute *strata__cuda_compute_of(strata_compute *c);
 
