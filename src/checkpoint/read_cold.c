@@ -49,13 +49,13 @@ typedef struct job {
 
 /* ------------------------------------------------------------------------ */
 
-/* Reads [at, at + len) into buf; the file may end inside it (short), as
- * long as `need` bytes came. EINVAL before any byte: *refused. */
-static strata_status direct_piece(const job *j, uint64_t at, uint64_t len,
-				  uint64_t need, bool *refused,
-				  strata_error *err)
+/* Reads [at, at + len) of the file into buf (aligned for O_DIRECT); the
+ * file may end inside it (short), as long as `need` bytes came. EINVAL
+ * before any byte: *refused. */
+static strata_status direct_read(const job *j, unsigned char *buf,
+				 uint64_t at, uint64_t len, uint64_t need,
+				 bool *refused, strata_error *err)
 {
-	unsigned char *buf = j->m + (at - j->lo);
 	uint64_t done = 0;
 	while (done < need) {
 		ssize_t n = strata_sys.pread(j->fd, buf + done,
@@ -82,6 +82,36 @@ static strata_status direct_piece(const job *j, uint64_t at, uint64_t len,
 					  at + done);
 }
 
+/* The one check unit that starts in a piece (at tensor offset u) and
+ * ends in the next, from the file position `from` where the next piece
+ * starts. Its bytes past `from` are the next piece's, which another
+ * worker may be reading into the region at this moment: they are read
+ * again into this worker's own buffer, and the unit is checked there. */
+static strata_status check_crossing(const job *j, uint64_t from, uint64_t u,
+				    bool *refused, strata_error *err)
+{
+	const strata_tensor *t = j->t;
+	uint32_t unit = strata__tensor_check_unit(t);
+	_Alignas(DIRECT_ALIGN) unsigned char next[DIRECT_ALIGN];
+	unsigned char whole[DIRECT_ALIGN];
+	uint64_t head = from - (t->offset + u); /* the bytes in this piece */
+	uint64_t tail = unit - head;
+	uint64_t end = t->offset + t->bytes;
+	if (unit > DIRECT_ALIGN || tail > end - from)
+		return strata_fail(err, STRATA_E_CKPT_READ, "check the file",
+				   "'%s': tensor '%s' has a %u-byte block across "
+				   "a %u-byte read", j->path, t->name, unit,
+				   COLD_PIECE_BYTES);
+	uint64_t want = end - from < DIRECT_ALIGN ? end - from : DIRECT_ALIGN;
+	strata_status s = direct_read(j, next, from, DIRECT_ALIGN, want,
+				      refused, err);
+	if (s)
+		return s;
+	memcpy(whole, j->m + (from - head - j->lo), head);
+	memcpy(whole + head, next, tail);
+	return strata__tensor_check_values(t, whole, u, unit, err);
+}
+
 /* Piece [at, at + len) read and the tensor's whole check units in it
  * checked (a unit across a piece's end is checked with the piece that
  * ends it: pieces start where the previous one's units end). */
@@ -93,7 +123,8 @@ static strata_status do_piece(job *j, uint64_t at, bool *refused,
 						     : COLD_PIECE_BYTES;
 	uint64_t end = t->offset + t->bytes;
 	uint64_t need = end - at < len ? end - at : len;
-	strata_status s = direct_piece(j, at, len, need, refused, err);
+	strata_status s = direct_read(j, j->m + (at - j->lo), at, len, need,
+				      refused, err);
 	if (s)
 		return s;
 	uint64_t unit = strata__tensor_check_unit(t);
@@ -109,19 +140,19 @@ static strata_status do_piece(job *j, uint64_t at, bool *refused,
 		b = t->bytes;
 	if (b <= a)
 		return STRATA_OK;
-	/* a unit crossing into the next piece needs its bytes: read them */
-	uint64_t past = t->offset + b;
-	if (past > at + need) {
-		uint64_t more = (past - (at + need) + DIRECT_ALIGN - 1) /
-				DIRECT_ALIGN * DIRECT_ALIGN;
-		uint64_t from = at + len;
-		uint64_t want = end - from < more ? end - from : more;
-		s = direct_piece(j, from, more, want, refused, err);
+	/* the units wholly inside this piece, where they landed */
+	uint64_t whole = (at + need - t->offset) / unit * unit;
+	if (whole > b)
+		whole = b;
+	if (whole > a) {
+		s = strata__tensor_check_values(
+			t, j->m + (t->offset - j->lo) + a, a, whole - a, err);
 		if (s)
 			return s;
 	}
-	return strata__tensor_check_values(t, j->m + (t->offset - j->lo) + a,
-					   a, b - a, err);
+	if (b <= whole)
+		return STRATA_OK;
+	return check_crossing(j, at + len, whole, refused, err);
 }
 
 static void *worker(void *arg)

@@ -328,23 +328,25 @@ static void a_bad_q8_0_block_is_named(void **state)
 	free(q);
 }
 
-/* A cold Q8_0 tensor read in 4 MiB pieces (aligned in the file): the
- * 34-byte block across the first piece's end is checked whole, its bad
- * factor found; every block's bytes are the file's. */
-static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
+/* One cold tensor of `blocks` blocks of `bb` bytes (ggml type `type`,
+ * `per` elements a block, named `name` in errors) read in 4 MiB pieces
+ * (aligned in the file), each block's f16 factor 1.0 at byte `d_at`: the
+ * block across the first piece's end is checked whole, its bad factor
+ * found; every block's bytes are the file's. */
+static void cold_block_across_pieces(uint32_t type, const char *name,
+				     uint32_t bb, uint32_t per, uint32_t d_at,
+				     size_t blocks)
 {
-	(void)state;
-	enum { BLOCKS = 200000 }; /* 6.8 MB: two pieces */
-	unsigned char *q = calloc(BLOCKS, 34);
+	unsigned char *q = calloc(blocks, bb);
 	assert_non_null(q);
-	for (size_t b = 0; b < BLOCKS; b++) {
-		q[b * 34 + 1] = 0x3c; /* d = 1.0 */
-		q[b * 34 + 2 + b % 32] = (unsigned char)b;
+	for (size_t b = 0; b < blocks; b++) {
+		q[b * bb + d_at + 1] = 0x3c; /* d = 1.0 */
+		q[b * bb + (d_at ? 0 : 2) + b % 32] = (unsigned char)b;
 	}
 	char *dir = ckw_temp_dir(), path[512];
 	snprintf(path, sizeof path, "%s/q.gguf", dir);
-	ckw_tensor t = {"blk.0.ffn_up.weight", CKW_Q8_0, NULL, 2,
-			{BLOCKS / 4, 128}, q, 0};
+	ckw_tensor t = {"blk.0.ffn_up.weight", type, NULL, 2,
+			{blocks * per / 256, 256}, q, (uint64_t)blocks * bb};
 	ckw_gguf_file(path, NULL, 0, &t, 1, NULL);
 	strata_catalog *c = NULL;
 	strata_error e;
@@ -352,12 +354,12 @@ static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
 	const strata_tensor *ct = strata_catalog_find(c, t.name);
 	assert_non_null(ct);
 	uint64_t edge = ct->offset / 4096 * 4096 + (4u << 20);
-	uint64_t across = (edge - ct->offset) / 34;
-	if ((edge - ct->offset) % 34 == 0)
+	uint64_t across = (edge - ct->offset) / bb;
+	if ((edge - ct->offset) % bb == 0)
 		across--; /* a block ending on the edge: take the one before */
 	for (int bad = 0; bad < 2; bad++) {
 		if (bad) {
-			q[across * 34 + 1] = 0x7c; /* d = +inf */
+			q[across * bb + d_at + 1] = 0x7c; /* d = +inf */
 			ckw_gguf_file(path, NULL, 0, &t, 1, NULL);
 			strata_catalog_destroy(c);
 			assert_int_equal(strata_catalog_open(path, &c, &e), 0);
@@ -372,10 +374,12 @@ static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
 			assert_memory_equal(p, q, (size_t)ct->bytes);
 		} else {
 			char want[64];
-			snprintf(want, sizeof want, "Q8_0 block %" PRIu64 " of 200000",
-				 across);
+			snprintf(want, sizeof want, "%s block %" PRIu64 " of %zu",
+				 name, across, blocks);
 			assert_int_equal(s, STRATA_E_CKPT_VALUE);
-			assert_non_null(strstr(e.message, want));
+			if (!strstr(e.message, want))
+				fail_msg("%s: want '%s' in: %s", name, want,
+					 e.message);
 		}
 		strata_weight_store_destroy(ws);
 	}
@@ -384,6 +388,21 @@ static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
 	rmdir(dir);
 	free(dir);
 	free(q);
+}
+
+/* Q8_0: the factor in the crossing block's first bytes, before the edge. */
+static void a_cold_block_across_two_pieces_is_checked_whole(void **state)
+{
+	(void)state;
+	cold_block_across_pieces(CKW_Q8_0, "Q8_0", 34, 32, 0, 200000);
+}
+
+/* Q6_K: the factor in the crossing block's last bytes, past the edge,
+ * where the next piece's worker reads (read_cold.c check_crossing). */
+static void a_cold_block_factor_past_the_edge_is_found(void **state)
+{
+	(void)state;
+	cold_block_across_pieces(CKW_Q6_K, "Q6_K", 210, 256, 208, 25000);
 }
 
 /* A group of 16 MiB or more is read in spans on several threads: a BF16
@@ -480,6 +499,7 @@ int main(void)
 		cmocka_unit_test(f32_and_unchecked_calls_pass_as_before),
 		cmocka_unit_test(a_bad_q8_0_block_is_named),
 		cmocka_unit_test(a_cold_block_across_two_pieces_is_checked_whole),
+		cmocka_unit_test(a_cold_block_factor_past_the_edge_is_found),
 		cmocka_unit_test(a_large_group_read_in_spans_is_checked_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

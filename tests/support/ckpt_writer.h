@@ -43,9 +43,10 @@ char *ckw_temp_dir(void);
 /* Checkpoints                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* ggml tensor types the writer sizes itself (any other needs `bytes`). */
+/* ggml tensor types the writer sizes itself (any other needs `bytes`;
+ * CKW_Q6_K is named for tests that give them). */
 enum {
-	CKW_F32 = 0, CKW_F16 = 1, CKW_Q8_0 = 8, CKW_BF16 = 30,
+	CKW_F32 = 0, CKW_F16 = 1, CKW_Q8_0 = 8, CKW_Q6_K = 14, CKW_BF16 = 30,
 };
 
 /* One tensor. shape is outermost first (safetensors' order; GGUF writes
