@@ -6,7 +6,7 @@
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
  *                 [--decode 64] [--threads N] [--precision fast|exact]
  *                 [--q8gemv-wide 0|1|both]
- *                 [--moe-group 0|1] [--quick]
+ *                 [--moe-group 0|1] [--cpu-grouped 0|1|both] [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
  * starting with "json " (bench/gpu collects them). The peers (accelerate,
@@ -32,6 +32,12 @@
  * expert cache's hits) go to strata_kernel_experts a layer at a time
  * (CUDA: the grouped decode kernels, docs/cuda.md "Grouped experts");
  * 0, the default, each expert through its own kernels.
+ *
+ * --cpu-grouped (--n-cpu-moe): a layer's experts missed on the CPU in one
+ * job of the CPU's pool (strata__cpu_experts_grouped 1, the default) or
+ * one expert's two products at a time (0, the path before it); both:
+ * every figure at 1, then again at 0, in one run. Each prints the time
+ * the CPU's misses took per layer per decode step (and per pass).
  *
  * Device memory: on CUDA, the free memory before the session opens less
  * the least free memory seen after any pass; everything strata took on the
@@ -65,6 +71,8 @@ typedef struct cfg {
 	bool cold; /* time the first pass too: nothing read before it */
 	int wide[2]; /* strata__cuda_q8gemv_wide values to measure, in order */
 	size_t n_wide;
+	int grouped[2]; /* strata__cpu_experts_grouped values, in order */
+	size_t n_grouped;
 } cfg;
 
 static int usage(void)
@@ -74,14 +82,16 @@ static int usage(void)
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
 		"                     [--precision fast|exact] [--q8gemv-wide 0|1|both]\n"
 		"                     [--expert-hit-rate F] [--expert-admit-rate F]\n"
-		"                     [--moe-group 0|1]\n"
+		"                     [--moe-group 0|1] [--cpu-grouped 0|1|both]\n"
 		"  --expert-hit-rate, --expert-admit-rate: the decode hit and\n"
 		"    admission shares the plan predicts with (as a run counted\n"
 		"    them: the 'experts per decode step' line); 0: its own\n"
 		"    model (uniform hits, rare admissions)\n"
 		"  --cold: no warm-up pass (disk mode from a dropped page cache)\n"
 		"  --moe-group 1: a layer's device experts in one grouped call\n"
-		"    (CUDA: five launches for all hits); 0 (default): one by one\n");
+		"    (CUDA: five launches for all hits); 0 (default): one by one\n"
+		"  --cpu-grouped 1 (default): a layer's experts missed on the CPU\n"
+		"    in one job of its pool; 0: one expert at a time; both: each\n");
 	strata_cli_residency_print_help(stderr, 0);
 	return 2;
 }
@@ -171,6 +181,7 @@ typedef struct figures {
 	bool experts;
 	strata_infer_experts_stats pass_x, step_x;
 	double top_share; /* of the cache-size most routed experts */
+	uint64_t pass_cpu_ns, step_cpu_ns; /* the CPU's misses, in all */
 	strata_plan_experts_figures plan_pass_x, plan_step_x;
 	uint64_t slots, pairs;
 } figures;
@@ -295,6 +306,8 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 			strata_telemetry_get(t, &a);
 		if (p == first && xs)
 			strata_infer_experts_get_stats(xs, &x0);
+		if (p == first)
+			out->pass_cpu_ns = strata__experts_cpu_ns;
 		uint64_t t0 = strata_now_ns();
 		if (strata_forward_run(strata_session_forward(s), tok, n, 0,
 				       NULL, last, &err))
@@ -307,6 +320,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 			out->used_first_pass = free0 - f;
 	}
 	out->used_at_open = free0 > free_open ? free0 - free_open : 0;
+	out->pass_cpu_ns = strata__experts_cpu_ns - out->pass_cpu_ns;
 	strata_telemetry_get(t, &b);
 	if (xs) {
 		strata_infer_experts_get_stats(xs, &x1);
@@ -333,6 +347,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 			goto fail;
 		if (xs)
 			strata_infer_experts_get_stats(xs, &x0);
+		out->step_cpu_ns = strata__experts_cpu_ns;
 		for (uint32_t d = 0; d < c->decode; d++) {
 			int32_t next = tok[(d + 1) % n];
 			uint64_t t0 = strata_now_ns();
@@ -343,6 +358,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 			queued[d] = the_spy.released_last_ns - t0;
 		}
 		out->decode_ns = median(ns, c->decode);
+		out->step_cpu_ns = strata__experts_cpu_ns - out->step_cpu_ns;
 		if (xs) {
 			strata_infer_experts_get_stats(xs, &x1);
 			out->step_x = stats_sub(x1, &x0);
@@ -447,6 +463,17 @@ static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 		if (c->decode)
 			report_experts("decode step", &f->step_x, c->decode,
 				       &f->plan_step_x);
+		/* per layer whose experts are on the CPU, per pass / step */
+		double layers = f->step_x.layers ? f->step_x.layers : 1.0;
+		printf("  experts on the cpu (--cpu-grouped %d): %.1f us per "
+		       "layer per pass, %.1f us per layer per decode step "
+		       "(misses %.2f per layer per step)\n",
+		       strata__cpu_experts_grouped,
+		       f->pass_cpu_ns / 1e3 / c->passes / layers,
+		       c->decode ? f->step_cpu_ns / 1e3 / c->decode / layers
+				 : 0.0,
+		       c->decode ? (double)f->step_x.misses / c->decode / layers
+				 : 0.0);
 		printf("  routing: the %" PRIu64 " most routed of %" PRIu64
 		       " experts took %.1f%% of the calls (uniform: %.1f%%); "
 		       "decode hit share %.3f, admissions per miss %.3f "
@@ -475,6 +502,19 @@ static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls,
 	       f->plan_name, f->predicted_decode_ms, f->predicted_prefill_ms,
 	       f->prefill_chunk, f->plan_host, f->peak_device, f->peak_host);
+}
+
+/* --cpu-grouped 0|1|both into c->grouped; -1 on another value. */
+static int parse_grouped(cfg *c, const char *v)
+{
+	if (!strcmp(v, "both")) {
+		c->grouped[0] = 1, c->grouped[1] = 0, c->n_grouped = 2;
+		return 0;
+	}
+	if (strcmp(v, "0") && strcmp(v, "1"))
+		return -1;
+	c->grouped[0] = atoi(v), c->n_grouped = 1;
+	return 0;
 }
 
 /* --q8gemv-wide 0|1|both into c->wide; -1 on another value or in a
@@ -515,7 +555,7 @@ static int parse_tokens(cfg *c, const char *v)
 int main(int argc, char **argv)
 {
 	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64,
-		 .wide = {0}, .n_wide = 1};
+		 .wide = {0}, .n_wide = 1, .grouped = {1}, .n_grouped = 1};
 	strata_cli_residency_init(&c.r);
 	c.r.loads = true; /* --no-mmap and --precision, as run takes them */
 	bool quick = false;
@@ -546,6 +586,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
 			c.threads = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(a, "--q8gemv-wide") && v && !parse_wide(&c, v))
+			i++;
+		else if (!strcmp(a, "--cpu-grouped") && v &&
+			 !parse_grouped(&c, v))
 			i++;
 		else if (!strcmp(a, "--moe-group") && v &&
 			 (!strcmp(v, "0") || !strcmp(v, "1")))
@@ -580,11 +623,14 @@ int main(int argc, char **argv)
 #ifdef STRATA_HAVE_CUDA
 		strata__cuda_q8gemv_wide = c.wide[w];
 #endif
-		for (size_t i = 0; i < c.n_tokens && !rc; i++) {
-			figures f;
-			rc = measure(&c, c.tokens[i], &f);
-			if (!rc)
-				report(&c, c.tokens[i], c.wide[w], &f);
+		for (size_t g = 0; g < c.n_grouped && !rc; g++) {
+			strata__cpu_experts_grouped = c.grouped[g];
+			for (size_t i = 0; i < c.n_tokens && !rc; i++) {
+				figures f;
+				rc = measure(&c, c.tokens[i], &f);
+				if (!rc)
+					report(&c, c.tokens[i], c.wide[w], &f);
+			}
 		}
 	}
 	strata_cli_residency_fini(&c.r);

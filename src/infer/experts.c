@@ -9,7 +9,9 @@
  * device from its cache slot; a miss runs on this store's own CPU compute
  * context over the layer's normed rows read back from the device, its
  * weighted outputs summed on the host and added on the device once per
- * layer. After the layer, each missed expert may enter the cache: an
+ * layer; a layer's misses go to the CPU's experts slot together (one job
+ * of its pool for all of them, kernels_experts.c), not one expert's two
+ * products at a time. After the layer, each missed expert may enter the cache: an
  * empty slot takes it; else the victim is the cached expert that has had
  * the fewest rows so far (ties: the least recently used), and the missed
  * one takes its slot only when it has had strictly more. Rows, not calls:
@@ -487,6 +489,50 @@ strata_status strata__experts_cpu(strata_infer_experts *x, uint32_t layer,
 			a[j] += weight[i] * o[j];
 	}
 	return st;
+}
+
+int strata__cpu_experts_grouped = 1;
+_Atomic uint64_t strata__experts_cpu_ns;
+
+/* Hits a strata_kernel_experts call takes here: the CPU slot's most
+ * (STRATA__CPU_EXPERTS_HITS, kernels_experts.c); a layer of more misses
+ * makes more calls, in expert order, so the sum keeps its order. */
+#define CPU_BATCH 64u
+
+strata_status strata__experts_cpu_misses(strata_infer_experts *x,
+					 uint32_t layer, uint32_t n,
+					 const uint32_t *count,
+					 const bool *miss, const int32_t *rows,
+					 const float *weight,
+					 strata_error *err)
+{
+	const kind_data *d = &x->kind[(uint64_t)layer * 3];
+	const strata_kernel_experts_scratch s = {x->gather, x->hb, x->hb2,
+						 x->out};
+	strata_kernel_expert hits[CPU_BATCH];
+	strata_status st = STRATA_OK;
+	uint32_t k = 0, at = 0;
+	for (uint32_t e = 0; st == STRATA_OK && e < x->experts; e++) {
+		if (miss[e]) {
+			strata_weight w[3];
+			for (int i = 0; i < 3; i++)
+				w[i] = (strata_weight){
+					(strata_weight_type)d[i].host_elem,
+					host_of(&d[i], e), d[i].rows,
+					d[i].cols};
+			hits[k++] = (strata_kernel_expert){
+				w[STRATA_EXPERT_GATE], w[STRATA_EXPERT_UP],
+				w[STRATA_EXPERT_DOWN], rows + at, weight + at,
+				count[e]};
+		}
+		at += count[e];
+		if (k && (k == CPU_BATCH || e + 1 == x->experts)) {
+			st = strata_kernel_experts(x->cpu_c, x->acc, x->in, n,
+						   hits, k, &s, err);
+			k = 0;
+		}
+	}
+	return st ? st : strata_compute_finish(x->cpu_c, err);
 }
 
 /* The slot a missed expert may take: an empty one, else the one with

@@ -224,6 +224,24 @@ strata_status strata__experts_cpu(strata_infer_experts *x, uint32_t layer,
 				  uint32_t e, uint32_t n, const int32_t *rows,
 				  const float *weight, uint32_t m,
 				  strata_error *err);
+/* A layer's missed experts at once (miss[e]: expert e of the layer
+ * missed, its count[e] rows at their offset in rows / weight, grouped by
+ * expert as the router lays them out): strata_kernel_experts on the
+ * store's CPU context, the CPU's slot one job of the pool for them all;
+ * the same bits as strata__experts_cpu expert by expert. */
+strata_status strata__experts_cpu_misses(strata_infer_experts *x,
+					 uint32_t layer, uint32_t n,
+					 const uint32_t *count,
+					 const bool *miss, const int32_t *rows,
+					 const float *weight,
+					 strata_error *err);
+/* Test and bench knob (experts.c): 1 (the default) runs a layer's misses
+ * through strata__experts_cpu_misses, 0 through strata__experts_cpu one
+ * expert at a time (the path before it; bench_forward --cpu-grouped). */
+extern int strata__cpu_experts_grouped;
+/* Bench counter (bench_forward): nanoseconds the layers' CPU misses took,
+ * every session's together (forward_moe.c adds; never reset). */
+extern _Atomic uint64_t strata__experts_cpu_ns;
 float *strata__experts_sum(strata_infer_experts *x);
 strata_status strata__experts_admit(strata_infer_experts *x, uint32_t layer,
 				    uint32_t e, strata_error *err);

@@ -9,7 +9,8 @@
  * scaled by its weight and added to its row of the residual stream.
  * Qwen2-MoE adds its shared expert, scaled by the sigmoid of its gate.
  * A layer whose routed experts are on the CPU (experts.c) runs them
- * through the expert store instead: cache hits here, misses there.
+ * through the expert store instead: cache hits here, misses there (all
+ * of a layer's misses in one call of the CPU's experts slot).
  *
  * With strata__moe_group 1 the experts on the device (the layer's own,
  * or the cache's hits) go to strata_kernel_experts together, so a
@@ -19,6 +20,7 @@
  * time exactly as expert_run does (the CPU's bits are unchanged).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "infer/forward_internal.h"
@@ -191,6 +193,23 @@ static strata_status expert(strata_forward *f, group *g,
 	return expert_add(f, g, &gate, &up, &down, n, rows, weight, m, err);
 }
 
+/* The layer's missed experts one at a time on the CPU (the path before
+ * strata__experts_cpu_misses, kept as its reference: knob 0). */
+static strata_status misses_each(strata_forward *f, uint32_t layer,
+				 uint32_t n, const uint32_t *count,
+				 const bool *miss, strata_error *err)
+{
+	strata_status st = STRATA_OK;
+	for (uint32_t e = 0, at = 0; st == STRATA_OK && e < f->hp->experts;
+	     at += count[e], e++)
+		if (miss[e])
+			st = strata__experts_cpu(f->experts, layer, e, n,
+						 f->moe_rows + at,
+						 f->moe_weights + at, count[e],
+						 err);
+	return st;
+}
+
 /* A layer whose experts are on the CPU (experts.c): hits run here from
  * the device cache; the misses on the CPU over the normed rows read back
  * (f->xb, already there: the router's read-back waited for it), their sum
@@ -233,14 +252,14 @@ static strata_status experts_apart(strata_forward *f, group *g,
 		return st;
 	uint64_t bytes = (uint64_t)n * hp->dim * sizeof(float);
 	strata__experts_begin(x, n);
-	at = 0;
-	for (uint32_t e = 0; st == STRATA_OK && e < hp->experts; e++) {
-		if (miss[e])
-			st = strata__experts_cpu(x, layer, e, n, f->moe_rows + at,
-						 f->moe_weights + at, count[e],
-						 err);
-		at += count[e];
-	}
+	uint64_t t0 = strata_now_ns();
+	st = strata__cpu_experts_grouped
+		     ? strata__experts_cpu_misses(x, layer, n, count, miss,
+						  f->moe_rows, f->moe_weights,
+						  err)
+		     : misses_each(f, layer, n, count, miss, err);
+	atomic_fetch_add_explicit(&strata__experts_cpu_ns,
+				  strata_now_ns() - t0, memory_order_relaxed);
 	/* the sum into moe_out after the hits' kernels that use it, then
 	 * added; the host sum is the next layer's again: wait for it */
 	if (st == STRATA_OK)

@@ -4,9 +4,9 @@
  * experts on the CPU and a device cache of two, and with prompt experts
  * streamed (a streamed expert runs between the grouped hits), the
  * prompt's logits in one pass and then token by token are the same bits
- * with the knob 1 as with 0: the CPU declines the grouped slot, and the
- * wrapper's one-expert-at-a-time composition adds the experts in their
- * order (layer: infer). */
+ * with the knob 1 as with 0: the CPU's experts slot (kernels_experts.c)
+ * or, where it declines, the wrapper's one-expert-at-a-time composition
+ * adds the experts in their order (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -14,7 +14,8 @@
  * FOLD_MAX, so a step allocates nothing), the same bits as the rmsnorm
  * kernel's. Everything else (prefill, block types under --precision
  * exact, the generic path) gets the wrappers' compositions of the plain
- * kernels. */
+ * kernels. A mixture-of-experts layer's routed experts are one job
+ * (kernels_experts.c) where every hit has a few rows. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,4 +251,6 @@ const strata_kernel_ops strata_cpu_kernel_ops = {
 	.products = cpu_products,
 	.gated_take = cpu_gated_take,
 	.gated = cpu_gated,
+	.experts_take = strata__cpu_experts_take,
+	.experts = strata__cpu_experts,
 };

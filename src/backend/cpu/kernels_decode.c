@@ -254,6 +254,30 @@ bool strata__cpu_decode_usable(void)
 #endif
 }
 
+#if defined(__x86_64__)
+DEC_ISA void strata__cpu_decode_rows(float *y, const void *w,
+				     strata_weight_type t, const float *x,
+				     uint32_t in, uint32_t o0, uint32_t o1)
+{
+	dec_job j = {.x = x, .in = in, .parts = 1};
+	j.p[0] = (dec_part){y, w, NULL, t, o1, o1 - o0, 0};
+	/* decode_task's part_rows, the type a constant in each copy */
+	switch (t) {
+	case STRATA_WEIGHT_BF16: part_rows(&j, &j.p[0], o0, o1, STRATA_WEIGHT_BF16); break;
+	case STRATA_WEIGHT_F16: part_rows(&j, &j.p[0], o0, o1, STRATA_WEIGHT_F16); break;
+	default: part_rows(&j, &j.p[0], o0, o1, STRATA_WEIGHT_F32); break;
+	}
+}
+#else
+void strata__cpu_decode_rows(float *y, const void *w, strata_weight_type t,
+			     const float *x, uint32_t in, uint32_t o0,
+			     uint32_t o1)
+{
+	/* unreachable: strata__cpu_decode_usable says no here */
+	(void)y, (void)w, (void)t, (void)x, (void)in, (void)o0, (void)o1;
+}
+#endif
+
 bool strata__cpu_decode_take(uint32_t n, const strata_weight *const *w,
 			     uint32_t count)
 {

@@ -125,6 +125,12 @@ strata_status strata__cpu_decode_gated(void *ctx, float *y, const float *x,
 				       const strata_weight *gate,
 				       const strata_weight *up,
 				       strata_error *err);
+/* Outputs [o0, o1) of one row of x (in) against w (f32, bf16 or f16, rows
+ * of `in` as stored) into y[o0 .. o1): the fused products' sums (the bits
+ * of the plain product); only where strata__cpu_decode_usable says so. */
+void strata__cpu_decode_rows(float *y, const void *w, strata_weight_type t,
+			     const float *x, uint32_t in, uint32_t o0,
+			     uint32_t o1);
 /* The same slots on the GGUF block types through the activation-quantized
  * kernels (kernels_decode_q8.c): whether they take n rows of these weights
  * (n 1, each a block type of qdot.h's scheme, whole blocks, the pool in
@@ -140,5 +146,18 @@ strata_status strata__cpu_decode_q8_gated(void *ctx, float *y, const float *x,
 					  const strata_weight *gate,
 					  const strata_weight *up,
 					  strata_error *err);
+
+/* A mixture-of-experts layer's routed experts in one job of the pool
+ * (kernels_experts.c): whether the experts slot takes the call (every hit
+ * of at most STRATA__CPU_EXPERTS_ROWS rows, on types the fused decode
+ * products take, at most STRATA__CPU_EXPERTS_HITS hits), then the call,
+ * the bits of the wrapper's composition one expert at a time. */
+#define STRATA__CPU_EXPERTS_ROWS 8u
+#define STRATA__CPU_EXPERTS_HITS 64u
+bool strata__cpu_experts_take(void *ctx, uint32_t n,
+			      const strata_kernel_expert *e, uint32_t count);
+strata_status strata__cpu_experts(void *ctx, float *y, const float *x,
+				  uint32_t n, const strata_kernel_expert *e,
+				  uint32_t count, strata_error *err);
 
 #endif
