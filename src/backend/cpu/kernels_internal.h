@@ -149,8 +149,9 @@ strata_status strata__cpu_decode_q8_gated(void *ctx, float *y, const float *x,
 
 /* A mixture-of-experts layer's routed experts in one job of the pool
  * (kernels_experts.c): whether the experts slot takes the call (every hit
- * of at most STRATA__CPU_EXPERTS_ROWS rows, on types the fused decode
- * products take, at most STRATA__CPU_EXPERTS_HITS hits), then the call,
+ * of at most STRATA__CPU_EXPERTS_ROWS rows, one where a matrix is bf16,
+ * f16 or f32, on types the fused decode products take, at most
+ * STRATA__CPU_EXPERTS_HITS hits), then the call,
  * the bits of the wrapper's composition one expert at a time. */
 #define STRATA__CPU_EXPERTS_ROWS 8u
 #define STRATA__CPU_EXPERTS_HITS 64u
