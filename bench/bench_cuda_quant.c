@@ -17,7 +17,7 @@
  * layers of q, k, v, o, gate, up, down and the output head) as ms/token;
  * a decode layer's products through the fused slots as the forward pass
  * calls them (bf16, Q8_0, Q4_K, Q6_K; q8 and f32 x). --wide sets
- * strata__cuda_q8gemv_wide (0, the default: the current lanes; 1: the wide
+ * strata__cuda_q8gemv_wide (0: the narrow lanes; 1, the default: the wide
  * K-quant lanes; both: Q4_K, Q5_K and Q6_K measured each way, one after
  * the other); rows and figures of the wide lanes say x "q8w".
  * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:

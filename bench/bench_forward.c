@@ -26,12 +26,12 @@
  * hit) against the uniform share, slots / (layers x experts).
  *
  * --q8gemv-wide (CUDA builds): the 8-bit decode GEMV's K-quant lanes
- * (strata__cuda_q8gemv_wide: 0 the current ones, the default; 1 the wide
- * ones; both: every figure measured at 0, then again at 1, in one run).
- * --moe-group 1: a mixture of experts' device experts (resident, or the
- * expert cache's hits) go to strata_kernel_experts a layer at a time
- * (CUDA: the grouped decode kernels, docs/cuda.md "Grouped experts");
- * 0, the default, each expert through its own kernels.
+ * (strata__cuda_q8gemv_wide: 0 the narrow ones; 1 the wide ones, the
+ * default; both: every figure measured at 0, then again at 1, in one run).
+ * --moe-group 1, the default: a mixture of experts' device experts
+ * (resident, or the expert cache's hits) go to strata_kernel_experts a
+ * layer at a time (CUDA: the grouped decode kernels, docs/cuda.md
+ * "Grouped experts"); 0: each expert through its own kernels.
  *
  * --cpu-grouped (--n-cpu-moe): a layer's experts missed on the CPU in one
  * job of the CPU's pool (strata__cpu_experts_grouped 1, the default) or
@@ -555,7 +555,10 @@ static int parse_tokens(cfg *c, const char *v)
 int main(int argc, char **argv)
 {
 	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64,
-		 .wide = {0}, .n_wide = 1, .grouped = {1}, .n_grouped = 1};
+		 .wide = {1}, .n_wide = 1, .grouped = {1}, .n_grouped = 1};
+#ifdef STRATA_HAVE_CUDA
+	c.wide[0] = strata__cuda_q8gemv_wide; /* the library's default */
+#endif
 	strata_cli_residency_init(&c.r);
 	c.r.loads = true; /* --no-mmap and --precision, as run takes them */
 	bool quick = false;

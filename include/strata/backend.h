@@ -182,6 +182,13 @@ bool strata_backend_has_kind(const char *kind);
  * machine); 0 for the CPU and unknown text. */
 uint64_t strata_backend_compute_bytes(const char *kind);
 
+/* The device memory the kind's runtime takes after a compute context is
+ * made, as kernels first run (CUDA: each kernel's code as lazy loading
+ * brings it in, and local memory grown for kernels that spill): no
+ * measurement at context creation sees it, so plans add it to the
+ * context's bytes, measured or not; 0 for the CPU and unknown text. */
+uint64_t strata_backend_runtime_bytes(const char *kind);
+
 /* The weight types (STRATA_WEIGHT_BIT of each, backend_kernels.h) the
  * kernel table of this kind computes on as stored, known also where the
  * kind is not built (planning for another machine); 0 for unknown text. */

@@ -72,6 +72,12 @@ extern const strata_kernel_ops strata_cuda_kernel_ops;
 #define STRATA_CUDA_BLAS_WORKSPACE_BYTES ((uint64_t)8 << 20)
 #define STRATA_CUDA_COMPUTE_DEVICE_BYTES                                       \
 	(STRATA_CUDA_BLAS_WORKSPACE_BYTES + ((uint64_t)4 << 20))
+/* What CUDA takes later, as strata's kernels first run (kernels' code, local
+ * memory): on the H200 (2026-12-02) a session's measured device use passed
+ * its plan by up to 6.98 MB (the Q8_0 mixture of experts with the experts on
+ * the CPU and a device cache) and 2 MiB (a Q4_K_M decode) before the plans
+ * counted it; strata_backend_runtime_bytes. */
+#define STRATA_CUDA_RUNTIME_DEVICE_BYTES ((uint64_t)8 << 20)
 
 /* Weight types of strata_cuda_matmul_half. */
 typedef enum strata_cuda_half {

@@ -695,8 +695,10 @@ typedef struct strata_plan_options {
 	uint64_t device_budgets[STRATA_PLAN_MAX_DEVICES];
 	/* Device bytes the backend takes for itself outside the plan's
 	 * buffers (cuda: STRATA_CUDA_COMPUTE_DEVICE_BYTES of the compute
-	 * context, cuBLAS workspace and scratch); added to every device
-	 * total. The caller fills it: the backend is below this layer. */
+	 * context, cuBLAS workspace and scratch, or more where measured, plus
+	 * STRATA_CUDA_RUNTIME_DEVICE_BYTES the runtime takes as kernels first
+	 * run); added to every device total. The caller fills it: the
+	 * backend is below this layer. */
 	uint64_t backend_reserved_bytes;
 	/* Replicas of the model planned on one machine (strata batch, strata
 	 * plan --gpus): the host budget, given or measured, is split evenly

@@ -54,16 +54,17 @@ static const backend_kind kinds[] = {
 };
 
 /* Kinds strata has code for, built here or not, the device memory a
- * compute context takes at least on each and the weight types its kernel
- * table takes (plans for another machine's GPUs need them where no GPU
- * code is built). */
+ * compute context takes at least on each, what the runtime takes after it
+ * as kernels first run, and the weight types its kernel table takes (plans
+ * for another machine's GPUs need them where no GPU code is built). */
 static const struct {
 	const char *name;
-	uint64_t compute_bytes;
+	uint64_t compute_bytes, runtime_bytes;
 	uint32_t weight_types;
 } known[] = {
-	{"cpu", 0, STRATA_CPU_WEIGHT_TYPES},
-	{"cuda", STRATA_CUDA_COMPUTE_DEVICE_BYTES, STRATA_CUDA_WEIGHT_TYPES},
+	{"cpu", 0, 0, STRATA_CPU_WEIGHT_TYPES},
+	{"cuda", STRATA_CUDA_COMPUTE_DEVICE_BYTES,
+	 STRATA_CUDA_RUNTIME_DEVICE_BYTES, STRATA_CUDA_WEIGHT_TYPES},
 };
 
 /* ------------------------------------------------------------------------ */
@@ -111,6 +112,12 @@ uint64_t strata_backend_compute_bytes(const char *kind)
 {
 	int i = known_index(kind);
 	return i < 0 ? 0 : known[i].compute_bytes;
+}
+
+uint64_t strata_backend_runtime_bytes(const char *kind)
+{
+	int i = known_index(kind);
+	return i < 0 ? 0 : known[i].runtime_bytes;
 }
 
 uint32_t strata_backend_weight_types(const char *kind)

@@ -99,8 +99,8 @@ static void machine_facts(const strata_cli_residency *r, uint32_t index,
 	}
 	if (b && strata_compute_create_measured(b, 1, &c, &ctx, &ignored) ==
 			 STRATA_OK &&
-	    ctx > *reserved)
-		*reserved = ctx;
+	    ctx + strata_backend_runtime_bytes("cuda") > *reserved)
+		*reserved = ctx + strata_backend_runtime_bytes("cuda"); /* as run */
 	strata_compute_destroy(c);
 	strata_backend_destroy(b);
 }
@@ -112,7 +112,8 @@ static void pick_device(strata_cli_residency *r)
 		r->plan.device = STRATA_PLAN_DEVICE_CUDA;
 	if (r->plan.device == STRATA_PLAN_DEVICE_CUDA)
 		r->plan.backend_reserved_bytes =
-			strata_backend_compute_bytes("cuda");
+			strata_backend_compute_bytes("cuda") +
+			strata_backend_runtime_bytes("cuda");
 }
 
 static const char *cell(uint64_t v, bool known, char buf[32])

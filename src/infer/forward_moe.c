@@ -25,11 +25,13 @@
 
 #include "infer/forward_internal.h"
 
-/* 0: each expert its own kernels (expert_run), as before; 1: a layer's
- * device experts in one strata_kernel_experts call. Unmeasured on a GPU
- * as of its commit, so off by default; bench_forward --moe-group sets
- * it, and the tests set it themselves. */
-int strata__moe_group = 0;
+/* 1: a layer's device experts in one strata_kernel_experts call, the
+ * default since the H200 measured it (2026-12-02, an 8-layer
+ * Qwen3-30B-A3B-shaped Q8_0 model: resident decode 1.202 ms/token against
+ * 2.843 one expert at a time; with the experts on the CPU and a 96-slot
+ * cache 1.922 against 2.931); 0: each expert its own kernels (expert_run),
+ * to compare (bench_forward --moe-group; the tests set it themselves). */
+int strata__moe_group = 1;
 
 /* Hits gathered for one strata_kernel_experts call: passed on when full,
  * before a streamed expert runs (its slot's bytes are rewritten by the

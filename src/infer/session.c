@@ -197,13 +197,15 @@ static strata_status plan_it(strata_session *s, const strata_session_options *o,
 	if (st)
 		return st;
 	/* The compute context as measured (at least what its kind always
-	 * takes); the planner adds the products' workspace and the driver's
-	 * own bytes for each way of running. */
+	 * takes), and what the runtime takes later as kernels first run; the
+	 * planner adds the products' workspace and the driver's own bytes
+	 * for each way of running. */
 	uint64_t least = strata_backend_compute_bytes(kind_of(po.device));
 	if (least)
-		po.backend_reserved_bytes = s->compute_device_bytes > least
-						    ? s->compute_device_bytes
-						    : least;
+		po.backend_reserved_bytes =
+			(s->compute_device_bytes > least ? s->compute_device_bytes
+							 : least) +
+			strata_backend_runtime_bytes(kind_of(po.device));
 	/* --batch auto: planned at batch 1 (its prefill chunk within one
 	 * context), then again at the best batch with the chunk wanted */
 	uint64_t want_chunk = po.shape.prefill_chunk;

@@ -579,5 +579,8 @@ int main(void)
 		cmocka_unit_test(test_wide_nan_in_x_gives_nan),
 		cmocka_unit_test(test_wide_dependent_launch_gives_the_same_bits),
 	};
+	/* the narrow lanes unless a test says otherwise (the wide ones, the
+	 * default, are the tests that set the knob to 1 and back) */
+	strata__cuda_q8gemv_wide = 0;
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

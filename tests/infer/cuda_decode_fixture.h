@@ -24,16 +24,18 @@ static uint32_t argmax(const float *v, uint32_t n)
 }
 
 /* The last prompt position's logits, then each decode step's, into a new
- * ((1 + DECODES), vocab) buffer; tokens[d] the token fed at step d: the
- * greedy one when `greedy` (and written there), else read from it. */
-static float *decode_logits(const char *path, strata_weight_type kv,
-			    bool greedy, int32_t *tokens, uint32_t *vocab_out)
+ * ((1 + DECODES), vocab) buffer, on `device` (a resident session); tokens[d]
+ * the token fed at step d: the greedy one when `greedy` (and written
+ * there), else read from it. */
+static float *decode_logits_on(const char *path, strata_weight_type kv,
+			       strata_plan_device device, bool greedy,
+			       int32_t *tokens, uint32_t *vocab_out)
 {
 	strata_session_options so = {.model_path = path, .threads = 2,
 				     .positions = 64, .prefill = 16,
 				     .precision = STRATA_PRECISION_FAST};
 	so.plan.mode = STRATA_RESIDENCY_RESIDENT;
-	so.plan.device = STRATA_PLAN_DEVICE_CUDA;
+	so.plan.device = device;
 	so.plan.shape.kv_type = kv;
 	strata_session *s = NULL;
 	strata_error err;
@@ -58,6 +60,14 @@ static float *decode_logits(const char *path, strata_weight_type kv,
 	strata_session_close(s);
 	*vocab_out = vocab;
 	return out;
+}
+
+/* decode_logits_on a CUDA device. */
+static float *decode_logits(const char *path, strata_weight_type kv,
+			    bool greedy, int32_t *tokens, uint32_t *vocab_out)
+{
+	return decode_logits_on(path, kv, STRATA_PLAN_DEVICE_CUDA, greedy,
+				tokens, vocab_out);
 }
 
 #endif

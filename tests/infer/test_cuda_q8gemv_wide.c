@@ -3,7 +3,14 @@
  * forward pass: a CUDA session's prompt and greedy decode of the Q4_K_M,
  * Q5_K_M and Q6_K files give, with the knob 1, the current lanes' tokens and
  * logits within WIDE_TOL (the same codes and factors, f32 sums in
- * another order), on an f32 and a bf16 KV cache. The wide run is fed the
+ * another order) on an f32 KV cache. On a bf16 cache a key or value that
+ * moves by an f32 rounding can cross a bf16 rounding boundary and move by
+ * a bf16 step (2^-8), which later layers carry into the logits (the H200
+ * measured 0.0101 at one step of the Q4_K_M file, where the f32 cache kept
+ * 5.6e-7): there the tolerance is what such a difference costs on that
+ * file, measured: twice the CPU's distance from the current lanes (the
+ * CPU's 8-bit decode has the same codes and factors and sums in a third
+ * order), and never less than WIDE_TOL. The wide run is fed the
  * current run's tokens, so a near tie cannot make the sequences part; a
  * greedy token must still agree wherever the current run's top two
  * logits are further apart than the two runs' distance. And the logits
@@ -35,9 +42,10 @@ extern int strata__cuda_q8gemv_wide;
 static float *lanes_logits(const char *path, strata_weight_type kv, int wide,
 			   bool greedy, int32_t *tokens, uint32_t *vocab_out)
 {
+	const int was = strata__cuda_q8gemv_wide;
 	strata__cuda_q8gemv_wide = wide;
 	float *out = decode_logits(path, kv, greedy, tokens, vocab_out);
-	strata__cuda_q8gemv_wide = 0;
+	strata__cuda_q8gemv_wide = was;
 	return out;
 }
 
@@ -67,6 +75,36 @@ static double row_distance(const float *cur, const float *wide, uint32_t v,
 	return worst;
 }
 
+/* The worst row distance of `other` from `cur` over the steps. */
+static double worst_distance(const float *cur, const float *other, uint32_t v)
+{
+	double worst = 0.0;
+	for (uint32_t r = 0; r <= DECODES; r++) {
+		bool tokens_ok;
+		const double d = row_distance(cur + (size_t)r * v,
+					      other + (size_t)r * v, v, &tokens_ok);
+		worst = d > worst ? d : worst;
+	}
+	return worst;
+}
+
+/* WIDE_TOL, or on a bf16 cache what an f32 rounding's difference costs on
+ * this file: twice the CPU's distance from the current lanes, fed the
+ * same tokens. */
+static double tolerance(const char *path, strata_weight_type kv,
+			const float *cur, int32_t *tokens, uint32_t v)
+{
+	if (kv != STRATA_WEIGHT_BF16)
+		return WIDE_TOL;
+	uint32_t vc;
+	float *cpu = decode_logits_on(path, kv, STRATA_PLAN_DEVICE_CPU, false,
+				      tokens, &vc);
+	assert_int_equal(vc, v);
+	const double d = 2 * worst_distance(cur, cpu, v);
+	strata_free(cpu);
+	return d > WIDE_TOL ? d : WIDE_TOL;
+}
+
 static void check_file(const char *file, strata_weight_type kv)
 {
 	char path[1024];
@@ -76,15 +114,16 @@ static void check_file(const char *file, strata_weight_type kv)
 	float *cur = lanes_logits(path, kv, 0, true, tokens, &v0);
 	float *wide = lanes_logits(path, kv, 1, false, tokens, &v1);
 	assert_int_equal(v0, v1);
+	const double tol = tolerance(path, kv, cur, tokens, v0);
 	double worst = 0.0;
 	for (uint32_t r = 0; r <= DECODES; r++) {
 		bool tokens_ok;
 		const double d = row_distance(cur + (size_t)r * v0,
 					      wide + (size_t)r * v0, v0, &tokens_ok);
-		if (!(d <= WIDE_TOL))
+		if (!(d <= tol))
 			fail_msg("%s (kv %s) step %u: wide lanes' logits %.3g from "
-				 "the current lanes' (tolerance %.0e)", file,
-				 strata_weight_type_name(kv), r, d, WIDE_TOL);
+				 "the current lanes' (tolerance %.3g)", file,
+				 strata_weight_type_name(kv), r, d, tol);
 		if (!tokens_ok)
 			fail_msg("%s (kv %s) step %u: the wide lanes' greedy token "
 				 "differs without a tie", file,
@@ -96,8 +135,8 @@ static void check_file(const char *file, strata_weight_type kv)
 		fail_msg("%s (kv %s): the knob changed no bit: the wide lanes "
 			 "took no product", file, strata_weight_type_name(kv));
 	printf("  %-18s kv %-4s wide lanes within %.3g of the current over %u "
-	       "steps, same greedy tokens\n", file, strata_weight_type_name(kv),
-	       worst, 1 + DECODES);
+	       "steps (tolerance %.3g), same greedy tokens\n", file,
+	       strata_weight_type_name(kv), worst, 1 + DECODES, tol);
 	strata_free(cur);
 	strata_free(wide);
 }

@@ -234,10 +234,10 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
  * strata__cuda_q8gemv_aligned (1: Q8_0 rows on 8-byte boundaries, and
  * Q4_K and Q5_K weights on 16-byte ones, take aligned 8- and 16-byte
  * loads; 0: the funnel-shifted words everywhere), strata__cuda_q8gemv_wide
- * (0, the default: the lanes above; 1: Q4_K and Q5_K on 16-byte aligned
- * weights, and Q6_K, take the wide lanes of qgemv_q8_kquants.cuh, 16-byte
- * loads of codes and a lane two whole 16-element runs; unmeasured on a
- * GPU as of its commit), and strata__cuda_pdl
+ * (1, the default: Q4_K and Q5_K on 16-byte aligned weights, and Q6_K,
+ * take the wide lanes of qgemv_q8_kquants.cuh, 16-byte loads of codes and
+ * a lane two whole 16-element runs; 0: the lanes above for all), and
+ * strata__cuda_pdl
  * (1: the decode chain's kernels, the quantizations, these GEMVs and the
  * half ones (kernels_gemv.cu), rope, the decode attention and its combine
  * and the cache stores, are launched

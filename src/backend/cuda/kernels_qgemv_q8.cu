@@ -47,7 +47,10 @@
 
 extern "C" {
 int strata__cuda_q8gemv_aligned = 1;
-int strata__cuda_q8gemv_wide = 0;
+/* 1 since the H200 measured it (2026-12-02): Q4_K_M resident decode of the
+ * 7.5 GB llama 1.511 ms/token against 3.160 on the narrow lanes
+ * (docs/cuda.md "The wide K-quant lanes"); 0 keeps them to compare. */
+int strata__cuda_q8gemv_wide = 1;
 int strata__cuda_pdl = 1;
 }
 
