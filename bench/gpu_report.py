@@ -7,7 +7,9 @@
                                   targets), and the automatic plan's rows
                                   (issue 17): measured against predicted,
                                   peaks against the plan, accelerate and
-                                  llama.cpp at the same budgets
+                                  llama.cpp at the same budgets, and for
+                                  bf16 the host memory floor of each
+                                  placement
   gpu_report.py ngl PLAN BUDGET   llama-bench's -ngl for a device budget:
                                   the layers of PLAN (`strata plan --json`
                                   of the same file) that fit BUDGET bytes
@@ -16,6 +18,9 @@
                                   CUDA context), at most every layer
   gpu_report.py llama-json FILE   llama-bench -o json output as "json {...}"
                                   lines, one per test (pp512, tg64)
+  gpu_report.py host-reads PLAN   the selected candidate's bytes read from
+                                  host memory per decode step (cpu_bytes,
+                                  streamed_bytes) as a "json {...}" line
 """
 import json
 import os
@@ -114,8 +119,42 @@ def peak_lines(s):
               f"{PEAK_TOLERANCE:.0%}: {verdict(ok)})")
 
 
-def placement_rows(rows, find):
-    """issue 17: the automatic plan per file and budget."""
+def host_reads(plan):
+    """A `strata plan --json` document -> the selected candidate's bytes
+    read from host memory per decode step: {cpu_bytes, streamed_bytes}
+    (what the CPU computes from there, what the link carries)."""
+    sel = plan.get("selected") or {}
+    for c in plan.get("candidates", []):
+        if c.get("name") == sel.get("name"):
+            return {"cpu_bytes": c.get("cpu_bytes", 0),
+                    "streamed_bytes": c.get("streamed_bytes", 0)}
+    return None
+
+
+def together_rate(text):
+    """strata calibrate's host memory rate with the CPU and the link reading
+    at once (GB/s), or None where the log has no such line."""
+    m = re.search(r"\(([0-9.]+) together\)", text)
+    return float(m.group(1)) if m else None
+
+
+def floor_line(reads, rate, target):
+    """The decode step's floor at this placement: every byte it reads from
+    host memory (the CPU's and the link's) at the rate both reach together,
+    against the target (ms)."""
+    gb = (reads["cpu_bytes"] + reads["streamed_bytes"]) / 1e9
+    floor = gb / rate * 1e3
+    where = "below" if target < floor else "at or above"
+    return (f"    host memory floor: {gb:.2f} GB read from host memory per "
+            f"token (CPU {reads['cpu_bytes'] / 1e9:.2f}, link "
+            f"{reads['streamed_bytes'] / 1e9:.2f}) at {rate:.1f} GB/s "
+            f"(calibrate, both at once) = {floor:.1f} ms; the target "
+            f"{target:g} ms is {where} it")
+
+
+def placement_rows(rows, find, together=None):
+    """issue 17: the automatic plan per file and budget; `together` the
+    host memory's rate with the CPU and the link reading at once."""
     files = [r.get("file") for r in rows if r.get("run") == "strata-auto"]
     files = [f for i, f in enumerate(files) if f and f not in files[:i]]
     for f in files:
@@ -147,6 +186,9 @@ def placement_rows(rows, find):
                 t = DECODE_TARGET_MS[budget]
                 print(f"    bf16 decode target <= {t:g} ms: "
                       f"{verdict(s['decode_ms'] <= t)}")
+                reads = find("host-reads", file=f, budget=budget)
+                if reads and together:
+                    print(floor_line(reads, together, t))
             peak_lines(s)
             # accelerate reads the safetensors; llama.cpp the GGUF files
             a = ad = None
@@ -188,6 +230,11 @@ def main():
         plan = json.load(open(sys.argv[2]))
         reserve = size_bytes(os.environ.get("STRATA_LLAMA_RESERVE", "512MiB"))
         print(ngl(plan, size_bytes(sys.argv[3]), reserve))
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "host-reads":
+        r = host_reads(json.load(open(sys.argv[2])))
+        if r:
+            print("json " + json.dumps(r))
         return
     if len(sys.argv) == 3 and sys.argv[1] == "llama-json":
         for r in llama_rows(json.load(open(sys.argv[2]))):
@@ -258,7 +305,7 @@ def main():
         print(f"disk mode, cold: strata {s['pass_ms']:.0f} ms per pass, "
               f"{gbs:.2f} GB/s from disk; the disk's O_DIRECT rate "
               f"{rate:.2f} GB/s: {gbs / rate:.0%} (target >= 90%)")
-    placement_rows(rows, find)
+    placement_rows(rows, find, together_rate(text))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,27 @@ class Placement(unittest.TestCase):
         l = self.line("safetensors, 4GiB: ")
         self.assertIn("measured/predicted 1.20", l)
 
+    def test_host_memory_floor_of_bf16_rows(self):
+        # (4.23 + 2.115) GB at 141 GB/s = 45.0 ms: the 45 ms target is at
+        # it; (2.82 + 1.41) GB = 30.0 ms: the 27 ms target below it
+        blocks = self.out.split("safetensors, 4GiB")
+        self.assertIn("host memory floor: 6.34 GB read from host memory per "
+                      "token (CPU 4.23, link 2.12) at 141.0 GB/s (calibrate, "
+                      "both at once) = 45.0 ms; the target 45 ms is at or "
+                      "above it", blocks[0])
+        self.assertIn("= 30.0 ms; the target 27 ms is below it", blocks[1])
+        # no host-reads row, no floor line
+        self.assertNotIn("floor", self.out.split("gguf-bf16, 2GiB")[1])
+
+    def test_host_reads_of_a_plan(self):
+        plan = {"selected": {"name": "placement:r2,c9,w5"},
+                "candidates": [{"name": "resident", "cpu_bytes": 0},
+                               {"name": "placement:r2,c9,w5",
+                                "cpu_bytes": 7, "streamed_bytes": 5}]}
+        self.assertEqual(gpu_report.host_reads(plan),
+                         {"cpu_bytes": 7, "streamed_bytes": 5})
+        self.assertIsNone(gpu_report.host_reads({"selected": None}))
+
     def test_verdicts(self):
         blocks = self.out.split("safetensors, 4GiB")
         self.assertIn("predictions within 10%: met", blocks[0])
