@@ -5,6 +5,7 @@
  *
  *   bench_cuda_quant [--quick] [--reps N] [--types Q8_0,Q4_K,...]
  *                    [--rows 512,2048] [--no-sweep] [--wide 0|1|both]
+ *                    [--wide-q8-0 0|1|both]
  *
  * Decode: each type's one-row product (the GEMV) at every shape, in GB/s
  * of stored bytes and as a share of the copy rate, on the types the 8-bit
@@ -19,7 +20,8 @@
  * calls them (bf16, Q8_0, Q4_K, Q6_K; q8 and f32 x). --wide sets
  * strata__cuda_q8gemv_wide (0: the narrow lanes; 1, the default: the wide
  * K-quant lanes; both: Q4_K, Q5_K and Q6_K measured each way, one after
- * the other); rows and figures of the wide lanes say x "q8w".
+ * the other); --wide-q8-0 the same for Q8_0 (strata__cuda_q8gemv_wide_q8_0,
+ * qgemv_q8_0_wide.cuh); rows and figures of the wide lanes say x "q8w".
  * Prefill: 512 and 2048 rows on the MLP and attention shapes in TFLOP/s:
  * tensor cores (bf16 hi + lo, the default; bf16 once) against the f32
  * SGEMM slices and the bf16 weights' own cuBLAS product, with the plan's
@@ -213,20 +215,24 @@ static bool q8_x(const bench *B, strata_weight_type t)
 	       B->k->decode_q8;
 }
 
-/* Whether strata__cuda_q8gemv_wide has a say on t's 8-bit GEMV. */
-static bool k_quant(strata_weight_type t)
+/* The knob that picks t's 8-bit GEMV lanes (strata__cuda_q8gemv_wide for
+ * the K-quants, _wide_q8_0 for Q8_0), or NULL where none has a say. */
+static int *wide_knob(strata_weight_type t)
 {
-	return t == STRATA_WEIGHT_Q4_K || t == STRATA_WEIGHT_Q5_K ||
-	       t == STRATA_WEIGHT_Q6_K;
+	if (t == STRATA_WEIGHT_Q4_K || t == STRATA_WEIGHT_Q5_K ||
+	    t == STRATA_WEIGHT_Q6_K)
+		return &strata__cuda_q8gemv_wide;
+	return t == STRATA_WEIGHT_Q8_0 ? &strata__cuda_q8gemv_wide_q8_0 : NULL;
 }
 
 /* The activations the decode products take now: "q8" (quantized, the
- * 8-bit GEMV), "q8w" (the same on the wide K-quant lanes) or "f32". */
+ * 8-bit GEMV), "q8w" (the same on the wide lanes) or "f32". */
 static const char *x_kind(const bench *B, strata_weight_type t)
 {
 	if (!q8_x(B, t))
 		return "f32";
-	return k_quant(t) && strata__cuda_q8gemv_wide ? "q8w" : "q8";
+	const int *k = wide_knob(t);
+	return k && *k ? "q8w" : "q8";
 }
 
 static void gemv_line(bench *B, const char *type, const char *x,
@@ -557,17 +563,24 @@ static int parse_rows(const char *list, uint32_t *rows, uint32_t *nrows)
 	}
 }
 
-/* --wide 0|1|both: strata__cuda_q8gemv_wide (both: 0, then the K-quants
- * again at 1); else exit 2. */
-static int parse_wide(const char *v, bool *both)
+/* --wide or --wide-q8-0 (`opt`) 0|1|both: *knob (strata__cuda_q8gemv_wide
+ * or _wide_q8_0; both: 0, then its types again at 1); else exit 2. */
+static int parse_wide(const char *opt, const char *v, int *knob, bool *both)
 {
 	if (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "both")) {
-		strata__cuda_q8gemv_wide = !strcmp(v, "1");
+		*knob = !strcmp(v, "1");
 		*both = !strcmp(v, "both");
 		return 0;
 	}
-	fprintf(stderr, "bench_cuda_quant: --wide '%s': give 0, 1 or both\n", v);
+	fprintf(stderr, "bench_cuda_quant: %s '%s': give 0, 1 or both\n", opt, v);
 	return 2;
+}
+
+/* Whether t is measured on both of its lanes (--wide or --wide-q8-0 both). */
+static bool both_lanes(strata_weight_type t, bool k_both, bool q8_0_both)
+{
+	const int *k = wide_knob(t);
+	return k && (k == &strata__cuda_q8gemv_wide ? k_both : q8_0_both);
 }
 
 /* A section's heading, and why it has no row when none of its types was
@@ -588,7 +601,7 @@ static bool section(const char *heading, uint32_t chosen)
 
 int main(int argc, char **argv)
 {
-	bool quick = false, do_sweep = true, wide_both = false;
+	bool quick = false, do_sweep = true, wide_both = false, q8_0_both = false;
 	uint32_t chosen = UINT32_MAX; /* every type */
 	uint32_t rows[4] = {512, 2048}, nrows = 2;
 	bench B = {.reps = 20};
@@ -605,9 +618,13 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--rows") && i + 1 < argc)
 			rc = parse_rows(argv[++i], rows, &nrows);
 		else if (!strcmp(argv[i], "--wide") && i + 1 < argc)
-			rc = parse_wide(argv[++i], &wide_both);
+			rc = parse_wide("--wide", argv[++i],
+					&strata__cuda_q8gemv_wide, &wide_both);
+		else if (!strcmp(argv[i], "--wide-q8-0") && i + 1 < argc)
+			rc = parse_wide("--wide-q8-0", argv[++i],
+					&strata__cuda_q8gemv_wide_q8_0, &q8_0_both);
 		else {
-			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep] [--wide 0|1|both]\n");
+			fprintf(stderr, "usage: bench_cuda_quant [--quick] [--reps N] [--types T,...] [--rows N,...] [--no-sweep] [--wide 0|1|both] [--wide-q8-0 0|1|both]\n");
 			rc = 2;
 		}
 	}
@@ -642,11 +659,12 @@ int main(int argc, char **argv)
 		if (!listed(chosen, all_types[i]))
 			continue;
 		decode_type(&B, all_types[i], shapes, count, do_sweep);
-		if (q8_x(&B, all_types[i]) && k_quant(all_types[i]) &&
-		    wide_both) { /* the other lanes too */
-			strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+		if (q8_x(&B, all_types[i]) &&
+		    both_lanes(all_types[i], wide_both, q8_0_both)) {
+			int *k = wide_knob(all_types[i]); /* the other lanes too */
+			*k = !*k;
 			decode_type(&B, all_types[i], shapes, count, do_sweep);
-			strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+			*k = !*k;
 		}
 		if (q8_x(&B, all_types[i])) { /* and f32 x */
 			B.k->decode_q8 = 0;
@@ -661,10 +679,11 @@ int main(int argc, char **argv)
 			if (!listed(chosen, t))
 				continue;
 			layer_time(&B, t);
-			if (q8_x(&B, t) && k_quant(t) && wide_both) {
-				strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+			if (q8_x(&B, t) && both_lanes(t, wide_both, q8_0_both)) {
+				int *k = wide_knob(t);
+				*k = !*k;
 				layer_time(&B, t);
-				strata__cuda_q8gemv_wide = !strata__cuda_q8gemv_wide;
+				*k = !*k;
 			}
 			if (q8_x(&B, t)) {
 				printf("  (ordinary launches:)\n");

@@ -5,7 +5,7 @@
  *
  *   bench_forward MODEL [residency options] [--tokens 1,128] [--passes 5]
  *                 [--decode 64] [--threads N] [--precision fast|exact]
- *                 [--q8gemv-wide 0|1|both]
+ *                 [--q8gemv-wide 0|1|both] [--q8-0-wide 0|1|both]
  *                 [--moe-group 0|1] [--cpu-grouped 0|1|both] [--quick]
  *
  * Prints one line per figure and, last, one JSON object per figure on lines
@@ -32,6 +32,10 @@
  * (resident, or the expert cache's hits) go to strata_kernel_experts a
  * layer at a time (CUDA: the grouped decode kernels, docs/cuda.md
  * "Grouped experts"); 0: each expert through its own kernels.
+ * --q8-0-wide (CUDA builds): the same for Q8_0's lanes
+ * (strata__cuda_q8gemv_wide_q8_0, qgemv_q8_0_wide.cuh: 0 the current
+ * ones, the default; 1 the wide ones); with both options at both, every
+ * pair of the two is measured.
  *
  * --cpu-grouped (--n-cpu-moe): a layer's experts missed on the CPU in one
  * job of the CPU's pool (strata__cpu_experts_grouped 1, the default) or
@@ -57,6 +61,7 @@
 #ifdef STRATA_HAVE_CUDA
 /* backend/cuda/cuda_launch.h: which lanes the K-quants' q8 GEMV takes */
 extern int strata__cuda_q8gemv_wide;
+extern int strata__cuda_q8gemv_wide_q8_0; /* and which lanes Q8_0's takes */
 #endif
 
 #define MAX_SHAPES 8
@@ -71,6 +76,8 @@ typedef struct cfg {
 	bool cold; /* time the first pass too: nothing read before it */
 	int wide[2]; /* strata__cuda_q8gemv_wide values to measure, in order */
 	size_t n_wide;
+	int wide_q8_0[2]; /* strata__cuda_q8gemv_wide_q8_0 values, in order */
+	size_t n_wide_q8_0;
 	int grouped[2]; /* strata__cpu_experts_grouped values, in order */
 	size_t n_grouped;
 } cfg;
@@ -81,6 +88,7 @@ static int usage(void)
 		"usage: bench_forward MODEL [residency options] [--tokens N,M..]\n"
 		"                     [--passes K] [--decode D] [--threads N] [--cold] [--quick]\n"
 		"                     [--precision fast|exact] [--q8gemv-wide 0|1|both]\n"
+		"                     [--q8-0-wide 0|1|both]\n"
 		"                     [--expert-hit-rate F] [--expert-admit-rate F]\n"
 		"                     [--moe-group 0|1] [--cpu-grouped 0|1|both]\n"
 		"  --expert-hit-rate, --expert-admit-rate: the decode hit and\n"
@@ -423,16 +431,18 @@ static void report_experts(const char *what, const strata_infer_experts_stats *x
 	       p->upload_bytes / 1e6);
 }
 
-static void report(const cfg *c, uint32_t n, int wide, const figures *f)
+static void report(const cfg *c, uint32_t n, int wide, int wide_q8_0,
+		   const figures *f)
 {
 	double ms = f->pass_ns / 1e6;
 	double gbs = f->weight_bytes / (double)f->pass_ns;
-	printf("%u-token pass, --precision %s, --q8gemv-wide %d: %.2f ms median "
-	       "of %u%s (weights "
+	printf("%u-token pass, --precision %s, --q8gemv-wide %d, --q8-0-wide "
+	       "%d: %.2f ms median of %u%s (weights "
 	       "%.3f GB: %.1f "
 	       "GB/s; host->device %.3f GB per pass, %.1f GB/s; %" PRIu64
 	       " stalls, %.2f ms)\n",
-	       n, strata_precision_name(c->r.precision), wide, ms, c->passes,
+	       n, strata_precision_name(c->r.precision), wide, wide_q8_0, ms,
+	       c->passes,
 	       c->cold ? ", cold" : "",
 	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
 	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
@@ -489,7 +499,8 @@ static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 					: 0.0);
 	}
 	printf("json {\"tokens\": %u, \"precision\": \"%s\", "
-	       "\"q8gemv_wide\": %d, \"pass_ms\": %.4f, \"weight_bytes\": %"
+	       "\"q8gemv_wide\": %d, \"q8_0_wide\": %d, \"pass_ms\": %.4f, "
+	       "\"weight_bytes\": %"
 	       PRIu64 ", \"h2d_bytes_per_pass\": %" PRIu64 ", \"decode_ms\": "
 	       "%.4f, \"device_used_bytes\": %" PRIu64 ", \"plan_device_bytes\": %"
 	       PRIu64 ", \"stalls\": %" PRIu64 ", \"plan\": \"%s\", "
@@ -497,7 +508,8 @@ static void report(const cfg *c, uint32_t n, int wide, const figures *f)
 	       "\"prefill_chunk\": %" PRIu64 ", \"plan_host_bytes\": %" PRIu64
 	       ", \"peak_device_bytes\": %" PRIu64 ", \"peak_host_bytes\": %"
 	       PRIu64 "}\n",
-	       n, strata_precision_name(c->r.precision), wide, ms, f->weight_bytes,
+	       n, strata_precision_name(c->r.precision), wide, wide_q8_0, ms,
+	       f->weight_bytes,
 	       f->h2d_bytes_per_pass,
 	       f->decode_ns / 1e6, f->device_used, f->plan_device, f->stalls,
 	       f->plan_name, f->predicted_decode_ms, f->predicted_prefill_ms,
@@ -517,22 +529,24 @@ static int parse_grouped(cfg *c, const char *v)
 	return 0;
 }
 
-/* --q8gemv-wide 0|1|both into c->wide; -1 on another value or in a
- * build without CUDA (the knob is CUDA's). */
-static int parse_wide(cfg *c, const char *v)
+/* --q8gemv-wide or --q8-0-wide (`opt`) 0|1|both into vals and *count;
+ * -1 on another value or in a build without CUDA (the knobs are CUDA's). */
+static int parse_wide(const char *opt, int vals[2], size_t *count,
+		      const char *v)
 {
 #ifdef STRATA_HAVE_CUDA
+	(void)opt;
 	if (!strcmp(v, "0") || !strcmp(v, "1")) {
-		c->wide[0] = v[0] - '0', c->n_wide = 1;
+		vals[0] = v[0] - '0', *count = 1;
 		return 0;
 	}
 	if (!strcmp(v, "both")) {
-		c->wide[0] = 0, c->wide[1] = 1, c->n_wide = 2;
+		vals[0] = 0, vals[1] = 1, *count = 2;
 		return 0;
 	}
 #else
-	(void)c, (void)v;
-	fprintf(stderr, "bench_forward: --q8gemv-wide needs a CUDA build\n");
+	(void)vals, (void)count, (void)v;
+	fprintf(stderr, "bench_forward: %s needs a CUDA build\n", opt);
 #endif
 	return -1;
 }
@@ -555,9 +569,11 @@ static int parse_tokens(cfg *c, const char *v)
 int main(int argc, char **argv)
 {
 	cfg c = {.tokens = {1, 128}, .n_tokens = 2, .passes = 5, .decode = 64,
-		 .wide = {1}, .n_wide = 1, .grouped = {1}, .n_grouped = 1};
+		 .wide = {1}, .n_wide = 1, .wide_q8_0 = {0}, .n_wide_q8_0 = 1,
+		 .grouped = {1}, .n_grouped = 1};
 #ifdef STRATA_HAVE_CUDA
-	c.wide[0] = strata__cuda_q8gemv_wide; /* the library's default */
+	c.wide[0] = strata__cuda_q8gemv_wide; /* the library's defaults */
+	c.wide_q8_0[0] = strata__cuda_q8gemv_wide_q8_0;
 #endif
 	strata_cli_residency_init(&c.r);
 	c.r.loads = true; /* --no-mmap and --precision, as run takes them */
@@ -588,7 +604,11 @@ int main(int argc, char **argv)
 			c.r.plan.experts.admit_rate = atof(argv[++i]);
 		else if (!strcmp(a, "--threads") && v && atoi(v) > 0)
 			c.threads = (uint32_t)atoi(argv[++i]);
-		else if (!strcmp(a, "--q8gemv-wide") && v && !parse_wide(&c, v))
+		else if (!strcmp(a, "--q8gemv-wide") && v &&
+			 !parse_wide(a, c.wide, &c.n_wide, v))
+			i++;
+		else if (!strcmp(a, "--q8-0-wide") && v &&
+			 !parse_wide(a, c.wide_q8_0, &c.n_wide_q8_0, v))
 			i++;
 		else if (!strcmp(a, "--cpu-grouped") && v &&
 			 !parse_grouped(&c, v))
@@ -622,9 +642,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int rc = 0;
-	for (size_t w = 0; w < c.n_wide && !rc; w++) {
+	for (size_t w = 0; w < c.n_wide * c.n_wide_q8_0 && !rc; w++) {
+		const int wk = c.wide[w / c.n_wide_q8_0];
+		const int w0 = c.wide_q8_0[w % c.n_wide_q8_0];
 #ifdef STRATA_HAVE_CUDA
-		strata__cuda_q8gemv_wide = c.wide[w];
+		strata__cuda_q8gemv_wide = wk;
+		strata__cuda_q8gemv_wide_q8_0 = w0;
 #endif
 		for (size_t g = 0; g < c.n_grouped && !rc; g++) {
 			strata__cpu_experts_grouped = c.grouped[g];
@@ -632,7 +655,7 @@ int main(int argc, char **argv)
 				figures f;
 				rc = measure(&c, c.tokens[i], &f);
 				if (!rc)
-					report(&c, c.tokens[i], c.wide[w], &f);
+					report(&c, c.tokens[i], wk, w0, &f);
 			}
 		}
 	}

@@ -12,7 +12,10 @@
  * wide lanes of Q4_K, Q5_K and Q6_K (strata__cuda_q8gemv_wide 1,
  * qgemv_q8_kquants.cuh) against the current ones and the CPU on the 7.5 GB
  * llama's shapes and odd ones, every slot and tuning above (layer: backend
- * tests). Skipped (77) without a CUDA device. */
+ * tests); and the same checks of Q8_0's wide lanes
+ * (strata__cuda_q8gemv_wide_q8_0 1, qgemv_q8_0_wide.cuh), with rows of
+ * other lengths and weights off 16-byte boundaries keeping the current
+ * lanes bit for bit. Skipped (77) without a CUDA device. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -366,19 +369,30 @@ static void test_precision_picks_the_decode_path(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The wide lanes (strata__cuda_q8gemv_wide 1)                              */
+/* The wide lanes (strata__cuda_q8gemv_wide 1, _wide_q8_0 1)              */
 /* ------------------------------------------------------------------------ */
 
-static const strata_weight_type k_types[] = {
+static const strata_weight_type wide_types[] = {
 	STRATA_WEIGHT_Q4_K, STRATA_WEIGHT_Q5_K, STRATA_WEIGHT_Q6_K,
+	STRATA_WEIGHT_Q8_0,
 };
-#define K_TYPES (sizeof k_types / sizeof *k_types)
+#define WIDE_TYPES (sizeof wide_types / sizeof *wide_types)
+
+/* Both wide knobs (the K-quants' and Q8_0's): each type reads only its own. */
+static void set_wide(int v)
+{
+	strata__cuda_q8gemv_wide = v;
+	strata__cuda_q8gemv_wide_q8_0 = v;
+}
 
 /* Whether the wide lanes take weights of type t placed w_offset bytes past
- * a 16-byte boundary (Q4_K and Q5_K need it; Q6_K, 2-byte aligned
- * super-blocks, does not). */
-static bool wide_takes(strata_weight_type t)
+ * a 16-byte boundary, rows of `in` elements (Q4_K and Q5_K need the
+ * boundary; Q6_K, 2-byte aligned super-blocks, does not; Q8_0 needs it and
+ * rows of whole groups of 8 blocks, in a multiple of 256). */
+static bool wide_takes(strata_weight_type t, uint32_t in)
 {
+	if (t == STRATA_WEIGHT_Q8_0)
+		return w_offset % 16 == 0 && in % 256 == 0;
 	return t == STRATA_WEIGHT_Q6_K || w_offset % 16 == 0;
 }
 
@@ -424,10 +438,10 @@ static void check_wide(strata_weight_type t, const uint32_t *ns, size_t count,
 			for (uint64_t k = 0; k < (uint64_t)n * out; k++)
 				got[wide][k] = NAN;
 			OK(strata_backend_copy_h2d_async(F.b, F.gs, dy, got[wide], ybytes, ERR));
-			strata__cuda_q8gemv_wide = wide;
+			set_wide(wide);
 			OK(strata_kernel_matmul(F.gpu, dy, dx, &(strata_weight){t, dw, out, in},
 						bias ? db : NULL, n, ERR));
-			strata__cuda_q8gemv_wide = 0;
+			set_wide(0);
 			download(got[wide], dy, ybytes);
 		}
 		char what[112];
@@ -437,7 +451,7 @@ static void check_wide(strata_weight_type t, const uint32_t *ns, size_t count,
 		expect_close(what, want, got[1], (size_t)n * out, Q8_CPU_TOL);
 		expect_close("  ... against the current lanes", got[0], got[1],
 			     (size_t)n * out, Q8_CPU_TOL);
-		if (!wide_takes(t) && memcmp(got[0], got[1], ybytes))
+		if (!wide_takes(t, in) && memcmp(got[0], got[1], ybytes))
 			fail_msg("%s: the knob changed bits where the wide lanes "
 				 "do not take the weights", what);
 		if (w)
@@ -453,16 +467,16 @@ static void check_wide(strata_weight_type t, const uint32_t *ns, size_t count,
  * 4096x14336) and an odd small one (in 256: 8 lanes of a warp's 32 load;
  * out 3: a block of 8 warps with 5 idle), 1..8 rows (every kernel's row
  * count, partly filled), against the current lanes and the CPU. */
-static void test_wide_k_quants_match_current_and_cpu(void **state)
+static void test_wide_lanes_match_current_and_cpu(void **state)
 {
 	(void)state;
 	static const uint32_t all[] = {1, 2, 3, 4, 5, 6, 7, 8};
 	static const uint32_t some[] = {1, 2, 3, 5, 8};
-	for (size_t i = 0; i < K_TYPES; i++) {
-		check_wide(k_types[i], all, 8, 4096, 4096, true, true);
-		check_wide(k_types[i], some, 5, 4096, 14336, false, false);
-		check_wide(k_types[i], some, 5, 14336, 4096, true, false);
-		check_wide(k_types[i], all, 8, 256, 3, true, true);
+	for (size_t i = 0; i < WIDE_TYPES; i++) {
+		check_wide(wide_types[i], all, 8, 4096, 4096, true, true);
+		check_wide(wide_types[i], some, 5, 4096, 14336, false, false);
+		check_wide(wide_types[i], some, 5, 14336, 4096, true, false);
+		check_wide(wide_types[i], all, 8, 256, 3, true, true);
 	}
 }
 
@@ -471,29 +485,49 @@ static void test_wide_k_quants_match_current_and_cpu(void **state)
  * 4097), weights 4 and 8 bytes past a 16-byte boundary (Q4_K and Q5_K
  * keep the current lanes there, bit for bit; Q6_K's super-blocks start on
  * every even offset whatever the weights' own), x 4 and 8 bytes past
- * one, every row split and both unrolls. */
-static void test_wide_k_quants_awkward_shapes(void **state)
+ * one, every row split and both unrolls. Q8_0's wide step is 16 blocks
+ * (512 elements): 1280 is 2.5 steps, 2304 4.5, 256 half of one; off a
+ * 16-byte boundary it keeps the current lanes, bit for bit. */
+static void test_wide_lanes_awkward_shapes(void **state)
 {
 	(void)state;
 	static const uint32_t one[] = {1}, five[] = {5}, eight[] = {8};
 	static const uint32_t offsets[] = {0, 4, 8};
-	for (size_t i = 0; i < K_TYPES; i++)
+	for (size_t i = 0; i < WIDE_TYPES; i++)
 		for (int split = 0; split <= 8; split = split ? split * 2 : 1)
 			for (int unroll = 4; unroll <= 8; unroll += 4) {
 				strata__cuda_qgemv_split = split;
 				strata__cuda_qgemv_unroll = unroll;
 				w_offset = offsets[(uint32_t)(split + unroll) % 3];
 				x_offset = (uint32_t)split % 3;
-				check_wide(k_types[i], one, 1, 1280, 45, true, true);
-				check_wide(k_types[i], five, 1, 2304, 19, false, true);
-				check_wide(k_types[i], eight, 1, 256, 9, true, true);
+				check_wide(wide_types[i], one, 1, 1280, 45, true, true);
+				check_wide(wide_types[i], five, 1, 2304, 19, false, true);
+				check_wide(wide_types[i], eight, 1, 256, 9, true, true);
 			}
 	strata__cuda_qgemv_split = 0;
 	strata__cuda_qgemv_unroll = 4;
 	w_offset = x_offset = 0;
 	static const uint32_t two[] = {2};
-	for (size_t i = 0; i < K_TYPES; i++)
-		check_wide(k_types[i], two, 1, 4096, 4097, true, false);
+	for (size_t i = 0; i < WIDE_TYPES; i++)
+		check_wide(wide_types[i], two, 1, 4096, 4097, true, false);
+}
+
+/* Q8_0 rows the wide lanes do not take keep the current lanes, bit for
+ * bit: 4128 and 96 elements (129 and 3 blocks: not whole groups of 8), on
+ * and off 16-byte boundaries; and rows they take whose last warp step is
+ * half empty (768: a step and a group of 8 blocks) with 1..8 rows. */
+static void test_wide_q8_0_other_rows_keep_current_lanes(void **state)
+{
+	(void)state;
+	static const uint32_t all[] = {1, 2, 3, 4, 5, 6, 7, 8};
+	static const uint32_t offsets[] = {0, 8};
+	for (int i = 0; i < 2; i++) {
+		w_offset = offsets[i];
+		check_wide(STRATA_WEIGHT_Q8_0, all, 8, 4128, 33, true, true);
+		check_wide(STRATA_WEIGHT_Q8_0, all, 8, 96, 11, false, true);
+		check_wide(STRATA_WEIGHT_Q8_0, all, 8, 768, 21, true, true);
+	}
+	w_offset = 0;
 }
 
 /* The fused slots (three parts with the norm folded in, y +=, gate/up
@@ -503,18 +537,18 @@ static void test_wide_fused_slots_match_cpu_q8(void **state)
 {
 	(void)state;
 	static const uint32_t shapes[2][3] = {{96, 32, 40}, {33, 7, 5}};
-	strata__cuda_q8gemv_wide = 1;
-	for (size_t t = 0; t < K_TYPES; t++)
+	set_wide(1);
+	for (size_t t = 0; t < WIDE_TYPES; t++)
 		for (int sh = 0; sh < 2; sh++)
 			for (int split = 0; split <= 8; split = split ? split * 2 : 1)
 				for (int unroll = 4; unroll <= 8; unroll += 4) {
 					strata__cuda_qgemv_split = split;
 					strata__cuda_qgemv_unroll = unroll;
-					check_fused(k_types[t], shapes[sh]);
+					check_fused(wide_types[t], shapes[sh]);
 				}
 	strata__cuda_qgemv_split = 0;
 	strata__cuda_qgemv_unroll = 4;
-	strata__cuda_q8gemv_wide = 0;
+	set_wide(0);
 }
 
 /* A NaN in x makes every output NaN on the wide lanes too (its run's dx
@@ -524,15 +558,15 @@ static void test_wide_nan_in_x_gives_nan(void **state)
 {
 	(void)state;
 	const uint32_t in = 1280, out = 37, n = 3;
-	strata__cuda_q8gemv_wide = 1;
-	for (size_t i = 0; i < K_TYPES; i++) {
-		strata_block_type bt = strata_weight_type_block(k_types[i]);
-		uint64_t bytes = weight_bytes(k_types[i], out, in);
+	set_wide(1);
+	for (size_t i = 0; i < WIDE_TYPES; i++) {
+		strata_block_type bt = strata_weight_type_block(wide_types[i]);
+		uint64_t bytes = weight_bytes(wide_types[i], out, in);
 		unsigned char *h = random_blocks(bt, bytes);
 		float *x = host_floats(n * in), *got = host_floats(n * out);
 		cuda_test_fill(x, n * in, 11, 1.0f);
 		x[in + 1100] = NAN; /* row 1, the fifth super-block */
-		strata_weight dw = {k_types[i], upload(h, bytes), out, in};
+		strata_weight dw = {wide_types[i], upload(h, bytes), out, in};
 		float *dx = upload(x, n * in * 4), *dy = dev_alloc(n * out * 4);
 		OK(strata_kernel_matmul(F.gpu, dy, dx, &dw, NULL, n, ERR));
 		download(got, dy, n * out * 4);
@@ -540,12 +574,12 @@ static void test_wide_nan_in_x_gives_nan(void **state)
 			for (uint32_t o = 0; o < out; o++)
 				if (isnan(got[r * out + o]) != (r == 1))
 					fail_msg("wide %s: row %u output %u is %g",
-						 strata_weight_type_name(k_types[i]),
+						 strata_weight_type_name(wide_types[i]),
 						 r, o, (double)got[r * out + o]);
 		dev_free_all();
 		free(h), free(x), free(got);
 	}
-	strata__cuda_q8gemv_wide = 0;
+	set_wide(0);
 }
 
 /* The wide lanes launched as a programmatic dependent of the quantization
@@ -554,10 +588,10 @@ static void test_wide_nan_in_x_gives_nan(void **state)
 static void test_wide_dependent_launch_gives_the_same_bits(void **state)
 {
 	(void)state;
-	strata__cuda_q8gemv_wide = 1;
-	for (size_t i = 0; i < K_TYPES; i++)
-		dependent_launch_same_bits(k_types[i], 23 + (uint32_t)i, "wide ");
-	strata__cuda_q8gemv_wide = 0;
+	set_wide(1);
+	for (size_t i = 0; i < WIDE_TYPES; i++)
+		dependent_launch_same_bits(wide_types[i], 23 + (uint32_t)i, "wide ");
+	set_wide(0);
 }
 
 int main(void)
@@ -573,8 +607,9 @@ int main(void)
 		cmocka_unit_test(test_nan_in_x_gives_nan),
 		cmocka_unit_test(test_q8_fused_slots_match_cpu_q8),
 		cmocka_unit_test(test_precision_picks_the_decode_path),
-		cmocka_unit_test(test_wide_k_quants_match_current_and_cpu),
-		cmocka_unit_test(test_wide_k_quants_awkward_shapes),
+		cmocka_unit_test(test_wide_lanes_match_current_and_cpu),
+		cmocka_unit_test(test_wide_lanes_awkward_shapes),
+		cmocka_unit_test(test_wide_q8_0_other_rows_keep_current_lanes),
 		cmocka_unit_test(test_wide_fused_slots_match_cpu_q8),
 		cmocka_unit_test(test_wide_nan_in_x_gives_nan),
 		cmocka_unit_test(test_wide_dependent_launch_gives_the_same_bits),

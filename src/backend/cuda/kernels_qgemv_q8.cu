@@ -32,7 +32,9 @@
  * one aligned 4- or 8-byte load per row. strata__cuda_q8gemv_wide 1 gives
  * Q4_K, Q5_K and Q6_K the wide lanes of qgemv_q8_kquants.cuh instead
  * (16-byte loads, a lane two whole 16-element runs, scales decoded once
- * per lane), run by the same kernel.
+ * per lane), run by the same kernel; strata__cuda_q8gemv_wide_q8_0 1
+ * gives Q8_0 rows on 16-byte boundaries the wide lanes of
+ * qgemv_q8_0_wide.cuh (a lane one whole 16-element run, two 16-byte loads).
  */
 #include <float.h>
 
@@ -51,6 +53,8 @@ int strata__cuda_q8gemv_aligned = 1;
  * 7.5 GB llama 1.511 ms/token against 3.160 on the narrow lanes
  * (docs/cuda.md "The wide K-quant lanes"); 0 keeps them to compare. */
 int strata__cuda_q8gemv_wide = 1;
+/* 0: Q8_0's wide lanes (qgemv_q8_0_wide.cuh) wait for the H200's figures. */
+int strata__cuda_q8gemv_wide_q8_0 = 0;
 int strata__cuda_pdl = 1;
 }
 
@@ -264,6 +268,10 @@ struct Q8Q6_K {
 /* The wide lanes of Q4_K, Q5_K and Q6_K (strata__cuda_q8gemv_wide), on
  * q8x, xds and the loads above. */
 #include "backend/cuda/qgemv_q8_kquants.cuh"
+
+/* The wide lanes of Q8_0 (strata__cuda_q8gemv_wide_q8_0), on bytes_at,
+ * xq16 and dot16 above. */
+#include "backend/cuda/qgemv_q8_0_wide.cuh"
 
 /* ------------------------------------------------------------------------ */
 /* The kernel                                                               */
@@ -546,7 +554,10 @@ extern "C" cudaError_t strata__cuda_q8gemv(cudaStream_t s,
 	const uint64_t rb = q8_row_bytes(type, in);
 	switch (type) {
 	case STRATA__CUDA_Q8_0:
-		if (rb % 8 == 0 && aligned(p, 8))
+		if (strata__cuda_q8gemv_wide_q8_0 && in % 256 == 0 &&
+		    aligned_to(p, 16))
+			q8_launch<Q8Q8_0W, true>(s, *p, x, n, rows, rb, glu);
+		else if (rb % 8 == 0 && aligned(p, 8))
 			q8_launch<Q8Q8_0A>(s, *p, x, n, rows, rb, glu);
 		else
 			q8_launch<Q8Q8_0>(s, *p, x, n, rows, rb, glu);
