@@ -518,6 +518,18 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
  * the norm folded in, rope, attention, output, gate/up, down), the count
  * the fixed costs above are multiplied by. */
 #define STRATA_PLAN_KERNELS_PER_UNIT 6u
+/* A device layer's fixed costs (seconds) where strata calibrate measured
+ * none for a unit's type (docs/plan.md "Cost model", issue 17): the time
+ * of a layer beyond its weight products, per decode step and per row of
+ * a prefill chunk. From the bench/gpu llama (16 layers of 4096/14336) on
+ * the H200, 2026-12-02, resident: Q8_0 decoded 0.39 ms a token and
+ * prefilled 512 tokens 3.5 ms slower than its products (24 us and
+ * 0.43 us a row a layer), bf16 about 12 us and 0.28 us; the defaults sit
+ * between (each type within ~5% there). On cpu 0: the CPU's kernels'
+ * fixed costs stay STRATA_PLAN_KERNELS_PER_UNIT x its kernel cost unless
+ * measured. */
+#define STRATA_PLAN_DEFAULT_DEVICE_LAYER_S 18e-6
+#define STRATA_PLAN_DEFAULT_DEVICE_ROW_S 0.35e-6
 
 /* Devices a planned layer split spans at most. */
 #define STRATA_PLAN_MAX_DEVICES 8
@@ -538,7 +550,9 @@ const char *strata_explain_code(strata_explain e); /* "unknown" outside */
 	X(CROSSING, crossing_seconds, "crossing_seconds")                      \
 	X(H2D_SHARED, h2d_shared_bandwidth, "h2d_shared_bytes_per_second")     \
 	X(HOST_MEMORY_SHARED, host_memory_shared_bandwidth,                    \
-	  "host_memory_shared_bytes_per_second")
+	  "host_memory_shared_bytes_per_second")                               \
+	X(DEVICE_LAYER, device_layer_seconds, "device_layer_fixed_seconds")    \
+	X(DEVICE_ROW, device_row_seconds, "device_row_fixed_seconds")
 
 typedef enum strata_plan_rate {
 #define STRATA_PLAN_RATE_ENUM(name, field, json) STRATA_PLAN_RATE_##name,
@@ -555,6 +569,14 @@ const char *strata_plan_rate_name(strata_plan_rate r);
 typedef struct strata_plan_type_rate {
 	double gemv; /* weight bytes read per second, one row (decode) */
 	double gemm; /* operations per second, prefill rows (2 x E x T) */
+	/* A whole layer of this type run as the forward pass runs it
+	 * (calibrate_layer.c), less its products priced at gemv / gemm:
+	 * seconds per decode step (norms, rope, KV write, attention, the
+	 * quantization of x, launch gaps), and the seconds per row a
+	 * prefill chunk adds beyond that (0: not measured; the plan then
+	 * takes device_layer_seconds / device_row_seconds) */
+	double layer_seconds;
+	double row_seconds;
 } strata_plan_type_rate;
 
 /* host:D candidates listed at most; past it the planner jumps to the depth
@@ -660,6 +682,11 @@ typedef struct strata_plan_options {
 	double device_flops, cpu_flops; /* dense products, operations/s */
 	/* fixed costs, seconds (STRATA_PLAN_DEFAULT_*_S) */
 	double cpu_launch_seconds, device_launch_seconds, crossing_seconds;
+	/* a device layer's fixed costs for types without a measure of their
+	 * own (strata_plan_type_rate.layer_seconds / row_seconds):
+	 * seconds per decode step and per prefill row
+	 * (STRATA_PLAN_DEFAULT_DEVICE_LAYER_S / _ROW_S on cuda, 0 on cpu) */
+	double device_layer_seconds, device_row_seconds;
 	/* Product rates per block type of the weights where they execute
 	 * (index: strata_block_type), on the CPU and on the device; a type
 	 * left 0 is priced at the rates above (host_memory_bandwidth and
@@ -1067,6 +1094,10 @@ typedef struct strata_plan_calibrate_options {
 	 * dense product (0: STRATA_PLAN_DEFAULT_PREFILL_CHUNK). */
 	uint32_t types;
 	uint32_t gemm_rows;
+	/* Time a whole layer per type on each CUDA device, one decode step
+	 * and one chunk of gemm_rows rows (calibrate_layer.c), for its fixed
+	 * costs (strata_plan_type_rate.layer_seconds / row_seconds) */
+	bool device_layers;
 } strata_plan_calibrate_options;
 
 /* Measures the host memory read rate through the CPU kernels (a GEMV over

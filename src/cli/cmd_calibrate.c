@@ -30,6 +30,9 @@ static void help(FILE *f)
 		"  --repeats N      best of N timed runs (default 3)\n"
 		"  --threads N      CPU threads (default: one per processor)\n"
 		"  --cpu-only       skip the CUDA devices\n"
+		"  --device-layers  also time a whole layer per type on each CUDA\n"
+		"                   device (a decode step, a chunk of --rows): the\n"
+		"                   fixed costs plan adds per device layer\n"
 		"  --types LIST     stored types whose products are measured, e.g.\n"
 		"                   BF16,Q8_0 (default: every type the kernels take)\n"
 		"  --rows N         rows of the per-type dense product, the prefill\n"
@@ -109,6 +112,8 @@ static int parse(int argc, char **argv, args *a)
 		}
 		if (!strcmp(arg, "--cpu-only")) {
 			a->o.cpu_only = true;
+		} else if (!strcmp(arg, "--device-layers")) {
+			a->o.device_layers = true;
 		} else if (!strcmp(arg, "--json")) {
 			a->json = true;
 		} else if (!strcmp(arg, "--bytes") || !strcmp(arg, "--repeats") ||
@@ -140,6 +145,9 @@ static void type_lines(const char *who, const strata_plan_type_rate *t,
 		       t[k].gemv / 1e9, rows, t[k].gemm / 1e9);
 		if (layer && layer[k] > 0)
 			printf(", decode layer %6.1f GB/s", layer[k] / 1e9);
+		if (t[k].layer_seconds > 0)
+			printf(", layer fixed %.1f us + %.3f us a row",
+			       t[k].layer_seconds * 1e6, t[k].row_seconds * 1e6);
 		printf("\n");
 	}
 }

@@ -405,11 +405,16 @@ static strata_status cpu_rates(const strata_plan_calibrate_options *o,
 	if (s == STRATA_OK)
 		s = measure_types(&tb, types, r->cpu_types,
 				  &r->cpu_launch_seconds, err);
-	for (int k = 0; k < STRATA_BLOCK_COUNT && s == STRATA_OK; k++)
-		if (types >> k & 1)
-			s = strata__plan_calibrate_layer(
-				c, (strata_block_type)k, o->bytes, o->repeats,
-				&r->cpu_layer[k], err);
+	for (int k = 0; k < STRATA_BLOCK_COUNT && s == STRATA_OK; k++) {
+		strata__plan_layer_time lt;
+		if (!(types >> k & 1))
+			continue;
+		s = strata__plan_calibrate_layer(b, c, (strata_block_type)k,
+						 o->bytes, 1, o->repeats, &lt,
+						 err);
+		if (s == STRATA_OK)
+			r->cpu_layer[k] = (double)lt.bytes / lt.seconds;
+	}
 done:
 	if (s != STRATA_OK && err)
 		strata_error_prefix(err, "calibrate the CPU");
@@ -630,6 +635,37 @@ static strata_status time_crossing(dev_bufs *d, uint32_t repeats,
 	return s;
 }
 
+/* Per type, a whole layer on the device, one decode step and one chunk
+ * of gemm_rows rows (calibrate_layer.c, the kernels the forward pass
+ * calls), less its products at the type's rates just measured: the
+ * layer's fixed costs, which the plan adds per device unit (cost.c). */
+static strata_status device_layers(dev_bufs *d,
+				   const strata_plan_calibrate_options *o,
+				   uint32_t types, strata_plan_device_rates *r,
+				   strata_error *err)
+{
+	strata_status s = STRATA_OK;
+	for (int t = 0; t < STRATA_BLOCK_COUNT && s == STRATA_OK; t++) {
+		if (!(types >> t & 1))
+			continue;
+		strata__plan_layer_time dec, pre;
+		s = strata__plan_calibrate_layer(d->b, d->c,
+						 (strata_block_type)t, o->bytes,
+						 1, o->repeats, &dec, err);
+		if (s == STRATA_OK)
+			s = strata__plan_calibrate_layer(
+				d->b, d->c, (strata_block_type)t, o->bytes,
+				o->gemm_rows, o->repeats, &pre, err);
+		strata_plan_type_rate *tr = &r->types[t];
+		if (s == STRATA_OK)
+			strata__plan_layer_fixed(
+				&dec, &pre, tr->gemv > 0 ? tr->gemv : r->memory,
+				tr->gemm > 0 ? tr->gemm : r->flops,
+				&tr->layer_seconds, &tr->row_seconds);
+	}
+	return s;
+}
+
 static strata_status device_rates(const strata_plan_calibrate_options *o,
 				  uint32_t index, strata_plan_device_rates *r,
 				  strata_error *err)
@@ -685,6 +721,8 @@ static strata_status device_rates(const strata_plan_calibrate_options *o,
 				  err);
 	if (s == STRATA_OK)
 		s = time_crossing(&d, o->repeats, &r->crossing_seconds, err);
+	if (s == STRATA_OK && o->device_layers)
+		s = device_layers(&d, o, types, r, err);
 	if (s != STRATA_OK && err)
 		strata_error_prefix(err, "calibrate cuda:%u", index);
 	dev_fini(&d);

@@ -89,6 +89,60 @@ static double called_experts(const strata_plan *p, double T)
 	return rows < 1.0 ? read * (double)p->arch.experts : 0.0;
 }
 
+/* Type t's decode-layer rate on the CPU where it prices units of t: on
+ * the CPU tier (cpu) or a cpu device, measured, no option overriding
+ * the memory rate; else 0. */
+static double layer_rate(const strata_plan *p, bool cpu, strata_block_type t)
+{
+	const strata_plan_options *o = &p->options;
+	bool on_cpu = cpu || o->device == STRATA_PLAN_DEVICE_CPU;
+	bool opt = from_option(p, cpu ? STRATA_PLAN_RATE_HOST_MEMORY
+				      : STRATA_PLAN_RATE_MEMORY);
+	return on_cpu && !opt && o->cpu_layer[t] > 0 ? o->cpu_layer[t] : 0.0;
+}
+
+/* Seconds of the fixed costs of `units` device layers (resident or
+ * streamed) holding `bytes` by type, at T rows: per unit the sum over
+ * types t of (B_t / B) (L_t + R_t T), with L_t and R_t the seconds type
+ * t's whole layer took beyond its products, per decode step and per
+ * prefill row (strata calibrate, calibrate_layer.c), else the options'
+ * device_layer_seconds / device_row_seconds. A type whose units the
+ * CPU's decode-layer rate prices (a cpu device) has L_t inside that rate:
+ * 0 here. *covered: every type's L_t is known (measured, a fallback > 0,
+ * or in the layer rate); when not, the L terms are left out, and the
+ * caller keeps counting kernels at the kernel cost. */
+static double layer_fixed(const strata_plan *p, const uint64_t *bytes,
+			  uint64_t units, double T, bool *covered)
+{
+	const strata_plan_options *o = &p->options;
+	bool dev_is_cpu = o->device == STRATA_PLAN_DEVICE_CPU;
+	double total = 0, with_l = 0, rows = 0;
+	bool all = true;
+	for (uint32_t k = 0; k < p->type_count; k++) {
+		if (!bytes[k])
+			continue;
+		strata_block_type t = p->type_of[k];
+		const strata_plan_type_rate *tr = dev_is_cpu ? &o->cpu_types[t]
+							     : &o->device_types[t];
+		double b = (double)bytes[k];
+		double l = tr->layer_seconds > 0 ? tr->layer_seconds
+						 : o->device_layer_seconds;
+		double r = tr->row_seconds > 0 ? tr->row_seconds
+					       : o->device_row_seconds;
+		if (layer_rate(p, false, t) > 0)
+			l = 0; /* in the layer rate */
+		else if (!(l > 0))
+			all = false;
+		total += b;
+		with_l += b * l;
+		rows += b * r * T;
+	}
+	*covered = all;
+	if (!(total > 0) || !units)
+		return 0.0;
+	return (double)units * ((all ? with_l : 0.0) + rows) / total;
+}
+
 /* Seconds of the products over `bytes` (by p's type index) at T rows on
  * one tier: each type's max(bytes / gemv, 2 E T / gemm), E its elements
  * (the roofline of one weight read, T rows multiplied), the routed
@@ -102,10 +156,6 @@ static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
 		     const uint64_t *xbytes, double T, bool layers,
 		     bool *fixed_in)
 {
-	const strata_plan_options *o = &p->options;
-	bool on_cpu = cpu || o->device == STRATA_PLAN_DEVICE_CPU;
-	bool opt = from_option(p, cpu ? STRATA_PLAN_RATE_HOST_MEMORY
-				      : STRATA_PLAN_RATE_MEMORY);
 	double read, rows;
 	routed_shares(p, T, &read, &rows);
 	double s = 0;
@@ -116,8 +166,8 @@ static double priced(const strata_plan *p, bool cpu, const uint64_t *bytes,
 		strata_block_type t = p->type_of[k];
 		double gemv, gemm;
 		strata__plan_type_rates(p, cpu, t, &gemv, &gemm, NULL);
-		double layer = on_cpu ? o->cpu_layer[t] : 0;
-		if (layers && layer > 0 && !opt)
+		double layer = layer_rate(p, cpu, t);
+		if (layers && layer > 0)
 			gemv = layer;
 		else
 			all = false;
@@ -231,10 +281,10 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	const strata_plan_options *o = &p->options;
 	bool cuda = o->device == STRATA_PLAN_DEVICE_CUDA;
 	double M = o->memory_bandwidth, H = o->host_memory_bandwidth;
-	bool cpu_fixed, dev_fixed, str_fixed;
-	double res = priced(p, false, b->res, b->res_x, T, true, &dev_fixed) +
+	bool cpu_fixed;
+	double res = priced(p, false, b->res, b->res_x, T, true, NULL) +
 		     (double)b->kv_res / M;
-	double str = priced(p, false, b->str, b->str_x, T, true, &str_fixed) +
+	double str = priced(p, false, b->str, b->str_x, T, true, NULL) +
 		     (double)b->kv_str / M;
 	double cpu = priced(p, true, b->cpu, b->cpu_x, T, true, &cpu_fixed) +
 		     (double)b->kv_cpu / H;
@@ -260,12 +310,19 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	double called = called_experts(p, T);
 	double dev_moe = (double)(b->res_moe + b->str_moe);
 	over += (double)b->cpu_moe * called * 3.0 * o->cpu_launch_seconds;
+	/* a device layer's kernels that are not its weights' products
+	 * (norms, rope, the KV write, attention, x's quantization, the gaps
+	 * between launches), as strata calibrate timed a whole layer */
+	bool res_cov, str_cov;
+	double lay = layer_fixed(p, b->res, b->res_units, T, &res_cov) +
+		     layer_fixed(p, b->str, b->str_units, T, &str_cov);
+	over += lay;
 	if (cuda)
 		over += max2(0.0, (dev_units * K + dev_moe * called * 4.0) *
 					  o->device_launch_seconds -
-					  (res + str)) +
+					  (res + str + lay)) +
 			dev_moe * o->crossing_seconds / 2.0;
-	else if (!(dev_fixed && str_fixed))
+	else if (!(res_cov && str_cov))
 		over += (dev_units * K + dev_moe * called * 3.0) *
 			o->cpu_launch_seconds;
 	else

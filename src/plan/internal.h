@@ -38,15 +38,39 @@ strata_status strata__plan_placements(strata_plan *p, strata_error *err);
 void strata__plan_experts_apply(const strata_plan *p,
 				strata_plan_candidate *c);
 
-/* The CPU's weight bytes per second over a llama decode layer of block
- * type t on compute context c (hidden 4096, halved while the layer is
- * over 4 x bytes; as many copies as fill bytes), best of repeats
- * (calibrate_layer.c). */
+/* One layer's time as calibrate_layer.c takes it: seconds of one pass
+ * (best of repeats), its weight bytes and elements, the hidden size and
+ * the rows it ran at. */
+typedef struct strata__plan_layer_time {
+	double seconds;
+	uint64_t bytes;
+	double elements;
+	uint32_t dim, rows;
+} strata__plan_layer_time;
+
+/* A llama layer of block type t (hidden 4096, halved while the layer is
+ * over 4 x bytes; as many copies as fill bytes) in backend b's memory,
+ * run on c through the kernel table: rows 1, a decode step over a short
+ * cache; else a prefill chunk of `rows` from position 0. Best of
+ * repeats, after a warm-up (calibrate_layer.c). E_NOMEM / E_DEVICE_OOM,
+ * or a kernel's error, naming the type. */
 struct strata_compute;
-strata_status strata__plan_calibrate_layer(struct strata_compute *c,
+struct strata_backend;
+strata_status strata__plan_calibrate_layer(struct strata_backend *b,
+					   struct strata_compute *c,
 					   strata_block_type t, uint64_t bytes,
-					   uint32_t repeats, double *out,
+					   uint32_t rows, uint32_t repeats,
+					   strata__plan_layer_time *out,
 					   strata_error *err);
+/* A layer's fixed costs from its decode (and prefill, NULL: none) time
+ * and its type's product rates, as the cost model adds them (cost.c):
+ * layer = decode - bytes / gemv; row = (prefill - max(bytes / gemv,
+ * 2 E rows / gemm) - layer) / rows; each at least 1 ns (a measure at or
+ * below the products: none). */
+void strata__plan_layer_fixed(const strata__plan_layer_time *decode,
+			      const strata__plan_layer_time *prefill,
+			      double gemv, double gemm, double *layer_seconds,
+			      double *row_seconds);
 /* The host memory read's matrix when calibrate's options give none: the
  * larger of 1 GiB and 4x the last-level caches /sys describes, at most
  * 8 GiB and a quarter of the physical memory (calibrate.c). */

@@ -92,6 +92,12 @@ static void resolve_rates(strata_plan *p)
 	/* on cpu the "crossing" is a memcpy inside RAM: not priced */
 	DEFAULT_RATE(CROSSING, crossing_seconds,
 		     cuda ? STRATA_PLAN_DEFAULT_CROSSING_S : 0.0);
+	/* a device layer's fixed costs where no type's measure gives them;
+	 * on cpu none (the kernels' cost stays as it was priced) */
+	DEFAULT_RATE(DEVICE_LAYER, device_layer_seconds,
+		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_LAYER_S : 0.0);
+	DEFAULT_RATE(DEVICE_ROW, device_row_seconds,
+		     cuda ? STRATA_PLAN_DEFAULT_DEVICE_ROW_S : 0.0);
 #undef DEFAULT_RATE
 	p->default_rates = def;
 	/* the weights' bytes an element where they execute (plan.h's rule):

@@ -73,8 +73,11 @@ static strata_status number(json_t *o, const char *key, bool optional,
 }
 
 /* The optional "types" object of a processor: {"Q8_0": {"gemv_bytes_per_second",
- * "gemm_flops", "layer_bytes_per_second" (the CPU's)}, ...}; a name strata does not know is skipped (a later
- * strata's type), a known one must hold positive numbers. */
+ * "gemm_flops", "layer_bytes_per_second" (the CPU's), "layer_fixed_seconds",
+ * "row_fixed_seconds"}, ...}; a name strata does not know is skipped (a later
+ * strata's type), a known one must hold positive numbers. The fixed
+ * costs are optional (an earlier strata wrote none: the plan takes its
+ * defaults, docs/plan.md "Rates"). */
 static strata_status read_types(json_t *o, strata_plan_type_rate *out,
 				double *layer, const char *path,
 				strata_error *err)
@@ -99,6 +102,12 @@ static strata_status read_types(json_t *o, strata_plan_type_rate *out,
 		if (s == STRATA_OK && layer)
 			s = number(e, "layer_bytes_per_second", true,
 				   &layer[t], path, err);
+		if (s == STRATA_OK)
+			s = number(e, "layer_fixed_seconds", true,
+				   &out[t].layer_seconds, path, err);
+		if (s == STRATA_OK)
+			s = number(e, "row_fixed_seconds", true,
+				   &out[t].row_seconds, path, err);
 		if (s != STRATA_OK)
 			return s;
 	}
@@ -265,6 +274,12 @@ static void write_types(strata_json *j, const strata_plan_type_rate *t,
 		if (layer && layer[k] > 0)
 			strata_json_kv_double(j, "layer_bytes_per_second",
 					      layer[k]);
+		if (t[k].layer_seconds > 0)
+			strata_json_kv_double(j, "layer_fixed_seconds",
+					      t[k].layer_seconds);
+		if (t[k].row_seconds > 0)
+			strata_json_kv_double(j, "row_fixed_seconds",
+					      t[k].row_seconds);
 		strata_json_object_end(j);
 	}
 	strata_json_object_end(j);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -55,6 +56,7 @@ static strata_plan_options cuda_opts(void)
 	o.cpu_flops = 1e12;
 	o.cpu_launch_seconds = o.device_launch_seconds = 1e-15;
 	o.crossing_seconds = 1e-15;
+	o.device_layer_seconds = o.device_row_seconds = 1e-15;
 	o.mixed_placements = true;
 	/* the rates as if strata calibrate had measured them (the file's
 	 * bits): a tier's rates an option gives are every type's */
@@ -137,7 +139,7 @@ static void each_type_is_priced_at_its_own_rate(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){25e9, 0.5e12});
+	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){.gemv = 25e9, .gemm = 0.5e12});
 	force_units(&o, 0, 8);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
@@ -186,7 +188,7 @@ static void cpu_units_take_the_layer_rate(void **state)
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
 	o.cpu_launch_seconds = 1e-6;
-	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){25e9, 0.5e12});
+	cpu_rate(&o, STRATA_BLOCK_Q8_0, (strata_plan_type_rate){.gemv = 25e9, .gemm = 0.5e12});
 	o.cpu_layer[STRATA_BLOCK_Q8_0] = 20e9;
 	force_units(&o, 0, 8);
 	strata_plan *p = plan_of(f, &o);
@@ -199,7 +201,7 @@ static void cpu_units_take_the_layer_rate(void **state)
 	     8.0 * STRATA_PLAN_KERNELS_PER_UNIT * 1e-6 * 1e3);
 	strata_plan_destroy(p);
 	/* every type with a layer rate: the kernels' cost is in it */
-	cpu_rate(&o, STRATA_BLOCK_F32, (strata_plan_type_rate){90e9, 1e12});
+	cpu_rate(&o, STRATA_BLOCK_F32, (strata_plan_type_rate){.gemv = 90e9, .gemm = 1e12});
 	o.cpu_layer[STRATA_BLOCK_F32] = 50e9;
 	p = plan_of(f, &o);
 	c = placement(p, false);
@@ -226,8 +228,8 @@ static void streamed_compute_overlaps_the_link(void **state)
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
 	o.shape.prefill_chunk = 128;
-	o.device_types[STRATA_BLOCK_F32] = (strata_plan_type_rate){3e12, 2e12};
-	o.device_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){1e12, 1e12};
+	o.device_types[STRATA_BLOCK_F32] = (strata_plan_type_rate){.gemv = 3e12, .gemm = 2e12};
+	o.device_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){.gemv = 1e12, .gemm = 1e12};
 	o.calibrated_device_types = 1u << STRATA_BLOCK_F32 |
 				    1u << STRATA_BLOCK_Q8_0;
 	o.mode = STRATA_RESIDENCY_HOST;
@@ -276,7 +278,7 @@ static void cpu_and_link_share_host_memory(void **state)
 	(void)state;
 	fixture *f = typed_make();
 	strata_plan_options o = cuda_opts();
-	cpu_rate_all(&o, (strata_plan_type_rate){80e9, 1e12});
+	cpu_rate_all(&o, (strata_plan_type_rate){.gemv = 80e9, .gemm = 1e12});
 	force_units(&o, 0, 4);
 	strata_plan *p = plan_of(f, &o);
 	const strata_plan_candidate *c = placement(p, false);
@@ -300,7 +302,7 @@ static void cpu_and_link_share_host_memory(void **state)
 	o.host_memory_bandwidth = 30e9;
 	o.host_memory_shared_bandwidth = 20e9;
 	o.h2d_shared_bandwidth = 10e9;
-	cpu_rate_all(&o, (strata_plan_type_rate){300e9, 1e12});
+	cpu_rate_all(&o, (strata_plan_type_rate){.gemv = 300e9, .gemm = 1e12});
 	p = plan_of(f, &o);
 	c = placement(p, false);
 	k = &c->decode_cost;
@@ -312,7 +314,7 @@ static void cpu_and_link_share_host_memory(void **state)
 	o = cuda_opts();
 	o.host_memory_shared_bandwidth = 40e9;
 	o.h2d_shared_bandwidth = 25e9;
-	cpu_rate_all(&o, (strata_plan_type_rate){80e9, 1e12});
+	cpu_rate_all(&o, (strata_plan_type_rate){.gemv = 80e9, .gemm = 1e12});
 	force_units(&o, 0, 8);
 	p = plan_of(f, &o);
 	c = placement(p, false);
@@ -452,6 +454,160 @@ static void cuda_counts_the_load_staging(void **state)
 	fixture_free(f);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A device layer's fixed costs (issue 17)                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The resident candidate (every unit and the statics on the device),
+ * prefill chunks of 64 rows: its decode and prefill totals, at layer
+ * costs l and r (0: the plan's fallback). */
+static void resident_totals(const fixture *f, strata_plan_options o, double l,
+			    double r, double *decode, double *prefill)
+{
+	o.device_layer_seconds = l;
+	o.device_row_seconds = r;
+	o.shape.prefill_chunk = 64;
+	strata_plan *p = plan_of(f, &o);
+	const strata_plan_candidate *c = NULL;
+	for (size_t i = 0; i < strata_plan_candidate_count(p) && !c; i++)
+		if (strata_plan_candidate_at(p, i)->mode ==
+		    STRATA_RESIDENCY_RESIDENT)
+			c = strata_plan_candidate_at(p, i);
+	assert_non_null(c);
+	*decode = c->predicted_decode_ms;
+	*prefill = c->predicted_prefill_ms;
+	strata_plan_destroy(p);
+}
+
+/* On a device each layer adds its fixed costs to the chain: a decode
+ * step L, a prefill chunk L + R x rows, exactly, per unit. */
+static void device_layers_add_their_fixed_costs(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options o = cuda_opts();
+	double d0, p0, d1, p1;
+	resident_totals(f, o, 1e-15, 1e-15, &d0, &p0);
+	resident_totals(f, o, 1e-3, 1e-5, &d1, &p1);
+	near(d1 - d0, 8 * (1e-3 + 1e-5 * 1) * 1e3);
+	near(p1 - p0, 8 * (1e-3 + 1e-5 * 64) * 1e3);
+	/* a type's own measure wins over the fallback: the four Q8_0 units
+	 * at 3 ms, the four F32 ones at the fallback's 1 ms */
+	o.device_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){
+		.gemv = 1e12, .gemm = 1e12, .layer_seconds = 3e-3,
+		.row_seconds = 1e-15};
+	o.device_types[STRATA_BLOCK_F32] =
+		(strata_plan_type_rate){.gemv = 1e12, .gemm = 1e12};
+	resident_totals(f, o, 1e-15, 1e-15, &d0, &p0);
+	resident_totals(f, o, 1e-3, 1e-15, &d1, &p1);
+	near(d1 - d0, 4 * 1e-3 * 1e3);
+	double d2, p2;
+	o.device_types[STRATA_BLOCK_Q8_0].layer_seconds = 1e-15;
+	resident_totals(f, o, 1e-15, 1e-15, &d2, &p2);
+	near(d0 - d2, 4 * 3e-3 * 1e3);
+	fixture_free(f);
+}
+
+/* The options' rates of a rates file (written, read, applied). */
+static strata_plan_options with_file(strata_plan_options o, const char *text)
+{
+	char path[] = "/tmp/strata-cost-rates-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	FILE *fp = fdopen(fd, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+	strata_plan_rates r;
+	bool found = false;
+	strata_error err;
+	strata_status s = strata_plan_rates_load(path, &r, &found, &err);
+	unlink(path);
+	if (s != STRATA_OK)
+		fail_msg("%s / %s", err.message, err.fix);
+	strata_plan_rates_apply(&r, 0, &o);
+	return o;
+}
+
+#define HOST_RATES(types)                                                      \
+	"{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": " \
+	"1e10, \"cpu_flops\": 1e11, \"threads\": 2, \"gemm_rows\": 64, "        \
+	"\"launch_seconds\": 1e-5, \"types\": {" types "}}, \"devices\": ["
+#define TYPE_RATES(name, extra)                                                \
+	"\"" name "\": {\"gemv_bytes_per_second\": 1e10, \"gemm_flops\": 1e11" \
+	extra "}"
+#define CUDA0                                                                  \
+	"{\"device\": \"cuda:0\", \"h2d_bytes_per_second\": 5e10, "            \
+	"\"d2h_bytes_per_second\": 5e10, \"memory_bytes_per_second\": 4e12, "  \
+	"\"device_flops\": 1e14, \"launch_seconds\": 1e-15, "                  \
+	"\"crossing_seconds\": 1e-15, \"types\": {\"F32\": "                   \
+	"{\"gemv_bytes_per_second\": 3e12, \"gemm_flops\": 1e14}, \"Q8_0\": "  \
+	"{\"gemv_bytes_per_second\": 2e12, \"gemm_flops\": 2e14"
+
+/* On a cpu device (the CI's) a rates file's fixed layer costs move the
+ * predictions by exactly units x cost; a file without them (an earlier
+ * strata's) keeps today's price: 6 kernels a unit at the kernel cost. */
+static void a_rates_file_fixed_cost_moves_the_prediction(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options base = opts(GiB, GiB);
+	base.mixed_placements = true;
+	strata_plan_options a = with_file(base, HOST_RATES(
+		TYPE_RATES("F32", ", \"layer_fixed_seconds\": 2e-4, "
+				  "\"row_fixed_seconds\": 3e-6") ", "
+		TYPE_RATES("Q8_0", ", \"layer_fixed_seconds\": 2e-4, "
+				   "\"row_fixed_seconds\": 3e-6")) "]}");
+	strata_plan_options b = with_file(base, HOST_RATES(
+		TYPE_RATES("F32", ", \"layer_fixed_seconds\": 5e-4, "
+				  "\"row_fixed_seconds\": 1e-6") ", "
+		TYPE_RATES("Q8_0", ", \"layer_fixed_seconds\": 5e-4, "
+				   "\"row_fixed_seconds\": 1e-6")) "]}");
+	strata_plan_options old = with_file(base, HOST_RATES(
+		TYPE_RATES("F32", "") ", " TYPE_RATES("Q8_0", "")) "]}");
+	assert_true(a.cpu_types[STRATA_BLOCK_Q8_0].layer_seconds == 2e-4 &&
+		    a.cpu_types[STRATA_BLOCK_Q8_0].row_seconds == 3e-6 &&
+		    old.cpu_types[STRATA_BLOCK_Q8_0].layer_seconds == 0);
+	double da, pa, db, pb, dold, pold;
+	/* resident_totals sets the fallbacks: 0 leaves them to the plan
+	 * (none on cpu) */
+	resident_totals(f, a, 0, 0, &da, &pa);
+	resident_totals(f, b, 0, 0, &db, &pb);
+	resident_totals(f, old, 0, 0, &dold, &pold);
+	near(db - da, 8 * ((5e-4 - 2e-4) + (1e-6 - 3e-6) * 1) * 1e3);
+	near(pb - pa, 8 * ((5e-4 - 2e-4) + (1e-6 - 3e-6) * 64) * 1e3);
+	near(dold - da, 8 * (STRATA_PLAN_KERNELS_PER_UNIT * 1e-5 -
+			     (2e-4 + 3e-6)) * 1e3);
+	fixture_free(f);
+}
+
+/* On cuda a file without the fixed costs takes the documented defaults
+ * (STRATA_PLAN_DEFAULT_DEVICE_LAYER_S and _ROW_S), a type's measure
+ * replaces them. */
+static void old_files_take_the_device_defaults(void **state)
+{
+	(void)state;
+	fixture *f = typed_make();
+	strata_plan_options base = opts(GiB, GiB);
+	base.device = STRATA_PLAN_DEVICE_CUDA;
+	base.mixed_placements = true;
+	strata_plan_options old = with_file(base, HOST_RATES(
+		TYPE_RATES("F32", "")) CUDA0 "}}}]}");
+	strata_plan_options got = with_file(base, HOST_RATES(
+		TYPE_RATES("F32", "")) CUDA0 ", \"layer_fixed_seconds\": 1e-4, "
+		"\"row_fixed_seconds\": 1e-6}}}]}");
+	assert_true(got.device_types[STRATA_BLOCK_Q8_0].layer_seconds == 1e-4);
+	double dold, pold, dgot, pgot;
+	resident_totals(f, old, 0, 0, &dold, &pold);
+	resident_totals(f, got, 0, 0, &dgot, &pgot);
+	/* the four Q8_0 units differ; the F32 ones take the defaults in both */
+	const double L = STRATA_PLAN_DEFAULT_DEVICE_LAYER_S,
+		     R = STRATA_PLAN_DEFAULT_DEVICE_ROW_S;
+	near(dold - dgot, 4 * ((L - 1e-4) + (R - 1e-6)) * 1e3);
+	near(pold - pgot, 4 * ((L - 1e-4) + (R - 1e-6) * 64) * 1e3);
+	fixture_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +619,9 @@ int main(void)
 		cmocka_unit_test(fixed_costs_count_kernels_and_crossings),
 		cmocka_unit_test(terms_are_reported_and_add_up),
 		cmocka_unit_test(cuda_counts_the_load_staging),
+		cmocka_unit_test(device_layers_add_their_fixed_costs),
+		cmocka_unit_test(a_rates_file_fixed_cost_moves_the_prediction),
+		cmocka_unit_test(old_files_take_the_device_defaults),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,12 +8,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "plan/internal.h"
+#include "strata/backend.h"
 #include "strata/plan.h"
 
 static char dir[64];
@@ -258,8 +260,8 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 	strata_plan_rates r = {.host_memory = 100e9, .cpu_flops = 1e12,
 			       .threads = 16, .gemm_rows = 512,
 			       .cpu_launch_seconds = 6e-6, .device_count = 1};
-	r.cpu_types[STRATA_BLOCK_BF16] = (strata_plan_type_rate){40e9, 0.4e12};
-	r.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){30e9, 0.3e12};
+	r.cpu_types[STRATA_BLOCK_BF16] = (strata_plan_type_rate){.gemv = 40e9, .gemm = 0.4e12};
+	r.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){.gemv = 30e9, .gemm = 0.3e12};
 	r.cpu_layer[STRATA_BLOCK_BF16] = 31e9;
 	r.devices[0] = (strata_plan_device_rates){
 		.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 3e12,
@@ -267,7 +269,7 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 		.crossing_seconds = 25e-6, .h2d_shared = 49e9,
 		.host_memory_shared = 64e9};
 	r.devices[0].types[STRATA_BLOCK_BF16] =
-		(strata_plan_type_rate){3.4e12, 300e12};
+		(strata_plan_type_rate){.gemv = 3.4e12, .gemm = 300e12};
 	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
 	strata_plan_rates back;
 	bool found;
@@ -309,7 +311,7 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 	assert_non_null(strstr(err.message, "gemv_bytes_per_second"));
 	/* applied: the file's types where the options have none, marked */
 	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA};
-	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){1e9, 1e9};
+	o.cpu_types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){.gemv = 1e9, .gemm = 1e9};
 	strata_plan_rates_apply(&r, 0, &o);
 	assert_true(o.cpu_types[STRATA_BLOCK_BF16].gemv == 40e9);
 	assert_true(o.cpu_types[STRATA_BLOCK_Q8_0].gemv == 1e9); /* kept */
@@ -326,6 +328,96 @@ static void type_rates_round_trip_and_old_files_read(void **state)
 		    o.cpu_launch_seconds == 6e-6);
 }
 
+/* A type's fixed layer costs round-trip through the file; a file of an
+ * earlier strata (none) reads them as 0, a bad one is refused by key. */
+static void layer_fixed_costs_round_trip(void **state)
+{
+	(void)state;
+	char p[300];
+	strata_error err;
+	snprintf(p, sizeof p, "%s/fixed.json", dir);
+	strata_plan_rates r = {.host_memory = 100e9, .cpu_flops = 1e12,
+			       .threads = 16, .device_count = 1};
+	r.devices[0] = (strata_plan_device_rates){
+		.name = "cuda:0", .h2d = 55e9, .d2h = 54e9, .memory = 3e12,
+		.flops = 14e12};
+	r.devices[0].types[STRATA_BLOCK_Q8_0] = (strata_plan_type_rate){
+		.gemv = 2.3e12, .gemm = 265e12, .layer_seconds = 24e-6,
+		.row_seconds = 0.43e-6};
+	assert_int_equal(strata_plan_rates_save(p, &r, &err), STRATA_OK);
+	strata_plan_rates back;
+	bool found;
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	const strata_plan_type_rate *q = &back.devices[0].types[STRATA_BLOCK_Q8_0];
+	assert_true(q->layer_seconds == 24e-6 && q->row_seconds == 0.43e-6 &&
+		    q->gemv == 2.3e12);
+	assert_true(back.devices[0].types[STRATA_BLOCK_F32].layer_seconds == 0);
+	strata_plan_options o = {.device = STRATA_PLAN_DEVICE_CUDA};
+	strata_plan_rates_apply(&back, 0, &o);
+	assert_true(o.device_types[STRATA_BLOCK_Q8_0].layer_seconds == 24e-6);
+	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
+		      "\"cpu_flops\": 1e9, \"threads\": 2, \"types\": {\"Q8_0\": "
+		      "{\"gemv_bytes_per_second\": 2e9}}}, \"devices\": []}");
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_OK);
+	assert_true(back.cpu_types[STRATA_BLOCK_Q8_0].layer_seconds == 0 &&
+		    back.cpu_types[STRATA_BLOCK_Q8_0].row_seconds == 0);
+	write_text(p, "{\"schema_version\": 1, \"host\": {\"host_memory_bytes_per_second\": 1e9, "
+		      "\"cpu_flops\": 1e9, \"threads\": 2, \"types\": {\"Q8_0\": "
+		      "{\"row_fixed_seconds\": 0}}}, \"devices\": []}");
+	assert_int_equal(strata_plan_rates_load(p, &back, &found, &err),
+			 STRATA_E_PARSE);
+	assert_non_null(strstr(err.message, "row_fixed_seconds"));
+}
+
+/* A whole layer timed on the CPU backend through the kernel table, a
+ * decode step and a prefill chunk (the code calibrate runs on each CUDA
+ * device), and the fixed costs the plan takes from them. */
+static void a_layer_is_timed_and_its_fixed_costs_derived(void **state)
+{
+	(void)state;
+	strata_backend *b = NULL;
+	strata_compute *c = NULL;
+	strata_error err;
+	assert_int_equal(strata_backend_create("cpu", 0, NULL, &b, &err),
+			 STRATA_OK);
+	assert_int_equal(strata_compute_create_on(b, 0, &c, &err), STRATA_OK);
+	strata__plan_layer_time dec, pre;
+	/* 1 MiB: the smallest shape, hidden 512 (kv 128, FFN 1792) */
+	assert_int_equal(strata__plan_calibrate_layer(b, c, STRATA_BLOCK_Q8_0,
+						      1u << 20, 1, 1, &dec,
+						      &err),
+			 STRATA_OK);
+	assert_int_equal(strata__plan_calibrate_layer(b, c, STRATA_BLOCK_Q8_0,
+						      1u << 20, 32, 1, &pre,
+						      &err),
+			 STRATA_OK);
+	const double elements = 512.0 * 512 * 2 + 128.0 * 512 * 2 +
+				3.0 * 1792 * 512;
+	assert_true(dec.dim == 512 && dec.rows == 1 && pre.rows == 32);
+	assert_true(dec.elements == elements && pre.elements == elements);
+	assert_int_equal(dec.bytes, (uint64_t)elements / 32 * 34);
+	assert_true(dec.seconds > 0 && pre.seconds > dec.seconds);
+	strata_compute_destroy(c);
+	strata_backend_destroy(b);
+	/* the derivation, on numbers chosen to be exact: 1 MB at 1 GB/s is
+	 * 1 ms of products; a 3 ms decode leaves 2 ms; a 32-row chunk of 1e6
+	 * elements at 64 GFLOP/s is 1 ms dense, below the 1 ms read, and
+	 * 3 ms + 32 x 0.25 ms = 11 ms */
+	strata__plan_layer_time d = {.seconds = 3e-3, .bytes = 1000000,
+				     .elements = 1e6, .rows = 1};
+	strata__plan_layer_time q = {.seconds = 11e-3, .bytes = 1000000,
+				     .elements = 1e6, .rows = 32};
+	double l, r;
+	strata__plan_layer_fixed(&d, &q, 1e9, 64e9, &l, &r);
+	assert_true(fabs(l - 2e-3) < 1e-12 && fabs(r - 0.25e-3) < 1e-12);
+	/* a layer faster than its products: measured, none (1 ns) */
+	d.seconds = 0.5e-3;
+	strata__plan_layer_fixed(&d, NULL, 1e9, 64e9, &l, &r);
+	assert_true(l == 1e-9 && r == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +428,8 @@ int main(void)
 		cmocka_unit_test(calibration_measures_the_cpu),
 		cmocka_unit_test(the_host_read_goes_past_the_last_level_cache),
 		cmocka_unit_test(type_rates_round_trip_and_old_files_read),
+		cmocka_unit_test(layer_fixed_costs_round_trip),
+		cmocka_unit_test(a_layer_is_timed_and_its_fixed_costs_derived),
 	};
 	return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
