@@ -34,7 +34,7 @@
  * "Grouped experts"); 0: each expert through its own kernels.
  * --q8-0-wide (CUDA builds): the same for Q8_0's lanes
  * (strata__cuda_q8gemv_wide_q8_0, qgemv_q8_0_wide.cuh: 0 the current
- * ones, the default; 1 the wide ones); with both options at both, every
+ * ones; 1 the wide ones, the default); with both options at both, every
  * pair of the two is measured.
  *
  * --cpu-grouped (--n-cpu-moe): a layer's experts missed on the CPU in one

@@ -616,6 +616,6 @@ int main(void)
 	};
 	/* the narrow lanes unless a test says otherwise (the wide ones, the
 	 * default, are the tests that set the knob to 1 and back) */
-	strata__cuda_q8gemv_wide = 0;
+	set_wide(0);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -37,9 +37,10 @@ extern int strata__cuda_q8gemv_wide_q8_0;
 static float *lanes_logits(const char *path, strata_weight_type kv, int wide,
 			   bool greedy, int32_t *tokens, uint32_t *vocab_out)
 {
+	const int was = strata__cuda_q8gemv_wide_q8_0;
 	strata__cuda_q8gemv_wide_q8_0 = wide;
 	float *out = decode_logits(path, kv, greedy, tokens, vocab_out);
-	strata__cuda_q8gemv_wide_q8_0 = 0;
+	strata__cuda_q8gemv_wide_q8_0 = was;
 	return out;
 }
 

@@ -237,11 +237,11 @@ cudaError_t strata__cuda_qgemv_fused(cudaStream_t s,
  * (1, the default: Q4_K and Q5_K on 16-byte aligned weights, and Q6_K,
  * take the wide lanes of qgemv_q8_kquants.cuh, 16-byte loads of codes and
  * a lane two whole 16-element runs; 0: the lanes above for all),
- * strata__cuda_q8gemv_wide_q8_0 (0, the default: the lanes above; 1: Q8_0
- * weights on 16-byte boundaries with rows of a multiple of 256 elements
- * take the wide lanes of qgemv_q8_0_wide.cuh, a lane one whole 16-element
- * run from two aligned 16-byte loads; others keep the lanes above;
- * unmeasured on a GPU as of its commit), and
+ * strata__cuda_q8gemv_wide_q8_0 (1, the default: Q8_0 weights on 16-byte
+ * boundaries with rows of a multiple of 256 elements take the wide lanes
+ * of qgemv_q8_0_wide.cuh, a lane one whole 16-element run from two
+ * aligned 16-byte loads; others keep the lanes above; 0: the lanes above
+ * for all), and
  * strata__cuda_pdl
  * (1: the decode chain's kernels, the quantizations, these GEMVs and the
  * half ones (kernels_gemv.cu), rope, the decode attention and its combine

@@ -53,8 +53,10 @@ int strata__cuda_q8gemv_aligned = 1;
  * 7.5 GB llama 1.511 ms/token against 3.160 on the narrow lanes
  * (docs/cuda.md "The wide K-quant lanes"); 0 keeps them to compare. */
 int strata__cuda_q8gemv_wide = 1;
-/* 0: Q8_0's wide lanes (qgemv_q8_0_wide.cuh) wait for the H200's figures. */
-int strata__cuda_q8gemv_wide_q8_0 = 0;
+/* 1 since the H200 measured it (2026-12-02): Q8_0 resident decode of the
+ * same llama 1.908 ms/token against 2.042 on the current lanes
+ * (docs/cuda.md "The wide Q8_0 lanes"); 0 keeps those to compare. */
+int strata__cuda_q8gemv_wide_q8_0 = 1;
 int strata__cuda_pdl = 1;
 }
 
