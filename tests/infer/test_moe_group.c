@@ -15,69 +15,23 @@
 
 #include <cmocka.h>
 
-#include "infer/forward_internal.h"
-#include "support/refmodel.h"
+#include "infer/moe_knob_fixture.h"
 
-#define GIB (1ull << 30)
-
-static const char *const models[] = {
-	"mixtral_f32", "qwen2_moe_shared_f32", "qwen3_moe_f32",
-	"qwen3_moe_unnorm_bf16",
-};
-
-/* experts on the CPU: -1 none; cache slots; stream rows (0: never) */
-typedef struct group_case {
-	const char *name;
-	int layers, slots, stream;
-} group_case;
-
-static const group_case cases[] = {
+static const moe_case cases[] = {
 	{"resident", -1, 0, 0},
 	{"experts on the cpu, 2 cached", 0, 2, 0},
 	{"experts on the cpu, 2 cached, streamed", 0, 2, 2},
 };
 
-/* The prompt in one pass, then token by token, with the knob at `group`:
- * (2 n, vocab) logits. */
-static float *run(const char *path, const group_case *k, const ref_data *r,
+/* The case's logits with the knob at `group` (restored after). */
+static float *run(const char *path, const moe_case *k, const ref_data *r,
 		  int group)
 {
-	strata_session_options o = {.model_path = path, .threads = 1,
-				    .positions = r->n_tokens,
-				    .prefill = r->n_tokens};
-	o.plan = (strata_plan_options){.mode = STRATA_RESIDENCY_AUTO,
-				       .has_device_budget = true,
-				       .device_budget_bytes = GIB,
-				       .has_host_budget = true,
-				       .host_budget_bytes = GIB};
-	o.plan.device = STRATA_PLAN_DEVICE_CPU;
-	strata_session *probe = NULL, *s = NULL;
-	strata_error err;
-	if (strata_session_open(&o, &probe, &err))
-		fail_msg("%s: %s / %s", path, err.message, err.fix);
-	uint32_t layers = strata_session_hparams(probe)->layers;
-	strata_session_close(probe);
-	if (k->layers >= 0) {
-		o.plan.experts.layers = k->layers ? (uint32_t)k->layers : layers;
-		o.plan.experts.cache_slots = (uint64_t)k->slots;
-		o.plan.experts.stream_rows = (uint64_t)k->stream;
-	}
-	if (strata_session_open(&o, &s, &err))
-		fail_msg("%s (%s): %s / %s", path, k->name, err.message, err.fix);
-	const uint64_t row = r->vocab, n = r->n_tokens;
-	float *out = strata_alloc(2 * n * row * sizeof *out);
-	assert_non_null(out);
-	strata_forward *f = strata_session_forward(s);
+	strata_session *s = moe_open(path, k, r, 1);
+	const int was = strata__moe_group;
 	strata__moe_group = group;
-	if (strata_forward_run(f, r->tokens, r->n_tokens, 0, out, NULL, &err))
-		fail_msg("%s (%s) prefill: %s", path, k->name, err.message);
-	strata_forward_reset(f);
-	for (uint32_t t = 0; t < r->n_tokens; t++)
-		if (strata_forward_run(f, r->tokens + t, 1, t,
-				       out + (n + t) * row, NULL, &err))
-			fail_msg("%s (%s) decode %u: %s", path, k->name, t,
-				 err.message);
-	strata__moe_group = 0;
+	float *out = moe_logits(s, r, k->name);
+	strata__moe_group = was;
 	strata_session_close(s);
 	return out;
 }
@@ -85,11 +39,11 @@ static float *run(const char *path, const group_case *k, const ref_data *r,
 static void test_moe_group_same_bits_on_cpu(void **state)
 {
 	(void)state;
-	for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+	for (size_t m = 0; m < MOE_MODELS; m++) {
 		char path[1024];
-		ref_family_path(path, sizeof path, models[m], NULL);
+		ref_family_path(path, sizeof path, moe_models[m], NULL);
 		ref_data r;
-		ref_load_family(models[m], &r);
+		ref_load_family(moe_models[m], &r);
 		for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 			float *off = run(path, &cases[c], &r, 0);
 			float *on = run(path, &cases[c], &r, 1);
@@ -98,11 +52,11 @@ static void test_moe_group_same_bits_on_cpu(void **state)
 			if (memcmp(off, on, bytes))
 				fail_msg("%s, %s: --moe-group 1 changed the "
 					 "logits (max |d| %.3g)",
-					 models[m], cases[c].name,
+					 moe_models[m], cases[c].name,
 					 ref_max_diff(off, on,
 						      (uint64_t)2 * r.n_tokens *
 							      r.vocab));
-			print_message("%-24s %-40s same bits\n", models[m],
+			print_message("%-24s %-40s same bits\n", moe_models[m],
 				      cases[c].name);
 			strata_free(off);
 			strata_free(on);
