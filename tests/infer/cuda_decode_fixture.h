@@ -1,10 +1,12 @@
 /* cuda_decode_fixture.h - a resident CUDA session's prompt and decode
  * logits on a file, for the tests that compare one file's logits under two
- * settings of a kernel knob (test_cuda_chain.c, test_cuda_q8gemv_wide.c;
- * layer: infer). The caller sets the knob around the call. */
+ * settings of a kernel knob (test_cuda_chain.c, test_cuda_q8gemv_wide.c,
+ * test_cuda_q8_0_wide.c; layer: infer): decode_logits_with sets the knob
+ * for one run, and row_distance compares two runs' rows. */
 #ifndef STRATA_TESTS_INFER_CUDA_DECODE_FIXTURE_H
 #define STRATA_TESTS_INFER_CUDA_DECODE_FIXTURE_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -68,6 +70,46 @@ static float *decode_logits(const char *path, strata_weight_type kv,
 {
 	return decode_logits_on(path, kv, STRATA_PLAN_DEVICE_CUDA, greedy,
 				tokens, vocab_out);
+}
+
+/* decode_logits with *knob at `value` for the run, restored after. */
+static inline float *decode_logits_with(int *knob, int value,
+					const char *path, strata_weight_type kv,
+					bool greedy, int32_t *tokens,
+					uint32_t *vocab_out)
+{
+	const int was = *knob;
+	*knob = value;
+	float *out = decode_logits(path, kv, greedy, tokens, vocab_out);
+	*knob = was;
+	return out;
+}
+
+/* Row r of two runs: the worst distance of other's logits from cur's
+ * relative to |logit| + the row's rms, and whether the greedy tokens agree
+ * or cur's top two are within twice the largest distance of each other (a
+ * tie the runs may break apart). */
+static inline double row_distance(const float *cur, const float *other,
+				  uint32_t v, bool *tokens_ok)
+{
+	double ss = 0.0, worst = 0.0, far = 0.0;
+	for (uint32_t i = 0; i < v; i++)
+		ss += (double)cur[i] * cur[i];
+	const double rms = sqrt(ss / v);
+	for (uint32_t i = 0; i < v; i++) {
+		const double d = fabs((double)other[i] - cur[i]);
+		const double r = d / (fabs((double)cur[i]) + rms + 1e-30);
+		if (!(r <= worst))
+			worst = isnan(r) ? INFINITY : r;
+		far = d > far ? d : far;
+	}
+	const uint32_t a = argmax(cur, v), b = argmax(other, v);
+	float second = -INFINITY;
+	for (uint32_t i = 0; i < v; i++)
+		if (i != a && cur[i] > second)
+			second = cur[i];
+	*tokens_ok = a == b || (double)cur[a] - second <= 2 * far;
+	return worst;
 }
 
 #endif

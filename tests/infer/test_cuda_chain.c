@@ -27,10 +27,8 @@ static float *chain_logits(const char *path, strata_weight_type kv, int pdl,
 			   uint32_t *vocab_out)
 {
 	int32_t tokens[DECODES];
-	strata__cuda_pdl = pdl;
-	float *out = decode_logits(path, kv, true, tokens, vocab_out);
-	strata__cuda_pdl = 1;
-	return out;
+	return decode_logits_with(&strata__cuda_pdl, pdl, path, kv, true,
+				  tokens, vocab_out);
 }
 
 static void check_file(const char *file, strata_weight_type kv)

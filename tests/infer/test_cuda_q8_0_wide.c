@@ -13,7 +13,6 @@
  * the two runs' distance. And the logits must differ in some bit: if they
  * did not, the wide lanes took none of the products (layer: infer). Exits
  * 77 (skipped) where no CUDA device is visible. */
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,50 +33,15 @@ extern int strata__cuda_q8gemv_wide_q8_0;
  * that; layers carry it forward). */
 #define WIDE_TOL 1e-3
 
-static float *lanes_logits(const char *path, strata_weight_type kv, int wide,
-			   bool greedy, int32_t *tokens, uint32_t *vocab_out)
-{
-	const int was = strata__cuda_q8gemv_wide_q8_0;
-	strata__cuda_q8gemv_wide_q8_0 = wide;
-	float *out = decode_logits(path, kv, greedy, tokens, vocab_out);
-	strata__cuda_q8gemv_wide_q8_0 = was;
-	return out;
-}
-
-/* Row r of both runs: the worst distance relative to |logit| + rms, and
- * whether the greedy tokens agree or the current run's top two are
- * within twice the largest distance of each other (a tie the runs may
- * break apart). */
-static double row_distance(const float *cur, const float *wide, uint32_t v,
-			   bool *tokens_ok)
-{
-	double ss = 0.0, worst = 0.0, far = 0.0;
-	for (uint32_t i = 0; i < v; i++)
-		ss += (double)cur[i] * cur[i];
-	const double rms = sqrt(ss / v);
-	for (uint32_t i = 0; i < v; i++) {
-		const double d = fabs((double)wide[i] - cur[i]);
-		const double r = d / (fabs((double)cur[i]) + rms + 1e-30);
-		if (!(r <= worst))
-			worst = isnan(r) ? INFINITY : r;
-		far = d > far ? d : far;
-	}
-	const uint32_t a = argmax(cur, v), b = argmax(wide, v);
-	float second = -INFINITY;
-	for (uint32_t i = 0; i < v; i++)
-		if (i != a && cur[i] > second)
-			second = cur[i];
-	*tokens_ok = a == b || (double)cur[a] - second <= 2 * far;
-	return worst;
-}
-
 static void check_kv(strata_weight_type kv, bool logits)
 {
 	const char *path = QUANT_DIR "model-Q8_0.gguf";
 	int32_t tokens[DECODES];
 	uint32_t v0, v1;
-	float *cur = lanes_logits(path, kv, 0, true, tokens, &v0);
-	float *wide = lanes_logits(path, kv, 1, false, tokens, &v1);
+	float *cur = decode_logits_with(&strata__cuda_q8gemv_wide_q8_0, 0, path, kv,
+					true, tokens, &v0);
+	float *wide = decode_logits_with(&strata__cuda_q8gemv_wide_q8_0, 1, path, kv,
+					 false, tokens, &v1);
 	assert_int_equal(v0, v1);
 	double worst = 0.0;
 	for (uint32_t r = 0; r <= DECODES; r++) {
