@@ -5,7 +5,8 @@
  *
  * Invariants (all under e->lock):
  * - device: only units of e->cur_group are placed, and every placed unit's
- *   index lies within `depth` of the first unit of the window, so the
+ *   index lies within `depth` of the window's anchor (its first unit; in a
+ *   placement the first streamed unit from there, window_anchor), so the
  *   device holds at most the seed's window bytes beyond the static tensors;
  *   the arena, sized to exactly that (256-aligned), refuses anything more.
  * - host (disk mode): every cached unit sits in one lookahead slot of the
@@ -182,8 +183,27 @@ static size_t window_first(const strata_residency *e)
 	return e->cursor_done ? e->cursor + 1 : e->cursor;
 }
 
-/* Fills the window in execution order: units after the window's first whose
- * index is within `depth` of it, stopping at the first that cannot start. */
+/* Where the window's depth counts from, for a window starting at `first`
+ * of group g: `first` itself, except in a placement, where units that do
+ * not stream (resident, cpu) hold no window bytes: there it is the first
+ * streamed unit at or after `first` (ge: none is left in the group). So
+ * the first streamed unit of a pass starts copying as the pass starts,
+ * while the resident and cpu units before it compute, as the plan prices
+ * a pass's window fill (cost.c); depth alone would start it only once
+ * the pass reached the unit `depth` before it. */
+static size_t window_anchor(const strata_residency *e, size_t first,
+			    size_t ge)
+{
+	if (e->cfg.mode != STRATA_RESIDENCY_PLACEMENT)
+		return first;
+	while (first < ge && !strata__res_streams(e, &e->units[first]))
+		first++;
+	return first;
+}
+
+/* Fills the window in execution order: units from the window's anchor
+ * whose index is within `depth` of it, stopping at the first that cannot
+ * start. */
 static strata_status place_window(strata_residency *e, size_t want,
 				  strata_error *err)
 {
@@ -193,6 +213,7 @@ static strata_status place_window(strata_residency *e, size_t want,
 	size_t first = window_first(e);
 	if (want < first)
 		first = want; /* the unit being acquired opens the window */
+	first = window_anchor(e, first, ge);
 	if (first >= ge)
 		return STRATA_OK;
 	uint64_t anchor = idx(e, first);
@@ -428,14 +449,18 @@ static strata_status move_window(strata_residency *e, size_t pos,
 		}
 	}
 	size_t gb = e->group_begin[g], ge = e->group_begin[g + 1];
+	/* units the window starting here holds are kept (window_anchor) */
+	size_t at = window_anchor(e, pos, ge);
+	uint64_t from = idx(e, at < ge ? at : pos);
 	for (size_t p = gb; p < ge; p++) {
 		unit_slot *u = &e->units[p];
 		uint64_t a = idx(e, p), b = idx(e, pos);
 		bool far = (a > b ? a - b : b - a) >= strata__res_depth(e);
 		if (u->dev == DEV_HELD && far)
 			return held_error(e, p, pos, err);
+		bool outside = a < from || a - from >= strata__res_depth(e);
 		if (p != pos && u->dev != DEV_HELD && u->dev != DEV_NONE &&
-		    (p < pos || far)) {
+		    (p < pos || (far && outside))) {
 			strata_status s = drop_device(e, u, err);
 			if (s != STRATA_OK)
 				return s;

@@ -5,7 +5,8 @@
  * within 1e-5 of the resident run and the same greedy text; forced counts
  * are the ones run (the telemetry's units per kind); every device's and
  * the host's peak stays within the plan's figure; and the bytes the window
- * moved are the plan's streamed bytes per pass (layer: infer). */
+ * moved are the plan's streamed bytes per pass; and the window's first
+ * streamed unit starts copying as a pass starts (layer: infer). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,11 +261,63 @@ static void test_stories260k(void **state)
 	check_model(STORIES, tokens, 7, 12, 512, NULL);
 }
 
+/* Three resident units of five, the other two streamed (the window two
+ * units deep): acquiring the first unit of a pass starts the copies of
+ * the first streamed units, so they overlap the resident units' compute
+ * as the plan's window fill prices it (cost.c), rather than waiting until
+ * the pass is within the window's depth of them. */
+static void test_window_starts_with_the_pass(void **state)
+{
+	(void)state;
+	strata_plan_options po = {.mode = STRATA_RESIDENCY_AUTO,
+				  .has_device_budget = true,
+				  .device_budget_bytes = GIB,
+				  .has_host_budget = true,
+				  .host_budget_bytes = GIB,
+				  .has_resident_units = true,
+				  .resident_units = 3,
+				  .has_cpu_units = true,
+				  .cpu_units = 0};
+	strata_session *s = open_run(STORIES, po, 16, 4);
+	const strata_plan_candidate *c =
+		strata_plan_selected(strata_session_plan(s));
+	assert_int_equal(c->mode, STRATA_RESIDENCY_PLACEMENT);
+	assert_int_equal(c->resident_units, 3);
+	assert_int_equal(c->window_units, 2);
+	assert_int_equal(c->decode_depth, 2);
+	strata_residency *e = strata_session_residency(s);
+	strata_error err;
+	strata_residency_view v;
+	strata_arena_stats before, after;
+	strata_residency_device_arena_stats(e, &before);
+	assert_int_equal(strata_residency_set_pass(e, false, &err), STRATA_OK);
+	assert_int_equal(strata_residency_acquire(e, 0, 0, &v, &err), STRATA_OK);
+	strata_residency_device_arena_stats(e, &after);
+	/* both streamed units (3 and 4) are placed while unit 0 is held */
+	assert_int_equal(after.live_blocks, before.live_blocks + 2);
+	assert_true(after.used_bytes > before.used_bytes);
+	assert_int_equal(strata_residency_release(e, 0, 0, &err), STRATA_OK);
+	/* and the resident units after it keep the window they opened */
+	for (uint64_t u = 1; u < 5; u++) {
+		assert_int_equal(strata_residency_acquire(e, 0, u, &v, &err),
+				 STRATA_OK);
+		assert_int_equal(strata_residency_release(e, 0, u, &err),
+				 STRATA_OK);
+	}
+	strata_telemetry_snapshot t;
+	strata_telemetry_get(strata_residency_telemetry(e), &t);
+	assert_int_equal(t.prefetch_misses, 0);
+	assert_int_equal(t.transfers[STRATA_DIR_HOST_TO_DEVICE].bytes,
+			 c->streamed_bytes);
+	strata_session_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_reference_model),
 		cmocka_unit_test(test_stories260k),
+		cmocka_unit_test(test_window_starts_with_the_pass),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
