@@ -176,6 +176,7 @@ typedef struct figures {
 	uint64_t pass_ns, decode_ns; /* medians */
 	uint64_t decode_queued_ns;   /* median: step start to last release */
 	uint64_t h2d_bytes_per_pass;
+	uint64_t h2d_ns_per_pass; /* the link's copy time (copy events) */
 	uint64_t weight_bytes, plan_device, device_used;
 	uint64_t used_at_open, used_first_pass; /* device memory by stage */
 	uint64_t stalls, stall_ns;
@@ -338,6 +339,7 @@ static int measure(const cfg *c, uint32_t n, figures *out)
 	const strata_transfer_stats *ha = &a.transfers[STRATA_DIR_HOST_TO_DEVICE],
 				    *hb = &b.transfers[STRATA_DIR_HOST_TO_DEVICE];
 	out->h2d_bytes_per_pass = (hb->bytes - ha->bytes) / c->passes;
+	out->h2d_ns_per_pass = (hb->ns - ha->ns) / c->passes;
 	out->stalls = b.stalls - a.stalls;
 	out->stall_ns = b.stall_ns - a.stall_ns;
 	if (c->decode) {
@@ -447,6 +449,15 @@ static void report(const cfg *c, uint32_t n, int wide, int wide_q8_0,
 	       f->weight_bytes / 1e9, gbs, f->h2d_bytes_per_pass / 1e9,
 	       f->h2d_bytes_per_pass / (double)f->pass_ns, f->stalls,
 	       f->stall_ns / 1e6 / c->passes);
+	/* The copies' own time, from their events: how long the link was
+	 * busy in a pass, and its rate while busy, so a pass slower than its
+	 * bytes at the link's rate shows whether the link idled or ran slow. */
+	if (f->h2d_ns_per_pass)
+		printf("  link: busy %.2f ms of the pass (%.0f %%), %.1f GB/s "
+		       "while copying\n",
+		       f->h2d_ns_per_pass / 1e6,
+		       100.0 * f->h2d_ns_per_pass / f->pass_ns,
+		       f->h2d_bytes_per_pass / (double)f->h2d_ns_per_pass);
 	if (strata__moe_group)
 		printf("  --moe-group 1: device experts grouped a layer at a "
 		       "time\n");
