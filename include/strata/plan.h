@@ -793,9 +793,11 @@ typedef enum strata_plan_bound {
 const char *strata_plan_bound_name(strata_plan_bound b);
 
 /* One pass's predicted time by term, milliseconds (docs/plan.md "Cost
- * model"): total = max(link, resident + streamed + cpu + statics +
- * overhead, host memory) + window fill where the window prefetches, the
- * sum of the first two where it cannot. */
+ * model"): with chain = resident + streamed + cpu + statics + overhead,
+ * total = max(link, chain, host memory) where the window prefetches, and
+ * for a pass that starts with an empty window (a placement's prompt)
+ * max(link + link tail, chain + window fill, host memory); link + chain
+ * where it cannot prefetch. */
 typedef struct strata_plan_cost {
 	double resident_ms; /* device compute of resident units, their KV */
 	double streamed_ms; /* device compute of the streamed units, their KV */
@@ -812,6 +814,8 @@ typedef struct strata_plan_cost {
 	double total_ms;
 	strata_plan_bound bound;
 	uint64_t crossings; /* CPU-device round trips of the residual stream */
+	double link_tail_ms; /* prefill of a placement: what follows its last
+				copy (that unit's compute, the statics) */
 } strata_plan_cost;
 
 /* One way of running the model, fully sized. */

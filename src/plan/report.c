@@ -92,6 +92,7 @@ static void write_cost(strata_json *j, const char *key,
 	strata_json_kv_double(j, "overhead_ms", c->overhead_ms);
 	strata_json_kv_double(j, "host_memory_ms", c->host_memory_ms);
 	strata_json_kv_double(j, "window_fill_ms", c->window_fill_ms);
+	strata_json_kv_double(j, "link_tail_ms", c->link_tail_ms);
 	strata_json_kv_u64(j, "crossings", c->crossings);
 	strata_json_kv_double(j, "total_ms", c->total_ms);
 	strata_json_kv_string(j, "bound", strata_plan_bound_name(c->bound));

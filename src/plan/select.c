@@ -256,12 +256,13 @@ static void explain_terms(strata_plan *p, const strata_plan_candidate *c)
 {
 	const strata_plan_cost *d = &c->decode_cost, *f = &c->prefill_cost;
 	explain(p, STRATA_EXPLAIN_PREDICTION_TERMS,
-		"decode %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, statics %.2f, overhead %.2f, link %.2f, host memory %.2f); prefill %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, link %.2f, host memory %.2f)",
+		"decode %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, statics %.2f, overhead %.2f, link %.2f, host memory %.2f); prefill %.2f ms bound by %s (resident %.2f, streamed %.2f, cpu %.2f, link %.2f, window fill %.2f, after the last copy %.2f, host memory %.2f)",
 		d->total_ms, strata_plan_bound_name(d->bound), d->resident_ms,
 		d->streamed_ms, d->cpu_ms, d->statics_ms, d->overhead_ms,
 		d->link_ms, d->host_memory_ms, f->total_ms,
 		strata_plan_bound_name(f->bound), f->resident_ms,
-		f->streamed_ms, f->cpu_ms, f->link_ms, f->host_memory_ms);
+		f->streamed_ms, f->cpu_ms, f->link_ms, f->window_fill_ms,
+		f->link_tail_ms, f->host_memory_ms);
 }
 
 void strata__plan_select(strata_plan *p)

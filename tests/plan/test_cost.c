@@ -324,9 +324,10 @@ static void cpu_and_link_share_host_memory(void **state)
 }
 
 /* A prompt finds the window empty (switching from decode's split drops
- * it): r2 c0 w6, the prefill waits for its first streamed unit's copy
- * (4 MiB over 50 GB/s) less the two resident units' compute; a decode
- * step, following the one before, does not. */
+ * it): r2 c0 w6. Bound by its chain, the prefill waits for its first
+ * streamed unit's copy (4 MiB over 50 GB/s) less the two resident units'
+ * compute; bound by the link, its last streamed unit's compute and the
+ * statics follow the last copy. A decode step keeps max() and neither. */
 static void prefill_fills_an_empty_window(void **state)
 {
 	(void)state;
@@ -341,11 +342,21 @@ static void prefill_fills_an_empty_window(void **state)
 	near(k->window_fill_ms,
 	     fmax(0.0, 4.0 * MiB / 50e9 * 1e3 - k->resident_ms));
 	assert_true(k->window_fill_ms > 0);
-	near(k->total_ms, fmax(fmax(k->link_ms, k->resident_ms +
-				k->streamed_ms + k->cpu_ms + k->statics_ms +
-				k->overhead_ms), k->host_memory_ms) +
-				  k->window_fill_ms);
+	near(k->link_tail_ms, k->streamed_ms / 6.0 + k->statics_ms);
+	assert_true(k->link_tail_ms > 0);
+	double chain = k->resident_ms + k->streamed_ms + k->cpu_ms +
+		       k->statics_ms + k->overhead_ms;
+	near(k->total_ms, fmax(fmax(k->link_ms + k->link_tail_ms,
+				    chain + k->window_fill_ms),
+			       k->host_memory_ms));
+	/* the fixture's prompt is bound by one of the two, as said */
+	assert_true(k->bound == STRATA_PLAN_BOUND_LINK
+			    ? k->link_ms + k->link_tail_ms >=
+				      chain + k->window_fill_ms
+			    : k->link_ms + k->link_tail_ms <=
+				      chain + k->window_fill_ms);
 	near(c->decode_cost.window_fill_ms, 0.0);
+	near(c->decode_cost.link_tail_ms, 0.0);
 	strata_plan_destroy(p);
 	fixture_free(f);
 }
