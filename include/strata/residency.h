@@ -377,15 +377,11 @@ strata_status strata_residency_acquire(strata_residency *e, uint32_t group,
 				       strata_residency_view *view,
 				       strata_error *err);
 
-/* PLACEMENT: starts a pass (one forward pass over every unit, from the
- * first) on the decode split (prefill false, the start) or the prefill
- * split of the units not resident. Switching splits drops the window
- * units of the other split already on the device (resident units never
- * move). Either way the pass's first streamed units start copying now,
- * so they copy while the pass embeds its tokens and computes the units
- * before them. E_RES_STATE while a unit is held when the split changes;
- * with a unit held and the split the same, nothing starts (the pass is
- * under way). A no-op in other modes. */
+/* PLACEMENT: switches between the decode split (prefill false, the
+ * start) and the prefill split of the units not resident; window units
+ * of the other split already on the device are dropped (resident units
+ * never move). E_RES_STATE while a unit is held. A no-op in other modes
+ * and when the split does not change. */
 strata_status strata_residency_set_pass(strata_residency *e, bool prefill,
 					strata_error *err);
 

@@ -284,9 +284,8 @@ strata_attention_shape strata__forward_attention_shape(const strata_forward *f,
  * residual stream's first `rows` rows follow it when copy is true. */
 strata_status strata__forward_move(strata_forward *f, uint32_t s,
 				   uint32_t rows, bool copy, strata_error *err);
-/* Starts a pass over every layer, from the first, on the decode or the
- * prefill split: the source switches splits where it changes and starts
- * the pass's first copies (strata_residency_set_pass). */
+/* Tells the source which split the passes that follow run (a no-op when
+ * it does not change). */
 strata_status strata__forward_pass(strata_forward *f, bool prefill,
 				   strata_error *err);
 /* Runs layer `layer` on its site of the current split: the residual

@@ -131,8 +131,7 @@ strata_status strata__forward_move(strata_forward *f, uint32_t s,
 strata_status strata__forward_pass(strata_forward *f, bool prefill,
 				   strata_error *err)
 {
-	/* every pass starts at the source, which starts its first copies */
-	if (!f->placed)
+	if (!f->placed || f->prefill == prefill)
 		return STRATA_OK;
 	if (f->src->pass) {
 		strata_status st = f->src->pass(f->src->user, prefill, err);

@@ -355,18 +355,20 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 			      Hs > 0 && Ls > 0 ? Hs + Ls : 0.0);
 	double host = cuda ? host_read_bytes(p, b, T) / ceiling : 0.0;
 	double total = prefetch ? max2(max2(link, chain), host) : link + chain;
-	/* A prompt's pass starts with an empty window, whose first copies
-	 * start with the pass (strata_residency_set_pass). Bound by its
-	 * chain, it waits for its first streamed unit's copy, less what the
-	 * resident units before it compute meanwhile (the fill); bound by
-	 * the link, the copies run back to back from the start and what
-	 * follows the last one cannot overlap them: that unit's compute and
-	 * the statics (the head; on the CPU, 1.3 ms for a 131 MB Q8_0 head).
-	 * Measured on the GPU machine, a Q8_0 prompt under 2 GiB: the link
-	 * busy 42.3 ms of 45 from the start, then 3 ms of its last unit and
-	 * the head on the CPU. Decode steps keep max(): their links run
-	 * beside the CPU units at the shared rate, which measured the whole
-	 * step within 4 %. */
+	/* A prompt's pass starts with an empty window. Bound by its chain,
+	 * it waits for its first streamed unit's copy, less what the
+	 * resident units before it compute meanwhile (the fill). Bound by
+	 * the link, its copies run back to back from its first acquire,
+	 * and what follows the last one overlaps nothing: that unit's
+	 * compute and the statics (the head: on the CPU, 1.3 ms for a 131 MB
+	 * Q8_0 head). Traced on the H200, a Q8_0 prompt under 2 GiB (r6 c7
+	 * w3): the link busy 42.3 ms back to back, then 3.2 ms of its last
+	 * unit and the head. Left out: the 2.65 ms before the first acquire
+	 * (the embedding on the CPU and its crossing), which the first
+	 * copies do not overlap: started before it, they held the crossing
+	 * up behind them on the link and the prompt took 5.7 ms longer.
+	 * Decode steps keep max(): their copies run beside the CPU units at
+	 * the shared rate, an average over the step that holds its ends. */
 	double fill = 0.0, tail = 0.0;
 	if (prefetch && b->cold_window && b->first_streamed) {
 		fill = max2(0.0, (double)b->first_streamed / o->h2d_bandwidth -

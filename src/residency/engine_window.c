@@ -635,33 +635,23 @@ strata_status strata_residency_set_pass(strata_residency *e, bool prefill,
 		return strata_fail(err, STRATA_E_INVALID_ARG,
 				   "this is a bug in the caller; report it",
 				   "set_pass with a NULL engine");
-	if (e->cfg.mode != STRATA_RESIDENCY_PLACEMENT)
+	if (e->cfg.mode != STRATA_RESIDENCY_PLACEMENT || e->prefill == prefill)
 		return STRATA_OK;
 	pthread_mutex_lock(&e->lock);
 	strata_status s = STRATA_OK;
-	bool held = false;
 	for (size_t p = 0; p < e->n; p++)
-		held |= e->units[p].dev == DEV_HELD;
-	if (held && e->prefill != prefill)
-		s = strata_fail(err, STRATA_E_RES_STATE,
-				"release every unit before switching passes",
-				"a unit is held while switching to the %s split",
-				prefill ? "prefill" : "decode");
+		if (e->units[p].dev == DEV_HELD)
+			s = strata_fail(err, STRATA_E_RES_STATE,
+					"release every unit before switching passes",
+					"unit %" PRIu64 " is held while switching to the %s split",
+					e->units[p].cfg->unit,
+					prefill ? "prefill" : "decode");
 	/* the other split's window goes: its units may be cpu units here */
-	for (size_t p = 0; s == STRATA_OK && e->prefill != prefill && p < e->n;
-	     p++)
+	for (size_t p = 0; s == STRATA_OK && p < e->n; p++)
 		s = drop_device(e, &e->units[p], err);
-	if (s == STRATA_OK && e->prefill != prefill) {
+	if (s == STRATA_OK) {
 		e->prefill = prefill;
 		e->cursor_valid = false;
-	}
-	/* The pass starts at the first unit: its window fills from now, not
-	 * from the first acquire, after the embedding (cost.c's link tail:
-	 * a link-bound prompt's copies run back to back from the start). */
-	if (s == STRATA_OK && !held && e->n && !e->failed) {
-		s = move_window(e, 0, err);
-		if (s == STRATA_OK)
-			s = pump(e, 0, err);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return s;
