@@ -354,7 +354,6 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	double ceiling = max2(max2(H, o->h2d_bandwidth),
 			      Hs > 0 && Ls > 0 ? Hs + Ls : 0.0);
 	double host = cuda ? host_read_bytes(p, b, T) / ceiling : 0.0;
-	double total = prefetch ? max2(max2(link, chain), host) : link + chain;
 	/* A prompt's pass starts with an empty window. Bound by its chain,
 	 * it waits for its first streamed unit's copy, less what the
 	 * resident units before it compute meanwhile (the fill). Bound by
@@ -374,8 +373,11 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 		fill = max2(0.0, (double)b->first_streamed / o->h2d_bandwidth -
 					 res);
 		tail = str / (double)b->str_units + stat;
-		total = max2(max2(link + tail, chain + fill), host);
 	}
+	/* both 0 outside a prompt: max(link, chain, host) */
+	double paced = link + tail, chained = chain + fill;
+	double total = prefetch ? max2(max2(paced, chained), host)
+				: link + chain;
 	*out = (strata_plan_cost){
 		.resident_ms = res * 1e3,
 		.streamed_ms = str * 1e3,
@@ -391,9 +393,9 @@ void strata__plan_cost(const strata_plan *p, const strata_plan_candidate *c,
 	};
 	double dev_share = res + str + (b->statics_cpu ? 0.0 : stat);
 	double cpu_share = cpu + (b->statics_cpu ? stat : 0.0);
-	if (prefetch && host > link + tail && host > chain + fill)
+	if (prefetch && host > paced && host > chained)
 		out->bound = STRATA_PLAN_BOUND_HOST_MEMORY;
-	else if (prefetch && link + tail > chain + fill)
+	else if (prefetch && paced > chained)
 		out->bound = disk ? STRATA_PLAN_BOUND_DISK : STRATA_PLAN_BOUND_LINK;
 	else
 		out->bound = dev_share >= cpu_share ? STRATA_PLAN_BOUND_DEVICE
